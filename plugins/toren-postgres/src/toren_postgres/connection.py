@@ -1,0 +1,46 @@
+"""Resolving and describing the database URL, and the first connection with a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from toren.errors import ConfigError, DatabaseUnavailable
+
+
+def describe_url(url: str) -> str:
+    """``user@host:port/dbname`` without the password, for startup lines and errors."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"DATABASE_URL is not a valid libpq URL or conninfo: {exc}") from None
+    host = params.get("host") or "localhost"
+    where = f"socket {host}" if str(host).startswith("/") else f"{host}:{params.get('port') or 5432}"
+    user = params.get("user")
+    return f"{user + '@' if user else ''}{where}/{params.get('dbname') or user or ''}"
+
+
+async def check_connection(url: str, timeout_s: float) -> str:
+    """Open and close one connection within ``timeout_s``; return the server version.
+
+    Raises ``DatabaseUnavailable`` naming the host and the reason, never hanging longer.
+    """
+    where = describe_url(url)
+    try:
+        async with asyncio.timeout(timeout_s + 1):
+            conn = await psycopg.AsyncConnection.connect(
+                url, connect_timeout=max(1, int(timeout_s)), autocommit=True)
+            async with conn:
+                cursor = await conn.execute("SHOW server_version")
+                row = await cursor.fetchone()
+                return str(row[0]) if row else "?"
+    except TimeoutError:
+        raise DatabaseUnavailable(
+            f"cannot connect to Postgres at {where}: no answer within {timeout_s:g}s "
+            "(check the host, port and firewall; TOREN_CONNECT_TIMEOUT raises the limit)"
+        ) from None
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnavailable(f"cannot connect to Postgres at {where}: {reason}") from None

@@ -1,0 +1,164 @@
+"""Numbered SQL migrations, applied at boot under an advisory lock (DBOS's run_migrations shape).
+
+Two scopes: ``control`` (the shared ``toren_control`` schema) and one per agent schema
+(``agent_<name>``), whose files are applied with ``search_path`` set to that schema.
+Fast path when everything is current; otherwise a session advisory lock on an autocommit
+connection, then each migration and its ledger row in one transaction. Additive only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+
+import psycopg
+from psycopg import sql
+
+from toren.agents import AgentSpec
+from toren.errors import ConfigError, MigrationError
+from toren.interfaces import Migration
+from toren_postgres.queries import query
+
+CONTROL_SCOPE = "control"
+#: Arbitrary but fixed: every Toren process contends for the same lock ("toren" in ASCII).
+MIGRATION_LOCK_KEY = 0x746F72656E
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@cache
+def _read(folder: str) -> tuple[tuple[int, str, str], ...]:
+    files = resources.files("toren_postgres").joinpath("sql", folder)
+    found = []
+    for entry in files.iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text("utf-8")))
+    return tuple(sorted(found))
+
+
+def control_migrations() -> list[Migration]:
+    return [Migration(CONTROL_SCOPE, v, n, s) for v, n, s in _read("migrations")]
+
+
+def agent_migrations(schema_name: str) -> list[Migration]:
+    return [Migration(schema_name, v, n, s) for v, n, s in _read("agent_migrations")]
+
+
+def all_migrations(agents: Sequence[AgentSpec]) -> list[Migration]:
+    found = control_migrations()
+    for agent in agents:
+        found += agent_migrations(agent.schema_name)
+    return found
+
+
+async def applied(conn: psycopg.AsyncConnection) -> set[tuple[str, int]]:
+    cursor = await conn.execute(query("ledger_exists"))
+    row = await cursor.fetchone()
+    if not row or not row[0]:
+        return set()
+    cursor = await conn.execute(query("applied_versions"))
+    return {(scope, version) for scope, version in await cursor.fetchall()}
+
+
+async def pending(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec]) -> list[Migration]:
+    done = await applied(conn)
+    return [m for m in all_migrations(agents) if (m.scope, m.version) not in done]
+
+
+async def migrate(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec],
+                  lock_timeout_s: float = 60.0) -> list[Migration]:
+    """Apply what is pending and register ``agents``; return the migrations applied.
+
+    ``conn`` must be in autocommit mode. Raises ``MigrationError`` if the lock is not had
+    within ``lock_timeout_s`` or a migration fails (that migration is rolled back whole).
+    """
+    todo = await pending(conn, agents)
+    applied_now: list[Migration] = []
+    if todo:
+        await _lock(conn, lock_timeout_s)
+        try:
+            await conn.execute(query("bootstrap_ledger"))
+            todo = await pending(conn, agents)  # another process may have done it meanwhile
+            control = [m for m in todo if m.scope == CONTROL_SCOPE]
+            for migration in control:
+                await _apply(conn, migration)
+            await check_owners(conn, agents)
+            for migration in (m for m in todo if m.scope != CONTROL_SCOPE):
+                await _apply(conn, migration)
+            applied_now = todo
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+    await register_agents(conn, agents)
+    return applied_now
+
+
+async def _lock(conn: psycopg.AsyncConnection, timeout_s: float) -> None:
+    # lock_timeout bounds the wait for the advisory lock too; without it a stuck migration
+    # elsewhere would hang every booting process forever.
+    await conn.execute(sql.SQL("SET lock_timeout = {}").format(
+        sql.Literal(f"{int(timeout_s * 1000)}ms")))
+    try:
+        await conn.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+    except psycopg.errors.LockNotAvailable as exc:
+        raise MigrationError(
+            f"another process has held the migration lock for more than {timeout_s:g}s; "
+            "is a migration stuck? (see pg_locks for advisory lock "
+            f"{MIGRATION_LOCK_KEY})") from exc
+    finally:
+        await conn.execute("RESET lock_timeout")
+
+
+async def _apply(conn: psycopg.AsyncConnection, migration: Migration) -> None:
+    try:
+        async with conn.transaction():
+            if migration.scope != CONTROL_SCOPE:
+                schema = sql.Identifier(migration.scope)
+                await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
+            await conn.execute(migration.sql.encode())
+            await conn.execute(query("record_migration"), {
+                "scope": migration.scope, "version": migration.version, "name": migration.name})
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise MigrationError(
+            f"migration {migration.scope}/{migration.version:04d}_{migration.name} needs more "
+            f"privileges: {exc.diag.message_primary}. The role needs CONNECT and CREATE on the "
+            "database (GRANT CONNECT, CREATE ON DATABASE <db> TO <role>)") from exc
+    except psycopg.Error as exc:
+        raise MigrationError(
+            f"migration {migration.scope}/{migration.version:04d}_{migration.name} failed and "
+            f"was rolled back: {exc}") from exc
+
+
+async def check_owners(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec]) -> None:
+    """Refuse an agent whose schema already belongs to a differently named agent."""
+    for agent in agents:
+        cursor = await conn.execute(query("agent_owner"), {"schema_name": agent.schema_name})
+        row = await cursor.fetchone()
+        if row and row[0] != agent.name:
+            raise ConfigError(
+                f"agent {agent.name!r} ({agent.directory}) maps to the database schema "
+                f"{agent.schema_name}, which already belongs to agent {row[0]!r} in this "
+                "database; rename one of them (name: in agent.yaml)")
+
+
+async def register_agents(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec]) -> None:
+    await check_owners(conn, agents)
+    for agent in agents:
+        await conn.execute(query("register_agent"), {
+            "schema_name": agent.schema_name, "name": agent.name,
+            "directory": str(agent.directory), "model": agent.model})
+
+
+def render(migrations: Sequence[Migration]) -> str:
+    """SQL of ``migrations`` as one script a DBA can read or run (``toren db migrate --print``)."""
+    parts = []
+    for m in migrations:
+        header = f"-- {m.scope} {m.version:04d}_{m.name}\n"
+        if m.scope != CONTROL_SCOPE:
+            header += f"CREATE SCHEMA IF NOT EXISTS {m.scope};\nSET search_path TO {m.scope};\n"
+        record = (f"INSERT INTO toren_control.migrations (scope, version, name) "
+                  f"VALUES ('{m.scope}', {m.version}, '{m.name}');\n")
+        parts.append(f"BEGIN;\n{header}{m.sql.strip()}\n{record}COMMIT;\n")
+    return query("bootstrap_ledger") + "\n\n" + "\n".join(parts)

@@ -1,0 +1,391 @@
+"""Agent directories: agent.yaml + prompt.md + tools.py + subagents/*.md, validated at load time."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jsonschema
+
+from toren.errors import AgentDefinitionError, MissingEnvError, ToolError
+from toren.schemas import load_schema
+from toren.tools import Tool, tool_from_function
+from toren.yamlfile import LocatedYaml, load_located
+
+AGENT_FILE = "agent.yaml"
+#: Called with a model id; raises ``ConfigError`` when no installed provider serves it.
+ModelCheck = Callable[[str], object]
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,56}$")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on one task (``limits:`` in agent.yaml or subagent front matter)."""
+
+    max_steps: int = 50
+    max_budget_usd: float | None = None
+    max_tool_output_bytes: int = 65536
+
+    @classmethod
+    def from_yaml(cls, data: Mapping[str, Any] | None, base: Limits | None = None) -> Limits:
+        base = base or cls()
+        data = data or {}
+        return cls(
+            max_steps=data.get("maxSteps", base.max_steps),
+            max_budget_usd=data.get("maxBudgetUsd", base.max_budget_usd),
+            max_tool_output_bytes=data.get("maxToolOutputBytes", base.max_tool_output_bytes),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"maxSteps": self.max_steps, "maxBudgetUsd": self.max_budget_usd,
+                "maxToolOutputBytes": self.max_tool_output_bytes}
+
+
+@dataclass(frozen=True)
+class SubagentSpec:
+    """A named task agent from ``subagents/<name>.md``."""
+
+    name: str
+    description: str
+    model: str
+    prompt: str
+    tools: dict[str, Tool]
+    limits: Limits
+    path: Path
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """A loaded, validated agent directory."""
+
+    name: str
+    directory: Path
+    model: str
+    prompt: str
+    description: str = ""
+    limits: Limits = field(default_factory=Limits)
+    tools: dict[str, Tool] = field(default_factory=dict)
+    env: tuple[str, ...] = ()
+    subagents: dict[str, SubagentSpec] = field(default_factory=dict)
+
+    @property
+    def schema_name(self) -> str:
+        return schema_name_for(self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "description": self.description, "model": self.model,
+            "directory": str(self.directory), "schema": self.schema_name,
+            "limits": self.limits.to_json(), "tools": list(self.tools), "env": list(self.env),
+            "subagents": {name: {"model": sub.model, "tools": list(sub.tools),
+                                 "description": sub.description}
+                          for name, sub in self.subagents.items()},
+        }
+
+
+def schema_name_for(name: str) -> str:
+    """The Postgres schema of an agent: ``my-crew`` -> ``agent_my_crew``."""
+    return "agent_" + name.replace("-", "_")
+
+
+def discover_agent_dirs(dirs: Sequence[Path] | None = None) -> list[Path]:
+    """Agent directories under ``dirs`` (default: the current directory).
+
+    Each given directory counts if it holds an ``agent.yaml``, and so does each of its
+    immediate subdirectories that holds one.
+    """
+    roots = list(dirs) if dirs else [Path.cwd()]
+    found: list[Path] = []
+    for root in roots:
+        root = root.resolve()
+        if not root.is_dir():
+            raise AgentDefinitionError(f"{root}: not a directory")
+        matches = [root] if (root / AGENT_FILE).is_file() else []
+        matches += sorted(child for child in root.iterdir()
+                          if child.is_dir() and (child / AGENT_FILE).is_file())
+        if not matches:
+            raise AgentDefinitionError(
+                f"{root}: no {AGENT_FILE} here or in its immediate subdirectories; "
+                "create one with `toren init NAME`, or point --dir at an agent directory"
+            )
+        found += [m for m in matches if m not in found]
+    return found
+
+
+def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
+                known_models: ModelCheck | None = None) -> list[AgentSpec]:
+    """Load every agent directory; names must map to distinct schema names.
+
+    ``tools`` are the plugin-registered tools agents may enable; ``known_models``, if given, is
+    called with each model id and raises ``ConfigError`` for one no provider serves.
+    """
+    agents: list[AgentSpec] = []
+    by_schema: dict[str, AgentSpec] = {}
+    for directory in dirs:
+        agent = load_agent(directory, tools, known_models)
+        other = by_schema.get(agent.schema_name)
+        if other is not None:
+            raise AgentDefinitionError(
+                f"agent {agent.name!r} ({agent.directory}) and agent {other.name!r} "
+                f"({other.directory}) both map to the database schema {agent.schema_name}; "
+                "rename one of them (name: in agent.yaml)"
+            )
+        by_schema[agent.schema_name] = agent
+        agents.append(agent)
+    return agents
+
+
+def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
+               known_models: ModelCheck | None = None) -> AgentSpec:
+    """Load and validate one agent directory, or raise ``AgentDefinitionError``."""
+    directory = directory.resolve()
+    yaml_path = directory / AGENT_FILE
+    if not yaml_path.is_file():
+        raise AgentDefinitionError(f"no {AGENT_FILE} in this directory", path=str(directory))
+    located = load_located(yaml_path.read_text(encoding="utf-8"), path=str(yaml_path))
+    if located.data is None:
+        located.data = {}
+    validate_against_schema(located, load_schema("agent.schema.json"), str(yaml_path))
+    data: dict[str, Any] = located.data
+
+    name = data.get("name") or directory.name
+    if "name" not in data:
+        check_agent_name(name, where=f"{directory} (the directory's name; set name: "
+                                     f"in {AGENT_FILE} to choose another)")
+    model = data["model"]
+    if known_models is not None:
+        _check_model(known_models, model, str(yaml_path), located.line_of(("model",)))
+
+    prompt_file = data.get("prompt", "prompt.md")
+    prompt = _read_prompt(directory / prompt_file, yaml_path, located)
+    crew_tools = load_tools_file(directory / "tools.py", name)
+    enabled = dict(crew_tools)
+    for index, tool_name in enumerate(data.get("tools", [])):
+        available = tools or {}
+        if tool_name not in available:
+            raise AgentDefinitionError(
+                f"unknown tool {tool_name!r} in tools:{_suggest(tool_name, available)}; "
+                f"installed plugin tools: {', '.join(sorted(available)) or 'none'}",
+                path=str(yaml_path), line=located.line_of(("tools", index)))
+        if tool_name in crew_tools:
+            raise AgentDefinitionError(
+                f"tool {tool_name!r} is defined in tools.py and also enabled from "
+                f"{available[tool_name].source}; rename the function in tools.py",
+                path=str(yaml_path), line=located.line_of(("tools", index)))
+        enabled[tool_name] = available[tool_name]
+    limits = Limits.from_yaml(data.get("limits"))
+    agent = AgentSpec(
+        name=name, directory=directory, model=model, prompt=prompt,
+        description=data.get("description", ""), limits=limits, tools=enabled,
+        env=tuple(data.get("env", ())),
+    )
+    subagents = load_subagents(agent, known_models)
+    return AgentSpec(**{**agent.__dict__, "subagents": subagents})
+
+
+def check_agent_name(name: str, *, where: str) -> None:
+    if not NAME_PATTERN.match(name):
+        raise AgentDefinitionError(
+            f"{where}: agent name {name!r} cannot be mapped to a database schema name: use "
+            "lowercase letters, digits, '-' and '_', starting with a letter, at most 57 "
+            "characters (my-crew becomes schema agent_my_crew)"
+        )
+
+
+def validate_against_schema(located: LocatedYaml, schema: dict[str, Any], path: str) -> None:
+    """Validate parsed YAML; the first error (by line) names file, line, field and a fix."""
+    validator = jsonschema.Draft202012Validator(schema)
+    if not isinstance(located.data, dict):
+        raise AgentDefinitionError(
+            f"expected a mapping of keys ({', '.join(schema.get('properties', {}))}), "
+            f"got {type(located.data).__name__}", path=path, line=located.line_of(()))
+    problems = [_describe_error(error, located) for error in validator.iter_errors(located.data)]
+    if problems:
+        problems.sort(key=lambda item: (item[0] or 0, item[1]))
+        line, message = problems[0]
+        more = f" ({len(problems) - 1} more problem(s) after this one)" if len(problems) > 1 else ""
+        raise AgentDefinitionError(message + more, path=path, line=line)
+
+
+def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
+                    ) -> tuple[int | None, str]:
+    at = tuple(error.absolute_path)
+    field_name = ".".join(str(part) for part in at) or "(top level)"
+    if error.validator == "additionalProperties":
+        allowed = list(error.schema.get("properties", {}))
+        unknown = [key for key in error.instance if key not in allowed]
+        key = unknown[0]
+        where = f"{field_name}." if at else ""
+        return (located.line_of((*at, key), key=True),
+                f"unknown key '{where}{key}'{_suggest(key, allowed)}; valid keys here: "
+                f"{', '.join(allowed)}")
+    if error.validator == "required":
+        return located.line_of(at), f"{field_name}: {error.message}"
+    if error.validator == "pattern" and at == ("name",):
+        return located.line_of(at), (
+            f"agent name {error.instance!r} cannot be mapped to a database schema name: use "
+            "lowercase letters, digits, '-' and '_', starting with a letter, at most 57 "
+            "characters (my-crew becomes schema agent_my_crew)")
+    if error.validator == "pattern" and at and at[-1] == "model":
+        return located.line_of(at), (f"{field_name}: {error.instance!r} has no provider prefix; "
+                                     "write '<provider>/<model>', e.g. toren/scripted")
+    if error.validator == "type":
+        expected = error.validator_value
+        return located.line_of(at), (f"{field_name}: expected {expected}, got "
+                                     f"{_json_type(error.instance)} {error.instance!r}")
+    return located.line_of(at), f"{field_name}: {error.message}"
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+            dict: "mapping", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _check_model(known_models: ModelCheck, model: str, path: str, line: int | None) -> None:
+    try:
+        known_models(model)
+    except Exception as exc:
+        message = getattr(exc, "message", str(exc))
+        raise AgentDefinitionError(f"model: {message}", path=path, line=line) from exc
+
+
+def _read_prompt(prompt_path: Path, yaml_path: Path, located: LocatedYaml) -> str:
+    if not prompt_path.is_file():
+        raise AgentDefinitionError(
+            f"the prompt file {prompt_path.name} is missing: create {prompt_path} with the "
+            "system prompt, or set prompt: to the file that holds it",
+            path=str(yaml_path), line=located.line_of(("prompt",)) if "prompt" in located.data
+            else None)
+    return prompt_path.read_text(encoding="utf-8")
+
+
+def load_tools_file(path: Path, agent_name: str) -> dict[str, Tool]:
+    """Every public function defined in ``tools.py`` as a tool (empty if there is no file)."""
+    if not path.is_file():
+        return {}
+    module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_tools")
+    found: dict[str, Tool] = {}
+    for attr, value in vars(module).items():
+        if attr.startswith("_") or not inspect.isfunction(value):
+            continue
+        if value.__module__ != module.__name__:
+            continue  # imported helpers are not tools
+        try:
+            tool = tool_from_function(value, source=str(path))
+        except ToolError as exc:
+            line = inspect.getsourcelines(value)[1]
+            raise AgentDefinitionError(exc.message, path=str(path), line=line) from exc
+        if tool.name in found:
+            raise AgentDefinitionError(f"two functions are named tool {tool.name!r}",
+                                       path=str(path), line=inspect.getsourcelines(value)[1])
+        found[tool.name] = tool
+    return found
+
+
+def _import_file(path: Path, module_name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(module_name, None)
+        raise AgentDefinitionError(f"syntax error: {exc.msg}", path=str(path),
+                                   line=exc.lineno) from None
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if os.path.samefile(f.filename, path)] if path.exists() else []
+        line = frames[-1].lineno if frames else None
+        raise AgentDefinitionError(f"importing it failed: {type(exc).__name__}: {exc}",
+                                   path=str(path), line=line) from exc
+    return module
+
+
+FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*\r?\n?", re.DOTALL | re.MULTILINE)
+
+
+def load_subagents(agent: AgentSpec, known_models: ModelCheck | None = None) -> dict[str, SubagentSpec]:
+    """``subagents/*.md`` of an agent: YAML front matter between ``---`` lines, then the prompt."""
+    folder = agent.directory / "subagents"
+    if not folder.is_dir():
+        return {}
+    root = load_schema("agent.schema.json")
+    schema = {"$schema": root["$schema"], "$defs": root["$defs"], **root["$defs"]["subagent"]}
+    subagents: dict[str, SubagentSpec] = {}
+    for path in sorted(folder.glob("*.md")):
+        name = path.stem
+        text = path.read_text(encoding="utf-8")
+        match = FRONT_MATTER.match(text)
+        front = match.group(1) if match else ""
+        body = text[match.end():] if match else text
+        located = load_located(front, path=str(path), line_offset=1)
+        if located.data is None:
+            located.data = {}
+        validate_against_schema(located, schema, str(path))
+        data: dict[str, Any] = located.data
+        model = data.get("model", agent.model)
+        if known_models is not None and "model" in data:
+            _check_model(known_models, model, str(path), located.line_of(("model",)))
+        tools = dict(agent.tools)
+        if "tools" in data:
+            tools = {}
+            for index, tool_name in enumerate(data["tools"]):
+                if tool_name not in agent.tools:
+                    raise AgentDefinitionError(
+                        f"unknown tool {tool_name!r}{_suggest(tool_name, agent.tools)}; a "
+                        "subagent may use the agent's tools: "
+                        f"{', '.join(agent.tools) or 'none'}",
+                        path=str(path), line=located.line_of(("tools", index)))
+                tools[tool_name] = agent.tools[tool_name]
+        if not body.strip():
+            raise AgentDefinitionError("the prompt (the text after the front matter) is empty",
+                                       path=str(path))
+        subagents[name] = SubagentSpec(
+            name=name, description=data.get("description", ""), model=model,
+            prompt=body.strip() + "\n", tools=tools,
+            limits=Limits.from_yaml(data.get("limits"), agent.limits), path=path,
+        )
+    return subagents
+
+
+def missing_env(agents: Iterable[AgentSpec], extra: Mapping[str, Iterable[str]] | None = None,
+                env: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """Map each missing environment variable to the agents that need it."""
+    env = os.environ if env is None else env
+    missing: dict[str, list[str]] = {}
+    for agent in agents:
+        needed = list(agent.env) + list((extra or {}).get(agent.name, ()))
+        for var in needed:
+            if not env.get(var):
+                missing.setdefault(var, [])
+                if agent.name not in missing[var]:
+                    missing[var].append(agent.name)
+    return missing
+
+
+def check_env(agents: Iterable[AgentSpec], extra: Mapping[str, Iterable[str]] | None = None,
+              env: Mapping[str, str] | None = None) -> None:
+    """Raise ``MissingEnvError`` listing every missing variable (and who needs it) at once."""
+    missing = missing_env(agents, extra, env)
+    if missing:
+        listed = "; ".join(f"{var} (needed by {', '.join(names)})"
+                           for var, names in sorted(missing.items()))
+        raise MissingEnvError(f"missing environment variables: {listed}. Set them, e.g. "
+                              f"export {sorted(missing)[0]}=...")

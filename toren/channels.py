@@ -1,0 +1,30 @@
+"""Channels: long-lived connections between people and agents (terminals, chat apps, HTTP)."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+
+class Channel(abc.ABC):
+    """A channel registered through the ``register_channels`` hook.
+
+    ``toren dev`` and ``toren serve`` call ``start`` once after the runtime is up, for each
+    channel that a served agent enables in ``agent.yaml`` ``channels:``, and ``stop`` once on
+    shutdown. ``start`` must return promptly: run long-lived loops as background tasks.
+    """
+
+    #: The name agents use in ``channels:`` and ``toren plugins`` shows.
+    name: str
+    #: One line shown by ``toren plugins``.
+    description: str = ""
+    #: Environment variables the channel needs (checked at startup when an agent enables it).
+    required_env: tuple[str, ...] = ()
+
+    @abc.abstractmethod
+    async def start(self, runtime: Any) -> None:
+        """Begin serving; ``runtime`` is the host API (``toren.Runtime``) to start runs with."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Stop serving and release every resource ``start`` took."""

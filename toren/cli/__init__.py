@@ -1,0 +1,52 @@
+"""The ``toren`` command line: one typer sub-app or command module per noun."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from toren.cli import db, dev, init, plugins, version
+from toren.cli.output import print_error
+from toren.errors import TorenError
+
+app = typer.Typer(
+    name="toren",
+    help="Toren: a self-hosted durable agent runtime on a Postgres event log.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("version")(version.version)
+app.command("plugins")(plugins.plugins)
+app.command("init")(init.init)
+app.command("dev")(dev.dev)
+app.add_typer(db.app, name="db")
+
+
+def _add_plugin_commands() -> None:
+    from toren.config import Settings
+    from toren.plugins import PluginHost
+
+    PluginHost(Settings.from_env().load_plugins).add_commands(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``toren`` console script.
+
+    User errors print one line (``--debug`` or ``TOREN_DEBUG=1`` adds the traceback) and exit 1;
+    with ``--json`` the error is also printed to stdout as ``{"error": {"code", "message"}}``.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("TOREN_DEBUG") == "1"
+    args = [arg for arg in args if arg != "--debug"]
+    as_json = "--json" in args
+    try:
+        _add_plugin_commands()
+        app(args=args, prog_name="toren")  # standalone: typer handles usage errors and exits
+    except TorenError as exc:
+        if debug:
+            raise
+        print_error(exc.code, exc.message, as_json=as_json)
+        sys.exit(1)

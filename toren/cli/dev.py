@@ -1,0 +1,82 @@
+"""``toren dev``: the API and workers in one process, on the embedded Postgres by default."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import signal
+from typing import Annotated
+
+import typer
+from aiohttp import web
+
+from toren.cli.common import DirsOption, load_runtime
+from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
+from toren.errors import ConfigError
+from toren.runtime import Runtime
+from toren.server.app import create_app
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8420
+
+
+def dev(
+    dirs: DirsOption = None,
+    host: Annotated[str, typer.Option(help="Interface to bind.", envvar="TOREN_HOST")] =
+        DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).",
+                                      envvar="TOREN_PORT")] = DEFAULT_PORT,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
+) -> None:
+    """Serve every agent in the directories: HTTP API plus in-process workers."""
+    runtime = load_runtime(dirs)
+    asyncio.run(serve(runtime, host=host, port=port, as_json=as_json, workers=True))
+
+
+async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
+                workers: bool) -> None:
+    """Start ``runtime`` and its HTTP API; run until SIGINT or SIGTERM, then stop cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if not as_json:
+        with err_console.status("Starting the database…"):
+            await runtime.start(workers=workers)
+    else:
+        await runtime.start(workers=workers)
+    runner = web.AppRunner(create_app(runtime), access_log=None)
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(f"port {port} on {host} is already in use; pass --port "
+                                  "(or TOREN_PORT) to pick another") from None
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        bound_port = runner.addresses[0][1]
+        url = f"http://{host if ':' not in host else f'[{host}]'}:{bound_port}"
+        _announce(runtime, url, as_json)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await runtime.stop()
+        if not as_json:
+            err_console.print("Stopped.")
+
+
+def _announce(runtime: Runtime, url: str, as_json: bool) -> None:
+    info = runtime.describe() | {"url": url}
+    if as_json:
+        print_json({"event": "ready"} | info)
+        return
+    console.print(f"[bold]Toren[/] is serving at [link={url}]{url}[/link]")
+    console.print(f"  database: {info['database']}")
+    console.print(f"  workers:  {info['workers'] or 'none (API only)'}")
+    console.print("  agents:")
+    for agent in info["agents"]:
+        description = f" - {agent['description']}" if agent["description"] else ""
+        console.print(f"    [bold]{agent['name']}[/] ({agent['model']}){description}")
+    console.print("Press Ctrl-C to stop.")

@@ -1,0 +1,43 @@
+"""``toren plugins``: what is installed, from which distribution, and what it registers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from toren.cli.output import JSON_OPTION_HELP, console, print_json
+from toren.config import Settings
+from toren.drivers import installed_drivers
+from toren.plugins import PluginHost
+
+
+def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False
+            ) -> None:
+    """List installed plugins and drivers."""
+    host = PluginHost(Settings.from_env().load_plugins)
+    listed = [info.to_json() for info in host.info.values()]
+    drivers = installed_drivers()
+    if as_json:
+        print_json({"plugins": listed, "drivers": drivers})
+        return
+    table = Table(title="Plugins (entry-point group 'toren')")
+    for column in ("plugin", "distribution", "version", "registers"):
+        table.add_column(column)
+    for info in listed:
+        registers = []
+        for kind in ("models", "tools", "channels"):
+            if info[kind]:
+                registers.append(f"{kind}: {', '.join(info[kind])}")
+        extra = [h for h in info["hooks"] if h == "register_commands"]
+        registers += ["CLI commands"] if extra else []
+        name = info["name"] + (" (built-in)" if info["default"] else "")
+        table.add_row(name, info["distribution"], info["version"], "; ".join(registers) or "-")
+    console.print(table)
+    drivers_table = Table(title="Drivers (chosen by TOREN_STORE, TOREN_QUEUE, TOREN_RUNTIME)")
+    for column in ("kind", "name", "distribution", "version"):
+        drivers_table.add_column(column)
+    for row in drivers:
+        drivers_table.add_row(row["kind"], row["name"], row["distribution"], row["version"])
+    console.print(drivers_table)

@@ -1,0 +1,178 @@
+"""The offline model ``toren/scripted``: deterministic, free, no network, no key.
+
+With no script it behaves like a diligent agent: it calls each of the agent's tools once, in
+order, with arguments made from the user's input, then answers with what the tools returned.
+Environment knobs (read when the model is made): ``TOREN_SCRIPTED_DELAY`` (seconds per call),
+``TOREN_SCRIPTED_CALL_LOG`` (a file that gets one JSON line per call, a counter that lives
+outside the database for crash tests) and ``TOREN_SCRIPTED_COST_USD`` (cost of each call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from toren.errors import ConfigError
+from toren.hookspecs import hookimpl
+from toren.model import (
+    Message,
+    Model,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+
+Script = Sequence[ModelResponse] | Callable[[ModelRequest], ModelResponse]
+
+
+class ScriptedModel(Model):
+    """A model whose answers are computed, not generated.
+
+    Args:
+        model_id: the id it answers to.
+        script: a list of responses returned in turn (the last one repeats), or a function of
+            the request; ``None`` means the built-in tool-calling behaviour.
+        delay: seconds to sleep in each call (simulates a slow provider).
+        call_log: a file to append one JSON line to per call.
+        cost_usd: the cost recorded for each call.
+    """
+
+    def __init__(
+        self,
+        model_id: str = "toren/scripted",
+        *,
+        script: Script | None = None,
+        delay: float = 0.0,
+        call_log: str | Path | None = None,
+        cost_usd: float = 0.0,
+    ) -> None:
+        self.model_id = model_id
+        self.script = script
+        self.delay = delay
+        self.call_log = Path(call_log) if call_log else None
+        self.cost_usd = cost_usd
+        #: Calls made through this instance (in this process).
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        index = self.calls
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.call_log is not None:
+            line = json.dumps({"pid": os.getpid(), "model": self.model_id, "call": index,
+                               "messages": len(request.messages), "at": time.time()})
+            await asyncio.to_thread(_append_line, self.call_log, line)
+        if self.script is None:
+            response = respond_with_tools(request)
+        elif callable(self.script):
+            response = self.script(request)
+        else:
+            response = self.script[min(index, len(self.script) - 1)]
+        return ModelResponse(
+            text=response.text, tool_calls=response.tool_calls, stop_reason=response.stop_reason,
+            usage=response.usage if response.usage != Usage() else _usage(request, response),
+            model=self.model_id, cost_usd=self.cost_usd,
+        )
+
+
+def _append_line(path: Path, line: str) -> None:
+    # O_APPEND writes of one short line are atomic, so concurrent processes never interleave.
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+
+
+def _usage(request: ModelRequest, response: ModelResponse) -> Usage:
+    """Token counts estimated at four characters a token, so receipts show plausible figures."""
+    prompt = len(request.system) + sum(len(m.text) for m in request.messages)
+    output = len(response.text) + sum(len(json.dumps(c.arguments)) for c in response.tool_calls)
+    return Usage(input_tokens=max(1, prompt // 4), output_tokens=max(1, output // 4))
+
+
+def respond_with_tools(request: ModelRequest) -> ModelResponse:
+    """Call each offered tool once (in order) on the latest user input, then summarise."""
+    turn_start = max((i for i, m in enumerate(request.messages) if m.role == "user"), default=-1)
+    user_text = request.messages[turn_start].text if turn_start >= 0 else ""
+    turn = request.messages[turn_start + 1:]
+    called = sum(1 for m in turn if m.role == "assistant" and m.tool_calls)
+    if called < len(request.tools):
+        spec = request.tools[called]
+        call = ToolCall(id=f"call_{turn_start + 1}_{called}", name=spec.name,
+                        arguments=example_arguments(spec, user_text))
+        return ModelResponse(text=f"Calling {spec.name}.", tool_calls=(call,),
+                             stop_reason="tool_use")
+    results = [m for m in turn if m.role == "tool"]
+    if not results:
+        return ModelResponse(text=f"You said: {user_text}" if user_text else "Hello.")
+    lines = [f"Here is what I found for {user_text!r}:"]
+    for message in results:
+        marker = " (error)" if message.is_error else ""
+        lines.append(f"- {_tool_name(turn, message)}{marker}: {message.text}")
+    return ModelResponse(text="\n".join(lines))
+
+
+def _tool_name(turn: Sequence[Message], result: Message) -> str:
+    for message in turn:
+        for call in message.tool_calls:
+            if call.id == result.tool_call_id:
+                return call.name
+    return "tool"
+
+
+def example_arguments(spec: ToolSpec, text: str) -> dict[str, Any]:
+    """Arguments that satisfy the tool's schema, with the user's text in string fields."""
+    properties = spec.parameters.get("properties", {})
+    required = spec.parameters.get("required", [])
+    return {name: _example_value(properties.get(name, {}), text) for name in required}
+
+
+def _example_value(schema: dict[str, Any], text: str) -> Any:
+    if "default" in schema:
+        return schema["default"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "anyOf" in schema:
+        return _example_value(schema["anyOf"][0], text)
+    kind = schema.get("type", "string")
+    return {"string": text, "integer": 1, "number": 1.0, "boolean": True, "array": [],
+            "object": {}, "null": None}.get(kind, text)
+
+
+class ScriptedProvider(ModelProvider):
+    """Serves ``toren/scripted`` (and any ``toren/scripted-*`` alias) offline."""
+
+    prefix = "toren"
+    description = "offline deterministic model (toren/scripted): no key, no network"
+
+    def get_model(self, model_id: str) -> Model:
+        name = model_id.partition("/")[2]
+        if name != "scripted" and not name.startswith("scripted-"):
+            raise ConfigError(f"unknown built-in model {model_id!r}: the built-in offline model "
+                              "is 'toren/scripted'")
+        return ScriptedModel(
+            model_id,
+            delay=_env_float("TOREN_SCRIPTED_DELAY"),
+            call_log=os.environ.get("TOREN_SCRIPTED_CALL_LOG") or None,
+            cost_usd=_env_float("TOREN_SCRIPTED_COST_USD"),
+        )
+
+
+def _env_float(name: str) -> float:
+    raw = os.environ.get(name) or "0"
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+
+
+@hookimpl
+def register_models(register: Callable[[ModelProvider], None]) -> None:
+    register(ScriptedProvider())

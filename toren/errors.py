@@ -1,0 +1,96 @@
+"""Typed errors: every user-facing failure is a TorenError with a message a user can act on."""
+
+from __future__ import annotations
+
+
+class TorenError(Exception):
+    """Toren failed."""
+
+    #: Short machine-readable code, used by the CLI's --json output and the HTTP error body.
+    code = "toren_error"
+    #: Whether retrying the same operation later may succeed (network blips, 5xx, timeouts).
+    retryable = False
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or self.code).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class ConfigError(TorenError):
+    """The configuration is invalid."""
+
+    code = "config_error"
+
+
+class AgentDefinitionError(ConfigError):
+    """An agent directory is invalid."""
+
+    code = "agent_definition_error"
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = path if line is None else f"{path}:{line}"
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path = path
+        self.line = line
+
+
+class MissingEnvError(ConfigError):
+    """Environment variables that agents require are not set."""
+
+    code = "missing_env"
+
+
+class DriverNotFound(ConfigError):
+    """No installed distribution provides the configured driver."""
+
+    code = "driver_not_found"
+
+
+class PluginError(TorenError):
+    """A plugin could not be loaded or registered something invalid."""
+
+    code = "plugin_error"
+
+
+class DatabaseUnavailable(TorenError):
+    """The database cannot be reached."""
+
+    code = "database_unavailable"
+    retryable = True
+
+
+class MigrationError(TorenError):
+    """A database migration failed."""
+
+    code = "migration_error"
+
+
+class ProviderError(TorenError):
+    """A model provider call failed."""
+
+    code = "provider_error"
+
+    def __init__(self, message: str | None = None, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class ToolError(TorenError):
+    """A tool failed or was called incorrectly."""
+
+    code = "tool_error"
+
+
+class ChannelError(TorenError):
+    """A channel (CLI, HTTP, chat integrations) failed."""
+
+    code = "channel_error"
+
+
+class NonDeterminismError(TorenError):
+    """Workflow code diverged from what its run recorded."""
+
+    code = "non_determinism"

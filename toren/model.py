@@ -1,0 +1,133 @@
+"""Provider-neutral shapes for model calls: what the task loop sends and what providers return.
+
+Model provider plugins translate these to and from their wire format; the event log stores them
+as plain JSON (see ``to_json``/``from_json``), so a run recorded with one provider plugin version
+can be replayed by another.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Role = Literal["user", "assistant", "tool"]
+StopReason = Literal["end_turn", "tool_use", "max_tokens"]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the model sees it: a name, a description and a JSON Schema for its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool invocation requested by the model."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One conversation turn.
+
+    ``role="tool"`` messages carry the result of the tool call named by ``tool_call_id``;
+    ``is_error`` marks a result that reports a failure back to the model.
+    """
+
+    role: Role
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    is_error: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Message:
+        calls = tuple(ToolCall(**call) for call in data.get("tool_calls", ()))
+        return cls(**{**data, "tool_calls": calls})
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts reported by the provider for one call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """Everything a provider needs for one call."""
+
+    model: str
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """A provider's answer: text and/or tool calls, with usage and cost.
+
+    ``cost_usd`` is ``None`` when the price of the model is unknown; Toren never guesses a price.
+    """
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: StopReason = "end_turn"
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    cost_usd: float | None = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ModelResponse:
+        calls = tuple(ToolCall(**call) for call in data.get("tool_calls", ()))
+        usage = Usage(**data.get("usage", {}))
+        return cls(**{**data, "tool_calls": calls, "usage": usage})
+
+
+class Model(abc.ABC):
+    """A callable model, made by a ``ModelProvider`` for one model id.
+
+    The task loop calls ``complete`` once per step; the worker calls ``preflight`` once at start.
+    """
+
+    #: The full model id, e.g. ``anthropic/claude-sonnet-4-5`` or ``toren/scripted``.
+    model_id: str
+
+    @abc.abstractmethod
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one model call. Raise ``toren.errors.ProviderError`` (retryable or not) on failure."""
+
+    async def preflight(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Make one cheap authenticated call; raise ``ProviderError`` if credentials are broken."""
+
+
+class ModelProvider(abc.ABC):
+    """A family of models routed by id prefix (``anthropic/...``), registered by a plugin."""
+
+    #: The id prefix before the first ``/``, e.g. ``anthropic``.
+    prefix: str
+    #: One line shown by ``toren plugins``.
+    description: str = ""
+    #: Environment variables the provider needs (checked at startup for agents that use it).
+    required_env: tuple[str, ...] = ()
+
+    @abc.abstractmethod
+    def get_model(self, model_id: str) -> Model:
+        """Return a ``Model`` for ``model_id`` (prefix included). Raise ``ConfigError`` if unknown."""

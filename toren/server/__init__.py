@@ -1,0 +1,1 @@
+"""The aiohttp HTTP API served by ``toren dev`` and ``toren serve``."""

@@ -1,0 +1,41 @@
+"""One middleware maps every error to ``{"error": {"code", "message"}}``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from toren.errors import TorenError
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}
+
+
+def json_error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response(error_body(code, message), status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        code = exc.reason.lower().replace(" ", "_")
+        return json_error(exc.status, code, exc.text or exc.reason)
+    except json.JSONDecodeError as exc:
+        return json_error(400, "invalid_json", f"the request body is not valid JSON: {exc}")
+    except TorenError as exc:
+        status = 503 if exc.retryable else 400
+        return json_error(status, exc.code, exc.message)
+    except Exception:
+        log.exception("unhandled error serving %s %s", request.method, request.path)
+        return json_error(500, "internal_error", "internal error; see the server log")

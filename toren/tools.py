@@ -1,0 +1,189 @@
+"""Tools: plain Python functions turned into model-callable tools.
+
+The JSON Schema of a tool's arguments comes from the function's signature (type hints and
+defaults) and its description from the docstring (first paragraph, plus Google-style ``Args:``
+entries for each parameter).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Union, get_args, get_origin
+
+from toren.errors import ToolError
+from toren.model import ToolSpec
+
+TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
+_MARK = "__toren_tool__"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the task loop can execute.
+
+    ``idempotent`` tools may be re-run after a crash left their call without a recorded result;
+    non-idempotent ones are surfaced instead (DESIGN.md, durability rule 4).
+    ``source`` says where it came from (a plugin's name or a ``tools.py`` path).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., Any]
+    idempotent: bool = False
+    source: str = ""
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+) -> Any:
+    """Mark a function as a tool and set options; usable bare (``@tool``) or called (``@tool(...)``).
+
+    Undecorated public functions in a crew's ``tools.py`` are tools too; the decorator only adds
+    options such as ``idempotent=True`` or a different ``name``.
+    """
+
+    def mark(func: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(func, _MARK, {"name": name, "description": description, "idempotent": idempotent})
+        return func
+
+    return mark(function) if function is not None else mark
+
+
+def tool_from_function(function: Callable[..., Any], *, source: str = "") -> Tool:
+    """Build a ``Tool`` from a function's signature, type hints and docstring."""
+    options = getattr(function, _MARK, {})
+    name = options.get("name") or function.__name__
+    if not TOOL_NAME.match(name):
+        raise ToolError(
+            f"tool name {name!r} from {source or function.__module__} is invalid: use letters, "
+            "digits, '_' or '-', starting with a letter, at most 64 characters"
+        )
+    summary, arg_docs = parse_docstring(inspect.getdoc(function) or "")
+    description = options.get("description") or summary or name
+    return Tool(
+        name=name,
+        description=description,
+        parameters=parameters_schema(function, arg_docs, source=source),
+        function=function,
+        idempotent=bool(options.get("idempotent")),
+        source=source,
+    )
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a docstring into its summary and the Google-style ``Args:`` descriptions."""
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    section = "summary"
+    arg_indent: int | None = None
+    current: str | None = None
+    for line in doc.splitlines():
+        text = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if text.endswith(":") and text[:-1].lower() in _SECTIONS:
+            section = "args" if text[:-1].lower() in _ARG_SECTIONS else "other"
+            arg_indent, current = None, None
+            continue
+        if section == "summary":
+            if text:
+                summary.append(text)
+            elif summary:
+                section = "body"
+        elif section == "args" and text:
+            entry = _ARG_ENTRY.match(text)
+            if entry and (arg_indent is None or indent <= arg_indent):
+                arg_indent, current = indent, entry.group(1)
+                args[current] = entry.group(2).strip()
+            elif current is not None:
+                args[current] = f"{args[current]} {text}".strip()
+    return " ".join(summary), args
+
+
+_ARG_SECTIONS = {"args", "arguments", "parameters"}
+_SECTIONS = _ARG_SECTIONS | {"returns", "raises", "yields", "examples", "example", "note"}
+_ARG_ENTRY = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def parameters_schema(
+    function: Callable[..., Any], arg_docs: dict[str, str] | None = None, *, source: str = ""
+) -> dict[str, Any]:
+    """JSON Schema (an ``object``) for the function's parameters."""
+    arg_docs = arg_docs or {}
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception as exc:
+        raise ToolError(f"cannot read the type hints of tool {function.__name__!r} "
+                        f"({source or function.__module__}): {exc}") from exc
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for param in inspect.signature(function).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolError(f"tool {function.__name__!r} ({source or function.__module__}) takes "
+                            f"*{param.name}: tools need named parameters the model can fill in")
+        schema = type_schema(hints.get(param.name, Any))
+        if param.name in arg_docs:
+            schema["description"] = arg_docs[param.name]
+        if param.default is param.empty:
+            required.append(param.name)
+        elif param.default is not None:
+            schema["default"] = param.default
+        properties[param.name] = schema
+    schema: dict[str, Any] = {"type": "object", "properties": properties,
+                              "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+_SIMPLE: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+    dict: {"type": "object"},
+    list: {"type": "array"},
+}
+
+
+def type_schema(annotation: Any) -> dict[str, Any]:
+    """JSON Schema for one type annotation (unannotated or ``Any`` accepts anything)."""
+    if annotation in _SIMPLE:
+        return dict(_SIMPLE[annotation])
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is typing.Annotated:
+        schema = type_schema(args[0])
+        for extra in args[1:]:
+            if isinstance(extra, str):
+                schema["description"] = extra
+        return schema
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (Union, types.UnionType):
+        options = [type_schema(arg) for arg in args]
+        return options[0] if len(options) == 1 else {"anyOf": options}
+    if origin in (list, tuple, set, frozenset, typing.Sequence):
+        schema: dict[str, Any] = {"type": "array"}
+        if args and args[-1] is not Ellipsis:
+            schema["items"] = type_schema(args[0])
+        return schema
+    if origin is dict:
+        schema = {"type": "object"}
+        if len(args) == 2:
+            schema["additionalProperties"] = type_schema(args[1])
+        return schema
+    return {}
