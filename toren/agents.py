@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from toren.errors import AgentDefinitionError, MissingEnvError, ToolError
+from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
 from toren.schemas import load_schema
 from toren.tools import Tool, tool_from_function
 from toren.yamlfile import LocatedYaml, load_located
@@ -259,9 +259,8 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
 def _check_model(known_models: ModelCheck, model: str, path: str, line: int | None) -> None:
     try:
         known_models(model)
-    except Exception as exc:
-        message = getattr(exc, "message", str(exc))
-        raise AgentDefinitionError(f"model: {message}", path=path, line=line) from exc
+    except TorenError as exc:
+        raise AgentDefinitionError(f"model: {exc.message}", path=path, line=line) from exc
 
 
 def _read_prompt(prompt_path: Path, yaml_path: Path, located: LocatedYaml) -> str:

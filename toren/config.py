@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+
+from toren.errors import ConfigError
+
+T = TypeVar("T", int, float)
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,18 @@ class Settings:
     load_plugins: tuple[str, ...] | None = None
     connect_timeout_s: float = 5.0
     concurrency: int = 8
+    #: Seconds a lease (and a claimed message) lives without renewal; a dead worker's work is
+    #: picked up by another within about this long. Renewed every third of it while working.
+    lease_ttl_s: float = 5.0
+    #: Fallback poll when no notification arrives (delayed messages, lost notifications).
+    poll_interval_s: float = 1.0
+    guardian_interval_s: float = 5.0
+    #: Deliveries of one message without completion before it is dead-lettered.
+    max_deliveries: int = 5
+    retry_base_s: float = 1.0
+    retry_max_delay_s: float = 300.0
+    retry_max_attempts: int = 20
+    shutdown_grace_s: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -39,6 +56,27 @@ class Settings:
             load_plugins=None if load is None else tuple(
                 name.strip() for name in load.split(",") if name.strip()
             ),
-            connect_timeout_s=float(env.get("TOREN_CONNECT_TIMEOUT") or 5.0),
-            concurrency=int(env.get("TOREN_CONCURRENCY") or 8),
+            connect_timeout_s=_number(env, "TOREN_CONNECT_TIMEOUT", 5.0, float),
+            concurrency=_number(env, "TOREN_CONCURRENCY", 8, int),
+            lease_ttl_s=_number(env, "TOREN_LEASE_TTL", 5.0, float),
+            poll_interval_s=_number(env, "TOREN_POLL_INTERVAL", 1.0, float),
+            guardian_interval_s=_number(env, "TOREN_GUARDIAN_INTERVAL", 5.0, float),
+            max_deliveries=_number(env, "TOREN_MAX_DELIVERIES", 5, int),
+            retry_base_s=_number(env, "TOREN_RETRY_BASE", 1.0, float),
+            retry_max_delay_s=_number(env, "TOREN_RETRY_MAX_DELAY", 300.0, float),
+            retry_max_attempts=_number(env, "TOREN_RETRY_MAX_ATTEMPTS", 20, int),
+            shutdown_grace_s=_number(env, "TOREN_SHUTDOWN_GRACE", 10.0, float),
         )
+
+
+def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T]) -> T:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
+    if value <= 0:  # type: ignore[operator]
+        raise ConfigError(f"{name}={raw!r} must be greater than zero")
+    return value

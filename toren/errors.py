@@ -94,3 +94,21 @@ class NonDeterminismError(TorenError):
     """Workflow code diverged from what its run recorded."""
 
     code = "non_determinism"
+
+
+class LeaseLost(TorenError):
+    """This worker no longer holds the stream's lease (another worker took over)."""
+
+    code = "lease_lost"
+
+
+class RunCancelled(TorenError):
+    """The run was cancelled."""
+
+    code = "run_cancelled"
+
+
+class RunNotFound(TorenError):
+    """No such run."""
+
+    code = "run_not_found"

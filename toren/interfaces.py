@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from toren.agents import AgentSpec
     from toren.config import Settings
+    from toren.events import Event, NewEvent
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,80 @@ class Migration:
     version: int
     name: str
     sql: str
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to append to one stream, fenced by ``epoch``."""
+
+    run_id: str
+    stream: str
+    holder: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """A queue message to send with an append (same transaction on the Postgres queue)."""
+
+    kind: str
+    payload: dict[str, Any]
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    """A claimed queue message. ``attempts`` counts deliveries, this one included."""
+
+    id: int
+    agent: str
+    run_id: str | None
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+
+
+#: Marker for "leave this column as it is" in ``RunUpdate``.
+KEEP: Any = object()
+
+
+@dataclass(frozen=True)
+class RunUpdate:
+    """Changes to a run's read-model row, written in the same transaction as an append."""
+
+    status: str | None = None
+    output: Any = KEEP
+    stop_reason: str | None = None
+    error: Any = KEEP  # a dict sets the latest error, None clears it
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run's read-model row."""
+
+    id: str
+    agent: str
+    status: str
+    input: Any
+    output: Any = None
+    stop_reason: str | None = None
+    error: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    finished_at: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "agent": self.agent, "status": self.status, "input": self.input,
+            "output": self.output, "stop_reason": self.stop_reason, "error": self.error,
+            "idempotency_key": self.idempotency_key,
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+        }
 
 
 class Store(abc.ABC):
@@ -69,6 +145,103 @@ class Store(abc.ABC):
     async def health(self) -> dict[str, Any]:
         """``{"reachable": bool, ...}`` for ``/healthz``; never raises."""
 
+    # -- runs and the event log --------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_run(self, agent: str, run_id: str, input: Any, *,
+                         idempotency_key: str | None, events: Sequence[NewEvent],
+                         messages: Sequence[OutgoingMessage]) -> tuple[str, bool]:
+        """Insert the run, its first ``run``-stream events and messages in one transaction.
+
+        Returns ``(run_id, created)``; with an ``idempotency_key`` already used for this agent,
+        returns the existing run's id and ``False`` and writes nothing.
+        """
+
+    @abc.abstractmethod
+    async def acquire_lease(self, run_id: str, stream: str, holder: str,
+                            ttl_s: float) -> Lease | None:
+        """Take the stream's lease if it is free or expired (bumping the epoch); else ``None``."""
+
+    @abc.abstractmethod
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the lease up early so another worker may take it at once."""
+
+    @abc.abstractmethod
+    async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
+        """Every event of one stream, in sequence order."""
+
+    @abc.abstractmethod
+    async def append(self, agent: str, lease: Lease, expected_seq: int,
+                     events: Sequence[NewEvent], *, ttl_s: float,
+                     messages: Sequence[OutgoingMessage] = (), run_update: RunUpdate | None = None,
+                     ack: QueueMessage | None = None, release: bool = False) -> None:
+        """Append ``events`` at ``expected_seq``, ``expected_seq + 1``, ... in one transaction.
+
+        The transaction also renews (or with ``release`` gives up) the lease, sends
+        ``messages``, applies ``run_update`` and acknowledges ``ack``. It commits only if the
+        lease is still held with the same epoch and the run is not cancelled; otherwise it
+        raises ``LeaseLost`` or ``RunCancelled`` and writes nothing.
+        """
+
+    @abc.abstractmethod
+    async def append_unleased(self, agent: str, run_id: str, stream: str,
+                              events: Sequence[NewEvent], *,
+                              run_update: RunUpdate | None = None,
+                              only_if_active: bool = True) -> bool:
+        """Append at the stream's next sequence number without holding its lease.
+
+        For facts from outside the run (cancellation, dead letters). Sequence numbers are
+        still compare-and-swap: a concurrent leased append makes one of the two retry.
+        With ``only_if_active`` nothing is written (and ``False`` returned) for a finished run.
+        """
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
+        """One run, looked up in ``agent``'s schema or, if ``None``, in every registered one."""
+
+    @abc.abstractmethod
+    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                        limit: int = 50) -> list[RunRecord]:
+        """Newest runs first, optionally filtered."""
+
+    @abc.abstractmethod
+    async def load_events(self, agent: str, run_id: str) -> list[Event]:
+        """All events of a run, every stream, in commit order."""
+
+    @abc.abstractmethod
+    async def finished_tasks(self, agent: str, run_id: str) -> dict[str, dict[str, Any]]:
+        """``TaskFinished`` data of each finished task of the run, by task id."""
+
+    @abc.abstractmethod
+    async def ensure_messages(self, agent: str, run_id: str,
+                              messages: Sequence[OutgoingMessage]) -> int:
+        """Send each message unless one of the same kind and payload is already queued."""
+
+    @abc.abstractmethod
+    async def cancel_run(self, run_id: str, reason: str) -> RunRecord | None:
+        """Mark the run cancelled, drop its queued messages, record ``RunCancelled``.
+
+        Returns the updated run, or ``None`` if there is no such run. Cancelling a finished
+        run changes nothing.
+        """
+
+    @abc.abstractmethod
+    async def guardian_sweep(self, agents: Sequence[str]) -> list[str]:
+        """Send a ``run`` tick for every active run of ``agents`` with no queued message."""
+
+    @abc.abstractmethod
+    async def registered_agents(self) -> dict[str, str]:
+        """Agent name -> schema of every agent ever registered in this database."""
+
+    @abc.abstractmethod
+    async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
+                        message_ids: Sequence[int]) -> None:
+        """Renew this worker's leases and claimed messages; record its sign-in and liveness."""
+
+    @abc.abstractmethod
+    async def sign_out(self, worker_id: str) -> None:
+        """Remove the worker's sign-in and release its leases (graceful shutdown)."""
+
 
 class Queue(abc.ABC):
     """Messages that wake workers: at-least-once, labelled by agent, with delayed delivery."""
@@ -89,6 +262,33 @@ class Queue(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Stop listening and release connections."""
+
+    @abc.abstractmethod
+    async def claim(self, agents: Sequence[str], worker_id: str, limit: int,
+                    visibility_s: float, max_deliveries: int
+                    ) -> tuple[list[QueueMessage], list[QueueMessage]]:
+        """Claim up to ``limit`` ready messages of ``agents``; hide each for ``visibility_s``.
+
+        Returns ``(claimed, dead)``: ``dead`` are messages already delivered
+        ``max_deliveries`` times, moved to the dead letters instead of being delivered again.
+        """
+
+    @abc.abstractmethod
+    async def ack(self, message: QueueMessage, worker_id: str) -> None:
+        """Delete a message this worker still holds (no-op if another worker reclaimed it)."""
+
+    @abc.abstractmethod
+    async def defer(self, message: QueueMessage, worker_id: str, delay_s: float) -> None:
+        """Hand a held message back, visible again after ``delay_s``, without counting the
+        delivery towards dead-lettering."""
+
+    @abc.abstractmethod
+    async def enqueue(self, agent: str, run_id: str | None, message: OutgoingMessage) -> None:
+        """Send one message on its own."""
+
+    @abc.abstractmethod
+    async def wait(self, timeout_s: float) -> None:
+        """Return when a message may be ready (a notification) or after ``timeout_s``."""
 
 
 class Runtime(abc.ABC):

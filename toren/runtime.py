@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from toren import events as ev
 from toren.agents import AgentSpec, check_env, discover_agent_dirs, load_agents
 from toren.config import Settings
 from toren.drivers import driver_class
-from toren.interfaces import Migration, Queue, Store
+from toren.errors import ConfigError, RunNotFound
+from toren.events import Event, NewEvent
+from toren.interfaces import Migration, Queue, RunRecord, Store
 from toren.interfaces import Runtime as RuntimeDriver
+from toren.model import Model
 from toren.plugins import PluginHost
+from toren.receipts import build_receipt
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +49,7 @@ class Runtime:
         agents: Sequence[AgentSpec] | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
+        self._models: dict[str, Model] = {}
         self.plugins = plugins or PluginHost(self.settings.load_plugins)
         if agents is None:
             agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model)
@@ -55,7 +64,15 @@ class Runtime:
 
     def check_model(self, model_id: str) -> object:
         """Resolve a model id to its provider's ``Model``; ``ConfigError`` if none serves it."""
-        return self.plugins.provider_for(model_id).get_model(model_id)
+        return self.model(model_id)
+
+    def model(self, model_id: str) -> Model:
+        """The ``Model`` for an id, made once per process by its provider."""
+        model = self._models.get(model_id)
+        if model is None:
+            model = self.plugins.provider_for(model_id).get_model(model_id)
+            self._models[model_id] = model
+        return model
 
     def _provider_env(self) -> dict[str, list[str]]:
         needed: dict[str, list[str]] = {}
@@ -107,6 +124,90 @@ class Runtime:
             "workers": self.workers.description if self.workers else None,
             "agents": [agent.to_json() for agent in self.agents.values()],
         }
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    async def start_run(self, agent: str, input: Any, *,
+                        idempotency_key: str | None = None) -> str:
+        """Create a run of ``agent`` and queue its first task; return the run id.
+
+        With an ``idempotency_key`` already used for this agent, returns that run's id instead.
+        """
+        from toren.orchestrator import MAIN_TASK
+        from toren.task import task_message
+
+        if agent not in self.agents:
+            raise ConfigError(f"agent {agent!r} is not served here; served agents: "
+                              f"{', '.join(self.agents) or 'none'}")
+        run_id = str(uuid.uuid4())
+        events = [
+            NewEvent(ev.RUN_CREATED, {"agent": agent, "input": input,
+                                      "idempotency_key": idempotency_key}),
+            NewEvent(ev.TASK_SCHEDULED, {"task_id": MAIN_TASK, "subagent": None,
+                                         "input": input}),
+        ]
+        found, _created = await self.store.create_run(
+            agent, run_id, input, idempotency_key=idempotency_key, events=events,
+            messages=[task_message(MAIN_TASK, None, input)])
+        return found
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """The run's current row; ``RunNotFound`` if no registered agent has it."""
+        record = await self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
+        return record
+
+    async def wait_for_run(self, run_id: str, *, timeout_s: float | None = None,
+                           poll_s: float = 0.1) -> RunRecord:
+        """Wait until the run is terminal; ``TimeoutError`` after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            record = await self.get_run(run_id)
+            if record.status in ev.TERMINAL_STATUSES:
+                return record
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} is still {record.status} after {timeout_s}s")
+            await asyncio.sleep(poll_s)
+
+    async def events(self, run_id: str) -> list[Event]:
+        """Every event of the run, all streams, in commit order."""
+        record = await self.get_run(run_id)
+        return await self.store.load_events(record.agent, run_id)
+
+    async def follow(self, run_id: str, *, poll_s: float = 0.1) -> AsyncIterator[Event]:
+        """Yield the run's events as they are appended, each once, until the run is terminal."""
+        seen: set[tuple[str, int]] = set()
+        record = await self.get_run(run_id)
+        while True:
+            terminal = record.status in ev.TERMINAL_STATUSES
+            for event in await self.store.load_events(record.agent, run_id):
+                if (event.stream, event.seq) not in seen:
+                    seen.add((event.stream, event.seq))
+                    yield event
+            if terminal:
+                return
+            await asyncio.sleep(poll_s)
+            record = await self.get_run(run_id)
+
+    async def cancel_run(self, run_id: str, reason: str = "cancelled by request") -> RunRecord:
+        """Retire the run now: status ``cancelled``; queued work and retries become no-ops."""
+        record = await self.store.cancel_run(run_id, reason)
+        if record is None:
+            raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
+        return record
+
+    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                        limit: int = 50) -> list[RunRecord]:
+        if status is not None and status not in ev.RUN_STATUSES:
+            raise ConfigError(f"unknown status {status!r}; one of {', '.join(ev.RUN_STATUSES)}")
+        return await self.store.list_runs(agent=agent, status=status, limit=limit)
+
+    async def receipt(self, run_id: str) -> dict[str, Any]:
+        """What the run did and cost: every model and tool call, totals, why it stopped."""
+        record = await self.get_run(run_id)
+        events = await self.store.load_events(record.agent, run_id)
+        return build_receipt(record, events)
 
     async def __aenter__(self) -> Runtime:
         await self.start()

@@ -9,13 +9,16 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from toren import events as ev
 from toren.agents import AgentSpec
 from toren.config import Settings
 from toren.errors import DatabaseUnavailable
-from toren.interfaces import Migration, Store
+from toren.events import Event, NewEvent
+from toren.interfaces import Lease, Migration, OutgoingMessage, RunRecord, RunUpdate, Store
 from toren_postgres import migrations
 from toren_postgres.connection import check_connection, describe_url
 from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
+from toren_postgres.runs import RunLog
 
 
 class PostgresStore(Store):
@@ -27,6 +30,7 @@ class PostgresStore(Store):
         self.embedded: EmbeddedPostgres | None = None
         self.server_version = "?"
         self._pool: AsyncConnectionPool | None = None
+        self._log: RunLog | None = None
 
     @property
     def description(self) -> str:
@@ -58,11 +62,13 @@ class PostgresStore(Store):
             await self._pool.close()
             raise DatabaseUnavailable(
                 f"cannot open a connection pool to {describe_url(self.url)}: {exc}") from exc
+        self._log = RunLog(self._pool)
 
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+            self._log = None
 
     async def pending_migrations(self, agents: Sequence[AgentSpec]) -> list[Migration]:
         async with self.pool.connection() as conn:
@@ -83,3 +89,92 @@ class PostgresStore(Store):
             return {"reachable": True, "server_version": self.server_version}
         except (TimeoutError, psycopg.Error, RuntimeError) as exc:
             return {"reachable": False, "error": str(exc) or type(exc).__name__}
+
+    # -- runs and the event log ------------------------------------------------------------
+
+    @property
+    def log(self) -> RunLog:
+        if self._log is None:
+            raise RuntimeError("PostgresStore.open() has not been awaited")
+        return self._log
+
+    async def create_run(self, agent: str, run_id: str, input: Any, *,
+                         idempotency_key: str | None, events: Sequence[NewEvent],
+                         messages: Sequence[OutgoingMessage]) -> tuple[str, bool]:
+        return await self.log.create_run(agent, run_id, input, idempotency_key=idempotency_key,
+                                         events=events, messages=messages)
+
+    async def acquire_lease(self, run_id: str, stream: str, holder: str,
+                            ttl_s: float) -> Lease | None:
+        return await self.log.acquire_lease(run_id, stream, holder, ttl_s)
+
+    async def release_lease(self, lease: Lease) -> None:
+        await self.log.release_lease(lease)
+
+    async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
+        return await self.log.load_stream(agent, run_id, stream)
+
+    async def append(self, agent: str, lease: Lease, expected_seq: int,
+                     events: Sequence[NewEvent], *, ttl_s: float,
+                     messages: Sequence[OutgoingMessage] = (), run_update: RunUpdate | None = None,
+                     ack: Any = None, release: bool = False) -> None:
+        await self.log.append(agent, lease, expected_seq, events, ttl_s=ttl_s,
+                              messages=messages, run_update=run_update, ack=ack, release=release)
+
+    async def append_unleased(self, agent: str, run_id: str, stream: str,
+                              events: Sequence[NewEvent], *,
+                              run_update: RunUpdate | None = None,
+                              only_if_active: bool = True) -> bool:
+        return await self.log.append_unleased(agent, run_id, stream, events,
+                                              run_update=run_update,
+                                              only_if_active=only_if_active)
+
+    async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
+        agents = [agent] if agent else list(await self.registered_agents())
+        for name in agents:
+            record = await self.log.get_run(name, run_id)
+            if record is not None:
+                return record
+        return None
+
+    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                        limit: int = 50) -> list[RunRecord]:
+        agents = [agent] if agent else list(await self.registered_agents())
+        found: list[RunRecord] = []
+        for name in agents:
+            found += await self.log.list_runs(name, status=status, limit=limit)
+        found.sort(key=lambda run: (run.created_at is not None, run.created_at), reverse=True)
+        return found[:limit]
+
+    async def load_events(self, agent: str, run_id: str) -> list[Event]:
+        return await self.log.load_events(agent, run_id)
+
+    async def finished_tasks(self, agent: str, run_id: str) -> dict[str, dict[str, Any]]:
+        return await self.log.finished_tasks(agent, run_id)
+
+    async def ensure_messages(self, agent: str, run_id: str,
+                              messages: Sequence[OutgoingMessage]) -> int:
+        return await self.log.ensure_messages(agent, run_id, messages)
+
+    async def cancel_run(self, run_id: str, reason: str) -> RunRecord | None:
+        record = await self.get_run(run_id)
+        if record is None or record.status in ev.TERMINAL_STATUSES:
+            return record
+        await self.log.append_unleased(
+            record.agent, run_id, ev.RUN_STREAM, [NewEvent(ev.RUN_CANCELLED, {"reason": reason})],
+            run_update=RunUpdate(status="cancelled", stop_reason="cancelled", finished=True),
+            drop_messages=True)
+        return await self.log.get_run(record.agent, run_id)
+
+    async def guardian_sweep(self, agents: Sequence[str]) -> list[str]:
+        return await self.log.guardian_sweep(agents)
+
+    async def registered_agents(self) -> dict[str, str]:
+        return await self.log.registered_agents()
+
+    async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
+                        message_ids: Sequence[int]) -> None:
+        await self.log.heartbeat(worker, ttl_s, message_ids)
+
+    async def sign_out(self, worker_id: str) -> None:
+        await self.log.sign_out(worker_id)

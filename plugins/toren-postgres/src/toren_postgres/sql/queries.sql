@@ -33,3 +33,228 @@ WHERE toren_control.agents.name = EXCLUDED.name;
 -- server_facts --
 SELECT current_setting('server_version') AS server_version, current_database() AS database,
        current_user AS role;
+
+-- Queries below with {runs} and {events} are formatted per agent schema with
+-- psycopg.sql.Identifier; %(name)s are bound parameters.
+
+-- create_run --
+-- One statement, one transaction: the run row, its first events, its first messages.
+-- With a repeated idempotency key the INSERT does nothing and neither does anything else.
+WITH run AS (
+    INSERT INTO {runs} (id, status, input, idempotency_key)
+    VALUES (%(run_id)s, 'queued', %(input)s, %(idempotency_key)s)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id
+), appended AS (
+    INSERT INTO {events} (run_id, stream, seq, type, data)
+    SELECT run.id, 'run', e.n::int, e.doc->>'type', e.doc->'data'
+    FROM run, jsonb_array_elements(%(events)s) WITH ORDINALITY AS e(doc, n)
+), enqueued AS (
+    INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
+    SELECT %(agent)s, run.id, m->>'kind', m->'payload',
+           now() + (m->>'delay_s')::float8 * interval '1 second'
+    FROM run, jsonb_array_elements(%(messages)s) AS m
+)
+SELECT id FROM run
+UNION ALL
+SELECT id FROM {runs} WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM run);
+
+-- acquire_lease --
+INSERT INTO toren_control.leases AS l (run_id, stream, holder, epoch, expires_at)
+VALUES (%(run_id)s, %(stream)s, %(holder)s, 1, now() + %(ttl_s)s * interval '1 second')
+ON CONFLICT (run_id, stream) DO UPDATE
+SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
+WHERE l.expires_at <= now()
+RETURNING epoch;
+
+-- release_lease --
+UPDATE toren_control.leases SET expires_at = now()
+WHERE run_id = %(run_id)s AND stream = %(stream)s AND holder = %(holder)s AND epoch = %(epoch)s;
+
+-- load_stream --
+SELECT seq, type, data, created_at FROM {events}
+WHERE run_id = %(run_id)s AND stream = %(stream)s ORDER BY seq;
+
+-- append --
+-- The hot path: one statement, so one round trip and one commit per durable step.
+-- Nothing is written unless the lease is held at this epoch, unexpired by the database
+-- clock, and the run is not cancelled; the events' primary key is the compare-and-swap.
+WITH lease AS (
+    UPDATE toren_control.leases
+    SET expires_at = CASE WHEN %(release)s THEN now()
+                          ELSE now() + %(ttl_s)s * interval '1 second' END
+    WHERE run_id = %(run_id)s AND stream = %(stream)s AND holder = %(holder)s
+      AND epoch = %(epoch)s AND expires_at > now()
+      AND NOT EXISTS (SELECT 1 FROM {runs} WHERE id = %(run_id)s AND status = 'cancelled')
+    RETURNING run_id
+), appended AS (
+    INSERT INTO {events} (run_id, stream, seq, type, data)
+    SELECT lease.run_id, %(stream)s, %(first_seq)s + e.n::int - 1, e.doc->>'type', e.doc->'data'
+    FROM lease, jsonb_array_elements(%(events)s) WITH ORDINALITY AS e(doc, n)
+    RETURNING seq
+), enqueued AS (
+    INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
+    SELECT %(agent)s, lease.run_id, m->>'kind', m->'payload',
+           now() + (m->>'delay_s')::float8 * interval '1 second'
+    FROM lease, jsonb_array_elements(%(messages)s) AS m
+), run_update AS (
+    UPDATE {runs} r SET
+        status = COALESCE(%(status)s, r.status),
+        output = CASE WHEN %(set_output)s THEN %(output)s ELSE r.output END,
+        stop_reason = COALESCE(%(stop_reason)s, r.stop_reason),
+        error = CASE WHEN %(set_error)s THEN %(error)s ELSE r.error END,
+        finished_at = CASE WHEN %(finished)s THEN now() ELSE r.finished_at END,
+        updated_at = now()
+    FROM lease WHERE r.id = lease.run_id AND %(update_run)s
+      -- re-checked against a concurrently committed cancel: a finished run stays finished
+      AND r.status NOT IN ('completed', 'stopped', 'failed', 'cancelled')
+), acked AS (
+    DELETE FROM toren_control.queue q USING lease
+    WHERE q.id = %(ack_id)s AND q.claimed_by = %(holder)s
+)
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended;
+
+-- lease_state --
+SELECT l.holder, l.epoch, l.expires_at > now() AS live,
+       (SELECT status FROM {runs} WHERE id = %(run_id)s) AS run_status
+FROM toren_control.leases l WHERE l.run_id = %(run_id)s AND l.stream = %(stream)s;
+
+-- append_unleased --
+WITH active AS (
+    SELECT id FROM {runs}
+    WHERE id = %(run_id)s
+      AND (NOT %(only_if_active)s OR status NOT IN ('completed', 'stopped', 'failed', 'cancelled'))
+), base AS (
+    SELECT COALESCE(max(seq), 0) AS seq FROM {events}
+    WHERE run_id = %(run_id)s AND stream = %(stream)s
+), appended AS (
+    INSERT INTO {events} (run_id, stream, seq, type, data)
+    SELECT active.id, %(stream)s, base.seq + e.n::int, e.doc->>'type', e.doc->'data'
+    FROM active, base, jsonb_array_elements(%(events)s) WITH ORDINALITY AS e(doc, n)
+    RETURNING seq
+), run_update AS (
+    UPDATE {runs} r SET
+        status = COALESCE(%(status)s, r.status),
+        output = CASE WHEN %(set_output)s THEN %(output)s ELSE r.output END,
+        stop_reason = COALESCE(%(stop_reason)s, r.stop_reason),
+        error = CASE WHEN %(set_error)s THEN %(error)s ELSE r.error END,
+        finished_at = CASE WHEN %(finished)s THEN now() ELSE r.finished_at END,
+        updated_at = now()
+    FROM active WHERE r.id = active.id AND %(update_run)s
+      AND (NOT %(only_if_active)s OR r.status NOT IN ('completed', 'stopped', 'failed', 'cancelled'))
+), dropped AS (
+    DELETE FROM toren_control.queue q USING active
+    WHERE q.run_id = active.id AND %(drop_messages)s
+)
+SELECT count(*) FROM appended;
+
+-- get_run --
+SELECT id, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
+       finished_at
+FROM {runs} WHERE id = %(run_id)s;
+
+-- list_runs --
+SELECT id, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
+       finished_at
+FROM {runs}
+WHERE (%(status)s::text IS NULL OR status = %(status)s)
+ORDER BY created_at DESC, id
+LIMIT %(limit)s;
+
+-- load_events --
+SELECT stream, seq, type, data, created_at FROM {events}
+WHERE run_id = %(run_id)s ORDER BY created_at, stream, seq;
+
+-- finished_tasks --
+SELECT substr(stream, 6) AS task_id, data FROM {events}
+WHERE run_id = %(run_id)s AND type = 'TaskFinished';
+
+-- ensure_message --
+INSERT INTO toren_control.queue (agent, run_id, kind, payload)
+SELECT %(agent)s, %(run_id)s, %(kind)s, %(payload)s
+WHERE NOT EXISTS (
+    SELECT 1 FROM toren_control.queue
+    WHERE run_id = %(run_id)s AND kind = %(kind)s
+      AND payload->>'task_id' IS NOT DISTINCT FROM %(payload)s->>'task_id'
+);
+
+-- guardian_sweep --
+-- A run that is active but has no message at all was orphaned by a lost message: nudge it.
+INSERT INTO toren_control.queue (agent, run_id, kind, payload)
+SELECT %(agent)s, r.id, 'run', jsonb_build_object('run_id', r.id::text, 'reason', 'guardian')
+FROM {runs} r
+WHERE r.status IN ('queued', 'running')
+  AND r.updated_at < now() - interval '1 second'
+  AND NOT EXISTS (SELECT 1 FROM toren_control.queue q WHERE q.run_id = r.id)
+RETURNING run_id;
+
+-- registered_agents --
+SELECT name, schema_name FROM toren_control.agents ORDER BY name;
+
+-- heartbeat --
+WITH leases AS (
+    UPDATE toren_control.leases SET expires_at = now() + %(ttl_s)s * interval '1 second'
+    WHERE holder = %(worker_id)s AND expires_at > now()
+), messages AS (
+    UPDATE toren_control.queue SET available_at = now() + %(ttl_s)s * interval '1 second'
+    WHERE id = ANY(%(message_ids)s) AND claimed_by = %(worker_id)s
+)
+INSERT INTO toren_control.workers AS w (id, version, agents, hostname, pid, heartbeat_at)
+VALUES (%(worker_id)s, %(version)s, %(agents)s, %(hostname)s, %(pid)s, now())
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), agents = EXCLUDED.agents;
+
+-- sign_out --
+WITH released AS (
+    UPDATE toren_control.leases SET expires_at = now() WHERE holder = %(worker_id)s
+), returned AS (
+    -- messages still claimed go back to the queue at once instead of after their timeout
+    UPDATE toren_control.queue SET available_at = now(), claimed_by = NULL
+    WHERE claimed_by = %(worker_id)s
+)
+DELETE FROM toren_control.workers WHERE id = %(worker_id)s;
+
+-- claim --
+WITH next AS (
+    SELECT id FROM toren_control.queue
+    WHERE agent = ANY(%(agents)s) AND available_at <= now()
+    ORDER BY available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE toren_control.queue q
+SET available_at = now() + %(visibility_s)s * interval '1 second',
+    attempts = q.attempts + 1,
+    claimed_by = %(worker_id)s
+FROM next WHERE q.id = next.id
+RETURNING q.id, q.agent, q.run_id, q.kind, q.payload, q.attempts;
+
+-- dead_letter --
+WITH dead AS (
+    DELETE FROM toren_control.queue
+    WHERE id IN (
+        SELECT id FROM toren_control.queue
+        WHERE agent = ANY(%(agents)s) AND available_at <= now() AND attempts >= %(max_deliveries)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING *
+)
+INSERT INTO toren_control.dead_letters (id, agent, run_id, kind, payload, attempts, reason, created_at)
+SELECT id, agent, run_id, kind, payload, attempts,
+       'delivered ' || attempts || ' times without being completed (its worker died or timed out each time)',
+       created_at
+FROM dead
+RETURNING id, agent, run_id, kind, payload, attempts;
+
+-- ack --
+DELETE FROM toren_control.queue WHERE id = %(id)s AND claimed_by = %(worker_id)s;
+
+-- enqueue --
+INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
+VALUES (%(agent)s, %(run_id)s, %(kind)s, %(payload)s,
+        now() + %(delay_s)s * interval '1 second');
+
+-- defer --
+-- Hand a message back for later without counting the delivery (its task was busy elsewhere).
+UPDATE toren_control.queue
+SET available_at = now() + %(delay_s)s * interval '1 second', attempts = greatest(attempts - 1, 0)
+WHERE id = %(id)s AND claimed_by = %(worker_id)s;

@@ -1,0 +1,228 @@
+"""Runs, leases and the event log in Postgres: the store side of Toren's durability rules."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from toren.agents import schema_name_for
+from toren.errors import LeaseLost, RunCancelled
+from toren.events import Event, NewEvent
+from toren.interfaces import KEEP, Lease, OutgoingMessage, RunRecord, RunUpdate
+from toren_postgres.queries import query
+
+
+@cache
+def agent_query(name: str, schema: str) -> sql.Composed:
+    """A named query with ``{runs}``/``{events}`` bound to one agent's schema (cached)."""
+    return sql.SQL(query(name)).format(
+        runs=sql.Identifier(schema, "runs"), events=sql.Identifier(schema, "events"))
+
+
+def _messages_json(messages: Sequence[OutgoingMessage]) -> Jsonb:
+    return Jsonb([{"kind": m.kind, "payload": m.payload, "delay_s": m.delay_s}
+                  for m in messages])
+
+
+def _events_json(events: Sequence[NewEvent]) -> Jsonb:
+    return Jsonb([e.to_json() for e in events])
+
+
+def _run_update_params(update: RunUpdate | None) -> dict[str, Any]:
+    update = update or RunUpdate()
+    return {
+        "update_run": update != RunUpdate(),
+        "status": update.status,
+        "set_output": update.output is not KEEP,
+        "output": None if update.output is KEEP else Jsonb(update.output),
+        "stop_reason": update.stop_reason,
+        "set_error": update.error is not KEEP,
+        "error": None if update.error is KEEP or update.error is None else Jsonb(update.error),
+        "finished": update.finished,
+    }
+
+
+def _record(agent: str, row: dict[str, Any]) -> RunRecord:
+    return RunRecord(agent=agent, **{**row, "id": str(row["id"])})
+
+
+class RunLog:
+    """Runs, leases and events over a connection pool (used by ``PostgresStore``)."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def create_run(self, agent: str, run_id: str, input: Any, *,
+                         idempotency_key: str | None, events: Sequence[NewEvent],
+                         messages: Sequence[OutgoingMessage]) -> tuple[str, bool]:
+        statement = agent_query("create_run", schema_name_for(agent))
+        params = {"run_id": run_id, "input": Jsonb(input), "idempotency_key": idempotency_key,
+                  "events": _events_json(events), "messages": _messages_json(messages),
+                  "agent": agent}
+        # A concurrent create with the same key may commit after this statement's snapshot:
+        # then neither branch returns a row, and a second try sees the winner.
+        for _ in range(3):
+            async with self.pool.connection() as conn:
+                cursor = await conn.execute(statement, params)
+                row = await cursor.fetchone()
+            if row is not None:
+                found = str(row[0])
+                return found, found == run_id
+        raise RuntimeError(f"could not create or find run with idempotency key {idempotency_key}")
+
+    async def acquire_lease(self, run_id: str, stream: str, holder: str,
+                            ttl_s: float) -> Lease | None:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(query("acquire_lease"), {
+                "run_id": run_id, "stream": stream, "holder": holder, "ttl_s": ttl_s})
+            row = await cursor.fetchone()
+        return Lease(run_id, stream, holder, row[0]) if row else None
+
+    async def release_lease(self, lease: Lease) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(query("release_lease"), {
+                "run_id": lease.run_id, "stream": lease.stream, "holder": lease.holder,
+                "epoch": lease.epoch})
+
+    async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(agent_query("load_stream", schema_name_for(agent)),
+                                        {"run_id": run_id, "stream": stream})
+            rows = await cursor.fetchall()
+        return [Event(run_id, stream, seq, kind, data, at) for seq, kind, data, at in rows]
+
+    async def append(self, agent: str, lease: Lease, expected_seq: int,
+                     events: Sequence[NewEvent], *, ttl_s: float,
+                     messages: Sequence[OutgoingMessage] = (),
+                     run_update: RunUpdate | None = None, ack: Any = None,
+                     release: bool = False) -> None:
+        schema = schema_name_for(agent)
+        params = {
+            "run_id": lease.run_id, "stream": lease.stream, "holder": lease.holder,
+            "epoch": lease.epoch, "ttl_s": ttl_s, "release": release, "agent": agent,
+            "first_seq": expected_seq, "events": _events_json(events),
+            "messages": _messages_json(messages), "ack_id": ack.id if ack else None,
+            **_run_update_params(run_update),
+        }
+        try:
+            async with self.pool.connection() as conn:
+                cursor = await conn.execute(agent_query("append", schema), params)
+                row = await cursor.fetchone()
+        except psycopg.errors.UniqueViolation:
+            raise LeaseLost(f"stream {lease.stream} of run {lease.run_id} already has event "
+                            f"{expected_seq}: another worker wrote it") from None
+        if row is None or row[0] == 0:
+            await self._explain_rejection(schema, lease)
+
+    async def _explain_rejection(self, schema: str, lease: Lease) -> None:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(agent_query("lease_state", schema), {
+                "run_id": lease.run_id, "stream": lease.stream})
+            row = await cursor.fetchone()
+        if row is not None and row[3] == "cancelled":
+            raise RunCancelled(f"run {lease.run_id} was cancelled")
+        holder = f"held by {row[0]} at epoch {row[1]}" if row else "missing"
+        raise LeaseLost(f"lost the lease on stream {lease.stream} of run {lease.run_id} "
+                        f"(epoch {lease.epoch}); it is now {holder}")
+
+    async def append_unleased(self, agent: str, run_id: str, stream: str,
+                              events: Sequence[NewEvent], *,
+                              run_update: RunUpdate | None = None,
+                              only_if_active: bool = True, drop_messages: bool = False) -> bool:
+        statement = agent_query("append_unleased", schema_name_for(agent))
+        params = {"run_id": run_id, "stream": stream, "events": _events_json(events),
+                  "only_if_active": only_if_active, "drop_messages": drop_messages,
+                  **_run_update_params(run_update)}
+        for _ in range(20):
+            try:
+                async with self.pool.connection() as conn:
+                    cursor = await conn.execute(statement, params)
+                    row = await cursor.fetchone()
+                return bool(row and row[0])
+            except psycopg.errors.UniqueViolation:
+                continue  # a leased writer took that sequence number; take the next one
+        raise LeaseLost(f"could not append to stream {stream} of run {run_id}: it kept moving")
+
+    async def get_run(self, agent: str, run_id: str) -> RunRecord | None:
+        async with self.pool.connection() as conn:
+            conn.row_factory = dict_row  # type: ignore[assignment]
+            try:
+                cursor = await conn.execute(agent_query("get_run", schema_name_for(agent)),
+                                            {"run_id": run_id})
+                row = await cursor.fetchone()
+            except psycopg.errors.InvalidTextRepresentation:
+                return None  # not a UUID
+            finally:
+                conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
+        return _record(agent, row) if row else None
+
+    async def list_runs(self, agent: str, *, status: str | None, limit: int) -> list[RunRecord]:
+        async with self.pool.connection() as conn:
+            conn.row_factory = dict_row  # type: ignore[assignment]
+            try:
+                cursor = await conn.execute(agent_query("list_runs", schema_name_for(agent)),
+                                            {"status": status, "limit": limit})
+                rows = await cursor.fetchall()
+            finally:
+                conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
+        return [_record(agent, row) for row in rows]
+
+    async def load_events(self, agent: str, run_id: str) -> list[Event]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(agent_query("load_events", schema_name_for(agent)),
+                                        {"run_id": run_id})
+            rows = await cursor.fetchall()
+        return [Event(run_id, stream, seq, kind, data, at) for stream, seq, kind, data, at in rows]
+
+    async def finished_tasks(self, agent: str, run_id: str) -> dict[str, dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(agent_query("finished_tasks", schema_name_for(agent)),
+                                        {"run_id": run_id})
+            return {task_id: data for task_id, data in await cursor.fetchall()}
+
+    async def ensure_messages(self, agent: str, run_id: str,
+                              messages: Sequence[OutgoingMessage]) -> int:
+        sent = 0
+        async with self.pool.connection() as conn:
+            for message in messages:
+                cursor = await conn.execute(query("ensure_message"), {
+                    "agent": agent, "run_id": run_id, "kind": message.kind,
+                    "payload": Jsonb(message.payload)})
+                sent += cursor.rowcount
+        return sent
+
+    async def guardian_sweep(self, agents: Sequence[str]) -> list[str]:
+        nudged: list[str] = []
+        async with self.pool.connection() as conn:
+            for agent in agents:
+                cursor = await conn.execute(agent_query("guardian_sweep", schema_name_for(agent)),
+                                            {"agent": agent})
+                nudged += [str(row[0]) for row in await cursor.fetchall()]
+        return nudged
+
+    async def registered_agents(self) -> dict[str, str]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(query("registered_agents"))
+            return {name: schema for name, schema in await cursor.fetchall()}
+
+    async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
+                        message_ids: Sequence[int]) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(query("heartbeat"), {
+                "worker_id": worker["id"], "version": worker["version"],
+                "agents": list(worker["agents"]), "hostname": socket.gethostname(),
+                "pid": os.getpid(), "ttl_s": ttl_s, "message_ids": list(message_ids)})
+
+    async def sign_out(self, worker_id: str) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(query("sign_out"), {"worker_id": worker_id})
+

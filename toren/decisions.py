@@ -1,0 +1,103 @@
+"""Pure decisions: given a folded state, what happens next. No I/O, no clocks, no randomness
+(callers pass a random number in where jitter is needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from toren.agents import Limits
+from toren.fold import PendingToolCall, TaskState
+
+#: A model that names unknown tools or passes invalid arguments this many times in a row is
+#: stopped with stop reason ``error`` (each attempt went back to it as a tool error first).
+MAX_CONSECUTIVE_INVALID_TOOL_CALLS = 3
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """Make model call number ``step``; ``repeated`` when the previous worker had it in flight."""
+
+    step: int
+    repeated: bool
+
+
+@dataclass(frozen=True)
+class RunTools:
+    """Execute (or surface) tool calls that were recorded as started but have no result."""
+
+    calls: tuple[PendingToolCall, ...]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """End the task with a stop reason from ``toren.events.STOP_REASONS``."""
+
+    stop_reason: str
+    output: str | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """The task already finished; nothing to do."""
+
+
+TaskAction = CallModel | RunTools | Finish | Done
+
+
+def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction:
+    """The next thing a task does, decided from its folded state and its limits."""
+    if state.finished is not None:
+        return Done()
+    if state.pending_tools:
+        return RunTools(tuple(state.pending_tools.values()))
+    last = state.messages[-1] if state.messages else None
+    if last is not None and last.role == "assistant" and not last.tool_calls:
+        return Finish("end_turn", output=last.text)
+    partial = state.last_assistant.text if state.last_assistant else None
+    if state.consecutive_invalid_calls >= MAX_CONSECUTIVE_INVALID_TOOL_CALLS:
+        return Finish("error", output=partial, error={
+            "code": "invalid_tool_calls",
+            "message": f"the model made {state.consecutive_invalid_calls} invalid tool calls in "
+                       "a row (unknown tools or arguments that do not match the schema)"})
+    if state.steps >= limits.max_steps:
+        return Finish("max_steps", output=partial)
+    if limits.max_budget_usd is not None:
+        if state.unknown_cost_calls:
+            return Finish("budget_exhausted", output=partial, error={
+                "code": "unknown_cost",
+                "message": "a budget is set but a model call's cost is unknown, so the budget "
+                           "cannot be enforced; set pricing for the model"})
+        if state.cost_usd >= limits.max_budget_usd:
+            return Finish("budget_exhausted", output=partial)
+    pending = state.model_call_pending
+    repeated = pending is not None and pending.get("epoch") != epoch
+    return CallModel(step=state.steps + 1, repeated=repeated)
+
+
+def backoff_delay(attempt: int, *, base_s: float, cap_s: float, random_unit: float) -> float:
+    """Seconds before retry ``attempt`` (1-based): exponential, capped, with "equal jitter".
+
+    Half the window is fixed and half is random, so retries spread out but never fire at once.
+    """
+    window = min(cap_s, base_s * 2 ** (attempt - 1))
+    return window / 2 + random_unit * window / 2
+
+
+def truncate_output(text: str, max_bytes: int) -> tuple[str, bool, int]:
+    """Cut ``text`` to at most ``max_bytes`` UTF-8 bytes with a visible marker.
+
+    Returns the text, whether it was cut, and the original size in bytes.
+    """
+    encoded = text.encode("utf-8")
+    if len(encoded) <= max_bytes:
+        return text, False, len(encoded)
+    kept = encoded[: max(0, max_bytes - _MARKER_ROOM)].decode("utf-8", errors="ignore")
+    omitted = len(encoded) - len(kept.encode("utf-8"))
+    marker = f"\n[truncated by Toren: {omitted} of {len(encoded)} bytes omitted]"
+    return kept + marker, True, len(encoded)
+
+
+#: Bytes reserved for the truncation marker, so the result stays within the cap.
+_MARKER_ROOM = 80

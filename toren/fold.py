@@ -1,0 +1,147 @@
+"""The fold: pure functions from a stream's events to its state. No I/O, no clocks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from toren import events as ev
+from toren.model import Message, ToolCall
+
+
+def input_text(value: Any) -> str:
+    """A run or task input as the text the model reads (JSON for structured input)."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class PendingToolCall:
+    """A tool call recorded as started with no recorded result."""
+
+    step: int
+    call: ToolCall
+    idempotency_key: str
+    epoch: int
+
+
+@dataclass
+class TaskState:
+    """Everything a worker needs to continue a task, folded from its ``task:<id>`` stream."""
+
+    next_seq: int = 1
+    started: dict[str, Any] | None = None
+    messages: list[Message] = field(default_factory=list)
+    steps: int = 0
+    model_call_pending: dict[str, Any] | None = None
+    pending_tools: dict[str, PendingToolCall] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    unknown_cost_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    consecutive_invalid_calls: int = 0
+    retry: dict[str, Any] | None = None
+    finished: dict[str, Any] | None = None
+    epochs: list[int] = field(default_factory=list)
+
+    @property
+    def last_assistant(self) -> Message | None:
+        for message in reversed(self.messages):
+            if message.role == "assistant":
+                return message
+        return None
+
+
+def apply_task_event(state: TaskState, event_type: str, data: dict[str, Any]) -> None:
+    """Fold one task event into ``state`` (in place)."""
+    state.next_seq += 1
+    epoch = data.get("epoch")
+    if epoch is not None and (not state.epochs or state.epochs[-1] != epoch):
+        state.epochs.append(epoch)
+    if event_type == ev.TASK_STARTED:
+        state.started = data
+        state.messages.append(Message(role="user", text=input_text(data["input"])))
+    elif event_type == ev.MODEL_CALL_STARTED:
+        state.model_call_pending = data
+    elif event_type == ev.MODEL_CALL_COMPLETED:
+        state.model_call_pending = None
+        state.retry = None
+        state.steps = data["step"]
+        calls = tuple(ToolCall(**call) for call in data["tool_calls"])
+        state.messages.append(Message(role="assistant", text=data["text"], tool_calls=calls))
+        usage = data["usage"]
+        state.input_tokens += usage.get("input_tokens", 0)
+        state.output_tokens += usage.get("output_tokens", 0)
+        if data["cost_usd"] is None:
+            state.unknown_cost_calls += 1
+        else:
+            state.cost_usd += data["cost_usd"]
+    elif event_type == ev.TOOL_CALL_STARTED:
+        call = ToolCall(id=data["call_id"], name=data["name"], arguments=data["arguments"])
+        state.pending_tools[call.id] = PendingToolCall(
+            data["step"], call, data["idempotency_key"], data["epoch"])
+    elif event_type == ev.TOOL_CALL_COMPLETED:
+        state.pending_tools.pop(data["call_id"], None)
+        state.messages.append(Message(role="tool", text=data["output"],
+                                      tool_call_id=data["call_id"], is_error=data["is_error"]))
+        if data.get("error_kind") in ("unknown_tool", "invalid_arguments"):
+            state.consecutive_invalid_calls += 1
+        else:
+            state.consecutive_invalid_calls = 0
+    elif event_type == ev.RETRY_SCHEDULED:
+        state.retry = data
+        state.model_call_pending = None
+    elif event_type == ev.TASK_FINISHED:
+        state.finished = data
+
+
+def fold_task(events: Iterable[tuple[str, dict[str, Any]]]) -> TaskState:
+    """Fold ``(type, data)`` pairs of one task stream, in sequence order."""
+    state = TaskState()
+    for event_type, data in events:
+        apply_task_event(state, event_type, data)
+    return state
+
+
+@dataclass
+class RunState:
+    """A run's orchestration state, folded from its ``run`` stream."""
+
+    next_seq: int = 1
+    agent: str = ""
+    input: Any = None
+    scheduled: dict[str, dict[str, Any]] = field(default_factory=dict)
+    absorbed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    finished: dict[str, Any] | None = None
+    cancelled: dict[str, Any] | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.finished is not None or self.cancelled is not None
+
+    @property
+    def unfinished_tasks(self) -> list[str]:
+        return [task_id for task_id in self.scheduled if task_id not in self.absorbed]
+
+
+def apply_run_event(state: RunState, event_type: str, data: dict[str, Any]) -> None:
+    state.next_seq += 1
+    if event_type == ev.RUN_CREATED:
+        state.agent = data["agent"]
+        state.input = data["input"]
+    elif event_type == ev.TASK_SCHEDULED:
+        state.scheduled[data["task_id"]] = data
+    elif event_type == ev.TASK_ABSORBED:
+        state.absorbed[data["task_id"]] = data
+    elif event_type in (ev.RUN_FINISHED, ev.RUN_DEAD_LETTERED):
+        state.finished = data
+    elif event_type == ev.RUN_CANCELLED:
+        state.cancelled = data
+
+
+def fold_run(events: Iterable[tuple[str, dict[str, Any]]]) -> RunState:
+    state = RunState()
+    for event_type, data in events:
+        apply_run_event(state, event_type, data)
+    return state

@@ -1,0 +1,90 @@
+"""Receipts: what a run did and what it cost, computed from its events (a pure read model)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from toren import events as ev
+from toren.events import Event
+from toren.interfaces import RunRecord
+
+STOP_REASON_TEXT = {
+    "end_turn": "the model gave its final answer",
+    "max_steps": "the step cap (limits.maxSteps) was reached",
+    "budget_exhausted": "the budget (limits.maxBudgetUsd) was spent",
+    "cancelled": "the run was cancelled",
+    "error": "an error stopped it",
+}
+
+
+def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
+    started = next((e.data for e in events if e.type == ev.TASK_STARTED), {})
+    finished = next((e.data for e in events if e.type == ev.TASK_FINISHED), None)
+    epochs = sorted({e.data["epoch"] for e in events if "epoch" in e.data})
+    last_epoch = epochs[-1] if epochs else None
+    model_calls = []
+    for e in events:
+        if e.type != ev.MODEL_CALL_COMPLETED:
+            continue
+        usage = e.data["usage"]
+        model_calls.append({
+            "step": e.data["step"], "model": e.data["model"],
+            "input_tokens": usage.get("input_tokens", 0),
+            "output_tokens": usage.get("output_tokens", 0),
+            "cache_read_tokens": usage.get("cache_read_tokens", 0),
+            "cache_write_tokens": usage.get("cache_write_tokens", 0),
+            "cost_usd": e.data["cost_usd"], "latency_ms": e.data["latency_ms"],
+            "repeated": e.data.get("repeated", False),
+            # paid once by an earlier worker; the worker that resumed read it from the log
+            "replayed": last_epoch is not None and e.data["epoch"] < last_epoch,
+            "at": e.created_at.isoformat() if e.created_at else None,
+        })
+    tool_calls = [{
+        "step": e.data["step"], "name": e.data["name"], "call_id": e.data["call_id"],
+        "is_error": e.data["is_error"], "error_kind": e.data.get("error_kind"),
+        "truncated": e.data.get("truncated", False), "duration_ms": e.data["duration_ms"],
+    } for e in events if e.type == ev.TOOL_CALL_COMPLETED]
+    keys = {e.data["call_id"]: e.data["idempotency_key"] for e in events
+            if e.type == ev.TOOL_CALL_STARTED}
+    for call in tool_calls:
+        call["idempotency_key"] = keys.get(call["call_id"])
+    retries = [{"step": e.data["step"], "attempt": e.data["attempt"], "error": e.data["error"],
+                "delay_s": e.data["delay_s"]} for e in events if e.type == ev.RETRY_SCHEDULED]
+    known = [c["cost_usd"] for c in model_calls if c["cost_usd"] is not None]
+    return {
+        "task_id": task_id, "subagent": started.get("subagent"), "model": started.get("model"),
+        "status": finished["status"] if finished else "running",
+        "stop_reason": finished["stop_reason"] if finished else None,
+        "error": finished.get("error") if finished else None,
+        "steps": len(model_calls), "resumes": max(0, len(epochs) - 1),
+        "model_calls": model_calls, "tool_calls": tool_calls, "retries": retries,
+        "totals": {
+            "model_calls": len(model_calls), "tool_calls": len(tool_calls),
+            "input_tokens": sum(c["input_tokens"] for c in model_calls),
+            "output_tokens": sum(c["output_tokens"] for c in model_calls),
+            "cost_usd": round(sum(known), 10),
+            "cost_unknown_calls": len(model_calls) - len(known),
+            "repeated_calls": sum(1 for c in model_calls if c["repeated"]),
+        },
+    }
+
+
+def build_receipt(record: RunRecord, events: Sequence[Event]) -> dict[str, Any]:
+    """The receipt of a run from its row and every event of every stream."""
+    by_stream: dict[str, list[Event]] = {}
+    for event in events:
+        by_stream.setdefault(event.stream, []).append(event)
+    tasks = [_task_receipt(stream.removeprefix("task:"), sorted(items, key=lambda e: e.seq))
+             for stream, items in sorted(by_stream.items()) if stream.startswith("task:")]
+    totals = {key: sum(task["totals"][key] for task in tasks)
+              for key in ("model_calls", "tool_calls", "input_tokens", "output_tokens",
+                          "cost_unknown_calls", "repeated_calls")}
+    totals["cost_usd"] = round(sum(task["totals"]["cost_usd"] for task in tasks), 10)
+    totals["retries"] = sum(len(task["retries"]) for task in tasks)
+    reason = record.stop_reason
+    why = STOP_REASON_TEXT.get(reason or "", "it has not stopped yet")
+    if record.error and record.error.get("message"):
+        why = f"{why}: {record.error['message']}"
+    return {"run": record.to_json(), "status": record.status, "stop_reason": reason,
+            "why": why, "tasks": tasks, "totals": totals}

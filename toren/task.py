@@ -1,0 +1,338 @@
+"""The agentic task loop: model call -> tool calls -> results -> ..., durable at every step.
+
+Rule: every recorded fact is flushed (appended, compare-and-swap, lease-checked) before any
+side effect that depends on it. A model response is appended before its tool calls run; tool
+results are appended before the next model call. Each flush is one transaction, so a step
+(model call + tool calls) costs two commits and each commit also carries the marker of the next
+effect (``ModelCallStarted`` rides with the tool results, ``ToolCallStarted`` with the response).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import inspect
+import json
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+
+from toren import events as ev
+from toren.agents import AgentSpec, Limits, SubagentSpec
+from toren.context import ToolCallContext, _current
+from toren.decisions import (
+    CallModel,
+    Done,
+    Finish,
+    RunTools,
+    backoff_delay,
+    next_task_action,
+    truncate_output,
+)
+from toren.errors import ProviderError, TorenError
+from toren.events import NewEvent
+from toren.fold import PendingToolCall, TaskState, apply_task_event, fold_task
+from toren.interfaces import Lease, OutgoingMessage, QueueMessage, RunUpdate
+from toren.model import ModelRequest, ModelResponse, ToolCall
+from toren.tools import Tool
+
+if TYPE_CHECKING:
+    from toren.worker import Worker
+
+log = logging.getLogger(__name__)
+
+
+def task_message(task_id: str, subagent: str | None, task_input: Any,
+                 delay_s: float = 0.0) -> OutgoingMessage:
+    """The queue message that makes a worker work on a task."""
+    return OutgoingMessage("task", {"task_id": task_id, "subagent": subagent,
+                                    "input": task_input}, delay_s)
+
+
+def run_tick(reason: str) -> OutgoingMessage:
+    """The queue message that makes the orchestrator look at a run."""
+    return OutgoingMessage("run", {"reason": reason})
+
+
+def idempotency_key(run_id: str, task_id: str, step: int, index: int) -> str:
+    """Stable across crashes and retries: derived only from where the call sits in the run."""
+    return f"toren:{run_id}:{task_id}:{step}:{index}"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task runs as: the agent itself or one of its subagents."""
+
+    name: str | None
+    model: str
+    prompt: str
+    tools: dict[str, Tool]
+    limits: Limits
+
+
+def task_spec(agent: AgentSpec, subagent: str | None) -> TaskSpec:
+    if subagent is None:
+        return TaskSpec(None, agent.model, agent.prompt, agent.tools, agent.limits)
+    sub: SubagentSpec | None = agent.subagents.get(subagent)
+    if sub is None:
+        raise TorenError(f"agent {agent.name!r} has no subagent {subagent!r} "
+                         f"(subagents/{subagent}.md); it may have been removed")
+    return TaskSpec(sub.name, sub.model, sub.prompt, sub.tools, sub.limits)
+
+
+class TaskRunner:
+    """Works one task for as long as this worker holds its lease and there is work to do."""
+
+    def __init__(self, worker: Worker, agent: AgentSpec, message: QueueMessage,
+                 lease: Lease, state: TaskState) -> None:
+        self.worker = worker
+        self.store = worker.runtime.store
+        self.settings = worker.runtime.settings
+        self.agent = agent
+        self.message = message
+        self.lease = lease
+        self.state = state
+        self.run_id = lease.run_id
+        self.task_id = message.payload["task_id"]
+        started = state.started or {}
+        self.subagent = started.get("subagent", message.payload.get("subagent"))
+        self.pending: list[NewEvent] = []
+        #: A change to the run's row that goes with the next flush (e.g. clearing an error).
+        self.pending_update: RunUpdate | None = None
+
+    # -- recording -----------------------------------------------------------------------------
+
+    def record(self, event_type: str, data: dict[str, Any]) -> None:
+        """Fold an event into the in-memory state now; it is appended at the next flush."""
+        self.pending.append(NewEvent(event_type, data))
+        apply_task_event(self.state, event_type, data)
+
+    async def flush(self, *, messages: Sequence[OutgoingMessage] = (),
+                    run_update: RunUpdate | None = None, done: bool = False) -> None:
+        """Append what was recorded; with ``done``, also ack the message and free the lease."""
+        if not self.pending and not done:
+            return
+        first_seq = self.state.next_seq - len(self.pending)
+        await self.store.append(
+            self.agent.name, self.lease, first_seq, self.pending, ttl_s=self.settings.lease_ttl_s,
+            messages=messages, run_update=run_update or self.pending_update,
+            ack=self.message if done else None, release=done)
+        self.worker.observe_append(self.agent.name, self.lease.stream, first_seq, self.pending)
+        self.pending = []
+        self.pending_update = None
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            self.spec = task_spec(self.agent, self.subagent)
+        except TorenError as exc:
+            self.spec = TaskSpec(self.subagent, self.agent.model, "", {}, self.agent.limits)
+            await self.finish("error", None, {"code": exc.code, "message": exc.message})
+            return
+        if self.state.started is None:
+            self.start()
+        while True:
+            action = next_task_action(self.state, self.spec.limits, self.lease.epoch)
+            if isinstance(action, Done):
+                await self.flush(done=True)
+                return
+            if isinstance(action, Finish):
+                await self.finish(action.stop_reason, action.output, action.error)
+                return
+            if isinstance(action, RunTools):
+                await self.flush()
+                await self.run_tools(action.calls)
+                continue
+            assert isinstance(action, CallModel)
+            if not await self.call_model(action):
+                return
+
+    def start(self) -> None:
+        payload = self.message.payload
+        self.record(ev.TASK_STARTED, {
+            "task_id": self.task_id, "subagent": self.spec.name, "model": self.spec.model,
+            "input": payload.get("input"), "limits": self.spec.limits.to_json(),
+            "tools": list(self.spec.tools),
+            "prompt_sha256": hashlib.sha256(self.spec.prompt.encode()).hexdigest(),
+            "epoch": self.lease.epoch,
+        })
+
+    async def call_model(self, action: CallModel) -> bool:
+        """Make one model call; ``False`` when the task must stop here (retry scheduled)."""
+        self.record(ev.MODEL_CALL_STARTED, {"step": action.step, "epoch": self.lease.epoch})
+        if self.state.steps == 0:
+            self.pending_update = RunUpdate(status="running")
+        await self.flush()
+        model = self.worker.runtime.model(self.spec.model)
+        request = ModelRequest(
+            model=self.spec.model, system=self.spec.prompt, messages=tuple(self.state.messages),
+            tools=tuple(tool.spec for tool in self.spec.tools.values()))
+        started = time.perf_counter()
+        try:
+            response = await model.complete(request)
+        except ProviderError as exc:
+            if exc.retryable:
+                return await self.schedule_retry(action.step, exc)
+            await self.finish("error", None, {"code": exc.code, "message": exc.message})
+            return False
+        except Exception as exc:  # a provider plugin bug must not loop through redeliveries
+            log.exception("model %s raised", self.spec.model)
+            await self.finish("error", None, {
+                "code": "provider_error",
+                "message": f"model {self.spec.model} raised {type(exc).__name__}: {exc}"})
+            return False
+        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        self.record_response(action, response, latency_ms)
+        return True
+
+    def record_response(self, action: CallModel, response: ModelResponse,
+                        latency_ms: float) -> None:
+        had_error = self.state.retry is not None
+        self.record(ev.MODEL_CALL_COMPLETED, {
+            "step": action.step, "epoch": self.lease.epoch, "model": response.model or self.spec.model,
+            "text": response.text,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                           for c in response.tool_calls],
+            "stop_reason": response.stop_reason,
+            "usage": {"input_tokens": response.usage.input_tokens,
+                      "output_tokens": response.usage.output_tokens,
+                      "cache_read_tokens": response.usage.cache_read_tokens,
+                      "cache_write_tokens": response.usage.cache_write_tokens},
+            "cost_usd": response.cost_usd, "latency_ms": latency_ms, "repeated": action.repeated,
+        })
+        if had_error:
+            self.pending_update = RunUpdate(error=None)  # recovered: the latest error clears
+        for index, call in enumerate(response.tool_calls):
+            problem = self.check_call(call)
+            if problem is not None:
+                kind, text = problem
+                self.record(ev.TOOL_CALL_COMPLETED, {
+                    "step": action.step, "call_id": call.id, "name": call.name, "output": text,
+                    "is_error": True, "error_kind": kind, "truncated": False,
+                    "original_bytes": len(text.encode()), "duration_ms": 0.0,
+                    "epoch": self.lease.epoch})
+                continue
+            self.record(ev.TOOL_CALL_STARTED, {
+                "step": action.step, "call_id": call.id, "name": call.name,
+                "arguments": call.arguments,
+                "idempotency_key": idempotency_key(self.run_id, self.task_id, action.step, index),
+                "epoch": self.lease.epoch})
+
+    def check_call(self, call: ToolCall) -> tuple[str, str] | None:
+        """A structured error for the model if the call names no tool or has bad arguments."""
+        tool = self.spec.tools.get(call.name)
+        if tool is None:
+            available = ", ".join(self.spec.tools) or "none"
+            return "unknown_tool", (f"Error: there is no tool named {call.name!r}. "
+                                    f"Available tools: {available}.")
+        try:
+            jsonschema.validate(call.arguments, tool.parameters)
+        except jsonschema.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.absolute_path) or "arguments"
+            return "invalid_arguments", (
+                f"Error: invalid arguments for {call.name}: {where}: {exc.message}. "
+                f"Expected JSON Schema: {json.dumps(tool.parameters, sort_keys=True)}")
+        return None
+
+    async def run_tools(self, calls: Sequence[PendingToolCall]) -> None:
+        results = await asyncio.gather(*(self.run_tool(call) for call in calls))
+        for data in results:
+            self.record(ev.TOOL_CALL_COMPLETED, data)
+
+    async def run_tool(self, pending: PendingToolCall) -> dict[str, Any]:
+        call = pending.call
+        tool = self.spec.tools.get(call.name)
+        base = {"step": pending.step, "call_id": call.id, "name": call.name,
+                "epoch": self.lease.epoch}
+        if pending.epoch != self.lease.epoch and (tool is None or not tool.idempotent):
+            text = ("Error: this tool call was interrupted: the worker running it stopped before "
+                    "its result was recorded. It was not run again because the tool is not "
+                    "marked idempotent, so it may or may not have taken effect.")
+            return base | {"output": text, "is_error": True, "error_kind": "interrupted",
+                           "truncated": False, "original_bytes": len(text.encode()),
+                           "duration_ms": 0.0}
+        if tool is None:  # the tool was removed from the agent after the call was recorded
+            text = f"Error: there is no tool named {call.name!r} any more."
+            return base | {"output": text, "is_error": True, "error_kind": "unknown_tool",
+                           "truncated": False, "original_bytes": len(text.encode()),
+                           "duration_ms": 0.0}
+        context = ToolCallContext(self.agent.name, self.run_id, self.task_id, pending.step,
+                                  call.id, pending.idempotency_key)
+        started = time.perf_counter()
+        output, is_error = await invoke_tool(tool, call.arguments, context)
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        text, truncated, size = truncate_output(output, self.spec.limits.max_tool_output_bytes)
+        return base | {"output": text, "is_error": is_error,
+                       "error_kind": "exception" if is_error else None, "truncated": truncated,
+                       "original_bytes": size, "duration_ms": duration_ms}
+
+    async def schedule_retry(self, step: int, exc: ProviderError) -> bool:
+        attempt = (self.state.retry or {}).get("attempt", 0) + 1
+        error = {"code": exc.code, "message": exc.message, "attempt": attempt}
+        if attempt > self.settings.retry_max_attempts:
+            error["message"] = f"gave up after {attempt - 1} retries: {exc.message}"
+            await self.finish("error", None, error)
+            return False
+        delay = backoff_delay(attempt, base_s=self.settings.retry_base_s,
+                              cap_s=self.settings.retry_max_delay_s, random_unit=random.random())
+        hinted = getattr(exc, "retry_after_s", None)
+        if hinted:
+            delay = max(delay, float(hinted))
+        next_at = (datetime.now(UTC) + timedelta(seconds=delay)).isoformat()
+        self.record(ev.RETRY_SCHEDULED, {
+            "step": step, "attempt": attempt, "error": {"code": exc.code, "message": exc.message},
+            "delay_s": round(delay, 3), "next_attempt_at": next_at, "epoch": self.lease.epoch})
+        payload = self.message.payload
+        await self.flush(
+            messages=[task_message(self.task_id, payload.get("subagent"), payload.get("input"),
+                                   delay_s=delay)],
+            run_update=RunUpdate(error=error | {"next_attempt_at": next_at}), done=True)
+        return False
+
+    async def finish(self, stop_reason: str, output: str | None,
+                     error: dict[str, Any] | None) -> None:
+        status = ev.status_for(stop_reason)
+        self.record(ev.TASK_FINISHED, {
+            "task_id": self.task_id, "status": status, "stop_reason": stop_reason,
+            "output": output, "error": error, "steps": self.state.steps,
+            "cost_usd": round(self.state.cost_usd, 10), "epoch": self.lease.epoch})
+        await self.flush(messages=[run_tick(f"task {self.task_id} finished")], done=True)
+
+
+async def invoke_tool(tool: Tool, arguments: dict[str, Any],
+                      context: ToolCallContext) -> tuple[str, bool]:
+    """Run a tool (sync tools in a thread); exceptions become error text for the model."""
+    token = _current.set(context)
+    try:
+        if inspect.iscoroutinefunction(tool.function):
+            result = await tool.function(**arguments)
+        else:
+            ctx = contextvars.copy_context()
+            result = await asyncio.to_thread(ctx.run, tool.function, **arguments)
+    except Exception as exc:
+        return f"Error: {type(exc).__name__}: {exc}", True
+    finally:
+        _current.reset(token)
+    if isinstance(result, str):
+        return result, False
+    return json.dumps(result, default=str, ensure_ascii=False), False
+
+
+async def work_task(worker: Worker, agent: AgentSpec, message: QueueMessage) -> None:
+    """Handle a ``task`` message: take the task's lease, fold its log, continue it."""
+    assert message.run_id is not None
+    stream = ev.task_stream(message.payload["task_id"])
+    lease = await worker.acquire(message, stream)
+    if lease is None:
+        return
+    events = await worker.runtime.store.load_stream(agent.name, message.run_id, stream)
+    state = fold_task((e.type, e.data) for e in events)
+    await TaskRunner(worker, agent, message, lease, state).run()

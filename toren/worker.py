@@ -1,0 +1,198 @@
+"""The worker: claims queue messages for the agents it serves and works them.
+
+One poll loop claims up to the free concurrency, woken by notifications (or the poll interval);
+one heartbeat renews every lease and claimed message this worker holds, in one statement, every
+third of the lease TTL; one guardian re-nudges active runs that lost all their messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import toren
+from toren import events as ev
+from toren.errors import LeaseLost, RunCancelled
+from toren.events import NewEvent
+from toren.interfaces import Lease, QueueMessage, RunUpdate
+
+if TYPE_CHECKING:
+    from toren.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: Called after every successful append: (agent, stream, first_seq, events). Tests use it to
+#: validate every appended event against the catalog.
+AppendObserver = Callable[[str, str, int, Sequence[NewEvent]], None]
+
+
+class Worker:
+    """Pollers, heartbeat and guardian for one process (started by the ``inprocess`` runtime)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.inflight: dict[int, asyncio.Task[None]] = {}
+        self._slot_freed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self.observers: list[AppendObserver] = []
+
+    @property
+    def agent_names(self) -> list[str]:
+        return list(self.runtime.agents)
+
+    def info(self) -> dict[str, Any]:
+        return {"id": self.id, "version": toren.__version__, "agents": self.agent_names}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.runtime.store.heartbeat(self.info(), self.settings.lease_ttl_s, [])
+        self._loops = [
+            asyncio.create_task(self._poll_loop(), name="toren-poll"),
+            asyncio.create_task(self._every(self.settings.lease_ttl_s / 3, self._heartbeat),
+                                name="toren-heartbeat"),
+            asyncio.create_task(self._every(self.settings.guardian_interval_s, self._guard),
+                                name="toren-guardian"),
+        ]
+        log.info("worker %s serving %s", self.id, ", ".join(self.agent_names))
+
+    async def stop(self) -> None:
+        """Stop claiming; let work in hand finish within the grace period; hand back the rest."""
+        self._stopping.set()
+        self._slot_freed.set()
+        poll = self._loops[0] if self._loops else None
+        if poll is not None:
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poll
+        if self.inflight:
+            _done, pending = await asyncio.wait(list(self.inflight.values()),
+                                                timeout=self.settings.shutdown_grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for loop in self._loops[1:]:
+            loop.cancel()
+        await asyncio.gather(*self._loops[1:], return_exceptions=True)
+        self._loops = []
+        try:
+            await self.runtime.store.sign_out(self.id)
+        except Exception as exc:  # the database may be gone; leases then expire on their own
+            log.warning("could not sign out worker %s: %s", self.id, exc)
+
+    # -- loops ---------------------------------------------------------------------------------
+
+    async def _every(self, interval: float, action: Callable[[], Awaitable[None]]) -> None:
+        while not self._stopping.is_set():
+            try:
+                await action()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+
+    async def _heartbeat(self) -> None:
+        await self.runtime.store.heartbeat(self.info(), self.settings.lease_ttl_s,
+                                           list(self.inflight))
+
+    async def _guard(self) -> None:
+        nudged = await self.runtime.store.guardian_sweep(self.agent_names)
+        if nudged:
+            log.info("guardian re-nudged %d run(s) with no pending message: %s", len(nudged),
+                     ", ".join(nudged))
+
+    async def _poll_loop(self) -> None:
+        queue = self.runtime.queue
+        assert queue is not None
+        while not self._stopping.is_set():
+            free = self.settings.concurrency - len(self.inflight)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            try:
+                claimed, dead = await queue.claim(
+                    self.agent_names, self.id, free, self.settings.lease_ttl_s,
+                    self.settings.max_deliveries)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("claiming messages failed (%s); retrying", exc)
+                await asyncio.sleep(self.settings.poll_interval_s)
+                continue
+            for message in dead:
+                await self._record_dead_letter(message)
+            for message in claimed:
+                task = asyncio.create_task(self._handle(message), name=f"toren-msg-{message.id}")
+                self.inflight[message.id] = task
+            if not claimed:
+                await queue.wait(self.settings.poll_interval_s)
+
+    # -- messages ------------------------------------------------------------------------------
+
+    async def _handle(self, message: QueueMessage) -> None:
+        from toren.orchestrator import tick_run
+        from toren.task import work_task
+
+        try:
+            agent = self.runtime.agents[message.agent]
+            if message.kind == "task":
+                await work_task(self, agent, message)
+            elif message.kind == "run":
+                await tick_run(self, agent, message)
+            else:
+                log.error("dropping message %s of unknown kind %r", message.id, message.kind)
+                await self.runtime.queue.ack(message, self.id)  # type: ignore[union-attr]
+        except (LeaseLost, RunCancelled) as exc:
+            log.info("stopped work on run %s: %s", message.run_id, exc.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Left unacknowledged: it comes back after its visibility timeout and is
+            # dead-lettered after TOREN_MAX_DELIVERIES deliveries.
+            log.exception("message %s (%s, run %s) failed", message.id, message.kind,
+                          message.run_id)
+        finally:
+            self.inflight.pop(message.id, None)
+            self._slot_freed.set()
+
+    async def acquire(self, message: QueueMessage, stream: str) -> Lease | None:
+        """The stream's lease, or ``None`` (message handed back) if another worker holds it."""
+        assert message.run_id is not None
+        lease = await self.runtime.store.acquire_lease(message.run_id, stream, self.id,
+                                                       self.settings.lease_ttl_s)
+        if lease is None:
+            queue = self.runtime.queue
+            assert queue is not None
+            await queue.defer(message, self.id, self.settings.lease_ttl_s)
+        return lease
+
+    async def _record_dead_letter(self, message: QueueMessage) -> None:
+        reason = (f"message {message.id} ({message.kind}) was delivered {message.attempts} times "
+                  "without completing: its worker died or timed out each time")
+        log.error("dead-lettered %s for run %s", reason, message.run_id)
+        if message.run_id is None or message.agent not in self.runtime.agents:
+            return
+        data = {"message_id": message.id, "kind": message.kind, "attempts": message.attempts,
+                "reason": reason, "status": "failed", "stop_reason": "error"}
+        await self.runtime.store.append_unleased(
+            message.agent, message.run_id, ev.RUN_STREAM,
+            [NewEvent(ev.RUN_DEAD_LETTERED, data)],
+            run_update=RunUpdate(status="failed", stop_reason="error", finished=True,
+                                 error={"code": "dead_lettered", "message": reason}))
+
+    def observe_append(self, agent: str, stream: str, first_seq: int,
+                       events: Sequence[NewEvent]) -> None:
+        for observer in self.observers:
+            observer(agent, stream, first_seq, events)
