@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections import Counter
 import importlib.metadata as metadata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -69,6 +70,25 @@ class PluginHost:
         except pluggy.PluginValidationError as exc:
             raise PluginError(f"plugin {exc.plugin!r} implements an unknown hook: {exc}") from exc
         self._collect()
+
+    def add_plugin(self, plugin: Any, name: str, *, distribution: str = "(in-process)") -> None:
+        """Register an object or module with hook implementations after loading.
+
+        For tests and embedding: what it registers joins the registries as if it had been
+        installed (duplicates are errors as usual).
+        """
+        self._register(plugin, name, distribution, "-")
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {name!r} implements an unknown hook: {exc}") from exc
+        for hook_name, registrar in (("register_models", self._model_registrar),
+                                     ("register_tools", self._tool_registrar),
+                                     ("register_channels", self._channel_registrar)):
+            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                if impl.plugin_name == name:
+                    impl.function(**({"register": registrar(name)}
+                                     if "register" in impl.argnames else {}))
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -177,11 +197,11 @@ class PluginHost:
     def add_commands(self, app: Any) -> None:
         """Let plugins extend the CLI (``register_commands``); a taken name is an error."""
         for impl in reversed(self.pm.hook.register_commands.get_hookimpls()):
-            before = _command_names(app)
+            before = Counter(_command_names(app))
             impl.function(app=app)
-            added = _command_names(app)[len(before):]
-            for name in added:
-                if name in before or added.count(name) > 1:
+            after = Counter(_command_names(app))
+            for name, count in after.items():
+                if count > 1 and count > before.get(name, 0):
                     raise PluginError(f"plugin {self._describe(impl.plugin_name)} adds the "
                                       f"command {name!r}, which already exists")
 

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from toren.cli import db, dev, init, plugins, version
+from toren.cli import db, dev, init, jobs, plugins, run, version, worker
 from toren.cli.output import print_error
 from toren.errors import TorenError
 
@@ -22,6 +22,9 @@ app.command("version")(version.version)
 app.command("plugins")(plugins.plugins)
 app.command("init")(init.init)
 app.command("dev")(dev.dev)
+app.command("worker")(worker.worker)
+app.command("run")(run.run)
+app.add_typer(jobs.app, name="jobs")
 app.add_typer(db.app, name="db")
 
 

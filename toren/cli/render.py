@@ -1,0 +1,129 @@
+"""Human rendering of events, runs and receipts for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+from rich.tree import Tree
+
+from toren import events as ev
+from toren.events import Event
+
+
+def _short(text: str | None, limit: int = 100) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _cost(value: float | None) -> str:
+    return "cost unknown" if value is None else f"${value:.4f}"
+
+
+def event_line(event: Event) -> str | None:
+    """One line for a live event, or ``None`` for events not worth a line."""
+    d = event.data
+    task = event.stream.removeprefix("task:")
+    if event.type == ev.TASK_STARTED:
+        who = f"subagent {d['subagent']}" if d.get("subagent") else "agent"
+        return f"[bold]▶ task {escape(task)}[/] started ({who}, {escape(d['model'])})"
+    if event.type == ev.MODEL_CALL_COMPLETED:
+        usage = d["usage"]
+        calls = ", ".join(c["name"] for c in d["tool_calls"])
+        then = f" → calls {escape(calls)}" if calls else " → answers"
+        repeated = " [yellow](repeated after a crash)[/]" if d.get("repeated") else ""
+        return (f"  step {d['step']} · {escape(d['model'])} · {usage['input_tokens']}→"
+                f"{usage['output_tokens']} tokens · {_cost(d['cost_usd'])} · "
+                f"{d['latency_ms']:.1f} ms{then}{repeated}")
+    if event.type == ev.TOOL_CALL_COMPLETED:
+        colour = "red" if d["is_error"] else "green"
+        cut = " [yellow](truncated)[/]" if d.get("truncated") else ""
+        return (f"    [{colour}]↳ {escape(d['name'])}[/] {escape(_short(d['output']))}{cut} "
+                f"({d['duration_ms']:.1f} ms)")
+    if event.type == ev.RETRY_SCHEDULED:
+        return (f"  [yellow]⟳ retry {d['attempt']} in {d['delay_s']:.1f}s:[/] "
+                f"{escape(d['error']['message'])}")
+    if event.type == ev.TASK_FINISHED:
+        return f"[bold]■ task {escape(task)}[/] {d['status']} ({d['stop_reason']})"
+    if event.type == ev.RUN_CANCELLED:
+        return f"[yellow]✕ run cancelled:[/] {escape(d['reason'])}"
+    if event.type == ev.RUN_DEAD_LETTERED:
+        return f"[red]✕ {escape(d['reason'])}[/]"
+    return None
+
+
+def run_summary(receipt: dict[str, Any]) -> Table:
+    """Status, stop reason and totals of a run as a two-column table."""
+    run = receipt["run"]
+    totals = receipt["totals"]
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("run", run["id"])
+    table.add_row("agent", run["agent"])
+    table.add_row("status", f"{run['status']} ({run['stop_reason'] or 'not stopped'})")
+    table.add_row("why", escape(receipt["why"]))
+    if run["error"] and run["status"] not in ev.TERMINAL_STATUSES:
+        next_at = run["error"].get("next_attempt_at")
+        table.add_row("latest error", escape(f"{run['error'].get('message')}"
+                                             + (f" (next attempt {next_at})" if next_at else "")))
+    table.add_row("steps", str(totals["model_calls"]))
+    table.add_row("tool calls", str(totals["tool_calls"]))
+    table.add_row("tokens", f"{totals['input_tokens']} in / {totals['output_tokens']} out")
+    unknown = totals["cost_unknown_calls"]
+    table.add_row("cost", f"${totals['cost_usd']:.4f}"
+                  + (f" + {unknown} call(s) of unknown cost" if unknown else ""))
+    if totals["repeated_calls"]:
+        table.add_row("repeated calls", f"{totals['repeated_calls']} (in flight at a crash)")
+    return table
+
+
+def run_tree(receipt: dict[str, Any]) -> Tree:
+    """The run as a tree: run -> tasks -> steps."""
+    run = receipt["run"]
+    tree = Tree(f"[bold]run {run['id']}[/] {run['status']}")
+    for task in receipt["tasks"]:
+        who = task["subagent"] or "agent"
+        branch = tree.add(f"task {escape(task['task_id'])} ({escape(who)}, "
+                          f"{escape(task['model'] or '?')}) {task['status']}"
+                          f"{' · ' + task['stop_reason'] if task['stop_reason'] else ''}"
+                          f" · {_cost(task['totals']['cost_usd'])}")
+        tools_by_step: dict[int, list[dict[str, Any]]] = {}
+        for call in task["tool_calls"]:
+            tools_by_step.setdefault(call["step"], []).append(call)
+        for call in task["model_calls"]:
+            step = branch.add(f"step {call['step']} · {call['input_tokens']}→"
+                              f"{call['output_tokens']} tokens · {_cost(call['cost_usd'])} · "
+                              f"{call['latency_ms']:.1f} ms"
+                              + (" · replayed from log" if call["replayed"] else "")
+                              + (" · repeated" if call["repeated"] else ""))
+            for tool in tools_by_step.get(call["step"], []):
+                mark = "[red]error[/]" if tool["is_error"] else "ok"
+                step.add(f"{escape(tool['name'])} {mark} ({tool['duration_ms']:.1f} ms)")
+        for retry in task["retries"]:
+            branch.add(f"[yellow]retry {retry['attempt']}[/] at step {retry['step']}: "
+                       f"{escape(retry['error']['message'])}")
+    return tree
+
+
+def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
+    """Every model call and tool call of a run."""
+    calls = Table(title="Model calls")
+    for column in ("task", "step", "model", "in", "out", "cost", "latency", "replayed",
+                   "repeated"):
+        calls.add_column(column)
+    tools = Table(title="Tool calls")
+    for column in ("task", "step", "tool", "result", "ms", "idempotency key"):
+        tools.add_column(column)
+    for task in receipt["tasks"]:
+        for call in task["model_calls"]:
+            calls.add_row(task["task_id"], str(call["step"]), call["model"],
+                          str(call["input_tokens"]), str(call["output_tokens"]),
+                          _cost(call["cost_usd"]), f"{call['latency_ms']:.1f} ms",
+                          "yes" if call["replayed"] else "", "yes" if call["repeated"] else "")
+        for tool in task["tool_calls"]:
+            result = tool["error_kind"] or "error" if tool["is_error"] else "ok"
+            tools.add_row(task["task_id"], str(tool["step"]), tool["name"], result,
+                          f"{tool['duration_ms']:.1f}", tool["idempotency_key"] or "")
+    return [calls, tools]
