@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -44,7 +46,7 @@ def drop_database(server_url: str, name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_server_url() -> Iterator[str]:
     """A Postgres server URL whose role may create databases."""
     configured = os.environ.get(ENV_VAR)
     if configured:
@@ -53,12 +55,15 @@ def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs' XDG_RUNTIME_DIR warning at import
         import pgserver
-    base: Path = tmp_path_factory.mktemp("embedded-postgres")
+    # Not under pytest's tmp_path: pytest deletes old base temp dirs when other sessions
+    # start, which would pull the data directory from under a running server.
+    base = Path(tempfile.mkdtemp(prefix="toren-test-postgres-"))
     server = pgserver.get_server(base / "pgdata", cleanup_mode="delete")
     try:
         yield server.get_uri("postgres")
     finally:
         server.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

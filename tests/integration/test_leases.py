@@ -1,0 +1,114 @@
+"""Leases, compare-and-swap appends, guardians and dead letters against real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.durable import check_log, make_runtime  # noqa: F401 - fixture
+from toren.errors import LeaseLost
+from toren.events import NewEvent
+from toren.testing import write_agent_dir
+
+
+def started(epoch: int) -> NewEvent:
+    return NewEvent("TaskStarted", {
+        "task_id": "main", "subagent": None, "model": "toren/scripted", "input": "x",
+        "limits": {}, "tools": [], "prompt_sha256": "0", "epoch": epoch})
+
+
+async def test_an_expired_lease_loses_its_next_append(make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    run_id = await runtime.start_run("a", "x")
+    first = await store.acquire_lease(run_id, "task:main", "worker-1", 0.3)
+    assert first is not None and first.epoch == 1
+    assert await store.acquire_lease(run_id, "task:main", "worker-2", 0.3) is None  # held
+    await asyncio.sleep(0.5)  # worker-1 stalls past its lease (database clock)
+    second = await store.acquire_lease(run_id, "task:main", "worker-2", 5)
+    assert second is not None and second.epoch == 2
+    with pytest.raises(LeaseLost, match="held by worker-2 at epoch 2"):
+        await store.append("a", first, 1, [started(1)], ttl_s=5)
+    await store.append("a", second, 1, [started(2)], ttl_s=5)
+    events = await store.load_stream("a", run_id, "task:main")
+    assert [(e.seq, e.data["epoch"]) for e in events] == [(1, 2)]
+
+
+async def test_two_appends_of_the_same_sequence_number_cannot_both_commit(
+        make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    run_id = await runtime.start_run("a", "x")
+    lease = await store.acquire_lease(run_id, "task:main", "w", 5)
+    results = await asyncio.gather(
+        *(store.append("a", lease, 1, [started(1)], ttl_s=5) for _ in range(8)),
+        return_exceptions=True)
+    assert sum(r is None for r in results) == 1
+    assert all(isinstance(r, LeaseLost) for r in results if r is not None)
+    assert len(await store.load_stream("a", run_id, "task:main")) == 1
+
+
+async def test_a_deleted_queue_message_is_healed_by_a_guardian(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    directory = write_agent_dir(tmp_path, "a")
+    creator = await make_runtime(dirs=[directory], workers=False)
+    run_id = await creator.start_run("a", "heal me")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        deleted = conn.execute("DELETE FROM toren_control.queue WHERE run_id = %s",
+                               [run_id]).rowcount
+    assert deleted == 1
+    await asyncio.sleep(1.1)  # the guardian leaves runs touched in the last second alone
+    worker = await make_runtime(dirs=[directory], guardian_interval_s=0.2)
+    record = await worker.wait_for_run(run_id, timeout_s=20)
+    assert record.status == "completed"
+    check_log(await worker.events(run_id))
+
+
+async def test_a_lost_task_message_is_resent_by_the_run_tick(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    directory = write_agent_dir(tmp_path, "a")
+    creator = await make_runtime(dirs=[directory], workers=False)
+    run_id = await creator.start_run("a", "x")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        # replace the task message by a bare run tick, as if the task message were lost
+        conn.execute("DELETE FROM toren_control.queue WHERE run_id = %s", [run_id])
+        conn.execute("INSERT INTO toren_control.queue (agent, run_id, kind, payload) "
+                     "VALUES ('a', %s, 'run', '{}')", [run_id])
+    worker = await make_runtime(dirs=[directory])
+    assert (await worker.wait_for_run(run_id, timeout_s=20)).status == "completed"
+
+
+async def test_the_same_message_delivered_twice_at_once_causes_one_step(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    directory = write_agent_dir(tmp_path, "a")
+    creator = await make_runtime(dirs=[directory], workers=False)
+    run_id = await creator.start_run("a", "x")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for _ in range(3):  # duplicates of the task message
+            conn.execute("INSERT INTO toren_control.queue (agent, run_id, kind, payload) "
+                         "SELECT agent, run_id, kind, payload FROM toren_control.queue "
+                         "WHERE run_id = %s LIMIT 1", [run_id])
+    workers = [await make_runtime(dirs=[directory]) for _ in range(2)]
+    record = await workers[0].wait_for_run(run_id, timeout_s=20)
+    assert record.status == "completed"
+    events = await workers[0].events(run_id)
+    check_log(events)
+    assert sum(e.type == "TaskStarted" for e in events) == 1
+    assert sum(e.type == "ModelCallCompleted" for e in events) == 1
+
+
+async def test_many_runs_across_two_workers_each_run_once(make_runtime, tmp_path: Path) -> None:
+    directory = write_agent_dir(tmp_path, "a", tools_py='def ping(x: str) -> str:\n'
+                                                       '    """Ping."""\n    return "pong"\n')
+    workers = [await make_runtime(dirs=[directory], concurrency=4) for _ in range(2)]
+    run_ids = [await workers[0].start_run("a", f"run {i}") for i in range(20)]
+    for run_id in run_ids:
+        record = await workers[0].wait_for_run(run_id, timeout_s=30)
+        assert record.status == "completed"
+        events = await workers[0].events(run_id)
+        check_log(events)
+        assert sum(e.type == "ModelCallCompleted" for e in events) == 2
+        assert sum(e.type == "ToolCallCompleted" for e in events) == 1
