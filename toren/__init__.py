@@ -1,8 +1,24 @@
 """Toren: a self-hosted durable agent runtime on a Postgres event log."""
 
+from typing import TYPE_CHECKING, Any
+
+from toren.context import ToolCallContext, current_tool_call
 from toren.hookspecs import hookimpl
 from toren.tools import tool
 
+if TYPE_CHECKING:
+    from toren.runtime import Runtime
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "hookimpl", "tool"]
+__all__ = ["Runtime", "ToolCallContext", "__version__", "current_tool_call", "hookimpl", "tool"]
+
+
+def __getattr__(name: str) -> Any:
+    # The host API pulls in drivers and the database layer; tools.py files that only need
+    # ``toren.tool`` should not pay for that at import.
+    if name == "Runtime":
+        from toren.runtime import Runtime
+
+        return Runtime
+    raise AttributeError(f"module 'toren' has no attribute {name!r}")

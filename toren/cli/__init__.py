@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
 import typer
 
 from toren.cli import db, dev, init, jobs, plugins, run, version, worker
-from toren.cli.output import print_error
+from toren.cli.output import err_console, print_error
 from toren.errors import TorenError
 
 app = typer.Typer(
@@ -35,6 +36,17 @@ def _add_plugin_commands() -> None:
     PluginHost(Settings.from_env().load_plugins).add_commands(app)
 
 
+def _configure_logging() -> None:
+    """Log to stderr through rich; ``TOREN_LOG_LEVEL`` (default WARNING) sets the level."""
+    from rich.logging import RichHandler
+
+    level = os.environ.get("TOREN_LOG_LEVEL", "WARNING").upper()
+    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+    logging.basicConfig(level=level if level in logging.getLevelNamesMapping() else "WARNING",
+                        format="%(message)s", handlers=[handler])
+    logging.getLogger("pgserver").setLevel(max(logging.WARNING, logging.root.level))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``toren`` console script.
 
@@ -45,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in args or os.environ.get("TOREN_DEBUG") == "1"
     args = [arg for arg in args if arg != "--debug"]
     as_json = "--json" in args
+    _configure_logging()
     try:
         _add_plugin_commands()
         app(args=args, prog_name="toren")  # standalone: typer handles usage errors and exits
