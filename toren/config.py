@@ -29,6 +29,8 @@ class Settings:
     load_plugins: tuple[str, ...] | None = None
     connect_timeout_s: float = 5.0
     concurrency: int = 8
+    #: Database connections per process; tasks hold one only while a statement runs.
+    pool_size: int = 10
     #: Seconds a lease (and a claimed message) lives without renewal; a dead worker's work is
     #: picked up by another within about this long. Renewed every third of it while working.
     lease_ttl_s: float = 5.0
@@ -58,6 +60,7 @@ class Settings:
             ),
             connect_timeout_s=_number(env, "TOREN_CONNECT_TIMEOUT", 5.0, float),
             concurrency=_number(env, "TOREN_CONCURRENCY", 8, int),
+            pool_size=_number(env, "TOREN_POOL_SIZE", 10, int),
             lease_ttl_s=_number(env, "TOREN_LEASE_TTL", 5.0, float),
             poll_interval_s=_number(env, "TOREN_POLL_INTERVAL", 1.0, float),
             guardian_interval_s=_number(env, "TOREN_GUARDIAN_INTERVAL", 5.0, float),

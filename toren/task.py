@@ -233,12 +233,11 @@ class TaskRunner:
             available = ", ".join(self.spec.tools) or "none"
             return "unknown_tool", (f"Error: there is no tool named {call.name!r}. "
                                     f"Available tools: {available}.")
-        try:
-            jsonschema.validate(call.arguments, tool.parameters)
-        except jsonschema.ValidationError as exc:
-            where = ".".join(str(p) for p in exc.absolute_path) or "arguments"
+        error = jsonschema.exceptions.best_match(tool.validator.iter_errors(call.arguments))
+        if error is not None:
+            where = ".".join(str(p) for p in error.absolute_path) or "arguments"
             return "invalid_arguments", (
-                f"Error: invalid arguments for {call.name}: {where}: {exc.message}. "
+                f"Error: invalid arguments for {call.name}: {where}: {error.message}. "
                 f"Expected JSON Schema: {json.dumps(tool.parameters, sort_keys=True)}")
         return None
 

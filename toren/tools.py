@@ -13,7 +13,10 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, Union, get_args, get_origin
+
+import jsonschema
 
 from toren.errors import ToolError
 from toren.model import ToolSpec
@@ -41,6 +44,12 @@ class Tool:
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
+
+    @cached_property
+    def validator(self) -> jsonschema.protocols.Validator:
+        """Checks arguments from the model against ``parameters`` (built once: it is hot)."""
+        cls = jsonschema.validators.validator_for(self.parameters, jsonschema.Draft202012Validator)
+        return cls(self.parameters)  # type: ignore[no-any-return]
 
 
 def tool(

@@ -53,7 +53,7 @@ class PostgresStore(Store):
             self.url = self.embedded.url
         self.server_version = await check_connection(self.url, self.settings.connect_timeout_s)
         self._pool = AsyncConnectionPool(
-            self.url, min_size=1, max_size=max(4, self.settings.concurrency + 2),
+            self.url, min_size=1, max_size=max(2, self.settings.pool_size),
             kwargs={"autocommit": True}, open=False, name="toren",
         )
         try:

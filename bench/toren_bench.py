@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""Toren's side of the benchmarks: one figure per invocation, one JSON line on stdout.
+
+    python bench/toren_bench.py FIGURE --server-url URL [--smoke]
+
+FIGURE is one of: throughput, latency, queue, resume, memory, scaleout, recovery.
+Each invocation creates a fresh database on the server at URL (the role needs CREATEDB) and
+drops it afterwards. Logs go to stderr. ``bench/run.py`` runs every figure beside the peers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+
+from toren import events as ev
+from toren.config import Settings
+from toren.decisions import next_task_action
+from toren.events import NewEvent
+from toren.fold import fold_task
+from toren.interfaces import OutgoingMessage
+from toren.runtime import Runtime
+from toren.testing import write_agent_dir
+
+TOREN = Path(sys.executable).parent / "toren"
+TERMINAL = ("completed", "stopped", "failed", "cancelled")
+
+
+def log(message: str) -> None:
+    print(f"[toren_bench] {message}", file=sys.stderr, flush=True)
+
+
+# -- database and crew -----------------------------------------------------------------------
+
+
+class BenchDatabase:
+    """A fresh database on the benchmark server, dropped on close."""
+
+    def __init__(self, server_url: str, figure: str) -> None:
+        self.server_url = server_url
+        self.name = f"torenbench_{figure}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+        self.url = make_conninfo(server_url, dbname=self.name)
+
+    def xact_commits(self) -> int:
+        """Committed transactions so far (stats are flushed about once a second: settle)."""
+        time.sleep(1.2)
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute("SELECT xact_commit FROM pg_stat_database "
+                               "WHERE datname = current_database()").fetchone()
+        return int(row[0])
+
+    def scalar(self, query: str, params: Any = None) -> Any:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute(query, params).fetchone()
+        return row[0] if row else None
+
+    def close(self) -> None:
+        with psycopg.connect(self.server_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(self.name)))
+
+
+def bench_crew(root: Path, steps: int) -> Path:
+    """A crew whose offline model makes ``steps`` steps, each one model call + one tool call,
+    then answers: ``2 * steps + 1`` durable operations per run."""
+    tools = "\n".join(
+        f'def noop_{i:04d}(text: str) -> str:\n    """Does nothing."""\n    return "ok"\n'
+        for i in range(steps))
+    return write_agent_dir(root, "bench", tools_py=tools, limits={"maxSteps": steps + 5})
+
+
+def settings(url: str, **overrides: Any) -> Settings:
+    return dataclasses.replace(Settings(database_url=url, load_plugins=()), **overrides)
+
+
+async def wait_terminal(db: BenchDatabase, count: int, timeout_s: float = 600) -> int:
+    """Poll (4 times a second) until ``count`` runs are terminal; return the polls made."""
+    polls = 0
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        polls += 1
+        done = await asyncio.to_thread(
+            db.scalar, "SELECT count(*) FROM agent_bench.runs WHERE status = ANY(%s)",
+            [list(TERMINAL)])
+        if done >= count:
+            return polls
+        await asyncio.sleep(0.25)
+    raise TimeoutError(f"runs did not finish within {timeout_s}s")
+
+
+def window(db: BenchDatabase) -> dict[str, Any]:
+    """First TaskStarted to last RunFinished, by the database clock; and event counts."""
+    with psycopg.connect(db.url) as conn:
+        first, last, events, completed = conn.execute(
+            "SELECT min(created_at) FILTER (WHERE type = 'TaskStarted'), "
+            "max(created_at) FILTER (WHERE type = 'RunFinished'), count(*), "
+            "count(*) FILTER (WHERE type IN ('ModelCallCompleted', 'ToolCallCompleted')) "
+            "FROM agent_bench.events").fetchone()
+        failed = conn.execute("SELECT count(*) FROM agent_bench.runs "
+                              "WHERE status <> 'completed'").fetchone()[0]
+    return {"seconds": (last - first).total_seconds(), "events": events,
+            "operations": completed, "not_completed": failed}
+
+
+# -- 1. durable step throughput ------------------------------------------------------------
+
+
+async def throughput(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    n, k, w = args.runs, args.steps, args.concurrency
+    crew = bench_crew(work, k)
+    creator = Runtime([crew], settings=settings(db.url))
+    await creator.start(workers=False)
+    for _ in range(n):
+        await creator.start_run("bench", "go")
+    await creator.stop()
+    x0 = db.xact_commits()
+    worker = Runtime([crew], settings=settings(db.url, concurrency=w))
+    await worker.start(workers=True)
+    polls = await wait_terminal(db, n)
+    await worker.stop()
+    x1 = db.xact_commits()
+    span = window(db)
+    ops = span["operations"]
+    xacts = x1 - x0 - polls - 2  # minus our own polls and the two counter reads
+    return {
+        "runs": n, "steps_per_run": k, "concurrency": w, "worker_processes": 1,
+        "seconds": round(span["seconds"], 3),
+        "operations_per_s": round(ops / span["seconds"], 1),
+        "steps_per_s": round(n * k / span["seconds"], 1),
+        "events_per_s": round(span["events"] / span["seconds"], 1),
+        "pg_xacts_per_operation": round(xacts / ops, 3),
+        "pg_xacts_per_step": round(xacts / (n * k), 3),
+        "not_completed": span["not_completed"],
+    }
+
+
+# -- 2. per-step overhead ------------------------------------------------------------------
+
+
+async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    k = args.steps * 10
+    crew = bench_crew(work, k)
+    runtime = Runtime([crew], settings=settings(db.url, concurrency=1))
+    await runtime.start(workers=True)
+    stamps: list[float] = []
+    worker = runtime.workers.worker  # type: ignore[union-attr]
+    worker.observers.append(lambda *_: stamps.append(time.perf_counter()))
+    run_id = await runtime.start_run("bench", "go")
+    await runtime.wait_for_run(run_id, poll_s=0.25)
+    await runtime.stop()
+    # appends: start, then one per operation (2 per step), then finish and the run tick;
+    # the gaps between consecutive operation appends are the per-operation cost
+    gaps = [1000 * (b - a) for a, b in zip(stamps[1:-2], stamps[2:-1], strict=True)]
+    steps = [gaps[i] + gaps[i + 1] for i in range(0, len(gaps) - 1, 2)]
+    return {
+        "steps": k,
+        "ms_per_operation_p50": round(statistics.median(gaps), 3),
+        "ms_per_operation_p99": round(percentile(gaps, 0.99), 3),
+        "ms_per_step_p50": round(statistics.median(steps), 3),
+        "ms_per_step_p99": round(percentile(steps, 0.99), 3),
+    }
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+# -- 3. queue: throughput and wake-up latency ------------------------------------------------
+
+
+async def queue(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    crew = bench_crew(work, 1)
+    runtime = Runtime([crew], settings=settings(db.url, pool_size=12))
+    await runtime.start(workers=False)
+    q = runtime.queue
+    assert q is not None
+    worker_id = "bench-consumer"
+    results: dict[str, Any] = {"jobs": args.jobs, "runs": []}
+    for level in (1, 10):
+        started = time.perf_counter()
+        for i in range(args.jobs):
+            await q.enqueue("bench", None, OutgoingMessage("noop", {"i": i}))
+        defer_s = time.perf_counter() - started
+        started = time.perf_counter()
+        done = 0
+        while done < args.jobs:
+            claimed, _dead = await q.claim(["bench"], worker_id, level, 30, 100)
+            if not claimed:
+                break
+            await asyncio.gather(*(q.ack(m, worker_id) for m in claimed))
+            done += len(claimed)
+        drain_s = time.perf_counter() - started
+        results["runs"].append({"concurrency": level, "defer_per_s": round(args.jobs / defer_s, 1),
+                                "jobs_per_s": round(done / drain_s, 1), "completed": done})
+    results["wakeup"] = await wakeup_latency(db, runtime, args.wakeups)
+    await runtime.stop()
+    best = max(results["runs"], key=lambda r: r["jobs_per_s"])
+    results["jobs_per_s"] = best["jobs_per_s"]
+    return results
+
+
+async def wakeup_latency(db: BenchDatabase, runtime: Runtime, samples: int) -> dict[str, Any]:
+    """An idle consumer (LISTEN) and a producer thread: enqueue-commit to claim, in ms."""
+    q = runtime.queue
+    assert q is not None
+    sent: dict[int, float] = {}
+    latencies: list[float] = []
+
+    def produce() -> None:
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            for i in range(samples):
+                time.sleep(0.02)
+                conn.execute("INSERT INTO toren_control.queue (agent, kind, payload) "
+                             "VALUES ('bench', 'noop', %s)", [Jsonb({"i": i})])
+                sent[i] = time.perf_counter()
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    while len(latencies) < samples:
+        claimed, _ = await q.claim(["bench"], "bench-idle", 10, 30, 100)
+        now = time.perf_counter()
+        for message in claimed:
+            latencies.append(1000 * (now - sent.get(message.payload["i"], now)))
+            await q.ack(message, "bench-idle")
+        if not claimed:
+            await q.wait(1.0)
+    thread.join()
+    return {"samples": samples, "p50_ms": round(statistics.median(latencies), 3),
+            "p99_ms": round(percentile(latencies, 0.99), 3)}
+
+
+# -- 4. resume cost vs log length ------------------------------------------------------------
+
+
+def step_events(step: int, epoch: int) -> list[NewEvent]:
+    call = {"id": f"c{step}", "name": "noop_0000", "arguments": {"text": "go"}}
+    usage = {"input_tokens": 100, "output_tokens": 10, "cache_read_tokens": 0,
+             "cache_write_tokens": 0}
+    return [
+        NewEvent(ev.MODEL_CALL_STARTED, {"step": step, "epoch": epoch}),
+        NewEvent(ev.MODEL_CALL_COMPLETED, {
+            "step": step, "epoch": epoch, "model": "toren/scripted", "text": "Calling noop.",
+            "tool_calls": [call], "stop_reason": "tool_use", "usage": usage, "cost_usd": 0.0,
+            "latency_ms": 0.1, "repeated": False}),
+        NewEvent(ev.TOOL_CALL_STARTED, {
+            "step": step, "call_id": call["id"], "name": call["name"],
+            "arguments": call["arguments"], "idempotency_key": f"k{step}", "epoch": epoch}),
+        NewEvent(ev.TOOL_CALL_COMPLETED, {
+            "step": step, "call_id": call["id"], "name": call["name"], "output": "ok",
+            "is_error": False, "error_kind": None, "truncated": False, "original_bytes": 2,
+            "duration_ms": 0.1, "epoch": epoch}),
+    ]
+
+
+async def resume(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    crew = bench_crew(work, 1)
+    runtime = Runtime([crew], settings=settings(db.url))
+    await runtime.start(workers=False)
+    store = runtime.store
+    agent = runtime.agents["bench"]
+    model = runtime.model("toren/scripted")
+    from toren.model import ModelRequest
+
+    out: dict[str, Any] = {"lengths": {}}
+    for length in args.lengths:
+        run_id = await runtime.start_run("bench", "go")
+        lease = await store.acquire_lease(run_id, "task:main", "builder", 60)
+        assert lease is not None
+        started = NewEvent(ev.TASK_STARTED, {
+            "task_id": "main", "subagent": None, "model": "toren/scripted", "input": "go",
+            "limits": {}, "tools": ["noop_0000"], "prompt_sha256": "0", "epoch": lease.epoch})
+        batch: list[NewEvent] = [started]
+        seq, step = 1, 0
+        while seq + len(batch) - 1 < length:
+            step += 1
+            batch += step_events(step, lease.epoch)
+            if len(batch) >= 400:
+                await store.append("bench", lease, seq, batch, ttl_s=60)
+                seq += len(batch)
+                batch = []
+        if batch:
+            await store.append("bench", lease, seq, batch, ttl_s=60)
+            seq += len(batch)
+        await store.release_lease(lease)
+        timings = []
+        for attempt in range(5):
+            t0 = time.perf_counter()
+            lease = await store.acquire_lease(run_id, "task:main", f"resumer-{attempt}", 60)
+            assert lease is not None
+            events = await store.load_stream("bench", run_id, "task:main")
+            state = fold_task((e.type, e.data) for e in events)
+            action = next_task_action(state, agent.limits.__class__(max_steps=10**9), lease.epoch)
+            request = ModelRequest(model="toren/scripted", system=agent.prompt,
+                                   messages=tuple(state.messages),
+                                   tools=tuple(t.spec for t in agent.tools.values()))
+            response = await model.complete(request)
+            await store.append("bench", lease, state.next_seq, [
+                NewEvent(ev.MODEL_CALL_STARTED, {"step": action.step, "epoch": lease.epoch})],
+                ttl_s=60)
+            timings.append(1000 * (time.perf_counter() - t0))
+            await store.release_lease(lease)
+            assert response.text is not None
+        out["lengths"][str(len(events))] = round(statistics.median(timings), 2)
+    await runtime.stop()
+    lengths = sorted(out["lengths"], key=int)
+    out["ms_at_longest"] = out["lengths"][lengths[-1]]
+    out["longest"] = int(lengths[-1])
+    return out
+
+
+# -- worker processes (memory, scale-out, recovery) -------------------------------------------
+
+
+class WorkerProcess:
+    """``toren worker --json`` in a subprocess."""
+
+    def __init__(self, crew: Path, url: str, **env: str) -> None:
+        environment = {k: v for k, v in os.environ.items()
+                       if not k.startswith("TOREN_") and k != "DATABASE_URL"}
+        environment |= {"DATABASE_URL": url, "TOREN_LOAD_PLUGINS": "", **env}
+        self.proc = subprocess.Popen([str(TOREN), "worker", "--dir", str(crew), "--json"],
+                                     env=environment, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the worker exited before it was ready")
+        self.ready_at = time.perf_counter()
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        self.proc.wait(timeout=60)
+
+
+async def create_runs(url: str, crew: Path, n: int) -> list[str]:
+    creator = Runtime([crew], settings=settings(url))
+    await creator.start(workers=False)
+    ids = [await creator.start_run("bench", "go") for _ in range(n)]
+    await creator.stop()
+    return ids
+
+
+async def memory(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    crew = bench_crew(work, 2)
+    await create_runs(db.url, crew, 0)  # migrate
+    idle = WorkerProcess(crew, db.url)
+    await asyncio.sleep(3)
+    idle_mb = idle.rss_mb()
+    idle.stop()
+    n = args.inflight
+    busy = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n), TOREN_SCRIPTED_DELAY="600")
+    before = busy.rss_mb()
+    await create_runs(db.url, crew, n)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        started = db.scalar("SELECT count(*) FROM agent_bench.events "
+                            "WHERE type = 'ModelCallStarted'")
+        if started >= n:
+            break
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2)
+    during = busy.rss_mb()
+    busy.stop(signal.SIGKILL)
+    return {"idle_rss_mb": round(idle_mb, 1), "inflight_runs": n,
+            "rss_before_mb": round(before, 1), "rss_inflight_mb": round(during, 1),
+            "added_mb_per_1000_runs": round((during - before) * 1000 / n, 1)}
+
+
+async def scaleout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    crew = bench_crew(work, args.steps)
+    out: dict[str, Any] = {"runs": args.runs, "steps_per_run": args.steps, "processes": {}}
+    await create_runs(db.url, crew, 0)  # migrate
+    for processes in (1, 2, 4):
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            conn.execute("TRUNCATE agent_bench.runs, agent_bench.events, toren_control.queue, "
+                         "toren_control.leases")
+        await create_runs(db.url, crew, args.runs)
+        x0 = db.xact_commits()
+        workers = [WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(args.concurrency))
+                   for _ in range(processes)]
+        polls = await wait_terminal(db, args.runs)
+        for worker in workers:
+            worker.stop()
+        x1 = db.xact_commits()
+        span = window(db)
+        out["processes"][str(processes)] = {
+            "operations_per_s": round(span["operations"] / span["seconds"], 1),
+            "pg_xacts_per_operation": round((x1 - x0 - polls - 2) / span["operations"], 3),
+            "not_completed": span["not_completed"],
+        }
+    return out
+
+
+async def recovery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    crew = bench_crew(work, 40)
+    await create_runs(db.url, crew, 0)
+    samples = []
+    extra = {} if args.lease_ttl is None else {"TOREN_LEASE_TTL": str(args.lease_ttl)}
+    for _ in range(args.recoveries):
+        first = WorkerProcess(crew, db.url, TOREN_SCRIPTED_DELAY="0.1", **extra)
+        (run_id,) = await create_runs(db.url, crew, 1)
+
+        def calls(run: str = run_id) -> int:
+            return db.scalar("SELECT count(*) FROM agent_bench.events WHERE run_id = %s "
+                             "AND type = 'ModelCallCompleted'", [run])
+
+        while calls() < 3:
+            await asyncio.sleep(0.05)
+        first.proc.kill()
+        killed_at = db.scalar("SELECT clock_timestamp()")
+        first.proc.wait()
+        second = WorkerProcess(crew, db.url, TOREN_SCRIPTED_DELAY="0.1", **extra)
+        resumed = None
+        while resumed is None:
+            resumed = db.scalar(
+                "SELECT min(created_at) FROM agent_bench.events WHERE run_id = %s "
+                "AND stream = 'task:main' AND (data->>'epoch')::int > 1", [run_id])
+            await asyncio.sleep(0.05)
+        samples.append((resumed - killed_at).total_seconds())
+        second.stop(signal.SIGKILL)
+    return {"lease_ttl_s": args.lease_ttl or Settings().lease_ttl_s,
+            "samples_s": [round(s, 3) for s in samples],
+            "recovery_s_median": round(statistics.median(samples), 3),
+            "recovery_s_max": round(max(samples), 3)}
+
+
+FIGURES: dict[str, Callable[..., Any]] = {
+    "throughput": throughput, "latency": latency, "queue": queue, "resume": resume,
+    "memory": memory, "scaleout": scaleout, "recovery": recovery,
+}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("figure", choices=sorted(FIGURES))
+    parser.add_argument("--server-url", required=True)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks it runs")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--wakeups", type=int, default=200)
+    parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[100, 1000, 10000])
+    parser.add_argument("--inflight", type=int, default=1000)
+    parser.add_argument("--recoveries", type=int, default=3)
+    parser.add_argument("--lease-ttl", type=float, default=None)
+    args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.steps, args.jobs, args.wakeups = 10, 3, 50, 10
+        args.lengths, args.inflight, args.recoveries = [100, 500], 50, 1
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    db = BenchDatabase(args.server_url, args.figure)
+    result: dict[str, Any] = {"bench": f"toren_{args.figure}", "figure": args.figure,
+                              "smoke": args.smoke}
+    try:
+        with tempfile.TemporaryDirectory(prefix="toren-bench-") as work:
+            result |= asyncio.run(FIGURES[args.figure](db, args, Path(work)))
+        result["ok"] = True
+    except Exception as exc:
+        log(f"{args.figure} failed: {exc!r}")
+        result |= {"ok": False, "error": repr(exc)[:500]}
+    finally:
+        db.close()
+    print(json.dumps(result), flush=True)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
