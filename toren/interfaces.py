@@ -163,6 +163,16 @@ class Store(abc.ABC):
         """Take the stream's lease if it is free or expired (bumping the epoch); else ``None``."""
 
     @abc.abstractmethod
+    async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
+                               ttl_s: float, *, with_finished: bool = False
+                               ) -> tuple[Lease, list[Event]] | None:
+        """``acquire_lease`` and, if it succeeded, ``load_stream``, in one round trip.
+
+        With ``with_finished`` the events also include every ``TaskFinished`` of the run's
+        task streams (what the orchestrator absorbs). ``None`` if the lease is held elsewhere.
+        """
+
+    @abc.abstractmethod
     async def release_lease(self, lease: Lease) -> None:
         """Give the lease up early so another worker may take it at once."""
 
@@ -207,10 +217,6 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def load_events(self, agent: str, run_id: str) -> list[Event]:
         """All events of a run, every stream, in commit order."""
-
-    @abc.abstractmethod
-    async def finished_tasks(self, agent: str, run_id: str) -> dict[str, dict[str, Any]]:
-        """``TaskFinished`` data of each finished task of the run, by task id."""
 
     @abc.abstractmethod
     async def ensure_messages(self, agent: str, run_id: str,

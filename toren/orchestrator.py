@@ -33,17 +33,18 @@ async def tick_run(worker: Worker, agent: AgentSpec, message: QueueMessage) -> N
     """Handle a ``run`` message."""
     assert message.run_id is not None
     store = worker.runtime.store
-    lease = await worker.acquire(message, ev.RUN_STREAM)
-    if lease is None:
+    found = await worker.acquire(message, ev.RUN_STREAM, with_finished=True)
+    if found is None:
         return
-    log_events = await store.load_stream(agent.name, message.run_id, ev.RUN_STREAM)
-    state = fold_run((e.type, e.data) for e in log_events)
+    lease, loaded = found
+    state = fold_run((e.type, e.data) for e in loaded if e.stream == ev.RUN_STREAM)
+    finished = {e.stream.removeprefix("task:"): e.data for e in loaded
+                if e.type == ev.TASK_FINISHED}
     ttl = worker.runtime.settings.lease_ttl_s
     if state.terminal:
         await store.append(agent.name, lease, state.next_seq, [], ttl_s=ttl, ack=message,
                            release=True)
         return
-    finished = await store.finished_tasks(agent.name, message.run_id)
     new_events: list[NewEvent] = []
     for task_id in state.unfinished_tasks:
         if task_id in finished:

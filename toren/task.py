@@ -328,10 +328,9 @@ async def invoke_tool(tool: Tool, arguments: dict[str, Any],
 async def work_task(worker: Worker, agent: AgentSpec, message: QueueMessage) -> None:
     """Handle a ``task`` message: take the task's lease, fold its log, continue it."""
     assert message.run_id is not None
-    stream = ev.task_stream(message.payload["task_id"])
-    lease = await worker.acquire(message, stream)
-    if lease is None:
+    found = await worker.acquire(message, ev.task_stream(message.payload["task_id"]))
+    if found is None:
         return
-    events = await worker.runtime.store.load_stream(agent.name, message.run_id, stream)
+    lease, events = found
     state = fold_task((e.type, e.data) for e in events)
     await TaskRunner(worker, agent, message, lease, state).run()

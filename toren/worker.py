@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import toren
 from toren import events as ev
 from toren.errors import LeaseLost, RunCancelled
-from toren.events import NewEvent
+from toren.events import Event, NewEvent
 from toren.interfaces import Lease, QueueMessage, RunUpdate
 
 if TYPE_CHECKING:
@@ -167,16 +167,19 @@ class Worker:
             self.inflight.pop(message.id, None)
             self._slot_freed.set()
 
-    async def acquire(self, message: QueueMessage, stream: str) -> Lease | None:
-        """The stream's lease, or ``None`` (message handed back) if another worker holds it."""
+    async def acquire(self, message: QueueMessage, stream: str, *, with_finished: bool = False
+                      ) -> tuple[Lease, list[Event]] | None:
+        """The stream's lease and events, or ``None`` (the message is handed back for later)
+        if another worker holds the lease."""
         assert message.run_id is not None
-        lease = await self.runtime.store.acquire_lease(message.run_id, stream, self.id,
-                                                       self.settings.lease_ttl_s)
-        if lease is None:
+        found = await self.runtime.store.acquire_and_load(
+            message.agent, message.run_id, stream, self.id, self.settings.lease_ttl_s,
+            with_finished=with_finished)
+        if found is None:
             queue = self.runtime.queue
             assert queue is not None
             await queue.defer(message, self.id, self.settings.lease_ttl_s)
-        return lease
+        return found
 
     async def _record_dead_letter(self, message: QueueMessage) -> None:
         reason = (f"message {message.id} ({message.kind}) was delivered {message.attempts} times "

@@ -87,6 +87,21 @@ class RunLog:
             row = await cursor.fetchone()
         return Lease(run_id, stream, holder, row[0]) if row else None
 
+    async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
+                               ttl_s: float, *, with_finished: bool = False
+                               ) -> tuple[Lease, list[Event]] | None:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                agent_query("acquire_and_load", schema_name_for(agent)),
+                {"run_id": run_id, "stream": stream, "holder": holder, "ttl_s": ttl_s,
+                 "with_finished": with_finished})
+            rows = await cursor.fetchall()
+        if not rows or rows[0][0] is None:
+            return None
+        events = [Event(run_id, s, seq, kind, data, at)
+                  for _epoch, s, seq, kind, data, at in rows if seq is not None]
+        return Lease(run_id, stream, holder, rows[0][0]), events
+
     async def release_lease(self, lease: Lease) -> None:
         async with self.pool.connection() as conn:
             await conn.execute(query("release_lease"), {
@@ -182,12 +197,6 @@ class RunLog:
                                         {"run_id": run_id})
             rows = await cursor.fetchall()
         return [Event(run_id, stream, seq, kind, data, at) for stream, seq, kind, data, at in rows]
-
-    async def finished_tasks(self, agent: str, run_id: str) -> dict[str, dict[str, Any]]:
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(agent_query("finished_tasks", schema_name_for(agent)),
-                                        {"run_id": run_id})
-            return {task_id: data for task_id, data in await cursor.fetchall()}
 
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:

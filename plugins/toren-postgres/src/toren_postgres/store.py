@@ -108,6 +108,12 @@ class PostgresStore(Store):
                             ttl_s: float) -> Lease | None:
         return await self.log.acquire_lease(run_id, stream, holder, ttl_s)
 
+    async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
+                               ttl_s: float, *, with_finished: bool = False
+                               ) -> tuple[Lease, list[Event]] | None:
+        return await self.log.acquire_and_load(agent, run_id, stream, holder, ttl_s,
+                                               with_finished=with_finished)
+
     async def release_lease(self, lease: Lease) -> None:
         await self.log.release_lease(lease)
 
@@ -148,9 +154,6 @@ class PostgresStore(Store):
 
     async def load_events(self, agent: str, run_id: str) -> list[Event]:
         return await self.log.load_events(agent, run_id)
-
-    async def finished_tasks(self, agent: str, run_id: str) -> dict[str, dict[str, Any]]:
-        return await self.log.finished_tasks(agent, run_id)
 
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:

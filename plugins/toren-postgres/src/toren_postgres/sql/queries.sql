@@ -67,6 +67,28 @@ SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires
 WHERE l.expires_at <= now()
 RETURNING epoch;
 
+-- acquire_and_load --
+-- Take the stream's lease and, if that worked, read the stream (plus, for the run stream,
+-- every task's TaskFinished) in the same round trip. No lease: one row with a NULL epoch.
+WITH lease AS (
+    INSERT INTO toren_control.leases AS l (run_id, stream, holder, epoch, expires_at)
+    VALUES (%(run_id)s, %(stream)s, %(holder)s, 1, now() + %(ttl_s)s * interval '1 second')
+    ON CONFLICT (run_id, stream) DO UPDATE
+    SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
+    WHERE l.expires_at <= now()
+    RETURNING epoch
+), loaded AS (
+    SELECT e.stream, e.seq, e.type, e.data, e.created_at FROM {events} e
+    WHERE e.run_id = %(run_id)s AND e.stream = %(stream)s AND EXISTS (SELECT 1 FROM lease)
+    UNION ALL
+    SELECT e.stream, e.seq, e.type, e.data, e.created_at FROM {events} e
+    WHERE %(with_finished)s AND e.run_id = %(run_id)s AND e.type = 'TaskFinished'
+      AND EXISTS (SELECT 1 FROM lease)
+)
+SELECT (SELECT epoch FROM lease), loaded.* FROM (SELECT 1) AS one
+LEFT JOIN loaded ON true
+ORDER BY loaded.stream, loaded.seq;
+
 -- release_lease --
 UPDATE toren_control.leases SET expires_at = now()
 WHERE run_id = %(run_id)s AND stream = %(stream)s AND holder = %(holder)s AND epoch = %(epoch)s;
@@ -164,10 +186,6 @@ LIMIT %(limit)s;
 -- load_events --
 SELECT stream, seq, type, data, created_at FROM {events}
 WHERE run_id = %(run_id)s ORDER BY created_at, stream, seq;
-
--- finished_tasks --
-SELECT substr(stream, 6) AS task_id, data FROM {events}
-WHERE run_id = %(run_id)s AND type = 'TaskFinished';
 
 -- ensure_message --
 INSERT INTO toren_control.queue (agent, run_id, kind, payload)

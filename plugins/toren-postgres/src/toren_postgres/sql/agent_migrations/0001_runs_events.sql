@@ -27,3 +27,6 @@ CREATE TABLE events (
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (run_id, stream, seq)
 );
+
+-- The orchestrator reads the outcome of every finished task of a run on each tick.
+CREATE INDEX events_task_finished_idx ON events (run_id) WHERE type = 'TaskFinished';
