@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -172,7 +173,7 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
     await runtime.stop()
     # appends: start, then one per operation (2 per step), then finish and the run tick;
     # the gaps between consecutive operation appends are the per-operation cost
-    gaps = [1000 * (b - a) for a, b in zip(stamps[1:-2], stamps[2:-1], strict=True)]
+    gaps = [1000 * (b - a) for a, b in itertools.pairwise(stamps[1:-1])]
     steps = [gaps[i] + gaps[i + 1] for i in range(0, len(gaps) - 1, 2)]
     return {
         "steps": k,

@@ -27,6 +27,8 @@ import pytest
 from psycopg import sql
 from toren_postgres.testing import create_database, drop_database
 
+from tests.durable import make_runtime  # noqa: F401 - a fixture, registered by import
+
 #: The console script installed next to this interpreter (there is no ``python -m toren``).
 TOREN = Path(sys.executable).parent / "toren"
 #: Upper bound for any one CLI command; generous for a loaded 2-core machine.

@@ -26,6 +26,7 @@ AGENT_FILE = "agent.yaml"
 #: Called with a model id; raises ``ConfigError`` when no installed provider serves it.
 ModelCheck = Callable[[str], object]
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,56}$")
+SUBAGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -209,10 +210,13 @@ def validate_against_schema(located: LocatedYaml, schema: dict[str, Any], path: 
         raise AgentDefinitionError(
             f"expected a mapping of keys ({', '.join(schema.get('properties', {}))}), "
             f"got {type(located.data).__name__}", path=path, line=located.line_of(()))
-    problems = [_describe_error(error, located) for error in validator.iter_errors(located.data)]
+    # A misspelt key also makes a required one "missing": report the misspelling first.
+    problems = sorted(
+        ((error.validator == "required", *_describe_error(error, located))
+         for error in validator.iter_errors(located.data)),
+        key=lambda problem: (problem[0], problem[1] or 0, problem[2]))
     if problems:
-        problems.sort(key=lambda item: (item[0] or 0, item[1]))
-        line, message = problems[0]
+        _required, line, message = problems[0]
         more = f" ({len(problems) - 1} more problem(s) after this one)" if len(problems) > 1 else ""
         raise AgentDefinitionError(message + more, path=path, line=line)
 
@@ -237,8 +241,9 @@ def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
             "lowercase letters, digits, '-' and '_', starting with a letter, at most 57 "
             "characters (my-crew becomes schema agent_my_crew)")
     if error.validator == "pattern" and at and at[-1] == "model":
-        return located.line_of(at), (f"{field_name}: {error.instance!r} has no provider prefix; "
-                                     "write '<provider>/<model>', e.g. toren/scripted")
+        return located.line_of(at), (f"{field_name}: {error.instance!r} is not a provider prefix "
+                                     "and a model name; write '<provider>/<model>', e.g. "
+                                     "toren/scripted")
     if error.validator == "type":
         expected = error.validator_value
         return located.line_of(at), (f"{field_name}: expected {expected}, got "
@@ -309,8 +314,9 @@ def _import_file(path: Path, module_name: str) -> ModuleType:
                                    line=exc.lineno) from None
     except Exception as exc:
         sys.modules.pop(module_name, None)
+        target = str(path.resolve())
         frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if os.path.samefile(f.filename, path)] if path.exists() else []
+                  if f.filename == target or f.filename == str(path)]
         line = frames[-1].lineno if frames else None
         raise AgentDefinitionError(f"importing it failed: {type(exc).__name__}: {exc}",
                                    path=str(path), line=line) from exc
@@ -320,7 +326,8 @@ def _import_file(path: Path, module_name: str) -> ModuleType:
 FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*\r?\n?", re.DOTALL | re.MULTILINE)
 
 
-def load_subagents(agent: AgentSpec, known_models: ModelCheck | None = None) -> dict[str, SubagentSpec]:
+def load_subagents(agent: AgentSpec,
+                   known_models: ModelCheck | None = None) -> dict[str, SubagentSpec]:
     """``subagents/*.md`` of an agent: YAML front matter between ``---`` lines, then the prompt."""
     folder = agent.directory / "subagents"
     if not folder.is_dir():
@@ -330,6 +337,10 @@ def load_subagents(agent: AgentSpec, known_models: ModelCheck | None = None) -> 
     subagents: dict[str, SubagentSpec] = {}
     for path in sorted(folder.glob("*.md")):
         name = path.stem
+        if not SUBAGENT_NAME.match(name):
+            raise AgentDefinitionError(
+                f"subagent name {name!r} (the file name) is invalid: use lowercase letters, "
+                "digits, '-' and '_', starting with a letter", path=str(path))
         text = path.read_text(encoding="utf-8")
         match = FRONT_MATTER.match(text)
         front = match.group(1) if match else ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from stevedore import DriverManager
 from stevedore.exception import NoMatches
@@ -45,15 +45,15 @@ def driver_class(kind: str, name: str) -> type[Any]:
     """
     spec = KINDS[kind]
 
-    def failed(_manager: Any, entry_point: Any, exc: Exception) -> None:
+    def failed(_manager: Any, entry_point: Any, exc: BaseException) -> None:
         raise PluginError(
             f"the {kind} driver {entry_point.name!r} ({entry_point.value}) failed to load: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
 
     try:
-        manager = DriverManager(spec.namespace, name, invoke_on_load=False,
-                                on_load_failure_callback=failed)
+        manager: DriverManager[Any] = DriverManager(
+            spec.namespace, name, invoke_on_load=False, on_load_failure_callback=failed)
     except NoMatches as exc:
         installed = ", ".join(sorted(driver_names(kind))) or "none"
         dist = KNOWN_DISTRIBUTIONS.get((spec.namespace, name), f"toren-{name}")
@@ -61,7 +61,7 @@ def driver_class(kind: str, name: str) -> type[Any]:
             f"no {kind} driver named {name!r} is installed ({spec.env_var}={name}; "
             f"installed: {installed}): pip install {dist}"
         ) from exc
-    return manager.driver  # type: ignore[no-any-return]
+    return cast(type[Any], manager.driver)
 
 
 def driver_names(kind: str) -> list[str]:

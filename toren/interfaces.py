@@ -139,7 +139,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def render_migrations(self, migrations: Sequence[Migration]) -> str:
-        """The SQL of ``migrations`` as one script a DBA can review (``toren db migrate --print``)."""
+        """The SQL of ``migrations`` as one script to review (``toren db migrate --print``)."""
 
     @abc.abstractmethod
     async def health(self) -> dict[str, Any]:

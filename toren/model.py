@@ -112,7 +112,7 @@ class Model(abc.ABC):
 
     @abc.abstractmethod
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Run one model call. Raise ``toren.errors.ProviderError`` (retryable or not) on failure."""
+        """Run one model call; raise ``toren.errors.ProviderError`` (retryable or not)."""
 
     async def preflight(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Make one cheap authenticated call; raise ``ProviderError`` if credentials are broken."""
@@ -130,4 +130,4 @@ class ModelProvider(abc.ABC):
 
     @abc.abstractmethod
     def get_model(self, model_id: str) -> Model:
-        """Return a ``Model`` for ``model_id`` (prefix included). Raise ``ConfigError`` if unknown."""
+        """A ``Model`` for ``model_id`` (prefix included); ``ConfigError`` if unknown."""

@@ -1,10 +1,10 @@
-"""Plugin loading: default plugins plus the entry-point group ``toren``, and what each registered."""
+"""Plugin loading: built-ins plus the entry-point group ``toren``, and what each registered."""
 
 from __future__ import annotations
 
 import importlib
-from collections import Counter
 import importlib.metadata as metadata
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -14,7 +14,7 @@ import pluggy
 
 from toren import hookspecs
 from toren.channels import Channel
-from toren.errors import ConfigError, PluginError
+from toren.errors import ConfigError, PluginError, ToolError, TorenError
 from toren.model import ModelProvider
 from toren.tools import Tool, tool_from_function
 
@@ -65,10 +65,7 @@ class PluginHost:
             self._register(module, name, "toren", _version("toren"), default=True)
         if entry_points:
             self._load_entry_points(None if load is None else set(load))
-        try:
-            self.pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            raise PluginError(f"plugin {exc.plugin!r} implements an unknown hook: {exc}") from exc
+        self._check_pending()
         self._collect()
 
     def add_plugin(self, plugin: Any, name: str, *, distribution: str = "(in-process)") -> None:
@@ -78,29 +75,39 @@ class PluginHost:
         installed (duplicates are errors as usual).
         """
         self._register(plugin, name, distribution, "-")
-        try:
-            self.pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            raise PluginError(f"plugin {name!r} implements an unknown hook: {exc}") from exc
+        self._check_pending()
         for hook_name, registrar in (("register_models", self._model_registrar),
                                      ("register_tools", self._tool_registrar),
                                      ("register_channels", self._channel_registrar)):
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 if impl.plugin_name == name:
-                    impl.function(**({"register": registrar(name)}
-                                     if "register" in impl.argnames else {}))
+                    arguments = {"register": registrar(name)} if "register" in impl.argnames else {}
+                    self._invoke(impl, hook_name, arguments)
+
+    def _check_pending(self) -> None:
+        """A misspelt hook name is an error, not a silent no-op."""
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            name = self.pm.get_name(exc.plugin) or repr(exc.plugin)
+            raise PluginError(f"plugin {name!r} implements a hook Toren does not have: "
+                              f"{exc}; the hooks are {', '.join(hookspecs.HOOK_NAMES)}") from None
 
     # -- loading -------------------------------------------------------------------------------
 
     def _load_entry_points(self, allowed: set[str] | None) -> None:
-        seen: set[str] = set()
+        seen: dict[str, str] = {}
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = ep.dist.name if ep.dist else "?"
             if allowed is not None and dist not in allowed and ep.name not in allowed:
                 continue
             if ep.name in seen:
-                continue
-            seen.add(ep.name)
+                if seen[ep.name] == dist:
+                    continue  # the same distribution seen twice on sys.path
+                raise PluginError(
+                    f"two distributions register a plugin named {ep.name!r}: {seen[ep.name]} "
+                    f"and {dist}; uninstall one, or pick one with TOREN_LOAD_PLUGINS")
+            seen[ep.name] = dist
             try:
                 module = ep.load()
             except Exception as exc:
@@ -125,7 +132,17 @@ class PluginHost:
         """Call every implementation of a hook, binding ``plugin`` so registrations are traced."""
         for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
             arguments = {k: v(impl.plugin_name) for k, v in kwargs.items() if k in impl.argnames}
+            self._invoke(impl, hook_name, arguments)
+
+    def _invoke(self, impl: Any, hook_name: str, arguments: dict[str, Any]) -> None:
+        """Call one hook implementation; its failures name the plugin and the hook."""
+        try:
             impl.function(**arguments)
+        except TorenError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"plugin {self._describe(impl.plugin_name)} failed in "
+                              f"{hook_name}: {type(exc).__name__}: {exc}") from exc
 
     def _collect(self) -> None:
         self._call_each("register_models", register=self._model_registrar)
@@ -158,10 +175,10 @@ class PluginHost:
 
     def _tool_registrar(self, plugin: str) -> Callable[..., None]:
         def register(function: Callable[..., Any], name: str | None = None) -> None:
-            tool = tool_from_function(function, source=f"plugin {plugin}")
-            if name:
-                tool = Tool(name, tool.description, tool.parameters, tool.function,
-                            tool.idempotent, tool.source)
+            try:
+                tool = tool_from_function(function, source=f"plugin {plugin}", name=name)
+            except ToolError as exc:
+                raise PluginError(f"plugin {self._describe(plugin)}: {exc.message}") from exc
             self._claim("tool", tool.name, plugin)
             self.tools[tool.name] = tool
             self.info[plugin].tools.append(tool.name)
@@ -180,7 +197,7 @@ class PluginHost:
     # -- lookups -------------------------------------------------------------------------------
 
     def provider_for(self, model_id: str) -> ModelProvider:
-        """The provider that owns ``model_id``'s prefix, or a ``ConfigError`` listing the choices."""
+        """The provider owning ``model_id``'s prefix, or a ``ConfigError`` listing the choices."""
         prefix, sep, rest = model_id.partition("/")
         if not sep or not rest:
             raise ConfigError(f"model {model_id!r} has no provider prefix: write it as "
@@ -198,7 +215,7 @@ class PluginHost:
         """Let plugins extend the CLI (``register_commands``); a taken name is an error."""
         for impl in reversed(self.pm.hook.register_commands.get_hookimpls()):
             before = Counter(_command_names(app))
-            impl.function(app=app)
+            self._invoke(impl, "register_commands", {"app": app})
             after = Counter(_command_names(app))
             for name, count in after.items():
                 if count > 1 and count > before.get(name, 0):

@@ -197,8 +197,8 @@ class TaskRunner:
                         latency_ms: float) -> None:
         had_error = self.state.retry is not None
         self.record(ev.MODEL_CALL_COMPLETED, {
-            "step": action.step, "epoch": self.lease.epoch, "model": response.model or self.spec.model,
-            "text": response.text,
+            "step": action.step, "epoch": self.lease.epoch,
+            "model": response.model or self.spec.model, "text": response.text,
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
                            for c in response.tool_calls],
             "stop_reason": response.stop_reason,

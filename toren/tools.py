@@ -7,6 +7,7 @@ entries for each parameter).
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import re
 import types
@@ -49,7 +50,7 @@ class Tool:
     def validator(self) -> jsonschema.protocols.Validator:
         """Checks arguments from the model against ``parameters`` (built once: it is hot)."""
         cls = jsonschema.validators.validator_for(self.parameters, jsonschema.Draft202012Validator)
-        return cls(self.parameters)  # type: ignore[no-any-return]
+        return cls(self.parameters)
 
 
 def tool(
@@ -59,7 +60,7 @@ def tool(
     description: str | None = None,
     idempotent: bool = False,
 ) -> Any:
-    """Mark a function as a tool and set options; usable bare (``@tool``) or called (``@tool(...)``).
+    """Mark a function as a tool and set options: ``@tool`` or ``@tool(idempotent=True)``.
 
     Undecorated public functions in a crew's ``tools.py`` are tools too; the decorator only adds
     options such as ``idempotent=True`` or a different ``name``.
@@ -72,10 +73,14 @@ def tool(
     return mark(function) if function is not None else mark
 
 
-def tool_from_function(function: Callable[..., Any], *, source: str = "") -> Tool:
-    """Build a ``Tool`` from a function's signature, type hints and docstring."""
+def tool_from_function(function: Callable[..., Any], *, source: str = "",
+                       name: str | None = None) -> Tool:
+    """Build a ``Tool`` from a function's signature, type hints and docstring.
+
+    ``name`` overrides both the function's name and a name given to ``@tool``.
+    """
     options = getattr(function, _MARK, {})
-    name = options.get("name") or function.__name__
+    name = name or options.get("name") or function.__name__
     if not TOOL_NAME.match(name):
         raise ToolError(
             f"tool name {name!r} from {source or function.__module__} is invalid: use letters, "
@@ -133,7 +138,7 @@ def parameters_schema(
     """JSON Schema (an ``object``) for the function's parameters."""
     arg_docs = arg_docs or {}
     try:
-        hints = typing.get_type_hints(function)
+        hints = typing.get_type_hints(function, include_extras=True)
     except Exception as exc:
         raise ToolError(f"cannot read the type hints of tool {function.__name__!r} "
                         f"({source or function.__module__}): {exc}") from exc
@@ -143,14 +148,14 @@ def parameters_schema(
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ToolError(f"tool {function.__name__!r} ({source or function.__module__}) takes "
                             f"*{param.name}: tools need named parameters the model can fill in")
-        schema = type_schema(hints.get(param.name, Any))
+        prop = type_schema(hints.get(param.name, Any))
         if param.name in arg_docs:
-            schema["description"] = arg_docs[param.name]
+            prop["description"] = arg_docs[param.name]
         if param.default is param.empty:
             required.append(param.name)
         elif param.default is not None:
-            schema["default"] = param.default
-        properties[param.name] = schema
+            prop["default"] = param.default
+        properties[param.name] = prop
     schema: dict[str, Any] = {"type": "object", "properties": properties,
                               "additionalProperties": False}
     if required:
@@ -185,11 +190,17 @@ def type_schema(annotation: Any) -> dict[str, Any]:
     if origin in (Union, types.UnionType):
         options = [type_schema(arg) for arg in args]
         return options[0] if len(options) == 1 else {"anyOf": options}
-    if origin in (list, tuple, set, frozenset, typing.Sequence):
-        schema: dict[str, Any] = {"type": "array"}
-        if args and args[-1] is not Ellipsis:
-            schema["items"] = type_schema(args[0])
-        return schema
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        items = [type_schema(arg) for arg in args]
+        return {"type": "array", "prefixItems": items, "minItems": len(items),
+                "maxItems": len(items)}
+    if origin in (list, tuple, set, frozenset, collections.abc.Sequence):
+        array: dict[str, Any] = {"type": "array"}
+        if args:
+            array["items"] = type_schema(args[0])
+        if origin in (set, frozenset):
+            array["uniqueItems"] = True
+        return array
     if origin is dict:
         schema = {"type": "object"}
         if len(args) == 2:

@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.durable import check_log, make_runtime  # noqa: F401 - fixture
+from tests.durable import check_log
 from toren.errors import LeaseLost
 from toren.events import NewEvent
 from toren.testing import write_agent_dir

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.durable import check_log, make_runtime, types  # noqa: F401 - fixture
+from tests.durable import check_log, types
 from toren.errors import ProviderError
 from toren.model import Model, ModelRequest, ModelResponse, ToolCall
 from toren.testing import ScriptedModel, write_agent_dir

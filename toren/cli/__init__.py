@@ -45,6 +45,8 @@ def _configure_logging() -> None:
     logging.basicConfig(level=level if level in logging.getLevelNamesMapping() else "WARNING",
                         format="%(message)s", handlers=[handler])
     logging.getLogger("pgserver").setLevel(max(logging.WARNING, logging.root.level))
+    # stevedore logs a warning for a driver it cannot find; DriverNotFound says it better
+    logging.getLogger("stevedore").setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> None:

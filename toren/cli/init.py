@@ -17,8 +17,8 @@ AGENT_YAML = """\
 # {name}: created by `toren init`. Reference: docs/reference/agent-yaml.md
 name: {name}
 description: A new Toren agent (edit prompt.md and tools.py).
-# toren/scripted is the built-in offline model: no key, no network. Switch to e.g.
-# anthropic/claude-sonnet-4-5 once the toren-anthropic plugin is installed.
+# toren/scripted is the built-in offline model: no key, no network. Other models come
+# from provider plugins (`toren plugins` lists what is installed).
 model: toren/scripted
 limits:
   maxSteps: 20

@@ -1,4 +1,4 @@
-"""Language-neutral contracts shipped with the kernel (also at the repository root, ``schemas/``)."""
+"""Language-neutral contracts shipped with the kernel (at the repository root: ``schemas/``)."""
 
 from __future__ import annotations
 

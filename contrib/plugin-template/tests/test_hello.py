@@ -6,14 +6,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import toren_hello
+
 from toren.agents import load_agent
 from toren.config import Settings
 from toren.model import Message, ModelRequest
 from toren.plugins import PluginHost
 from toren.runtime import Runtime
 from toren.testing import ScriptedModel
-
-import toren_hello
 
 
 def load_hello() -> PluginHost:

@@ -15,9 +15,11 @@ def describe_url(url: str) -> str:
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"DATABASE_URL is not a valid libpq URL or conninfo: {exc}") from None
+        raise ConfigError("DATABASE_URL is not a valid libpq URL or conninfo: "
+                          f"{' '.join(str(exc).split())}") from None
     host = params.get("host") or "localhost"
-    where = f"socket {host}" if str(host).startswith("/") else f"{host}:{params.get('port') or 5432}"
+    port = params.get("port") or 5432
+    where = f"socket {host}" if str(host).startswith("/") else f"{host}:{port}"
     user = params.get("user")
     return f"{user + '@' if user else ''}{where}/{params.get('dbname') or user or ''}"
 
@@ -42,5 +44,7 @@ async def check_connection(url: str, timeout_s: float) -> str:
             "(check the host, port and firewall; TOREN_CONNECT_TIMEOUT raises the limit)"
         ) from None
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if "timeout" in reason.lower():
+            reason += " (TOREN_CONNECT_TIMEOUT raises the limit)"
         raise DatabaseUnavailable(f"cannot connect to Postgres at {where}: {reason}") from None

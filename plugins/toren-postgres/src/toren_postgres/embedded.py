@@ -8,6 +8,7 @@ the others (and for its own restart).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from dataclasses import dataclass
@@ -67,7 +68,6 @@ def _create_database(server_url: str, name: str) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if exists:
             return
-        try:
+        # another process may create it between our check and our CREATE
+        with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        except psycopg.errors.DuplicateDatabase:
-            pass  # another process created it between our check and our CREATE

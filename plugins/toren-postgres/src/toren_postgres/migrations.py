@@ -72,8 +72,20 @@ async def migrate(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec],
     """Apply what is pending and register ``agents``; return the migrations applied.
 
     ``conn`` must be in autocommit mode. Raises ``MigrationError`` if the lock is not had
-    within ``lock_timeout_s`` or a migration fails (that migration is rolled back whole).
+    within ``lock_timeout_s``, the role lacks privileges, or a migration fails (that migration
+    is rolled back whole).
     """
+    try:
+        return await _migrate(conn, agents, lock_timeout_s)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise MigrationError(
+            f"the database role cannot set up Toren's schemas: {exc.diag.message_primary}. "
+            "It needs CONNECT and CREATE on the database "
+            "(GRANT CONNECT, CREATE ON DATABASE <db> TO <role>)") from None
+
+
+async def _migrate(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec],
+                   lock_timeout_s: float) -> list[Migration]:
     todo = await pending(conn, agents)
     applied_now: list[Migration] = []
     if todo:
@@ -120,11 +132,8 @@ async def _apply(conn: psycopg.AsyncConnection, migration: Migration) -> None:
             await conn.execute(migration.sql.encode())
             await conn.execute(query("record_migration"), {
                 "scope": migration.scope, "version": migration.version, "name": migration.name})
-    except psycopg.errors.InsufficientPrivilege as exc:
-        raise MigrationError(
-            f"migration {migration.scope}/{migration.version:04d}_{migration.name} needs more "
-            f"privileges: {exc.diag.message_primary}. The role needs CONNECT and CREATE on the "
-            "database (GRANT CONNECT, CREATE ON DATABASE <db> TO <role>)") from exc
+    except psycopg.errors.InsufficientPrivilege:
+        raise
     except psycopg.Error as exc:
         raise MigrationError(
             f"migration {migration.scope}/{migration.version:04d}_{migration.name} failed and "
