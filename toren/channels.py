@@ -9,9 +9,8 @@ from typing import Any
 class Channel(abc.ABC):
     """A channel registered through the ``register_channels`` hook.
 
-    ``toren dev`` and ``toren serve`` call ``start`` once after the runtime is up, for each
-    channel that a served agent enables in ``agent.yaml`` ``channels:``, and ``stop`` once on
-    shutdown. ``start`` must return promptly: run long-lived loops as background tasks.
+    ``toren dev`` calls ``start`` once after the runtime is up and ``stop`` once on shutdown.
+    ``start`` must return promptly: run long-lived loops as background tasks.
     """
 
     #: The name agents use in ``channels:`` and ``toren plugins`` shows.

@@ -43,6 +43,8 @@ class Settings:
     retry_max_delay_s: float = 300.0
     retry_max_attempts: int = 20
     shutdown_grace_s: float = 10.0
+    #: Skip the one cheap authenticated call per model provider at worker start.
+    skip_preflight: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -69,6 +71,7 @@ class Settings:
             retry_max_delay_s=_number(env, "TOREN_RETRY_MAX_DELAY", 300.0, float),
             retry_max_attempts=_number(env, "TOREN_RETRY_MAX_ATTEMPTS", 20, int),
             shutdown_grace_s=_number(env, "TOREN_SHUTDOWN_GRACE", 10.0, float),
+            skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
         )
 
 

@@ -81,7 +81,7 @@ def backoff_delay(attempt: int, *, base_s: float, cap_s: float, random_unit: flo
 
     Half the window is fixed and half is random, so retries spread out but never fire at once.
     """
-    window = min(cap_s, base_s * 2 ** (attempt - 1))
+    window = min(cap_s, base_s * 2.0 ** (attempt - 1))
     return window / 2 + random_unit * window / 2
 
 

@@ -65,8 +65,9 @@ def register_channels(register: Callable[[Channel], None]) -> None:
     """Register channels: ways for people to talk to agents (chat apps, terminals, HTTP).
 
     Called once when plugins load. Call ``register(channel)`` with a ``toren.channels.Channel``.
-    ``toren dev`` and ``toren serve`` start every registered channel that an agent's
-    ``channels:`` enables, and stop it on shutdown.
+    ``toren dev`` starts every registered channel once the runtime is up (after checking the
+    channel's ``required_env``) and stops it on shutdown. Restrict which channels run by
+    restricting which plugins load (``TOREN_LOAD_PLUGINS``).
     """
 
 

@@ -115,7 +115,11 @@ class Model(abc.ABC):
         """Run one model call; raise ``toren.errors.ProviderError`` (retryable or not)."""
 
     async def preflight(self) -> None:  # noqa: B027 - optional hook with a no-op default
-        """Make one cheap authenticated call; raise ``ProviderError`` if credentials are broken."""
+        """One cheap authenticated call; raise ``ProviderError`` if credentials are broken.
+
+        ``toren.Runtime.start`` calls it once per model in use before workers start, unless
+        ``TOREN_SKIP_PREFLIGHT=1``. The default does nothing (offline models need no key).
+        """
 
 
 class ModelProvider(abc.ABC):

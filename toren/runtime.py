@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -13,9 +14,10 @@ from typing import Any
 
 from toren import events as ev
 from toren.agents import AgentSpec, check_env, discover_agent_dirs, load_agents
+from toren.channels import Channel
 from toren.config import Settings
 from toren.drivers import driver_class
-from toren.errors import ConfigError, RunNotFound
+from toren.errors import ConfigError, MissingEnvError, ProviderError, RunNotFound, TorenError
 from toren.events import Event, NewEvent
 from toren.interfaces import Migration, Queue, RunRecord, Store
 from toren.interfaces import Runtime as RuntimeDriver
@@ -50,6 +52,7 @@ class Runtime:
     ) -> None:
         self.settings = settings or Settings.from_env()
         self._models: dict[str, Model] = {}
+        self._channels: list[Channel] = []
         self.plugins = plugins or PluginHost(self.settings.load_plugins)
         if agents is None:
             agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model)
@@ -94,6 +97,8 @@ class Runtime:
                              migration.name)
             self.queue = self._queue_class(self.settings, self.store)
             await self.queue.open()
+            if workers and not self.settings.skip_preflight:
+                await self.preflight()
             if workers:
                 self.workers = self._runtime_class(self.settings)
                 await self.workers.start(self)
@@ -101,6 +106,47 @@ class Runtime:
             await self.stop()
             raise
         self.started = True
+
+    async def preflight(self) -> None:
+        """One cheap authenticated call per model the served agents use (DESIGN rule 7).
+
+        Raises ``ProviderError`` naming the agent and the model, so a worker with a broken key
+        refuses to start instead of failing mid-run. ``TOREN_SKIP_PREFLIGHT=1`` skips it.
+        """
+        users: dict[str, list[str]] = {}
+        for agent in self.agents.values():
+            for model_id in {agent.model, *(sub.model for sub in agent.subagents.values())}:
+                users.setdefault(model_id, []).append(agent.name)
+        for model_id, agents in users.items():
+            try:
+                await self.model(model_id).preflight()
+            except TorenError as exc:
+                raise ProviderError(
+                    f"preflight of {model_id} (used by {', '.join(agents)}) failed: "
+                    f"{exc.message}. Fix the credentials, or set TOREN_SKIP_PREFLIGHT=1 to "
+                    "start anyway") from exc
+
+    async def start_channels(self) -> None:
+        """Start every registered channel (``toren dev``); their env was checked first."""
+        missing = sorted({var for channel in self.plugins.channels.values()
+                          for var in channel.required_env if not os.environ.get(var)})
+        if missing:
+            raise MissingEnvError(
+                "missing environment variables for channels: " + ", ".join(
+                    f"{var} (needed by channel {name})"
+                    for name, channel in self.plugins.channels.items()
+                    for var in channel.required_env if var in missing))
+        for channel in self.plugins.channels.values():
+            await channel.start(self)
+            self._channels.append(channel)
+
+    async def stop_channels(self) -> None:
+        for channel in reversed(self._channels):
+            try:
+                await channel.stop()
+            except Exception:
+                log.exception("channel %s failed to stop", channel.name)
+        self._channels.clear()
 
     async def stop(self) -> None:
         """Stop workers, then close the queue and the store. Safe to call twice."""

@@ -113,8 +113,6 @@ class Worker:
                      ", ".join(nudged))
 
     async def _poll_loop(self) -> None:
-        queue = self.runtime.queue
-        assert queue is not None
         while not self._stopping.is_set():
             free = self.settings.concurrency - len(self.inflight)
             if free <= 0:
@@ -122,22 +120,28 @@ class Worker:
                 await self._slot_freed.wait()
                 continue
             try:
-                claimed, dead = await queue.claim(
-                    self.agent_names, self.id, free, self.settings.lease_ttl_s,
-                    self.settings.max_deliveries)
+                claimed = await self._claim(free)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # the loop must outlive any one failure (database blips)
                 log.warning("claiming messages failed (%s); retrying", exc)
                 await asyncio.sleep(self.settings.poll_interval_s)
                 continue
-            for message in dead:
-                await self._record_dead_letter(message)
-            for message in claimed:
-                task = asyncio.create_task(self._handle(message), name=f"toren-msg-{message.id}")
-                self.inflight[message.id] = task
             if not claimed:
-                await queue.wait(self.settings.poll_interval_s)
+                await self.runtime.queue.wait(self.settings.poll_interval_s)  # type: ignore[union-attr]
+
+    async def _claim(self, free: int) -> int:
+        """Claim up to ``free`` messages and start a handler for each; return how many."""
+        queue = self.runtime.queue
+        assert queue is not None
+        claimed, dead = await queue.claim(self.agent_names, self.id, free,
+                                          self.settings.lease_ttl_s, self.settings.max_deliveries)
+        for message in claimed:
+            task = asyncio.create_task(self._handle(message), name=f"toren-msg-{message.id}")
+            self.inflight[message.id] = task
+        for message in dead:
+            await self._record_dead_letter(message)
+        return len(claimed)
 
     # -- messages ------------------------------------------------------------------------------
 

@@ -254,3 +254,16 @@ def test_cli_works_with_every_installed_plugin_loaded(toren_cli: TorenCli) -> No
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["version"] == toren.__version__
+
+
+def test_dev_starts_and_stops_installed_channels(start_toren: StartToren, database_url: str,
+                                                 tmp_path: Path) -> None:
+    crew = write_agent_dir(tmp_path, "crew")
+    log = tmp_path / "channel.log"
+    dev = start_toren("dev", "--dir", str(crew), "--port", "0", "--json",
+                      env={"DATABASE_URL": database_url, "TOREN_LOAD_PLUGINS": "toren-testplugin",
+                           "TOREN_TESTCHANNEL_LOG": str(log)})
+    dev.next_json()
+    assert log.read_text().splitlines() == ["start crew"]
+    assert dev.stop(signal.SIGTERM) == 0
+    assert log.read_text().splitlines() == ["start crew", "stop"]

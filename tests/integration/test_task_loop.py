@@ -250,3 +250,22 @@ async def test_receipt_lists_every_call_and_the_stop_reason(make_runtime, tmp_pa
     assert [t["name"] for t in task["tool_calls"]] == ["add", "shout", "big", "boom"]
     assert task["tool_calls"][0]["idempotency_key"].endswith(":main:1:0")
     assert receipt["totals"]["model_calls"] == 5 and receipt["totals"]["input_tokens"] > 0
+
+
+class BrokenKey(ScriptedModel):
+    async def preflight(self) -> None:
+        raise ProviderError("401 invalid x-api-key")
+
+
+async def test_a_broken_key_refuses_to_start_workers(make_runtime, tmp_path: Path) -> None:
+    directory = agent_dir(tmp_path, model="test/locked")
+    try:
+        await make_runtime(dirs=[directory], models={"locked": BrokenKey()})
+    except ProviderError as exc:
+        assert "preflight of test/locked (used by calc) failed: 401 invalid x-api-key" in str(exc)
+        assert "TOREN_SKIP_PREFLIGHT=1" in str(exc)
+    else:
+        raise AssertionError("the runtime started with a broken key")
+    runtime = await make_runtime(dirs=[directory], models={"locked": BrokenKey()},
+                                 skip_preflight=True)
+    assert runtime.workers is not None

@@ -47,6 +47,7 @@ async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
         await runtime.start(workers=workers)
     runner = web.AppRunner(create_app(runtime), access_log=None)
     try:
+        await runtime.start_channels()
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         try:
@@ -62,6 +63,7 @@ async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
         await stop.wait()
     finally:
         await runner.cleanup()
+        await runtime.stop_channels()
         await runtime.stop()
         if not as_json:
             err_console.print("Stopped.")

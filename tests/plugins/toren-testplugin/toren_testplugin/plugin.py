@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +44,9 @@ class UpperProvider(ModelProvider):
 
 
 class RecordingChannel(Channel):
-    """A channel that only records that it was started and stopped."""
+    """A channel that records that it was started and stopped (in memory, and in the file
+    named by ``TOREN_TESTCHANNEL_LOG`` when set, for tests that run ``toren`` in a subprocess).
+    """
 
     name = "testchannel"
     description = "test channel from toren-testplugin"
@@ -54,9 +57,18 @@ class RecordingChannel(Channel):
 
     async def start(self, runtime: Any) -> None:
         self.started = runtime
+        _note(f"start {','.join(sorted(runtime.agents))}")
 
     async def stop(self) -> None:
         self.stopped = True
+        _note("stop")
+
+
+def _note(line: str) -> None:
+    path = os.environ.get("TOREN_TESTCHANNEL_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
 
 
 def hello_testplugin(name: str = "world") -> None:
