@@ -306,14 +306,17 @@ async def resume(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
             await store.append("bench", lease, seq, batch, ttl_s=60)
             seq += len(batch)
         await store.release_lease(lease)
-        timings = []
+        timings: list[dict[str, float]] = []
         for attempt in range(5):
             t0 = time.perf_counter()
-            lease = await store.acquire_lease(run_id, "task:main", f"resumer-{attempt}", 60)
-            assert lease is not None
-            events = await store.load_stream("bench", run_id, "task:main")
+            found = await store.acquire_and_load("bench", run_id, "task:main",
+                                                 f"resumer-{attempt}", 60)
+            assert found is not None
+            lease, events = found
+            t1 = time.perf_counter()
             state = fold_task((e.type, e.data) for e in events)
             action = next_task_action(state, agent.limits.__class__(max_steps=10**9), lease.epoch)
+            t2 = time.perf_counter()
             request = ModelRequest(model="toren/scripted", system=agent.prompt,
                                    messages=tuple(state.messages),
                                    tools=tuple(t.spec for t in agent.tools.values()))
@@ -321,10 +324,16 @@ async def resume(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
             await store.append("bench", lease, state.next_seq, [
                 NewEvent(ev.MODEL_CALL_STARTED, {"step": action.step, "epoch": lease.epoch})],
                 ttl_s=60)
-            timings.append(1000 * (time.perf_counter() - t0))
+            t3 = time.perf_counter()
+            timings.append({"total": 1000 * (t3 - t0), "load": 1000 * (t1 - t0),
+                            "fold": 1000 * (t2 - t1), "continue": 1000 * (t3 - t2)})
             await store.release_lease(lease)
             assert response.text is not None
-        out["lengths"][str(len(events))] = round(statistics.median(timings), 2)
+        out.setdefault("breakdown_ms", {})[str(len(events))] = {
+            part: round(statistics.median(t[part] for t in timings), 2)
+            for part in ("load", "fold", "continue")}
+        timings_total = [t["total"] for t in timings]
+        out["lengths"][str(len(events))] = round(statistics.median(timings_total), 2)
     await runtime.stop()
     lengths = sorted(out["lengths"], key=int)
     out["ms_at_longest"] = out["lengths"][lengths[-1]]

@@ -20,7 +20,6 @@ from typing import Any
 from toren.errors import ConfigError
 from toren.hookspecs import hookimpl
 from toren.model import (
-    Message,
     Model,
     ModelProvider,
     ModelRequest,
@@ -112,19 +111,13 @@ def respond_with_tools(request: ModelRequest) -> ModelResponse:
     results = [m for m in turn if m.role == "tool"]
     if not results:
         return ModelResponse(text=f"You said: {user_text}" if user_text else "Hello.")
+    names = {call.id: call.name for message in turn for call in message.tool_calls}
     lines = [f"Here is what I found for {user_text!r}:"]
     for message in results:
         marker = " (error)" if message.is_error else ""
-        lines.append(f"- {_tool_name(turn, message)}{marker}: {message.text}")
+        lines.append(f"- {names.get(message.tool_call_id or '', 'tool')}{marker}: "
+                     f"{message.text}")
     return ModelResponse(text="\n".join(lines))
-
-
-def _tool_name(turn: Sequence[Message], result: Message) -> str:
-    for message in turn:
-        for call in message.tool_calls:
-            if call.id == result.tool_call_id:
-                return call.name
-    return "tool"
 
 
 def example_arguments(spec: ToolSpec, text: str) -> dict[str, Any]:

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json, Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from toren.agents import schema_name_for
@@ -33,8 +34,12 @@ def _messages_json(messages: Sequence[OutgoingMessage]) -> Jsonb:
                   for m in messages])
 
 
-def _events_json(events: Sequence[NewEvent]) -> Jsonb:
-    return Jsonb([e.to_json() for e in events])
+def _events_json(events: Sequence[NewEvent]) -> Json:
+    return Json([e.to_json() for e in events], dumps=_dumps)
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
 
 
 def _run_update_params(update: RunUpdate | None) -> dict[str, Any]:
@@ -95,12 +100,14 @@ class RunLog:
                 agent_query("acquire_and_load", schema_name_for(agent)),
                 {"run_id": run_id, "stream": stream, "holder": holder, "ttl_s": ttl_s,
                  "with_finished": with_finished})
-            rows = await cursor.fetchall()
-        if not rows or rows[0][0] is None:
+            row = await cursor.fetchone()
+        if row is None or row[0] is None:
             return None
-        events = [Event(run_id, s, seq, kind, data, at)
-                  for _epoch, s, seq, kind, data, at in rows if seq is not None]
-        return Lease(run_id, stream, holder, rows[0][0]), events
+        events = [Event(run_id, stream, seq, kind, data)
+                  for seq, kind, data in orjson.loads(row[1] or "[]")]
+        events += [Event(run_id, task_stream, seq, "TaskFinished", data)
+                   for task_stream, seq, data in orjson.loads(row[2] or "[]")]
+        return Lease(run_id, stream, holder, row[0]), events
 
     async def release_lease(self, lease: Lease) -> None:
         async with self.pool.connection() as conn:

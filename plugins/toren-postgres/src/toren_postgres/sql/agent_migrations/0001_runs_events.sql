@@ -17,13 +17,15 @@ CREATE INDEX runs_status_created_idx ON runs (status, created_at DESC);
 CREATE INDEX runs_created_idx ON runs (created_at DESC, id);
 
 -- The event log. The primary key is the compare-and-swap: two writers can never both
--- append sequence number N to the same stream of the same run.
+-- append sequence number N to the same stream of the same run. data is json, not jsonb:
+-- the log is written once and read whole (a resume reads every event of a stream), and
+-- json is stored and returned as written, without a conversion each way.
 CREATE TABLE events (
     run_id     uuid NOT NULL,
     stream     text NOT NULL,
     seq        integer NOT NULL,
     type       text NOT NULL,
-    data       jsonb NOT NULL,
+    data       json NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (run_id, stream, seq)
 );
