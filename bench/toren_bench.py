@@ -37,7 +37,7 @@ from toren import events as ev
 from toren.config import Settings
 from toren.decisions import next_task_action
 from toren.events import NewEvent
-from toren.fold import fold_task
+from toren.fold import TaskState, apply_task_event, checkpoint_due, fold_task
 from toren.interfaces import OutgoingMessage
 from toren.runtime import Runtime
 from toren.testing import write_agent_dir
@@ -277,6 +277,14 @@ def step_events(step: int, epoch: int) -> list[NewEvent]:
 
 
 async def resume(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """With checkpoints (how Toren writes logs) and without (a full replay), for comparison."""
+    with_checkpoints = await resume_curve(db, work, args.lengths, checkpoints=True)
+    full_replay = await resume_curve(db, work, args.lengths, checkpoints=False)
+    return with_checkpoints | {"full_replay": full_replay}
+
+
+async def resume_curve(db: BenchDatabase, work: Path, lengths: list[int], *,
+                       checkpoints: bool) -> dict[str, Any]:
     crew = bench_crew(work, 1)
     runtime = Runtime([crew], settings=settings(db.url))
     await runtime.start(workers=False)
@@ -286,25 +294,33 @@ async def resume(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
     from toren.model import ModelRequest
 
     out: dict[str, Any] = {"lengths": {}}
-    for length in args.lengths:
+    for length in lengths:
         run_id = await runtime.start_run("bench", "go")
         lease = await store.acquire_lease(run_id, "task:main", "builder", 60)
         assert lease is not None
         started = NewEvent(ev.TASK_STARTED, {
             "task_id": "main", "subagent": None, "model": "toren/scripted", "input": "go",
             "limits": {}, "tools": ["noop_0000"], "prompt_sha256": "0", "epoch": lease.epoch})
-        batch: list[NewEvent] = [started]
-        seq, step = 1, 0
-        while seq + len(batch) - 1 < length:
+        # written as a worker writes it: batches of events, a checkpoint whenever one is due
+        built = TaskState()
+        batch: list[NewEvent] = []
+
+        def record(event: NewEvent, batch: list[NewEvent] = batch,
+                   built: TaskState = built) -> None:
+            batch.append(event)
+            apply_task_event(built, event.type, event.data)
+
+        record(started)
+        step = 0
+        while built.next_seq <= length:
             step += 1
-            batch += step_events(step, lease.epoch)
-            if len(batch) >= 400:
-                await store.append("bench", lease, seq, batch, ttl_s=60)
-                seq += len(batch)
-                batch = []
-        if batch:
-            await store.append("bench", lease, seq, batch, ttl_s=60)
-            seq += len(batch)
+            for event in step_events(step, lease.epoch):
+                record(event)
+            if len(batch) >= 400 or built.next_seq > length:
+                if checkpoints and checkpoint_due(built, Settings().checkpoint_every):
+                    record(NewEvent(ev.TASK_CHECKPOINT, built.snapshot()))
+                await store.append("bench", lease, built.next_seq - len(batch), batch, ttl_s=60)
+                batch.clear()
         await store.release_lease(lease)
         timings: list[dict[str, float]] = []
         for attempt in range(5):
@@ -329,11 +345,11 @@ async def resume(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
                             "fold": 1000 * (t2 - t1), "continue": 1000 * (t3 - t2)})
             await store.release_lease(lease)
             assert response.text is not None
-        out.setdefault("breakdown_ms", {})[str(len(events))] = {
+        out.setdefault("breakdown_ms", {})[str(built.next_seq - 1)] = {
             part: round(statistics.median(t[part] for t in timings), 2)
             for part in ("load", "fold", "continue")}
         timings_total = [t["total"] for t in timings]
-        out["lengths"][str(len(events))] = round(statistics.median(timings_total), 2)
+        out["lengths"][str(built.next_seq - 1)] = round(statistics.median(timings_total), 2)
     await runtime.stop()
     lengths = sorted(out["lengths"], key=int)
     out["ms_at_longest"] = out["lengths"][lengths[-1]]

@@ -43,6 +43,9 @@ class Settings:
     retry_max_delay_s: float = 300.0
     retry_max_attempts: int = 20
     shutdown_grace_s: float = 10.0
+    #: Events between task checkpoints: a resume reads at most this many events plus one
+    #: checkpoint, however long the task's log.
+    checkpoint_every: int = 1000
     #: Skip the one cheap authenticated call per model provider at worker start.
     skip_preflight: bool = False
 
@@ -71,6 +74,7 @@ class Settings:
             retry_max_delay_s=_number(env, "TOREN_RETRY_MAX_DELAY", 300.0, float),
             retry_max_attempts=_number(env, "TOREN_RETRY_MAX_ATTEMPTS", 20, int),
             shutdown_grace_s=_number(env, "TOREN_SHUTDOWN_GRACE", 10.0, float),
+            checkpoint_every=_number(env, "TOREN_CHECKPOINT_EVERY", 1000, int),
             skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
         )
 

@@ -34,6 +34,9 @@ TOOL_CALL_STARTED = "ToolCallStarted"
 TOOL_CALL_COMPLETED = "ToolCallCompleted"
 RETRY_SCHEDULED = "RetryScheduled"
 TASK_FINISHED = "TaskFinished"
+#: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
+#: resume reads only the log from the latest checkpoint on.
+TASK_CHECKPOINT = "TaskCheckpoint"
 
 #: Why a task or run stopped: the single documented enum (docs/reference/events.md).
 STOP_REASONS = ("end_turn", "max_steps", "budget_exhausted", "cancelled", "error")

@@ -44,6 +44,43 @@ class TaskState:
     retry: dict[str, Any] | None = None
     finished: dict[str, Any] | None = None
     epochs: list[int] = field(default_factory=list)
+    last_checkpoint_seq: int = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state as the data of a ``TaskCheckpoint`` appended at ``next_seq``."""
+        return {
+            "next_seq": self.next_seq + 1, "started": self.started,
+            "messages": [message.to_json() for message in self.messages],
+            "steps": self.steps, "model_call_pending": self.model_call_pending,
+            "pending_tools": [{"step": p.step, "call": {"id": p.call.id, "name": p.call.name,
+                                                        "arguments": p.call.arguments},
+                               "idempotency_key": p.idempotency_key, "epoch": p.epoch}
+                              for p in self.pending_tools.values()],
+            "cost_usd": self.cost_usd, "unknown_cost_calls": self.unknown_cost_calls,
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "consecutive_invalid_calls": self.consecutive_invalid_calls, "retry": self.retry,
+            "finished": self.finished, "epochs": self.epochs,
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Become the state a ``TaskCheckpoint`` recorded (the inverse of ``snapshot``)."""
+        pending = [PendingToolCall(p["step"], ToolCall(**p["call"]), p["idempotency_key"],
+                                   p["epoch"]) for p in data["pending_tools"]]
+        self.next_seq = data["next_seq"]
+        self.last_checkpoint_seq = data["next_seq"] - 1
+        self.started = data["started"]
+        self.messages = [Message.from_json(m) for m in data["messages"]]
+        self.steps = data["steps"]
+        self.model_call_pending = data["model_call_pending"]
+        self.pending_tools = {p.call.id: p for p in pending}
+        self.cost_usd = data["cost_usd"]
+        self.unknown_cost_calls = data["unknown_cost_calls"]
+        self.input_tokens = data["input_tokens"]
+        self.output_tokens = data["output_tokens"]
+        self.consecutive_invalid_calls = data["consecutive_invalid_calls"]
+        self.retry = data["retry"]
+        self.finished = data["finished"]
+        self.epochs = list(data["epochs"])
 
     @property
     def last_assistant(self) -> Message | None:
@@ -53,8 +90,16 @@ class TaskState:
         return None
 
 
+def checkpoint_due(state: TaskState, every: int) -> bool:
+    """Whether more than ``every`` events were appended since the latest checkpoint."""
+    return state.next_seq - state.last_checkpoint_seq > every
+
+
 def apply_task_event(state: TaskState, event_type: str, data: dict[str, Any]) -> None:
     """Fold one task event into ``state`` (in place)."""
+    if event_type == ev.TASK_CHECKPOINT:
+        state.restore(data)
+        return
     state.next_seq += 1
     epoch = data.get("epoch")
     if epoch is not None and (not state.epochs or state.epochs[-1] != epoch):

@@ -47,13 +47,20 @@ class Message:
     tool_call_id: str | None = None
     is_error: bool = False
 
+    # Explicit (not dataclasses.asdict) because checkpoints convert thousands of messages.
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"role": self.role, "text": self.text,
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                               for c in self.tool_calls],
+                "tool_call_id": self.tool_call_id, "is_error": self.is_error}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Message:
-        calls = tuple(ToolCall(**call) for call in data.get("tool_calls", ()))
-        return cls(**{**data, "tool_calls": calls})
+        calls = data.get("tool_calls")
+        return cls(data["role"], data.get("text", ""),
+                   tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in calls)
+                   if calls else (),
+                   data.get("tool_call_id"), data.get("is_error", False))
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from toren.decisions import (
 )
 from toren.errors import ProviderError, TorenError
 from toren.events import NewEvent
-from toren.fold import PendingToolCall, TaskState, apply_task_event, fold_task
+from toren.fold import PendingToolCall, TaskState, apply_task_event, checkpoint_due, fold_task
 from toren.interfaces import Lease, OutgoingMessage, QueueMessage, RunUpdate
 from toren.model import ModelRequest, ModelResponse, ToolCall
 from toren.tools import Tool
@@ -119,6 +119,8 @@ class TaskRunner:
         """Append what was recorded; with ``done``, also ack the message and free the lease."""
         if not self.pending and not done:
             return
+        if self.pending and checkpoint_due(self.state, self.settings.checkpoint_every):
+            self.record(ev.TASK_CHECKPOINT, self.state.snapshot())
         first_seq = self.state.next_seq - len(self.pending)
         await self.store.append(
             self.agent.name, self.lease, first_seq, self.pending, ttl_s=self.settings.lease_ttl_s,

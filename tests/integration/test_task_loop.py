@@ -269,3 +269,35 @@ async def test_a_broken_key_refuses_to_start_workers(make_runtime, tmp_path: Pat
     runtime = await make_runtime(dirs=[directory], models={"locked": BrokenKey()},
                                  skip_preflight=True)
     assert runtime.workers is not None
+
+
+async def test_checkpoints_let_a_resume_read_only_the_tail_of_the_log(
+        make_runtime, tmp_path: Path) -> None:
+    from toren.fold import fold_task
+
+    tools = "".join(f'def t{i:02d}(text: str) -> str:\n    """Tool {i}."""\n    return "r{i}"\n\n'
+                    for i in range(12))
+    directory = write_agent_dir(tmp_path, "long", tools_py=tools)
+    plain = await make_runtime(dirs=[directory])
+    reference, _ = await run_to_end(plain, "long", "go")
+    await plain.stop()
+    runtime = await make_runtime(dirs=[directory], checkpoint_every=7)
+    record, events = await run_to_end(runtime, "long", "go")
+    assert record.output == reference.output
+    streams = check_log(events)
+    task = sorted(streams["task:main"], key=lambda e: e.seq)
+    checkpoints = [e.seq for e in task if e.type == "TaskCheckpoint"]
+    assert len(checkpoints) >= 5
+    assert all(b - a <= 9 for a, b in zip([0, *checkpoints], checkpoints, strict=False))
+    full = fold_task((e.type, e.data) for e in task)
+    for seq in checkpoints:  # folding from any checkpoint on gives the state of the whole log
+        tail = fold_task((e.type, e.data) for e in task if e.seq >= seq)
+        assert tail.messages == full.messages and tail.next_seq == full.next_seq
+        assert (tail.steps, tail.cost_usd, tail.finished) == (full.steps, full.cost_usd,
+                                                              full.finished)
+    # and the store hands a resuming worker only the tail
+    found = await runtime.store.acquire_and_load("long", record.id, "task:main", "reader", 1)
+    assert found is not None
+    _lease, loaded = found
+    assert loaded[0].type == "TaskCheckpoint" and loaded[0].seq == checkpoints[-1]
+    assert len(loaded) == len(task) - checkpoints[-1] + 1

@@ -68,7 +68,8 @@ WHERE l.expires_at <= now()
 RETURNING epoch;
 
 -- acquire_and_load --
--- Take the stream's lease and, if that worked, read the stream (and, for the run stream,
+-- Take the stream's lease and, if that worked, read the stream from its latest checkpoint
+-- (and, for the run stream,
 -- every task's TaskFinished) in the same round trip. Each comes back as one JSON array built
 -- by the server in primary-key order: one parse in the client instead of one per row, which
 -- is what keeps a 10,000-event resume fast. No lease: a NULL epoch.
@@ -84,6 +85,9 @@ SELECT (SELECT epoch FROM lease),
        (SELECT json_agg(json_build_array(e.seq, e.type, e.data) ORDER BY e.seq)
         FROM {events} e
         WHERE e.run_id = %(run_id)s AND e.stream = %(stream)s
+          AND e.seq >= COALESCE((SELECT max(c.seq) FROM {events} c
+                                 WHERE c.run_id = %(run_id)s AND c.stream = %(stream)s
+                                   AND c.type = 'TaskCheckpoint'), 1)
           AND EXISTS (SELECT 1 FROM lease))::text,
        (SELECT json_agg(json_build_array(e.stream, e.seq, e.data) ORDER BY e.stream)
         FROM {events} e

@@ -30,5 +30,8 @@ CREATE TABLE events (
     PRIMARY KEY (run_id, stream, seq)
 );
 
+-- A resume reads a task stream from its latest checkpoint on.
+CREATE INDEX events_checkpoint_idx ON events (run_id, stream, seq) WHERE type = 'TaskCheckpoint';
+
 -- The orchestrator reads the outcome of every finished task of a run on each tick.
 CREATE INDEX events_task_finished_idx ON events (run_id) WHERE type = 'TaskFinished';
