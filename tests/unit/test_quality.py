@@ -1,0 +1,28 @@
+"""The house rules that tools can check: lint and types of the kernel's public surface."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def tool(name: str) -> str:
+    found = BIN / name
+    return str(found) if found.exists() else (shutil.which(name) or name)
+
+
+def test_ruff_finds_nothing() -> None:
+    done = subprocess.run([tool("ruff"), "check", "."], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_public_surface_type_checks() -> None:
+    done = subprocess.run([tool("mypy")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
