@@ -247,6 +247,9 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
         met = {True: "yes", False: "**no**", None: ""}[row["met"]]
         lines.append(f"| {row['figure']} | {row['name']} | {value} | {peer} | {ratio} | "
                      f"{row['target']} | {met} |")
+    history = BENCH / "history.md"
+    if history.exists():
+        lines += ["", history.read_text().strip()]
     lines += ["", "## Raw results", "", "One JSON object per benchmark and repetition.", "",
               "```json"]
     for index, rep in enumerate(reps, 1):

@@ -327,7 +327,7 @@ async def resume_curve(db: BenchDatabase, work: Path, lengths: list[int], *,
             t0 = time.perf_counter()
             found = await store.acquire_and_load("bench", run_id, "task:main",
                                                  f"resumer-{attempt}", 60)
-            assert found is not None
+            assert isinstance(found, tuple)
             lease, events = found
             t1 = time.perf_counter()
             state = fold_task((e.type, e.data) for e in events)

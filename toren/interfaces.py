@@ -39,6 +39,13 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class LeaseBusy:
+    """Another worker holds the lease; it expires (at the latest) in ``retry_in_s`` seconds."""
+
+    retry_in_s: float
+
+
+@dataclass(frozen=True)
 class OutgoingMessage:
     """A queue message to send with an append (same transaction on the Postgres queue)."""
 
@@ -165,11 +172,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
                                ttl_s: float, *, with_finished: bool = False
-                               ) -> tuple[Lease, list[Event]] | None:
-        """``acquire_lease`` and, if it succeeded, ``load_stream``, in one round trip.
+                               ) -> tuple[Lease, list[Event]] | LeaseBusy:
+        """``acquire_lease`` and, if it succeeded, the stream from its latest checkpoint on,
+        in one round trip.
 
         With ``with_finished`` the events also include every ``TaskFinished`` of the run's
-        task streams (what the orchestrator absorbs). ``None`` if the lease is held elsewhere.
+        task streams (what the orchestrator absorbs). ``LeaseBusy`` if the lease is held
+        elsewhere, saying when it expires.
         """
 
     @abc.abstractmethod

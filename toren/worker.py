@@ -20,7 +20,7 @@ import toren
 from toren import events as ev
 from toren.errors import LeaseLost, RunCancelled
 from toren.events import Event, NewEvent
-from toren.interfaces import Lease, QueueMessage, RunUpdate
+from toren.interfaces import Lease, LeaseBusy, QueueMessage, RunUpdate
 
 if TYPE_CHECKING:
     from toren.runtime import Runtime
@@ -173,16 +173,18 @@ class Worker:
 
     async def acquire(self, message: QueueMessage, stream: str, *, with_finished: bool = False
                       ) -> tuple[Lease, list[Event]] | None:
-        """The stream's lease and events, or ``None`` (the message is handed back for later)
-        if another worker holds the lease."""
+        """The stream's lease and events, or ``None`` if another worker holds the lease: the
+        message is then handed back until just after that lease expires (a dead worker's
+        lease), or is renewed (a live one, and the message comes back again)."""
         assert message.run_id is not None
         found = await self.runtime.store.acquire_and_load(
             message.agent, message.run_id, stream, self.id, self.settings.lease_ttl_s,
             with_finished=with_finished)
-        if found is None:
+        if isinstance(found, LeaseBusy):
             queue = self.runtime.queue
             assert queue is not None
-            await queue.defer(message, self.id, self.settings.lease_ttl_s)
+            await queue.defer(message, self.id, found.retry_in_s + 0.05)
+            return None
         return found
 
     async def _record_dead_letter(self, message: QueueMessage) -> None:

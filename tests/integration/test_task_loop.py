@@ -297,7 +297,7 @@ async def test_checkpoints_let_a_resume_read_only_the_tail_of_the_log(
                                                               full.finished)
     # and the store hands a resuming worker only the tail
     found = await runtime.store.acquire_and_load("long", record.id, "task:main", "reader", 1)
-    assert found is not None
+    assert isinstance(found, tuple)
     _lease, loaded = found
     assert loaded[0].type == "TaskCheckpoint" and loaded[0].seq == checkpoints[-1]
     assert len(loaded) == len(task) - checkpoints[-1] + 1

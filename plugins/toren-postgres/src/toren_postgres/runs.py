@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from toren.agents import schema_name_for
 from toren.errors import LeaseLost, RunCancelled
 from toren.events import Event, NewEvent
-from toren.interfaces import KEEP, Lease, OutgoingMessage, RunRecord, RunUpdate
+from toren.interfaces import KEEP, Lease, LeaseBusy, OutgoingMessage, RunRecord, RunUpdate
 from toren_postgres.queries import query
 
 
@@ -94,7 +94,7 @@ class RunLog:
 
     async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
                                ttl_s: float, *, with_finished: bool = False
-                               ) -> tuple[Lease, list[Event]] | None:
+                               ) -> tuple[Lease, list[Event]] | LeaseBusy:
         async with self.pool.connection() as conn:
             cursor = await conn.execute(
                 agent_query("acquire_and_load", schema_name_for(agent)),
@@ -102,7 +102,7 @@ class RunLog:
                  "with_finished": with_finished})
             row = await cursor.fetchone()
         if row is None or row[0] is None:
-            return None
+            return LeaseBusy(retry_in_s=row[3] if row and row[3] is not None else ttl_s)
         events = [Event(run_id, stream, seq, kind, data)
                   for seq, kind, data in orjson.loads(row[1] or "[]")]
         events += [Event(run_id, task_stream, seq, "TaskFinished", data)

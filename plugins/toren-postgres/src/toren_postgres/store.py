@@ -14,7 +14,15 @@ from toren.agents import AgentSpec
 from toren.config import Settings
 from toren.errors import DatabaseUnavailable
 from toren.events import Event, NewEvent
-from toren.interfaces import Lease, Migration, OutgoingMessage, RunRecord, RunUpdate, Store
+from toren.interfaces import (
+    Lease,
+    LeaseBusy,
+    Migration,
+    OutgoingMessage,
+    RunRecord,
+    RunUpdate,
+    Store,
+)
 from toren_postgres import migrations
 from toren_postgres.connection import check_connection, describe_url
 from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
@@ -110,7 +118,7 @@ class PostgresStore(Store):
 
     async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
                                ttl_s: float, *, with_finished: bool = False
-                               ) -> tuple[Lease, list[Event]] | None:
+                               ) -> tuple[Lease, list[Event]] | LeaseBusy:
         return await self.log.acquire_and_load(agent, run_id, stream, holder, ttl_s,
                                                with_finished=with_finished)
 

@@ -72,7 +72,7 @@ RETURNING epoch;
 -- (and, for the run stream,
 -- every task's TaskFinished) in the same round trip. Each comes back as one JSON array built
 -- by the server in primary-key order: one parse in the client instead of one per row, which
--- is what keeps a 10,000-event resume fast. No lease: a NULL epoch.
+-- is what keeps a 10,000-event resume fast. No lease: a NULL epoch and the time it has left.
 WITH lease AS (
     INSERT INTO toren_control.leases AS l (run_id, stream, holder, epoch, expires_at)
     VALUES (%(run_id)s, %(stream)s, %(holder)s, 1, now() + %(ttl_s)s * interval '1 second')
@@ -92,7 +92,11 @@ SELECT (SELECT epoch FROM lease),
        (SELECT json_agg(json_build_array(e.stream, e.seq, e.data) ORDER BY e.stream)
         FROM {events} e
         WHERE %(with_finished)s AND e.run_id = %(run_id)s AND e.type = 'TaskFinished'
-          AND EXISTS (SELECT 1 FROM lease))::text;
+          AND EXISTS (SELECT 1 FROM lease))::text,
+       -- when the lease is held elsewhere: seconds until it expires, to come back then
+       (SELECT greatest(0, extract(epoch FROM l.expires_at - now()))::float8
+        FROM toren_control.leases l
+        WHERE l.run_id = %(run_id)s AND l.stream = %(stream)s);
 
 -- release_lease --
 UPDATE toren_control.leases SET expires_at = now()
