@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
+from toren.pricing import Pricing
 from toren.schemas import load_schema
 from toren.tools import Tool, tool_from_function
 from toren.yamlfile import LocatedYaml, load_located
@@ -53,6 +54,22 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Compaction:
+    """``compaction:`` in agent.yaml: when to summarise older turns of a task."""
+
+    enabled: bool = True
+    threshold_tokens: int | None = None
+    keep_recent_messages: int = 6
+
+    @classmethod
+    def from_yaml(cls, data: Mapping[str, Any] | None) -> Compaction:
+        data = data or {}
+        return cls(enabled=data.get("enabled", True),
+                   threshold_tokens=data.get("thresholdTokens"),
+                   keep_recent_messages=data.get("keepRecentMessages", 6))
+
+
+@dataclass(frozen=True)
 class SubagentSpec:
     """A named task agent from ``subagents/<name>.md``."""
 
@@ -78,10 +95,18 @@ class AgentSpec:
     tools: dict[str, Tool] = field(default_factory=dict)
     env: tuple[str, ...] = ()
     subagents: dict[str, SubagentSpec] = field(default_factory=dict)
+    base_url: str | None = None
+    pricing: dict[str, Pricing] = field(default_factory=dict)
+    compaction: Compaction = field(default_factory=Compaction)
 
     @property
     def schema_name(self) -> str:
         return schema_name_for(self.name)
+
+    @property
+    def model_ids(self) -> list[str]:
+        """The agent's model and its subagents' models, each once."""
+        return list(dict.fromkeys([self.model, *(s.model for s in self.subagents.values())]))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +116,8 @@ class AgentSpec:
             "subagents": {name: {"model": sub.model, "tools": list(sub.tools),
                                  "description": sub.description}
                           for name, sub in self.subagents.items()},
+            "baseUrl": self.base_url,
+            "pricing": {model: price.to_json() for model, price in self.pricing.items()},
         }
 
 
@@ -188,7 +215,10 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     agent = AgentSpec(
         name=name, directory=directory, model=model, prompt=prompt,
         description=data.get("description", ""), limits=limits, tools=enabled,
-        env=tuple(data.get("env", ())),
+        env=tuple(data.get("env", ())), base_url=data.get("baseUrl"),
+        pricing={model_id: Pricing.from_yaml(price)
+                 for model_id, price in data.get("pricing", {}).items()},
+        compaction=Compaction.from_yaml(data.get("compaction")),
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})

@@ -69,13 +69,30 @@ class MigrationError(TorenError):
 
 
 class ProviderError(TorenError):
-    """A model provider call failed."""
+    """A model provider call failed.
+
+    Provider plugins raise it at their boundary (``raise ProviderError(...) from exc``):
+    ``retryable`` for 429, 5xx, timeouts and connection errors (the task backs off, at least
+    ``retry_after_s`` when the provider said so), permanent for 400/401/403 and the like.
+    """
 
     code = "provider_error"
 
-    def __init__(self, message: str | None = None, *, retryable: bool = False) -> None:
+    def __init__(self, message: str | None = None, *, retryable: bool = False,
+                 retry_after_s: float | None = None, status: int | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.retry_after_s = retry_after_s
+        self.status = status
+
+
+class ContextWindowExceeded(ProviderError):
+    """The request does not fit the model's context window.
+
+    The task loop compacts the conversation and retries the call once.
+    """
+
+    code = "context_window_exceeded"
 
 
 class ToolError(TorenError):

@@ -37,6 +37,8 @@ TASK_FINISHED = "TaskFinished"
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on.
 TASK_CHECKPOINT = "TaskCheckpoint"
+#: Older turns were replaced by a summary (made by the compaction model call before it).
+COMPACTED = "Compacted"
 
 #: Why a task or run stopped: the single documented enum (docs/reference/events.md).
 STOP_REASONS = ("end_turn", "max_steps", "budget_exhausted", "cancelled", "error")

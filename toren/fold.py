@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toren import events as ev
+from toren.compaction import compacted
 from toren.model import Message, ToolCall
 
 
@@ -41,6 +42,10 @@ class TaskState:
     input_tokens: int = 0
     output_tokens: int = 0
     consecutive_invalid_calls: int = 0
+    compactions: int = 0
+    #: A compaction happened after the latest main model call (a context-length error right
+    #: after one is not retried with another).
+    compacted_since_call: bool = False
     retry: dict[str, Any] | None = None
     finished: dict[str, Any] | None = None
     epochs: list[int] = field(default_factory=list)
@@ -59,6 +64,7 @@ class TaskState:
             "cost_usd": self.cost_usd, "unknown_cost_calls": self.unknown_cost_calls,
             "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
             "consecutive_invalid_calls": self.consecutive_invalid_calls, "retry": self.retry,
+            "compactions": self.compactions, "compacted_since_call": self.compacted_since_call,
             "finished": self.finished, "epochs": self.epochs,
         }
 
@@ -78,6 +84,8 @@ class TaskState:
         self.input_tokens = data["input_tokens"]
         self.output_tokens = data["output_tokens"]
         self.consecutive_invalid_calls = data["consecutive_invalid_calls"]
+        self.compactions = data.get("compactions", 0)
+        self.compacted_since_call = data.get("compacted_since_call", False)
         self.retry = data["retry"]
         self.finished = data["finished"]
         self.epochs = list(data["epochs"])
@@ -112,9 +120,11 @@ def apply_task_event(state: TaskState, event_type: str, data: dict[str, Any]) ->
     elif event_type == ev.MODEL_CALL_COMPLETED:
         state.model_call_pending = None
         state.retry = None
-        state.steps = data["step"]
-        calls = tuple(ToolCall(**call) for call in data["tool_calls"])
-        state.messages.append(Message(role="assistant", text=data["text"], tool_calls=calls))
+        if data.get("purpose") != "compaction":
+            state.steps = data["step"]
+            state.compacted_since_call = False
+            calls = tuple(ToolCall(**call) for call in data["tool_calls"])
+            state.messages.append(Message(role="assistant", text=data["text"], tool_calls=calls))
         usage = data["usage"]
         state.input_tokens += usage.get("input_tokens", 0)
         state.output_tokens += usage.get("output_tokens", 0)
@@ -134,6 +144,10 @@ def apply_task_event(state: TaskState, event_type: str, data: dict[str, Any]) ->
             state.consecutive_invalid_calls += 1
         else:
             state.consecutive_invalid_calls = 0
+    elif event_type == ev.COMPACTED:
+        state.messages = compacted(state.messages, data["replaced"], data["summary"])
+        state.compactions += 1
+        state.compacted_since_call = True
     elif event_type == ev.RETRY_SCHEDULED:
         state.retry = data
         state.model_call_pending = None

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import abc
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from toren.pricing import Pricing
 
 Role = Literal["user", "assistant", "tool"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens"]
@@ -26,11 +29,17 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One tool invocation requested by the model."""
+    """One tool invocation requested by the model.
+
+    A provider that receives arguments it cannot parse (invalid JSON from the model) sets
+    ``arguments={}`` and says why in ``arguments_error``: the call goes back to the model as an
+    ``invalid_arguments`` tool error instead of running.
+    """
 
     id: str
     name: str
     arguments: dict[str, Any]
+    arguments_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,8 @@ class Message:
     # Explicit (not dataclasses.asdict) because checkpoints convert thousands of messages.
     def to_json(self) -> dict[str, Any]:
         return {"role": self.role, "text": self.text,
-                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments,
+                                "arguments_error": c.arguments_error}
                                for c in self.tool_calls],
                 "tool_call_id": self.tool_call_id, "is_error": self.is_error}
 
@@ -58,7 +68,8 @@ class Message:
     def from_json(cls, data: dict[str, Any]) -> Message:
         calls = data.get("tool_calls")
         return cls(data["role"], data.get("text", ""),
-                   tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in calls)
+                   tuple(ToolCall(c["id"], c["name"], c["arguments"], c.get("arguments_error"))
+                         for c in calls)
                    if calls else (),
                    data.get("tool_call_id"), data.get("is_error", False))
 
@@ -116,6 +127,11 @@ class Model(abc.ABC):
 
     #: The full model id, e.g. ``anthropic/claude-sonnet-4-5`` or ``toren/scripted``.
     model_id: str
+    #: The price from the provider's table, or ``None`` if unknown (the cost is then recorded as
+    #: unknown, never guessed). An agent's ``pricing:`` overrides it.
+    pricing: Pricing | None = None
+    #: The context window in tokens, if known; compaction starts by default at 80% of it.
+    context_window: int | None = None
 
     @abc.abstractmethod
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -139,6 +155,22 @@ class ModelProvider(abc.ABC):
     #: Environment variables the provider needs (checked at startup for agents that use it).
     required_env: tuple[str, ...] = ()
 
+    def required_env_for(self, model_id: str, base_url: str | None = None) -> tuple[str, ...]:
+        """The variables needed for this model and endpoint (default: ``required_env``).
+
+        Called at startup for every model an agent uses; override when, say, a local
+        OpenAI-compatible server at ``base_url`` needs no key.
+        """
+        return self.required_env
+
     @abc.abstractmethod
     def get_model(self, model_id: str) -> Model:
-        """A ``Model`` for ``model_id`` (prefix included); ``ConfigError`` if unknown."""
+        """A ``Model`` for ``model_id`` (prefix included); ``ConfigError`` if unknown.
+
+        Providers that talk to a configurable endpoint also accept ``base_url=`` (keyword),
+        passed when an agent sets ``baseUrl:``; the kernel only passes it to providers whose
+        ``supports_base_url`` is true.
+        """
+
+    #: Whether ``get_model`` accepts ``base_url=`` (an agent's ``baseUrl:``).
+    supports_base_url: bool = False

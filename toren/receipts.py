@@ -30,6 +30,8 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
         usage = e.data["usage"]
         model_calls.append({
             "step": e.data["step"], "model": e.data["model"],
+            "provider": e.data["model"].partition("/")[0],
+            "purpose": e.data.get("purpose", "step"),
             "input_tokens": usage.get("input_tokens", 0),
             "output_tokens": usage.get("output_tokens", 0),
             "cache_read_tokens": usage.get("cache_read_tokens", 0),
@@ -57,7 +59,9 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
         "status": finished["status"] if finished else "running",
         "stop_reason": finished["stop_reason"] if finished else None,
         "error": finished.get("error") if finished else None,
-        "steps": len(model_calls), "resumes": max(0, len(epochs) - 1),
+        "steps": sum(1 for c in model_calls if c["purpose"] == "step"),
+        "compactions": sum(1 for e in events if e.type == ev.COMPACTED),
+        "resumes": max(0, len(epochs) - 1),
         "model_calls": model_calls, "tool_calls": tool_calls, "retries": retries,
         "totals": {
             "model_calls": len(model_calls), "tool_calls": len(tool_calls),
@@ -82,9 +86,18 @@ def build_receipt(record: RunRecord, events: Sequence[Event]) -> dict[str, Any]:
                           "cost_unknown_calls", "repeated_calls")}
     totals["cost_usd"] = round(sum(task["totals"]["cost_usd"] for task in tasks), 10)
     totals["retries"] = sum(len(task["retries"]) for task in tasks)
+    by_subagent: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        who = by_subagent.setdefault(task["subagent"] or "(agent)", {
+            "tasks": 0, "model_calls": 0, "input_tokens": 0, "output_tokens": 0,
+            "cost_usd": 0.0, "cost_unknown_calls": 0})
+        who["tasks"] += 1
+        for key in ("model_calls", "input_tokens", "output_tokens", "cost_unknown_calls"):
+            who[key] += task["totals"][key]
+        who["cost_usd"] = round(who["cost_usd"] + task["totals"]["cost_usd"], 10)
     reason = record.stop_reason
     why = STOP_REASON_TEXT.get(reason or "", "it has not stopped yet")
     if record.error and record.error.get("message"):
         why = f"{why}: {record.error['message']}"
     return {"run": record.to_json(), "status": record.status, "stop_reason": reason,
-            "why": why, "tasks": tasks, "totals": totals}
+            "why": why, "tasks": tasks, "totals": totals, "by_subagent": by_subagent}

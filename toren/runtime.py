@@ -51,12 +51,15 @@ class Runtime:
         agents: Sequence[AgentSpec] | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
-        self._models: dict[str, Model] = {}
+        self._models: dict[tuple[str, str | None], Model] = {}
         self._channels: list[Channel] = []
         self.plugins = plugins or PluginHost(self.settings.load_plugins)
         if agents is None:
             agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model)
         self.agents: dict[str, AgentSpec] = {agent.name: agent for agent in agents}
+        for agent in self.agents.values():
+            for model_id in agent.model_ids:
+                self.model(model_id, base_url=agent.base_url)  # baseUrl support, early
         check_env(self.agents.values(), self._provider_env())
         self.store: Store = driver_class("store", self.settings.store_driver)(self.settings)
         self._queue_class = driver_class("queue", self.settings.queue_driver)
@@ -69,21 +72,26 @@ class Runtime:
         """Resolve a model id to its provider's ``Model``; ``ConfigError`` if none serves it."""
         return self.model(model_id)
 
-    def model(self, model_id: str) -> Model:
-        """The ``Model`` for an id, made once per process by its provider."""
-        model = self._models.get(model_id)
+    def model(self, model_id: str, *, base_url: str | None = None) -> Model:
+        """The ``Model`` for an id (and an agent's ``baseUrl``), made once per process."""
+        model = self._models.get((model_id, base_url))
         if model is None:
-            model = self.plugins.provider_for(model_id).get_model(model_id)
-            self._models[model_id] = model
+            provider = self.plugins.provider_for(model_id)
+            if base_url is not None and not provider.supports_base_url:
+                raise ConfigError(f"baseUrl is set for {model_id}, but the {provider.prefix!r} "
+                                  "provider does not take a base URL; remove baseUrl")
+            model = (provider.get_model(model_id, base_url=base_url)  # type: ignore[call-arg]
+                     if base_url is not None else provider.get_model(model_id))
+            self._models[(model_id, base_url)] = model
         return model
 
     def _provider_env(self) -> dict[str, list[str]]:
         needed: dict[str, list[str]] = {}
         for agent in self.agents.values():
-            models = {agent.model, *(sub.model for sub in agent.subagents.values())}
-            for model_id in models:
+            for model_id in agent.model_ids:
                 needed.setdefault(agent.name, []).extend(
-                    self.plugins.provider_for(model_id).required_env)
+                    self.plugins.provider_for(model_id).required_env_for(model_id,
+                                                                         agent.base_url))
         return needed
 
     async def start(self, *, workers: bool = True, migrate: bool = True) -> None:
@@ -113,13 +121,13 @@ class Runtime:
         Raises ``ProviderError`` naming the agent and the model, so a worker with a broken key
         refuses to start instead of failing mid-run. ``TOREN_SKIP_PREFLIGHT=1`` skips it.
         """
-        users: dict[str, list[str]] = {}
+        users: dict[tuple[str, str | None], list[str]] = {}
         for agent in self.agents.values():
-            for model_id in {agent.model, *(sub.model for sub in agent.subagents.values())}:
-                users.setdefault(model_id, []).append(agent.name)
-        for model_id, agents in users.items():
+            for model_id in agent.model_ids:
+                users.setdefault((model_id, agent.base_url), []).append(agent.name)
+        for (model_id, base_url), agents in users.items():
             try:
-                await self.model(model_id).preflight()
+                await self.model(model_id, base_url=base_url).preflight()
             except TorenError as exc:
                 raise ProviderError(
                     f"preflight of {model_id} (used by {', '.join(agents)}) failed: "

@@ -26,6 +26,7 @@ import jsonschema
 
 from toren import events as ev
 from toren.agents import AgentSpec, Limits, SubagentSpec
+from toren.compaction import boundary, compacted, estimate_tokens, needs_compaction, summary_request
 from toren.context import ToolCallContext, _current
 from toren.decisions import (
     CallModel,
@@ -36,17 +37,26 @@ from toren.decisions import (
     next_task_action,
     truncate_output,
 )
-from toren.errors import ProviderError, TorenError
+from toren.errors import ContextWindowExceeded, ProviderError, TorenError
 from toren.events import NewEvent
 from toren.fold import PendingToolCall, TaskState, apply_task_event, checkpoint_due, fold_task
 from toren.interfaces import Lease, OutgoingMessage, QueueMessage, RunUpdate
-from toren.model import ModelRequest, ModelResponse, ToolCall
+from toren.model import Model, ModelRequest, ModelResponse, ToolCall
 from toren.tools import Tool
 
 if TYPE_CHECKING:
     from toren.worker import Worker
 
 log = logging.getLogger(__name__)
+#: Models already warned about for having no known price (one warning per process).
+_UNPRICED: set[str] = set()
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    data = {"id": call.id, "name": call.name, "arguments": call.arguments}
+    if call.arguments_error is not None:
+        data["arguments_error"] = call.arguments_error
+    return data
 
 
 def task_message(task_id: str, subagent: str | None, task_input: Any,
@@ -168,64 +178,145 @@ class TaskRunner:
         })
 
     async def call_model(self, action: CallModel) -> bool:
-        """Make one model call; ``False`` when the task must stop here (retry scheduled)."""
-        self.record(ev.MODEL_CALL_STARTED, {"step": action.step, "epoch": self.lease.epoch})
-        if self.state.steps == 0:
-            self.pending_update = RunUpdate(status="running")
-        await self.flush()
-        model = self.worker.runtime.model(self.spec.model)
-        request = ModelRequest(
-            model=self.spec.model, system=self.spec.prompt, messages=tuple(self.state.messages),
-            tools=tuple(tool.spec for tool in self.spec.tools.values()))
+        """Make one model call (compacting first if the context is too large); ``False`` when
+        the task must stop here (finished, or a retry scheduled)."""
+        model = self.worker.runtime.model(self.spec.model, base_url=self.agent.base_url)
+        repeated = action.repeated
+        if not self.state.compacted_since_call and needs_compaction(
+                self.agent.compaction, model.context_window, self.spec.prompt,
+                self.state.messages):
+            if not await self.compact(action.step, model, "threshold", repeated):
+                return False
+            repeated = False
+        while True:
+            self.record(ev.MODEL_CALL_STARTED, {"step": action.step, "epoch": self.lease.epoch})
+            if self.state.steps == 0:
+                self.pending_update = RunUpdate(status="running")
+            await self.flush()
+            request = ModelRequest(
+                model=self.spec.model, system=self.spec.prompt,
+                messages=tuple(self.state.messages),
+                tools=tuple(tool.spec for tool in self.spec.tools.values()))
+            try:
+                result = await self.invoke(model, request, action.step)
+            except ContextWindowExceeded as exc:
+                # compact and retry once; a second overflow right after compacting is final
+                if self.state.compacted_since_call or boundary(
+                        self.state.messages, self.agent.compaction.keep_recent_messages) is None:
+                    await self.finish("error", None, {"code": exc.code, "message": exc.message})
+                    return False
+                if not await self.compact(action.step, model, "context_window_exceeded", False):
+                    return False
+                continue
+            if result is None:
+                return False
+            response, latency_ms = result
+            self.record_response(action.step, response, latency_ms, repeated, model)
+            return True
+
+    async def invoke(self, model: Model, request: ModelRequest, step: int
+                     ) -> tuple[ModelResponse, float] | None:
+        """Call the model; on failure end the task or schedule a retry and return ``None``.
+
+        ``ContextWindowExceeded`` propagates: the caller decides whether to compact.
+        """
         started = time.perf_counter()
         try:
             response = await model.complete(request)
+        except ContextWindowExceeded:
+            raise
         except ProviderError as exc:
             if exc.retryable:
-                return await self.schedule_retry(action.step, exc)
-            await self.finish("error", None, {"code": exc.code, "message": exc.message})
-            return False
+                await self.schedule_retry(step, exc)
+            else:
+                await self.finish("error", None, {"code": exc.code, "message": exc.message})
+            return None
         except Exception as exc:  # a provider plugin bug must not loop through redeliveries
             log.exception("model %s raised", self.spec.model)
             await self.finish("error", None, {
                 "code": "provider_error",
                 "message": f"model {self.spec.model} raised {type(exc).__name__}: {exc}"})
+            return None
+        return response, round((time.perf_counter() - started) * 1000, 3)
+
+    async def compact(self, step: int, model: Model, reason: str, repeated: bool) -> bool:
+        """Summarise older turns with a recorded model call; ``False`` if the task stopped."""
+        messages = self.state.messages
+        cut = boundary(messages, self.agent.compaction.keep_recent_messages)
+        if cut is None:
+            return True
+        self.record(ev.MODEL_CALL_STARTED, {"step": step, "epoch": self.lease.epoch,
+                                            "purpose": "compaction"})
+        await self.flush()
+        before = estimate_tokens(self.spec.prompt, messages)
+        try:
+            result = await self.invoke(model, summary_request(self.spec.model, messages, cut),
+                                       step)
+        except ContextWindowExceeded as exc:
+            await self.finish("error", None, {
+                "code": exc.code,
+                "message": f"the conversation is too large even to summarise: {exc.message}"})
             return False
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        self.record_response(action, response, latency_ms)
+        if result is None:
+            return False
+        response, latency_ms = result
+        self.record_response(step, response, latency_ms, repeated, model, purpose="compaction")
+        self.record(ev.COMPACTED, {
+            "step": step, "summary": response.text, "replaced": cut, "reason": reason,
+            "tokens_before": before, "epoch": self.lease.epoch,
+            "tokens_after": estimate_tokens(self.spec.prompt,
+                                            compacted(messages, cut, response.text))})
         return True
 
-    def record_response(self, action: CallModel, response: ModelResponse,
-                        latency_ms: float) -> None:
+    def cost(self, response: ModelResponse, model: Model) -> float | None:
+        """The call's cost: the agent's ``pricing:`` for the model, else the provider's table,
+        else what the provider reported; ``None`` (unknown, warned about once) otherwise."""
+        pricing = self.agent.pricing.get(self.spec.model) or model.pricing
+        if pricing is not None:
+            return pricing.cost(response.usage)
+        if response.cost_usd is None and self.spec.model not in _UNPRICED:
+            _UNPRICED.add(self.spec.model)
+            log.warning("no price is known for %s: its calls are recorded with an unknown cost; "
+                        "set pricing: in agent.yaml to record it", self.spec.model)
+        return response.cost_usd
+
+    def record_response(self, step: int, response: ModelResponse, latency_ms: float,
+                        repeated: bool, model: Model, purpose: str | None = None) -> None:
         had_error = self.state.retry is not None
-        self.record(ev.MODEL_CALL_COMPLETED, {
-            "step": action.step, "epoch": self.lease.epoch,
+        data: dict[str, Any] = {
+            "step": step, "epoch": self.lease.epoch,
             "model": response.model or self.spec.model, "text": response.text,
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                           for c in response.tool_calls],
+            "tool_calls": [_call_json(c) for c in response.tool_calls],
             "stop_reason": response.stop_reason,
             "usage": {"input_tokens": response.usage.input_tokens,
                       "output_tokens": response.usage.output_tokens,
                       "cache_read_tokens": response.usage.cache_read_tokens,
                       "cache_write_tokens": response.usage.cache_write_tokens},
-            "cost_usd": response.cost_usd, "latency_ms": latency_ms, "repeated": action.repeated,
-        })
+            "cost_usd": self.cost(response, model), "latency_ms": latency_ms,
+            "repeated": repeated,
+        }
+        if purpose is not None:
+            data["purpose"] = purpose
+            data["tool_calls"] = []
+        self.record(ev.MODEL_CALL_COMPLETED, data)
         if had_error:
             self.pending_update = RunUpdate(error=None)  # recovered: the latest error clears
+        if purpose is not None:
+            return
         for index, call in enumerate(response.tool_calls):
             problem = self.check_call(call)
             if problem is not None:
                 kind, text = problem
                 self.record(ev.TOOL_CALL_COMPLETED, {
-                    "step": action.step, "call_id": call.id, "name": call.name, "output": text,
+                    "step": step, "call_id": call.id, "name": call.name, "output": text,
                     "is_error": True, "error_kind": kind, "truncated": False,
                     "original_bytes": len(text.encode()), "duration_ms": 0.0,
                     "epoch": self.lease.epoch})
                 continue
             self.record(ev.TOOL_CALL_STARTED, {
-                "step": action.step, "call_id": call.id, "name": call.name,
+                "step": step, "call_id": call.id, "name": call.name,
                 "arguments": call.arguments,
-                "idempotency_key": idempotency_key(self.run_id, self.task_id, action.step, index),
+                "idempotency_key": idempotency_key(self.run_id, self.task_id, step, index),
                 "epoch": self.lease.epoch})
 
     def check_call(self, call: ToolCall) -> tuple[str, str] | None:
@@ -235,6 +326,11 @@ class TaskRunner:
             available = ", ".join(self.spec.tools) or "none"
             return "unknown_tool", (f"Error: there is no tool named {call.name!r}. "
                                     f"Available tools: {available}.")
+        if call.arguments_error is not None:
+            return "invalid_arguments", (
+                f"Error: the arguments for {call.name} could not be read: "
+                f"{call.arguments_error}. Send a JSON object matching: "
+                f"{json.dumps(tool.parameters, sort_keys=True)}")
         error = jsonschema.exceptions.best_match(tool.validator.iter_errors(call.arguments))
         if error is not None:
             where = ".".join(str(p) for p in error.absolute_path) or "arguments"
@@ -275,18 +371,17 @@ class TaskRunner:
                        "error_kind": "exception" if is_error else None, "truncated": truncated,
                        "original_bytes": size, "duration_ms": duration_ms}
 
-    async def schedule_retry(self, step: int, exc: ProviderError) -> bool:
+    async def schedule_retry(self, step: int, exc: ProviderError) -> None:
         attempt = (self.state.retry or {}).get("attempt", 0) + 1
         error = {"code": exc.code, "message": exc.message, "attempt": attempt}
         if attempt > self.settings.retry_max_attempts:
             error["message"] = f"gave up after {attempt - 1} retries: {exc.message}"
             await self.finish("error", None, error)
-            return False
+            return
         delay = backoff_delay(attempt, base_s=self.settings.retry_base_s,
                               cap_s=self.settings.retry_max_delay_s, random_unit=random.random())
-        hinted = getattr(exc, "retry_after_s", None)
-        if hinted:
-            delay = max(delay, float(hinted))
+        if exc.retry_after_s:
+            delay = max(delay, exc.retry_after_s)
         next_at = (datetime.now(UTC) + timedelta(seconds=delay)).isoformat()
         self.record(ev.RETRY_SCHEDULED, {
             "step": step, "attempt": attempt, "error": {"code": exc.code, "message": exc.message},
@@ -296,7 +391,6 @@ class TaskRunner:
             messages=[task_message(self.task_id, payload.get("subagent"), payload.get("input"),
                                    delay_s=delay)],
             run_update=RunUpdate(error=error | {"next_attempt_at": next_at}), done=True)
-        return False
 
     async def finish(self, stop_reason: str, output: str | None,
                      error: dict[str, Any] | None) -> None:

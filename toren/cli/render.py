@@ -93,12 +93,13 @@ def run_tree(receipt: dict[str, Any]) -> Tree:
         for call in task["tool_calls"]:
             tools_by_step.setdefault(call["step"], []).append(call)
         for call in task["model_calls"]:
-            step = branch.add(f"step {call['step']} · {call['input_tokens']}→"
+            label = "compaction" if call["purpose"] == "compaction" else f"step {call['step']}"
+            step = branch.add(f"{label} · {call['input_tokens']}→"
                               f"{call['output_tokens']} tokens · {_cost(call['cost_usd'])} · "
                               f"{call['latency_ms']:.1f} ms"
                               + (" · replayed from log" if call["replayed"] else "")
                               + (" · repeated" if call["repeated"] else ""))
-            for tool in tools_by_step.get(call["step"], []):
+            for tool in tools_by_step.get(call["step"], []) if call["purpose"] == "step" else []:
                 mark = "[red]error[/]" if tool["is_error"] else "ok"
                 step.add(f"{escape(tool['name'])} {mark} ({tool['duration_ms']:.1f} ms)")
         for retry in task["retries"]:
@@ -110,20 +111,30 @@ def run_tree(receipt: dict[str, Any]) -> Tree:
 def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
     """Every model call and tool call of a run."""
     calls = Table(title="Model calls")
-    for column in ("task", "step", "model", "in", "out", "cost", "latency", "replayed",
-                   "repeated"):
+    for column in ("task", "step", "model", "purpose", "in", "out", "cache r/w", "cost",
+                   "latency", "replayed", "repeated"):
         calls.add_column(column)
     tools = Table(title="Tool calls")
     for column in ("task", "step", "tool", "result", "ms", "idempotency key"):
         tools.add_column(column)
     for task in receipt["tasks"]:
         for call in task["model_calls"]:
-            calls.add_row(task["task_id"], str(call["step"]), call["model"],
+            calls.add_row(task["task_id"], str(call["step"]), call["model"], call["purpose"],
                           str(call["input_tokens"]), str(call["output_tokens"]),
+                          f"{call['cache_read_tokens']}/{call['cache_write_tokens']}",
                           _cost(call["cost_usd"]), f"{call['latency_ms']:.1f} ms",
                           "yes" if call["replayed"] else "", "yes" if call["repeated"] else "")
         for tool in task["tool_calls"]:
             result = tool["error_kind"] or "error" if tool["is_error"] else "ok"
             tools.add_row(task["task_id"], str(tool["step"]), tool["name"], result,
                           f"{tool['duration_ms']:.1f}", tool["idempotency_key"] or "")
-    return [calls, tools]
+    subagents = Table(title="Cost by subagent")
+    for column in ("subagent", "tasks", "model calls", "tokens in/out", "cost"):
+        subagents.add_column(column)
+    for name, totals in receipt.get("by_subagent", {}).items():
+        unknown = totals["cost_unknown_calls"]
+        subagents.add_row(name, str(totals["tasks"]), str(totals["model_calls"]),
+                          f"{totals['input_tokens']}/{totals['output_tokens']}",
+                          f"${totals['cost_usd']:.4f}" + (f" + {unknown} unknown" if unknown
+                                                          else ""))
+    return [calls, tools, subagents]
