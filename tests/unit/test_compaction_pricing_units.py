@@ -38,7 +38,7 @@ def test_threshold_defaults_to_80_percent_of_the_window() -> None:
     assert threshold(Compaction(threshold_tokens=5000), 200_000) == 5000
     assert threshold(Compaction(), None) is None
     assert threshold(Compaction(enabled=False, threshold_tokens=5000), None) is None
-    big = conversation(2) + [Message("tool", "x" * 40_000, tool_call_id="c")]
+    big = [*conversation(2), Message("tool", "x" * 40_000, tool_call_id="c")]
     assert needs_compaction(Compaction(threshold_tokens=5000), None, "", big)
     assert not needs_compaction(Compaction(threshold_tokens=50_000), None, "", big)
 
