@@ -37,6 +37,7 @@ class Limits:
     max_steps: int = 50
     max_budget_usd: float | None = None
     max_tool_output_bytes: int = 65536
+    max_waves: int | None = None
 
     @classmethod
     def from_yaml(cls, data: Mapping[str, Any] | None, base: Limits | None = None) -> Limits:
@@ -46,11 +47,12 @@ class Limits:
             max_steps=data.get("maxSteps", base.max_steps),
             max_budget_usd=data.get("maxBudgetUsd", base.max_budget_usd),
             max_tool_output_bytes=data.get("maxToolOutputBytes", base.max_tool_output_bytes),
+            max_waves=data.get("maxWaves", base.max_waves),
         )
 
     def to_json(self) -> dict[str, Any]:
         return {"maxSteps": self.max_steps, "maxBudgetUsd": self.max_budget_usd,
-                "maxToolOutputBytes": self.max_tool_output_bytes}
+                "maxToolOutputBytes": self.max_tool_output_bytes, "maxWaves": self.max_waves}
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class AgentSpec:
     base_url: str | None = None
     pricing: dict[str, Pricing] = field(default_factory=dict)
     compaction: Compaction = field(default_factory=Compaction)
+    #: ``async def workflow(ctx)`` from ``workflow.py``; ``None`` runs the agent as one task.
+    workflow: Callable[..., Any] | None = None
 
     @property
     def schema_name(self) -> str:
@@ -116,7 +120,7 @@ class AgentSpec:
             "subagents": {name: {"model": sub.model, "tools": list(sub.tools),
                                  "description": sub.description}
                           for name, sub in self.subagents.items()},
-            "baseUrl": self.base_url,
+            "baseUrl": self.base_url, "workflow": self.workflow is not None,
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
         }
 
@@ -219,6 +223,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         pricing={model_id: Pricing.from_yaml(price)
                  for model_id, price in data.get("pricing", {}).items()},
         compaction=Compaction.from_yaml(data.get("compaction")),
+        workflow=load_workflow_file(directory / "workflow.py", name),
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
@@ -329,6 +334,21 @@ def load_tools_file(path: Path, agent_name: str) -> dict[str, Tool]:
                                        path=str(path), line=inspect.getsourcelines(value)[1])
         found[tool.name] = tool
     return found
+
+
+def load_workflow_file(path: Path, agent_name: str) -> Callable[..., Any] | None:
+    """``async def workflow(ctx)`` from ``workflow.py``, or ``None`` if there is no file."""
+    if not path.is_file():
+        return None
+    module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_workflow")
+    function = getattr(module, "workflow", None)
+    if function is None:
+        raise AgentDefinitionError("defines no `async def workflow(ctx)`", path=str(path))
+    if not inspect.iscoroutinefunction(function):
+        raise AgentDefinitionError("`workflow` must be an async function: "
+                                   "`async def workflow(ctx)`", path=str(path),
+                                   line=inspect.getsourcelines(function)[1])
+    return function  # type: ignore[no-any-return]
 
 
 def _import_file(path: Path, module_name: str) -> ModuleType:

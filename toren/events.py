@@ -25,6 +25,12 @@ TASK_ABSORBED = "TaskAbsorbed"
 RUN_FINISHED = "RunFinished"
 RUN_CANCELLED = "RunCancelled"
 RUN_DEAD_LETTERED = "RunDeadLettered"
+# run stream, written by workflow code (toren.workflow)
+WAVE_STARTED = "WaveStarted"
+VALUE_RECORDED = "ValueRecorded"
+TIMER_STARTED = "TimerStarted"
+TIMER_FIRED = "TimerFired"
+WORKFLOW_LOGGED = "WorkflowLogged"
 
 # task streams
 TASK_STARTED = "TaskStarted"
@@ -41,7 +47,7 @@ TASK_CHECKPOINT = "TaskCheckpoint"
 COMPACTED = "Compacted"
 
 #: Why a task or run stopped: the single documented enum (docs/reference/events.md).
-STOP_REASONS = ("end_turn", "max_steps", "budget_exhausted", "cancelled", "error")
+STOP_REASONS = ("end_turn", "max_steps", "max_waves", "budget_exhausted", "cancelled", "error")
 #: Run statuses; the last four are terminal.
 RUN_STATUSES = ("queued", "running", "completed", "stopped", "failed", "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "stopped", "failed", "cancelled"})
@@ -53,8 +59,8 @@ def task_stream(task_id: str) -> str:
 
 def status_for(stop_reason: str) -> str:
     """The run/task status a stop reason implies."""
-    return {"end_turn": "completed", "max_steps": "stopped", "budget_exhausted": "stopped",
-            "cancelled": "cancelled"}.get(stop_reason, "failed")
+    return {"end_turn": "completed", "max_steps": "stopped", "max_waves": "stopped",
+            "budget_exhausted": "stopped", "cancelled": "cancelled"}.get(stop_reason, "failed")
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,11 @@ class RunState:
     absorbed: dict[str, dict[str, Any]] = field(default_factory=dict)
     finished: dict[str, Any] | None = None
     cancelled: dict[str, Any] | None = None
+    waves: dict[int, dict[str, Any]] = field(default_factory=dict)
+    values: list[dict[str, Any]] = field(default_factory=list)
+    timers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    timers_fired: set[int] = field(default_factory=set)
+    logs: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -197,6 +202,16 @@ def apply_run_event(state: RunState, event_type: str, data: dict[str, Any]) -> N
         state.finished = data
     elif event_type == ev.RUN_CANCELLED:
         state.cancelled = data
+    elif event_type == ev.WAVE_STARTED:
+        state.waves[data["wave"]] = data
+    elif event_type == ev.VALUE_RECORDED:
+        state.values.append(data)
+    elif event_type == ev.TIMER_STARTED:
+        state.timers[data["timer"]] = data
+    elif event_type == ev.TIMER_FIRED:
+        state.timers_fired.add(data["timer"])
+    elif event_type == ev.WORKFLOW_LOGGED:
+        state.logs += 1
 
 
 def fold_run(events: Iterable[tuple[str, dict[str, Any]]]) -> RunState:

@@ -230,7 +230,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:
-        """Send each message unless one of the same kind and payload is already queued."""
+        """Send each message unless one of the same kind and ``payload["key"]`` is queued."""
 
     @abc.abstractmethod
     async def cancel_run(self, run_id: str, reason: str) -> RunRecord | None:
@@ -250,8 +250,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
-                        message_ids: Sequence[int]) -> None:
-        """Renew this worker's leases and claimed messages; record its sign-in and liveness."""
+                        message_ids: Sequence[int], leases: Sequence[Lease] = ()) -> None:
+        """Renew ``leases`` and the claimed ``message_ids`` of work in hand; record the
+        worker's sign-in and liveness."""
 
     @abc.abstractmethod
     async def sign_out(self, worker_id: str) -> None:

@@ -1,8 +1,8 @@
 """The orchestrator: the holder of a run's lease absorbs finished tasks and finishes the run.
 
-A run tick (queue message kind ``run``) is sent when a task finishes and by the guardians for a
-run that lost its messages. The tick also re-sends the message of any unfinished task that has
-none, which is how a lost task message heals.
+A run tick (queue message kind ``run``) is sent when a run is created (workflows), when a task
+finishes, when a durable timer is due, and by the guardians for a run that lost its messages;
+a guardian's tick re-sends the message of any unfinished task or unfired timer that has none.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from toren import events as ev
 from toren.agents import AgentSpec
 from toren.events import NewEvent
-from toren.fold import apply_run_event, fold_run
-from toren.interfaces import QueueMessage, RunUpdate
+from toren.fold import RunState, apply_run_event, fold_run
+from toren.interfaces import OutgoingMessage, QueueMessage, RunUpdate
 from toren.task import task_message
+from toren.workflow import execute, timer_message
 
 if TYPE_CHECKING:
     from toren.worker import Worker
@@ -30,7 +31,8 @@ def run_outcome(absorbed: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 async def tick_run(worker: Worker, agent: AgentSpec, message: QueueMessage) -> None:
-    """Handle a ``run`` message."""
+    """Handle a ``run`` message: absorb finished tasks, fire a due timer, run the workflow (or
+    finish a single-task run), and append all of it in one transaction."""
     assert message.run_id is not None
     store = worker.runtime.store
     found = await worker.acquire(message, ev.RUN_STREAM, with_finished=True)
@@ -41,32 +43,63 @@ async def tick_run(worker: Worker, agent: AgentSpec, message: QueueMessage) -> N
     finished = {e.stream.removeprefix("task:"): e.data for e in loaded
                 if e.type == ev.TASK_FINISHED}
     ttl = worker.runtime.settings.lease_ttl_s
+    first_seq = state.next_seq
     if state.terminal:
-        await store.append(agent.name, lease, state.next_seq, [], ttl_s=ttl, ack=message,
+        await store.append(agent.name, lease, first_seq, [], ttl_s=ttl, ack=message,
                            release=True)
         return
     new_events: list[NewEvent] = []
+
+    def record(event_type: str, data: dict[str, Any]) -> None:
+        new_events.append(NewEvent(event_type, data))
+        apply_run_event(state, event_type, data)
+
     for task_id in state.unfinished_tasks:
         if task_id in finished:
             data = finished[task_id]
-            absorbed = {"task_id": task_id, "status": data["status"],
-                        "stop_reason": data["stop_reason"], "output": data.get("output"),
-                        "error": data.get("error"), "cost_usd": data.get("cost_usd", 0.0)}
-            new_events.append(NewEvent(ev.TASK_ABSORBED, absorbed))
-            apply_run_event(state, ev.TASK_ABSORBED, absorbed)
-    first_seq = state.next_seq - len(new_events)
+            record(ev.TASK_ABSORBED, {
+                "task_id": task_id, "status": data["status"], "stop_reason": data["stop_reason"],
+                "output": data.get("output"), "error": data.get("error"),
+                "cost_usd": data.get("cost_usd", 0.0)})
+    timer = message.payload.get("timer")
+    if timer in state.timers and timer not in state.timers_fired:
+        record(ev.TIMER_FIRED, {"timer": timer})
+    messages: list[OutgoingMessage] = []
+    outcome: dict[str, Any] | None = None
+    if agent.workflow is None:
+        if not state.unfinished_tasks:
+            outcome = run_outcome(state.absorbed)
+    else:
+        executed = await execute(agent.workflow, state, message.run_id, agent)
+        new_events += executed.events
+        messages = executed.messages
+        outcome = executed.finished
     update = None
-    if not state.unfinished_tasks:
-        outcome = run_outcome(state.absorbed)
+    if outcome is not None:
         new_events.append(NewEvent(ev.RUN_FINISHED, outcome))
         update = RunUpdate(status=outcome["status"], output=outcome["output"],
                            stop_reason=outcome["stop_reason"], error=outcome["error"],
                            finished=True)
-    await store.append(agent.name, lease, first_seq, new_events, ttl_s=ttl, run_update=update,
-                       ack=message, release=True)
+        messages = []
+    await store.append(agent.name, lease, first_seq, new_events, ttl_s=ttl, messages=messages,
+                       run_update=update, ack=message, release=True)
     worker.observe_append(agent.name, ev.RUN_STREAM, first_seq, new_events)
-    missing = [task_message(task_id, state.scheduled[task_id].get("subagent"),
-                            state.scheduled[task_id].get("input"))
-               for task_id in state.unfinished_tasks]
-    if missing:
-        await store.ensure_messages(agent.name, message.run_id, missing)
+    if outcome is None and _heals(message):
+        await store.ensure_messages(agent.name, message.run_id, _expected_messages(state))
+
+
+def _heals(message: QueueMessage) -> bool:
+    """Ticks from the guardian (or by hand) re-send lost messages; routine ticks (a task
+    finished, a timer fired) do not need to, so they skip the extra queries."""
+    reason = str(message.payload.get("reason", ""))
+    return "timer" not in message.payload and not reason.startswith("task ")
+
+
+def _expected_messages(state: RunState) -> list[OutgoingMessage]:
+    """What should be queued for a waiting run: its unfinished tasks and unfired timers."""
+    expected = [task_message(task_id, state.scheduled[task_id].get("subagent"),
+                             state.scheduled[task_id].get("input"))
+                for task_id in state.unfinished_tasks]
+    expected += [timer_message(number, 0.0) for number in state.timers
+                 if number not in state.timers_fired]
+    return expected

@@ -12,6 +12,7 @@ from toren.interfaces import RunRecord
 STOP_REASON_TEXT = {
     "end_turn": "the model gave its final answer",
     "max_steps": "the step cap (limits.maxSteps) was reached",
+    "max_waves": "the wave cap (limits.maxWaves) was reached",
     "budget_exhausted": "the budget (limits.maxBudgetUsd) was spent",
     "cancelled": "the run was cancelled",
     "error": "an error stopped it",
@@ -97,6 +98,8 @@ def build_receipt(record: RunRecord, events: Sequence[Event]) -> dict[str, Any]:
         who["cost_usd"] = round(who["cost_usd"] + task["totals"]["cost_usd"], 10)
     reason = record.stop_reason
     why = STOP_REASON_TEXT.get(reason or "", "it has not stopped yet")
+    if reason == "end_turn" and any(e.type == ev.WAVE_STARTED for e in events):
+        why = "the workflow returned"
     if record.error and record.error.get("message"):
         why = f"{why}: {record.error['message']}"
     return {"run": record.to_json(), "status": record.status, "stop_reason": reason,

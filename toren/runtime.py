@@ -188,21 +188,23 @@ class Runtime:
         With an ``idempotency_key`` already used for this agent, returns that run's id instead.
         """
         from toren.orchestrator import MAIN_TASK
-        from toren.task import task_message
+        from toren.task import run_tick, task_message
 
         if agent not in self.agents:
             raise ConfigError(f"agent {agent!r} is not served here; served agents: "
                               f"{', '.join(self.agents) or 'none'}")
         run_id = str(uuid.uuid4())
-        events = [
-            NewEvent(ev.RUN_CREATED, {"agent": agent, "input": input,
-                                      "idempotency_key": idempotency_key}),
-            NewEvent(ev.TASK_SCHEDULED, {"task_id": MAIN_TASK, "subagent": None,
-                                         "input": input}),
-        ]
+        events = [NewEvent(ev.RUN_CREATED, {"agent": agent, "input": input,
+                                            "idempotency_key": idempotency_key})]
+        if self.agents[agent].workflow is None:
+            events.append(NewEvent(ev.TASK_SCHEDULED, {"task_id": MAIN_TASK, "subagent": None,
+                                                       "input": input}))
+            first = task_message(MAIN_TASK, None, input)
+        else:
+            first = run_tick("created")  # the orchestrator runs workflow.py
         found, _created = await self.store.create_run(
             agent, run_id, input, idempotency_key=idempotency_key, events=events,
-            messages=[task_message(MAIN_TASK, None, input)])
+            messages=[first])
         return found
 
     async def get_run(self, run_id: str) -> RunRecord:

@@ -63,7 +63,7 @@ def task_message(task_id: str, subagent: str | None, task_input: Any,
                  delay_s: float = 0.0) -> OutgoingMessage:
     """The queue message that makes a worker work on a task."""
     return OutgoingMessage("task", {"task_id": task_id, "subagent": subagent,
-                                    "input": task_input}, delay_s)
+                                    "input": task_input, "key": f"task:{task_id}"}, delay_s)
 
 
 def run_tick(reason: str) -> OutgoingMessage:

@@ -40,6 +40,8 @@ class Worker:
         self.settings = runtime.settings
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.inflight: dict[int, asyncio.Task[None]] = {}
+        #: The lease each in-flight message's handler holds (renewed by the heartbeat).
+        self.leases: dict[int, Lease] = {}
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -104,7 +106,7 @@ class Worker:
 
     async def _heartbeat(self) -> None:
         await self.runtime.store.heartbeat(self.info(), self.settings.lease_ttl_s,
-                                           list(self.inflight))
+                                           list(self.inflight), list(self.leases.values()))
 
     async def _guard(self) -> None:
         nudged = await self.runtime.store.guardian_sweep(self.agent_names)
@@ -168,6 +170,12 @@ class Worker:
             log.exception("message %s (%s, run %s) failed", message.id, message.kind,
                           message.run_id)
         finally:
+            lease = self.leases.pop(message.id, None)
+            if lease is not None:
+                # normally the handler's last append released it; after an abort, let the
+                # next worker in at once rather than after the lease expires
+                with contextlib.suppress(Exception):
+                    await self.runtime.store.release_lease(lease)
             self.inflight.pop(message.id, None)
             self._slot_freed.set()
 
@@ -185,6 +193,7 @@ class Worker:
             assert queue is not None
             await queue.defer(message, self.id, found.retry_in_s + 0.05)
             return None
+        self.leases[message.id] = found[0]
         return found
 
     async def _record_dead_letter(self, message: QueueMessage) -> None:

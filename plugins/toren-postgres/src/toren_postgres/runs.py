@@ -95,19 +95,25 @@ class RunLog:
     async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
                                ttl_s: float, *, with_finished: bool = False
                                ) -> tuple[Lease, list[Event]] | LeaseBusy:
+        params = {"run_id": run_id, "stream": stream, "holder": holder, "ttl_s": ttl_s,
+                  "with_finished": with_finished}
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(
-                agent_query("acquire_and_load", schema_name_for(agent)),
-                {"run_id": run_id, "stream": stream, "holder": holder, "ttl_s": ttl_s,
-                 "with_finished": with_finished})
-            row = await cursor.fetchone()
-        if row is None or row[0] is None:
-            return LeaseBusy(retry_in_s=row[3] if row and row[3] is not None else ttl_s)
+            # two statements, one round trip: the read needs a snapshot taken after the
+            # lease is ours (see load_for_work in queries.sql)
+            async with conn.pipeline():
+                acquired = await conn.execute(query("acquire_lease"), params)
+                loaded = await conn.execute(
+                    agent_query("load_for_work", schema_name_for(agent)), params)
+            lease_row = await acquired.fetchone()
+            row = await loaded.fetchone()
+        assert row is not None
+        if lease_row is None:
+            return LeaseBusy(retry_in_s=row[2] if row[2] is not None else ttl_s)
         events = [Event(run_id, stream, seq, kind, data)
-                  for seq, kind, data in orjson.loads(row[1] or "[]")]
+                  for seq, kind, data in orjson.loads(row[0] or "[]")]
         events += [Event(run_id, task_stream, seq, "TaskFinished", data)
-                   for task_stream, seq, data in orjson.loads(row[2] or "[]")]
-        return Lease(run_id, stream, holder, row[0]), events
+                   for task_stream, seq, data in orjson.loads(row[1] or "[]")]
+        return Lease(run_id, stream, holder, lease_row[0]), events
 
     async def release_lease(self, lease: Lease) -> None:
         async with self.pool.connection() as conn:
@@ -231,12 +237,16 @@ class RunLog:
             return {name: schema for name, schema in await cursor.fetchall()}
 
     async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
-                        message_ids: Sequence[int]) -> None:
-        async with self.pool.connection() as conn:
-            await conn.execute(query("heartbeat"), {
-                "worker_id": worker["id"], "version": worker["version"],
-                "agents": list(worker["agents"]), "hostname": socket.gethostname(),
-                "pid": os.getpid(), "ttl_s": ttl_s, "message_ids": list(message_ids)})
+                        message_ids: Sequence[int], leases: Sequence[Lease] = ()) -> None:
+        params = {
+            "worker_id": worker["id"], "version": worker["version"],
+            "agents": list(worker["agents"]), "hostname": socket.gethostname(),
+            "pid": os.getpid(), "ttl_s": ttl_s, "message_ids": list(message_ids),
+            "lease_runs": [lease.run_id for lease in leases],
+            "lease_streams": [lease.stream for lease in leases]}
+        async with self.pool.connection() as conn, conn.pipeline():
+            for name in ("heartbeat_leases", "heartbeat_messages", "heartbeat_worker"):
+                await conn.execute(query(name), params)
 
     async def sign_out(self, worker_id: str) -> None:
         async with self.pool.connection() as conn:

@@ -184,8 +184,8 @@ class PostgresStore(Store):
         return await self.log.registered_agents()
 
     async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
-                        message_ids: Sequence[int]) -> None:
-        await self.log.heartbeat(worker, ttl_s, message_ids)
+                        message_ids: Sequence[int], leases: Sequence[Lease] = ()) -> None:
+        await self.log.heartbeat(worker, ttl_s, message_ids, leases)
 
     async def sign_out(self, worker_id: str) -> None:
         await self.log.sign_out(worker_id)

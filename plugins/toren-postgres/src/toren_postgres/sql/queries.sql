@@ -67,33 +67,22 @@ SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires
 WHERE l.expires_at <= now()
 RETURNING epoch;
 
--- acquire_and_load --
--- Take the stream's lease and, if that worked, read the stream from its latest checkpoint
--- (and, for the run stream,
--- every task's TaskFinished) in the same round trip. Each comes back as one JSON array built
--- by the server in primary-key order: one parse in the client instead of one per row, which
--- is what keeps a 10,000-event resume fast. No lease: a NULL epoch and the time it has left.
-WITH lease AS (
-    INSERT INTO toren_control.leases AS l (run_id, stream, holder, epoch, expires_at)
-    VALUES (%(run_id)s, %(stream)s, %(holder)s, 1, now() + %(ttl_s)s * interval '1 second')
-    ON CONFLICT (run_id, stream) DO UPDATE
-    SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
-    WHERE l.expires_at <= now()
-    RETURNING epoch
-)
-SELECT (SELECT epoch FROM lease),
-       (SELECT json_agg(json_build_array(e.seq, e.type, e.data) ORDER BY e.seq)
+-- load_for_work --
+-- Run right after acquire_lease, in the same pipeline (one round trip) but as its own
+-- statement: a statement's snapshot predates a lock wait inside it, so reading the stream in
+-- the acquiring statement could miss events the previous holder committed while we waited.
+-- The stream comes from its latest checkpoint on (and, for the run stream, with every task's
+-- TaskFinished), each as one JSON array built by the server in primary-key order: one parse
+-- in the client instead of one per row. Also: seconds until the lease expires (if not ours).
+SELECT (SELECT json_agg(json_build_array(e.seq, e.type, e.data) ORDER BY e.seq)
         FROM {events} e
         WHERE e.run_id = %(run_id)s AND e.stream = %(stream)s
           AND e.seq >= COALESCE((SELECT max(c.seq) FROM {events} c
                                  WHERE c.run_id = %(run_id)s AND c.stream = %(stream)s
-                                   AND c.type = 'TaskCheckpoint'), 1)
-          AND EXISTS (SELECT 1 FROM lease))::text,
+                                   AND c.type = 'TaskCheckpoint'), 1))::text,
        (SELECT json_agg(json_build_array(e.stream, e.seq, e.data) ORDER BY e.stream)
         FROM {events} e
-        WHERE %(with_finished)s AND e.run_id = %(run_id)s AND e.type = 'TaskFinished'
-          AND EXISTS (SELECT 1 FROM lease))::text,
-       -- when the lease is held elsewhere: seconds until it expires, to come back then
+        WHERE %(with_finished)s AND e.run_id = %(run_id)s AND e.type = 'TaskFinished')::text,
        (SELECT greatest(0, extract(epoch FROM l.expires_at - now()))::float8
         FROM toren_control.leases l
         WHERE l.run_id = %(run_id)s AND l.stream = %(stream)s);
@@ -202,7 +191,7 @@ SELECT %(agent)s, %(run_id)s, %(kind)s, %(payload)s
 WHERE NOT EXISTS (
     SELECT 1 FROM toren_control.queue
     WHERE run_id = %(run_id)s AND kind = %(kind)s
-      AND payload->>'task_id' IS NOT DISTINCT FROM %(payload)s->>'task_id'
+      AND payload->>'key' IS NOT DISTINCT FROM %(payload)s->>'key'
 );
 
 -- guardian_sweep --
@@ -218,14 +207,21 @@ RETURNING run_id;
 -- registered_agents --
 SELECT name, schema_name FROM toren_control.agents ORDER BY name;
 
--- heartbeat --
-WITH leases AS (
-    UPDATE toren_control.leases SET expires_at = now() + %(ttl_s)s * interval '1 second'
-    WHERE holder = %(worker_id)s AND expires_at > now()
-), messages AS (
-    UPDATE toren_control.queue SET available_at = now() + %(ttl_s)s * interval '1 second'
-    WHERE id = ANY(%(message_ids)s) AND claimed_by = %(worker_id)s
-)
+-- heartbeat_leases --
+-- Renews exactly the leases of work in hand (not every lease with this holder: one left
+-- behind by an aborted handler must be allowed to expire). Leases, messages and the sign-in
+-- are separate statements so that no statement locks rows of two tables: appends lock a
+-- lease and then a message, and a heartbeat doing both at once could deadlock with them.
+UPDATE toren_control.leases l SET expires_at = now() + %(ttl_s)s * interval '1 second'
+FROM unnest(%(lease_runs)s::uuid[], %(lease_streams)s::text[]) AS h(run_id, stream)
+WHERE l.run_id = h.run_id AND l.stream = h.stream AND l.holder = %(worker_id)s
+  AND l.expires_at > now();
+
+-- heartbeat_messages --
+UPDATE toren_control.queue SET available_at = now() + %(ttl_s)s * interval '1 second'
+WHERE id = ANY(%(message_ids)s) AND claimed_by = %(worker_id)s;
+
+-- heartbeat_worker --
 INSERT INTO toren_control.workers AS w (id, version, agents, hostname, pid, heartbeat_at)
 VALUES (%(worker_id)s, %(version)s, %(agents)s, %(hostname)s, %(pid)s, now())
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), agents = EXCLUDED.agents;
