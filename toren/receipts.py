@@ -75,13 +75,23 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
     }
 
 
+def _task_order(task_id: str) -> tuple[int, str]:
+    """w2-10 after w2-9: order wave tasks by their index, not as strings."""
+    index = task_id.rpartition("-")[2]
+    return (int(index), task_id) if index.isdigit() else (0, task_id)
+
+
 def build_receipt(record: RunRecord, events: Sequence[Event]) -> dict[str, Any]:
     """The receipt of a run from its row and every event of every stream."""
     by_stream: dict[str, list[Event]] = {}
     for event in events:
         by_stream.setdefault(event.stream, []).append(event)
+    waves = {e.data["task_id"]: e.data.get("wave") for e in by_stream.get(ev.RUN_STREAM, [])
+             if e.type == ev.TASK_SCHEDULED}
     tasks = [_task_receipt(stream.removeprefix("task:"), sorted(items, key=lambda e: e.seq))
+             | {"wave": waves.get(stream.removeprefix("task:"))}
              for stream, items in sorted(by_stream.items()) if stream.startswith("task:")]
+    tasks.sort(key=lambda task: (task["wave"] or 0, _task_order(task["task_id"])))
     totals = {key: sum(task["totals"][key] for task in tasks)
               for key in ("model_calls", "tool_calls", "input_tokens", "output_tokens",
                           "cost_unknown_calls", "repeated_calls")}

@@ -72,7 +72,7 @@ def show(run_id: RunArgument, as_json: JsonOption = False) -> None:
 
 
 def _task_brief(task: dict[str, Any]) -> dict[str, Any]:
-    keys = ("task_id", "subagent", "model", "status", "stop_reason", "error", "steps",
+    keys = ("task_id", "wave", "subagent", "model", "status", "stop_reason", "error", "steps",
             "resumes", "totals")
     return {key: task[key] for key in keys}
 

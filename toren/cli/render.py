@@ -80,12 +80,19 @@ def run_summary(receipt: dict[str, Any]) -> Table:
 
 
 def run_tree(receipt: dict[str, Any]) -> Tree:
-    """The run as a tree: run -> tasks -> steps."""
+    """The run as a tree: run -> waves -> tasks -> steps."""
     run = receipt["run"]
     tree = Tree(f"[bold]run {run['id']}[/] {run['status']}")
+    waves: dict[int, Tree] = {}
     for task in receipt["tasks"]:
         who = task["subagent"] or "agent"
-        branch = tree.add(f"task {escape(task['task_id'])} ({escape(who)}, "
+        parent = tree
+        if task.get("wave"):
+            if task["wave"] not in waves:
+                size = sum(1 for t in receipt["tasks"] if t.get("wave") == task["wave"])
+                waves[task["wave"]] = tree.add(f"[bold]wave {task['wave']}[/] ({size} task(s))")
+            parent = waves[task["wave"]]
+        branch = parent.add(f"task {escape(task['task_id'])} ({escape(who)}, "
                           f"{escape(task['model'] or '?')}) {task['status']}"
                           f"{' · ' + task['stop_reason'] if task['stop_reason'] else ''}"
                           f" · {_cost(task['totals']['cost_usd'])}")
