@@ -230,8 +230,10 @@ ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), agents = EXCLUDED.agents;
 WITH released AS (
     UPDATE toren_control.leases SET expires_at = now() WHERE holder = %(worker_id)s
 ), returned AS (
-    -- messages still claimed go back to the queue at once instead of after their timeout
-    UPDATE toren_control.queue SET available_at = now(), claimed_by = NULL
+    -- messages still claimed go back to the queue at once instead of after their timeout;
+    -- a graceful hand-back (a deploy) is not a failed delivery, so it does not count
+    UPDATE toren_control.queue
+    SET available_at = now(), claimed_by = NULL, attempts = greatest(attempts - 1, 0)
     WHERE claimed_by = %(worker_id)s
 )
 DELETE FROM toren_control.workers WHERE id = %(worker_id)s;
