@@ -119,3 +119,35 @@ async def workflow(ctx):
     assert [e.type for e in events].count("TimerFired") == 1
     shown = json.loads(toren_cli("jobs", "show", run_id, "--json", env=env).stdout)
     assert shown["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_a_wave_of_fifty_across_two_worker_processes_runs_each_task_once(
+        start_toren, toren_cli, database_url: str, tmp_path: Path) -> None:
+    directory = crew(tmp_path)
+    (directory / "workflow.py").write_text('''
+async def workflow(ctx):
+    results = await ctx.wave([("worker", str(i)) for i in range(50)])
+    return str(sum(1 for r in results if r.ok))
+''')
+    env = {"DATABASE_URL": database_url, "TOREN_LEASE_TTL": "2", "TOREN_POLL_INTERVAL": "0.2",
+           "TOREN_SCRIPTED_DELAY": "0.1"}
+    toren_cli("db", "migrate", "--dir", str(directory), env=env)
+    workers = [start_worker(start_toren, directory, env) for _ in range(2)]
+    run_id = create_run(toren_cli, directory, "waves", "go", env)
+    assert wait_until(lambda: run_row(database_url, "agent_waves", run_id)[0] == "completed", 90)
+    for worker in workers:
+        worker.stop()
+    assert run_row(database_url, "agent_waves", run_id)[1] == "50"
+    events = run_events(database_url, "agent_waves", run_id)
+    check_log(events)
+    tasks = [e for e in events if e.type == "TaskStarted"]
+    assert len(tasks) == len({e.stream for e in tasks}) == 50
+    assert sum(e.type == "ToolCallCompleted" for e in events) == 50
+    # both processes did some of the work
+    import psycopg
+    with psycopg.connect(database_url) as conn:
+        holders = conn.execute("SELECT count(DISTINCT holder) FROM toren_control.leases "
+                               "WHERE run_id = %s AND stream LIKE 'task:%%'",
+                               [run_id]).fetchone()[0]
+    assert holders == 2
