@@ -124,7 +124,8 @@ def apply_task_event(state: TaskState, event_type: str, data: dict[str, Any]) ->
             state.steps = data["step"]
             state.compacted_since_call = False
             calls = tuple(ToolCall(**call) for call in data["tool_calls"])
-            state.messages.append(Message(role="assistant", text=data["text"], tool_calls=calls))
+            state.messages.append(Message(role="assistant", text=data["text"], tool_calls=calls,
+                                          provider_data=data.get("provider_data")))
         usage = data["usage"]
         state.input_tokens += usage.get("input_tokens", 0)
         state.output_tokens += usage.get("output_tokens", 0)

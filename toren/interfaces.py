@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from toren.agents import AgentSpec
     from toren.config import Settings
     from toren.events import Event, NewEvent
+    from toren.keys import ApiKey
 
 
 @dataclass(frozen=True)
@@ -220,12 +221,20 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                        limit: int = 50) -> list[RunRecord]:
-        """Newest runs first, optionally filtered."""
+                        limit: int = 50, agents: Sequence[str] | None = None,
+                        before: tuple[datetime, str] | None = None) -> list[RunRecord]:
+        """Newest runs first, optionally filtered by agent(s) and status; ``before`` is the
+        ``(created_at, id)`` of the last run of the previous page (keyset pagination)."""
 
     @abc.abstractmethod
-    async def load_events(self, agent: str, run_id: str) -> list[Event]:
-        """All events of a run, every stream, in commit order."""
+    async def load_events(self, agent: str, run_id: str,
+                          after: Mapping[str, int] | None = None) -> list[Event]:
+        """Events of a run, every stream, oldest first; with ``after`` (stream -> last seq
+        seen) only the ones a reader has not seen."""
+
+    @abc.abstractmethod
+    async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
+        """Workers whose heartbeat is younger than ``max_age_s`` (id, version, agents, ...)."""
 
     @abc.abstractmethod
     async def ensure_messages(self, agent: str, run_id: str,
@@ -257,6 +266,32 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def sign_out(self, worker_id: str) -> None:
         """Remove the worker's sign-in and release its leases (graceful shutdown)."""
+
+    # -- API keys ----------------------------------------------------------------------------
+    # Only a hash of each key's secret is stored; the key itself is shown once, at creation.
+
+    @abc.abstractmethod
+    async def create_key(self, name: str) -> tuple[ApiKey, str]:
+        """Make a key named ``name``; return its record and the key itself (never stored)."""
+
+    @abc.abstractmethod
+    async def list_keys(self) -> list[ApiKey]:
+        """Every key, revoked ones included, newest first."""
+
+    @abc.abstractmethod
+    async def revoke_key(self, id_or_prefix: str) -> ApiKey | None:
+        """Revoke the key with this id or prefix (or the whole key); ``None`` if there is none.
+
+        Revoking a revoked key changes nothing and returns it.
+        """
+
+    @abc.abstractmethod
+    async def verify_key(self, token: str) -> ApiKey | None:
+        """The active key ``token`` is, else ``None``.
+
+        Compares hashes in constant time and records the use in ``last_used_at``, at most once
+        a minute per key so that a busy API does not write on every request.
+        """
 
 
 class Queue(abc.ABC):

@@ -55,6 +55,9 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     is_error: bool = False
+    #: What the provider needs back verbatim with this turn (e.g. Anthropic thinking blocks);
+    #: recorded in ``ModelCallCompleted``, so it survives restarts. Opaque to the kernel.
+    provider_data: dict[str, Any] | None = None
 
     # Explicit (not dataclasses.asdict) because checkpoints convert thousands of messages.
     def to_json(self) -> dict[str, Any]:
@@ -62,7 +65,8 @@ class Message:
                 "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments,
                                 "arguments_error": c.arguments_error}
                                for c in self.tool_calls],
-                "tool_call_id": self.tool_call_id, "is_error": self.is_error}
+                "tool_call_id": self.tool_call_id, "is_error": self.is_error,
+                "provider_data": self.provider_data}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Message:
@@ -71,7 +75,8 @@ class Message:
                    tuple(ToolCall(c["id"], c["name"], c["arguments"], c.get("arguments_error"))
                          for c in calls)
                    if calls else (),
-                   data.get("tool_call_id"), data.get("is_error", False))
+                   data.get("tool_call_id"), data.get("is_error", False),
+                   data.get("provider_data"))
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,8 @@ class ModelResponse:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     cost_usd: float | None = 0.0
+    #: Opaque data to send back with this turn in later requests (see ``Message``).
+    provider_data: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,6 +143,12 @@ class Model(abc.ABC):
     @abc.abstractmethod
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one model call; raise ``toren.errors.ProviderError`` (retryable or not)."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release connections (HTTP clients); ``Runtime.stop`` calls it once per model.
+
+        The model must still work afterwards (it reopens lazily): runtimes may be restarted.
+        """
 
     async def preflight(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """One cheap authenticated call; raise ``ProviderError`` if credentials are broken.

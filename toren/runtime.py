@@ -7,7 +7,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -161,6 +161,11 @@ class Runtime:
         if self.workers is not None:
             await self.workers.stop()
             self.workers = None
+        for model in self._models.values():
+            try:
+                await model.aclose()
+            except Exception:
+                log.exception("closing model %s failed", model.model_id)
         if self.queue is not None:
             await self.queue.close()
             self.queue = None
@@ -231,16 +236,19 @@ class Runtime:
         record = await self.get_run(run_id)
         return await self.store.load_events(record.agent, run_id)
 
-    async def follow(self, run_id: str, *, poll_s: float = 0.1) -> AsyncIterator[Event]:
-        """Yield the run's events as they are appended, each once, until the run is terminal."""
-        seen: set[tuple[str, int]] = set()
+    async def follow(self, run_id: str, *, after: Mapping[str, int] | None = None,
+                     poll_s: float = 0.1) -> AsyncIterator[Event]:
+        """Yield the run's events as they are appended, each once, until the run is terminal.
+
+        ``after`` (stream -> last seq seen, see ``toren.cursors``) resumes a reader.
+        """
+        position = dict(after or {})
         record = await self.get_run(run_id)
         while True:
             terminal = record.status in ev.TERMINAL_STATUSES
-            for event in await self.store.load_events(record.agent, run_id):
-                if (event.stream, event.seq) not in seen:
-                    seen.add((event.stream, event.seq))
-                    yield event
+            for event in await self.store.load_events(record.agent, run_id, position):
+                position[event.stream] = max(position.get(event.stream, 0), event.seq)
+                yield event
             if terminal:
                 return
             await asyncio.sleep(poll_s)

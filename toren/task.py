@@ -295,6 +295,8 @@ class TaskRunner:
             "cost_usd": self.cost(response, model), "latency_ms": latency_ms,
             "repeated": repeated,
         }
+        if response.provider_data is not None and purpose is None:
+            data["provider_data"] = response.provider_data
         if purpose is not None:
             data["purpose"] = purpose
             data["tool_calls"] = []

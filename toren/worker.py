@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Seconds between checks for live workers of other versions, and between repeated warnings.
+SKEW_CHECK_S = 30.0
+SKEW_RELOG_S = 300.0
+
 #: Called after every successful append: (agent, stream, first_seq, events). Tests use it to
 #: validate every appended event against the catalog.
 AppendObserver = Callable[[str, str, int, Sequence[NewEvent]], None]
@@ -46,6 +50,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self.observers: list[AppendObserver] = []
+        self._skew_checked = float("-inf")
+        self._skew_logged = float("-inf")
+        self._skewed = False
 
     @property
     def agent_names(self) -> list[str]:
@@ -107,6 +114,27 @@ class Worker:
     async def _heartbeat(self) -> None:
         await self.runtime.store.heartbeat(self.info(), self.settings.lease_ttl_s,
                                            list(self.inflight), list(self.leases.values()))
+        now = asyncio.get_running_loop().time()
+        if now - self._skew_checked >= SKEW_CHECK_S:
+            self._skew_checked = now
+            await self._check_version_skew(now)
+
+    async def _check_version_skew(self, now: float) -> None:
+        """Log once when live workers of several versions share the database, again every
+        few minutes while they do, and once when it clears."""
+        window = max(10.0, 3 * self.settings.lease_ttl_s)
+        versions = sorted({str(row["version"]) for row in
+                           await self.runtime.store.live_workers(window)})
+        skewed = len(versions) > 1
+        if skewed and (not self._skewed or now - self._skew_logged >= SKEW_RELOG_S):
+            log.warning("version skew: workers of versions %s are live against this database "
+                        "(this one is %s); see GET /healthz", ", ".join(versions),
+                        toren.__version__)
+            self._skew_logged = now
+        elif self._skewed and not skewed:
+            log.warning("version skew cleared: every live worker runs %s", versions[0]
+                        if versions else toren.__version__)
+        self._skewed = skewed
 
     async def _guard(self) -> None:
         nudged = await self.runtime.store.guardian_sweep(self.agent_names)

@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from toren.cli import db, dev, init, jobs, plugins, run, version, worker
+from toren.cli import db, dev, init, jobs, keys, plugins, run, serve, version, worker
 from toren.cli.output import err_console, print_error
 from toren.errors import TorenError
 
@@ -23,10 +23,12 @@ app.command("version")(version.version)
 app.command("plugins")(plugins.plugins)
 app.command("init")(init.init)
 app.command("dev")(dev.dev)
+app.command("serve")(serve.serve)
 app.command("worker")(worker.worker)
 app.command("run")(run.run)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(db.app, name="db")
+app.add_typer(keys.app, name="keys")
 
 
 def _add_plugin_commands() -> None:

@@ -5,30 +5,53 @@ from __future__ import annotations
 from aiohttp import web
 
 import toren
-from toren.runtime import Runtime
+from toren.schemas import load_schema
+from toren.server import runs
+from toren.server.context import RUNTIME
 from toren.server.errors import error_middleware, json_error
 
-RUNTIME = web.AppKey("runtime", Runtime)
+#: Request bodies larger than this are refused with 413 before they are read.
+MAX_BODY_BYTES = 1024 * 1024
 
 
-def create_app(runtime: Runtime) -> web.Application:
+def create_app(runtime: toren.Runtime) -> web.Application:
     """The HTTP API for ``runtime`` (which the caller starts and stops)."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=1024 * 1024)
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/agents", list_agents)
     app.router.add_get("/agents/{name}", get_agent)
+    runs.routes(app)
     return app
+
+
+def live_window_s(runtime: toren.Runtime) -> float:
+    """A worker whose last heartbeat is older than this is not counted as live."""
+    return max(10.0, 3 * runtime.settings.lease_ttl_s)
 
 
 async def healthz(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     database = await runtime.store.health()
+    workers: list[dict[str, object]] = []
+    if database.get("reachable"):
+        for row in await runtime.store.live_workers(live_window_s(runtime)):
+            workers.append({"id": row["id"], "version": row["version"],
+                            "agents": list(row["agents"]), "hostname": row["hostname"],
+                            "pid": row["pid"], "started_at": row["started_at"].isoformat(),
+                            "last_heartbeat": row["heartbeat_at"].isoformat()})
+    versions = sorted({str(worker["version"]) for worker in workers})
     status = "ok" if database.get("reachable") else "degraded"
     return web.json_response(
-        {"status": status, "version": toren.__version__, "database": database},
+        {"status": status, "version": toren.__version__, "database": database,
+         "workers": workers, "versions": versions, "version_skew": len(versions) > 1},
         status=200 if status == "ok" else 503,
     )
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(load_schema("openapi.json"))
 
 
 async def list_agents(request: web.Request) -> web.Response:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -193,23 +194,37 @@ class RunLog:
                 conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
         return _record(agent, row) if row else None
 
-    async def list_runs(self, agent: str, *, status: str | None, limit: int) -> list[RunRecord]:
+    async def list_runs(self, agent: str, *, status: str | None, limit: int,
+                        before: tuple[datetime, str] | None = None) -> list[RunRecord]:
+        params = {"status": status, "limit": limit,
+                  "before_at": before[0] if before else None,
+                  "before_id": before[1] if before else None}
         async with self.pool.connection() as conn:
             conn.row_factory = dict_row  # type: ignore[assignment]
             try:
                 cursor = await conn.execute(agent_query("list_runs", schema_name_for(agent)),
-                                            {"status": status, "limit": limit})
+                                            params)
                 rows = await cursor.fetchall()
             finally:
                 conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
         return [_record(agent, row) for row in rows]
 
-    async def load_events(self, agent: str, run_id: str) -> list[Event]:
+    async def load_events(self, agent: str, run_id: str,
+                          after: Mapping[str, int] | None = None) -> list[Event]:
         async with self.pool.connection() as conn:
             cursor = await conn.execute(agent_query("load_events", schema_name_for(agent)),
-                                        {"run_id": run_id})
+                                        {"run_id": run_id, "after": Jsonb(dict(after or {}))})
             rows = await cursor.fetchall()
         return [Event(run_id, stream, seq, kind, data, at) for stream, seq, kind, data, at in rows]
+
+    async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            conn.row_factory = dict_row  # type: ignore[assignment]
+            try:
+                cursor = await conn.execute(query("live_workers"), {"max_age_s": max_age_s})
+                return list(await cursor.fetchall())
+            finally:
+                conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
 
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:

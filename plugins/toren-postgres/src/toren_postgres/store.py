@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import hmac
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from toren import events as ev
 from toren.agents import AgentSpec
 from toren.config import Settings
-from toren.errors import DatabaseUnavailable
+from toren.errors import DatabaseUnavailable, TorenError
 from toren.events import Event, NewEvent
 from toren.interfaces import (
     Lease,
@@ -23,9 +26,18 @@ from toren.interfaces import (
     RunUpdate,
     Store,
 )
+from toren.keys import (
+    ApiKey,
+    check_key_name,
+    generate_key,
+    hash_secret,
+    parse_key,
+    parse_key_reference,
+)
 from toren_postgres import migrations
 from toren_postgres.connection import check_connection, describe_url
 from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
+from toren_postgres.queries import query
 from toren_postgres.runs import RunLog
 
 
@@ -152,16 +164,22 @@ class PostgresStore(Store):
         return None
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                        limit: int = 50) -> list[RunRecord]:
-        agents = [agent] if agent else list(await self.registered_agents())
+                        limit: int = 50, agents: Sequence[str] | None = None,
+                        before: tuple[datetime, str] | None = None) -> list[RunRecord]:
+        names = [agent] if agent else list(agents or await self.registered_agents())
         found: list[RunRecord] = []
-        for name in agents:
-            found += await self.log.list_runs(name, status=status, limit=limit)
-        found.sort(key=lambda run: (run.created_at is not None, run.created_at), reverse=True)
+        for name in names:
+            found += await self.log.list_runs(name, status=status, limit=limit, before=before)
+        found.sort(key=lambda run: (run.created_at is not None, run.created_at, run.id),
+                   reverse=True)
         return found[:limit]
 
-    async def load_events(self, agent: str, run_id: str) -> list[Event]:
-        return await self.log.load_events(agent, run_id)
+    async def load_events(self, agent: str, run_id: str,
+                          after: Mapping[str, int] | None = None) -> list[Event]:
+        return await self.log.load_events(agent, run_id, after)
+
+    async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
+        return await self.log.live_workers(max_age_s)
 
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:
@@ -189,3 +207,60 @@ class PostgresStore(Store):
 
     async def sign_out(self, worker_id: str) -> None:
         await self.log.sign_out(worker_id)
+
+    # -- API keys ----------------------------------------------------------------------------
+
+    async def create_key(self, name: str) -> tuple[ApiKey, str]:
+        name = check_key_name(name)
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            for _ in range(5):  # prefixes are 32 random bits: even one collision is rare
+                new = generate_key()
+                await cursor.execute(query("create_key"),
+                                     {"name": name, "prefix": new.prefix, "hash": new.hash})
+                row = await cursor.fetchone()
+                if row is not None:
+                    return _key_record(row), new.token
+        raise TorenError("could not draw an unused API key prefix in five tries")
+
+    async def list_keys(self) -> list[ApiKey]:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(query("list_keys"))
+            return [_key_record(row) for row in await cursor.fetchall()]
+
+    async def revoke_key(self, id_or_prefix: str) -> ApiKey | None:
+        key_id, prefix = parse_key_reference(id_or_prefix)
+        if key_id is None and prefix is None:
+            return None
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(query("revoke_key"), {"id": key_id, "prefix": prefix})
+            row = await cursor.fetchone()
+        return None if row is None else _key_record(row)
+
+    async def verify_key(self, token: str) -> ApiKey | None:
+        parsed = parse_key(token)
+        if parsed is None:
+            return None
+        prefix, secret = parsed
+        presented = hash_secret(secret)
+        try:
+            async with (self.pool.connection() as conn,
+                        conn.cursor(row_factory=dict_row) as cursor):
+                await cursor.execute(query("find_key"), {"prefix": prefix})
+                for row in await cursor.fetchall():
+                    if not hmac.compare_digest(row.pop("hash"), presented):
+                        continue
+                    if row.pop("stale"):
+                        await cursor.execute(query("touch_key"), {"id": row["id"]})
+                        touched = await cursor.fetchone()
+                        if touched is not None:  # else a concurrent request recorded it
+                            row["last_used_at"] = touched["last_used_at"]
+                    return _key_record(row)
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(f"cannot check the API key: {exc}") from exc
+        return None
+
+
+def _key_record(row: dict[str, Any]) -> ApiKey:
+    return ApiKey(id=str(row["id"]), name=row["name"], prefix=row["prefix"],
+                  created_at=row["created_at"], last_used_at=row["last_used_at"],
+                  revoked_at=row["revoked_at"])

@@ -178,12 +178,25 @@ SELECT id, status, input, output, stop_reason, error, idempotency_key, created_a
        finished_at
 FROM {runs}
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
-ORDER BY created_at DESC, id
+  -- keyset pagination: strictly older than the last run of the previous page
+  AND (%(before_at)s::timestamptz IS NULL
+       OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- load_events --
+-- after: a JSON object mapping each stream to the last seq a reader saw; streams not in it
+-- start at 1.
 SELECT stream, seq, type, data, created_at FROM {events}
-WHERE run_id = %(run_id)s ORDER BY created_at, stream, seq;
+WHERE run_id = %(run_id)s
+  AND seq > COALESCE((%(after)s::jsonb ->> stream)::int, 0)
+ORDER BY created_at, stream, seq;
+
+-- live_workers --
+SELECT id, version, agents, hostname, pid, started_at, heartbeat_at
+FROM toren_control.workers
+WHERE heartbeat_at > now() - %(max_age_s)s * interval '1 second'
+ORDER BY started_at;
 
 -- ensure_message --
 INSERT INTO toren_control.queue (agent, run_id, kind, payload)
@@ -283,3 +296,40 @@ VALUES (%(agent)s, %(run_id)s, %(kind)s, %(payload)s,
 UPDATE toren_control.queue
 SET available_at = now() + %(delay_s)s * interval '1 second', attempts = greatest(attempts - 1, 0)
 WHERE id = %(id)s AND claimed_by = %(worker_id)s;
+
+-- create_key --
+-- API keys: only the SHA-256 of a key's secret is stored, next to its public prefix.
+-- A prefix names one key (lookups and revocation go by it): if it is taken, nothing is
+-- inserted and the caller draws another.
+INSERT INTO toren_control.keys (name, prefix, hash)
+SELECT %(name)s, %(prefix)s, %(hash)s
+WHERE NOT EXISTS (SELECT 1 FROM toren_control.keys WHERE prefix = %(prefix)s)
+RETURNING id, name, prefix, created_at, last_used_at, revoked_at;
+
+-- list_keys --
+SELECT id, name, prefix, created_at, last_used_at, revoked_at
+FROM toren_control.keys
+ORDER BY created_at DESC, id;
+
+-- revoke_key --
+-- Revoking twice keeps the first revocation time.
+UPDATE toren_control.keys
+SET revoked_at = coalesce(revoked_at, now())
+WHERE id = %(id)s::uuid OR prefix = %(prefix)s
+RETURNING id, name, prefix, created_at, last_used_at, revoked_at;
+
+-- find_key --
+-- The active key with a presented key's prefix; the caller compares the hash in constant time.
+-- stale: its last use was recorded over a minute ago (database clock), so record this one.
+SELECT id, name, prefix, hash, created_at, last_used_at, revoked_at,
+       last_used_at IS NULL OR last_used_at < now() - interval '1 minute' AS stale
+FROM toren_control.keys
+WHERE prefix = %(prefix)s AND revoked_at IS NULL;
+
+-- touch_key --
+-- At most once a minute per key, so that a busy API does not write on every request.
+UPDATE toren_control.keys
+SET last_used_at = now()
+WHERE id = %(id)s AND revoked_at IS NULL
+  AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
+RETURNING last_used_at;

@@ -1,0 +1,218 @@
+"""Toren's neutral model shapes to and from the Messages API wire format (pure, no I/O).
+
+The API's rules that Toren's conversation does not follow on its own are enforced here: user
+and assistant turns alternate (consecutive turns of one role are merged, tool results become
+``tool_result`` blocks of a user turn, ahead of its text), no content block is empty, and
+``tool_use``/``tool_result`` blocks appear only when the request defines tools (a request
+without tools, such as a compaction summary, gets past tool calls and results as text).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from toren.model import Message, ModelRequest, ModelResponse, StopReason, ToolCall, ToolSpec, Usage
+
+if TYPE_CHECKING:
+    from anthropic.types import Message as ApiMessage
+
+    from toren_anthropic.prices import ModelPrice
+
+#: Stand-ins for turns with no content at all, which the API rejects.
+EMPTY_USER_TEXT = "(no input)"
+EMPTY_ASSISTANT_TEXT = "(no answer)"
+
+Params = dict[str, Any]
+Block = dict[str, Any]
+#: Assistant turns as the API returned them (thinking blocks included), by conversation key.
+Replay = Mapping[str, Sequence[Block]]
+#: Where this plugin keeps its data in ``Message.provider_data``.
+PROVIDER_DATA_KEY = "anthropic"
+
+
+def tool_param(spec: ToolSpec) -> Block:
+    return {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
+
+
+def request_params(request: ModelRequest, *, model: str, replay: Replay | None = None) -> Params:
+    """The keyword arguments of ``messages.create`` for ``request``, sent to API model ``model``.
+
+    Assistant turns recorded exactly as the API returned them (their ``provider_data``, or
+    ``replay``) are sent back verbatim while the conversation before them is unchanged, so
+    their thinking blocks come back with their tool calls, as the API asks.
+    """
+    tools = [tool_param(spec) for spec in request.tools]
+    messages = wire_messages(request.messages, tools_offered=bool(tools))
+    replay = {**recorded_replay(request.messages), **(replay or {})}
+    if replay:
+        _replay_turns(request.system, tools, messages, replay)
+    params: Params = {"model": model, "max_tokens": request.max_tokens, "messages": messages}
+    if request.system:
+        params["system"] = request.system
+    if tools:
+        params["tools"] = tools
+    return params
+
+
+def wire_messages(messages: Iterable[Message], *, tools_offered: bool = True) -> list[Block]:
+    """Toren messages as alternating user/assistant API messages."""
+    names: dict[str, str] = {}
+    merged: list[Block] = []
+    for message in messages:
+        for call in message.tool_calls:
+            names[call.id] = call.name
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _blocks(message, tools_offered, names)
+        if merged and merged[-1]["role"] == role:
+            merged[-1]["content"].extend(blocks)
+        else:
+            merged.append({"role": role, "content": blocks})
+    for turn in merged:
+        if turn["role"] == "user":
+            # the API wants a turn's tool results first, then any text
+            turn["content"].sort(key=lambda block: block["type"] != "tool_result")
+        if not turn["content"]:
+            empty = EMPTY_USER_TEXT if turn["role"] == "user" else EMPTY_ASSISTANT_TEXT
+            turn["content"].append({"type": "text", "text": empty})
+    return merged
+
+
+def _blocks(message: Message, tools_offered: bool, names: Mapping[str, str]) -> list[Block]:
+    blocks: list[Block] = []
+    if message.role == "tool":
+        if tools_offered:
+            result: Block = {"type": "tool_result", "tool_use_id": message.tool_call_id or ""}
+            if message.text:
+                result["content"] = message.text
+            if message.is_error:
+                result["is_error"] = True
+            return [result]
+        name = names.get(message.tool_call_id or "", "tool")
+        label = "error from" if message.is_error else "result of"
+        return [_text(f"[{label} {name} call {message.tool_call_id}]\n{message.text}")]
+    if message.text.strip():
+        blocks.append(_text(message.text))
+    for call in message.tool_calls:
+        if tools_offered:
+            blocks.append({"type": "tool_use", "id": call.id, "name": call.name,
+                           "input": call.arguments})
+        else:
+            arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
+            blocks.append(_text(f"[called {call.name} (call {call.id}) with {arguments}]"))
+    return blocks
+
+
+def _text(text: str) -> Block:
+    return {"type": "text", "text": text}
+
+
+# -- thinking blocks -----------------------------------------------------------------------------
+
+
+def conversation_key(system: str, tools: Sequence[Block], messages: Sequence[Block]) -> str:
+    """A digest of everything a model saw before it answered (system, tools, messages)."""
+    payload = json.dumps([system, list(tools), list(messages)], sort_keys=True,
+                         ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def params_key(params: Params) -> str:
+    """``conversation_key`` of a request built by ``request_params``."""
+    return conversation_key(params.get("system", ""), params.get("tools", []),
+                            params["messages"])
+
+
+def replayable_turn(message: ApiMessage) -> list[Block] | None:
+    """The answer's content as sent back later, if it must be sent back verbatim.
+
+    Only answers that call tools and carry thinking blocks need it: their thinking has to
+    accompany the tool results. Other answers are rebuilt from Toren's messages.
+    """
+    types = {block.type for block in message.content}
+    if "tool_use" not in types or not types & {"thinking", "redacted_thinking"}:
+        return None
+    return [block.to_dict(mode="json") for block in message.content]
+
+
+def _replay_turns(system: str, tools: Sequence[Block], messages: list[Block],
+                  replay: Replay) -> None:
+    for index, turn in enumerate(messages):
+        if turn["role"] != "assistant":
+            continue
+        original = replay.get(conversation_key(system, tools, messages[:index]))
+        if original is not None and _tool_ids(original) == _tool_ids(turn["content"]):
+            turn["content"] = copy.deepcopy(list(original))
+
+
+def _tool_ids(blocks: Iterable[Block]) -> list[str]:
+    return [block["id"] for block in blocks if block.get("type") == "tool_use"]
+
+
+# -- responses -----------------------------------------------------------------------------------
+
+
+def model_response(message: ApiMessage, *, model_id: str, price: ModelPrice | None = None,
+                   asked: Params | None = None) -> ModelResponse:
+    """The API's answer as a ``ModelResponse`` for Toren model ``model_id``.
+
+    ``cost_usd`` is left to the kernel (``Model.pricing``) except for models whose price
+    depends on the prompt's length, which are priced here per call; ``None`` means unknown.
+    An answer that must be sent back verbatim (see ``replayable_turn``) travels in
+    ``provider_data`` with the key of the request that produced it (``asked``): Toren records
+    it in the event log, so it survives restarts.
+    """
+    parts: list[str] = []
+    calls: list[ToolCall] = []
+    adjacent = False  # text blocks split by citations join directly; others by a blank line
+    for block in message.content:
+        if block.type == "text":
+            if parts and not adjacent:
+                parts.append("\n\n")
+            parts.append(block.text)
+            adjacent = True
+            continue
+        adjacent = False
+        if block.type == "tool_use":
+            calls.append(tool_call(block.id, block.name, block.input))
+    usage = message.usage
+    counts = Usage(input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0,
+                   cache_read_tokens=usage.cache_read_input_tokens or 0,
+                   cache_write_tokens=usage.cache_creation_input_tokens or 0)
+    cost = price.cost(counts) if price is not None and not price.flat else None
+    turn = replayable_turn(message)
+    provider_data = None
+    if turn is not None and asked is not None:
+        provider_data = {PROVIDER_DATA_KEY: {"content": turn, "asked": params_key(asked)}}
+    return ModelResponse(text="".join(parts), tool_calls=tuple(calls),
+                         stop_reason=stop_reason(message.stop_reason, bool(calls)),
+                         usage=counts, model=model_id, cost_usd=cost,
+                         provider_data=provider_data)
+
+
+def recorded_replay(messages: Iterable[Message]) -> dict[str, Sequence[Block]]:
+    """The verbatim answers carried by the conversation's own messages (``provider_data``)."""
+    replay: dict[str, Sequence[Block]] = {}
+    for message in messages:
+        kept = (message.provider_data or {}).get(PROVIDER_DATA_KEY)
+        if message.role == "assistant" and isinstance(kept, dict):
+            replay[kept["asked"]] = kept["content"]
+    return replay
+
+
+def tool_call(call_id: str, name: str, arguments: object) -> ToolCall:
+    if isinstance(arguments, dict):
+        return ToolCall(call_id, name, arguments)
+    return ToolCall(call_id, name, {}, arguments_error=(
+        f"expected a JSON object, got {type(arguments).__name__}: {arguments!r}"[:300]))
+
+
+def stop_reason(api_reason: str | None, has_tool_calls: bool) -> StopReason:
+    """Toren's stop reason for the API's (``max_tokens`` and a full context window stop
+    a generation short; ``refusal``, ``pause_turn`` and stop sequences end the turn)."""
+    if api_reason in ("max_tokens", "model_context_window_exceeded"):
+        return "max_tokens"
+    return "tool_use" if has_tool_calls else "end_turn"

@@ -1,0 +1,293 @@
+"""A local stand-in for the Anthropic Messages API, for tests with the real SDK over real HTTP.
+
+It speaks the wire format (``POST /v1/messages``, ``GET /v1/models``, the API's error bodies),
+checks the rules the real API enforces on a conversation (alternating roles, non-empty blocks,
+tool results right after their calls, tools defined when tool blocks are present), answers from
+a script in order (then from a responder function) and counts requests.
+
+In-process: ``FakeAnthropic(script=[...])``, ``await fake.start()``, ``fake.url``. As a process
+(for crash tests): ``python fake_anthropic.py --tool-steps 8 --delay 0.3`` prints
+``{"port": N}`` and serves until killed; ``GET /_fake/stats`` returns the request counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import signal
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+Body = dict[str, Any]
+#: The key the tests present (see conftest.py).
+TEST_KEY = "sk-ant-test-key"
+
+
+@dataclass
+class Reply:
+    """One scripted HTTP answer."""
+
+    status: int
+    body: Body
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Responder = Callable[[Body], Reply]
+ScriptItem = Reply | Responder
+
+_ids = itertools.count(1)
+
+
+def message(content: Sequence[Body], stop_reason: str = "end_turn", *, input_tokens: int = 25,
+            output_tokens: int = 10, cache_read: int | None = None,
+            cache_write: int | None = None) -> Reply:
+    """A 200 answer shaped like the API's ``Message`` (``model`` is filled from the request)."""
+    return Reply(200, {
+        "id": f"msg_fake_{next(_ids):04d}", "type": "message", "role": "assistant",
+        "model": None, "content": list(content), "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                  "cache_read_input_tokens": cache_read,
+                  "cache_creation_input_tokens": cache_write, "service_tier": "standard"}})
+
+
+def text(answer: str, **usage: Any) -> Reply:
+    return message([{"type": "text", "text": answer}], "end_turn", **usage)
+
+
+def tool_use(name: str, arguments: Body, *, call_id: str | None = None, say: str = "",
+             **usage: Any) -> Reply:
+    blocks: list[Body] = [{"type": "text", "text": say}] if say else []
+    blocks.append({"type": "tool_use", "id": call_id or f"toolu_fake_{next(_ids):04d}",
+                   "name": name, "input": arguments})
+    return message(blocks, "tool_use", **usage)
+
+
+def error(status: int, kind: str, text_: str, headers: dict[str, str] | None = None) -> Reply:
+    request_id = f"req_fake_{next(_ids):04d}"
+    return Reply(status, {"type": "error", "error": {"type": kind, "message": text_},
+                          "request_id": request_id},
+                 {"request-id": request_id, **(headers or {})})
+
+
+def rate_limited(retry_after: float) -> Reply:
+    return error(429, "rate_limit_error", "This request would exceed your rate limit.",
+                 {"retry-after": f"{retry_after:g}"})
+
+
+def server_error() -> Reply:
+    return error(500, "api_error", "Internal server error")
+
+
+def overloaded() -> Reply:
+    return error(529, "overloaded_error", "Overloaded")
+
+
+def unauthorized() -> Reply:
+    return error(401, "authentication_error", "invalid x-api-key")
+
+
+def prompt_too_long(tokens: int = 250_000, limit: int = 200_000) -> Reply:
+    return error(400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {limit} "
+                                               "maximum")
+
+
+def invalid(text_: str) -> Reply:
+    return error(400, "invalid_request_error", text_)
+
+
+def tool_results(body: Body) -> list[Body]:
+    """Every ``tool_result`` block of a request, in order."""
+    return [block for turn in body.get("messages", []) if isinstance(turn.get("content"), list)
+            for block in turn["content"] if block.get("type") == "tool_result"]
+
+
+def conversation_problem(body: Body) -> str | None:
+    """What the real API would reject in this request body, or ``None``."""
+    if not isinstance(body.get("max_tokens"), int) or not body.get("model"):
+        return "model and max_tokens are required"
+    messages = body.get("messages") or []
+    if not messages or messages[0].get("role") != "user":
+        return "messages: the first message must use the \"user\" role"
+    tools_defined = bool(body.get("tools"))
+    pending: list[str] = []
+    for index, turn in enumerate(messages):
+        where = f"messages.{index}"
+        if index and turn["role"] == messages[index - 1]["role"]:
+            return f"{where}: roles must alternate between \"user\" and \"assistant\""
+        content = turn["content"]
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if not content:
+            return f"{where}: all messages must have non-empty content"
+        results = [b["tool_use_id"] for b in content if b["type"] == "tool_result"]
+        if pending:
+            leading = [b["tool_use_id"] for b in content[:len(pending)]
+                       if b["type"] == "tool_result"]
+            if sorted(leading) != sorted(pending):
+                return (f"{where}: `tool_use` ids were found without `tool_result` blocks "
+                        f"immediately after: {', '.join(pending)}")
+        elif results:
+            return (f"{where}.content.0: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {results[0]}")
+        pending = [b["id"] for b in content if b["type"] == "tool_use"]
+        for position, block in enumerate(content):
+            if block["type"] in ("tool_use", "tool_result") and not tools_defined:
+                return ("Requests which include `tool_use` or `tool_result` blocks must "
+                        "define tools.")
+            if block["type"] == "text" and not block["text"].strip():
+                return f"{where}.content.{position}.text: text content blocks must be non-empty"
+    if pending:
+        return "the conversation ends with tool calls that have no results"
+    return None
+
+
+class FakeAnthropic:
+    """The fake API server.
+
+    Args:
+        script: answers for ``POST /v1/messages`` in order; each a ``Reply`` or a function of
+            the request body returning one.
+        responder: answers requests once the script is used up (default: 500, so a test that
+            makes more calls than scripted fails loudly).
+        delay: seconds to wait before each ``/v1/messages`` answer.
+        api_key: if set, requests presenting another key get 401 (like a revoked key).
+    """
+
+    def __init__(self, script: Sequence[ScriptItem] = (), *, responder: Responder | None = None,
+                 delay: float = 0.0, api_key: str | None = None) -> None:
+        self.script = list(script)
+        self.responder = responder
+        self.delay = delay
+        self.api_key = api_key
+        #: ``/v1/messages`` request bodies, in arrival order.
+        self.requests: list[Body] = []
+        #: Requests per path.
+        self.counts: Counter[str] = Counter()
+        #: Headers of each ``/v1/messages`` request, names in lower case.
+        self.headers: list[dict[str, str]] = []
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.port is not None, "start() the fake first"
+        return f"http://127.0.0.1:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/messages", self.messages)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/_fake/stats", self.stats)
+        return app
+
+    async def start(self, port: int = 0) -> FakeAnthropic:
+        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def _auth_problem(self, request: web.Request) -> Reply | None:
+        presented = request.headers.get("x-api-key") or request.headers.get(
+            "authorization", "").removeprefix("Bearer ")
+        if not presented:
+            return error(401, "authentication_error", "x-api-key header is required")
+        if self.api_key is not None and presented != self.api_key:
+            return unauthorized()
+        return None
+
+    async def messages(self, request: web.Request) -> web.Response:
+        self.counts["/v1/messages"] += 1
+        body = await request.json()
+        self.requests.append(body)
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        reply = self._auth_problem(request)
+        if reply is None:
+            problem = conversation_problem(body)
+            reply = invalid(problem) if problem else self._next(body)
+        if reply.status == 200 and reply.body.get("model") is None:
+            reply = Reply(200, {**reply.body, "model": body["model"]}, reply.headers)
+        return web.json_response(reply.body, status=reply.status, headers=reply.headers)
+
+    def _next(self, body: Body) -> Reply:
+        if self.script:
+            item = self.script.pop(0)
+            return item(body) if callable(item) else item
+        if self.responder is not None:
+            return self.responder(body)
+        return error(500, "api_error", "the fake's script is used up")
+
+    async def models(self, request: web.Request) -> web.Response:
+        self.counts["/v1/models"] += 1
+        reply = self._auth_problem(request)
+        if reply is not None:
+            return web.json_response(reply.body, status=reply.status, headers=reply.headers)
+        limit = int(request.query.get("limit", "20"))
+        data = [{"type": "model", "id": model_id, "display_name": model_id,
+                 "created_at": "2026-09-22T00:00:00Z", "lifecycle": "active"}
+                for model_id in ("claude-sonnet-4-6", "claude-haiku-4-5")][:limit]
+        return web.json_response({"data": data, "has_more": False,
+                                  "first_id": data[0]["id"], "last_id": data[-1]["id"]})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return web.json_response(dict(self.counts))
+
+
+#: The ``fake_anthropic`` fixture: ``await make(script, **options)`` -> a started fake.
+FakeFactory = Callable[..., Awaitable["FakeAnthropic"]]
+
+
+def tool_loop(steps: int, tool: str = "step") -> Responder:
+    """Calls ``tool`` until the conversation holds ``steps`` tool results, then answers.
+
+    Stateless (decided from the request alone), so any number of workers and restarts agree.
+    """
+
+    def respond(body: Body) -> Reply:
+        done = len(tool_results(body))
+        if done < steps:
+            return tool_use(tool, {"n": done + 1}, call_id=f"toolu_step_{done + 1:02d}")
+        return text(f"finished {done} steps")
+
+    return respond
+
+
+async def serve(args: argparse.Namespace) -> None:
+    fake = FakeAnthropic(responder=tool_loop(args.tool_steps), delay=args.delay)
+    await fake.start(args.port)
+    print(json.dumps({"port": fake.port}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await fake.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--tool-steps", type=int, default=8)
+    asyncio.run(serve(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Toren's model shapes to and from the Chat Completions wire format (pure: no I/O).
+
+Chat Completions is the API every OpenAI-compatible server speaks (Ollama, vLLM, LM Studio,
+llama.cpp, proxies), so it is the only one this plugin uses. Responses come in as the JSON of a
+completion (a dict), so the mapping is tested with literal payloads and tolerates servers that
+omit optional fields.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from toren.errors import ProviderError
+from toren.model import Message, ModelRequest, ModelResponse, StopReason, ToolCall, Usage
+
+#: The output-limit field of a request. OpenAI's own API wants ``max_completion_tokens`` (its
+#: reasoning models reject ``max_tokens``); most compatible servers only know ``max_tokens``.
+MAX_COMPLETION_TOKENS = "max_completion_tokens"
+MAX_TOKENS = "max_tokens"
+
+STOP_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "end_turn",
+}
+
+
+def chat_request(request: ModelRequest, model_name: str, *,
+                 token_field: str = MAX_COMPLETION_TOKENS) -> dict[str, Any]:
+    """The keyword arguments of ``chat.completions.create`` for ``request``.
+
+    Args:
+        request: what the task loop asks for.
+        model_name: the model as the server knows it (the Toren id without ``openai/``).
+        token_field: ``max_completion_tokens`` or ``max_tokens`` (see ``MAX_TOKENS``).
+    """
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    messages.extend(chat_message(message) for message in request.messages)
+    params: dict[str, Any] = {"model": model_name, "messages": messages,
+                              token_field: request.max_tokens}
+    if request.tools:
+        params["tools"] = [
+            {"type": "function",
+             "function": {"name": spec.name, "description": spec.description,
+                          "parameters": spec.parameters}}
+            for spec in request.tools]
+    return params
+
+
+def chat_message(message: Message) -> dict[str, Any]:
+    """One Toren message as a Chat Completions message."""
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id or "",
+                "content": tool_result_text(message)}
+    if message.role == "assistant":
+        data: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+        if message.tool_calls:
+            data["tool_calls"] = [
+                {"id": call.id, "type": "function",
+                 "function": {"name": call.name,
+                              "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+                for call in message.tool_calls]
+        elif not message.text:
+            data["content"] = ""  # an empty turn still needs content for most servers
+        return data
+    return {"role": "user", "content": message.text}
+
+
+def tool_result_text(message: Message) -> str:
+    """A tool result's content; Chat Completions has no error flag, so errors say so in text."""
+    text = message.text
+    if message.is_error and not text.lstrip().lower().startswith("error"):
+        return f"Error: {text}" if text else "Error: the tool failed without a message."
+    return text
+
+
+def model_response(data: Mapping[str, Any], model_id: str) -> ModelResponse:
+    """A completion's JSON as a ``ModelResponse`` for ``model_id`` (cost left to the kernel).
+
+    Raises:
+        ProviderError: the payload has no choice to read (a proxy answered 200 with an error).
+    """
+    choices = data.get("choices") or []
+    if not choices or not isinstance(choices[0], Mapping):
+        detail = json.dumps(data.get("error") or data, default=str)[:300]
+        raise ProviderError(f"{model_id}: the server answered without a completion: {detail}")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    calls = tuple(tool_call(raw, index)
+                  for index, raw in enumerate(message.get("tool_calls") or ())
+                  if isinstance(raw, Mapping) and raw.get("type", "function") == "function")
+    text = message.get("content")
+    if not isinstance(text, str):
+        # a refusal replaces the content; a list of parts is joined (a few servers send one)
+        text = message.get("refusal") or _join_parts(text)
+    finish = choice.get("finish_reason") or "stop"
+    # Some servers (older Ollama among them) report "stop" next to tool calls.
+    stop_reason: StopReason = "tool_use" if calls else STOP_REASONS.get(finish, "end_turn")
+    return ModelResponse(text=text, tool_calls=calls, stop_reason=stop_reason,
+                         usage=usage(data.get("usage")), model=model_id, cost_usd=None)
+
+
+def tool_call(raw: Mapping[str, Any], index: int) -> ToolCall:
+    """One ``tool_calls`` entry; arguments that are not a JSON object become an
+    ``arguments_error`` (the kernel turns it into an ``invalid_arguments`` tool error)."""
+    function = raw.get("function") or {}
+    name = str(function.get("name") or "")
+    call_id = str(raw.get("id") or f"call_{uuid.uuid4().hex[:24]}")
+    arguments, error = parse_arguments(function.get("arguments"))
+    return ToolCall(call_id, name, arguments, arguments_error=error)
+
+
+def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """``(arguments, None)`` or ``({}, why they could not be read)``."""
+    if isinstance(raw, Mapping):  # some servers send an object instead of a JSON string
+        return dict(raw), None
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None  # a call without arguments, as several servers send it
+    if not isinstance(raw, str):
+        return {}, f"expected a JSON object, got {type(raw).__name__}"
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return {}, f"invalid JSON ({exc.msg} at character {exc.pos}): {_clip(raw)}"
+    if not isinstance(value, dict):
+        return {}, f"expected a JSON object, got {_json_type(value)}: {_clip(raw)}"
+    return value, None
+
+
+def usage(data: Mapping[str, Any] | None) -> Usage:
+    """Token counts; any missing field is 0 (many compatible servers omit the details).
+
+    ``prompt_tokens`` includes cached tokens, while Toren counts input without them.
+    """
+    if not isinstance(data, Mapping):
+        return Usage()
+    details = data.get("prompt_tokens_details")
+    details = details if isinstance(details, Mapping) else {}
+    prompt = _count(data.get("prompt_tokens"))
+    cached = _count(details.get("cached_tokens"))
+    written = _count(details.get("cache_write_tokens"))
+    return Usage(input_tokens=max(0, prompt - cached - written),
+                 output_tokens=_count(data.get("completion_tokens")),
+                 cache_read_tokens=cached, cache_write_tokens=written)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def _join_parts(content: Any) -> str:
+    if not isinstance(content, list):
+        return ""
+    return "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+
+
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,249 @@
+"""A local fake of the OpenAI Chat Completions API (aiohttp), for tests with the real SDK.
+
+It speaks the wire format (``POST /v1/chat/completions``, ``GET /v1/models``, errors as
+``{"error": {"message", "type", "param", "code"}}``), answers from a script in order (then from
+a responder function), records every request body and counts requests per path. Run it as a
+script to serve from its own process: it prints ``{"port": N, "url": ...}`` on one line, and
+``GET /_fake/stats`` returns the counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+CHAT_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
+
+
+@dataclass(frozen=True)
+class Fail:
+    """An error answer: HTTP ``status`` with an OpenAI-style error body and extra headers."""
+
+    status: int
+    message: str
+    code: str | None = None
+    type: str = "invalid_request_error"
+    param: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+def rate_limited(retry_after: str = "1", **headers: str) -> Fail:
+    return Fail(429, "Rate limit reached for requests", code="rate_limit_exceeded",
+                type="requests", headers={"retry-after": retry_after, **headers})
+
+
+def context_too_long(tokens: int = 200_000) -> Fail:
+    return Fail(400, f"This model's maximum context length is 128000 tokens. However, your "
+                     f"messages resulted in {tokens} tokens. Please reduce the length of the "
+                     "messages.", code="context_length_exceeded", param="messages")
+
+
+def usage(prompt: int = 10, completion: int = 5, cached: int | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                            "total_tokens": prompt + completion}
+    if cached is not None:
+        data["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
+        data["completion_tokens_details"] = {"reasoning_tokens": 0, "audio_tokens": 0}
+    return data
+
+
+def tool_call(name: str, arguments: str | Mapping[str, Any], call_id: str | None = None
+              ) -> dict[str, Any]:
+    """A ``tool_calls`` entry; ``arguments`` is sent verbatim when it is a string."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": name, "arguments": text}}
+
+
+def completion(text: str | None = None, tool_calls: Iterable[Mapping[str, Any]] = (),
+               *, finish_reason: str | None = None, usage_data: Mapping[str, Any] | None = None,
+               model: str = "gpt-4o-mini") -> dict[str, Any]:
+    """A ``chat.completion`` object as OpenAI returns it."""
+    calls = list(tool_calls)
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None,
+                               "annotations": []}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
+        "created": int(time.time()), "model": model, "system_fingerprint": "fp_fake",
+        "service_tier": "default",
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": finish_reason or ("tool_calls" if calls else "stop")}],
+        "usage": dict(usage_data) if usage_data is not None else usage(),
+    }
+
+
+Answer = dict[str, Any] | Fail
+Responder = Callable[[dict[str, Any]], Answer]
+
+
+def prompt_chars(body: Mapping[str, Any]) -> int:
+    """Characters of content in a request's messages (what a context limit is about)."""
+    total = 0
+    for message in body.get("messages", ()):
+        total += len(message.get("content") or "")
+        total += len(json.dumps(message.get("tool_calls") or ""))
+    return total
+
+
+def call_each_tool(body: Mapping[str, Any]) -> Answer:
+    """Stateless responder: calls the offered tools one per step, in order, with the latest
+    user text, then answers with the results. Deterministic, so a repeated call (after a crash)
+    gets the same answer as the first."""
+    messages = list(body.get("messages", ()))
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    text = messages[last_user].get("content", "") if last_user >= 0 else ""
+    turn = messages[last_user + 1:]
+    called = sum(1 for m in turn if m.get("role") == "assistant" and m.get("tool_calls"))
+    tools = body.get("tools") or []
+    spent = usage(prompt=max(1, prompt_chars(body) // 4), completion=12)
+    if called < len(tools):
+        name = tools[called]["function"]["name"]
+        return completion(None, [tool_call(name, {"text": text},
+                                           call_id=f"call_{last_user + 1}_{called}")],
+                          usage_data=spent)
+    results = [m.get("content", "") for m in turn if m.get("role") == "tool"]
+    return completion("; ".join(results) or f"You said: {text}", usage_data=spent)
+
+
+class FakeOpenAI:
+    """The fake server. ``script`` answers are used in order, then ``responder``.
+
+    Args:
+        script: answers (completion dicts, ``Fail``s, or functions of the request body).
+        responder: answers once the script is used up (default: ``call_each_tool``).
+        delay_s: seconds to wait before each chat answer (a slow model).
+        max_prompt_chars: reject any chat request with more content than this with a 400
+            ``context_length_exceeded`` (checked before the script).
+        models_status: status of ``GET /v1/models`` (e.g. 401, or 404 for a server without it).
+        models: ids ``GET /v1/models`` lists.
+    """
+
+    def __init__(self, script: Iterable[Answer | Responder] = (), *,
+                 responder: Responder = call_each_tool, delay_s: float = 0.0,
+                 max_prompt_chars: int | None = None, models_status: int = 200,
+                 models: Iterable[str] = ("gpt-4o-mini", "gpt-4o")) -> None:
+        self.script: list[Answer | Responder] = list(script)
+        self.responder = responder
+        self.delay_s = delay_s
+        self.max_prompt_chars = max_prompt_chars
+        self.models_status = models_status
+        self.models = list(models)
+        #: Every chat request body, in arrival order.
+        self.requests: list[dict[str, Any]] = []
+        #: Every request's Authorization header, in arrival order.
+        self.authorizations: list[str | None] = []
+        #: Requests per path (all methods).
+        self.counts: Counter[str] = Counter()
+        #: Statuses answered to chat requests, in order.
+        self.statuses: list[int] = []
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post(CHAT_PATH, self.chat)
+        app.router.add_get(MODELS_PATH, self.list_models)
+        app.router.add_get("/_fake/stats", self.stats)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Serve on ``host:port`` (0: any free port); return the base URL (``.../v1``)."""
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound = self._runner.addresses[0][1]
+        self.url = f"http://{host}:{bound}/v1"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def chat_requests(self) -> int:
+        return self.counts[CHAT_PATH]
+
+    async def chat(self, request: web.Request) -> web.Response:
+        self.counts[CHAT_PATH] += 1
+        self.authorizations.append(request.headers.get("Authorization"))
+        body = await request.json()
+        self.requests.append(body)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        answer: Answer | Responder
+        if self.max_prompt_chars is not None and prompt_chars(body) > self.max_prompt_chars:
+            answer = context_too_long(prompt_chars(body) // 4)
+        elif self.script:
+            answer = self.script.pop(0)
+        else:
+            answer = self.responder
+        if callable(answer):
+            answer = answer(body)
+        self.statuses.append(answer.status if isinstance(answer, Fail) else 200)
+        return self._respond(answer)
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        self.counts[MODELS_PATH] += 1
+        self.authorizations.append(request.headers.get("Authorization"))
+        if self.models_status == 401:
+            return self._respond(Fail(401, "Incorrect API key provided: sk-bad. You can find "
+                                           "your API key at https://platform.openai.com/"
+                                           "account/api-keys.", code="invalid_api_key"))
+        if self.models_status != 200:
+            return self._respond(Fail(self.models_status, "404 page not found",
+                                      code=None, type="not_found"))
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 1715367049, "owned_by": "system"}
+            for name in self.models]})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return web.json_response({"counts": dict(self.counts), "statuses": self.statuses})
+
+    def _respond(self, answer: Answer) -> web.Response:
+        if isinstance(answer, Fail):
+            return web.json_response(answer.body(), status=answer.status,
+                                     headers=dict(answer.headers))
+        return web.json_response(answer)
+
+
+async def _serve(delay_s: float, port: int) -> None:
+    fake = FakeOpenAI(delay_s=delay_s)
+    url = await fake.start(port=port)
+    print(json.dumps({"port": int(url.rsplit(":", 1)[1].split("/")[0]), "url": url}),
+          flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await fake.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds per chat answer")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args.delay, args.port))
+
+
+if __name__ == "__main__":
+    main()

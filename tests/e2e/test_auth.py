@@ -1,0 +1,302 @@
+"""API keys end to end: the serving policy, the auth middleware over the real store, the
+``toren keys`` commands and ``toren serve`` in real subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from tests.conftest import TorenCli, TorenProcess, one_line
+from tests.durable import plugin_host
+from toren.cli.serve import serve_api
+from toren.config import Settings
+from toren.interfaces import Store
+from toren.keys import NoApiKeys
+from toren.runtime import Runtime
+from toren.server.auth import API_KEY, auth_middleware, is_loopback, keys_required
+from toren.server.errors import error_middleware
+from toren.testing import write_agent_dir
+
+pytestmark = pytest.mark.timeout(120)
+
+StartToren = Callable[..., TorenProcess]
+KEY = re.compile(r"toren_[0-9a-f]{8}_[A-Za-z0-9_-]{43}")
+NO_KEYS = "no API keys exist: create one with `toren keys create NAME` before serving on {}"
+
+
+# -- the policy (pure) ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("[::1]", True),
+    ("localhost", True), ("LocalHost", True), ("::ffff:127.0.0.1", True),
+    ("0.0.0.0", False), ("::", False), ("", False), ("192.168.1.10", False),
+    ("128.0.0.1", False), ("example.com", False), ("localhost.example.com", False),
+])
+def test_loopback_addresses(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(("command", "host", "env", "required"), [
+    ("dev", "127.0.0.1", {}, False),
+    ("dev", "localhost", {}, False),
+    ("dev", "::1", {"TOREN_REQUIRE_KEYS": "1"}, True),
+    ("dev", "127.0.0.1", {"TOREN_REQUIRE_KEYS": "0"}, False),
+    ("dev", "127.0.0.1", {"TOREN_ALLOW_NO_KEYS": "1"}, False),
+    ("dev", "0.0.0.0", {}, True),
+    ("dev", "0.0.0.0", {"TOREN_ALLOW_NO_KEYS": "1"}, True),  # only loopback may opt out
+    ("dev", "10.0.0.5", {}, True),
+    ("serve", "127.0.0.1", {}, True),
+    ("serve", "localhost", {"TOREN_ALLOW_NO_KEYS": "1"}, False),
+    ("serve", "127.0.0.1", {"TOREN_ALLOW_NO_KEYS": "1", "TOREN_REQUIRE_KEYS": "1"}, True),
+    ("serve", "0.0.0.0", {"TOREN_ALLOW_NO_KEYS": "1"}, True),
+    ("serve", "::", {}, True),
+])
+def test_when_keys_are_required(command: Any, host: str, env: dict[str, str],
+                                required: bool) -> None:
+    assert keys_required(command, host, env) is required
+
+
+# -- the start-up check: `toren serve` refuses before anything listens ---------------------------
+
+
+class FakeServe:
+    """Stands in for ``toren.cli.dev.serve``: records that serving would have started."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    async def __call__(self, runtime: Runtime, **options: Any) -> None:
+        self.calls.append(options)
+
+
+def unstarted_runtime(database_url: str, tmp_path: Path) -> Runtime:
+    settings = Settings(database_url=database_url, home=tmp_path / "home", load_plugins=())
+    return Runtime(settings=settings, plugins=plugin_host(), agents=[])
+
+
+async def serve_with(runtime: Runtime, host: str, env: Mapping[str, str]) -> FakeServe:
+    fake = FakeServe()
+    await serve_api(runtime, host=host, port=0, as_json=True, env=env, serve_http=fake)
+    return fake
+
+
+async def test_serve_refuses_without_an_active_key_before_serving(make_runtime,
+                                                                  database_url: str,
+                                                                  tmp_path: Path) -> None:
+    runtime = unstarted_runtime(database_url, tmp_path)
+    for host, env in (("0.0.0.0", {}), ("0.0.0.0", {"TOREN_ALLOW_NO_KEYS": "1"}),
+                      ("192.168.1.10", {})):
+        fake = FakeServe()
+        with pytest.raises(NoApiKeys) as raised:
+            await serve_api(runtime, host=host, port=0, as_json=True, env=env, serve_http=fake)
+        assert raised.value.message == NO_KEYS.format(host)
+        assert fake.calls == []  # never got as far as listening
+
+    with pytest.raises(NoApiKeys, match=re.escape(
+            NO_KEYS.format("127.0.0.1") + " (or set TOREN_ALLOW_NO_KEYS=1 to try it locally "
+            "without keys)")):
+        await serve_with(runtime, "127.0.0.1", {})
+    assert (await serve_with(runtime, "127.0.0.1", {"TOREN_ALLOW_NO_KEYS": "1"})).calls == [
+        {"host": "127.0.0.1", "port": 0, "as_json": True, "workers": False}]
+
+    store = (await make_runtime(agents=[], workers=False)).store
+    revoked, _ = await store.create_key("old")
+    await store.revoke_key(revoked.id)
+    with pytest.raises(NoApiKeys):  # a revoked key does not count
+        await serve_with(runtime, "0.0.0.0", {})
+
+    await store.create_key("ci")
+    fake = await serve_with(runtime, "0.0.0.0", {})
+    assert fake.calls == [{"host": "0.0.0.0", "port": 0, "as_json": True, "workers": False}]
+
+
+# -- the middleware over the real store ----------------------------------------------------------
+
+
+def small_app(store: Store, **options: Any) -> web.Application:
+    """Public and private routes behind ``auth_middleware``, as ``create_app`` will have them."""
+
+    async def public(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def whoami(request: web.Request) -> web.Response:
+        key = request.get(API_KEY)
+        return web.json_response({"key": key.name if key else None})
+
+    app = web.Application(middlewares=[error_middleware, auth_middleware(store, **options)])
+    app.router.add_get("/healthz", public)
+    app.router.add_get("/openapi.json", public)
+    app.router.add_get("/agents", whoami)
+    app.router.add_post("/runs", whoami)
+    return app
+
+
+async def request(client: TestClient, path: str, key: str | None = None, *,
+                  header: str | None = None, method: str = "GET") -> tuple[int, Any, str]:
+    headers = {"Authorization": header or f"Bearer {key}"} if key or header else {}
+    async with client.request(method, path, headers=headers) as response:
+        return response.status, await response.json(), response.headers.get(
+            "WWW-Authenticate", "")
+
+
+async def test_the_middleware_requires_a_valid_key_from_the_cli(
+        make_runtime, toren_cli: TorenCli, database_url: str) -> None:
+    created = toren_cli("keys", "create", "ci", "--json", env={"DATABASE_URL": database_url})
+    assert created.returncode == 0, created.stderr
+    token = json.loads(created.stdout)["key"]
+    store = (await make_runtime(agents=[], workers=False)).store
+
+    async with TestClient(TestServer(small_app(store, cache_ttl_s=0.2))) as client:
+        for path in ("/healthz", "/openapi.json"):
+            assert (await request(client, path))[:2] == (200, {"status": "ok"})
+
+        status, body, challenge = await request(client, "/agents")
+        assert (status, challenge) == (401, "Bearer")
+        assert body["error"]["code"] == "unauthorized"
+        assert "Authorization: Bearer <key>" in body["error"]["message"]
+        assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+
+        prefix = json.loads(created.stdout)["prefix"]
+        for bad in (f"Basic {token}", "Bearer", "Bearer ", f"Bearer {token}x",
+                    f"Bearer {prefix}_{'A' * 43}", "Bearer not-a-key"):
+            status, body, challenge = await request(client, "/agents", header=bad)
+            assert (status, body["error"]["code"], challenge) == (
+                401, "unauthorized", "Bearer"), bad
+        status, body, _ = await request(client, "/no/such/route")
+        assert status == 401  # unauthenticated callers learn nothing about routes
+
+        assert (await request(client, "/agents", token))[:2] == (200, {"key": "ci"})
+        assert (await request(client, "/agents", header=f"bearer {token}"))[0] == 200
+        assert (await request(client, "/runs", token, method="POST"))[:2] == (200, {"key": "ci"})
+        assert (await request(client, "/healthz", header="Bearer wrong"))[0] == 200
+
+        revoked = toren_cli("keys", "revoke", prefix, env={"DATABASE_URL": database_url})
+        assert revoked.returncode == 0, revoked.stderr
+        await asyncio.sleep(0.3)  # past the cache's 0.2 s
+        assert (await request(client, "/agents", token))[0] == 401
+
+    listed = toren_cli("keys", "list", "--json", env={"DATABASE_URL": database_url})
+    [key] = json.loads(listed.stdout)["keys"]
+    assert key["last_used_at"] is not None and key["revoked_at"] is not None
+
+
+async def test_verified_keys_are_cached_and_failures_are_not(
+        make_runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = (await make_runtime(agents=[], workers=False)).store
+    _, token = await store.create_key("hot")
+    checked: list[str] = []
+    verify = store.verify_key
+
+    async def counting(presented: str) -> Any:
+        checked.append(presented)
+        return await verify(presented)
+
+    monkeypatch.setattr(store, "verify_key", counting)
+    async with TestClient(TestServer(small_app(store, cache_ttl_s=60))) as client:
+        for _ in range(5):
+            assert (await request(client, "/agents", token))[0] == 200
+        assert checked == [token]
+        for _ in range(2):
+            assert (await request(client, "/agents", token + "x"))[0] == 401
+        assert len(checked) == 3
+
+
+async def test_with_keys_not_required_every_request_passes(make_runtime) -> None:
+    store = (await make_runtime(agents=[], workers=False)).store
+    async with TestClient(TestServer(small_app(store, enabled=False))) as client:
+        assert (await request(client, "/agents"))[:2] == (200, {"key": None})
+        assert (await request(client, "/agents", header="Bearer nonsense"))[0] == 200
+
+
+# -- the commands ----------------------------------------------------------------------------------
+
+
+def test_keys_create_list_revoke(toren_cli: TorenCli, database_url: str) -> None:
+    env = {"DATABASE_URL": database_url}
+
+    made = toren_cli("keys", "create", "ci", env=env)
+    assert made.returncode == 0, made.stderr
+    assert KEY.fullmatch(one_line(made.stdout))  # the key alone: KEY=$(toren keys create ci)
+    assert "shown only this once" in made.stderr
+
+    made_json = toren_cli("keys", "create", "deploy", "--json", env=env)
+    deploy = json.loads(made_json.stdout)
+    assert set(deploy) == {"id", "name", "prefix", "created_at", "last_used_at", "revoked_at",
+                           "key"}
+    assert KEY.fullmatch(deploy["key"]) and deploy["key"].startswith(deploy["prefix"] + "_")
+
+    listed = toren_cli("keys", "list", "--json", env=env)
+    keys = json.loads(listed.stdout)["keys"]
+    assert [k["name"] for k in keys] == ["deploy", "ci"]
+    assert all(set(k) == {"id", "name", "prefix", "created_at", "last_used_at", "revoked_at"}
+               for k in keys)
+    secrets = [one_line(made.stdout).rsplit("_", 1)[-1], deploy["key"].rsplit("_", 1)[-1]]
+    assert not any(secret in listed.stdout for secret in secrets)
+    table = toren_cli("keys", "list", env=env).stdout
+    assert deploy["prefix"] in table and keys[1]["prefix"] in table and "last used" in table
+
+    revoked = toren_cli("keys", "revoke", deploy["prefix"], "--json", env=env)
+    assert revoked.returncode == 0, revoked.stderr
+    first = json.loads(revoked.stdout)
+    assert first["id"] == deploy["id"] and first["revoked_at"] is not None
+    again = toren_cli("keys", "revoke", deploy["id"], env=env)  # twice is fine
+    assert again.returncode == 0, again.stderr
+    assert f"Revoked API key {deploy['prefix']} (deploy)" in again.stdout
+
+    unknown = toren_cli("keys", "revoke", "toren_ffffffff", env=env)
+    assert unknown.returncode == 1
+    assert one_line(unknown.stderr) == ("Error: no API key has the id or prefix "
+                                        "'toren_ffffffff'; see `toren keys list`")
+    unknown_json = toren_cli("keys", "revoke", deploy["key"][:-1] + "!", "--json", env=env)
+    assert unknown_json.returncode == 1
+    assert json.loads(unknown_json.stdout)["error"]["code"] == "key_not_found"
+
+
+def test_serve_refuses_to_start_on_a_public_host_without_keys(toren_cli: TorenCli,
+                                                              database_url: str,
+                                                              tmp_path: Path) -> None:
+    crew = write_agent_dir(tmp_path, "crew")
+    result = toren_cli("serve", "--dir", str(crew), "--host", "0.0.0.0", "--port", "0", "--json",
+                       env={"DATABASE_URL": database_url})
+
+    assert result.returncode == 1
+    assert json.loads(one_line(result.stdout)) == {"error": {
+        "code": "no_api_keys", "message": NO_KEYS.format("0.0.0.0")}}  # and no ready line
+    assert one_line(result.stderr) == "Error: " + NO_KEYS.format("0.0.0.0")
+
+
+def test_serve_with_a_key_serves_the_api_without_workers(toren_cli: TorenCli,
+                                                         start_toren: StartToren,
+                                                         database_url: str,
+                                                         tmp_path: Path) -> None:
+    env = {"DATABASE_URL": database_url}
+    token = json.loads(toren_cli("keys", "create", "ci", "--json", env=env).stdout)["key"]
+    crew = write_agent_dir(tmp_path, "crew")
+
+    server = start_toren("serve", "--dir", str(crew), "--port", "0", "--json", env=env)
+    ready = server.next_json()
+    assert ready["event"] == "ready"
+    assert ready["url"].startswith("http://127.0.0.1:")
+    assert ready["workers"] is None
+    assert [agent["name"] for agent in ready["agents"]] == ["crew"]
+
+    with urllib.request.urlopen(ready["url"] + "/healthz", timeout=10) as response:
+        assert response.status == 200
+    authorized = urllib.request.Request(ready["url"] + "/agents",
+                                        headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(authorized, timeout=10) as response:
+        assert [a["name"] for a in json.loads(response.read())["agents"]] == ["crew"]
+
+    assert server.stop(signal.SIGTERM) == 0
+    assert "Traceback" not in server.stderr

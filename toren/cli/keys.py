@@ -1,0 +1,94 @@
+"""``toren keys``: create, list and revoke the API keys of the HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Annotated, TypeVar
+
+import typer
+from rich.table import Table
+
+from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
+from toren.keys import KeyNotFound, parse_key
+from toren.runtime import Runtime
+from toren.server.auth import CACHE_TTL_S
+
+app = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
+JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
+T = TypeVar("T")
+
+
+def _with_runtime(action: Callable[[Runtime], Awaitable[T]]) -> T:
+    async def go() -> T:
+        runtime = Runtime(agents=[])
+        await runtime.start(workers=False)
+        try:
+            return await action(runtime)
+        finally:
+            await runtime.stop()
+
+    return asyncio.run(go())
+
+
+def _when(moment: datetime | None) -> str:
+    # minutes: last_used_at is only recorded once a minute anyway
+    return moment.strftime("%Y-%m-%d %H:%M") if moment else ""
+
+
+@app.command("create")
+def create(
+    name: Annotated[str, typer.Argument(help="Who or what uses the key, e.g. `ci`.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Create a key and print it, once: only its hash is stored."""
+    key, token = _with_runtime(lambda rt: rt.store.create_key(name))
+    if as_json:
+        print_json(key.to_json() | {"key": token})
+        return
+    err_console.print(f"Created API key [bold]{key.prefix}[/] ({key.name}). Copy it now: it "
+                      "is shown only this once. Send it as `Authorization: Bearer <key>`.")
+    console.print(token, markup=False)  # alone on stdout, so `KEY=$(toren keys create ci)`
+
+
+@app.command("list")
+def list_keys(as_json: JsonOption = False) -> None:
+    """List keys, newest first: id, name, prefix, created, last used, revoked."""
+    keys = _with_runtime(lambda rt: rt.store.list_keys())
+    if as_json:
+        print_json({"keys": [key.to_json() for key in keys]})
+        return
+    if not keys:
+        console.print("No API keys yet: create one with `toren keys create NAME`.")
+        return
+    table = Table()
+    table.add_column("id", no_wrap=True)
+    table.add_column("name")
+    table.add_column("prefix", no_wrap=True)
+    for column in ("created", "last used", "revoked"):
+        table.add_column(column)
+    for key in keys:
+        table.add_row(key.id, key.name, key.prefix, _when(key.created_at),
+                      _when(key.last_used_at), _when(key.revoked_at))
+    console.print(table)
+
+
+@app.command("revoke")
+def revoke(
+    id_or_prefix: Annotated[str, typer.Argument(
+        metavar="ID_OR_PREFIX", help="The key's id or prefix (as `toren keys list` shows).")],
+    as_json: JsonOption = False,
+) -> None:
+    """Revoke a key for good; running servers refuse it within a few seconds."""
+    key = _with_runtime(lambda rt: rt.store.revoke_key(id_or_prefix))
+    if key is None:
+        parsed = parse_key(id_or_prefix.strip())
+        shown = parsed[0] if parsed else id_or_prefix  # never echo a whole key's secret
+        raise KeyNotFound(f"no API key has the id or prefix {shown!r}; see `toren keys list`")
+    if as_json:
+        print_json(key.to_json())
+        return
+    revoked_at = key.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if key.revoked_at else ""
+    console.print(f"Revoked API key {key.prefix} ({key.name}) at {revoked_at}; servers refuse "
+                  f"it within {CACHE_TTL_S:g} seconds.")

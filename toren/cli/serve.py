@@ -1,0 +1,62 @@
+"""``toren serve``: the HTTP API only, for deployments that run ``toren worker`` separately."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated
+
+import typer
+
+from toren.cli import dev
+from toren.cli.common import DirsOption, load_runtime
+from toren.cli.output import JSON_OPTION_HELP
+from toren.runtime import Runtime
+from toren.server.auth import keys_required, refuse_without_keys
+
+#: ``toren.cli.dev.serve``'s signature: start the runtime, listen, run until a signal.
+ServeFunction = Callable[..., Awaitable[None]]
+
+
+def serve(
+    dirs: DirsOption = None,
+    host: Annotated[str, typer.Option(help="Interface to bind.", envvar="TOREN_HOST")] =
+        dev.DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).",
+                                      envvar="TOREN_PORT")] = dev.DEFAULT_PORT,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
+) -> None:
+    """Serve the HTTP API for the agents in the directories, without workers.
+
+    API keys are required: create one with `toren keys create NAME` first.
+    """
+    runtime = load_runtime(dirs)
+    asyncio.run(serve_api(runtime, host=host, port=port, as_json=as_json))
+
+
+async def serve_api(runtime: Runtime, *, host: str, port: int, as_json: bool,
+                    env: Mapping[str, str] | None = None,
+                    serve_http: ServeFunction = dev.serve) -> None:
+    """Refuse to start without an active API key (when the policy requires one), then serve.
+
+    The check runs on its own short-lived connection, before the runtime starts and before
+    anything listens. ``serve_http`` (``toren.cli.dev.serve``) starts the runtime without
+    workers; with ``workers=False`` it installs the auth middleware with the ``serve`` policy.
+
+    Args:
+        runtime: the loaded, not yet started runtime.
+        host: the interface to bind.
+        port: the port to bind (0 picks a free one).
+        as_json: print the ready line (and errors) as JSON.
+        env: the environment the policy reads (default ``os.environ``).
+        serve_http: what serves the API once the check passed.
+    """
+    if keys_required("serve", host, env):
+        store = runtime.store
+        await store.open()
+        try:
+            await store.migrate([])  # a brand-new database has no keys table yet
+            await refuse_without_keys(store, "serve", host, env)
+        finally:
+            await store.close()
+    await serve_http(runtime, host=host, port=port, as_json=as_json, workers=False)

@@ -1,0 +1,160 @@
+"""Bearer API keys on the HTTP API: when keys are required, the start-up check, the middleware."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Literal
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from toren.interfaces import Store
+from toren.keys import ApiKey, NoApiKeys
+from toren.server.errors import error_body
+
+log = logging.getLogger(__name__)
+
+#: Paths anyone may read: load balancers probe the first, clients fetch the second.
+PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
+#: How long a verified key is trusted without asking the database again; also the longest a
+#: revoked key keeps working on a running server.
+CACHE_TTL_S = 5.0
+#: The key that authenticated the request (absent when keys are not required).
+API_KEY = web.RequestKey("api_key", ApiKey)
+
+Command = Literal["dev", "serve"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` only accepts connections from this machine.
+
+    ``localhost``, 127.0.0.0/8 and ::1 are; any other name is not, since it may resolve to
+    anything (and an empty host binds every interface).
+    """
+    name = host.strip().strip("[]").lower()
+    if name in ("localhost", "localhost."):
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "") not in ("", "0")
+
+
+def keys_required(command: Command, host: str, env: Mapping[str, str] | None = None) -> bool:
+    """Whether serving on ``host`` requires API keys (deny by default outside local dev).
+
+    ``toren dev`` on a loopback address runs without keys unless ``TOREN_REQUIRE_KEYS=1``.
+    Any other address, and ``toren serve`` anywhere, requires them; ``toren serve`` on a
+    loopback address may opt out with ``TOREN_ALLOW_NO_KEYS=1`` for local testing.
+
+    Args:
+        command: ``"dev"`` or ``"serve"``.
+        host: the interface to bind.
+        env: the environment to read (default ``os.environ``).
+    """
+    env = os.environ if env is None else env
+    if _flag(env, "TOREN_REQUIRE_KEYS") or not is_loopback(host):
+        return True
+    return command == "serve" and not _flag(env, "TOREN_ALLOW_NO_KEYS")
+
+
+async def refuse_without_keys(store: Store, command: Command, host: str,
+                              env: Mapping[str, str] | None = None) -> None:
+    """Raise ``NoApiKeys`` (one line) if keys are required on ``host`` and none is active.
+
+    Call it after the store is open and before listening.
+    """
+    env = os.environ if env is None else env
+    if not keys_required(command, host, env):
+        return
+    if any(key.active for key in await store.list_keys()):
+        return
+    message = (f"no API keys exist: create one with `toren keys create NAME` before serving "
+               f"on {host}")
+    if command == "serve" and is_loopback(host) and not _flag(env, "TOREN_REQUIRE_KEYS"):
+        message += " (or set TOREN_ALLOW_NO_KEYS=1 to try it locally without keys)"
+    raise NoApiKeys(message)
+
+
+class KeyCache:
+    """Keys verified in the last ``ttl_s`` seconds, by the SHA-256 of the presented key.
+
+    Only successes are kept, so a key created a moment ago works at once, and a revoked key
+    stops working within ``ttl_s``.
+    """
+
+    max_entries = 1024
+
+    def __init__(self, store: Store, ttl_s: float = CACHE_TTL_S) -> None:
+        self.store = store
+        self.ttl_s = ttl_s
+        self._entries: dict[str, tuple[ApiKey, float]] = {}
+
+    async def verify(self, token: str) -> ApiKey | None:
+        """The active key ``token`` is, from the cache or the store; else ``None``."""
+        digest = hashlib.sha256(token.encode()).hexdigest()  # no plaintext keys in memory
+        now = time.monotonic()
+        cached = self._entries.get(digest)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        key = await self.store.verify_key(token)
+        if key is None:
+            self._entries.pop(digest, None)
+            return None
+        if len(self._entries) >= self.max_entries:
+            self._entries = {d: entry for d, entry in self._entries.items() if entry[1] > now}
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+        self._entries[digest] = (key, now + self.ttl_s)
+        return key
+
+
+def unauthorized(message: str) -> web.Response:
+    """401 with the JSON error body and the challenge RFC 6750 asks for."""
+    return web.json_response(error_body("unauthorized", message), status=401,
+                             headers={"WWW-Authenticate": "Bearer"})
+
+
+def auth_middleware(store: Store, *, enabled: bool = True,
+                    cache_ttl_s: float = CACHE_TTL_S) -> Middleware:
+    """A middleware requiring ``Authorization: Bearer <key>`` on all but ``PUBLIC_PATHS``.
+
+    Args:
+        store: verifies keys (it must be open by the first request).
+        enabled: ``False`` lets every request through (``keys_required`` said no).
+        cache_ttl_s: how long a verified key is trusted without a query.
+    """
+    cache = KeyCache(store, cache_ttl_s)
+
+    @web.middleware
+    async def require_api_key(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not enabled or request.path in PUBLIC_PATHS:
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        if not header:
+            return unauthorized("this API needs an API key: send `Authorization: Bearer <key>` "
+                                "(create one with `toren keys create NAME`)")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return unauthorized("the Authorization header must be `Bearer <key>`")
+        key = await cache.verify(token.strip())
+        if key is None:
+            log.info("rejected an invalid or revoked API key for %s %s", request.method,
+                     request.path)
+            return unauthorized("the API key is not valid: it is unknown, malformed or revoked")
+        request[API_KEY] = key
+        return await handler(request)
+
+    return require_api_key

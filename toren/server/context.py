@@ -1,0 +1,9 @@
+"""Typed keys for what the aiohttp application holds."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from toren.runtime import Runtime
+
+RUNTIME = web.AppKey("runtime", Runtime)

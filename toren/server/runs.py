@@ -1,0 +1,196 @@
+"""Runs over HTTP: create, list, read, cancel, and their events as JSON or a live SSE stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from toren import events as ev
+from toren.cursors import (
+    decode_event_cursor,
+    decode_page_cursor,
+    encode_event_cursor,
+    encode_page_cursor,
+)
+from toren.errors import RunNotFound
+from toren.events import Event
+from toren.interfaces import RunRecord
+from toren.server.context import RUNTIME
+from toren.server.errors import json_error
+
+#: Seconds between polls of the log while an SSE client waits, and between heartbeats.
+SSE_POLL_S = 0.25
+SSE_HEARTBEAT_S = 15.0
+MAX_PAGE = 200
+
+
+def routes(app: web.Application) -> None:
+    app.router.add_post("/runs", create_run)
+    app.router.add_get("/runs", list_runs)
+    app.router.add_get("/runs/{run_id}", get_run)
+    app.router.add_get("/runs/{run_id}/events", run_events)
+    app.router.add_post("/runs/{run_id}/cancel", cancel_run)
+
+
+async def read_json_object(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 naming what is wrong."""
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as exc:
+        raise _bad_request("invalid_json", f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _bad_request("invalid_body", "the request body must be a JSON object")
+    return body
+
+
+def _bad_request(code: str, message: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(text=json.dumps({"error": {"code": code, "message": message}}),
+                              content_type="application/json")
+
+
+async def create_run(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    body = await read_json_object(request)
+    agent = body.get("agent")
+    if not isinstance(agent, str) or not agent:
+        return json_error(400, "invalid_body", "'agent' is required: the name of a served agent")
+    if "input" not in body:
+        return json_error(400, "invalid_body", "'input' is required: the run's input (any JSON)")
+    unknown = set(body) - {"agent", "input"}
+    if unknown:
+        return json_error(400, "invalid_body", f"unknown field(s): {', '.join(sorted(unknown))}; "
+                                               "the body is {\"agent\", \"input\"}")
+    if agent not in runtime.agents:
+        return json_error(404, "agent_not_found", f"no agent named {agent!r} is served here; "
+                                                   f"see GET /agents")
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 0 < len(key) <= 255:
+        return json_error(400, "invalid_idempotency_key",
+                          "Idempotency-Key must be 1 to 255 characters")
+    run_id = await runtime.start_run(agent, body["input"], idempotency_key=key)
+    record = await runtime.get_run(run_id)
+    return web.json_response({"id": record.id, "status": record.status}, status=201)
+
+
+async def _served_run(request: web.Request) -> RunRecord:
+    """The run named in the path; 404 when unknown or of an agent not served here."""
+    runtime = request.app[RUNTIME]
+    run_id = request.match_info["run_id"]
+    try:
+        record = await runtime.get_run(run_id)
+    except RunNotFound:
+        record = None
+    if record is None or record.agent not in runtime.agents:
+        raise web.HTTPNotFound(
+            text=json.dumps({"error": {"code": "run_not_found",
+                                       "message": f"no run {run_id!r} of an agent served here"}}),
+            content_type="application/json")
+    return record
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    query = request.query
+    agent = query.get("agent")
+    if agent is not None and agent not in runtime.agents:
+        return json_error(404, "agent_not_found", f"no agent named {agent!r} is served here")
+    status = query.get("status")
+    if status is not None and status not in ev.RUN_STATUSES:
+        return json_error(400, "invalid_status",
+                          f"status must be one of {', '.join(ev.RUN_STATUSES)}")
+    try:
+        limit = int(query.get("limit", "50"))
+    except ValueError:
+        return json_error(400, "invalid_limit", "limit must be an integer")
+    if not 1 <= limit <= MAX_PAGE:
+        return json_error(400, "invalid_limit", f"limit must be between 1 and {MAX_PAGE}")
+    before = decode_page_cursor(query.get("cursor"))
+    runs = await runtime.store.list_runs(agent=agent, status=status, limit=limit + 1,
+                                         agents=list(runtime.agents), before=before)
+    page, more = runs[:limit], len(runs) > limit
+    next_cursor = None
+    if more and page and page[-1].created_at is not None:
+        next_cursor = encode_page_cursor(page[-1].created_at, page[-1].id)
+    return web.json_response({"runs": [run.to_json() for run in page],
+                              "next_cursor": next_cursor})
+
+
+async def get_run(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    record = await _served_run(request)
+    receipt = await runtime.receipt(record.id)
+    totals = receipt["totals"]
+    return web.json_response(record.to_json() | {
+        "why": receipt["why"],
+        "totals": {key: totals[key] for key in ("model_calls", "tool_calls", "input_tokens",
+                                                "output_tokens", "cost_usd",
+                                                "cost_unknown_calls", "retries")}})
+
+
+async def cancel_run(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    record = await _served_run(request)
+    reason = "cancelled over HTTP"
+    if request.can_read_body:
+        body = await read_json_object(request)
+        if isinstance(body.get("reason"), str):
+            reason = body["reason"][:500]
+    cancelled = await runtime.cancel_run(record.id, reason)
+    return web.json_response(cancelled.to_json())
+
+
+def _event_json(event: Event, cursor: str) -> dict[str, Any]:
+    return event.to_json() | {"cursor": cursor}
+
+
+async def run_events(request: web.Request) -> web.StreamResponse:
+    record = await _served_run(request)
+    accept = request.headers.get("Accept", "")
+    if "text/event-stream" in accept:
+        after = request.headers.get("Last-Event-ID") or request.query.get("after")
+        return await _stream(request, record, decode_event_cursor(after))
+    runtime = request.app[RUNTIME]
+    position = decode_event_cursor(request.query.get("after"))
+    events = await runtime.store.load_events(record.agent, record.id, position)
+    listed = []
+    for event in events:
+        position[event.stream] = max(position.get(event.stream, 0), event.seq)
+        listed.append(_event_json(event, encode_event_cursor(position)))
+    return web.json_response({"events": listed, "cursor": encode_event_cursor(position),
+                              "status": record.status})
+
+
+async def _stream(request: web.Request, record: RunRecord,
+                  position: dict[str, int]) -> web.StreamResponse:
+    """Server-Sent Events: every event once, in order, each with an ``id:`` a client sends
+    back as ``Last-Event-ID`` to continue exactly where it left; comments as heartbeats; an
+    ``end`` event when the run has ended."""
+    runtime = request.app[RUNTIME]
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+    await response.prepare(request)
+    last_write = asyncio.get_running_loop().time()
+    while True:
+        current = await runtime.get_run(record.id)
+        terminal = current.status in ev.TERMINAL_STATUSES
+        for event in await runtime.store.load_events(record.agent, record.id, position):
+            position[event.stream] = max(position.get(event.stream, 0), event.seq)
+            cursor = encode_event_cursor(position)
+            payload = json.dumps(_event_json(event, cursor), default=str)
+            await response.write(f"id: {cursor}\nevent: {event.type}\ndata: {payload}\n\n"
+                                 .encode())
+            last_write = asyncio.get_running_loop().time()
+        if terminal:
+            end = json.dumps({"status": current.status, "stop_reason": current.stop_reason})
+            await response.write(f"event: end\ndata: {end}\n\n".encode())
+            break
+        if asyncio.get_running_loop().time() - last_write >= SSE_HEARTBEAT_S:
+            await response.write(b": heartbeat\n\n")
+            last_write = asyncio.get_running_loop().time()
+        await asyncio.sleep(SSE_POLL_S)
+    await response.write_eof()
+    return response
