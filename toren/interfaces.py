@@ -287,7 +287,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def verify_key(self, token: str) -> ApiKey | None:
-        """The active key ``token`` is, else ``None``.
+        """The record of ``token`` if it is an active key, else ``None``.
 
         Compares hashes in constant time and records the use in ``last_used_at``, at most once
         a minute per key so that a busy API does not write on every request.

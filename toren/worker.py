@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: A stopping worker waits at most this long to sign out (the database may be gone).
+SIGN_OUT_TIMEOUT_S = 5.0
 #: Seconds between checks for live workers of other versions, and between repeated warnings.
 SKEW_CHECK_S = 30.0
 SKEW_RELOG_S = 300.0
@@ -94,9 +96,10 @@ class Worker:
         await asyncio.gather(*self._loops[1:], return_exceptions=True)
         self._loops = []
         try:
-            await self.runtime.store.sign_out(self.id)
+            async with asyncio.timeout(SIGN_OUT_TIMEOUT_S):
+                await self.runtime.store.sign_out(self.id)
         except Exception as exc:  # the database may be gone; leases then expire on their own
-            log.warning("could not sign out worker %s: %s", self.id, exc)
+            log.warning("could not sign out worker %s: %s", self.id, exc or type(exc).__name__)
 
     # -- loops ---------------------------------------------------------------------------------
 

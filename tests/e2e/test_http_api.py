@@ -54,7 +54,9 @@ def call(url: str, method: str = "GET", body: Any = None, headers: dict[str, str
 
 
 @pytest.fixture
-def server(start_toren, database_url: str, tmp_path: Path) -> dict[str, str]:
+def server(database_url: str, start_toren, tmp_path: Path) -> dict[str, str]:
+    # database_url first: fixtures tear down in reverse, so the server stops before the
+    # database is dropped
     write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
     write_agent_dir(tmp_path / "crews", "slow", tools_py=TOOLS)
     dev = start_toren("dev", "--dir", str(tmp_path / "crews"), "--port", "0", "--json",

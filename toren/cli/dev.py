@@ -15,6 +15,7 @@ from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
 from toren.errors import ConfigError
 from toren.runtime import Runtime
 from toren.server.app import create_app
+from toren.server.auth import Command, keys_required, refuse_without_keys
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8420
@@ -35,7 +36,12 @@ def dev(
 
 async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
                 workers: bool) -> None:
-    """Start ``runtime`` and its HTTP API; run until SIGINT or SIGTERM, then stop cleanly."""
+    """Start ``runtime`` and its HTTP API; run until SIGINT or SIGTERM, then stop cleanly.
+
+    Without ``workers`` this is ``toren serve``, whose API requires keys by default (see
+    ``toren.server.auth.keys_required``).
+    """
+    command: Command = "dev" if workers else "serve"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -45,7 +51,13 @@ async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
             await runtime.start(workers=workers)
     else:
         await runtime.start(workers=workers)
-    runner = web.AppRunner(create_app(runtime), access_log=None)
+    try:
+        await refuse_without_keys(runtime.store, command, host)  # before anything listens
+    except BaseException:
+        await runtime.stop()
+        raise
+    app = create_app(runtime, require_keys=keys_required(command, host))
+    runner = web.AppRunner(app, access_log=None)
     try:
         await runtime.start_channels()
         await runner.setup()

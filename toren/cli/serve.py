@@ -40,8 +40,9 @@ async def serve_api(runtime: Runtime, *, host: str, port: int, as_json: bool,
     """Refuse to start without an active API key (when the policy requires one), then serve.
 
     The check runs on its own short-lived connection, before the runtime starts and before
-    anything listens. ``serve_http`` (``toren.cli.dev.serve``) starts the runtime without
-    workers; with ``workers=False`` it installs the auth middleware with the ``serve`` policy.
+    anything listens. Then ``serve_http`` (``toren.cli.dev.serve``) starts the runtime without
+    workers and serves the API behind the auth middleware (``workers=False`` selects the
+    ``serve`` policy there).
 
     Args:
         runtime: the loaded, not yet started runtime.

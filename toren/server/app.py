@@ -7,6 +7,7 @@ from aiohttp import web
 import toren
 from toren.schemas import load_schema
 from toren.server import runs
+from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME
 from toren.server.errors import error_middleware, json_error
 
@@ -14,9 +15,15 @@ from toren.server.errors import error_middleware, json_error
 MAX_BODY_BYTES = 1024 * 1024
 
 
-def create_app(runtime: toren.Runtime) -> web.Application:
-    """The HTTP API for ``runtime`` (which the caller starts and stops)."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+def create_app(runtime: toren.Runtime, *, require_keys: bool = True) -> web.Application:
+    """The HTTP API for ``runtime`` (which the caller starts and stops).
+
+    With ``require_keys`` every route but ``/healthz`` and ``/openapi.json`` needs
+    ``Authorization: Bearer <key>`` (``toren.server.auth.keys_required`` decides).
+    """
+    app = web.Application(
+        middlewares=[error_middleware, auth_middleware(runtime.store, enabled=require_keys)],
+        client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)

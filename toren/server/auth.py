@@ -103,7 +103,7 @@ class KeyCache:
         self._entries: dict[str, tuple[ApiKey, float]] = {}
 
     async def verify(self, token: str) -> ApiKey | None:
-        """The active key ``token`` is, from the cache or the store; else ``None``."""
+        """The record of ``token`` if it is an active key (cached or from the store)."""
         digest = hashlib.sha256(token.encode()).hexdigest()  # no plaintext keys in memory
         now = time.monotonic()
         cached = self._entries.get(digest)

@@ -88,10 +88,10 @@ class PostgresQueue(Queue):
         params = {"agents": list(agents), "worker_id": worker_id, "limit": limit,
                   "visibility_s": visibility_s, "max_deliveries": max_deliveries}
         async with self.pg_store.pool.connection() as conn:
-            cursor = await conn.execute(query("dead_letter"), params)
-            dead = [_message(row) for row in await cursor.fetchall()]
             cursor = await conn.execute(query("claim"), params)
-            claimed = [_message(row) for row in await cursor.fetchall()]
+            rows = await cursor.fetchall()
+        claimed = [_message(row[:6]) for row in rows if not row[6]]
+        dead = [_message(row[:6]) for row in rows if row[6]]
         return claimed, dead
 
     async def ack(self, message: QueueMessage, worker_id: str) -> None:
