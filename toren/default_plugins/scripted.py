@@ -64,12 +64,14 @@ class ScriptedModel(Model):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         index = self.calls
         self.calls += 1
-        if self.delay:
-            await asyncio.sleep(self.delay)
         if self.call_log is not None:
+            # logged when the call starts, as a provider bills a request it received: a call
+            # cut short by a crash counts as paid
             line = json.dumps({"pid": os.getpid(), "model": self.model_id, "call": index,
                                "messages": len(request.messages), "at": time.time()})
             await asyncio.to_thread(_append_line, self.call_log, line)
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if self.script is None:
             response = respond_with_tools(request)
         elif callable(self.script):
