@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from toren.cli.common import with_database
 from toren.cli.output import JSON_OPTION_HELP, console, print_json
 from toren.cli.render import receipt_tables, run_summary, run_tree
-from toren.runtime import Runtime
 
 app = typer.Typer(help="Runs: list, show, receipt, cancel.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
 RunArgument = Annotated[str, typer.Argument(help="The run id.")]
-T = TypeVar("T")
 
 
-def _with_store(action: Callable[[Runtime], Awaitable[T]]) -> T:
-    async def go() -> T:
-        runtime = Runtime(agents=[])
-        await runtime.start(workers=False)
-        try:
-            return await action(runtime)
-        finally:
-            await runtime.stop()
-
-    return asyncio.run(go())
 
 
 @app.command("list")
@@ -41,7 +28,7 @@ def list_runs(
     as_json: JsonOption = False,
 ) -> None:
     """List runs, newest first."""
-    runs = _with_store(lambda rt: rt.list_runs(agent=agent, status=status, limit=limit))
+    runs = with_database(lambda rt: rt.list_runs(agent=agent, status=status, limit=limit))
     if as_json:
         print_json({"runs": [run.to_json() for run in runs]})
         return
@@ -58,7 +45,7 @@ def list_runs(
 @app.command("show")
 def show(run_id: RunArgument, as_json: JsonOption = False) -> None:
     """A run: status, stop reason, output, steps, tokens, cost, latest error; as a tree."""
-    receipt: dict[str, Any] = _with_store(lambda rt: rt.receipt(run_id))
+    receipt: dict[str, Any] = with_database(lambda rt: rt.receipt(run_id))
     if as_json:
         print_json(receipt["run"] | {"totals": receipt["totals"], "why": receipt["why"],
                                      "tasks": [_task_brief(t) for t in receipt["tasks"]]})
@@ -80,7 +67,7 @@ def _task_brief(task: dict[str, Any]) -> dict[str, Any]:
 @app.command("receipt")
 def receipt(run_id: RunArgument, as_json: JsonOption = False) -> None:
     """Every model call (tokens, cost, latency, replayed) and tool call of a run, and totals."""
-    data: dict[str, Any] = _with_store(lambda rt: rt.receipt(run_id))
+    data: dict[str, Any] = with_database(lambda rt: rt.receipt(run_id))
     if as_json:
         print_json(data)
         return
@@ -97,7 +84,7 @@ def cancel(
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a run now; its queued work and retries become no-ops."""
-    record = _with_store(lambda rt: rt.cancel_run(run_id, reason))
+    record = with_database(lambda rt: rt.cancel_run(run_id, reason))
     if as_json:
         print_json(record.to_json())
     else:

@@ -2,34 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from toren.cli.common import with_database
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
 from toren.keys import KeyNotFound, parse_key
-from toren.runtime import Runtime
 from toren.server.auth import CACHE_TTL_S
 
 app = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
-T = TypeVar("T")
 
 
-def _with_runtime(action: Callable[[Runtime], Awaitable[T]]) -> T:
-    async def go() -> T:
-        runtime = Runtime(agents=[])
-        await runtime.start(workers=False)
-        try:
-            return await action(runtime)
-        finally:
-            await runtime.stop()
-
-    return asyncio.run(go())
 
 
 def _when(moment: datetime | None) -> str:
@@ -43,7 +30,7 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a key and print it, once: only its hash is stored."""
-    key, token = _with_runtime(lambda rt: rt.store.create_key(name))
+    key, token = with_database(lambda rt: rt.store.create_key(name))
     if as_json:
         print_json(key.to_json() | {"key": token})
         return
@@ -55,7 +42,7 @@ def create(
 @app.command("list")
 def list_keys(as_json: JsonOption = False) -> None:
     """List keys, newest first: id, name, prefix, created, last used, revoked."""
-    keys = _with_runtime(lambda rt: rt.store.list_keys())
+    keys = with_database(lambda rt: rt.store.list_keys())
     if as_json:
         print_json({"keys": [key.to_json() for key in keys]})
         return
@@ -81,7 +68,7 @@ def revoke(
     as_json: JsonOption = False,
 ) -> None:
     """Revoke a key for good; running servers refuse it within a few seconds."""
-    key = _with_runtime(lambda rt: rt.store.revoke_key(id_or_prefix))
+    key = with_database(lambda rt: rt.store.revoke_key(id_or_prefix))
     if key is None:
         parsed = parse_key(id_or_prefix.strip())
         shown = parsed[0] if parsed else id_or_prefix  # never echo a whole key's secret
