@@ -1,0 +1,292 @@
+"""A typed Python client for Toren's HTTP API (``schemas/openapi.json``), async and sync.
+
+    async with TorenClient("http://127.0.0.1:8420", api_key="toren_...") as client:
+        created = await client.create_run("research-crew", "event sourcing")
+        async for event in client.stream_events(created["id"]):
+            print(event["type"])
+
+Responses are the server's JSON, typed with ``TypedDict``s that mirror the OpenAPI document.
+The transport is injectable: pass an ``aiohttp.ClientSession`` (tests, proxies, custom TLS).
+``TOREN_URL`` and ``TOREN_API_KEY`` are the defaults for the URL and the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypedDict, TypeVar
+
+import aiohttp
+
+from toren.errors import TorenError
+
+T = TypeVar("T")
+DEFAULT_URL = "http://127.0.0.1:8420"
+
+
+class Created(TypedDict):
+    id: str
+    status: str
+
+
+class Run(TypedDict):
+    id: str
+    agent: str
+    status: str
+    input: Any
+    output: Any
+    stop_reason: str | None
+    error: dict[str, Any] | None
+    idempotency_key: str | None
+    created_at: str | None
+    updated_at: str | None
+    finished_at: str | None
+
+
+class RunDetail(Run):
+    why: str
+    totals: dict[str, Any]
+
+
+class RunList(TypedDict):
+    runs: list[Run]
+    next_cursor: str | None
+
+
+class Event(TypedDict):
+    run_id: str
+    stream: str
+    seq: int
+    type: str
+    data: dict[str, Any]
+    created_at: str | None
+    cursor: str
+
+
+class EventList(TypedDict):
+    events: list[Event]
+    cursor: str
+    status: str
+
+
+class Health(TypedDict):
+    status: str
+    version: str
+    database: dict[str, Any]
+    workers: list[dict[str, Any]]
+    versions: list[str]
+    version_skew: bool
+
+
+class TorenAPIError(TorenError):
+    """The API answered with an error: ``status`` and the body's ``code`` and ``message``."""
+
+    code = "api_error"
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status}, {code})")
+        self.status = status
+        self.code = code
+        self.reason = message
+        self.retryable = status >= 500 or status == 429
+
+
+class TorenClient:
+    """Async client. Use as an async context manager, or call ``aclose()``."""
+
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, *,
+                 session: aiohttp.ClientSession | None = None, timeout_s: float = 30.0) -> None:
+        self.base_url = (base_url or os.environ.get("TOREN_URL") or DEFAULT_URL).rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("TOREN_API_KEY")
+        self._session = session
+        self._owns_session = session is None
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def __aenter__(self) -> TorenClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._session is not None and self._owns_session:
+            await self._session.close()
+        self._session = None
+
+    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = dict(extra or {})
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+            self._owns_session = True
+        return self._session
+
+    async def _request(self, method: str, path: str, *, body: Any = None,
+                       params: dict[str, Any] | None = None,
+                       headers: dict[str, str] | None = None) -> Any:
+        query = {k: str(v) for k, v in (params or {}).items() if v is not None}
+        async with self._http().request(
+                method, self.base_url + path, json=body, params=query,
+                headers=self._headers(headers), timeout=self.timeout) as response:
+            payload = await response.json(content_type=None)
+            if response.status >= 400:
+                error = (payload or {}).get("error", {}) if isinstance(payload, dict) else {}
+                raise TorenAPIError(response.status, error.get("code", "http_error"),
+                                    error.get("message", response.reason or "request failed"))
+            return payload
+
+    async def healthz(self) -> Health:
+        result: Health = await self._request("GET", "/healthz")
+        return result
+
+    async def agents(self) -> list[dict[str, Any]]:
+        result = await self._request("GET", "/agents")
+        return list(result["agents"])
+
+    async def create_run(self, agent: str, input: Any, *,
+                         idempotency_key: str | None = None) -> Created:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        result: Created = await self._request("POST", "/runs", body={"agent": agent,
+                                                                     "input": input},
+                                              headers=headers)
+        return result
+
+    async def get_run(self, run_id: str) -> RunDetail:
+        result: RunDetail = await self._request("GET", f"/runs/{run_id}")
+        return result
+
+    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                        limit: int = 50, cursor: str | None = None) -> RunList:
+        result: RunList = await self._request("GET", "/runs", params={
+            "agent": agent, "status": status, "limit": limit, "cursor": cursor})
+        return result
+
+    async def events(self, run_id: str, *, after: str | None = None) -> EventList:
+        result: EventList = await self._request("GET", f"/runs/{run_id}/events",
+                                                params={"after": after})
+        return result
+
+    async def cancel_run(self, run_id: str, reason: str | None = None) -> Run:
+        result: Run = await self._request("POST", f"/runs/{run_id}/cancel",
+                                          body={"reason": reason} if reason else None)
+        return result
+
+    async def wait_for_run(self, run_id: str, *, poll_s: float = 0.5,
+                           timeout_s: float | None = None) -> RunDetail:
+        """Poll until the run has ended; ``TimeoutError`` after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            run = await self.get_run(run_id)
+            if run["status"] in ("completed", "stopped", "failed", "cancelled"):
+                return run
+            if deadline is not None and loop.time() > deadline:
+                raise TimeoutError(f"run {run_id} is still {run['status']}")
+            await asyncio.sleep(poll_s)
+
+    async def stream_events(self, run_id: str, *, after: str | None = None,
+                            reconnects: int = 5) -> AsyncIterator[Event]:
+        """The run's events live (Server-Sent Events) until it ends, each once.
+
+        A dropped connection is resumed from the last event received (``Last-Event-ID``), up
+        to ``reconnects`` times in a row.
+        """
+        last = after
+        failures = 0
+        while True:
+            headers = self._headers({"Accept": "text/event-stream"})
+            if last:
+                headers["Last-Event-ID"] = last
+            try:
+                async with self._http().get(f"{self.base_url}/runs/{run_id}/events",
+                                            headers=headers,
+                                            timeout=aiohttp.ClientTimeout(total=None)
+                                            ) as response:
+                    if response.status >= 400:
+                        body = await response.json(content_type=None)
+                        error = body.get("error", {}) if isinstance(body, dict) else {}
+                        raise TorenAPIError(response.status, error.get("code", "http_error"),
+                                            error.get("message", "request failed"))
+                    async for frame in _frames(response.content):
+                        failures = 0
+                        if frame.get("event") == "end":
+                            return
+                        if "id" in frame:
+                            last = frame["id"]
+                        event: Event = json.loads(frame.get("data", "{}"))
+                        yield event
+                return
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+                failures += 1
+                if failures > reconnects:
+                    raise
+                await asyncio.sleep(min(5.0, 0.2 * 2 ** failures))
+
+
+async def _frames(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, str]]:
+    frame: dict[str, str] = {}
+    async for raw in stream:
+        line = raw.decode().rstrip("\r\n")
+        if not line:
+            if frame:
+                yield frame
+                frame = {}
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        frame[field] = value[1:] if value.startswith(" ") else value
+
+
+class SyncTorenClient:
+    """The same API, blocking: each call runs the async client on a private event loop."""
+
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, *,
+                 timeout_s: float = 30.0) -> None:
+        self._args = (base_url, api_key, timeout_s)
+        self.base_url = (base_url or os.environ.get("TOREN_URL") or DEFAULT_URL).rstrip("/")
+
+    def _run(self, call: Callable[[TorenClient], Awaitable[T]]) -> T:
+        base_url, api_key, timeout_s = self._args
+
+        async def go() -> T:
+            async with TorenClient(base_url, api_key, timeout_s=timeout_s) as client:
+                return await call(client)
+
+        return asyncio.run(go())
+
+    def healthz(self) -> Health:
+        return self._run(lambda c: c.healthz())
+
+    def agents(self) -> list[dict[str, Any]]:
+        return self._run(lambda c: c.agents())
+
+    def create_run(self, agent: str, input: Any, *,
+                   idempotency_key: str | None = None) -> Created:
+        return self._run(lambda c: c.create_run(agent, input, idempotency_key=idempotency_key))
+
+    def get_run(self, run_id: str) -> RunDetail:
+        return self._run(lambda c: c.get_run(run_id))
+
+    def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                  limit: int = 50, cursor: str | None = None) -> RunList:
+        return self._run(lambda c: c.list_runs(agent=agent, status=status, limit=limit,
+                                               cursor=cursor))
+
+    def events(self, run_id: str, *, after: str | None = None) -> EventList:
+        return self._run(lambda c: c.events(run_id, after=after))
+
+    def cancel_run(self, run_id: str, reason: str | None = None) -> Run:
+        return self._run(lambda c: c.cancel_run(run_id, reason))
+
+    def wait_for_run(self, run_id: str, *, poll_s: float = 0.5,
+                     timeout_s: float | None = None) -> RunDetail:
+        return self._run(lambda c: c.wait_for_run(run_id, poll_s=poll_s, timeout_s=timeout_s))
