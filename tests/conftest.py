@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +24,7 @@ from psycopg import sql
 from toren_postgres.testing import create_database, drop_database
 
 from tests.durable import make_runtime  # noqa: F401 - a fixture, registered by import
+from toren.testing import OutputProcess
 
 #: The console script installed next to this interpreter (there is no ``python -m toren``).
 TOREN = Path(sys.executable).parent / "toren"
@@ -99,52 +96,8 @@ def json_lines(text: str) -> list[Any]:
 # -- long-running toren processes ----------------------------------------------------------------
 
 
-@dataclass
-class TorenProcess:
-    """A running ``toren`` subprocess whose stdout lines are read by a background thread."""
-
-    proc: subprocess.Popen[str]
-    stderr_path: Path
-    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
-
-    def __post_init__(self) -> None:
-        self._reader = threading.Thread(target=self._pump, daemon=True)
-        self._reader.start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def next_json(self, timeout: float = COMMAND_TIMEOUT_S) -> Any:
-        """The next stdout line, parsed as JSON; fails if none comes within ``timeout``."""
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            pytest.fail(f"no output from {self.proc.args} within {timeout}s; stderr:\n"
-                        f"{self.stderr}")
-        if line is None:
-            self.proc.wait(timeout=10)
-            pytest.fail(f"{self.proc.args} exited with {self.proc.returncode} before printing; "
-                        f"stderr:\n{self.stderr}")
-        return json.loads(line)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-        """Send ``sig`` and wait for the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=timeout)
-
-    def close(self) -> None:
-        """Release the stdout pipe once the process has exited."""
-        self._reader.join(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+#: Kept under this name for the tests that import it.
+TorenProcess = OutputProcess
 
 
 @pytest.fixture
@@ -164,11 +117,8 @@ def start_toren(toren_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[
                 merged.pop(key, None)
             else:
                 merged[key] = value
-        stderr_path = tmp_path / f"toren-{uuid.uuid4().hex[:8]}.stderr"
-        with stderr_path.open("w") as stderr:
-            proc = subprocess.Popen([str(TOREN), *args], env=merged, cwd=cwd or tmp_path,
-                                    stdout=subprocess.PIPE, stderr=stderr, text=True)
-        process = TorenProcess(proc, stderr_path)
+        process = OutputProcess([str(TOREN), *args], env=merged, cwd=cwd or tmp_path,
+                                stderr_path=tmp_path / f"toren-{uuid.uuid4().hex[:8]}.stderr")
         started.append(process)
         return process
 

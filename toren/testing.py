@@ -9,8 +9,13 @@ available in any pytest run where toren is installed).
 
 from __future__ import annotations
 
+import json
+import queue
+import signal
+import subprocess
 import textwrap
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +23,8 @@ import pytest
 
 from toren.default_plugins.scripted import ScriptedModel, ScriptedProvider, respond_with_tools
 
-__all__ = ["ScriptedModel", "ScriptedProvider", "respond_with_tools", "write_agent_dir"]
+__all__ = ["OutputProcess", "ScriptedModel", "ScriptedProvider", "respond_with_tools",
+           "write_agent_dir"]
 
 
 def write_agent_dir(
@@ -52,6 +58,66 @@ def write_agent_dir(
         (directory / "subagents").mkdir(exist_ok=True)
         (directory / "subagents" / f"{sub_name}.md").write_text(textwrap.dedent(text))
     return directory
+
+
+class OutputProcess:
+    """A subprocess whose stdout lines a background thread reads, so a test can wait for a
+    line with a timeout: ``toren dev --json``'s ready line, a fake server printing its port.
+
+    Its stderr goes to ``stderr_path`` (``.stderr`` reads it back for failure messages).
+    """
+
+    def __init__(self, args: Sequence[str], *, env: Mapping[str, str], stderr_path: Path,
+                 cwd: Path | None = None) -> None:
+        self.stderr_path = stderr_path
+        with stderr_path.open("w") as stderr:
+            self.proc = subprocess.Popen(list(args), env=dict(env), cwd=cwd,
+                                         stdout=subprocess.PIPE, stderr=stderr, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def next_json(self, timeout: float = 60.0) -> Any:
+        """The next stdout line, parsed as JSON; fails the test if none comes in time."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"no output from {self.proc.args!r} within {timeout}s; stderr:\n"
+                        f"{self.stderr}")
+        if line is None:
+            self.proc.wait(timeout=10)
+            pytest.fail(f"{self.proc.args!r} exited with {self.proc.returncode} before printing; "
+                        f"stderr:\n{self.stderr}")
+        return json.loads(line)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Send ``sig`` (if still running) and wait for the exit code; SIGKILL after
+        ``timeout``. The stdout pipe is closed afterwards."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(timeout=10)
+        self.close()
+        return code
+
+    def close(self) -> None:
+        """Release the stdout pipe once the process has exited."""
+        self._reader.join(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @pytest.fixture

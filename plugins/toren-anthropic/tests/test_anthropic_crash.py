@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +18,7 @@ import psycopg
 import pytest
 
 from toren.events import validate_event
-from toren.testing import write_agent_dir
+from toren.testing import OutputProcess, write_agent_dir
 
 TOREN = Path(sys.executable).parent / "toren"
 FAKE = Path(__file__).parent / "fake_anthropic.py"
@@ -37,43 +35,9 @@ def step(n: int) -> str:
 '''
 
 
-class Process:
-    """A subprocess whose stdout lines are read by a thread (so reads can time out)."""
-
-    def __init__(self, args: list[str], env: dict[str, str], stderr: Path) -> None:
-        with stderr.open("w") as err:
-            self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=err,
-                                         text=True)
-        self.stderr = stderr
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def next_json(self, timeout: float = 60.0) -> Any:
-        line = self.lines.get(timeout=timeout)
-        assert line is not None, f"{self.proc.args} exited: {self.stderr.read_text()}"
-        return json.loads(line)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
 @pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    started: list[Process] = []
+def processes() -> Iterator[list[OutputProcess]]:
+    started: list[OutputProcess] = []
     yield started
     for process in started:
         process.stop()
@@ -112,10 +76,11 @@ def wait_for(predicate: Any, timeout: float) -> bool:
 
 @pytest.mark.slow
 def test_sigkill_mid_run_repays_at_most_the_call_in_flight(
-        database_url: str, tmp_path: Path, processes: list[Process]) -> None:
+        database_url: str, tmp_path: Path, processes: list[OutputProcess]) -> None:
     env = clean_env(database_url, tmp_path / "toren-home")
-    server = Process([sys.executable, str(FAKE), "--tool-steps", str(STEPS), "--delay", "0.3"],
-                     env, tmp_path / "fake.stderr")
+    server = OutputProcess(
+        [sys.executable, str(FAKE), "--tool-steps", str(STEPS), "--delay", "0.3"], env=env,
+        stderr_path=tmp_path / "fake.stderr")
     processes.append(server)
     url = f"http://127.0.0.1:{server.next_json(timeout=30)['port']}"
     directory = write_agent_dir(tmp_path, "crashy-claude", model="anthropic/claude-sonnet-4-6",
@@ -127,11 +92,11 @@ def test_sigkill_mid_run_repays_at_most_the_call_in_flight(
     assert created.returncode == 0, created.stderr
     run_id = json.loads(created.stdout)["id"]
 
-    def start_worker(index: int) -> Process:
-        worker = Process([str(TOREN), "worker", "--dir", str(directory), "--json"], env,
-                         tmp_path / f"worker-{index}.stderr")
+    def start_worker(index: int) -> OutputProcess:
+        worker = OutputProcess([str(TOREN), "worker", "--dir", str(directory), "--json"],
+                               env=env, stderr_path=tmp_path / f"worker-{index}.stderr")
         processes.append(worker)
-        assert worker.next_json()["event"] == "ready", worker.stderr.read_text()
+        assert worker.next_json()["event"] == "ready", worker.stderr
         return worker
 
     seed = int(os.environ.get("TOREN_CRASH_SEED", random.randrange(1 << 30)))
@@ -143,7 +108,7 @@ def test_sigkill_mid_run_repays_at_most_the_call_in_flight(
         worker.proc.wait(timeout=10)
     worker = start_worker(KILLS)
     assert wait_for(lambda: run_state(database_url, run_id)[0] == "completed", 60), (
-        f"seed {seed}: {worker.stderr.read_text()}")
+        f"seed {seed}: {worker.stderr}")
     worker.stop()
 
     _status, output, events = run_state(database_url, run_id)

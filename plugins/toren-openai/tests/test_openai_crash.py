@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import random
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +18,7 @@ import psycopg
 import pytest
 
 from toren.events import validate_event
-from toren.testing import write_agent_dir
+from toren.testing import OutputProcess, write_agent_dir
 
 #: The console script installed next to this interpreter.
 TOREN = Path(sys.executable).parent / "toren"
@@ -37,50 +35,12 @@ def tools_source() -> str:
     return "\n".join(lines) + "\n"
 
 
-class Process:
-    """A subprocess whose stdout lines are read by a thread (so reads can time out)."""
-
-    def __init__(self, args: list[str], env: dict[str, str], stderr: Path) -> None:
-        with stderr.open("w") as err:
-            self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=err,
-                                         text=True)
-        self.stderr = stderr
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def next_json(self, timeout: float = 60.0) -> Any:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            pytest.fail(f"no output from {self.proc.args}: {self.stderr.read_text()}")
-        if line is None:
-            pytest.fail(f"{self.proc.args} exited: {self.stderr.read_text()}")
-        return json.loads(line)
-
-    def end(self, timeout: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
 @pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    started: list[Process] = []
+def processes() -> Iterator[list[OutputProcess]]:
+    started: list[OutputProcess] = []
     yield started
     for process in reversed(started):
-        process.end()
+        process.stop()
 
 
 def run_row(url: str, run_id: str) -> tuple[str, Any]:
@@ -103,13 +63,14 @@ def wait_until_done(url: str, run_id: str, timeout: float) -> str:
 
 @pytest.mark.slow
 def test_sigkill_mid_run_repays_at_most_the_call_in_flight(
-        database_url: str, tmp_path: Path, processes: list[Process]) -> None:
+        database_url: str, tmp_path: Path, processes: list[OutputProcess]) -> None:
     env = {key: value for key, value in os.environ.items()
            if key != "DATABASE_URL" and not key.startswith(("TOREN_", "OPENAI_"))}
     env |= {"DATABASE_URL": database_url, "OPENAI_API_KEY": "x",
             "TOREN_LOAD_PLUGINS": "toren-openai", "TOREN_LEASE_TTL": "1",
             "TOREN_POLL_INTERVAL": "0.2", "TOREN_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
-    fake = Process([sys.executable, str(FAKE), "--delay", "0.3"], env, tmp_path / "fake.err")
+    fake = OutputProcess([sys.executable, str(FAKE), "--delay", "0.3"], env=env,
+                         stderr_path=tmp_path / "fake.err")
     processes.append(fake)
     url = fake.next_json(timeout=30)["url"]
     directory = write_agent_dir(tmp_path, "crashy", model="openai/gpt-4o-mini", baseUrl=url,
@@ -121,9 +82,9 @@ def test_sigkill_mid_run_repays_at_most_the_call_in_flight(
     assert created.returncode == 0, created.stderr
     run_id = json.loads(created.stdout)["id"]
 
-    def start_worker(number: int) -> Process:
-        worker = Process([str(TOREN), "worker", "--dir", str(directory), "--json"], env,
-                         tmp_path / f"worker-{number}.err")
+    def start_worker(number: int) -> OutputProcess:
+        worker = OutputProcess([str(TOREN), "worker", "--dir", str(directory), "--json"],
+                               env=env, stderr_path=tmp_path / f"worker-{number}.err")
         processes.append(worker)
         assert worker.next_json()["event"] == "ready"
         return worker
@@ -141,7 +102,7 @@ def test_sigkill_mid_run_repays_at_most_the_call_in_flight(
         kills += 1
     worker = start_worker(3)
     assert wait_until_done(database_url, run_id, 60) == "completed", f"seed {seed}"
-    worker.end()
+    worker.stop()
 
     with psycopg.connect(database_url) as conn:
         rows = conn.execute(f"SELECT stream, type, data FROM {SCHEMA}.events WHERE run_id = %s "
