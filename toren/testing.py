@@ -5,6 +5,8 @@ available in any pytest run where toren is installed).
   counter (``calls``, and ``call_log`` for a counter outside the process) and an optional script.
 - ``scripted_model`` fixture: a fresh ``ScriptedModel``.
 - ``make_agent_dir`` fixture: writes an agent directory from a few keyword arguments.
+- ``OutputProcess``: a subprocess (a ``toren worker``, a fake provider server) whose stdout
+  lines can be awaited with a timeout; for crash tests that SIGKILL real processes.
 """
 
 from __future__ import annotations
