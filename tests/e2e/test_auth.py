@@ -241,7 +241,9 @@ def test_keys_create_list_revoke(toren_cli: TorenCli, database_url: str) -> None
     assert [k["name"] for k in keys] == ["deploy", "ci"]
     assert all(set(k) == {"id", "name", "prefix", "created_at", "last_used_at", "revoked_at"}
                for k in keys)
-    secrets = [one_line(made.stdout).rsplit("_", 1)[-1], deploy["key"].rsplit("_", 1)[-1]]
+    # toren_<hex prefix>_<secret>; the secret itself may contain "_", so split twice from the left
+    secrets = [one_line(made.stdout).split("_", 2)[2], deploy["key"].split("_", 2)[2]]
+    assert all(len(secret) >= 40 for secret in secrets)
     assert not any(secret in listed.stdout for secret in secrets)
     table = toren_cli("keys", "list", env=env).stdout
     assert deploy["prefix"] in table and keys[1]["prefix"] in table and "last used" in table
