@@ -39,11 +39,20 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class EndTurn:
+    """A session's turn is over (the agent answered, or the turn hit ``max_steps``): record
+    it and wait for the user's next message."""
+
+    stop_reason: str
+    output: str | None = None
+
+
+@dataclass(frozen=True)
 class Done:
     """The task already finished; nothing to do."""
 
 
-TaskAction = CallModel | RunTools | Finish | Done
+TaskAction = CallModel | RunTools | Finish | EndTurn | Done
 
 
 def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction:
@@ -53,15 +62,24 @@ def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction
     if state.pending_tools:
         return RunTools(tuple(state.pending_tools.values()))
     last = state.messages[-1] if state.messages else None
-    if last is not None and last.role == "assistant" and not last.tool_calls:
-        return Finish("end_turn", output=last.text)
     partial = state.last_assistant.text if state.last_assistant else None
+    if state.session:
+        if state.close_requested is not None:
+            return Finish("end_turn", output=partial)
+        if state.awaiting_input or last is None:
+            return Done()
+        if last.role == "assistant" and not last.tool_calls:
+            return EndTurn("end_turn", output=last.text)
+    elif last is not None and last.role == "assistant" and not last.tool_calls:
+        return Finish("end_turn", output=last.text)
     if state.consecutive_invalid_calls >= MAX_CONSECUTIVE_INVALID_TOOL_CALLS:
         return Finish("error", output=partial, error={
             "code": "invalid_tool_calls",
             "message": f"the model made {state.consecutive_invalid_calls} invalid tool calls in "
                        "a row (unknown tools or arguments that do not match the schema)"})
-    if state.steps >= limits.max_steps:
+    if state.steps - state.turn_first_step >= limits.max_steps:
+        if state.session:
+            return EndTurn("max_steps", output=partial)
         return Finish("max_steps", output=partial)
     if limits.max_budget_usd is not None:
         if state.unknown_cost_calls:

@@ -8,6 +8,8 @@ class TorenError(Exception):
 
     #: Short machine-readable code, used by the CLI's --json output and the HTTP error body.
     code = "toren_error"
+    #: The HTTP status the API answers with (``None``: 503 if retryable, else 400).
+    http_status: int | None = None
     #: Whether retrying the same operation later may succeed (network blips, 5xx, timeouts).
     retryable = False
 
@@ -129,3 +131,24 @@ class RunNotFound(TorenError):
     """No such run."""
 
     code = "run_not_found"
+    http_status = 404
+
+
+class SessionNotFound(RunNotFound):
+    """No such session."""
+
+    code = "session_not_found"
+
+
+class SessionBusy(TorenError):
+    """The session's agent is taking its turn; wait until the session is ``awaiting_input``."""
+
+    code = "session_busy"
+    http_status = 409
+
+
+class SessionEnded(TorenError):
+    """The session has ended (closed, failed or cancelled) and takes no more messages."""
+
+    code = "session_ended"
+    http_status = 409

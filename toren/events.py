@@ -45,11 +45,19 @@ TASK_FINISHED = "TaskFinished"
 TASK_CHECKPOINT = "TaskCheckpoint"
 #: Older turns were replaced by a summary (made by the compaction model call before it).
 COMPACTED = "Compacted"
+# task streams of sessions (toren.sessions)
+#: A user's message to a session, appended by the API when the session awaited input.
+USER_MESSAGE = "UserMessage"
+#: The agent answered a user's message; the session awaits the next one.
+TURN_ENDED = "TurnEnded"
+#: The user asked to close the session; the task finishes at its next step.
+CLOSE_REQUESTED = "CloseRequested"
 
 #: Why a task or run stopped: the single documented enum (docs/reference/events.md).
 STOP_REASONS = ("end_turn", "max_steps", "max_waves", "budget_exhausted", "cancelled", "error")
-#: Run statuses; the last four are terminal.
-RUN_STATUSES = ("queued", "running", "completed", "stopped", "failed", "cancelled")
+#: Run statuses; the last four are terminal. ``awaiting_input``: a session waits for a message.
+RUN_STATUSES = ("queued", "running", "awaiting_input", "completed", "stopped", "failed",
+                "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "stopped", "failed", "cancelled"})
 
 

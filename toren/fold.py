@@ -50,6 +50,15 @@ class TaskState:
     finished: dict[str, Any] | None = None
     epochs: list[int] = field(default_factory=list)
     last_checkpoint_seq: int = 0
+    #: The task is a session's conversation (it takes turns instead of finishing).
+    session: bool = False
+    #: Messages the user sent to the session so far (the current turn's number).
+    turns: int = 0
+    #: ``steps`` when the current turn began (``max_steps`` counts per turn in a session).
+    turn_first_step: int = 0
+    #: The current turn ended; the session waits for the user's next message.
+    awaiting_input: bool = False
+    close_requested: dict[str, Any] | None = None
 
     def snapshot(self) -> dict[str, Any]:
         """The state as the data of a ``TaskCheckpoint`` appended at ``next_seq``."""
@@ -66,7 +75,9 @@ class TaskState:
             "consecutive_invalid_calls": self.consecutive_invalid_calls, "retry": self.retry,
             "compactions": self.compactions, "compacted_since_call": self.compacted_since_call,
             "finished": self.finished, "epochs": self.epochs,
-        }
+        } | ({"session": True, "turns": self.turns, "turn_first_step": self.turn_first_step,
+              "awaiting_input": self.awaiting_input, "close_requested": self.close_requested}
+             if self.session else {})
 
     def restore(self, data: dict[str, Any]) -> None:
         """Become the state a ``TaskCheckpoint`` recorded (the inverse of ``snapshot``)."""
@@ -89,6 +100,11 @@ class TaskState:
         self.retry = data["retry"]
         self.finished = data["finished"]
         self.epochs = list(data["epochs"])
+        self.session = data.get("session", False)
+        self.turns = data.get("turns", 0)
+        self.turn_first_step = data.get("turn_first_step", 0)
+        self.awaiting_input = data.get("awaiting_input", False)
+        self.close_requested = data.get("close_requested")
 
     @property
     def last_assistant(self) -> Message | None:
@@ -114,7 +130,21 @@ def apply_task_event(state: TaskState, event_type: str, data: dict[str, Any]) ->
         state.epochs.append(epoch)
     if event_type == ev.TASK_STARTED:
         state.started = data
-        state.messages.append(Message(role="user", text=input_text(data["input"])))
+        state.session = state.session or bool(data.get("session"))
+        if not data.get("session"):
+            state.messages.append(Message(role="user", text=input_text(data["input"])))
+    elif event_type == ev.USER_MESSAGE:
+        state.session = True
+        state.turns = data["turn"]
+        state.turn_first_step = state.steps
+        state.awaiting_input = False
+        state.consecutive_invalid_calls = 0
+        state.messages.append(Message(role="user", text=data["text"]))
+    elif event_type == ev.TURN_ENDED:
+        state.awaiting_input = True
+    elif event_type == ev.CLOSE_REQUESTED:
+        state.session = True
+        state.close_requested = data
     elif event_type == ev.MODEL_CALL_STARTED:
         state.model_call_pending = data
     elif event_type == ev.MODEL_CALL_COMPLETED:

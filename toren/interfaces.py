@@ -97,11 +97,14 @@ class RunRecord:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     finished_at: datetime | None = None
+    #: ``run`` (one task to its end) or ``session`` (a conversation that takes turns).
+    kind: str = "run"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "agent": self.agent, "status": self.status, "input": self.input,
+            "id": self.id, "agent": self.agent, "kind": self.kind, "status": self.status,
+            "input": self.input,
             "output": self.output, "stop_reason": self.stop_reason, "error": self.error,
             "idempotency_key": self.idempotency_key,
             "created_at": self.created_at.isoformat() if self.created_at else None,
@@ -158,11 +161,25 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
-                         messages: Sequence[OutgoingMessage]) -> tuple[str, bool]:
+                         messages: Sequence[OutgoingMessage], kind: str = "run",
+                         status: str = "queued") -> tuple[str, bool]:
         """Insert the run, its first ``run``-stream events and messages in one transaction.
 
         Returns ``(run_id, created)``; with an ``idempotency_key`` already used for this agent,
-        returns the existing run's id and ``False`` and writes nothing.
+        returns the existing run's id and ``False`` and writes nothing. ``kind`` is ``run`` or
+        ``session`` (which starts ``awaiting_input``).
+        """
+
+    @abc.abstractmethod
+    async def session_input(self, agent: str, run_id: str, stream: str,
+                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage]
+                            ) -> tuple[bool, str | None, int]:
+        """Give a session the user's input, only if it awaits input, in one transaction.
+
+        Taking the input sets the run ``running``, appends ``events`` at the end of ``stream``
+        and sends ``messages``; a ``UserMessage`` gets its ``turn`` number from the stream in the
+        same statement. Returns ``(taken, status, turn)``: ``status`` is the session's status
+        as found (``None`` when there is no such session); nothing is written unless taken.
         """
 
     @abc.abstractmethod
@@ -222,9 +239,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, agents: Sequence[str] | None = None,
-                        before: tuple[datetime, str] | None = None) -> list[RunRecord]:
-        """Newest runs first, optionally filtered by agent(s) and status; ``before`` is the
-        ``(created_at, id)`` of the last run of the previous page (keyset pagination)."""
+                        before: tuple[datetime, str] | None = None,
+                        kind: str | None = None) -> list[RunRecord]:
+        """Newest runs first, optionally filtered by agent(s), status and kind; ``before`` is
+        the ``(created_at, id)`` of the last run of the previous page (keyset pagination)."""
 
     @abc.abstractmethod
     async def load_events(self, agent: str, run_id: str,

@@ -17,13 +17,23 @@ from toren.agents import AgentSpec, check_env, discover_agent_dirs, load_agents
 from toren.channels import Channel
 from toren.config import Settings
 from toren.drivers import driver_class
-from toren.errors import ConfigError, MissingEnvError, ProviderError, RunNotFound, TorenError
+from toren.errors import (
+    ConfigError,
+    MissingEnvError,
+    ProviderError,
+    RunNotFound,
+    SessionBusy,
+    SessionEnded,
+    SessionNotFound,
+    TorenError,
+)
 from toren.events import Event, NewEvent
 from toren.interfaces import Migration, Queue, RunRecord, Store
 from toren.interfaces import Runtime as RuntimeDriver
 from toren.model import Model
 from toren.plugins import PluginHost
 from toren.receipts import build_receipt
+from toren.sessions import MAX_MESSAGE_CHARS, transcript
 
 log = logging.getLogger(__name__)
 
@@ -262,16 +272,115 @@ class Runtime:
         return record
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                        limit: int = 50) -> list[RunRecord]:
+                        limit: int = 50, kind: str | None = None) -> list[RunRecord]:
+        """Newest first; ``kind`` is ``run`` or ``session`` (``None``: both)."""
         if status is not None and status not in ev.RUN_STATUSES:
             raise ConfigError(f"unknown status {status!r}; one of {', '.join(ev.RUN_STATUSES)}")
-        return await self.store.list_runs(agent=agent, status=status, limit=limit)
+        return await self.store.list_runs(agent=agent, status=status, limit=limit, kind=kind)
 
     async def receipt(self, run_id: str) -> dict[str, Any]:
         """What the run did and cost: every model and tool call, totals, why it stopped."""
         record = await self.get_run(run_id)
         events = await self.store.load_events(record.agent, run_id)
         return build_receipt(record, events)
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def start_session(self, agent: str, *, idempotency_key: str | None = None) -> str:
+        """Open a durable conversation with ``agent``; return its id. It starts
+        ``awaiting_input``: nothing runs until ``send_message``.
+
+        With an ``idempotency_key`` already used for this agent, returns that session's id.
+        """
+        from toren.orchestrator import MAIN_TASK
+
+        spec = self.agents.get(agent)
+        if spec is None:
+            raise ConfigError(f"agent {agent!r} is not served here; served agents: "
+                              f"{', '.join(self.agents) or 'none'}")
+        if spec.workflow is not None:
+            raise ConfigError(f"agent {agent!r} runs a workflow (workflow.py), which takes one "
+                              "input and ends; sessions are for agents without a workflow. "
+                              "Start a run instead")
+        session_id = str(uuid.uuid4())
+        events = [NewEvent(ev.RUN_CREATED, {"agent": agent, "input": None,
+                                            "idempotency_key": idempotency_key,
+                                            "session": True}),
+                  NewEvent(ev.TASK_SCHEDULED, {"task_id": MAIN_TASK, "subagent": None,
+                                               "input": None, "session": True})]
+        found, _created = await self.store.create_run(
+            agent, session_id, None, idempotency_key=idempotency_key, events=events,
+            messages=[], kind="session", status="awaiting_input")
+        return found
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        """The session's status and full transcript (``toren.sessions.transcript``)."""
+        from toren.orchestrator import MAIN_TASK
+
+        record = await self._session(session_id)
+        stream = await self.store.load_stream(record.agent, record.id,
+                                              ev.task_stream(MAIN_TASK))
+        return {"id": record.id, "agent": record.agent, "status": record.status,
+                "stop_reason": record.stop_reason, "error": record.error,
+                "created_at": record.created_at.isoformat() if record.created_at else None,
+                "updated_at": record.updated_at.isoformat() if record.updated_at else None,
+                "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+                } | transcript(stream)
+
+    async def send_message(self, session_id: str, text: str) -> int:
+        """Give the session the user's next message and start the agent's turn; return the
+        turn's number.
+
+        Raises ``SessionBusy`` while the agent is still answering (wait for
+        ``awaiting_input``), ``SessionEnded`` once the session is over, ``SessionNotFound``.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError("a message needs non-empty text")
+        if len(text) > MAX_MESSAGE_CHARS:
+            raise ConfigError(f"a message may be at most {MAX_MESSAGE_CHARS} characters; this "
+                              f"one has {len(text)}")
+        return await self._session_input(session_id, NewEvent(ev.USER_MESSAGE, {"text": text}))
+
+    async def close_session(self, session_id: str, reason: str = "closed by the user") -> None:
+        """End the session after its current turn: the agent is not called again, the run
+        completes with the last reply as its output. ``SessionBusy`` mid-turn (wait for
+        ``awaiting_input``, or cancel the run to stop it at once)."""
+        await self._session_input(session_id, NewEvent(ev.CLOSE_REQUESTED, {"reason": reason}))
+
+    async def wait_for_turn(self, session_id: str, *, timeout_s: float | None = None,
+                            poll_s: float = 0.1) -> dict[str, Any]:
+        """Wait until the session is no longer ``running`` (it awaits input again, or it
+        ended); return it as ``get_session`` does. ``TimeoutError`` after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            record = await self._session(session_id)
+            if record.status not in ("queued", "running"):
+                return await self.get_session(session_id)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"session {session_id} is still {record.status} after "
+                                   f"{timeout_s}s")
+            await asyncio.sleep(poll_s)
+
+    async def _session(self, session_id: str) -> RunRecord:
+        record = await self.store.get_run(session_id)
+        if record is None or record.kind != "session" or record.agent not in self.agents:
+            raise SessionNotFound(f"no session {session_id!r} of an agent served here")
+        return record
+
+    async def _session_input(self, session_id: str, event: NewEvent) -> int:
+        from toren.orchestrator import MAIN_TASK
+        from toren.task import task_message
+
+        record = await self._session(session_id)
+        taken, status, turn = await self.store.session_input(
+            record.agent, record.id, ev.task_stream(MAIN_TASK), [event],
+            [task_message(MAIN_TASK, None, None)])
+        if taken:
+            return turn
+        if status in ev.TERMINAL_STATUSES:
+            raise SessionEnded(f"session {session_id} has ended ({status}); start a new one")
+        raise SessionBusy(f"session {session_id} is busy: the agent is taking its turn. Wait "
+                          "until its status is awaiting_input, then send the message again")
 
     async def __aenter__(self) -> Runtime:
         await self.start()

@@ -31,6 +31,7 @@ from toren.context import ToolCallContext, _current
 from toren.decisions import (
     CallModel,
     Done,
+    EndTurn,
     Finish,
     RunTools,
     backoff_delay,
@@ -159,6 +160,9 @@ class TaskRunner:
             if isinstance(action, Finish):
                 await self.finish(action.stop_reason, action.output, action.error)
                 return
+            if isinstance(action, EndTurn):
+                await self.end_turn(action.stop_reason, action.output)
+                return
             if isinstance(action, RunTools):
                 await self.flush()
                 await self.run_tools(action.calls)
@@ -175,7 +179,7 @@ class TaskRunner:
             "tools": list(self.spec.tools),
             "prompt_sha256": hashlib.sha256(self.spec.prompt.encode()).hexdigest(),
             "epoch": self.lease.epoch,
-        })
+        } | ({"session": True} if self.state.session else {}))
 
     async def call_model(self, action: CallModel) -> bool:
         """Make one model call (compacting first if the context is too large); ``False`` when
@@ -393,6 +397,16 @@ class TaskRunner:
             messages=[task_message(self.task_id, payload.get("subagent"), payload.get("input"),
                                    delay_s=delay)],
             run_update=RunUpdate(error=error | {"next_attempt_at": next_at}), done=True)
+
+    async def end_turn(self, stop_reason: str, output: str | None) -> None:
+        """A session's turn is over: record it, hand the turn back to the user (the run's
+        status becomes ``awaiting_input`` in the same commit) and free the task."""
+        self.record(ev.TURN_ENDED, {
+            "turn": self.state.turns, "stop_reason": stop_reason, "output": output,
+            "steps": self.state.steps - self.state.turn_first_step,
+            "cost_usd": round(self.state.cost_usd, 10), "epoch": self.lease.epoch})
+        await self.flush(run_update=RunUpdate(status="awaiting_input", output=output, error=None),
+                         done=True)
 
     async def finish(self, stop_reason: str, output: str | None,
                      error: dict[str, Any] | None) -> None:

@@ -34,7 +34,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except json.JSONDecodeError as exc:
         return json_error(400, "invalid_json", f"the request body is not valid JSON: {exc}")
     except TorenError as exc:
-        status = 503 if exc.retryable else 400
+        status = exc.http_status or (503 if exc.retryable else 400)
         return json_error(status, exc.code, exc.message)
     except Exception:
         log.exception("unhandled error serving %s %s", request.method, request.path)

@@ -69,11 +69,12 @@ class RunLog:
 
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
-                         messages: Sequence[OutgoingMessage]) -> tuple[str, bool]:
+                         messages: Sequence[OutgoingMessage], kind: str = "run",
+                         status: str = "queued") -> tuple[str, bool]:
         statement = agent_query("create_run", schema_name_for(agent))
         params = {"run_id": run_id, "input": Jsonb(input), "idempotency_key": idempotency_key,
                   "events": _events_json(events), "messages": _messages_json(messages),
-                  "agent": agent}
+                  "agent": agent, "kind": kind, "status": status}
         # A concurrent create with the same key may commit after this statement's snapshot:
         # then neither branch returns a row, and a second try sees the winner.
         for _ in range(3):
@@ -181,6 +182,18 @@ class RunLog:
                 continue  # a leased writer took that sequence number; take the next one
         raise LeaseLost(f"could not append to stream {stream} of run {run_id}: it kept moving")
 
+    async def session_input(self, agent: str, run_id: str, stream: str,
+                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage]
+                            ) -> tuple[bool, str | None, int]:
+        params = {"run_id": run_id, "stream": stream, "events": _events_json(events),
+                  "messages": _messages_json(messages), "agent": agent}
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                agent_query("session_input", schema_name_for(agent)), params)
+            row = await cursor.fetchone()
+        assert row is not None
+        return bool(row[0]), row[1], int(row[2])
+
     async def get_run(self, agent: str, run_id: str) -> RunRecord | None:
         async with self.pool.connection() as conn:
             conn.row_factory = dict_row  # type: ignore[assignment]
@@ -195,8 +208,9 @@ class RunLog:
         return _record(agent, row) if row else None
 
     async def list_runs(self, agent: str, *, status: str | None, limit: int,
-                        before: tuple[datetime, str] | None = None) -> list[RunRecord]:
-        params = {"status": status, "limit": limit,
+                        before: tuple[datetime, str] | None = None,
+                        kind: str | None = None) -> list[RunRecord]:
+        params = {"status": status, "limit": limit, "kind": kind,
                   "before_at": before[0] if before else None,
                   "before_id": before[1] if before else None}
         async with self.pool.connection() as conn:

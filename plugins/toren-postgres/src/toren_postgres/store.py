@@ -120,9 +120,11 @@ class PostgresStore(Store):
 
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
-                         messages: Sequence[OutgoingMessage]) -> tuple[str, bool]:
+                         messages: Sequence[OutgoingMessage], kind: str = "run",
+                         status: str = "queued") -> tuple[str, bool]:
         return await self.log.create_run(agent, run_id, input, idempotency_key=idempotency_key,
-                                         events=events, messages=messages)
+                                         events=events, messages=messages, kind=kind,
+                                         status=status)
 
     async def acquire_lease(self, run_id: str, stream: str, holder: str,
                             ttl_s: float) -> Lease | None:
@@ -155,6 +157,11 @@ class PostgresStore(Store):
                                               run_update=run_update,
                                               only_if_active=only_if_active)
 
+    async def session_input(self, agent: str, run_id: str, stream: str,
+                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage]
+                            ) -> tuple[bool, str | None, int]:
+        return await self.log.session_input(agent, run_id, stream, events, messages)
+
     async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
         agents = [agent] if agent else list(await self.registered_agents())
         for name in agents:
@@ -165,11 +172,13 @@ class PostgresStore(Store):
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, agents: Sequence[str] | None = None,
-                        before: tuple[datetime, str] | None = None) -> list[RunRecord]:
+                        before: tuple[datetime, str] | None = None,
+                        kind: str | None = None) -> list[RunRecord]:
         names = [agent] if agent else list(agents or await self.registered_agents())
         found: list[RunRecord] = []
         for name in names:
-            found += await self.log.list_runs(name, status=status, limit=limit, before=before)
+            found += await self.log.list_runs(name, status=status, limit=limit, before=before,
+                                              kind=kind)
         found.sort(key=lambda run: (run.created_at is not None, run.created_at, run.id),
                    reverse=True)
         return found[:limit]

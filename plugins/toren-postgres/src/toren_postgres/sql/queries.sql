@@ -41,8 +41,8 @@ SELECT current_setting('server_version') AS server_version, current_database() A
 -- One statement, one transaction: the run row, its first events, its first messages.
 -- With a repeated idempotency key the INSERT does nothing and neither does anything else.
 WITH run AS (
-    INSERT INTO {runs} (id, status, input, idempotency_key)
-    VALUES (%(run_id)s, 'queued', %(input)s, %(idempotency_key)s)
+    INSERT INTO {runs} (id, kind, status, input, idempotency_key)
+    VALUES (%(run_id)s, %(kind)s, %(status)s, %(input)s, %(idempotency_key)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id
 ), appended AS (
@@ -168,16 +168,49 @@ WITH active AS (
 )
 SELECT count(*) FROM appended;
 
+-- session_input --
+-- A user's message (or close request) to a session. The run row's status is the turn token:
+-- the input is taken only while the session awaits input, and taking it makes the session
+-- running, appends to the task stream and queues the task, all in one statement. Concurrent
+-- senders serialise on the row lock; the losers find it running and get nothing written.
+-- A UserMessage gets its turn number here (one more than the stream has), so two senders
+-- can never both number theirs from a stale read. Returns whether the input was taken, the
+-- status the statement saw (for the caller to say why not) and the turn number.
+WITH turn AS (
+    UPDATE {runs} SET status = 'running', updated_at = now()
+    WHERE id = %(run_id)s AND kind = 'session' AND status = 'awaiting_input'
+    RETURNING id
+), base AS (
+    SELECT COALESCE(max(seq), 0) AS seq,
+           count(*) FILTER (WHERE type = 'UserMessage') + 1 AS turn
+    FROM {events} WHERE run_id = %(run_id)s AND stream = %(stream)s
+), appended AS (
+    INSERT INTO {events} (run_id, stream, seq, type, data)
+    SELECT turn.id, %(stream)s, base.seq + e.n::int, e.doc->>'type',
+           CASE WHEN e.doc->>'type' = 'UserMessage'
+                THEN ((e.doc->'data')::jsonb || jsonb_build_object('turn', base.turn))::json
+                ELSE e.doc->'data' END
+    FROM turn, base, json_array_elements(%(events)s) WITH ORDINALITY AS e(doc, n)
+), enqueued AS (
+    INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
+    SELECT %(agent)s, turn.id, m->>'kind', m->'payload', now()
+    FROM turn, jsonb_array_elements(%(messages)s) AS m
+)
+SELECT (SELECT count(*) FROM turn) AS taken,
+       (SELECT status FROM {runs} WHERE id = %(run_id)s AND kind = 'session') AS status,
+       (SELECT turn FROM base) AS turn;
+
 -- get_run --
-SELECT id, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
+SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
        finished_at
 FROM {runs} WHERE id = %(run_id)s;
 
 -- list_runs --
-SELECT id, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
-       finished_at
+SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at,
+       updated_at, finished_at
 FROM {runs}
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
   -- keyset pagination: strictly older than the last run of the previous page
   AND (%(before_at)s::timestamptz IS NULL
        OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
