@@ -35,6 +35,7 @@ class Created(TypedDict):
 class Run(TypedDict):
     id: str
     agent: str
+    kind: str
     status: str
     input: Any
     output: Any
@@ -70,6 +71,29 @@ class EventList(TypedDict):
     events: list[Event]
     cursor: str
     status: str
+
+
+class TurnAccepted(TypedDict, total=False):
+    id: str
+    status: str
+    turn: int
+    closing: bool
+
+
+class Session(TypedDict):
+    id: str
+    agent: str
+    status: str
+    stop_reason: str | None
+    error: dict[str, Any] | None
+    created_at: str | None
+    updated_at: str | None
+    finished_at: str | None
+    #: Entries ``{"role": "user" | "assistant" | "tool", "turn", "at", ...}`` in order.
+    transcript: list[dict[str, Any]]
+    turns: int
+    turns_ended: int
+    totals: dict[str, Any]
 
 
 class Health(TypedDict):
@@ -164,9 +188,10 @@ class TorenClient:
         return result
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                        limit: int = 50, cursor: str | None = None) -> RunList:
+                        limit: int = 50, cursor: str | None = None,
+                        kind: str | None = None) -> RunList:
         result: RunList = await self._request("GET", "/runs", params={
-            "agent": agent, "status": status, "limit": limit, "cursor": cursor})
+            "agent": agent, "status": status, "limit": limit, "cursor": cursor, "kind": kind})
         return result
 
     async def events(self, run_id: str, *, after: str | None = None) -> EventList:
@@ -190,6 +215,43 @@ class TorenClient:
                 return run
             if deadline is not None and loop.time() > deadline:
                 raise TimeoutError(f"run {run_id} is still {run['status']}")
+            await asyncio.sleep(poll_s)
+
+    async def create_session(self, agent: str, *,
+                             idempotency_key: str | None = None) -> Created:
+        """Open a session (status ``awaiting_input``)."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        result: Created = await self._request("POST", "/sessions", body={"agent": agent},
+                                              headers=headers)
+        return result
+
+    async def get_session(self, session_id: str) -> Session:
+        result: Session = await self._request("GET", f"/sessions/{session_id}")
+        return result
+
+    async def send_message(self, session_id: str, text: str) -> TurnAccepted:
+        """Start the agent's turn. ``TorenAPIError`` with status 409 and code
+        ``session_busy`` while it is mid-turn, ``session_ended`` after the session ended."""
+        result: TurnAccepted = await self._request(
+            "POST", f"/sessions/{session_id}/messages", body={"text": text})
+        return result
+
+    async def close_session(self, session_id: str) -> TurnAccepted:
+        result: TurnAccepted = await self._request(
+            "POST", f"/sessions/{session_id}/messages", body={"close": True})
+        return result
+
+    async def wait_for_turn(self, session_id: str, *, poll_s: float = 0.5,
+                            timeout_s: float | None = None) -> Session:
+        """Poll until the session is no longer mid-turn (it awaits input, or it ended)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            session = await self.get_session(session_id)
+            if session["status"] not in ("queued", "running"):
+                return session
+            if deadline is not None and loop.time() > deadline:
+                raise TimeoutError(f"session {session_id} is still {session['status']}")
             await asyncio.sleep(poll_s)
 
     async def stream_events(self, run_id: str, *, after: str | None = None,
@@ -277,9 +339,9 @@ class SyncTorenClient:
         return self._run(lambda c: c.get_run(run_id))
 
     def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                  limit: int = 50, cursor: str | None = None) -> RunList:
+                  limit: int = 50, cursor: str | None = None, kind: str | None = None) -> RunList:
         return self._run(lambda c: c.list_runs(agent=agent, status=status, limit=limit,
-                                               cursor=cursor))
+                                               cursor=cursor, kind=kind))
 
     def events(self, run_id: str, *, after: str | None = None) -> EventList:
         return self._run(lambda c: c.events(run_id, after=after))
@@ -290,3 +352,20 @@ class SyncTorenClient:
     def wait_for_run(self, run_id: str, *, poll_s: float = 0.5,
                      timeout_s: float | None = None) -> RunDetail:
         return self._run(lambda c: c.wait_for_run(run_id, poll_s=poll_s, timeout_s=timeout_s))
+
+    def create_session(self, agent: str, *, idempotency_key: str | None = None) -> Created:
+        return self._run(lambda c: c.create_session(agent, idempotency_key=idempotency_key))
+
+    def get_session(self, session_id: str) -> Session:
+        return self._run(lambda c: c.get_session(session_id))
+
+    def send_message(self, session_id: str, text: str) -> TurnAccepted:
+        return self._run(lambda c: c.send_message(session_id, text))
+
+    def close_session(self, session_id: str) -> TurnAccepted:
+        return self._run(lambda c: c.close_session(session_id))
+
+    def wait_for_turn(self, session_id: str, *, poll_s: float = 0.5,
+                      timeout_s: float | None = None) -> Session:
+        return self._run(lambda c: c.wait_for_turn(session_id, poll_s=poll_s,
+                                                   timeout_s=timeout_s))

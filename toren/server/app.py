@@ -6,7 +6,7 @@ from aiohttp import web
 
 import toren
 from toren.schemas import load_schema
-from toren.server import runs
+from toren.server import runs, sessions
 from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME
 from toren.server.errors import error_middleware, json_error
@@ -30,6 +30,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True) -> web.Appl
     app.router.add_get("/agents", list_agents)
     app.router.add_get("/agents/{name}", get_agent)
     runs.routes(app)
+    sessions.routes(app)
     return app
 
 

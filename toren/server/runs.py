@@ -66,13 +66,19 @@ async def create_run(request: web.Request) -> web.Response:
     if agent not in runtime.agents:
         return json_error(404, "agent_not_found", f"no agent named {agent!r} is served here; "
                                                    f"see GET /agents")
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not 0 < len(key) <= 255:
-        return json_error(400, "invalid_idempotency_key",
-                          "Idempotency-Key must be 1 to 255 characters")
-    run_id = await runtime.start_run(agent, body["input"], idempotency_key=key)
+    run_id = await runtime.start_run(agent, body["input"],
+                                     idempotency_key=idempotency_key(request))
     record = await runtime.get_run(run_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)
+
+
+def idempotency_key(request: web.Request) -> str | None:
+    """The ``Idempotency-Key`` header (same key, same run or session), or a 400."""
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 0 < len(key) <= 255:
+        raise _bad_request("invalid_idempotency_key", "Idempotency-Key must be 1 to 255 "
+                                                      "characters")
+    return key
 
 
 async def _served_run(request: web.Request) -> RunRecord:
@@ -101,6 +107,9 @@ async def list_runs(request: web.Request) -> web.Response:
     if status is not None and status not in ev.RUN_STATUSES:
         return json_error(400, "invalid_status",
                           f"status must be one of {', '.join(ev.RUN_STATUSES)}")
+    kind = query.get("kind")
+    if kind is not None and kind not in ("run", "session"):
+        return json_error(400, "invalid_kind", "kind must be run or session")
     try:
         limit = int(query.get("limit", "50"))
     except ValueError:
@@ -109,7 +118,7 @@ async def list_runs(request: web.Request) -> web.Response:
         return json_error(400, "invalid_limit", f"limit must be between 1 and {MAX_PAGE}")
     before = decode_page_cursor(query.get("cursor"))
     runs = await runtime.store.list_runs(agent=agent, status=status, limit=limit + 1,
-                                         agents=list(runtime.agents), before=before)
+                                         agents=list(runtime.agents), before=before, kind=kind)
     page, more = runs[:limit], len(runs) > limit
     next_cursor = None
     if more and page and page[-1].created_at is not None:
