@@ -65,11 +65,12 @@ def toren_cli(toren_env: dict[str, str], tmp_path: Path) -> TorenCli:
     """``toren_cli("db", "migrate", env={...}, cwd=..., timeout=...)`` -> ``CompletedProcess``.
 
     ``env`` entries are merged over ``toren_env`` (``None`` removes one); ``cwd`` defaults to
-    ``tmp_path``.
+    ``tmp_path``; ``input`` is written to its stdin.
     """
 
     def run(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path | None = None,
-            timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+            timeout: float = COMMAND_TIMEOUT_S, input: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
         merged = dict(toren_env)
         for key, value in (env or {}).items():
             if value is None:
@@ -77,7 +78,8 @@ def toren_cli(toren_env: dict[str, str], tmp_path: Path) -> TorenCli:
             else:
                 merged[key] = value
         return subprocess.run([str(TOREN), *args], env=merged, cwd=cwd or tmp_path,
-                              capture_output=True, text=True, timeout=timeout, check=False)
+                              capture_output=True, text=True, timeout=timeout, check=False,
+                              input=input)
 
     return run
 

@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from toren.cli import db, dev, init, jobs, keys, plugins, run, serve, version, worker
+from toren.cli import chat, db, dev, init, jobs, keys, plugins, run, serve, version, worker
 from toren.cli.output import err_console, print_error
 from toren.errors import TorenError
 
@@ -26,6 +26,7 @@ app.command("dev")(dev.dev)
 app.command("serve")(serve.serve)
 app.command("worker")(worker.worker)
 app.command("run")(run.run)
+app.command("chat")(chat.chat)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(db.app, name="db")
 app.add_typer(keys.app, name="keys")
