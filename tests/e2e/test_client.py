@@ -56,3 +56,47 @@ def test_sync_client_mirrors_the_async_one(url: str) -> None:
     assert cancelled["status"] == "cancelled"
     assert client.get_run(created["id"])["stop_reason"] == "cancelled"
     assert client.healthz()["status"] == "ok"
+
+
+async def test_client_sessions_take_turns(url: str) -> None:
+    async with TorenClient(url) as client:
+        created = await client.create_session("crew", idempotency_key="conv-9")
+        assert created["status"] == "awaiting_input"
+        assert (await client.create_session("crew", idempotency_key="conv-9"))["id"] == (
+            created["id"])
+        accepted = await client.send_message(created["id"], "postgres")
+        conforms("TurnAccepted", accepted)
+        assert accepted["turn"] == 1
+        with pytest.raises(TorenAPIError) as busy:
+            await client.send_message(created["id"], "too soon")
+        assert (busy.value.status, busy.value.code) == (409, "session_busy")
+        session = await client.wait_for_turn(created["id"], poll_s=0.1, timeout_s=60)
+        conforms("Session", session)
+        assert session["status"] == "awaiting_input"
+        assert "facts about postgres" in session["transcript"][-1]["text"]
+        # a turn's events, live, until it ends
+        seen = []
+        await client.send_message(created["id"], "sqlite")
+        async for event in client.stream_events(created["id"]):
+            seen.append(event["type"])
+            if event["type"] == "TurnEnded" and event["data"]["turn"] == 2:
+                break
+        assert seen.count("TurnEnded") == 2 and seen.count("UserMessage") == 2
+        listed = await client.list_runs(kind="session")
+        assert [run["id"] for run in listed["runs"]] == [created["id"]]
+        await client.close_session(created["id"])
+        closed = await client.wait_for_turn(created["id"], poll_s=0.1, timeout_s=60)
+        assert closed["status"] == "completed"
+        with pytest.raises(TorenAPIError) as ended:
+            await client.send_message(created["id"], "hello?")
+        assert (ended.value.status, ended.value.code) == (409, "session_ended")
+
+
+def test_sync_client_sessions(url: str) -> None:
+    client = SyncTorenClient(url)
+    session_id = client.create_session("crew")["id"]
+    assert client.send_message(session_id, "postgres")["turn"] == 1
+    assert client.wait_for_turn(session_id, poll_s=0.1, timeout_s=60)["turns_ended"] == 1
+    assert client.close_session(session_id)["closing"] is True
+    assert client.wait_for_turn(session_id, poll_s=0.1, timeout_s=60)["status"] == "completed"
+    assert client.get_session(session_id)["stop_reason"] == "end_turn"
