@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from toren import crashpoints
 from toren.errors import ConfigError
 
 T = TypeVar("T", int, float)
@@ -48,6 +49,9 @@ class Settings:
     checkpoint_every: int = 1000
     #: Skip the one cheap authenticated call per model provider at worker start.
     skip_preflight: bool = False
+    #: Named crash points for reliability tests (``toren.crashpoints``); empty in production.
+    crash_at: Mapping[str, int] = field(default_factory=dict)
+    crash_once: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -76,7 +80,14 @@ class Settings:
             shutdown_grace_s=_number(env, "TOREN_SHUTDOWN_GRACE", 10.0, float),
             checkpoint_every=_number(env, "TOREN_CHECKPOINT_EVERY", 1000, int),
             skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
+            crash_at=crashpoints.parse(env.get("TOREN_CRASH_AT")),
+            crash_once=Path(env["TOREN_CRASH_ONCE"]) if env.get("TOREN_CRASH_ONCE") else None,
         )
+
+    def crash_point(self, name: str) -> None:
+        """A named crash point (``toren.crashpoints``): nothing unless TOREN_CRASH_AT names it."""
+        if self.crash_at:
+            crashpoints.reach(self.crash_at, self.crash_once, name)
 
 
 def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T]) -> T:

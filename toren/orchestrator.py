@@ -71,6 +71,8 @@ async def tick_run(worker: Worker, agent: AgentSpec, message: QueueMessage) -> N
             outcome = run_outcome(state.absorbed)
     else:
         executed = await execute(agent.workflow, state, message.run_id, agent)
+        if any(event.type == ev.WAVE_STARTED for event in executed.events):
+            worker.runtime.settings.crash_point("mid_wave_dispatch")
         new_events += executed.events
         messages = executed.messages
         outcome = executed.finished

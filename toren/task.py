@@ -140,6 +140,7 @@ class TaskRunner:
         self.worker.observe_append(self.agent.name, self.lease.stream, first_seq, self.pending)
         self.pending = []
         self.pending_update = None
+        self.settings.crash_point("after_append")
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -214,6 +215,7 @@ class TaskRunner:
                 continue
             if result is None:
                 return False
+            self.settings.crash_point("after_model_response")
             response, latency_ms = result
             self.record_response(action.step, response, latency_ms, repeated, model)
             return True
@@ -263,6 +265,7 @@ class TaskRunner:
             return False
         if result is None:
             return False
+        self.settings.crash_point("mid_compaction")
         response, latency_ms = result
         self.record_response(step, response, latency_ms, repeated, model, purpose="compaction")
         self.record(ev.COMPACTED, {
@@ -347,6 +350,7 @@ class TaskRunner:
 
     async def run_tools(self, calls: Sequence[PendingToolCall]) -> None:
         results = await asyncio.gather(*(self.run_tool(call) for call in calls))
+        self.settings.crash_point("after_tool")
         for data in results:
             self.record(ev.TOOL_CALL_COMPLETED, data)
 

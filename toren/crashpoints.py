@@ -1,0 +1,60 @@
+"""Named crash points: a worker that kills itself at a chosen moment, for reliability tests.
+
+``TOREN_CRASH_AT=after_model_response`` (several: comma-separated; ``point@N`` for the N-th
+time the point is reached) makes the process SIGKILL itself there: no cleanup, no flush, no
+release, exactly as a power cut or the OOM killer would. With ``TOREN_CRASH_ONCE=FILE`` it
+does so only if FILE does not exist yet, and creates it first, so that a restarted worker with
+the same environment gets past the point. Never set these in production.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+
+from toren.errors import ConfigError
+
+#: Every point, and where it is in the durable loop.
+POINTS = {
+    "after_model_response": "a model answered; its response is not appended yet",
+    "after_append": "an append committed; the task's message is not acknowledged yet",
+    "after_tool": "tool calls ran; their results are not appended yet",
+    "mid_compaction": "the summary of a compaction came back; it is not appended yet",
+    "mid_wave_dispatch": "a workflow started a wave; its tasks are not scheduled yet",
+}
+_reached: Counter[str] = Counter()
+
+
+def parse(value: str | None) -> dict[str, int]:
+    """``TOREN_CRASH_AT`` as point -> the time it is reached that crashes (1 = the first)."""
+    points: dict[str, int] = {}
+    for item in (value or "").split(","):
+        if not item.strip():
+            continue
+        name, _, nth = item.strip().partition("@")
+        if name not in POINTS:
+            raise ConfigError(f"TOREN_CRASH_AT names an unknown crash point {name!r}; "
+                              f"points: {', '.join(POINTS)}")
+        if nth and (not nth.isdigit() or int(nth) < 1):
+            raise ConfigError(f"TOREN_CRASH_AT={value!r}: {item.strip()!r} needs a count of "
+                              "at least 1 after '@'")
+        points[name] = int(nth or 1)
+    return points
+
+
+def reach(crash_at: Mapping[str, int], once_file: Path | None, name: str) -> None:
+    """Called at each point; kills this process if ``crash_at`` says so."""
+    if name not in crash_at:
+        return
+    _reached[name] += 1
+    if _reached[name] != crash_at[name]:
+        return
+    if once_file is not None:
+        try:
+            os.close(os.open(once_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+    os.kill(os.getpid(), signal.SIGKILL)
