@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import referencing
 import referencing.jsonschema
 
 from tests.conftest import wait_until
+from toren.cursors import encode_event_cursor, encode_page_cursor
 from toren.schemas import load_schema
 from toren.testing import write_agent_dir
 
@@ -53,21 +55,26 @@ def call(url: str, method: str = "GET", body: Any = None, headers: dict[str, str
             return exc.code, json.loads(exc.read() or b"null"), dict(exc.headers)
 
 
-@pytest.fixture
-def server(database_url: str, start_toren, tmp_path: Path) -> dict[str, str]:
-    # database_url first: fixtures tear down in reverse, so the server stops before the
-    # database is dropped
+def start_server(start_toren, database_url: str, tmp_path: Path, **env: str) -> dict[str, str]:
+    """``toren dev`` serving the agents ``crew`` and ``slow`` (scripted) on a free port."""
     write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
     write_agent_dir(tmp_path / "crews", "slow", tools_py=TOOLS)
     dev = start_toren("dev", "--dir", str(tmp_path / "crews"), "--port", "0", "--json",
-                      env={"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": "0.2"})
+                      env={"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": "0.2", **env})
     ready = dev.next_json()
     return {"url": ready["url"], "database_url": database_url}
 
 
-def finished(url: str, run_id: str) -> bool:
-    return call(f"{url}/runs/{run_id}")[1]["status"] in ("completed", "failed", "stopped",
-                                                         "cancelled")
+@pytest.fixture
+def server(database_url: str, start_toren, tmp_path: Path) -> dict[str, str]:
+    # database_url first: fixtures tear down in reverse, so the server stops before the
+    # database is dropped
+    return start_server(start_toren, database_url, tmp_path)
+
+
+def finished(url: str, run_id: str, headers: dict[str, str] | None = None) -> bool:
+    return call(f"{url}/runs/{run_id}", headers=headers)[1]["status"] in (
+        "completed", "failed", "stopped", "cancelled")
 
 
 def test_runs_lifecycle_over_http(server: dict[str, str]) -> None:
@@ -146,6 +153,47 @@ def test_bad_requests_get_clear_json_errors(server: dict[str, str]) -> None:
         conforms("Error", body)
         if code:
             assert body["error"]["code"] == code
+
+
+def test_values_the_run_log_cannot_take_get_a_4xx_not_a_500(server: dict[str, str]) -> None:
+    # each was a 500 until tests/e2e/test_openapi_fuzz.py found it (or one like it)
+    url = server["url"]
+    run_id = call(f"{url}/runs", "POST", {"agent": "crew", "input": "x"})[1]["id"]
+    session_id = call(f"{url}/sessions", "POST", {"agent": "crew"})[1]["id"]
+    create = f"{url}/runs"
+    cases = [
+        (call(create, "POST", raw=b'\x80{"agent": "crew"}'), 400, "invalid_json"),  # not UTF-8
+        (call(create, "POST", raw=b'{"agent": "crew", "input": NaN}'), 400, "invalid_json"),
+        (call(create, "POST", raw=b"[" * 100_000), 400, "invalid_json"),
+        (call(create, "POST", {"agent": "crew", "input": {"a": "\u0000"}}), 400,
+         "unstorable_value"),
+        (call(create, "POST", {"agent": "crew", "input": 2**64}), 400, "unstorable_value"),
+        (call(create, "POST", raw=b'{"agent": "crew", "input": "\\ud800"}'), 400,
+         "unstorable_value"),
+        (call(create, "POST", raw=b'{"agent": "crew", "input": 1e999}'), 400, "unstorable_value"),
+        (call(f"{url}/runs/{run_id}/cancel", "POST", {"reason": 7}), 400, "invalid_body"),
+        (call(f"{url}/runs/{run_id}/cancel", "POST", {"reason": "\u0000"}), 400,
+         "unstorable_value"),
+        (call(f"{url}/sessions/{session_id}/messages", "POST", {"text": "hi \u0000"}), 400,
+         "unstorable_value"),
+        (call(f"{url}/runs/%00"), 404, "run_not_found"),
+        (call(f"{url}/runs?cursor={encode_page_cursor(datetime.now(UTC), 'x')}"), 400,
+         "invalid_cursor"),
+        (call(f"{url}/runs/{run_id}/events?after={encode_event_cursor({'run': 2**40})}"), 400,
+         "invalid_cursor"),
+    ]
+    for (status, body, _headers), expected_status, code in cases:
+        assert (status, body["error"]["code"]) == (expected_status, code), body
+        conforms("Error", body)
+    # an Idempotency-Key that is not UTF-8 is read as ISO-8859-1
+    latin1 = [call(create, "POST", {"agent": "crew", "input": "x"}, {"Idempotency-Key": "caf\xe9"})
+              for _ in range(2)]
+    assert [status for status, _, _ in latin1] == [201, 201]
+    assert latin1[0][1]["id"] == latin1[1][1]["id"]
+    assert call(f"{url}/runs/{latin1[0][1]['id']}")[1]["idempotency_key"] == "caf\xe9"
+    status, body, headers = call(f"{url}/runs", "PUT")
+    assert status == 405 and headers["Allow"] == "GET,HEAD,POST"
+    conforms("Error", body)
 
 
 def test_cancel_over_http(server: dict[str, str]) -> None:

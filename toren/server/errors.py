@@ -30,7 +30,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400 or exc.content_type == "application/json":
             raise
         code = exc.reason.lower().replace(" ", "_")
-        return json_error(exc.status, code, exc.text or exc.reason)
+        response = json_error(exc.status, code, exc.text or exc.reason)
+        # keep the headers that are not about the body: a 405's Allow, for one
+        for name, value in exc.headers.items():
+            if name.lower() not in ("content-type", "content-length"):
+                response.headers.add(name, value)
+        return response
     except json.JSONDecodeError as exc:
         return json_error(400, "invalid_json", f"the request body is not valid JSON: {exc}")
     except TorenError as exc:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import uuid
 from typing import Any
 
 from aiohttp import web
 
 from toren import events as ev
 from toren.cursors import (
+    InvalidCursor,
     decode_event_cursor,
     decode_page_cursor,
     encode_event_cursor,
@@ -25,6 +28,9 @@ from toren.server.errors import json_error
 SSE_POLL_S = 0.25
 SSE_HEARTBEAT_S = 15.0
 MAX_PAGE = 200
+#: What the run log stores: integers in JSON of 64 bits (signed or not), event numbers of 32.
+MIN_INT, MAX_INT = -(2**63), 2**64 - 1
+MAX_SEQ = 2**31 - 1
 
 
 def routes(app: web.Application) -> None:
@@ -37,13 +43,62 @@ def routes(app: web.Application) -> None:
 
 async def read_json_object(request: web.Request) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 naming what is wrong."""
+    raw = await request.read()
     try:
-        body = await request.json()
-    except json.JSONDecodeError as exc:
+        # JSON is UTF-8 and has no NaN or Infinity (RFC 8259); nesting too deep for the parser
+        # is the client's error too
+        body = json.loads(raw.decode("utf-8"), parse_constant=_not_json)
+    except (ValueError, RecursionError) as exc:
         raise _bad_request("invalid_json", f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise _bad_request("invalid_body", "the request body must be a JSON object")
+    # whatever a body holds ends up in the run log (an input, a reason, a message)
+    problem = unstorable(body)
+    if problem:
+        raise _bad_request("unstorable_value", f"the request body cannot be stored: {problem}")
     return body
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def unstorable(value: Any) -> str | None:
+    """Why the run log cannot store ``value`` (parsed JSON), or ``None`` if it can.
+
+    Postgres refuses NUL in text and JSON; unpaired surrogates are not UTF-8; numbers must fit
+    in 64 bits.
+    """
+    pending = [value]
+    while pending:  # not recursive: the parser allows nesting deeper than Python's stack
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending += item.keys()
+            pending += item.values()
+        elif isinstance(item, list):
+            pending += item
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return "strings may not contain NUL (\\u0000)"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "strings may not contain unpaired surrogates"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must fit in a 64-bit float"
+        elif isinstance(item, int) and not MIN_INT <= item <= MAX_INT:
+            return "integers must fit in 64 bits"
+    return None
+
+
+def _header_text(value: str) -> str:
+    """A header's value as text: UTF-8 if its bytes are, else ISO-8859-1 (HTTP's old charset),
+    where aiohttp would leave the invalid bytes as unpaired surrogates."""
+    raw = value.encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _bad_request(code: str, message: str) -> web.HTTPBadRequest:
@@ -75,7 +130,10 @@ async def create_run(request: web.Request) -> web.Response:
 def idempotency_key(request: web.Request) -> str | None:
     """The ``Idempotency-Key`` header (same key, same run or session), or a 400."""
     key = request.headers.get("Idempotency-Key")
-    if key is not None and not 0 < len(key) <= 255:
+    if key is None:
+        return None
+    key = _header_text(key)
+    if not 0 < len(key) <= 255:
         raise _bad_request("invalid_idempotency_key", "Idempotency-Key must be 1 to 255 "
                                                       "characters")
     return key
@@ -86,8 +144,9 @@ async def _served_run(request: web.Request) -> RunRecord:
     runtime = request.app[RUNTIME]
     run_id = request.match_info["run_id"]
     try:
-        record = await runtime.get_run(run_id)
-    except RunNotFound:
+        # run ids are UUIDs: anything else names no run, and need not reach the store
+        record = await runtime.get_run(str(uuid.UUID(run_id)))
+    except (ValueError, RunNotFound):
         record = None
     if record is None or record.agent not in runtime.agents:
         raise web.HTTPNotFound(
@@ -117,6 +176,9 @@ async def list_runs(request: web.Request) -> web.Response:
     if not 1 <= limit <= MAX_PAGE:
         return json_error(400, "invalid_limit", f"limit must be between 1 and {MAX_PAGE}")
     before = decode_page_cursor(query.get("cursor"))
+    if before is not None and not _is_uuid(before[1]):
+        raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
+                            "Toren returned")
     runs = await runtime.store.list_runs(agent=agent, status=status, limit=limit + 1,
                                          agents=list(runtime.agents), before=before, kind=kind)
     page, more = runs[:limit], len(runs) > limit
@@ -145,10 +207,29 @@ async def cancel_run(request: web.Request) -> web.Response:
     reason = "cancelled over HTTP"
     if request.can_read_body:
         body = await read_json_object(request)
-        if isinstance(body.get("reason"), str):
+        if "reason" in body:
+            if not isinstance(body["reason"], str):
+                return json_error(400, "invalid_body", "'reason' must be a string")
             reason = body["reason"][:500]
     cancelled = await runtime.cancel_run(record.id, reason)
     return web.json_response(cancelled.to_json())
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _event_position(cursor: str | None) -> dict[str, int]:
+    """The position an event cursor names, if it is one the run log can have made."""
+    position = decode_event_cursor(cursor)
+    if any(unstorable(stream) or not 0 <= seq <= MAX_SEQ for stream, seq in position.items()):
+        raise InvalidCursor("the event cursor is malformed: pass back a cursor (or SSE event "
+                            "id) that Toren returned")
+    return position
 
 
 def _event_json(event: Event, cursor: str) -> dict[str, Any]:
@@ -160,9 +241,10 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     accept = request.headers.get("Accept", "")
     if "text/event-stream" in accept:
         after = request.headers.get("Last-Event-ID") or request.query.get("after")
-        return await _stream(request, record, decode_event_cursor(after))
+        # decoded before the stream starts: once it has, an error can no longer be a 400
+        return await _stream(request, record, _event_position(after))
     runtime = request.app[RUNTIME]
-    position = decode_event_cursor(request.query.get("after"))
+    position = _event_position(request.query.get("after"))
     events = await runtime.store.load_events(record.agent, record.id, position)
     listed = []
     for event in events:
