@@ -14,10 +14,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Json, Jsonb
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from toren.agents import schema_name_for
-from toren.errors import LeaseLost, RunCancelled
+from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled
 from toren.events import Event, NewEvent
 from toren.interfaces import KEEP, Lease, LeaseBusy, OutgoingMessage, RunRecord, RunUpdate
 from toren_postgres.queries import query
@@ -143,15 +143,57 @@ class RunLog:
             "messages": _messages_json(messages), "ack_id": ack.id if ack else None,
             **_run_update_params(run_update),
         }
-        try:
-            async with self.pool.connection() as conn:
-                cursor = await conn.execute(agent_query("append", schema), params)
-                row = await cursor.fetchone()
-        except psycopg.errors.UniqueViolation:
-            raise LeaseLost(f"stream {lease.stream} of run {lease.run_id} already has event "
-                            f"{expected_seq}: another worker wrote it") from None
+        for attempt in (1, 2):
+            try:
+                async with self.pool.connection() as conn:
+                    cursor = await conn.execute(agent_query("append", schema), params)
+                    row = await cursor.fetchone()
+                break
+            except psycopg.errors.UniqueViolation:
+                raise LeaseLost(f"stream {lease.stream} of run {lease.run_id} already has event "
+                                f"{expected_seq}: another worker wrote it") from None
+            except PoolTimeout as exc:  # never sent: no outcome to find out
+                raise DatabaseUnavailable(f"no database connection for an append to run "
+                                          f"{lease.run_id}: {exc}") from exc
+            except psycopg.OperationalError as exc:
+                # The connection broke with the statement in flight: it may have committed.
+                # Find out from the log itself before doing anything else.
+                outcome = await self._append_outcome(schema, lease, expected_seq, events, exc)
+                if outcome == "committed":
+                    return
+                if attempt == 2:
+                    raise DatabaseUnavailable(f"append to run {lease.run_id} failed twice: "
+                                              f"{exc}") from exc
         if row is None or row[0] == 0:
             await self._explain_rejection(schema, lease)
+
+    async def _append_outcome(self, schema: str, lease: Lease, expected_seq: int,
+                              events: Sequence[NewEvent], error: Exception) -> str:
+        """After a connection broke mid-append: ``committed`` if the log holds exactly these
+        events at these sequence numbers (the commit happened, only its answer was lost),
+        ``absent`` if it holds none of them (nothing happened: the append may be retried).
+        Raises ``LeaseLost`` if another writer holds those numbers, ``DatabaseUnavailable``
+        if the outcome cannot be known (no events to look for, or no database)."""
+        if not events:
+            raise DatabaseUnavailable(
+                f"the connection broke during an append to run {lease.run_id}: {error}")
+        try:
+            async with self.pool.connection() as conn:
+                cursor = await conn.execute(agent_query("events_at", schema), {
+                    "run_id": lease.run_id, "stream": lease.stream, "first_seq": expected_seq,
+                    "last_seq": expected_seq + len(events) - 1})
+                found = await cursor.fetchall()
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(
+                f"the connection broke during an append to run {lease.run_id} and the "
+                f"database cannot be reached to learn whether it committed: {exc}") from exc
+        if not found:
+            return "absent"
+        ours = [(e.type, orjson.loads(orjson.dumps(e.data))) for e in events]
+        if [(kind, data) for kind, data in found] == ours:
+            return "committed"
+        raise LeaseLost(f"stream {lease.stream} of run {lease.run_id} has other events at "
+                        f"{expected_seq}: another worker wrote them")
 
     async def _explain_rejection(self, schema: str, lease: Lease) -> None:
         async with self.pool.connection() as conn:

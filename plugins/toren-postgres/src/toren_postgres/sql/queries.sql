@@ -95,6 +95,13 @@ WHERE run_id = %(run_id)s AND stream = %(stream)s AND holder = %(holder)s AND ep
 SELECT seq, type, data, created_at FROM {events}
 WHERE run_id = %(run_id)s AND stream = %(stream)s ORDER BY seq;
 
+-- events_at --
+-- After a connection broke mid-append: what the log holds at the numbers it was writing.
+SELECT type, data FROM {events}
+WHERE run_id = %(run_id)s AND stream = %(stream)s
+  AND seq BETWEEN %(first_seq)s AND %(last_seq)s
+ORDER BY seq;
+
 -- append --
 -- The hot path: one statement, so one round trip and one commit per durable step.
 -- Nothing is written unless the lease is held at this epoch, unexpired by the database

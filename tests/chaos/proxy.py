@@ -1,0 +1,103 @@
+"""A TCP proxy in front of Postgres that can break a connection at the worst moment: after
+the server has executed (and, in autocommit, committed) a statement but before the client
+hears back, so the client cannot know whether its commit happened."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+
+@dataclass
+class FaultProxy:
+    """``await proxy.start()``; ``proxy.url`` reaches the database through it. ``arm(mode)``
+    breaks the next statement sent on any connection: ``"after_commit"`` forwards it, waits
+    for the server's answer and drops it; ``"before_send"`` drops the statement unsent."""
+
+    upstream_url: str
+    url: str = ""
+    armed: str | None = None
+    broken: int = 0
+    _server: asyncio.Server | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        params = conninfo_to_dict(self.upstream_url)
+        params.update(host="127.0.0.1", port=str(port), sslmode="disable")
+        self.url = make_conninfo(**params)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await task
+
+    def arm(self, mode: str) -> None:
+        assert mode in ("after_commit", "before_send")
+        self.armed = mode
+
+    async def _open_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        params = conninfo_to_dict(self.upstream_url)
+        host = str(params.get("host") or "127.0.0.1")
+        port = int(params.get("port") or 5432)
+        if host.startswith("/"):
+            return await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+        return await asyncio.open_connection(host, port)
+
+    async def _serve(self, client_r: asyncio.StreamReader,
+                     client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await self._open_upstream()
+        ready = asyncio.Event()  # set once the session is set up (startup is never broken)
+        down = asyncio.create_task(self._pump(server_r, client_w, ready))
+        self._tasks.add(down)
+        try:
+            while chunk := await client_r.read(65536):
+                # Statement messages: Query ('Q') or the extended protocol's Parse/Bind ('P',
+                # 'B'); the startup packet and authentication are never broken.
+                if self.armed and ready.is_set() and chunk[:1] in (b"Q", b"P", b"B"):
+                    mode, self.armed = self.armed, None
+                    self.broken += 1
+                    if mode == "after_commit":
+                        server_w.write(chunk)
+                        await server_w.drain()
+                        down.cancel()
+                        await _read_until_ready_for_query(server_r)
+                    break
+                server_w.write(chunk)
+                await server_w.drain()
+        finally:
+            down.cancel()
+            for writer in (client_w, server_w):
+                writer.close()
+                with contextlib.suppress(OSError, ConnectionError):
+                    await writer.wait_closed()
+            self._tasks.discard(down)
+
+    @staticmethod
+    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    ready: asyncio.Event) -> None:
+        with contextlib.suppress(OSError, ConnectionError):
+            while chunk := await reader.read(65536):
+                if b"Z\x00\x00\x00\x05" in chunk:  # ReadyForQuery: the session is set up
+                    ready.set()
+                writer.write(chunk)
+                await writer.drain()
+
+
+async def _read_until_ready_for_query(reader: asyncio.StreamReader) -> None:
+    """Swallow the server's answer up to its ReadyForQuery: the statement has completed (and
+    in autocommit, committed) when it arrives."""
+    seen = b""
+    while b"Z\x00\x00\x00\x05" not in seen:
+        chunk = await asyncio.wait_for(reader.read(65536), 10)
+        if not chunk:
+            return
+        seen = seen[-16:] + chunk

@@ -1,0 +1,234 @@
+"""Database faults: a connection that breaks with a commit in flight, and a Postgres server
+restarted with an immediate shutdown (as a crash) in the middle of runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.chaos.proxy import FaultProxy
+from tests.durable import check_log
+from tests.integration.test_leases import started
+from toren.events import Event, NewEvent
+from toren.interfaces import RunRecord
+from toren.model import ModelRequest, ModelResponse
+from toren.testing import ScriptedModel, respond_with_tools, write_agent_dir
+
+pytestmark = pytest.mark.timeout(180)
+TOOLS = '''
+from toren import current_tool_call, tool
+
+@tool(idempotent=True)
+def lookup(topic: str) -> str:
+    """Look a topic up."""
+    import os
+    with open(os.environ["EFFECTS_LOG"], "a") as handle:
+        handle.write(current_tool_call().idempotency_key + "\\n")
+    return f"facts about {topic}"
+
+@tool(idempotent=True)
+def count(text: str) -> int:
+    """Count the words of a text."""
+    return len(text.split())
+'''
+
+
+class CallRecorder:
+    """The offline model's behaviour, recording each call: the run's input (the first user
+    message), the step (from the number of messages) and when the call started."""
+
+    def __init__(self, delay: float) -> None:
+        self.calls: list[tuple[str, int, float]] = []
+        self.model = ScriptedModel(script=self.respond, delay=delay)
+
+    def respond(self, request: ModelRequest) -> ModelResponse:
+        # delay has passed when this runs: subtract it to get the call's start
+        step = (len(request.messages) + 1) // 2
+        self.calls.append((request.messages[0].text, step, time.time() - self.model.delay))
+        return respond_with_tools(request)
+
+    def check(self, records: list[RunRecord], events_by_run: dict[str, list[Event]]) -> int:
+        """No call was made for a step whose answer was already recorded (a call repaid
+        for an answer the log had); returns how many calls were made again at all."""
+        completed_at = {}
+        for record in records:
+            for event in events_by_run[record.id]:
+                if event.type == "ModelCallCompleted":
+                    assert event.created_at is not None
+                    completed_at[(record.input, event.data["step"])] = (
+                        event.created_at.timestamp())
+        for text, step, started_at in self.calls:
+            # 50 ms: the event's timestamp is its transaction's start, a moment before commit
+            assert started_at < completed_at[(text, step)] + 0.05, (
+                f"step {step} of {text!r} was called again after its answer was recorded")
+        return len(self.calls) - len(completed_at)
+
+
+@pytest.fixture
+async def proxy(database_url: str) -> AsyncIterator[FaultProxy]:
+    fault_proxy = FaultProxy(database_url)
+    await fault_proxy.start()
+    yield fault_proxy
+    await fault_proxy.stop()
+
+
+async def test_a_commit_whose_answer_was_lost_is_recognised_not_doubled(
+        proxy: FaultProxy, make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False,
+                                 database_url=proxy.url)
+    store = runtime.store
+    run_id = await runtime.start_run("a", "x")
+    lease = await store.acquire_lease(run_id, "task:main", "worker-1", 30)
+    assert lease is not None
+    # the server commits the append, the connection drops before the worker hears back
+    proxy.arm("after_commit")
+    await store.append("a", lease, 1, [started(lease.epoch)], ttl_s=30)
+    assert proxy.broken == 1
+    # the append was not sent at all: it is made again, once
+    proxy.arm("before_send")
+    await store.append("a", lease, 2, [NewEvent("ModelCallStarted", {
+        "step": 1, "epoch": lease.epoch})], ttl_s=30)
+    assert proxy.broken == 2
+    events = await store.load_stream("a", run_id, "task:main")
+    assert [(e.seq, e.type) for e in events] == [(1, "TaskStarted"), (2, "ModelCallStarted")]
+    # the worker goes on at the next number, as if nothing had happened
+    await store.append("a", lease, 3, [NewEvent("RetryScheduled", {
+        "step": 1, "attempt": 1, "error": {"code": "x", "message": "x"}, "delay_s": 0.0,
+        "next_attempt_at": "2026-01-01T00:00:00+00:00", "epoch": lease.epoch})], ttl_s=30)
+    assert len(await store.load_stream("a", run_id, "task:main")) == 3
+
+
+async def test_runs_finish_exactly_once_through_connections_broken_at_commit(
+        proxy: FaultProxy, make_runtime, tmp_path: Path, monkeypatch,
+        database_url: str) -> None:
+    effects = tmp_path / "effects.log"
+    monkeypatch.setenv("EFFECTS_LOG", str(effects))
+    recorder = CallRecorder(delay=0.2)
+    model = recorder.model
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", tools_py=TOOLS,
+                                                       model="test/m")],
+                                 models={"m": model}, database_url=proxy.url)
+    runs = [await runtime.start_run("a", f"topic {i}") for i in range(8)]
+
+    async def break_commits() -> None:
+        while True:
+            proxy.arm("after_commit" if proxy.broken % 2 == 0 else "before_send")
+            await asyncio.sleep(0.1)
+
+    breaker = asyncio.create_task(break_commits())
+    try:
+        # watched over a direct connection: any statement through the proxy may be broken
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            for _ in range(900):
+                cursor = await conn.execute("SELECT count(*) FROM agent_a.runs "
+                                            "WHERE status = 'completed'")
+                if (await cursor.fetchone())[0] == len(runs):  # type: ignore[index]
+                    break
+                await asyncio.sleep(0.1)
+    finally:
+        breaker.cancel()
+        proxy.armed = None
+    records = [await runtime.get_run(run_id) for run_id in runs]
+    assert proxy.broken >= 5
+    assert {r.status for r in records} == {"completed"}
+    completed = 0
+    events_by_run = {}
+    for record in records:
+        assert f"facts about {record.input}" in record.output
+        events = events_by_run[record.id] = await runtime.events(record.id)
+        check_log(events)
+        steps = [e.data["step"] for e in events if e.type == "ModelCallCompleted"]
+        assert steps == [1, 2, 3]  # no step recorded twice
+        completed += len(steps)
+    # a call is repaid only when the append recording its answer was lost for good (the
+    # handler gave up and the task was redelivered): never more than the connections broken
+    assert completed <= model.calls <= completed + proxy.broken
+    repaid = recorder.check(records, events_by_run)
+    print(f"broken connections {proxy.broken}, model calls {model.calls} for {completed} "
+          f"completed ({repaid} made again)")
+    keys = effects.read_text().splitlines()
+    assert len(set(keys)) == len(runs) and len(keys) - len(set(keys)) <= proxy.broken
+
+
+# -- a Postgres server restarted as if it had crashed --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def restartable_server() -> Iterator[tuple[str, Path]]:
+    """A private Postgres cluster this test may stop and start: (URL, pgdata)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+    # not under pytest's tmp_path, whose private permissions the server's user cannot cross
+    base = Path(tempfile.mkdtemp(prefix="toren-restartable-"))
+    pgdata = base / "pgdata"
+    server = pgserver.get_server(pgdata, cleanup_mode="delete")
+    url = server.get_uri()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE toren_faults")
+    try:
+        yield server.get_uri("toren_faults"), pgdata
+    finally:
+        server.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def pg_ctl(pgdata: Path, *args: str) -> None:
+    """pg_ctl from the embedded Postgres, as the user pgserver runs the server as."""
+    from pgserver._commands import pg_ctl as run_pg_ctl
+
+    user = "pgserver" if os.geteuid() == 0 else None  # Postgres refuses to run as root
+    run_pg_ctl(list(args), pgdata=pgdata, user=user, timeout=60)
+
+
+@pytest.mark.slow
+async def test_runs_survive_postgres_restarted_mid_run(
+        make_runtime, restartable_server: tuple[str, Path], tmp_path: Path,
+        monkeypatch) -> None:
+    url, pgdata = restartable_server
+    effects = tmp_path / "effects.log"
+    monkeypatch.setenv("EFFECTS_LOG", str(effects))
+    recorder = CallRecorder(delay=0.3)
+    model = recorder.model
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", tools_py=TOOLS,
+                                                       model="test/m")],
+                                 models={"m": model}, database_url=url)
+    runs = [await runtime.start_run("a", f"topic {i}") for i in range(8)]
+    await asyncio.sleep(0.5)  # mid-run: model calls in flight, leases held
+    assert model.calls >= 1
+    # immediate shutdown: no checkpoint, every connection cut, as a crash; then down a while
+    await asyncio.to_thread(pg_ctl, pgdata, "-w", "-m", "immediate", "stop")
+    await asyncio.sleep(2.0)
+    await asyncio.to_thread(pg_ctl, pgdata, "-w", "restart")  # reuses postmaster.opts
+    back = time.monotonic()
+    records = [await runtime.wait_for_run(run_id, timeout_s=120) for run_id in runs]
+    print(f"all {len(runs)} runs completed {time.monotonic() - back:.1f}s after the restart")
+    assert {r.status for r in records} == {"completed"}
+    completed = 0
+    events_by_run = {}
+    for record in records:
+        events = events_by_run[record.id] = await runtime.events(record.id)
+        check_log(events)
+        steps = [e.data["step"] for e in events if e.type == "ModelCallCompleted"]
+        assert steps == [1, 2, 3]
+        completed += len(steps)
+        # every lease was held by one holder at a time: epochs only grow along the stream
+        epochs = [e.data["epoch"] for e in sorted(events, key=lambda e: e.seq)
+                  if e.stream == "task:main" and "epoch" in e.data]
+        assert epochs == sorted(epochs)
+    # Calls in flight when the database went are made again (their answers could not be
+    # recorded), and so are calls of tasks whose leases expired during the outage while their
+    # workers waited; never a call whose answer the log had.
+    repaid = recorder.check(records, events_by_run)
+    print(f"model calls {model.calls} for {completed} completed ({repaid} made again)")
+    keys = effects.read_text().splitlines()
+    assert len(set(keys)) == len(runs) and len(keys) - len(set(keys)) <= len(runs)
