@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toren.agents import Limits
 from toren.fold import PendingToolCall, TaskState
+from toren.model import ToolCall
 
 #: A model that names unknown tools or passes invalid arguments this many times in a row is
 #: stopped with stop reason ``error`` (each attempt went back to it as a tool error first).
@@ -119,3 +121,48 @@ def truncate_output(text: str, max_bytes: int) -> tuple[str, bool, int]:
 
 #: Bytes reserved for the truncation marker, so the result stays within the cap.
 _MARKER_ROOM = 80
+
+
+def clean_text(text: str) -> str:
+    """Text as JSON and Postgres can hold it: NUL characters and unpaired surrogates (which a
+    model or a tool may produce) become U+FFFD; everything else is kept as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: through UTF-16, which pairs what pairs
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def clean_json(value: Any) -> Any:
+    """``clean_text`` applied to every string (and key) of a JSON value."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_json(v) for v in value]
+    return value
+
+
+def normalize_calls(calls: Sequence[ToolCall], earlier_ids: Iterable[str],
+                    step: int) -> tuple[ToolCall, ...]:
+    """The model's tool calls as they are recorded: every call has an id unique in the task
+    (a missing or repeated id gets a fresh one, so each call gets its own result), text is
+    cleaned, and arguments that are not a JSON object become an ``arguments_error``."""
+    taken = set(earlier_ids)
+    normalized = []
+    for index, call in enumerate(calls):
+        call_id = clean_text(call.id) or f"call_{step}_{index}"
+        base, n = call_id, 1
+        while call_id in taken:
+            n += 1
+            call_id = f"{base}_{n}"
+        taken.add(call_id)
+        arguments, error = call.arguments, call.arguments_error
+        if not isinstance(arguments, dict):
+            arguments, error = {}, error or (
+                f"the arguments must be a JSON object, not {type(arguments).__name__}")
+        normalized.append(replace(call, id=call_id, name=clean_text(call.name),
+                                  arguments=clean_json(arguments),
+                                  arguments_error=clean_text(error) if error else None))
+    return tuple(normalized)

@@ -35,7 +35,9 @@ from toren.decisions import (
     Finish,
     RunTools,
     backoff_delay,
+    clean_text,
     next_task_action,
+    normalize_calls,
     truncate_output,
 )
 from toren.errors import ContextWindowExceeded, ProviderError, TorenError
@@ -290,10 +292,14 @@ class TaskRunner:
     def record_response(self, step: int, response: ModelResponse, latency_ms: float,
                         repeated: bool, model: Model, purpose: str | None = None) -> None:
         had_error = self.state.retry is not None
+        tool_calls = normalize_calls(
+            response.tool_calls,
+            (c.id for m in self.state.messages if m.role == "assistant" for c in m.tool_calls),
+            step)
         data: dict[str, Any] = {
             "step": step, "epoch": self.lease.epoch,
-            "model": response.model or self.spec.model, "text": response.text,
-            "tool_calls": [_call_json(c) for c in response.tool_calls],
+            "model": response.model or self.spec.model, "text": clean_text(response.text),
+            "tool_calls": [_call_json(c) for c in tool_calls],
             "stop_reason": response.stop_reason,
             "usage": {"input_tokens": response.usage.input_tokens,
                       "output_tokens": response.usage.output_tokens,
@@ -312,7 +318,7 @@ class TaskRunner:
             self.pending_update = RunUpdate(error=None)  # recovered: the latest error clears
         if purpose is not None:
             return
-        for index, call in enumerate(response.tool_calls):
+        for index, call in enumerate(tool_calls):
             problem = self.check_call(call)
             if problem is not None:
                 kind, text = problem
@@ -376,7 +382,8 @@ class TaskRunner:
         started = time.perf_counter()
         output, is_error = await invoke_tool(tool, call.arguments, context)
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        text, truncated, size = truncate_output(output, self.spec.limits.max_tool_output_bytes)
+        text, truncated, size = truncate_output(clean_text(output),
+                                                self.spec.limits.max_tool_output_bytes)
         return base | {"output": text, "is_error": is_error,
                        "error_kind": "exception" if is_error else None, "truncated": truncated,
                        "original_bytes": size, "duration_ms": duration_ms}
