@@ -20,8 +20,8 @@ import jsonschema
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
 from toren.pricing import Pricing
 from toren.schemas import load_schema
-from toren.tools import Tool, tool_from_function
-from toren.yamlfile import LocatedYaml, load_located
+from toren.tools import TOOL_MARK, Tool, tool_from_function
+from toren.yamlfile import MAX_CHARS, LocatedYaml, load_located
 
 AGENT_FILE = "agent.yaml"
 #: Called with a model id; raises ``ConfigError`` when no installed provider serves it.
@@ -184,7 +184,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     yaml_path = directory / AGENT_FILE
     if not yaml_path.is_file():
         raise AgentDefinitionError(f"no {AGENT_FILE} in this directory", path=str(directory))
-    located = load_located(yaml_path.read_text(encoding="utf-8"), path=str(yaml_path))
+    located = load_located(read_definition(yaml_path, max_bytes=MAX_CHARS), path=str(yaml_path))
     if located.data is None:
         located.data = {}
     validate_against_schema(located, load_schema("agent.schema.json"), str(yaml_path))
@@ -199,7 +199,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         _check_model(known_models, model, str(yaml_path), located.line_of(("model",)))
 
     prompt_file = data.get("prompt", "prompt.md")
-    prompt = _read_prompt(directory / prompt_file, yaml_path, located)
+    prompt = _read_prompt(directory, prompt_file, yaml_path, located)
     crew_tools = load_tools_file(directory / "tools.py", name)
     enabled = dict(crew_tools)
     for index, tool_name in enumerate(data.get("tools", [])):
@@ -266,24 +266,40 @@ def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
         key = unknown[0]
         where = f"{field_name}." if at else ""
         return (located.line_of((*at, key), key=True),
-                f"unknown key '{where}{key}'{_suggest(key, allowed)}; valid keys here: "
+                f"unknown key {_short(where + key)}{_suggest(key, allowed)}; valid keys here: "
                 f"{', '.join(allowed)}")
     if error.validator == "required":
         return located.line_of(at), f"{field_name}: {error.message}"
     if error.validator == "pattern" and at == ("name",):
         return located.line_of(at), (
-            f"agent name {error.instance!r} cannot be mapped to a database schema name: use "
+            f"agent name {_short(error.instance)} cannot be mapped to a database schema name: use "
             "lowercase letters, digits, '-' and '_', starting with a letter, at most 57 "
             "characters (my-crew becomes schema agent_my_crew)")
     if error.validator == "pattern" and at and at[-1] == "model":
-        return located.line_of(at), (f"{field_name}: {error.instance!r} is not a provider prefix "
-                                     "and a model name; write '<provider>/<model>', e.g. "
-                                     "toren/scripted")
+        return located.line_of(at), (f"{field_name}: {_short(error.instance)} is not a provider "
+                                     "prefix and a model name; write '<provider>/<model>', "
+                                     "e.g. toren/scripted")
     if error.validator == "type":
         expected = error.validator_value
         return located.line_of(at), (f"{field_name}: expected {expected}, got "
-                                     f"{_json_type(error.instance)} {error.instance!r}")
+                                     f"{_json_type(error.instance)} {_short(error.instance)}")
+    if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
+        return located.line_of((*at, error.instance), key=True), (
+            f"{field_name}: the key {_short(error.instance)} is not a model id; write "
+            "'<provider>/<model>', e.g. toren/scripted")
+    if len(error.message) > 2 * _SHORT:  # jsonschema's message repeats the whole value
+        return located.line_of(at), (f"{field_name}: {_short(error.instance)} is invalid "
+                                     f"({error.validator}: {_short(error.validator_value)})")
     return located.line_of(at), f"{field_name}: {error.message}"
+
+
+_SHORT = 80
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, cut to a length that fits in a one-line error."""
+    text = repr(value)
+    return text if len(text) <= _SHORT else f"{text[:_SHORT - 20]}... ({len(text):,} characters)"
 
 
 def _json_type(value: Any) -> str:
@@ -303,14 +319,50 @@ def _check_model(known_models: ModelCheck, model: str, path: str, line: int | No
         raise AgentDefinitionError(f"model: {exc.message}", path=path, line=line) from exc
 
 
-def _read_prompt(prompt_path: Path, yaml_path: Path, located: LocatedYaml) -> str:
+def _read_prompt(directory: Path, prompt_file: str, yaml_path: Path,
+                 located: LocatedYaml) -> str:
+    line = located.line_of(("prompt",)) if "prompt" in located.data else None
+    relative = Path(prompt_file)
+    # The directory is the unit that is deployed: a prompt from elsewhere would not travel with it.
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise AgentDefinitionError(
+            f"prompt: {_short(prompt_file)} is not a file inside the agent directory; give a "
+            "path relative to it, such as prompt.md", path=str(yaml_path), line=line)
+    prompt_path = directory / relative
+    if prompt_path.is_dir():
+        raise AgentDefinitionError(f"prompt: {prompt_path} is a directory; name the file that "
+                                   "holds the system prompt", path=str(yaml_path), line=line)
     if not prompt_path.is_file():
         raise AgentDefinitionError(
             f"the prompt file {prompt_path.name} is missing: create {prompt_path} with the "
             "system prompt, or set prompt: to the file that holds it",
-            path=str(yaml_path), line=located.line_of(("prompt",)) if "prompt" in located.data
-            else None)
-    return prompt_path.read_text(encoding="utf-8")
+            path=str(yaml_path), line=line)
+    return read_definition(prompt_path)
+
+
+def read_definition(path: Path, *, max_bytes: int | None = None) -> str:
+    """A file of an agent directory as text (a UTF-8 byte order mark is dropped).
+
+    Raises ``AgentDefinitionError`` if it cannot be read, is larger than ``max_bytes`` or is
+    not UTF-8.
+    """
+    try:
+        size = path.stat().st_size
+        if max_bytes is not None and size > max_bytes:
+            raise AgentDefinitionError(f"the file is {size:,} bytes, more than the {max_bytes:,} "
+                                       "an agent definition may have; keep long text in "
+                                       "prompt.md", path=str(path))
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise AgentDefinitionError(f"cannot be read: {exc.strerror or exc}",
+                                   path=str(path)) from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise AgentDefinitionError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} cannot be "
+                                   "decoded); save the file as UTF-8", path=str(path),
+                                   line=line) from None
 
 
 def load_tools_file(path: Path, agent_name: str) -> dict[str, Tool]:
@@ -320,20 +372,35 @@ def load_tools_file(path: Path, agent_name: str) -> dict[str, Tool]:
     module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_tools")
     found: dict[str, Tool] = {}
     for attr, value in vars(module).items():
-        if attr.startswith("_") or not inspect.isfunction(value):
+        if attr.startswith("_"):
+            continue
+        if not inspect.isfunction(value):
+            if hasattr(value, TOOL_MARK) and not isinstance(value, ModuleType):
+                raise AgentDefinitionError(
+                    f"{attr} is marked with @tool but is a {type(value).__name__}, not a "
+                    "function; tools are functions (def or async def)", path=str(path),
+                    line=_source_line(value))
             continue
         if value.__module__ != module.__name__:
             continue  # imported helpers are not tools
         try:
             tool = tool_from_function(value, source=str(path))
         except ToolError as exc:
-            line = inspect.getsourcelines(value)[1]
-            raise AgentDefinitionError(exc.message, path=str(path), line=line) from exc
+            raise AgentDefinitionError(exc.message, path=str(path),
+                                       line=_source_line(value)) from exc
         if tool.name in found:
             raise AgentDefinitionError(f"two functions are named tool {tool.name!r}",
-                                       path=str(path), line=inspect.getsourcelines(value)[1])
+                                       path=str(path), line=_source_line(value))
         found[tool.name] = tool
     return found
+
+
+def _source_line(value: object) -> int | None:
+    """The line that defines ``value``, if it has one (``exec`` and C code have none)."""
+    try:
+        return inspect.getsourcelines(value)[1]  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
 
 
 def load_workflow_file(path: Path, agent_name: str) -> Callable[..., Any] | None:
@@ -345,9 +412,10 @@ def load_workflow_file(path: Path, agent_name: str) -> Callable[..., Any] | None
     if function is None:
         raise AgentDefinitionError("defines no `async def workflow(ctx)`", path=str(path))
     if not inspect.iscoroutinefunction(function):
-        raise AgentDefinitionError("`workflow` must be an async function: "
-                                   "`async def workflow(ctx)`", path=str(path),
-                                   line=inspect.getsourcelines(function)[1])
+        kind = "a plain def" if inspect.isfunction(function) else type(function).__name__
+        raise AgentDefinitionError(f"`workflow` must be an async function, "
+                                   f"`async def workflow(ctx)`, not {kind}", path=str(path),
+                                   line=_source_line(function))
     return function  # type: ignore[no-any-return]
 
 
@@ -362,18 +430,31 @@ def _import_file(path: Path, module_name: str) -> ModuleType:
         sys.modules.pop(module_name, None)
         raise AgentDefinitionError(f"syntax error: {exc.msg}", path=str(path),
                                    line=exc.lineno) from None
+    except SystemExit as exc:
+        # e.g. a script's sys.exit() or argparse outside `if __name__ == "__main__":`
+        sys.modules.pop(module_name, None)
+        raise AgentDefinitionError(
+            f"importing it called sys.exit({exc.code!r}); code that runs on import must not "
+            "exit: move it under `if __name__ == \"__main__\":`", path=str(path),
+            line=_failing_line(exc, path)) from None
     except Exception as exc:
         sys.modules.pop(module_name, None)
-        target = str(path.resolve())
-        frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if f.filename == target or f.filename == str(path)]
-        line = frames[-1].lineno if frames else None
-        raise AgentDefinitionError(f"importing it failed: {type(exc).__name__}: {exc}",
-                                   path=str(path), line=line) from exc
+        detail = " ".join(str(exc).split())  # one line, whatever the exception said
+        raise AgentDefinitionError(f"importing it failed: {type(exc).__name__}: {detail}",
+                                   path=str(path), line=_failing_line(exc, path)) from exc
     return module
 
 
+def _failing_line(exc: BaseException, path: Path) -> int | None:
+    """The last line of ``path`` in the traceback of ``exc``."""
+    target = str(path.resolve())
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if f.filename == target or f.filename == str(path)]
+    return frames[-1].lineno if frames else None
+
+
 FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*\r?\n?", re.DOTALL | re.MULTILINE)
+FRONT_MATTER_START = re.compile(r"\A---[ \t]*\r?\n")
 
 
 def load_subagents(agent: AgentSpec,
@@ -389,10 +470,17 @@ def load_subagents(agent: AgentSpec,
         name = path.stem
         if not SUBAGENT_NAME.match(name):
             raise AgentDefinitionError(
-                f"subagent name {name!r} (the file name) is invalid: use lowercase letters, "
-                "digits, '-' and '_', starting with a letter", path=str(path))
-        text = path.read_text(encoding="utf-8")
+                f"subagent name {_short(name)} (the file name) is invalid: use lowercase "
+                "letters, digits, '-' and '_', starting with a letter", path=str(path))
+        if not path.is_file():
+            raise AgentDefinitionError("is not a file; a subagent is a Markdown file "
+                                       "subagents/<name>.md", path=str(path))
+        text = read_definition(path)
         match = FRONT_MATTER.match(text)
+        if match is None and FRONT_MATTER_START.match(text):
+            raise AgentDefinitionError("the front matter that starts here has no closing '---' "
+                                       "line; end it with a line of three dashes before the "
+                                       "prompt", path=str(path), line=1)
         front = match.group(1) if match else ""
         body = text[match.end():] if match else text
         located = load_located(front, path=str(path), line_offset=1)

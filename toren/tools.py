@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import json
 import re
 import types
 import typing
@@ -23,7 +24,8 @@ from toren.errors import ToolError
 from toren.model import ToolSpec
 
 TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
-_MARK = "__toren_tool__"
+#: The attribute ``@tool`` sets on a function, holding its options.
+TOOL_MARK = "__toren_tool__"
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,12 @@ def tool(
     """
 
     def mark(func: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(func, _MARK, {"name": name, "description": description, "idempotent": idempotent})
+        if not inspect.isfunction(func):
+            kind = "class" if isinstance(func, type) else type(func).__name__
+            raise ToolError(f"@tool decorates functions (def or async def), not the {kind} "
+                            f"{getattr(func, '__qualname__', None) or _short_repr(func)}")
+        setattr(func, TOOL_MARK,
+                {"name": name, "description": description, "idempotent": idempotent})
         return func
 
     return mark(function) if function is not None else mark
@@ -79,7 +86,7 @@ def tool_from_function(function: Callable[..., Any], *, source: str = "",
 
     ``name`` overrides both the function's name and a name given to ``@tool``.
     """
-    options = getattr(function, _MARK, {})
+    options = getattr(function, TOOL_MARK, {})
     name = name or options.get("name") or function.__name__
     if not TOOL_NAME.match(name):
         raise ToolError(
@@ -142,13 +149,20 @@ def parameters_schema(
     except Exception as exc:
         raise ToolError(f"cannot read the type hints of tool {function.__name__!r} "
                         f"({source or function.__module__}): {exc}") from exc
+    where = f"tool {function.__name__!r} ({source or function.__module__})"
     properties: dict[str, Any] = {}
     required: list[str] = []
     for param in inspect.signature(function).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolError(f"tool {function.__name__!r} ({source or function.__module__}) takes "
-                            f"*{param.name}: tools need named parameters the model can fill in")
-        prop = type_schema(hints.get(param.name, Any))
+            raise ToolError(f"{where} takes *{param.name}: tools need named parameters the "
+                            "model can fill in")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ToolError(f"{where} takes {param.name!r} positionally only (before '/'): "
+                            "tools are called with keyword arguments; remove the '/'")
+        try:
+            prop = type_schema(hints.get(param.name, Any))
+        except ToolError as exc:
+            raise ToolError(f"{where}, parameter {param.name!r}: {exc.message}") from None
         if param.name in arg_docs:
             prop["description"] = arg_docs[param.name]
         if param.default is param.empty:
@@ -160,7 +174,17 @@ def parameters_schema(
                               "additionalProperties": False}
     if required:
         schema["required"] = required
+    try:  # the schema travels to the model as JSON: defaults and Literal values must fit
+        json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ToolError(f"{where}: a default or Literal value is not JSON ({exc}); use str, "
+                        "int, float, bool, None, lists and dicts") from None
     return schema
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:50] + "..."
 
 
 _SIMPLE: dict[Any, dict[str, Any]] = {
@@ -175,9 +199,18 @@ _SIMPLE: dict[Any, dict[str, Any]] = {
 
 
 def type_schema(annotation: Any) -> dict[str, Any]:
-    """JSON Schema for one type annotation (unannotated or ``Any`` accepts anything)."""
+    """JSON Schema for one type annotation (unannotated or ``Any`` accepts anything).
+
+    Raises ``ToolError`` for a type that JSON arguments cannot be (``Path``, ``datetime``,
+    classes): the function would be called with a string or a dict instead.
+    """
+    if annotation is Any or annotation is object:
+        return {}
     if annotation in _SIMPLE:
         return dict(_SIMPLE[annotation])
+    if annotation in (tuple, set, frozenset, collections.abc.Sequence):  # items of any type
+        return {"type": "array", **({"uniqueItems": True} if annotation in (set, frozenset)
+                                    else {})}
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is typing.Annotated:
         schema = type_schema(args[0])
@@ -201,9 +234,15 @@ def type_schema(annotation: Any) -> dict[str, Any]:
         if origin in (set, frozenset):
             array["uniqueItems"] = True
         return array
-    if origin is dict:
+    if origin in (dict, collections.abc.Mapping):
         schema = {"type": "object"}
         if len(args) == 2:
             schema["additionalProperties"] = type_schema(args[1])
         return schema
-    return {}
+    raise ToolError(f"type {_type_name(annotation)} cannot come from JSON arguments; use str, "
+                    "int, float, bool, None, list[...], dict[str, ...], Literal[...] or "
+                    "unions of them, and convert in the function")
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__qualname__", None) or repr(annotation)

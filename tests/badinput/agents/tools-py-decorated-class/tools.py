@@ -1,0 +1,7 @@
+from toren import tool
+
+
+@tool
+class Search:
+    def __call__(self, q: str) -> str:
+        return q

@@ -1,0 +1,3 @@
+from toren import tool
+
+GREETING = tool("hello")

@@ -1,0 +1,4 @@
+def shout(text: str) -> str:
+    if text:
+	return text.upper()
+    return text

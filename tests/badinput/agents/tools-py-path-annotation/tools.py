@@ -1,0 +1,6 @@
+from pathlib import Path
+
+
+def read_file(path: Path) -> str:
+    """Read a file."""
+    return path.read_text()

@@ -1,0 +1,3 @@
+def add(a: int, b: int, /) -> int:
+    """Add."""
+    return a + b

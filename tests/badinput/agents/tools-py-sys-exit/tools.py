@@ -1,0 +1,8 @@
+import sys
+
+
+def f(x: str) -> str:
+    return x
+
+
+sys.exit(f("3") and 3)

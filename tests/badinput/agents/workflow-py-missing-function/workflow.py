@@ -1,0 +1,2 @@
+async def flow(ctx):
+    return None

@@ -1,0 +1,1 @@
+workflow = "plan, then write"

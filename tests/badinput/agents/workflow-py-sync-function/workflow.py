@@ -1,0 +1,4 @@
+
+
+def workflow(ctx):
+    return None

@@ -1,0 +1,2 @@
+async def workflow(ctx):
+    await ctx.task(
