@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -166,3 +167,36 @@ def normalize_calls(calls: Sequence[ToolCall], earlier_ids: Iterable[str],
                                   arguments=clean_json(arguments),
                                   arguments_error=clean_text(error) if error else None))
     return tuple(normalized)
+
+
+#: The integers Postgres' JSON (and the drivers reading it back) keep exactly.
+MIN_INT, MAX_INT = -(2**63), 2**64 - 1
+
+
+def unstorable(value: Any) -> str | None:
+    """Why the run log cannot store ``value`` (parsed JSON), or ``None`` if it can.
+
+    Postgres refuses NUL in text and JSON; unpaired surrogates are not UTF-8; numbers must fit
+    in 64 bits. Inputs and messages are checked with it before anything is written.
+    """
+    pending = [value]
+    while pending:  # not recursive: a JSON parser allows nesting deeper than Python's stack
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending += item.keys()
+            pending += item.values()
+        elif isinstance(item, list | tuple):
+            pending += item
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return "strings may not contain NUL (\\u0000)"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "strings may not contain unpaired surrogates"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must fit in a 64-bit float"
+        elif isinstance(item, int) and not isinstance(item, bool) and not (
+                MIN_INT <= item <= MAX_INT):
+            return "integers must fit in 64 bits"
+    return None

@@ -127,6 +127,13 @@ class RunCancelled(TorenError):
     code = "run_cancelled"
 
 
+class UnstorableValue(TorenError):
+    """A run's input or a message holds what the run log cannot store (NUL, an unpaired
+    surrogate, a number beyond 64 bits)."""
+
+    code = "unstorable_value"
+
+
 class RunNotFound(TorenError):
     """No such run."""
 

@@ -16,6 +16,7 @@ from toren import events as ev
 from toren.agents import AgentSpec, check_env, discover_agent_dirs, load_agents
 from toren.channels import Channel
 from toren.config import Settings
+from toren.decisions import unstorable
 from toren.drivers import driver_class
 from toren.errors import (
     ConfigError,
@@ -26,6 +27,7 @@ from toren.errors import (
     SessionEnded,
     SessionNotFound,
     TorenError,
+    UnstorableValue,
 )
 from toren.events import Event, NewEvent
 from toren.interfaces import Migration, Queue, RunRecord, Store
@@ -208,6 +210,7 @@ class Runtime:
         if agent not in self.agents:
             raise ConfigError(f"agent {agent!r} is not served here; served agents: "
                               f"{', '.join(self.agents) or 'none'}")
+        _check_storable(input, "input")
         run_id = str(uuid.uuid4())
         events = [NewEvent(ev.RUN_CREATED, {"agent": agent, "input": input,
                                             "idempotency_key": idempotency_key})]
@@ -339,6 +342,7 @@ class Runtime:
         if len(text) > MAX_MESSAGE_CHARS:
             raise ConfigError(f"a message may be at most {MAX_MESSAGE_CHARS} characters; this "
                               f"one has {len(text)}")
+        _check_storable(text, "text")
         return await self._session_input(session_id, NewEvent(ev.USER_MESSAGE, {"text": text}))
 
     async def close_session(self, session_id: str, reason: str = "closed by the user") -> None:
@@ -389,3 +393,9 @@ class Runtime:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         await self.stop()
+
+
+def _check_storable(value: Any, name: str) -> None:
+    problem = unstorable(value)
+    if problem is not None:
+        raise UnstorableValue(f"the {name} cannot be stored: {problem}; remove or replace it")

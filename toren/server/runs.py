@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import uuid
 from typing import Any
 
@@ -18,6 +17,7 @@ from toren.cursors import (
     encode_event_cursor,
     encode_page_cursor,
 )
+from toren.decisions import unstorable
 from toren.errors import RunNotFound
 from toren.events import Event
 from toren.interfaces import RunRecord
@@ -29,7 +29,6 @@ SSE_POLL_S = 0.25
 SSE_HEARTBEAT_S = 15.0
 MAX_PAGE = 200
 #: What the run log stores: integers in JSON of 64 bits (signed or not), event numbers of 32.
-MIN_INT, MAX_INT = -(2**63), 2**64 - 1
 MAX_SEQ = 2**31 - 1
 
 
@@ -61,34 +60,6 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
 
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON value")
-
-
-def unstorable(value: Any) -> str | None:
-    """Why the run log cannot store ``value`` (parsed JSON), or ``None`` if it can.
-
-    Postgres refuses NUL in text and JSON; unpaired surrogates are not UTF-8; numbers must fit
-    in 64 bits.
-    """
-    pending = [value]
-    while pending:  # not recursive: the parser allows nesting deeper than Python's stack
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending += item.keys()
-            pending += item.values()
-        elif isinstance(item, list):
-            pending += item
-        elif isinstance(item, str):
-            if "\x00" in item:
-                return "strings may not contain NUL (\\u0000)"
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "strings may not contain unpaired surrogates"
-        elif isinstance(item, float) and not math.isfinite(item):
-            return "numbers must fit in a 64-bit float"
-        elif isinstance(item, int) and not MIN_INT <= item <= MAX_INT:
-            return "integers must fit in 64 bits"
-    return None
 
 
 def _header_text(value: str) -> str:
