@@ -285,7 +285,9 @@ class TorenClient:
                             last = frame["id"]
                         event: Event = json.loads(frame.get("data", "{}"))
                         yield event
-                return
+                # the stream closed before the run ended (the server restarted or lost its
+                # database): continue from the last event received
+                raise aiohttp.ServerDisconnectedError("the event stream ended early")
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
                 failures += 1
                 if failures > reconnects:

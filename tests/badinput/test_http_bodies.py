@@ -42,6 +42,8 @@ CASES = [
     ("GET", f"/runs/{ZERO}/events?after=%00", None, 404, "run_not_found"),
     ("POST", f"/runs/{ZERO}/cancel", b"{}", 404, "run_not_found"),
     ("GET", "/sessions/;DROP TABLE runs", None, 404, "session_not_found"),
+    ("GET", "/sessions/%00", None, 404, "session_not_found"),
+    ("POST", "/sessions/%00/messages", b'{"text": "hi"}', 404, "session_not_found"),
     ("GET", "/runs?limit=-1", None, 400, "invalid_limit"),
     ("GET", "/runs?limit=1e9", None, 400, "invalid_limit"),
     ("GET", "/runs?cursor=" + "A" * 4000, None, 400, "invalid_cursor"),

@@ -100,3 +100,33 @@ def test_sync_client_sessions(url: str) -> None:
     assert client.close_session(session_id)["closing"] is True
     assert client.wait_for_turn(session_id, poll_s=0.1, timeout_s=60)["status"] == "completed"
     assert client.get_session(session_id)["stop_reason"] == "end_turn"
+
+
+async def test_a_stream_outlives_its_server_being_killed(database_url: str, start_toren,
+                                                         tmp_path: Path) -> None:
+    import signal
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
+    env = {"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": "0.5", "TOREN_LEASE_TTL": "2"}
+
+    def serve():
+        dev = start_toren("dev", "--dir", str(tmp_path / "crews"), "--port", port, "--json",
+                          env=env)
+        return dev, str(dev.next_json()["url"])
+
+    first, url = serve()
+    async with TorenClient(url) as client:
+        run_id = (await client.create_run("crew", "postgres"))["id"]
+        seen = []
+        async for event in client.stream_events(run_id, reconnects=8):
+            seen.append((event["stream"], event["seq"]))
+            if len(seen) == 4:  # mid-run: the server (and its workers) die
+                first.stop(signal.SIGKILL)
+                serve()  # a new one on the same address; the client reconnects to it
+        logged = await client.events(run_id)
+    assert seen == [(e["stream"], e["seq"]) for e in logged["events"]]  # each once, in order
+    assert logged["status"] == "completed"

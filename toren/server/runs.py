@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -24,9 +25,12 @@ from toren.interfaces import RunRecord
 from toren.server.context import RUNTIME
 from toren.server.errors import json_error
 
+log = logging.getLogger(__name__)
 #: Seconds between polls of the log while an SSE client waits, and between heartbeats.
 SSE_POLL_S = 0.25
 SSE_HEARTBEAT_S = 15.0
+#: Seconds a stream waits out a database outage before ending (clients then reconnect).
+SSE_GIVE_UP_S = 30.0
 MAX_PAGE = 200
 #: What the run log stores: integers in JSON of 64 bits (signed or not), event numbers of 32.
 MAX_SEQ = 2**31 - 1
@@ -235,11 +239,24 @@ async def _stream(request: web.Request, record: RunRecord,
                                            "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
     await response.prepare(request)
-    last_write = asyncio.get_running_loop().time()
+    loop = asyncio.get_running_loop()
+    last_write = loop.time()
+    failing_since: float | None = None
     while True:
-        current = await runtime.get_run(record.id)
+        try:
+            current = await runtime.get_run(record.id)
+            events = await runtime.store.load_events(record.agent, record.id, position)
+        except Exception as exc:  # the database went away: the response is already started
+            failing_since = failing_since or loop.time()
+            if loop.time() - failing_since > SSE_GIVE_UP_S:
+                # end without an `end` event: the client reconnects with Last-Event-ID
+                log.warning("ending the event stream of run %s: %s", record.id, exc)
+                break
+            await asyncio.sleep(SSE_POLL_S * 4)
+            continue
+        failing_since = None
         terminal = current.status in ev.TERMINAL_STATUSES
-        for event in await runtime.store.load_events(record.agent, record.id, position):
+        for event in events:
             position[event.stream] = max(position.get(event.stream, 0), event.seq)
             cursor = encode_event_cursor(position)
             payload = json.dumps(_event_json(event, cursor), default=str)

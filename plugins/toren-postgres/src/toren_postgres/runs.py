@@ -243,8 +243,8 @@ class RunLog:
                 cursor = await conn.execute(agent_query("get_run", schema_name_for(agent)),
                                             {"run_id": run_id})
                 row = await cursor.fetchone()
-            except psycopg.errors.InvalidTextRepresentation:
-                return None  # not a UUID
+            except psycopg.DataError:
+                return None  # not a UUID (or not even text Postgres can take)
             finally:
                 conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
         return _record(agent, row) if row else None
