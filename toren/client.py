@@ -207,15 +207,8 @@ class TorenClient:
     async def wait_for_run(self, run_id: str, *, poll_s: float = 0.5,
                            timeout_s: float | None = None) -> RunDetail:
         """Poll until the run has ended; ``TimeoutError`` after ``timeout_s``."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
-        while True:
-            run = await self.get_run(run_id)
-            if run["status"] in ("completed", "stopped", "failed", "cancelled"):
-                return run
-            if deadline is not None and loop.time() > deadline:
-                raise TimeoutError(f"run {run_id} is still {run['status']}")
-            await asyncio.sleep(poll_s)
+        return await _poll(lambda: self.get_run(run_id), _TERMINAL, poll_s, timeout_s,
+                           f"run {run_id}")
 
     async def create_session(self, agent: str, *,
                              idempotency_key: str | None = None) -> Created:
@@ -244,15 +237,9 @@ class TorenClient:
     async def wait_for_turn(self, session_id: str, *, poll_s: float = 0.5,
                             timeout_s: float | None = None) -> Session:
         """Poll until the session is no longer mid-turn (it awaits input, or it ended)."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
-        while True:
-            session = await self.get_session(session_id)
-            if session["status"] not in ("queued", "running"):
-                return session
-            if deadline is not None and loop.time() > deadline:
-                raise TimeoutError(f"session {session_id} is still {session['status']}")
-            await asyncio.sleep(poll_s)
+        return await _poll(lambda: self.get_session(session_id),
+                           (*_TERMINAL, "awaiting_input"), poll_s, timeout_s,
+                           f"session {session_id}")
 
     async def stream_events(self, run_id: str, *, after: str | None = None,
                             reconnects: int = 5) -> AsyncIterator[Event]:
@@ -293,6 +280,24 @@ class TorenClient:
                 if failures > reconnects:
                     raise
                 await asyncio.sleep(min(5.0, 0.2 * 2 ** failures))
+
+
+_TERMINAL = ("completed", "stopped", "failed", "cancelled")
+R = TypeVar("R", RunDetail, Session)
+
+
+async def _poll(read: Callable[[], Awaitable[R]], done: tuple[str, ...], poll_s: float,
+                timeout_s: float | None, what: str) -> R:
+    """``read()`` until its status is one of ``done``; ``TimeoutError`` after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout_s is None else loop.time() + timeout_s
+    while True:
+        found = await read()
+        if found["status"] in done:
+            return found
+        if deadline is not None and loop.time() > deadline:
+            raise TimeoutError(f"{what} is still {found['status']}")
+        await asyncio.sleep(poll_s)
 
 
 async def _frames(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, str]]:

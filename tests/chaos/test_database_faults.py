@@ -21,6 +21,7 @@ from tests.integration.test_leases import started
 from toren.events import Event, NewEvent
 from toren.interfaces import RunRecord
 from toren.model import ModelRequest, ModelResponse
+from toren.runtime import Runtime
 from toren.testing import ScriptedModel, respond_with_tools, write_agent_dir
 
 pytestmark = pytest.mark.timeout(180)
@@ -73,6 +74,19 @@ class CallRecorder:
         return len(self.calls) - len(completed_at)
 
 
+async def effects_runtime(make_runtime, tmp_path: Path, monkeypatch, url: str, *,
+                          delay: float) -> tuple[Runtime, CallRecorder, Path]:
+    """A runtime on ``url`` serving agent ``a`` (a recorded model with ``delay``, tools that
+    log their idempotency keys to the returned file)."""
+    effects = tmp_path / "effects.log"
+    monkeypatch.setenv("EFFECTS_LOG", str(effects))
+    recorder = CallRecorder(delay=delay)
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", tools_py=TOOLS,
+                                                       model="test/m")],
+                                 models={"m": recorder.model}, database_url=url)
+    return runtime, recorder, effects
+
+
 @pytest.fixture
 async def proxy(database_url: str) -> AsyncIterator[FaultProxy]:
     fault_proxy = FaultProxy(database_url)
@@ -110,13 +124,9 @@ async def test_a_commit_whose_answer_was_lost_is_recognised_not_doubled(
 async def test_runs_finish_exactly_once_through_connections_broken_at_commit(
         proxy: FaultProxy, make_runtime, tmp_path: Path, monkeypatch,
         database_url: str) -> None:
-    effects = tmp_path / "effects.log"
-    monkeypatch.setenv("EFFECTS_LOG", str(effects))
-    recorder = CallRecorder(delay=0.2)
+    runtime, recorder, effects = await effects_runtime(make_runtime, tmp_path, monkeypatch,
+                                                       proxy.url, delay=0.2)
     model = recorder.model
-    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", tools_py=TOOLS,
-                                                       model="test/m")],
-                                 models={"m": model}, database_url=proxy.url)
     runs = [await runtime.start_run("a", f"topic {i}") for i in range(8)]
 
     async def break_commits() -> None:
@@ -195,13 +205,9 @@ async def test_runs_survive_postgres_restarted_mid_run(
         make_runtime, restartable_server: tuple[str, Path], tmp_path: Path,
         monkeypatch) -> None:
     url, pgdata = restartable_server
-    effects = tmp_path / "effects.log"
-    monkeypatch.setenv("EFFECTS_LOG", str(effects))
-    recorder = CallRecorder(delay=0.3)
+    runtime, recorder, effects = await effects_runtime(make_runtime, tmp_path, monkeypatch,
+                                                       url, delay=0.3)
     model = recorder.model
-    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", tools_py=TOOLS,
-                                                       model="test/m")],
-                                 models={"m": model}, database_url=url)
     runs = [await runtime.start_run("a", f"topic {i}") for i in range(8)]
     await asyncio.sleep(0.5)  # mid-run: model calls in flight, leases held
     assert model.calls >= 1

@@ -81,22 +81,33 @@ def _bad_request(code: str, message: str) -> web.HTTPBadRequest:
                               content_type="application/json")
 
 
-async def create_run(request: web.Request) -> web.Response:
-    runtime = request.app[RUNTIME]
+async def read_agent_body(request: web.Request, fields: tuple[str, ...]) -> dict[str, Any]:
+    """A body ``{"agent", *fields}`` naming a served agent: exactly those fields (400 for a
+    missing or unknown one), the agent served here (404)."""
     body = await read_json_object(request)
     agent = body.get("agent")
     if not isinstance(agent, str) or not agent:
-        return json_error(400, "invalid_body", "'agent' is required: the name of a served agent")
-    if "input" not in body:
-        return json_error(400, "invalid_body", "'input' is required: the run's input (any JSON)")
-    unknown = set(body) - {"agent", "input"}
+        raise _bad_request("invalid_body", "'agent' is required: the name of a served agent")
+    shape = ", ".join(f'"{name}"' for name in ("agent", *fields))
+    for name in fields:
+        if name not in body:
+            raise _bad_request("invalid_body", f"{name!r} is required; the body is {{{shape}}}")
+    unknown = set(body) - {"agent", *fields}
     if unknown:
-        return json_error(400, "invalid_body", f"unknown field(s): {', '.join(sorted(unknown))}; "
-                                               "the body is {\"agent\", \"input\"}")
-    if agent not in runtime.agents:
-        return json_error(404, "agent_not_found", f"no agent named {agent!r} is served here; "
-                                                   f"see GET /agents")
-    run_id = await runtime.start_run(agent, body["input"],
+        raise _bad_request("invalid_body", f"unknown field(s): {', '.join(sorted(unknown))}; "
+                                           f"the body is {{{shape}}}")
+    if agent not in request.app[RUNTIME].agents:
+        raise web.HTTPNotFound(
+            text=json.dumps({"error": {"code": "agent_not_found", "message": (
+                f"no agent named {agent!r} is served here; see GET /agents")}}),
+            content_type="application/json")
+    return body
+
+
+async def create_run(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    body = await read_agent_body(request, ("input",))
+    run_id = await runtime.start_run(body["agent"], body["input"],
                                      idempotency_key=idempotency_key(request))
     record = await runtime.get_run(run_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from toren.server.context import RUNTIME
 from toren.server.errors import json_error
-from toren.server.runs import idempotency_key, read_json_object
+from toren.server.runs import idempotency_key, read_agent_body, read_json_object
 from toren.sessions import MAX_MESSAGE_CHARS
 
 
@@ -22,18 +22,9 @@ def routes(app: web.Application) -> None:
 
 async def create_session(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    body = await read_json_object(request)
-    agent = body.get("agent")
-    if not isinstance(agent, str) or not agent:
-        return json_error(400, "invalid_body", "'agent' is required: the name of a served agent")
-    unknown = set(body) - {"agent"}
-    if unknown:
-        return json_error(400, "invalid_body", f"unknown field(s): {', '.join(sorted(unknown))}; "
-                                               "the body is {\"agent\"}")
-    if agent not in runtime.agents:
-        return json_error(404, "agent_not_found", f"no agent named {agent!r} is served here; "
-                                                   "see GET /agents")
-    session_id = await runtime.start_session(agent, idempotency_key=idempotency_key(request))
+    body = await read_agent_body(request, ())
+    session_id = await runtime.start_session(body["agent"],
+                                             idempotency_key=idempotency_key(request))
     record = await runtime.get_run(session_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)
 
