@@ -12,9 +12,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import TorenProcess, wait_until
+from tests.chaos.helpers import (
+    create_run,
+    idempotent_tools_source,
+    run_events,
+    run_row,
+    start_worker,
+)
+from tests.conftest import wait_until
 from tests.durable import check_log
-from toren.events import Event
 from toren.testing import write_agent_dir
 
 N_TOOLS = 12
@@ -24,48 +30,8 @@ def crew(tmp_path: Path, name: str = "crashy", n_tools: int = N_TOOLS,
          effects: Path | None = None) -> Path:
     """An agent whose offline model calls ``n_tools`` idempotent tools, one per step; each tool
     writes its idempotency key to ``effects`` (a record of executions outside the database)."""
-    lines = ["from toren import current_tool_call, tool", ""]
-    for i in range(n_tools):
-        lines += [
-            "@tool(idempotent=True)",
-            f"def step_{i:02d}(text: str) -> str:",
-            f'    """Tool number {i}."""',
-            f"    with open({str(effects)!r}, 'a') as f:" if effects else "    pass",
-            "        f.write(current_tool_call().idempotency_key + '\\n')" if effects else "",
-            f"    return f'result {i} for ' + text",
-            "",
-        ]
-    source = "\n".join(lines) + "\n"
+    source = idempotent_tools_source([f"step_{i:02d}" for i in range(n_tools)], effects)
     return write_agent_dir(tmp_path, name, tools_py=source)
-
-
-def run_events(url: str, schema: str, run_id: str) -> list[Event]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            f"SELECT stream, seq, type, data FROM {schema}.events WHERE run_id = %s "
-            "ORDER BY stream, seq", [run_id]).fetchall()
-    return [Event(run_id, s, q, t, d) for s, q, t, d in rows]
-
-
-def run_row(url: str, schema: str, run_id: str) -> tuple[str, object, object]:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(f"SELECT status, output, error FROM {schema}.runs WHERE id = %s",
-                           [run_id]).fetchone()
-    assert row is not None
-    return row
-
-
-def create_run(toren_cli, directory: Path, agent: str, text: str, env: dict) -> str:
-    done = toren_cli("run", agent, text, "--no-follow", "--json", "--dir", str(directory),
-                     env=env)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)["id"]
-
-
-def start_worker(start_toren, directory: Path, env: dict) -> TorenProcess:
-    worker = start_toren("worker", "--dir", str(directory), "--json", env=env)
-    assert worker.next_json()["event"] == "ready"
-    return worker
 
 
 @pytest.mark.slow

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.helpers import create_run, run_events, run_row, start_worker
 from tests.conftest import wait_until
 from tests.durable import check_log
-from tests.e2e.test_crash_recovery import create_run, run_events, run_row, start_worker
 from toren.testing import write_agent_dir
 
 WORKFLOW = '''
