@@ -265,10 +265,13 @@ SELECT name, schema_name FROM toren_control.agents ORDER BY name;
 -- behind by an aborted handler must be allowed to expire). Leases, messages and the sign-in
 -- are separate statements so that no statement locks rows of two tables: appends lock a
 -- lease and then a message, and a heartbeat doing both at once could deadlock with them.
+-- clock_timestamp(), not now(): now() is when this statement's transaction began, and a
+-- release committed while it waited for the row would still look live by it, so a lease let
+-- go a moment ago would be renewed for another TTL.
 UPDATE toren_control.leases l SET expires_at = now() + %(ttl_s)s * interval '1 second'
 FROM unnest(%(lease_runs)s::uuid[], %(lease_streams)s::text[]) AS h(run_id, stream)
 WHERE l.run_id = h.run_id AND l.stream = h.stream AND l.holder = %(worker_id)s
-  AND l.expires_at > now();
+  AND l.expires_at > clock_timestamp();
 
 -- heartbeat_messages --
 UPDATE toren_control.queue SET available_at = now() + %(ttl_s)s * interval '1 second'
@@ -281,7 +284,8 @@ ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), agents = EXCLUDED.agents;
 
 -- sign_out --
 WITH released AS (
-    UPDATE toren_control.leases SET expires_at = now() WHERE holder = %(worker_id)s
+    UPDATE toren_control.leases SET expires_at = now()
+    WHERE holder = %(worker_id)s AND expires_at > now()
 ), returned AS (
     -- messages still claimed go back to the queue at once instead of after their timeout;
     -- a graceful hand-back (a deploy) is not a failed delivery, so it does not count
