@@ -1,15 +1,16 @@
-"""SIGKILL, SIGSTOP and poison messages against real worker processes and real Postgres."""
+"""SIGKILL at random moments against real worker processes and real Postgres.
+
+A worker paused past its lease (SIGSTOP) and poison messages are tested in tests/chaos/
+(test_lease_races.py, test_messages.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
-import signal
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from tests.chaos.helpers import (
@@ -98,78 +99,3 @@ def test_sigkill_at_random_moments_never_repays_a_completed_model_call(
                       "repeated_marked": repeated, "tool_reexecutions": extra}))
     assert extra <= kills, f"tools re-ran {extra} times for {kills} kills (seed {seed})"
     assert len(set(executions)) == N_TOOLS * (len(runs) + 1)
-
-
-@pytest.mark.slow
-def test_a_worker_paused_past_its_lease_has_its_stale_append_rejected(
-        start_toren, toren_cli, database_url: str, tmp_path: Path) -> None:
-    directory = crew(tmp_path, n_tools=6)
-    env = {"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": "0.5",
-           "TOREN_LEASE_TTL": "1", "TOREN_POLL_INTERVAL": "0.2", "TOREN_LOG_LEVEL": "INFO"}
-    run_id = create_run(toren_cli, directory, "crashy", "pause me", env)
-    first = start_worker(start_toren, directory, env)
-
-    def calls_done() -> int:
-        return sum(e.type == "ModelCallCompleted"
-                   for e in run_events(database_url, "agent_crashy", run_id))
-
-    assert wait_until(lambda: calls_done() >= 2, 30)
-    os.kill(first.proc.pid, signal.SIGSTOP)
-    try:
-        second = start_worker(start_toren, directory, env)
-        assert wait_until(lambda: any(
-            e.data.get("epoch", 0) >= 2 for e in run_events(database_url, "agent_crashy", run_id)
-            if e.stream == "task:main"), 30)
-    finally:
-        os.kill(first.proc.pid, signal.SIGCONT)
-    assert wait_until(lambda: run_row(database_url, "agent_crashy", run_id)[0] == "completed", 60)
-    first.stop()
-    second.stop()
-    events = [e for e in run_events(database_url, "agent_crashy", run_id)
-              if e.stream == "task:main"]
-    check_log(events)
-    epochs = [e.data["epoch"] for e in sorted(events, key=lambda e: e.seq) if "epoch" in e.data]
-    assert epochs == sorted(epochs), f"a stale epoch appended after the takeover: {epochs}"
-    assert max(epochs) >= 2
-    assert "lost the lease" in first.stderr
-
-
-@pytest.mark.slow
-def test_a_poison_message_is_dead_lettered_and_other_runs_still_run(
-        start_toren, toren_cli, database_url: str, tmp_path: Path) -> None:
-    write_agent_dir(tmp_path / "crews", "poison", tools_py=(
-        "import os, signal\nfrom toren import tool\n\n"
-        "@tool(idempotent=True)\n"
-        "def explode(text: str) -> str:\n"
-        '    """Kills the process running it."""\n'
-        "    os.kill(os.getpid(), signal.SIGKILL)\n"))
-    write_agent_dir(tmp_path / "crews", "fine")
-    crews = tmp_path / "crews"
-    env = {"DATABASE_URL": database_url, "TOREN_LEASE_TTL": "1", "TOREN_POLL_INTERVAL": "0.2",
-           "TOREN_MAX_DELIVERIES": "2"}
-    poison = create_run(toren_cli, crews, "poison", "boom", env)
-    deadline = time.monotonic() + 90
-    worker = start_worker(start_toren, crews, env)
-    fine = None
-    while time.monotonic() < deadline:
-        if fine is None and run_row(database_url, "agent_poison", poison)[0] == "failed":
-            # the next run: the poison no longer takes the worker down with it
-            fine = create_run(toren_cli, crews, "fine", "hello", env)
-        if fine is not None and run_row(database_url, "agent_fine", fine)[0] == "completed":
-            break
-        if worker.proc.poll() is not None:  # the poison killed it: restart, like a supervisor
-            worker = start_worker(start_toren, crews, env)
-        time.sleep(0.2)
-    worker.stop()
-    assert fine is not None, "the poison run was never dead-lettered"
-    status, _output, error = run_row(database_url, "agent_poison", poison)
-    assert status == "failed"
-    assert error["code"] == "dead_lettered" and "delivered 2 times" in error["message"]
-    assert run_row(database_url, "agent_fine", fine)[0] == "completed"
-    events = run_events(database_url, "agent_poison", poison)
-    check_log(events)
-    assert "RunDeadLettered" in [e.type for e in events]
-    with psycopg.connect(database_url) as conn:
-        reasons = conn.execute("SELECT reason FROM toren_control.dead_letters WHERE run_id = %s",
-                               [poison]).fetchall()
-    assert len(reasons) == 1 and "without being completed" in reasons[0][0]
