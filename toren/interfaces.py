@@ -211,13 +211,19 @@ class Store(abc.ABC):
     async def append(self, agent: str, lease: Lease, expected_seq: int,
                      events: Sequence[NewEvent], *, ttl_s: float,
                      messages: Sequence[OutgoingMessage] = (), run_update: RunUpdate | None = None,
-                     ack: QueueMessage | None = None, release: bool = False) -> None:
+                     ack: QueueMessage | None = None, release: bool = False,
+                     progress: QueueMessage | None = None) -> None:
         """Append ``events`` at ``expected_seq``, ``expected_seq + 1``, ... in one transaction.
 
         The transaction also renews (or with ``release`` gives up) the lease, sends
         ``messages``, applies ``run_update`` and acknowledges ``ack``. It commits only if the
         lease is still held with the same epoch and the run is not cancelled; otherwise it
         raises ``LeaseLost`` or ``RunCancelled`` and writes nothing.
+
+        ``progress`` is the message being worked (not acknowledged yet): the append shows that
+        this delivery made progress, so its count of failed deliveries starts over. A
+        message that kills its worker before making any is still dead-lettered; one that was
+        merely in the same worker as such a message is not.
         """
 
     @abc.abstractmethod

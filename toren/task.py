@@ -138,7 +138,8 @@ class TaskRunner:
         await self.store.append(
             self.agent.name, self.lease, first_seq, self.pending, ttl_s=self.settings.lease_ttl_s,
             messages=messages, run_update=run_update or self.pending_update,
-            ack=self.message if done else None, release=done)
+            ack=self.message if done else None, release=done,
+            progress=None if done else self.message)
         self.worker.observe_append(self.agent.name, self.lease.stream, first_seq, self.pending)
         self.pending = []
         self.pending_update = None

@@ -216,10 +216,6 @@ def test_a_poison_message_is_dead_lettered_after_n_deliveries_and_other_runs_sti
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "known issue: a delivery cut short by a worker's death counts against every message the "
-    "worker held, so a run that was making progress next to a poison message is dead-lettered "
-    "with it"))
 def test_a_run_in_flight_next_to_a_poison_message_is_not_dead_lettered_with_it(
         start_toren, toren_cli, database_url: str, tmp_path: Path) -> None:
     crews = tmp_path / "crews"

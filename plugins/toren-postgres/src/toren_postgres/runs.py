@@ -134,13 +134,15 @@ class RunLog:
                      events: Sequence[NewEvent], *, ttl_s: float,
                      messages: Sequence[OutgoingMessage] = (),
                      run_update: RunUpdate | None = None, ack: Any = None,
-                     release: bool = False) -> None:
+                     release: bool = False, progress: Any = None) -> None:
         schema = schema_name_for(agent)
         params = {
             "run_id": lease.run_id, "stream": lease.stream, "holder": lease.holder,
             "epoch": lease.epoch, "ttl_s": ttl_s, "release": release, "agent": agent,
             "first_seq": expected_seq, "events": _events_json(events),
             "messages": _messages_json(messages), "ack_id": ack.id if ack else None,
+            # one statement must not both delete and update the same message
+            "progress_id": progress.id if progress is not None and progress is not ack else None,
             **_run_update_params(run_update),
         }
         for attempt in (1, 2):

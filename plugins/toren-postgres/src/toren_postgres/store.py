@@ -145,9 +145,10 @@ class PostgresStore(Store):
     async def append(self, agent: str, lease: Lease, expected_seq: int,
                      events: Sequence[NewEvent], *, ttl_s: float,
                      messages: Sequence[OutgoingMessage] = (), run_update: RunUpdate | None = None,
-                     ack: Any = None, release: bool = False) -> None:
+                     ack: Any = None, release: bool = False, progress: Any = None) -> None:
         await self.log.append(agent, lease, expected_seq, events, ttl_s=ttl_s,
-                              messages=messages, run_update=run_update, ack=ack, release=release)
+                              messages=messages, run_update=run_update, ack=ack, release=release,
+                              progress=progress)
 
     async def append_unleased(self, agent: str, run_id: str, stream: str,
                               events: Sequence[NewEvent], *,

@@ -138,6 +138,11 @@ WITH lease AS (
 ), acked AS (
     DELETE FROM toren_control.queue q USING lease
     WHERE q.id = %(ack_id)s AND q.claimed_by = %(holder)s
+), progressed AS (
+    -- this delivery made progress: earlier deliveries that died (next to a message that
+    -- kills its worker, say) no longer count towards dead-lettering it
+    UPDATE toren_control.queue q SET attempts = 1 FROM lease
+    WHERE q.id = %(progress_id)s AND q.claimed_by = %(holder)s AND q.attempts > 1
 )
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended;
 
