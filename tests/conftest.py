@@ -125,10 +125,16 @@ def start_toren(toren_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[
         return process
 
     yield start
-    for process in started:
+    stop_processes(started)
+
+
+def stop_processes(processes: list[TorenProcess]) -> None:
+    """SIGTERM every process still running (so an embedded Postgres it started stops
+    cleanly), wait, SIGKILL what does not exit, and close their output readers."""
+    for process in processes:
         if process.proc.poll() is None:
             process.proc.terminate()
-    for process in started:
+    for process in processes:
         try:
             process.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from tests.conftest import COMMAND_TIMEOUT_S, TOREN, clean_env
+from tests.conftest import COMMAND_TIMEOUT_S, TOREN, clean_env, stop_processes
 from toren.events import Event
 from toren.testing import OutputProcess
 
@@ -111,14 +111,5 @@ class TorenLauncher:
         return process
 
     def close(self) -> None:
-        for process in self.started:
-            if process.proc.poll() is None:
-                process.proc.terminate()
-        for process in self.started:
-            try:
-                process.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.proc.kill()
-                process.proc.wait(timeout=10)
-            process.close()
+        stop_processes(self.started)
         self.started = []

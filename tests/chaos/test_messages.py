@@ -143,13 +143,19 @@ POISON_REASON = (f"delivered {MAX_DELIVERIES} times without being completed (its
                  "timed out each time)")
 
 
+def poison_crew(tmp_path: Path, *, linger: float) -> tuple[Path, Path]:
+    """``crews/poison``, whose tool kills its worker ``linger`` s into the call, recording
+    each execution in the returned effects file."""
+    crews, effects = tmp_path / "crews", tmp_path / "effects.log"
+    write_agent_dir(crews, "poison", tools_py=POISON_TOOLS.format(effects=str(effects),
+                                                                  linger=linger))
+    return crews, effects
+
+
 @pytest.mark.slow
 def test_a_poison_message_is_dead_lettered_after_n_deliveries_and_other_runs_still_run(
         start_toren, toren_cli, database_url: str, tmp_path: Path) -> None:
-    crews = tmp_path / "crews"
-    effects = tmp_path / "effects.log"
-    write_agent_dir(crews, "poison", tools_py=POISON_TOOLS.format(effects=str(effects),
-                                                                  linger=1.0))
+    crews, effects = poison_crew(tmp_path, linger=1.0)
     write_agent_dir(crews, "fine")
     env = {"DATABASE_URL": database_url, "TOREN_LEASE_TTL": "1", "TOREN_POLL_INTERVAL": "0.2",
            "TOREN_MAX_DELIVERIES": str(MAX_DELIVERIES)}
@@ -218,10 +224,7 @@ def test_a_poison_message_is_dead_lettered_after_n_deliveries_and_other_runs_sti
 @pytest.mark.slow
 def test_a_run_in_flight_next_to_a_poison_message_is_not_dead_lettered_with_it(
         start_toren, toren_cli, database_url: str, tmp_path: Path) -> None:
-    crews = tmp_path / "crews"
-    effects = tmp_path / "effects.log"
-    write_agent_dir(crews, "poison", tools_py=POISON_TOOLS.format(effects=str(effects),
-                                                                  linger=0.5))
+    crews, _effects = poison_crew(tmp_path, linger=0.5)
     # eight steps of 0.4 s: longer than the poison leaves it, delivery after delivery
     write_agent_dir(crews, "busy", tools_py=idempotent_tools_source(
         [f"step_{i}" for i in range(8)]))
