@@ -46,7 +46,9 @@ def test_a_soak_with_kills_loses_nothing_and_repays_only_what_the_kills_explain(
     assert figures["duplicated"] == 0
     bound = figures["kills"] * config.concurrency
     assert figures["model_calls_completed"] <= figures["model_calls"]
-    assert figures["repaid_calls"] <= bound
+    # on a loaded machine a worker may stall past its 1 s lease and be taken over: that
+    # repays its call as well (marked repeated, counted apart)
+    assert figures["repaid_calls"] <= bound + figures["repeats_without_kill"]
     assert figures["tool_reexecutions"] <= bound
     # the kills hit work in progress, and that work was picked up again
     assert figures["busy_kills"] >= 1
