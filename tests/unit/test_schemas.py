@@ -76,3 +76,17 @@ def test_write_agent_dir_makes_a_loadable_agent(tmp_path: Path) -> None:
     data = yaml.safe_load((directory / "agent.yaml").read_text())
     jsonschema.Draft202012Validator(load_schema("agent.schema.json")).validate(data)
     assert load_agent(directory).limits.max_steps == 3
+
+
+def test_the_openapi_document_lists_exactly_the_routes_the_server_has() -> None:
+    import types
+
+    from toren.server.app import create_app
+
+    app = create_app(types.SimpleNamespace(store=None), require_keys=False)  # type: ignore[arg-type]
+    served = {f"{route.method} {route.resource.canonical}" for route in app.router.routes()
+              if route.method != "HEAD" and route.resource is not None}
+    openapi = load_schema("openapi.json")
+    documented = {f"{method.upper()} {path}" for path, item in openapi["paths"].items()
+                  for method in item if method != "parameters"}
+    assert served == documented
