@@ -108,6 +108,10 @@ def build_receipt(record: RunRecord, events: Sequence[Event]) -> dict[str, Any]:
         who["cost_usd"] = round(who["cost_usd"] + task["totals"]["cost_usd"], 10)
     reason = record.stop_reason
     why = STOP_REASON_TEXT.get(reason or "", "it has not stopped yet")
+    if record.status == "awaiting_input":
+        why = "the session is waiting for the user's next message"
+    elif record.kind == "session" and reason == "end_turn":
+        why = "the session was closed"
     if reason == "end_turn" and any(e.type == ev.WAVE_STARTED for e in events):
         why = "the workflow returned"
     if record.error and record.error.get("message"):

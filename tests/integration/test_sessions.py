@@ -62,6 +62,7 @@ async def test_a_session_takes_turns_and_keeps_the_whole_transcript(make_runtime
     assert task.count("UserMessage") == 2 and task.count("TurnEnded") == 2
     assert task[-2:] == ["CloseRequested", "TaskFinished"]
     assert (await runtime.get_run(session_id)).output == second["transcript"][-1]["text"]
+    assert (await runtime.receipt(session_id))["why"] == "the session was closed"
     with pytest.raises(SessionEnded, match="has ended"):
         await runtime.send_message(session_id, "hello?")
 
@@ -160,3 +161,17 @@ async def test_cancel_ends_a_session_and_bad_requests_are_refused(make_runtime,
     await runtime.cancel_run(session_id)
     with pytest.raises(SessionEnded, match="cancelled"):
         await runtime.send_message(session_id, "hi")
+
+
+async def test_a_session_reads_back_like_a_run(make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(dirs=[chat_dir(tmp_path)])
+    session_id = await runtime.start_session("chat")
+    await runtime.send_message(session_id, "postgres")
+    await runtime.wait_for_turn(session_id, timeout_s=30)
+    receipt = await runtime.receipt(session_id)
+    assert receipt["status"] == "awaiting_input"
+    assert receipt["totals"]["model_calls"] == 2 and receipt["totals"]["tool_calls"] == 1
+    assert receipt["why"] == "the session is waiting for the user's next message"
+    listed = await runtime.list_runs(kind="session")
+    assert [run.id for run in listed] == [session_id]
+    assert await runtime.list_runs(kind="run") == []
