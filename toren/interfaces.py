@@ -358,6 +358,13 @@ class Queue(abc.ABC):
         delivery towards dead-lettering."""
 
     @abc.abstractmethod
+    async def return_unknown(self, worker_id: str, held: Sequence[int]) -> int:
+        """Hand back, without counting, every message claimed by ``worker_id`` except
+        ``held``: after a claim whose answer was lost (the connection broke as it committed),
+        the messages it took would otherwise stay hidden and count as a failed delivery.
+        Returns how many went back."""
+
+    @abc.abstractmethod
     async def enqueue(self, agent: str, run_id: str | None, message: OutgoingMessage) -> None:
         """Send one message on its own."""
 

@@ -55,6 +55,8 @@ class Worker:
         self._skew_checked = float("-inf")
         self._skew_logged = float("-inf")
         self._skewed = False
+        #: A claim failed: it may have committed unseen (see ``Queue.return_unknown``).
+        self._claims_unknown = False
 
     @property
     def agent_names(self) -> list[str]:
@@ -158,6 +160,9 @@ class Worker:
                 raise
             except Exception as exc:  # the loop must outlive any one failure (database blips)
                 log.warning("claiming messages failed (%s); retrying", exc)
+                # the claim may have committed with its answer lost: its messages are ours
+                # in the database but not in hand, so hand them back before claiming again
+                self._claims_unknown = True
                 await asyncio.sleep(self.settings.poll_interval_s)
                 continue
             if not claimed:
@@ -167,6 +172,12 @@ class Worker:
         """Claim up to ``free`` messages and start a handler for each; return how many."""
         queue = self.runtime.queue
         assert queue is not None
+        if self._claims_unknown:
+            returned = await queue.return_unknown(self.id, list(self.inflight))
+            self._claims_unknown = False
+            if returned:
+                log.info("handed back %d message(s) claimed by a claim whose answer was lost",
+                         returned)
         claimed, dead = await queue.claim(self.agent_names, self.id, free,
                                           self.settings.lease_ttl_s, self.settings.max_deliveries)
         for message in claimed:

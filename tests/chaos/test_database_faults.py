@@ -23,6 +23,7 @@ from toren.interfaces import RunRecord
 from toren.model import ModelRequest, ModelResponse
 from toren.runtime import Runtime
 from toren.testing import ScriptedModel, respond_with_tools, write_agent_dir
+from toren.worker import Worker
 
 pytestmark = pytest.mark.timeout(180)
 TOOLS = '''
@@ -75,7 +76,7 @@ class CallRecorder:
 
 
 async def effects_runtime(make_runtime, tmp_path: Path, monkeypatch, url: str, *,
-                          delay: float) -> tuple[Runtime, CallRecorder, Path]:
+                          delay: float, **settings: object) -> tuple[Runtime, CallRecorder, Path]:
     """A runtime on ``url`` serving agent ``a`` (a recorded model with ``delay``, tools that
     log their idempotency keys to the returned file)."""
     effects = tmp_path / "effects.log"
@@ -83,7 +84,7 @@ async def effects_runtime(make_runtime, tmp_path: Path, monkeypatch, url: str, *
     recorder = CallRecorder(delay=delay)
     runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", tools_py=TOOLS,
                                                        model="test/m")],
-                                 models={"m": recorder.model}, database_url=url)
+                                 models={"m": recorder.model}, database_url=url, **settings)
     return runtime, recorder, effects
 
 
@@ -121,11 +122,36 @@ async def test_a_commit_whose_answer_was_lost_is_recognised_not_doubled(
     assert len(await store.load_stream("a", run_id, "task:main")) == 3
 
 
+async def test_a_claim_whose_answer_was_lost_hands_its_messages_back_uncounted(
+        proxy: FaultProxy, make_runtime, tmp_path: Path, database_url: str) -> None:
+    # no workers: this test claims by hand, as a worker's poll loop does
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], database_url=proxy.url,
+                                 workers=False)
+    worker = Worker(runtime)
+    run_id = await runtime.start_run("a", "x")
+    proxy.arm("after_commit")
+    with pytest.raises(psycopg.OperationalError):
+        await runtime.queue.claim(["a"], worker.id, 5, 30, 5)  # type: ignore[union-attr]
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        row = await (await conn.execute(
+            "SELECT attempts, claimed_by FROM toren_control.queue WHERE run_id = %s",
+            [run_id])).fetchone()
+        assert row == (1, worker.id)  # claimed, hidden for 30 s, counted: nobody knows
+        worker._claims_unknown = True  # what the poll loop records when a claim fails
+        assert await worker._claim(0) == 0
+        row = await (await conn.execute(
+            "SELECT attempts, claimed_by FROM toren_control.queue WHERE run_id = %s",
+            [run_id])).fetchone()
+        assert row == (0, None)  # back at once, the unseen delivery not counted
+
+
 async def test_runs_finish_exactly_once_through_connections_broken_at_commit(
         proxy: FaultProxy, make_runtime, tmp_path: Path, monkeypatch,
         database_url: str) -> None:
+    # every statement may be broken here, the handlers' reads too, and a handler that fails
+    # on a broken connection is a failed delivery: keep dead-lettering out of this test
     runtime, recorder, effects = await effects_runtime(make_runtime, tmp_path, monkeypatch,
-                                                       proxy.url, delay=0.2)
+                                                       proxy.url, delay=0.2, max_deliveries=100)
     model = recorder.model
     runs = [await runtime.start_run("a", f"topic {i}") for i in range(8)]
 

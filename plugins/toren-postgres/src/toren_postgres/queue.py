@@ -103,6 +103,12 @@ class PostgresQueue(Queue):
             await conn.execute(query("defer"), {"id": message.id, "worker_id": worker_id,
                                                 "delay_s": delay_s})
 
+    async def return_unknown(self, worker_id: str, held: Sequence[int]) -> int:
+        async with self.pg_store.pool.connection() as conn:
+            cursor = await conn.execute(query("return_unknown"), {
+                "worker_id": worker_id, "held": list(held)})
+            return cursor.rowcount
+
     async def enqueue(self, agent: str, run_id: str | None, message: OutgoingMessage) -> None:
         async with self.pg_store.pool.connection() as conn:
             await conn.execute(query("enqueue"), {
