@@ -133,6 +133,8 @@ def test_concurrent_processes_share_one_server(home: Path, start_toren: StartTor
     two = start_toren("dev", "--dir", str(crew), "--port", "0", "--json",
                       env={"TOREN_HOME": str(home)})
     ready_one, ready_two = one.next_json(), two.next_json()
+    assert "url" in ready_one and "url" in ready_two, (ready_one, ready_two, one.stderr,
+                                                       two.stderr)
     pid = postmaster_pid(home)
     assert pid is not None
     assert postmasters(home) == [pid]

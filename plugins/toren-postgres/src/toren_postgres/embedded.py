@@ -9,8 +9,10 @@ the others (and for its own restart).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +53,10 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
     home.mkdir(parents=True, exist_ok=True)
     pgdata = home / "pgdata"
     try:
-        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        # pgserver does not guard initdb against another process doing the same at the same
+        # moment (one of them fails on the existing directory): take turns
+        with _exclusive(home / "embedded.lock"):
+            server = pgserver.get_server(pgdata, cleanup_mode="stop")
     except Exception as exc:
         log_file = pgdata / "log"
         raise DatabaseUnavailable(
@@ -61,6 +66,17 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
     _create_database(server_url, DATABASE_NAME)
     return EmbeddedPostgres(pgdata=pgdata, url=server.get_uri(DATABASE_NAME),
                             server_url=server_url, pid=server.get_pid())
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (a file created if missing) across processes."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _create_database(server_url: str, name: str) -> None:
