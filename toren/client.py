@@ -222,11 +222,14 @@ class TorenClient:
         result: Session = await self._request("GET", f"/sessions/{session_id}")
         return result
 
-    async def send_message(self, session_id: str, text: str) -> TurnAccepted:
+    async def send_message(self, session_id: str, text: str, *,
+                           idempotency_key: str | None = None) -> TurnAccepted:
         """Start the agent's turn. ``TorenAPIError`` with status 409 and code
-        ``session_busy`` while it is mid-turn, ``session_ended`` after the session ended."""
+        ``session_busy`` while it is mid-turn, ``session_ended`` after the session ended.
+        Resending with the same ``idempotency_key`` answers with the turn it started."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         result: TurnAccepted = await self._request(
-            "POST", f"/sessions/{session_id}/messages", body={"text": text})
+            "POST", f"/sessions/{session_id}/messages", body={"text": text}, headers=headers)
         return result
 
     async def close_session(self, session_id: str) -> TurnAccepted:
@@ -366,8 +369,10 @@ class SyncTorenClient:
     def get_session(self, session_id: str) -> Session:
         return self._run(lambda c: c.get_session(session_id))
 
-    def send_message(self, session_id: str, text: str) -> TurnAccepted:
-        return self._run(lambda c: c.send_message(session_id, text))
+    def send_message(self, session_id: str, text: str, *,
+                     idempotency_key: str | None = None) -> TurnAccepted:
+        return self._run(lambda c: c.send_message(session_id, text,
+                                                  idempotency_key=idempotency_key))
 
     def close_session(self, session_id: str) -> TurnAccepted:
         return self._run(lambda c: c.close_session(session_id))

@@ -172,7 +172,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def session_input(self, agent: str, run_id: str, stream: str,
-                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage]
+                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
+                            idempotency_key: str | None = None
                             ) -> tuple[bool, str | None, int]:
         """Give a session the user's input, only if it awaits input, in one transaction.
 
@@ -180,6 +181,8 @@ class Store(abc.ABC):
         and sends ``messages``; a ``UserMessage`` gets its ``turn`` number from the stream in the
         same statement. Returns ``(taken, status, turn)``: ``status`` is the session's status
         as found (``None`` when there is no such session); nothing is written unless taken.
+        With an ``idempotency_key`` that a ``UserMessage`` of the stream already carries,
+        nothing is written and the result is ``(True, status, that message's turn)``.
         """
 
     @abc.abstractmethod

@@ -330,20 +330,25 @@ class Runtime:
                 "finished_at": record.finished_at.isoformat() if record.finished_at else None,
                 } | transcript(stream)
 
-    async def send_message(self, session_id: str, text: str) -> int:
+    async def send_message(self, session_id: str, text: str, *,
+                           idempotency_key: str | None = None) -> int:
         """Give the session the user's next message and start the agent's turn; return the
         turn's number.
 
         Raises ``SessionBusy`` while the agent is still answering (wait for
         ``awaiting_input``), ``SessionEnded`` once the session is over, ``SessionNotFound``.
+        A message with an ``idempotency_key`` the session already took is not taken again:
+        the turn it started is returned (a client's retry after a lost answer).
         """
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("a message needs non-empty text")
         if len(text) > MAX_MESSAGE_CHARS:
             raise ConfigError(f"a message may be at most {MAX_MESSAGE_CHARS} characters; this "
                               f"one has {len(text)}")
-        _check_storable(text, "text")
-        return await self._session_input(session_id, NewEvent(ev.USER_MESSAGE, {"text": text}))
+        _check_storable([text, idempotency_key], "message")
+        data = {"text": text} | ({"idempotency_key": idempotency_key} if idempotency_key else {})
+        return await self._session_input(session_id, NewEvent(ev.USER_MESSAGE, data),
+                                         idempotency_key)
 
     async def close_session(self, session_id: str, reason: str = "closed by the user") -> None:
         """End the session after its current turn: the agent is not called again, the run
@@ -371,14 +376,15 @@ class Runtime:
             raise SessionNotFound(f"no session {session_id!r} of an agent served here")
         return record
 
-    async def _session_input(self, session_id: str, event: NewEvent) -> int:
+    async def _session_input(self, session_id: str, event: NewEvent,
+                             idempotency_key: str | None = None) -> int:
         from toren.orchestrator import MAIN_TASK
         from toren.task import task_message
 
         record = await self._session(session_id)
         taken, status, turn = await self.store.session_input(
             record.agent, record.id, ev.task_stream(MAIN_TASK), [event],
-            [task_message(MAIN_TASK, None, None)])
+            [task_message(MAIN_TASK, None, None)], idempotency_key)
         if taken:
             return turn
         if status in ev.TERMINAL_STATUSES:

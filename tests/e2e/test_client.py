@@ -64,9 +64,12 @@ async def test_client_sessions_take_turns(url: str) -> None:
         assert created["status"] == "awaiting_input"
         assert (await client.create_session("crew", idempotency_key="conv-9"))["id"] == (
             created["id"])
-        accepted = await client.send_message(created["id"], "postgres")
+        accepted = await client.send_message(created["id"], "postgres", idempotency_key="m-1")
         conforms("TurnAccepted", accepted)
         assert accepted["turn"] == 1
+        # a retry after a lost answer: the same turn, nothing sent twice
+        resent = await client.send_message(created["id"], "postgres", idempotency_key="m-1")
+        assert resent["turn"] == 1
         with pytest.raises(TorenAPIError) as busy:
             await client.send_message(created["id"], "too soon")
         assert (busy.value.status, busy.value.code) == (409, "session_busy")

@@ -175,3 +175,21 @@ async def test_a_session_reads_back_like_a_run(make_runtime, tmp_path: Path) -> 
     listed = await runtime.list_runs(kind="session")
     assert [run.id for run in listed] == [session_id]
     assert await runtime.list_runs(kind="run") == []
+
+
+async def test_a_message_resent_with_its_idempotency_key_is_not_taken_twice(
+        make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(dirs=[chat_dir(tmp_path)])
+    session_id = await runtime.start_session("chat")
+    assert await runtime.send_message(session_id, "postgres", idempotency_key="m-1") == 1
+    # resent mid-turn (the answer was lost): the same turn, not 409
+    assert await runtime.send_message(session_id, "postgres", idempotency_key="m-1") == 1
+    await runtime.wait_for_turn(session_id, timeout_s=30)
+    # resent after the turn: still the same turn, and no second turn starts
+    assert await runtime.send_message(session_id, "postgres", idempotency_key="m-1") == 1
+    assert (await runtime.get_run(session_id)).status == "awaiting_input"
+    assert await runtime.send_message(session_id, "sqlite", idempotency_key="m-2") == 2
+    done = await runtime.wait_for_turn(session_id, timeout_s=30)
+    assert [e["text"] for e in done["transcript"] if e["role"] == "user"] == [
+        "postgres", "sqlite"]
+    check_log(await runtime.events(session_id))

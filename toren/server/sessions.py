@@ -57,5 +57,6 @@ async def post_message(request: web.Request) -> web.Response:
     if len(text) > MAX_MESSAGE_CHARS:
         return json_error(400, "invalid_body", f"'text' may be at most {MAX_MESSAGE_CHARS} "
                                                f"characters; this has {len(text)}")
-    turn = await runtime.send_message(session_id, text)
+    turn = await runtime.send_message(session_id, text,
+                                      idempotency_key=idempotency_key(request))
     return web.json_response({"id": session_id, "status": "running", "turn": turn}, status=202)

@@ -227,16 +227,27 @@ class RunLog:
         raise LeaseLost(f"could not append to stream {stream} of run {run_id}: it kept moving")
 
     async def session_input(self, agent: str, run_id: str, stream: str,
-                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage]
+                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
+                            idempotency_key: str | None = None
                             ) -> tuple[bool, str | None, int]:
+        schema = schema_name_for(agent)
         params = {"run_id": run_id, "stream": stream, "events": _events_json(events),
-                  "messages": _messages_json(messages), "agent": agent}
+                  "messages": _messages_json(messages), "agent": agent,
+                  "key": idempotency_key}
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(
-                agent_query("session_input", schema_name_for(agent)), params)
+            cursor = await conn.execute(agent_query("session_input", schema), params)
             row = await cursor.fetchone()
-        assert row is not None
-        return bool(row[0]), row[1], int(row[2])
+            assert row is not None
+            taken, status, turn, seen_turn = bool(row[0]), row[1], int(row[2]), row[3]
+            if not taken and seen_turn is None and idempotency_key is not None:
+                # a sender with the same key may have taken the turn after this statement's
+                # snapshot: look again
+                cursor = await conn.execute(agent_query("user_message_turn", schema), params)
+                found = await cursor.fetchone()
+                seen_turn = found[0] if found else None
+        if seen_turn is not None:
+            return True, status, int(seen_turn)
+        return taken, status, turn
 
     async def get_run(self, agent: str, run_id: str) -> RunRecord | None:
         async with self.pool.connection() as conn:

@@ -159,9 +159,11 @@ class PostgresStore(Store):
                                               only_if_active=only_if_active)
 
     async def session_input(self, agent: str, run_id: str, stream: str,
-                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage]
+                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
+                            idempotency_key: str | None = None
                             ) -> tuple[bool, str | None, int]:
-        return await self.log.session_input(agent, run_id, stream, events, messages)
+        return await self.log.session_input(agent, run_id, stream, events, messages,
+                                            idempotency_key)
 
     async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
         agents = [agent] if agent else list(await self.registered_agents())

@@ -187,10 +187,18 @@ SELECT count(*) FROM appended;
 -- senders serialise on the row lock; the losers find it running and get nothing written.
 -- A UserMessage gets its turn number here (one more than the stream has), so two senders
 -- can never both number theirs from a stale read. Returns whether the input was taken, the
--- status the statement saw (for the caller to say why not) and the turn number.
-WITH turn AS (
+-- status the statement saw (for the caller to say why not) and the turn number. A message
+-- whose idempotency key the stream already has is not taken again: seen_turn says which turn
+-- took it.
+WITH seen AS (
+    SELECT (data->>'turn')::int AS turn FROM {events}
+    WHERE run_id = %(run_id)s AND stream = %(stream)s AND type = 'UserMessage'
+      AND %(key)s::text IS NOT NULL AND data->>'idempotency_key' = %(key)s
+    LIMIT 1
+), turn AS (
     UPDATE {runs} SET status = 'running', updated_at = now()
     WHERE id = %(run_id)s AND kind = 'session' AND status = 'awaiting_input'
+      AND NOT EXISTS (SELECT 1 FROM seen)
     RETURNING id
 ), base AS (
     SELECT COALESCE(max(seq), 0) AS seq,
@@ -210,7 +218,15 @@ WITH turn AS (
 )
 SELECT (SELECT count(*) FROM turn) AS taken,
        (SELECT status FROM {runs} WHERE id = %(run_id)s AND kind = 'session') AS status,
-       (SELECT turn FROM base) AS turn;
+       (SELECT turn FROM base) AS turn,
+       (SELECT turn FROM seen) AS seen_turn;
+
+-- user_message_turn --
+-- The turn a message with this idempotency key started, if any.
+SELECT (data->>'turn')::int FROM {events}
+WHERE run_id = %(run_id)s AND stream = %(stream)s AND type = 'UserMessage'
+  AND data->>'idempotency_key' = %(key)s
+LIMIT 1;
 
 -- get_run --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
