@@ -17,7 +17,9 @@ import pytest
 
 from tests.chaos.proxy import FaultProxy
 from tests.durable import check_log
+from tests.e2e.test_http_api import TOOLS as LOOKUP_TOOLS
 from tests.integration.test_leases import started
+from toren.client import TorenClient
 from toren.events import Event, NewEvent
 from toren.interfaces import RunRecord
 from toren.model import ModelRequest, ModelResponse
@@ -238,9 +240,7 @@ async def test_runs_survive_postgres_restarted_mid_run(
     await asyncio.sleep(0.5)  # mid-run: model calls in flight, leases held
     assert model.calls >= 1
     # immediate shutdown: no checkpoint, every connection cut, as a crash; then down a while
-    await asyncio.to_thread(pg_ctl, pgdata, "-w", "-m", "immediate", "stop")
-    await asyncio.sleep(2.0)
-    await asyncio.to_thread(pg_ctl, pgdata, "-w", "restart")  # reuses postmaster.opts
+    await restart_postgres(pgdata, down_s=2.0)
     back = time.monotonic()
     records = [await runtime.wait_for_run(run_id, timeout_s=120) for run_id in runs]
     print(f"all {len(runs)} runs completed {time.monotonic() - back:.1f}s after the restart")
@@ -264,3 +264,34 @@ async def test_runs_survive_postgres_restarted_mid_run(
     print(f"model calls {model.calls} for {completed} completed ({repaid} made again)")
     keys = effects.read_text().splitlines()
     assert len(set(keys)) == len(runs) and len(keys) - len(set(keys)) <= len(runs)
+
+
+@pytest.mark.slow
+async def test_a_live_event_stream_waits_out_a_postgres_restart(
+        restartable_server: tuple[str, Path], start_toren, tmp_path: Path) -> None:
+    url, pgdata = restartable_server
+    crews = tmp_path / "crews"
+    write_agent_dir(crews, "live", tools_py=LOOKUP_TOOLS)
+    dev = start_toren("dev", "--dir", str(crews), "--port", "0", "--json",
+                      env={"DATABASE_URL": url, "TOREN_SCRIPTED_DELAY": "0.5",
+                           "TOREN_LEASE_TTL": "2"})
+    api = dev.next_json()["url"]
+    async with TorenClient(api) as client:
+        run_id = (await client.create_run("live", "postgres"))["id"]
+        seen: list[tuple[str, int]] = []
+        restart: asyncio.Task[None] | None = None
+        async for event in client.stream_events(run_id, reconnects=10):
+            seen.append((event["stream"], event["seq"]))
+            if len(seen) == 3:  # mid-run, the stream open: Postgres goes down and comes back
+                restart = asyncio.create_task(restart_postgres(pgdata, down_s=2.0))
+        assert restart is not None and restart.done()
+        logged = await client.events(run_id)
+    assert logged["status"] == "completed"
+    assert seen == [(e["stream"], e["seq"]) for e in logged["events"]]  # each once, in order
+
+
+async def restart_postgres(pgdata: Path, *, down_s: float) -> None:
+    """Stop Postgres as a crash would (immediate shutdown), wait, start it again."""
+    await asyncio.to_thread(pg_ctl, pgdata, "-w", "-m", "immediate", "stop")
+    await asyncio.sleep(down_s)
+    await asyncio.to_thread(pg_ctl, pgdata, "-w", "restart")  # reuses postmaster.opts
