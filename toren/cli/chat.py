@@ -8,6 +8,7 @@ and leaving prints the command that resumes it.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import sys
@@ -55,27 +56,30 @@ def chat(
         raise typer.Exit(code=130) from None
 
 
-class Backend:
+class Backend(abc.ABC):
     """Where the session lives: this process's runtime, or a deployment over HTTP."""
 
     session_id: str = ""
 
+    @abc.abstractmethod
     async def open(self, agent: str, session_id: str | None) -> dict[str, Any]:
         """Start or find the session; return it (status and transcript)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def send(self, text: str) -> None:
-        raise NotImplementedError
+        """Give the session the user's message (the agent's turn starts)."""
 
+    @abc.abstractmethod
     async def close_session(self) -> None:
-        raise NotImplementedError
+        """End the session: the agent is not called again."""
 
+    @abc.abstractmethod
     def events(self) -> AsyncIterator[Event]:
         """The session's events after the last one seen, live, each once."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def aclose(self) -> None:
-        raise NotImplementedError
+        """Let go of the runtime or the HTTP client."""
 
 
 class LocalBackend(Backend):
