@@ -211,6 +211,7 @@ class Runtime:
             raise ConfigError(f"agent {agent!r} is not served here; served agents: "
                               f"{', '.join(self.agents) or 'none'}")
         _check_storable(input, "input")
+        _check_storable(idempotency_key, "idempotency key")
         run_id = str(uuid.uuid4())
         events = [NewEvent(ev.RUN_CREATED, {"agent": agent, "input": input,
                                             "idempotency_key": idempotency_key})]
@@ -305,6 +306,7 @@ class Runtime:
             raise ConfigError(f"agent {agent!r} runs a workflow (workflow.py), which takes one "
                               "input and ends; sessions are for agents without a workflow. "
                               "Start a run instead")
+        _check_storable(idempotency_key, "idempotency key")
         session_id = str(uuid.uuid4())
         events = [NewEvent(ev.RUN_CREATED, {"agent": agent, "input": None,
                                             "idempotency_key": idempotency_key,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.durable import check_log, types
-from toren.errors import ConfigError, SessionBusy, SessionEnded, SessionNotFound
+from toren.errors import ConfigError, SessionBusy, SessionEnded, SessionNotFound, UnstorableValue
 from toren.testing import ScriptedModel, write_agent_dir
 
 TOOLS = '''
@@ -193,3 +193,19 @@ async def test_a_message_resent_with_its_idempotency_key_is_not_taken_twice(
     assert [e["text"] for e in done["transcript"] if e["role"] == "user"] == [
         "postgres", "sqlite"]
     check_log(await runtime.events(session_id))
+
+
+async def test_what_postgres_cannot_store_is_refused_before_anything_is_written(
+        make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(dirs=[chat_dir(tmp_path)], workers=False)
+    with pytest.raises(UnstorableValue, match="the input cannot be stored: strings may not"):
+        await runtime.start_run("chat", {"text": "a\x00b"})
+    with pytest.raises(UnstorableValue, match="idempotency key"):
+        await runtime.start_run("chat", "x", idempotency_key="k\x00")
+    with pytest.raises(UnstorableValue, match="idempotency key"):
+        await runtime.start_session("chat", idempotency_key="\ud800")
+    session_id = await runtime.start_session("chat")
+    with pytest.raises(UnstorableValue, match="message"):
+        await runtime.send_message(session_id, "hi \x00")
+    assert [run.id for run in await runtime.list_runs()] == [session_id]
+    assert not [e for e in await runtime.events(session_id) if e.type == "UserMessage"]
