@@ -67,18 +67,18 @@ class Settings:
             load_plugins=None if load is None else tuple(
                 name.strip() for name in load.split(",") if name.strip()
             ),
-            connect_timeout_s=_number(env, "TOREN_CONNECT_TIMEOUT", 5.0, float),
-            concurrency=_number(env, "TOREN_CONCURRENCY", 8, int),
-            pool_size=_number(env, "TOREN_POOL_SIZE", 10, int),
-            lease_ttl_s=_number(env, "TOREN_LEASE_TTL", 5.0, float),
-            poll_interval_s=_number(env, "TOREN_POLL_INTERVAL", 1.0, float),
-            guardian_interval_s=_number(env, "TOREN_GUARDIAN_INTERVAL", 5.0, float),
-            max_deliveries=_number(env, "TOREN_MAX_DELIVERIES", 5, int),
-            retry_base_s=_number(env, "TOREN_RETRY_BASE", 1.0, float),
-            retry_max_delay_s=_number(env, "TOREN_RETRY_MAX_DELAY", 300.0, float),
-            retry_max_attempts=_number(env, "TOREN_RETRY_MAX_ATTEMPTS", 20, int),
-            shutdown_grace_s=_number(env, "TOREN_SHUTDOWN_GRACE", 10.0, float),
-            checkpoint_every=_number(env, "TOREN_CHECKPOINT_EVERY", 1000, int),
+            connect_timeout_s=positive_number(env, "TOREN_CONNECT_TIMEOUT", 5.0, float),
+            concurrency=positive_number(env, "TOREN_CONCURRENCY", 8, int),
+            pool_size=positive_number(env, "TOREN_POOL_SIZE", 10, int),
+            lease_ttl_s=positive_number(env, "TOREN_LEASE_TTL", 5.0, float),
+            poll_interval_s=positive_number(env, "TOREN_POLL_INTERVAL", 1.0, float),
+            guardian_interval_s=positive_number(env, "TOREN_GUARDIAN_INTERVAL", 5.0, float),
+            max_deliveries=positive_number(env, "TOREN_MAX_DELIVERIES", 5, int),
+            retry_base_s=positive_number(env, "TOREN_RETRY_BASE", 1.0, float),
+            retry_max_delay_s=positive_number(env, "TOREN_RETRY_MAX_DELAY", 300.0, float),
+            retry_max_attempts=positive_number(env, "TOREN_RETRY_MAX_ATTEMPTS", 20, int),
+            shutdown_grace_s=positive_number(env, "TOREN_SHUTDOWN_GRACE", 10.0, float),
+            checkpoint_every=positive_number(env, "TOREN_CHECKPOINT_EVERY", 1000, int),
             skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
             crash_at=crashpoints.parse(env.get("TOREN_CRASH_AT")),
             crash_once=Path(env["TOREN_CRASH_ONCE"]) if env.get("TOREN_CRASH_ONCE") else None,
@@ -90,7 +90,11 @@ class Settings:
             crashpoints.reach(self.crash_at, self.crash_once, name)
 
 
-def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T]) -> T:
+def positive_number(env: Mapping[str, str], name: str, default: T,
+                    kind: Callable[[str], T]) -> T:
+    """The environment variable ``name`` as an ``int`` or ``float`` greater than zero, or
+    ``default`` when it is unset or empty; ``ConfigError`` naming the variable otherwise.
+    Plugins read their own settings with it too."""
     raw = env.get(name)
     if not raw:
         return default
@@ -98,6 +102,6 @@ def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str],
         value = kind(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
-    if value <= 0:  # type: ignore[operator]
+    if not value > 0:  # also refuses nan
         raise ConfigError(f"{name}={raw!r} must be greater than zero")
     return value

@@ -8,6 +8,7 @@ import os
 
 import anthropic
 
+from toren.config import positive_number
 from toren.errors import ConfigError, ProviderError
 from toren.model import Model, ModelProvider, ModelRequest, ModelResponse
 from toren_anthropic import wire
@@ -121,13 +122,5 @@ class AnthropicProvider(ModelProvider):
 
 
 def timeout_from_env() -> float:
-    raw = os.environ.get(TIMEOUT_VAR) or ""
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{TIMEOUT_VAR}={raw!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ConfigError(f"{TIMEOUT_VAR}={raw!r} must be greater than zero")
-    return value
+    """``TOREN_ANTHROPIC_TIMEOUT`` in seconds (default ``DEFAULT_TIMEOUT_S``)."""
+    return positive_number(os.environ, TIMEOUT_VAR, DEFAULT_TIMEOUT_S, float)

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import openai
 
+from toren.config import positive_number
 from toren.errors import ConfigError, ProviderError
 from toren.model import Model, ModelProvider, ModelRequest, ModelResponse
 from toren_openai import errors, prices, wire
@@ -173,14 +174,5 @@ class OpenAIProvider(ModelProvider):
 
 
 def timeout_from_env() -> float:
-    """``TOREN_OPENAI_TIMEOUT`` in seconds (default 600)."""
-    raw = os.environ.get(TIMEOUT_VAR)
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{TIMEOUT_VAR}={raw!r} is not a number of seconds") from None
-    if not value > 0:
-        raise ConfigError(f"{TIMEOUT_VAR}={raw!r} must be greater than zero")
-    return value
+    """``TOREN_OPENAI_TIMEOUT`` in seconds (default ``DEFAULT_TIMEOUT_S``)."""
+    return positive_number(os.environ, TIMEOUT_VAR, DEFAULT_TIMEOUT_S, float)
