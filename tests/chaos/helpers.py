@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -76,6 +77,15 @@ def start_worker(start_toren: Callable[..., OutputProcess], directory: Path,
     worker = start_toren("worker", "--dir", str(directory), "--json", env=env)
     assert worker.next_json()["event"] == "ready"
     return worker
+
+
+def work_then_kill(start_toren: Callable[..., OutputProcess], directory: Path,
+                   env: dict[str, str], seconds: float) -> None:
+    """Start a worker, let it work ``seconds``, SIGKILL it (wherever it is) and reap it."""
+    worker = start_worker(start_toren, directory, env)
+    time.sleep(seconds)
+    worker.proc.kill()
+    worker.proc.wait(timeout=10)
 
 
 class TorenLauncher:

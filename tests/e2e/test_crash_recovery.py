@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from tests.chaos.helpers import (
     run_events,
     run_row,
     start_worker,
+    work_then_kill,
 )
 from tests.conftest import wait_until
 from tests.durable import check_log
@@ -66,10 +66,7 @@ def test_sigkill_at_random_moments_never_repays_a_completed_model_call(
     while kills < 20:
         if run_row(database_url, schema, runs[-1])[0] == "completed":
             runs.append(create_run(toren_cli, directory, "crashy", "same input", env))
-        worker = start_worker(start_toren, directory, env)
-        time.sleep(rng.uniform(0.2, 2.5))
-        worker.proc.kill()
-        worker.proc.wait(timeout=10)
+        work_then_kill(start_toren, directory, env, rng.uniform(0.2, 2.5))
         kills += 1
     worker = start_worker(start_toren, directory, env)
     assert wait_until(lambda: all(run_row(database_url, schema, r)[0] == "completed"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.helpers import create_run, run_events, run_row, start_worker
+from tests.chaos.helpers import create_run, run_events, run_row, start_worker, work_then_kill
 from tests.conftest import wait_until
 from tests.durable import check_log
 from toren.testing import write_agent_dir
@@ -54,10 +54,7 @@ def test_sigkill_between_and_inside_waves_repays_nothing(start_toren, toren_cli,
     rng = random.Random()
     kills = 0
     while kills < 6 and run_row(database_url, "agent_waves", run_id)[0] != "completed":
-        worker = start_worker(start_toren, directory, env)
-        time.sleep(rng.uniform(0.3, 1.5))
-        worker.proc.kill()
-        worker.proc.wait(timeout=10)
+        work_then_kill(start_toren, directory, env, rng.uniform(0.3, 1.5))
         kills += 1
     worker = start_worker(start_toren, directory, env)
     done = wait_until(lambda: run_row(database_url, "agent_waves", run_id)[0] == "completed", 90)
