@@ -14,12 +14,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 @dataclass
 class FaultProxy:
     """``await proxy.start()``; ``proxy.url`` reaches the database through it. ``arm(mode)``
-    breaks the next statement sent on any connection: ``"after_commit"`` forwards it, waits
-    for the server's answer and drops it; ``"before_send"`` drops the statement unsent."""
+    breaks the next statement sent on any connection (with ``match``, the next one whose
+    message holds those bytes, e.g. a table only that statement names): ``"after_commit"``
+    forwards it, waits for the server's answer and drops it; ``"before_send"`` drops the
+    statement unsent."""
 
     upstream_url: str
     url: str = ""
     armed: str | None = None
+    match: bytes | None = None
     broken: int = 0
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -40,9 +43,9 @@ class FaultProxy:
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await task
 
-    def arm(self, mode: str) -> None:
+    def arm(self, mode: str, match: bytes | None = None) -> None:
         assert mode in ("after_commit", "before_send")
-        self.armed = mode
+        self.armed, self.match = mode, match
 
     async def _open_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         params = conninfo_to_dict(self.upstream_url)
@@ -62,7 +65,8 @@ class FaultProxy:
             while chunk := await client_r.read(65536):
                 # Statement messages: Query ('Q') or the extended protocol's Parse/Bind ('P',
                 # 'B'); the startup packet and authentication are never broken.
-                if self.armed and ready.is_set() and chunk[:1] in (b"Q", b"P", b"B"):
+                if (self.armed and ready.is_set() and chunk[:1] in (b"Q", b"P", b"B")
+                        and (self.match is None or self.match in chunk)):
                     mode, self.armed = self.armed, None
                     self.broken += 1
                     if mode == "after_commit":
