@@ -368,13 +368,13 @@ VALUES (%(agent)s, %(run_id)s, %(kind)s, %(payload)s,
 -- defer --
 -- Hand a message back for later without counting the delivery (its task was busy elsewhere).
 UPDATE toren_control.queue
-SET available_at = now() + %(delay_s)s * interval '1 second', attempts = greatest(attempts - 1, 0),
-    claimed_by = NULL
+SET available_at = now() + %(delay_s)s * interval '1 second', attempts = greatest(attempts - 1, 0)
 WHERE id = %(id)s AND claimed_by = %(worker_id)s;
 
 -- return_unknown --
 -- After a claim whose answer never arrived: what this worker claimed but does not hold goes
--- back at once, and the delivery it never saw does not count.
+-- back at once, and the delivery it never saw does not count. (A message it deferred comes
+-- back early too: its next claim finds the lease still busy and defers it again.)
 UPDATE toren_control.queue
 SET available_at = now(), claimed_by = NULL, attempts = greatest(attempts - 1, 0)
 WHERE claimed_by = %(worker_id)s AND NOT (id = ANY(%(held)s::bigint[]));
