@@ -33,13 +33,13 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
-from toren import events as ev
 from toren.config import Settings
-from toren.decisions import next_task_action
-from toren.events import NewEvent
-from toren.fold import TaskState, apply_task_event, checkpoint_due, fold_task
-from toren.interfaces import OutgoingMessage
-from toren.runtime import Runtime
+from toren.core import events as ev
+from toren.core.decisions import next_task_action
+from toren.core.events import NewEvent
+from toren.core.fold import TaskState, apply_task_event, checkpoint_due, fold_task
+from toren.host.runtime import Runtime
+from toren.seams.interfaces import OutgoingMessage
 from toren.testing import write_agent_dir
 
 TOREN = Path(sys.executable).parent / "toren"
@@ -291,7 +291,7 @@ async def resume_curve(db: BenchDatabase, work: Path, lengths: list[int], *,
     store = runtime.store
     agent = runtime.agents["bench"]
     model = runtime.model("toren/scripted")
-    from toren.model import ModelRequest
+    from toren.seams.model import ModelRequest
 
     out: dict[str, Any] = {"lengths": {}}
     for length in lengths:

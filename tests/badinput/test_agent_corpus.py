@@ -24,8 +24,8 @@ from tests.conftest import TorenCli, one_line
 from toren import errors
 from toren.agents import load_agent, load_agents
 from toren.errors import TorenError
-from toren.plugins import PluginHost
-from toren.tools import tool_from_function
+from toren.seams.plugins import PluginHost
+from toren.seams.tools import tool_from_function
 
 HERE = Path(__file__).parent
 CORPUS = HERE / "agents"

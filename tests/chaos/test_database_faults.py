@@ -20,12 +20,12 @@ from tests.durable import check_log
 from tests.e2e.test_http_api import TOOLS as LOOKUP_TOOLS
 from tests.integration.test_leases import started
 from toren.client import TorenClient
-from toren.events import Event, NewEvent
-from toren.interfaces import RunRecord
-from toren.model import ModelRequest, ModelResponse
-from toren.runtime import Runtime
+from toren.core.events import Event, NewEvent
+from toren.host.runtime import Runtime
+from toren.host.worker import Worker
+from toren.seams.interfaces import RunRecord
+from toren.seams.model import ModelRequest, ModelResponse
 from toren.testing import ScriptedModel, respond_with_tools, write_agent_dir
-from toren.worker import Worker
 
 pytestmark = pytest.mark.timeout(180)
 TOOLS = '''

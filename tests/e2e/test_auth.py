@@ -20,9 +20,9 @@ from tests.conftest import TorenCli, TorenProcess, one_line
 from tests.durable import plugin_host
 from toren.cli.serve import serve_api
 from toren.config import Settings
-from toren.interfaces import Store
+from toren.host.runtime import Runtime
 from toren.keys import NoApiKeys
-from toren.runtime import Runtime
+from toren.seams.interfaces import Store
 from toren.server.auth import API_KEY, auth_middleware, is_loopback, keys_required
 from toren.server.errors import error_middleware
 from toren.testing import write_agent_dir

@@ -17,8 +17,8 @@ import referencing
 import referencing.jsonschema
 
 from tests.conftest import wait_until
-from toren.cursors import encode_event_cursor, encode_page_cursor
 from toren.schemas import load_schema
+from toren.server.cursors import encode_event_cursor, encode_page_cursor
 from toren.testing import write_agent_dir
 
 pytestmark = pytest.mark.timeout(180)

@@ -9,7 +9,7 @@ import psycopg
 
 from tests.durable import check_log, types
 from toren.errors import ProviderError
-from toren.model import Model, ModelRequest, ModelResponse, ToolCall
+from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
 from toren.testing import ScriptedModel, write_agent_dir
 
 TOOLS = '''
@@ -273,7 +273,7 @@ async def test_a_broken_key_refuses_to_start_workers(make_runtime, tmp_path: Pat
 
 async def test_checkpoints_let_a_resume_read_only_the_tail_of_the_log(
         make_runtime, tmp_path: Path) -> None:
-    from toren.fold import fold_task
+    from toren.core.fold import fold_task
 
     tools = "".join(f'def t{i:02d}(text: str) -> str:\n    """Tool {i}."""\n    return "r{i}"\n\n'
                     for i in range(12))

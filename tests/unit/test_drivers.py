@@ -7,16 +7,16 @@ from toren_postgres.queue import PostgresQueue
 from toren_postgres.store import PostgresStore
 
 from toren.config import Settings
-from toren.drivers import KINDS, driver_class, driver_names, installed_drivers
 from toren.errors import ConfigError, DriverNotFound
-from toren.interfaces import Queue, Runtime, Store
-from toren.runtime_inprocess import InProcessRuntime
+from toren.host.inprocess import InProcessRuntime
+from toren.seams.drivers import KINDS, driver_class, driver_names, installed_drivers
+from toren.seams.interfaces import Queue, Store, WorkerRuntime
 
 
 @pytest.mark.parametrize(("kind", "name", "expected", "base"), [
     ("store", "postgres", PostgresStore, Store),
     ("queue", "postgres", PostgresQueue, Queue),
-    ("runtime", "inprocess", InProcessRuntime, Runtime),
+    ("runtime", "inprocess", InProcessRuntime, WorkerRuntime),
 ])
 def test_driver_class_picks_by_name(kind: str, name: str, expected: type, base: type) -> None:
     found = driver_class(kind, name)

@@ -7,8 +7,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from toren import events as ev
-from toren.events import validate_event
+from toren.core import events as ev
+from toren.core.events import validate_event
 from toren.schemas import load_schema
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,14 +19,14 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from toren import events as ev
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
 from toren.cli.render import event_line
 from toren.client import TorenClient
+from toren.core import events as ev
+from toren.core.events import Event
 from toren.errors import ConfigError
-from toren.events import Event
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 HELP = ("Type a message and press Enter. /exit leaves (the session stays open: resume it "
         "later), /close ends the session, /help shows this.")

@@ -9,7 +9,7 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from aiohttp import web
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
 from toren.errors import ConfigError
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 from toren.server.app import create_app
 from toren.server.auth import Command, keys_required, refuse_without_keys
 

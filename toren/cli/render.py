@@ -8,8 +8,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from toren import events as ev
-from toren.events import Event
+from toren.core import events as ev
+from toren.core.events import Event
 
 
 def _short(text: str | None, limit: int = 100) -> str:

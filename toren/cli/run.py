@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from toren import events as ev
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
 from toren.cli.render import event_line, run_summary
-from toren.runtime import Runtime
+from toren.core import events as ev
+from toren.host.runtime import Runtime
 
 
 def run(

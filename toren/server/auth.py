@@ -13,8 +13,8 @@ from typing import Literal
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from toren.interfaces import Store
 from toren.keys import ApiKey, NoApiKeys
+from toren.seams.interfaces import Store
 from toren.server.errors import error_body
 
 log = logging.getLogger(__name__)

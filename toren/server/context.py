@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 RUNTIME = web.AppKey("runtime", Runtime)

@@ -10,19 +10,19 @@ from typing import Any
 
 from aiohttp import web
 
-from toren import events as ev
-from toren.cursors import (
+from toren.core import events as ev
+from toren.core.decisions import unstorable
+from toren.core.events import Event
+from toren.errors import RunNotFound
+from toren.seams.interfaces import RunRecord
+from toren.server.context import RUNTIME
+from toren.server.cursors import (
     InvalidCursor,
     decode_event_cursor,
     decode_page_cursor,
     encode_event_cursor,
     encode_page_cursor,
 )
-from toren.decisions import unstorable
-from toren.errors import RunNotFound
-from toren.events import Event
-from toren.interfaces import RunRecord
-from toren.server.context import RUNTIME
 from toren.server.errors import json_error
 
 log = logging.getLogger(__name__)

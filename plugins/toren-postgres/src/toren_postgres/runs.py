@@ -17,9 +17,9 @@ from psycopg.types.json import Json, Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from toren.agents import schema_name_for
+from toren.core.events import Event, NewEvent
 from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled
-from toren.events import Event, NewEvent
-from toren.interfaces import KEEP, Lease, LeaseBusy, OutgoingMessage, RunRecord, RunUpdate
+from toren.seams.interfaces import KEEP, Lease, LeaseBusy, OutgoingMessage, RunRecord, RunUpdate
 from toren_postgres.queries import query
 
 

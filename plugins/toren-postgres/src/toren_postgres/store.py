@@ -12,20 +12,11 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from toren import events as ev
 from toren.agents import AgentSpec
 from toren.config import Settings
+from toren.core import events as ev
+from toren.core.events import Event, NewEvent
 from toren.errors import DatabaseUnavailable, TorenError
-from toren.events import Event, NewEvent
-from toren.interfaces import (
-    Lease,
-    LeaseBusy,
-    Migration,
-    OutgoingMessage,
-    RunRecord,
-    RunUpdate,
-    Store,
-)
 from toren.keys import (
     ApiKey,
     check_key_name,
@@ -33,6 +24,15 @@ from toren.keys import (
     hash_secret,
     parse_key,
     parse_key_reference,
+)
+from toren.seams.interfaces import (
+    Lease,
+    LeaseBusy,
+    Migration,
+    OutgoingMessage,
+    RunRecord,
+    RunUpdate,
+    Store,
 )
 from toren_postgres import migrations
 from toren_postgres.connection import check_connection, describe_url

@@ -25,7 +25,7 @@ TASK_ABSORBED = "TaskAbsorbed"
 RUN_FINISHED = "RunFinished"
 RUN_CANCELLED = "RunCancelled"
 RUN_DEAD_LETTERED = "RunDeadLettered"
-# run stream, written by workflow code (toren.workflow)
+# run stream, written by workflow code (toren.execution.workflow)
 WAVE_STARTED = "WaveStarted"
 VALUE_RECORDED = "ValueRecorded"
 TIMER_STARTED = "TimerStarted"
@@ -45,7 +45,7 @@ TASK_FINISHED = "TaskFinished"
 TASK_CHECKPOINT = "TaskCheckpoint"
 #: Older turns were replaced by a summary (made by the compaction model call before it).
 COMPACTED = "Compacted"
-# task streams of sessions (toren.sessions)
+# task streams of sessions (toren.core.sessions)
 #: A user's message to a session, appended by the API when the session awaited input.
 USER_MESSAGE = "UserMessage"
 #: The agent answered a user's message; the session awaits the next one.

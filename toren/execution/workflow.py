@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from toren import events as ev
 from toren.agents import AgentSpec
+from toren.core import events as ev
+from toren.core.events import NewEvent
+from toren.core.fold import RunState, apply_run_event
 from toren.errors import NonDeterminismError, TorenError
-from toren.events import NewEvent
-from toren.fold import RunState, apply_run_event
-from toren.interfaces import OutgoingMessage
+from toren.seams.interfaces import OutgoingMessage
 
 WorkflowFunction = Callable[["WorkflowContext"], Awaitable[Any]]
 
@@ -155,7 +155,7 @@ class WorkflowContext:
             raise StopRun("budget_exhausted",
                           f"the run's budget (limits.maxBudgetUsd = {limits.max_budget_usd}) "
                           f"was spent (${spent:.4f}) before wave {number}")
-        from toren.task import task_message
+        from toren.execution.task import task_message
 
         tasks = [{"task_id": f"w{number}-{index}", **spec} for index, spec in enumerate(asked)]
         self._record(ev.WAVE_STARTED, {"wave": number, "tasks": tasks})

@@ -12,11 +12,11 @@ from typing import Any
 
 import pluggy
 
-from toren import hookspecs
-from toren.channels import Channel
 from toren.errors import ConfigError, PluginError, ToolError, TorenError
-from toren.model import ModelProvider
-from toren.tools import Tool, tool_from_function
+from toren.seams import hookspecs
+from toren.seams.channels import Channel
+from toren.seams.model import ModelProvider
+from toren.seams.tools import Tool, tool_from_function
 
 ENTRY_POINT_GROUP = "toren"
 
@@ -167,7 +167,7 @@ class PluginHost:
         def register(provider: ModelProvider) -> None:
             if not isinstance(provider, ModelProvider):
                 raise PluginError(f"plugin {plugin!r} registered {provider!r}, "
-                                  "which is not a toren.model.ModelProvider")
+                                  "which is not a toren.seams.model.ModelProvider")
             self._claim("model prefix", provider.prefix, plugin)
             self.providers[provider.prefix] = provider
             self.info[plugin].models.append(f"{provider.prefix}/*")
@@ -188,7 +188,7 @@ class PluginHost:
         def register(channel: Channel) -> None:
             if not isinstance(channel, Channel):
                 raise PluginError(f"plugin {plugin!r} registered {channel!r}, "
-                                  "which is not a toren.channels.Channel")
+                                  "which is not a toren.seams.channels.Channel")
             self._claim("channel", channel.name, plugin)
             self.channels[channel.name] = channel
             self.info[plugin].channels.append(channel.name)

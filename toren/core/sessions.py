@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from toren import events as ev
-from toren.events import Event
+from toren.core import events as ev
+from toren.core.events import Event
 
 #: What a message to a session may be at most (characters); larger bodies are refused
 #: before they reach the log.

@@ -17,58 +17,18 @@ from typing import Any
 
 import jsonschema
 
+from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
+from toren.core.limits import Compaction, Limits
+from toren.core.pricing import Pricing
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
-from toren.pricing import Pricing
 from toren.schemas import load_schema
-from toren.tools import TOOL_MARK, Tool, tool_from_function
-from toren.yamlfile import MAX_CHARS, LocatedYaml, load_located
+from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
 
 AGENT_FILE = "agent.yaml"
 #: Called with a model id; raises ``ConfigError`` when no installed provider serves it.
 ModelCheck = Callable[[str], object]
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,56}$")
 SUBAGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Caps on one task (``limits:`` in agent.yaml or subagent front matter)."""
-
-    max_steps: int = 50
-    max_budget_usd: float | None = None
-    max_tool_output_bytes: int = 65536
-    max_waves: int | None = None
-
-    @classmethod
-    def from_yaml(cls, data: Mapping[str, Any] | None, base: Limits | None = None) -> Limits:
-        base = base or cls()
-        data = data or {}
-        return cls(
-            max_steps=data.get("maxSteps", base.max_steps),
-            max_budget_usd=data.get("maxBudgetUsd", base.max_budget_usd),
-            max_tool_output_bytes=data.get("maxToolOutputBytes", base.max_tool_output_bytes),
-            max_waves=data.get("maxWaves", base.max_waves),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {"maxSteps": self.max_steps, "maxBudgetUsd": self.max_budget_usd,
-                "maxToolOutputBytes": self.max_tool_output_bytes, "maxWaves": self.max_waves}
-
-
-@dataclass(frozen=True)
-class Compaction:
-    """``compaction:`` in agent.yaml: when to summarise older turns of a task."""
-
-    enabled: bool = True
-    threshold_tokens: int | None = None
-    keep_recent_messages: int = 6
-
-    @classmethod
-    def from_yaml(cls, data: Mapping[str, Any] | None) -> Compaction:
-        data = data or {}
-        return cls(enabled=data.get("enabled", True),
-                   threshold_tokens=data.get("thresholdTokens"),
-                   keep_recent_messages=data.get("keepRecentMessages", 6))
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from toren import events as ev
 from toren.agents import AgentSpec, Limits, SubagentSpec
-from toren.compaction import boundary, compacted, estimate_tokens, needs_compaction, summary_request
-from toren.context import ToolCallContext, _current
-from toren.decisions import (
+from toren.core import events as ev
+from toren.core.compaction import (
+    boundary,
+    compacted,
+    estimate_tokens,
+    needs_compaction,
+    summary_request,
+)
+from toren.core.decisions import (
     CallModel,
     Done,
     EndTurn,
@@ -40,15 +45,16 @@ from toren.decisions import (
     normalize_calls,
     truncate_output,
 )
+from toren.core.events import NewEvent
+from toren.core.fold import PendingToolCall, TaskState, apply_task_event, checkpoint_due, fold_task
 from toren.errors import ContextWindowExceeded, ProviderError, TorenError
-from toren.events import NewEvent
-from toren.fold import PendingToolCall, TaskState, apply_task_event, checkpoint_due, fold_task
-from toren.interfaces import Lease, OutgoingMessage, QueueMessage, RunUpdate
-from toren.model import Model, ModelRequest, ModelResponse, ToolCall
-from toren.tools import Tool
+from toren.execution.context import ToolCallContext, _current
+from toren.seams.interfaces import Lease, OutgoingMessage, QueueMessage, RunUpdate
+from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
+from toren.seams.tools import Tool
 
 if TYPE_CHECKING:
-    from toren.worker import Worker
+    from toren.host.worker import Worker
 
 log = logging.getLogger(__name__)
 #: Models already warned about for having no known price (one warning per process).

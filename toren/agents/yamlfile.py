@@ -92,14 +92,14 @@ class _BoundedLoader(yaml.SafeLoader):
 
     depth = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
                 raise yaml.composer.ComposerError(
                     None, None, f"it is nested more than {MAX_DEPTH} levels deep",
-                    self.peek_event().start_mark)
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+                    self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+            return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 

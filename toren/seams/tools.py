@@ -21,7 +21,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import jsonschema
 
 from toren.errors import ToolError
-from toren.model import ToolSpec
+from toren.seams.model import ToolSpec
 
 TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
 #: The attribute ``@tool`` sets on a function, holding its options.

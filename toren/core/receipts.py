@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from toren import events as ev
-from toren.events import Event
-from toren.interfaces import RunRecord
+from toren.core import events as ev
+from toren.core.events import Event
+from toren.seams.interfaces import RunRecord
 
 STOP_REASON_TEXT = {
     "end_turn": "the model gave its final answer",

@@ -1,7 +1,7 @@
 """Toren's plugin hooks: what a plugin (entry-point group ``toren``) may register.
 
 Every hook receives a ``register`` callback (or the object to extend) and is called once per
-process by ``toren.plugins.PluginHost`` when plugins are loaded, before any agent is loaded.
+process by ``toren.seams.plugins.PluginHost`` when plugins are loaded, before any agent is loaded.
 Hooks are synchronous; what they register has async methods. Call hooks with keyword
 arguments only; a hook implementation may accept fewer arguments than the spec names.
 """
@@ -16,8 +16,8 @@ import pluggy
 if TYPE_CHECKING:
     import typer
 
-    from toren.channels import Channel
-    from toren.model import ModelProvider
+    from toren.seams.channels import Channel
+    from toren.seams.model import ModelProvider
 
 hookspec = pluggy.HookspecMarker("toren")
 hookimpl = pluggy.HookimplMarker("toren")
@@ -33,7 +33,7 @@ def register_models(register: Callable[[ModelProvider], None]) -> None:
     """Register model providers.
 
     Called once when plugins load. Call ``register(provider)`` with a
-    ``toren.model.ModelProvider`` for each id prefix the plugin serves (``anthropic`` serves
+    ``toren.seams.model.ModelProvider`` for each id prefix the plugin serves (``anthropic`` serves
     ``anthropic/<model>``). An agent's ``model:`` routes to the provider owning its prefix; two
     plugins registering the same prefix is an error naming both.
     """
@@ -64,7 +64,8 @@ def register_tools(register: Callable[..., None]) -> None:
 def register_channels(register: Callable[[Channel], None]) -> None:
     """Register channels: ways for people to talk to agents (chat apps, terminals, HTTP).
 
-    Called once when plugins load. Call ``register(channel)`` with a ``toren.channels.Channel``.
+    Called once when plugins load. Call ``register(channel)`` with a
+    ``toren.seams.channels.Channel``.
     ``toren dev`` starts every registered channel once the runtime is up (after checking the
     channel's ``required_env``) and stops it on shutdown. Restrict which channels run by
     restricting which plugins load (``TOREN_LOAD_PLUGINS``).

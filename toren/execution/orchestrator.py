@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toren import events as ev
 from toren.agents import AgentSpec
-from toren.events import NewEvent
-from toren.fold import RunState, apply_run_event, fold_run
-from toren.interfaces import OutgoingMessage, QueueMessage, RunUpdate
-from toren.task import task_message
-from toren.workflow import execute, timer_message
+from toren.core import events as ev
+from toren.core.events import NewEvent
+from toren.core.fold import RunState, apply_run_event, fold_run
+from toren.execution.task import task_message
+from toren.execution.workflow import execute, timer_message
+from toren.seams.interfaces import OutgoingMessage, QueueMessage, RunUpdate
 
 if TYPE_CHECKING:
-    from toren.worker import Worker
+    from toren.host.worker import Worker
 
 MAIN_TASK = "main"
 

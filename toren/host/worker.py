@@ -17,13 +17,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import toren
-from toren import events as ev
+from toren.core import events as ev
+from toren.core.events import Event, NewEvent
 from toren.errors import LeaseLost, RunCancelled
-from toren.events import Event, NewEvent
-from toren.interfaces import Lease, LeaseBusy, QueueMessage, RunUpdate
+from toren.seams.interfaces import Lease, LeaseBusy, QueueMessage, RunUpdate
 
 if TYPE_CHECKING:
-    from toren.runtime import Runtime
+    from toren.host.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +190,8 @@ class Worker:
     # -- messages ------------------------------------------------------------------------------
 
     async def _handle(self, message: QueueMessage) -> None:
-        from toren.orchestrator import tick_run
-        from toren.task import work_task
+        from toren.execution.orchestrator import tick_run
+        from toren.execution.task import work_task
 
         try:
             agent = self.runtime.agents[message.agent]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from toren.agents import AgentSpec
     from toren.config import Settings
-    from toren.events import Event, NewEvent
+    from toren.core.events import Event, NewEvent
     from toren.keys import ApiKey
 
 
@@ -376,7 +376,7 @@ class Queue(abc.ABC):
         """Return when a message may be ready (a notification) or after ``timeout_s``."""
 
 
-class Runtime(abc.ABC):
+class WorkerRuntime(abc.ABC):
     """Where workers run: pollers in this process (``inprocess``) or elsewhere (``fargate``)."""
 
     def __init__(self, settings: Settings) -> None:

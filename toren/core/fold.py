@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toren import events as ev
-from toren.compaction import compacted
-from toren.model import Message, ToolCall
+from toren.core import events as ev
+from toren.core.compaction import compacted
+from toren.seams.model import Message, ToolCall
 
 
 def input_text(value: Any) -> str:

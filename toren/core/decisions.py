@@ -8,9 +8,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from toren.agents import Limits
-from toren.fold import PendingToolCall, TaskState
-from toren.model import ToolCall
+from toren.core.fold import PendingToolCall, TaskState
+from toren.core.limits import Limits
+from toren.seams.model import ToolCall
 
 #: A model that names unknown tools or passes invalid arguments this many times in a row is
 #: stopped with stop reason ``error`` (each attempt went back to it as a tool error first).
@@ -34,7 +34,7 @@ class RunTools:
 
 @dataclass(frozen=True)
 class Finish:
-    """End the task with a stop reason from ``toren.events.STOP_REASONS``."""
+    """End the task with a stop reason from ``toren.core.events.STOP_REASONS``."""
 
     stop_reason: str
     output: str | None = None

@@ -12,12 +12,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from toren import events as ev
 from toren.agents import AgentSpec, check_env, discover_agent_dirs, load_agents
-from toren.channels import Channel
 from toren.config import Settings
-from toren.decisions import unstorable
-from toren.drivers import driver_class
+from toren.core import events as ev
+from toren.core.decisions import unstorable
+from toren.core.events import Event, NewEvent
+from toren.core.receipts import build_receipt
+from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
     ConfigError,
     MissingEnvError,
@@ -29,13 +30,11 @@ from toren.errors import (
     TorenError,
     UnstorableValue,
 )
-from toren.events import Event, NewEvent
-from toren.interfaces import Migration, Queue, RunRecord, Store
-from toren.interfaces import Runtime as RuntimeDriver
-from toren.model import Model
-from toren.plugins import PluginHost
-from toren.receipts import build_receipt
-from toren.sessions import MAX_MESSAGE_CHARS, transcript
+from toren.seams.channels import Channel
+from toren.seams.drivers import driver_class
+from toren.seams.interfaces import Migration, Queue, RunRecord, Store, WorkerRuntime
+from toren.seams.model import Model
+from toren.seams.plugins import PluginHost
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class Runtime:
         self._queue_class = driver_class("queue", self.settings.queue_driver)
         self._runtime_class = driver_class("runtime", self.settings.runtime_driver)
         self.queue: Queue | None = None
-        self.workers: RuntimeDriver | None = None
+        self.workers: WorkerRuntime | None = None
         self.started = False
 
     def check_model(self, model_id: str) -> object:
@@ -204,8 +203,8 @@ class Runtime:
 
         With an ``idempotency_key`` already used for this agent, returns that run's id instead.
         """
-        from toren.orchestrator import MAIN_TASK
-        from toren.task import run_tick, task_message
+        from toren.execution.orchestrator import MAIN_TASK
+        from toren.execution.task import run_tick, task_message
 
         if agent not in self.agents:
             raise ConfigError(f"agent {agent!r} is not served here; served agents: "
@@ -254,7 +253,7 @@ class Runtime:
                      poll_s: float = 0.1) -> AsyncIterator[Event]:
         """Yield the run's events as they are appended, each once, until the run is terminal.
 
-        ``after`` (stream -> last seq seen, see ``toren.cursors``) resumes a reader.
+        ``after`` (stream -> last seq seen, see ``toren.server.cursors``) resumes a reader.
         """
         position = dict(after or {})
         record = await self.get_run(run_id)
@@ -296,7 +295,7 @@ class Runtime:
 
         With an ``idempotency_key`` already used for this agent, returns that session's id.
         """
-        from toren.orchestrator import MAIN_TASK
+        from toren.execution.orchestrator import MAIN_TASK
 
         spec = self.agents.get(agent)
         if spec is None:
@@ -319,8 +318,8 @@ class Runtime:
         return found
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
-        """The session's status and full transcript (``toren.sessions.transcript``)."""
-        from toren.orchestrator import MAIN_TASK
+        """The session's status and full transcript (``toren.core.sessions.transcript``)."""
+        from toren.execution.orchestrator import MAIN_TASK
 
         record = await self._session(session_id)
         stream = await self.store.load_stream(record.agent, record.id,
@@ -380,8 +379,8 @@ class Runtime:
 
     async def _session_input(self, session_id: str, event: NewEvent,
                              idempotency_key: str | None = None) -> int:
-        from toren.orchestrator import MAIN_TASK
-        from toren.task import task_message
+        from toren.execution.orchestrator import MAIN_TASK
+        from toren.execution.task import task_message
 
         record = await self._session(session_id)
         taken, status, turn = await self.store.session_input(

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from toren.pricing import Pricing
+    from toren.core.pricing import Pricing
 
 Role = Literal["user", "assistant", "tool"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens"]

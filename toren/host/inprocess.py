@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from toren.config import Settings
-from toren.interfaces import Runtime
-from toren.worker import Worker
+from toren.host.worker import Worker
+from toren.seams.interfaces import WorkerRuntime
 
 
-class InProcessRuntime(Runtime):
+class InProcessRuntime(WorkerRuntime):
     """Runs up to ``TOREN_CONCURRENCY`` messages at once inside this process."""
 
     def __init__(self, settings: Settings) -> None:

@@ -1,0 +1,28 @@
+"""Agent loading: agent directories (agent.yaml, prompt.md, tools.py, workflow.py,
+subagents/*.md) read and validated into ``AgentSpec`` values (``toren.agents.loader``)."""
+
+from toren.agents.loader import (
+    AGENT_FILE,
+    AgentSpec,
+    ModelCheck,
+    SubagentSpec,
+    check_agent_name,
+    check_env,
+    discover_agent_dirs,
+    load_agent,
+    load_agents,
+    load_subagents,
+    load_tools_file,
+    load_workflow_file,
+    missing_env,
+    read_definition,
+    schema_name_for,
+)
+from toren.core.limits import Compaction, Limits
+
+__all__ = [
+    "AGENT_FILE", "AgentSpec", "Compaction", "Limits", "ModelCheck", "SubagentSpec",
+    "check_agent_name", "check_env", "discover_agent_dirs", "load_agent", "load_agents",
+    "load_subagents", "load_tools_file", "load_workflow_file", "missing_env", "read_definition",
+    "schema_name_for",
+]
