@@ -21,9 +21,9 @@ from tests.e2e.test_http_api import TOOLS as LOOKUP_TOOLS
 from tests.integration.test_leases import started
 from toren.client import TorenClient
 from toren.core.events import Event, NewEvent
+from toren.core.runs import RunRecord
 from toren.host.runtime import Runtime
 from toren.host.worker import Worker
-from toren.seams.interfaces import RunRecord
 from toren.seams.model import ModelRequest, ModelResponse
 from toren.testing import ScriptedModel, respond_with_tools, write_agent_dir
 

@@ -26,3 +26,11 @@ def test_the_public_surface_type_checks() -> None:
     done = subprocess.run([tool("mypy")], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_layers_hold() -> None:
+    """import-linter's contracts in pyproject.toml: the kernel imports no plugin, arrows point
+    surfaces -> host -> execution -> core, the core has no effects, the seams import no layer."""
+    done = subprocess.run([tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

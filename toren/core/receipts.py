@@ -7,7 +7,7 @@ from typing import Any
 
 from toren.core import events as ev
 from toren.core.events import Event
-from toren.seams.interfaces import RunRecord
+from toren.core.runs import RunRecord
 
 STOP_REASON_TEXT = {
     "end_turn": "the model gave its final answer",

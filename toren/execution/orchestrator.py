@@ -7,20 +7,17 @@ a guardian's tick re-sends the message of any unfinished task or unfired timer t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toren.agents import AgentSpec
 from toren.core import events as ev
 from toren.core.events import NewEvent
 from toren.core.fold import RunState, apply_run_event, fold_run
-from toren.execution.task import task_message
-from toren.execution.workflow import execute, timer_message
-from toren.seams.interfaces import OutgoingMessage, QueueMessage, RunUpdate
-
-if TYPE_CHECKING:
-    from toren.host.worker import Worker
-
-MAIN_TASK = "main"
+from toren.core.runs import RunUpdate
+from toren.execution.messages import MAIN_TASK, task_message, timer_message
+from toren.execution.ports import ExecutionPorts
+from toren.execution.workflow import execute
+from toren.seams.interfaces import OutgoingMessage, QueueMessage
 
 
 def run_outcome(absorbed: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -30,19 +27,19 @@ def run_outcome(absorbed: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "output": main.get("output"), "error": main.get("error")}
 
 
-async def tick_run(worker: Worker, agent: AgentSpec, message: QueueMessage) -> None:
+async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessage) -> None:
     """Handle a ``run`` message: absorb finished tasks, fire a due timer, run the workflow (or
     finish a single-task run), and append all of it in one transaction."""
     assert message.run_id is not None
-    store = worker.runtime.store
-    found = await worker.acquire(message, ev.RUN_STREAM, with_finished=True)
+    store = ports.store
+    found = await ports.acquire(message, ev.RUN_STREAM, True)
     if found is None:
         return
     lease, loaded = found
     state = fold_run((e.type, e.data) for e in loaded if e.stream == ev.RUN_STREAM)
     finished = {e.stream.removeprefix("task:"): e.data for e in loaded
                 if e.type == ev.TASK_FINISHED}
-    ttl = worker.runtime.settings.lease_ttl_s
+    ttl = ports.settings.lease_ttl_s
     first_seq = state.next_seq
     if state.terminal:
         await store.append(agent.name, lease, first_seq, [], ttl_s=ttl, ack=message,
@@ -72,7 +69,7 @@ async def tick_run(worker: Worker, agent: AgentSpec, message: QueueMessage) -> N
     else:
         executed = await execute(agent.workflow, state, message.run_id, agent)
         if any(event.type == ev.WAVE_STARTED for event in executed.events):
-            worker.runtime.settings.crash_point("mid_wave_dispatch")
+            ports.crash_point("mid_wave_dispatch")
         new_events += executed.events
         messages = executed.messages
         outcome = executed.finished
@@ -85,7 +82,7 @@ async def tick_run(worker: Worker, agent: AgentSpec, message: QueueMessage) -> N
         messages = []
     await store.append(agent.name, lease, first_seq, new_events, ttl_s=ttl, messages=messages,
                        run_update=update, ack=message, release=True)
-    worker.observe_append(agent.name, ev.RUN_STREAM, first_seq, new_events)
+    ports.appended(agent.name, ev.RUN_STREAM, first_seq, new_events)
     if outcome is None and _heals(message):
         await store.ensure_messages(agent.name, message.run_id, _expected_messages(state))
 

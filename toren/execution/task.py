@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 
@@ -47,14 +47,14 @@ from toren.core.decisions import (
 )
 from toren.core.events import NewEvent
 from toren.core.fold import PendingToolCall, TaskState, apply_task_event, checkpoint_due, fold_task
+from toren.core.runs import RunUpdate
 from toren.errors import ContextWindowExceeded, ProviderError, TorenError
 from toren.execution.context import ToolCallContext, _current
-from toren.seams.interfaces import Lease, OutgoingMessage, QueueMessage, RunUpdate
+from toren.execution.messages import run_tick, task_message
+from toren.execution.ports import ExecutionPorts
+from toren.seams.interfaces import Lease, OutgoingMessage, QueueMessage
 from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
 from toren.seams.tools import Tool
-
-if TYPE_CHECKING:
-    from toren.host.worker import Worker
 
 log = logging.getLogger(__name__)
 #: Models already warned about for having no known price (one warning per process).
@@ -66,18 +66,6 @@ def _call_json(call: ToolCall) -> dict[str, Any]:
     if call.arguments_error is not None:
         data["arguments_error"] = call.arguments_error
     return data
-
-
-def task_message(task_id: str, subagent: str | None, task_input: Any,
-                 delay_s: float = 0.0) -> OutgoingMessage:
-    """The queue message that makes a worker work on a task."""
-    return OutgoingMessage("task", {"task_id": task_id, "subagent": subagent,
-                                    "input": task_input, "key": f"task:{task_id}"}, delay_s)
-
-
-def run_tick(reason: str) -> OutgoingMessage:
-    """The queue message that makes the orchestrator look at a run."""
-    return OutgoingMessage("run", {"reason": reason})
 
 
 def idempotency_key(run_id: str, task_id: str, step: int, index: int) -> str:
@@ -109,11 +97,11 @@ def task_spec(agent: AgentSpec, subagent: str | None) -> TaskSpec:
 class TaskRunner:
     """Works one task for as long as this worker holds its lease and there is work to do."""
 
-    def __init__(self, worker: Worker, agent: AgentSpec, message: QueueMessage,
+    def __init__(self, ports: ExecutionPorts, agent: AgentSpec, message: QueueMessage,
                  lease: Lease, state: TaskState) -> None:
-        self.worker = worker
-        self.store = worker.runtime.store
-        self.settings = worker.runtime.settings
+        self.ports = ports
+        self.store = ports.store
+        self.settings = ports.settings
         self.agent = agent
         self.message = message
         self.lease = lease
@@ -146,10 +134,10 @@ class TaskRunner:
             messages=messages, run_update=run_update or self.pending_update,
             ack=self.message if done else None, release=done,
             progress=None if done else self.message)
-        self.worker.observe_append(self.agent.name, self.lease.stream, first_seq, self.pending)
+        self.ports.appended(self.agent.name, self.lease.stream, first_seq, self.pending)
         self.pending = []
         self.pending_update = None
-        self.settings.crash_point("after_append")
+        self.ports.crash_point("after_append")
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -194,7 +182,7 @@ class TaskRunner:
     async def call_model(self, action: CallModel) -> bool:
         """Make one model call (compacting first if the context is too large); ``False`` when
         the task must stop here (finished, or a retry scheduled)."""
-        model = self.worker.runtime.model(self.spec.model, base_url=self.agent.base_url)
+        model = self.ports.model(self.spec.model, self.agent.base_url)
         repeated = action.repeated
         if not self.state.compacted_since_call and needs_compaction(
                 self.agent.compaction, model.context_window, self.spec.prompt,
@@ -224,7 +212,7 @@ class TaskRunner:
                 continue
             if result is None:
                 return False
-            self.settings.crash_point("after_model_response")
+            self.ports.crash_point("after_model_response")
             response, latency_ms = result
             self.record_response(action.step, response, latency_ms, repeated, model)
             return True
@@ -274,7 +262,7 @@ class TaskRunner:
             return False
         if result is None:
             return False
-        self.settings.crash_point("mid_compaction")
+        self.ports.crash_point("mid_compaction")
         response, latency_ms = result
         self.record_response(step, response, latency_ms, repeated, model, purpose="compaction")
         self.record(ev.COMPACTED, {
@@ -363,7 +351,7 @@ class TaskRunner:
 
     async def run_tools(self, calls: Sequence[PendingToolCall]) -> None:
         results = await asyncio.gather(*(self.run_tool(call) for call in calls))
-        self.settings.crash_point("after_tool")
+        self.ports.crash_point("after_tool")
         for data in results:
             self.record(ev.TOOL_CALL_COMPLETED, data)
 
@@ -455,12 +443,12 @@ async def invoke_tool(tool: Tool, arguments: dict[str, Any],
     return json.dumps(result, default=str, ensure_ascii=False), False
 
 
-async def work_task(worker: Worker, agent: AgentSpec, message: QueueMessage) -> None:
+async def work_task(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessage) -> None:
     """Handle a ``task`` message: take the task's lease, fold its log, continue it."""
     assert message.run_id is not None
-    found = await worker.acquire(message, ev.task_stream(message.payload["task_id"]))
+    found = await ports.acquire(message, ev.task_stream(message.payload["task_id"]), False)
     if found is None:
         return
     lease, events = found
     state = fold_task((e.type, e.data) for e in events)
-    await TaskRunner(worker, agent, message, lease, state).run()
+    await TaskRunner(ports, agent, message, lease, state).run()

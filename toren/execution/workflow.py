@@ -22,6 +22,7 @@ from toren.core import events as ev
 from toren.core.events import NewEvent
 from toren.core.fold import RunState, apply_run_event
 from toren.errors import NonDeterminismError, TorenError
+from toren.execution.messages import task_message, timer_message
 from toren.seams.interfaces import OutgoingMessage
 
 WorkflowFunction = Callable[["WorkflowContext"], Awaitable[Any]]
@@ -155,7 +156,6 @@ class WorkflowContext:
             raise StopRun("budget_exhausted",
                           f"the run's budget (limits.maxBudgetUsd = {limits.max_budget_usd}) "
                           f"was spent (${spent:.4f}) before wave {number}")
-        from toren.execution.task import task_message
 
         tasks = [{"task_id": f"w{number}-{index}", **spec} for index, spec in enumerate(asked)]
         self._record(ev.WAVE_STARTED, {"wave": number, "tasks": tasks})
@@ -221,12 +221,6 @@ class WorkflowContext:
             self._record(ev.WORKFLOW_LOGGED, {"n": index, "message": message,
                                               "fields": json.loads(json.dumps(fields,
                                                                               default=str))})
-
-
-def timer_message(number: int, seconds: float) -> OutgoingMessage:
-    """The delayed run tick that fires timer ``number``."""
-    return OutgoingMessage("run", {"reason": f"timer {number}", "timer": number,
-                                   "key": f"timer:{number}"}, seconds)
 
 
 async def execute(function: WorkflowFunction, state: RunState, run_id: str, agent: AgentSpec,

@@ -18,6 +18,7 @@ from toren.core import events as ev
 from toren.core.decisions import unstorable
 from toren.core.events import Event, NewEvent
 from toren.core.receipts import build_receipt
+from toren.core.runs import RunRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
     ConfigError,
@@ -30,9 +31,10 @@ from toren.errors import (
     TorenError,
     UnstorableValue,
 )
+from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.seams.channels import Channel
 from toren.seams.drivers import driver_class
-from toren.seams.interfaces import Migration, Queue, RunRecord, Store, WorkerRuntime
+from toren.seams.interfaces import Migration, Queue, Store, WorkerRuntime
 from toren.seams.model import Model
 from toren.seams.plugins import PluginHost
 
@@ -203,8 +205,6 @@ class Runtime:
 
         With an ``idempotency_key`` already used for this agent, returns that run's id instead.
         """
-        from toren.execution.orchestrator import MAIN_TASK
-        from toren.execution.task import run_tick, task_message
 
         if agent not in self.agents:
             raise ConfigError(f"agent {agent!r} is not served here; served agents: "
@@ -295,7 +295,6 @@ class Runtime:
 
         With an ``idempotency_key`` already used for this agent, returns that session's id.
         """
-        from toren.execution.orchestrator import MAIN_TASK
 
         spec = self.agents.get(agent)
         if spec is None:
@@ -319,7 +318,6 @@ class Runtime:
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
         """The session's status and full transcript (``toren.core.sessions.transcript``)."""
-        from toren.execution.orchestrator import MAIN_TASK
 
         record = await self._session(session_id)
         stream = await self.store.load_stream(record.agent, record.id,
@@ -379,8 +377,6 @@ class Runtime:
 
     async def _session_input(self, session_id: str, event: NewEvent,
                              idempotency_key: str | None = None) -> int:
-        from toren.execution.orchestrator import MAIN_TASK
-        from toren.execution.task import task_message
 
         record = await self._session(session_id)
         taken, status, turn = await self.store.session_input(

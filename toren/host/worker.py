@@ -19,8 +19,12 @@ from typing import TYPE_CHECKING, Any
 import toren
 from toren.core import events as ev
 from toren.core.events import Event, NewEvent
+from toren.core.runs import RunUpdate
 from toren.errors import LeaseLost, RunCancelled
-from toren.seams.interfaces import Lease, LeaseBusy, QueueMessage, RunUpdate
+from toren.execution.orchestrator import tick_run
+from toren.execution.ports import AppendObserver, ExecutionPorts
+from toren.execution.task import work_task
+from toren.seams.interfaces import Lease, LeaseBusy, QueueMessage
 
 if TYPE_CHECKING:
     from toren.host.runtime import Runtime
@@ -32,11 +36,6 @@ SIGN_OUT_TIMEOUT_S = 5.0
 #: Seconds between checks for live workers of other versions, and between repeated warnings.
 SKEW_CHECK_S = 30.0
 SKEW_RELOG_S = 300.0
-
-#: Called after every successful append: (agent, stream, first_seq, events). Tests use it to
-#: validate every appended event against the catalog.
-AppendObserver = Callable[[str, str, int, Sequence[NewEvent]], None]
-
 
 class Worker:
     """Pollers, heartbeat and guardian for one process (started by the ``inprocess`` runtime)."""
@@ -57,6 +56,12 @@ class Worker:
         self._skewed = False
         #: A claim failed: it may have committed unseen (see ``Queue.return_unknown``).
         self._claims_unknown = False
+        #: What execution is handed to work a message (``toren.execution.ports``).
+        self.ports = ExecutionPorts(
+            store=runtime.store, settings=self.settings,
+            model=lambda model_id, base_url: runtime.model(model_id, base_url=base_url),
+            acquire=self.acquire, appended=self.observe_append,
+            crash_point=self.settings.crash_point)
 
     @property
     def agent_names(self) -> list[str]:
@@ -190,15 +195,12 @@ class Worker:
     # -- messages ------------------------------------------------------------------------------
 
     async def _handle(self, message: QueueMessage) -> None:
-        from toren.execution.orchestrator import tick_run
-        from toren.execution.task import work_task
-
         try:
             agent = self.runtime.agents[message.agent]
             if message.kind == "task":
-                await work_task(self, agent, message)
+                await work_task(self.ports, agent, message)
             elif message.kind == "run":
-                await tick_run(self, agent, message)
+                await tick_run(self.ports, agent, message)
             else:
                 log.error("dropping message %s of unknown kind %r", message.id, message.kind)
                 await self.runtime.queue.ack(message, self.id)  # type: ignore[union-attr]
@@ -221,7 +223,7 @@ class Worker:
             self.inflight.pop(message.id, None)
             self._slot_freed.set()
 
-    async def acquire(self, message: QueueMessage, stream: str, *, with_finished: bool = False
+    async def acquire(self, message: QueueMessage, stream: str, with_finished: bool = False
                       ) -> tuple[Lease, list[Event]] | None:
         """The stream's lease and events, or ``None`` if another worker holds the lease: the
         message is then handed back until just after that lease expires (a dead worker's
@@ -254,5 +256,7 @@ class Worker:
 
     def observe_append(self, agent: str, stream: str, first_seq: int,
                        events: Sequence[NewEvent]) -> None:
+        """Tell every observer about an append (tests validate each event against the
+        catalog)."""
         for observer in self.observers:
             observer(agent, stream, first_seq, events)

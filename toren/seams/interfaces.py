@@ -8,15 +8,34 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from toren.core.runs import RunRecord, RunUpdate  # what store methods take and return
 
 if TYPE_CHECKING:
-    from toren.agents import AgentSpec
     from toren.config import Settings
     from toren.core.events import Event, NewEvent
     from toren.keys import ApiKey
+
+
+class AgentSchema(Protocol):
+    """What the store needs of an agent to give it a schema and register it (an ``AgentSpec``
+    is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def schema_name(self) -> str: ...
+
+    @property
+    def directory(self) -> Path: ...
+
+    @property
+    def model(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -67,52 +86,6 @@ class QueueMessage:
     attempts: int
 
 
-#: Marker for "leave this column as it is" in ``RunUpdate``.
-KEEP: Any = object()
-
-
-@dataclass(frozen=True)
-class RunUpdate:
-    """Changes to a run's read-model row, written in the same transaction as an append."""
-
-    status: str | None = None
-    output: Any = KEEP
-    stop_reason: str | None = None
-    error: Any = KEEP  # a dict sets the latest error, None clears it
-    finished: bool = False
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """A run's read-model row."""
-
-    id: str
-    agent: str
-    status: str
-    input: Any
-    output: Any = None
-    stop_reason: str | None = None
-    error: dict[str, Any] | None = None
-    idempotency_key: str | None = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    finished_at: datetime | None = None
-    #: ``run`` (one task to its end) or ``session`` (a conversation that takes turns).
-    kind: str = "run"
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "agent": self.agent, "kind": self.kind, "status": self.status,
-            "input": self.input,
-            "output": self.output, "stop_reason": self.stop_reason, "error": self.error,
-            "idempotency_key": self.idempotency_key,
-            "created_at": self.created_at.isoformat() if self.created_at else None,
-            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
-        }
-
-
 class Store(abc.ABC):
     """Durable state: the control schema, one schema per agent, runs and their event log.
 
@@ -138,11 +111,11 @@ class Store(abc.ABC):
         """Release connections (the embedded database keeps running for other processes)."""
 
     @abc.abstractmethod
-    async def pending_migrations(self, agents: Sequence[AgentSpec]) -> list[Migration]:
+    async def pending_migrations(self, agents: Sequence[AgentSchema]) -> list[Migration]:
         """Migrations not yet applied for the control schema and each agent's schema."""
 
     @abc.abstractmethod
-    async def migrate(self, agents: Sequence[AgentSpec]) -> list[Migration]:
+    async def migrate(self, agents: Sequence[AgentSchema]) -> list[Migration]:
         """Apply pending migrations under a lock, register the agents; return what was applied.
 
         Idempotent and safe when several processes call it at once.

@@ -13,8 +13,8 @@ from aiohttp import web
 from toren.core import events as ev
 from toren.core.decisions import unstorable
 from toren.core.events import Event
+from toren.core.runs import RunRecord
 from toren.errors import RunNotFound
-from toren.seams.interfaces import RunRecord
 from toren.server.context import RUNTIME
 from toren.server.cursors import (
     InvalidCursor,

@@ -11,9 +11,9 @@ from fake_openai import Fail, completion, rate_limited, tool_call, usage
 from toren.config import Settings
 from toren.core.compaction import SUMMARY_SYSTEM
 from toren.core.events import Event, validate_event
+from toren.core.runs import RunRecord
 from toren.errors import MissingEnvError, ProviderError
 from toren.host.runtime import Runtime
-from toren.seams.interfaces import RunRecord
 from toren.seams.plugins import PluginHost
 from toren.testing import write_agent_dir
 

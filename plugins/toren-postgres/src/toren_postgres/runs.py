@@ -18,8 +18,9 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from toren.agents import schema_name_for
 from toren.core.events import Event, NewEvent
+from toren.core.runs import KEEP, RunRecord, RunUpdate
 from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled
-from toren.seams.interfaces import KEEP, Lease, LeaseBusy, OutgoingMessage, RunRecord, RunUpdate
+from toren.seams.interfaces import Lease, LeaseBusy, OutgoingMessage
 from toren_postgres.queries import query
 
 
