@@ -13,7 +13,8 @@ import pytest
 from toren import hookimpl
 from toren.agents import AgentSpec
 from toren.config import Settings
-from toren.core.events import Event, validate_event
+from toren.core.catalog import validate_event
+from toren.core.events import Event
 from toren.host.runtime import Runtime
 from toren.seams.model import Model, ModelProvider
 from toren.seams.plugins import PluginHost

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
+from toren.core.events import StopReason
 from toren.core.fold import PendingToolCall, TaskState
 from toren.core.limits import Limits
 from toren.seams.model import ToolCall
@@ -36,7 +37,7 @@ class RunTools:
 class Finish:
     """End the task with a stop reason from ``toren.core.events.STOP_REASONS``."""
 
-    stop_reason: str
+    stop_reason: StopReason
     output: str | None = None
     error: dict[str, Any] | None = None
 
@@ -46,7 +47,7 @@ class EndTurn:
     """A session's turn is over (the agent answered, or the turn hit ``max_steps``): record
     it and wait for the user's next message."""
 
-    stop_reason: str
+    stop_reason: Literal["end_turn", "max_steps"]
     output: str | None = None
 
 
@@ -63,7 +64,7 @@ def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction
     if state.finished is not None:
         return Done()
     if state.pending_tools:
-        return RunTools(tuple(state.pending_tools.values()))
+        return RunTools(tuple(state.pending_tools))
     last = state.messages[-1] if state.messages else None
     partial = state.last_assistant.text if state.last_assistant else None
     if state.session:
@@ -93,7 +94,7 @@ def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction
         if state.cost_usd >= limits.max_budget_usd:
             return Finish("budget_exhausted", output=partial)
     pending = state.model_call_pending
-    repeated = pending is not None and pending.get("epoch") != epoch
+    repeated = pending is not None and pending.epoch != epoch
     return CallModel(step=state.steps + 1, repeated=repeated)
 
 

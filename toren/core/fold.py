@@ -1,11 +1,17 @@
-"""The fold: pure functions from a stream's events to its state. No I/O, no clocks."""
+"""The fold: pure functions from a stream's typed events to its state. No I/O, no clocks.
+
+``TaskState`` is a struct whose fields are the whole state: a ``TaskCheckpoint`` is that state
+encoded as it is (``snapshot``), and restoring one copies every field back, so a field added to
+the state can never be left out of a checkpoint.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from toren.core import events as ev
 from toren.core.compaction import compacted
@@ -17,8 +23,7 @@ def input_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-@dataclass(frozen=True)
-class PendingToolCall:
+class PendingToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A tool call recorded as started with no recorded result."""
 
     step: int
@@ -27,16 +32,16 @@ class PendingToolCall:
     epoch: int
 
 
-@dataclass
-class TaskState:
+class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     """Everything a worker needs to continue a task, folded from its ``task:<id>`` stream."""
 
     next_seq: int = 1
-    started: dict[str, Any] | None = None
-    messages: list[Message] = field(default_factory=list)
+    started: ev.TaskStarted | None = None
+    messages: list[Message] = msgspec.field(default_factory=list)
     steps: int = 0
-    model_call_pending: dict[str, Any] | None = None
-    pending_tools: dict[str, PendingToolCall] = field(default_factory=dict)
+    model_call_pending: ev.ModelCallStarted | None = None
+    #: Started tool calls with no result yet, in the order they were recorded.
+    pending_tools: list[PendingToolCall] = msgspec.field(default_factory=list)
     cost_usd: float = 0.0
     unknown_cost_calls: int = 0
     input_tokens: int = 0
@@ -46,9 +51,10 @@ class TaskState:
     #: A compaction happened after the latest main model call (a context-length error right
     #: after one is not retried with another).
     compacted_since_call: bool = False
-    retry: dict[str, Any] | None = None
-    finished: dict[str, Any] | None = None
-    epochs: list[int] = field(default_factory=list)
+    retry: ev.RetryScheduled | None = None
+    finished: ev.TaskFinished | None = None
+    epochs: list[int] = msgspec.field(default_factory=list)
+    #: The sequence number of the latest checkpoint folded (0: none).
     last_checkpoint_seq: int = 0
     #: The task is a session's conversation (it takes turns instead of finishing).
     session: bool = False
@@ -58,53 +64,20 @@ class TaskState:
     turn_first_step: int = 0
     #: The current turn ended; the session waits for the user's next message.
     awaiting_input: bool = False
-    close_requested: dict[str, Any] | None = None
+    close_requested: ev.CloseRequested | None = None
 
-    def snapshot(self) -> dict[str, Any]:
-        """The state as the data of a ``TaskCheckpoint`` appended at ``next_seq``."""
-        return {
-            "next_seq": self.next_seq + 1, "started": self.started,
-            "messages": [message.to_json() for message in self.messages],
-            "steps": self.steps, "model_call_pending": self.model_call_pending,
-            "pending_tools": [{"step": p.step, "call": {"id": p.call.id, "name": p.call.name,
-                                                        "arguments": p.call.arguments},
-                               "idempotency_key": p.idempotency_key, "epoch": p.epoch}
-                              for p in self.pending_tools.values()],
-            "cost_usd": self.cost_usd, "unknown_cost_calls": self.unknown_cost_calls,
-            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-            "consecutive_invalid_calls": self.consecutive_invalid_calls, "retry": self.retry,
-            "compactions": self.compactions, "compacted_since_call": self.compacted_since_call,
-            "finished": self.finished, "epochs": self.epochs,
-        } | ({"session": True, "turns": self.turns, "turn_first_step": self.turn_first_step,
-              "awaiting_input": self.awaiting_input, "close_requested": self.close_requested}
-             if self.session else {})
+    def snapshot(self) -> TaskCheckpoint:
+        """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
+        fields = {name: getattr(self, name) for name in self.__struct_fields__}
+        return TaskCheckpoint(**fields | {"next_seq": self.next_seq + 1,
+                                          "last_checkpoint_seq": self.next_seq})
 
-    def restore(self, data: dict[str, Any]) -> None:
-        """Become the state a ``TaskCheckpoint`` recorded (the inverse of ``snapshot``)."""
-        pending = [PendingToolCall(p["step"], ToolCall(**p["call"]), p["idempotency_key"],
-                                   p["epoch"]) for p in data["pending_tools"]]
-        self.next_seq = data["next_seq"]
-        self.last_checkpoint_seq = data["next_seq"] - 1
-        self.started = data["started"]
-        self.messages = [Message.from_json(m) for m in data["messages"]]
-        self.steps = data["steps"]
-        self.model_call_pending = data["model_call_pending"]
-        self.pending_tools = {p.call.id: p for p in pending}
-        self.cost_usd = data["cost_usd"]
-        self.unknown_cost_calls = data["unknown_cost_calls"]
-        self.input_tokens = data["input_tokens"]
-        self.output_tokens = data["output_tokens"]
-        self.consecutive_invalid_calls = data["consecutive_invalid_calls"]
-        self.compactions = data.get("compactions", 0)
-        self.compacted_since_call = data.get("compacted_since_call", False)
-        self.retry = data["retry"]
-        self.finished = data["finished"]
-        self.epochs = list(data["epochs"])
-        self.session = data.get("session", False)
-        self.turns = data.get("turns", 0)
-        self.turn_first_step = data.get("turn_first_step", 0)
-        self.awaiting_input = data.get("awaiting_input", False)
-        self.close_requested = data.get("close_requested")
+    def restore(self, checkpoint: TaskState) -> None:
+        """Become the state a checkpoint recorded: every field, as the class declares them."""
+        for name in self.__struct_fields__:
+            setattr(self, name, getattr(checkpoint, name))
+        # checkpoints written before this field was recorded sit at next_seq - 1 all the same
+        self.last_checkpoint_seq = self.next_seq - 1
 
     @property
     def last_assistant(self) -> Message | None:
@@ -114,101 +87,113 @@ class TaskState:
         return None
 
 
+class TaskCheckpoint(TaskState):
+    """The task's folded state so far (written every TOREN_CHECKPOINT_EVERY events, in the same
+    transaction as the events it follows). A resume reads the stream from its latest
+    checkpoint; folding the whole stream gives the same state."""
+
+    stream = "task"
+
+
 def checkpoint_due(state: TaskState, every: int) -> bool:
     """Whether more than ``every`` events were appended since the latest checkpoint."""
     return state.next_seq - state.last_checkpoint_seq > every
 
 
-def apply_task_event(state: TaskState, event_type: str, data: dict[str, Any]) -> None:
-    """Fold one task event into ``state`` (in place)."""
-    if event_type == ev.TASK_CHECKPOINT:
-        state.restore(data)
+def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> None:
+    """Fold one typed task event into ``state`` (in place)."""
+    if isinstance(event, TaskCheckpoint):
+        state.restore(event)
         return
     state.next_seq += 1
-    epoch = data.get("epoch")
+    epoch = getattr(event, "epoch", None)
     if epoch is not None and (not state.epochs or state.epochs[-1] != epoch):
         state.epochs.append(epoch)
-    if event_type == ev.TASK_STARTED:
-        state.started = data
-        state.session = state.session or bool(data.get("session"))
-        if not data.get("session"):
-            state.messages.append(Message(role="user", text=input_text(data["input"])))
-    elif event_type == ev.USER_MESSAGE:
-        state.session = True
-        state.turns = data["turn"]
-        state.turn_first_step = state.steps
-        state.awaiting_input = False
-        state.consecutive_invalid_calls = 0
-        state.messages.append(Message(role="user", text=data["text"]))
-    elif event_type == ev.TURN_ENDED:
-        state.awaiting_input = True
-    elif event_type == ev.CLOSE_REQUESTED:
-        state.session = True
-        state.close_requested = data
-    elif event_type == ev.MODEL_CALL_STARTED:
-        state.model_call_pending = data
-    elif event_type == ev.MODEL_CALL_COMPLETED:
-        state.model_call_pending = None
-        state.retry = None
-        if data.get("purpose") != "compaction":
-            state.steps = data["step"]
-            state.compacted_since_call = False
-            calls = tuple(ToolCall(**call) for call in data["tool_calls"])
-            state.messages.append(Message(role="assistant", text=data["text"], tool_calls=calls,
-                                          provider_data=data.get("provider_data")))
-        usage = data["usage"]
-        state.input_tokens += usage.get("input_tokens", 0)
-        state.output_tokens += usage.get("output_tokens", 0)
-        if data["cost_usd"] is None:
-            state.unknown_cost_calls += 1
-        else:
-            state.cost_usd += data["cost_usd"]
-    elif event_type == ev.TOOL_CALL_STARTED:
-        call = ToolCall(id=data["call_id"], name=data["name"], arguments=data["arguments"])
-        state.pending_tools[call.id] = PendingToolCall(
-            data["step"], call, data["idempotency_key"], data["epoch"])
-    elif event_type == ev.TOOL_CALL_COMPLETED:
-        state.pending_tools.pop(data["call_id"], None)
-        state.messages.append(Message(role="tool", text=data["output"],
-                                      tool_call_id=data["call_id"], is_error=data["is_error"]))
-        if data.get("error_kind") in ("unknown_tool", "invalid_arguments"):
-            state.consecutive_invalid_calls += 1
-        else:
+    match event:
+        case ev.TaskStarted():
+            state.started = event
+            state.session = state.session or event.session
+            if not event.session:
+                state.messages.append(Message(role="user", text=input_text(event.input)))
+        case ev.UserMessage():
+            state.session = True
+            state.turns = event.turn
+            state.turn_first_step = state.steps
+            state.awaiting_input = False
             state.consecutive_invalid_calls = 0
-    elif event_type == ev.COMPACTED:
-        state.messages = compacted(state.messages, data["replaced"], data["summary"])
-        state.compactions += 1
-        state.compacted_since_call = True
-    elif event_type == ev.RETRY_SCHEDULED:
-        state.retry = data
-        state.model_call_pending = None
-    elif event_type == ev.TASK_FINISHED:
-        state.finished = data
+            state.messages.append(Message(role="user", text=event.text))
+        case ev.TurnEnded():
+            state.awaiting_input = True
+        case ev.CloseRequested():
+            state.session = True
+            state.close_requested = event
+        case ev.ModelCallStarted():
+            state.model_call_pending = event
+        case ev.ModelCallCompleted():
+            _apply_model_call(state, event)
+        case ev.ToolCallStarted():
+            call = ToolCall(id=event.call_id, name=event.name, arguments=event.arguments)
+            state.pending_tools.append(PendingToolCall(event.step, call, event.idempotency_key,
+                                                       event.epoch))
+        case ev.ToolCallCompleted():
+            state.pending_tools = [p for p in state.pending_tools if p.call.id != event.call_id]
+            state.messages.append(Message(role="tool", text=event.output,
+                                          tool_call_id=event.call_id, is_error=event.is_error))
+            if event.error_kind in ("unknown_tool", "invalid_arguments"):
+                state.consecutive_invalid_calls += 1
+            else:
+                state.consecutive_invalid_calls = 0
+        case ev.Compacted():
+            state.messages = compacted(state.messages, event.replaced, event.summary)
+            state.compactions += 1
+            state.compacted_since_call = True
+        case ev.RetryScheduled():
+            state.retry = event
+            state.model_call_pending = None
+        case ev.TaskFinished():
+            state.finished = event
 
 
-def fold_task(events: Iterable[tuple[str, dict[str, Any]]]) -> TaskState:
-    """Fold ``(type, data)`` pairs of one task stream, in sequence order."""
+def _apply_model_call(state: TaskState, event: ev.ModelCallCompleted) -> None:
+    state.model_call_pending = None
+    state.retry = None
+    if event.purpose != "compaction":
+        state.steps = event.step
+        state.compacted_since_call = False
+        calls = tuple(ToolCall(c.id, c.name, c.arguments, c.arguments_error)
+                      for c in event.tool_calls)
+        state.messages.append(Message(role="assistant", text=event.text, tool_calls=calls,
+                                      provider_data=event.provider_data))
+    state.input_tokens += event.usage.input_tokens
+    state.output_tokens += event.usage.output_tokens
+    if event.cost_usd is None:
+        state.unknown_cost_calls += 1
+    else:
+        state.cost_usd += event.cost_usd
+
+
+def fold_task(events: Iterable[ev.EventData | TaskCheckpoint]) -> TaskState:
+    """Fold the typed events of one task stream, in sequence order."""
     state = TaskState()
-    for event_type, data in events:
-        apply_task_event(state, event_type, data)
+    for event in events:
+        apply_task_event(state, event)
     return state
 
 
-@dataclass
-class RunState:
+class RunState(msgspec.Struct, kw_only=True):
     """A run's orchestration state, folded from its ``run`` stream."""
 
     next_seq: int = 1
     agent: str = ""
     input: Any = None
-    scheduled: dict[str, dict[str, Any]] = field(default_factory=dict)
-    absorbed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    finished: dict[str, Any] | None = None
-    cancelled: dict[str, Any] | None = None
-    waves: dict[int, dict[str, Any]] = field(default_factory=dict)
-    values: list[dict[str, Any]] = field(default_factory=list)
-    timers: dict[int, dict[str, Any]] = field(default_factory=dict)
-    timers_fired: set[int] = field(default_factory=set)
+    scheduled: dict[str, ev.TaskScheduled] = msgspec.field(default_factory=dict)
+    absorbed: dict[str, ev.TaskAbsorbed] = msgspec.field(default_factory=dict)
+    finished: ev.RunFinished | ev.RunDeadLettered | None = None
+    cancelled: ev.RunCancelled | None = None
+    waves: dict[int, ev.WaveStarted] = msgspec.field(default_factory=dict)
+    values: list[ev.ValueRecorded] = msgspec.field(default_factory=list)
+    timers: dict[int, ev.TimerStarted] = msgspec.field(default_factory=dict)
+    timers_fired: set[int] = msgspec.field(default_factory=set)
     logs: int = 0
 
     @property
@@ -220,33 +205,36 @@ class RunState:
         return [task_id for task_id in self.scheduled if task_id not in self.absorbed]
 
 
-def apply_run_event(state: RunState, event_type: str, data: dict[str, Any]) -> None:
+def apply_run_event(state: RunState, event: ev.EventData) -> None:
+    """Fold one typed run event into ``state`` (in place)."""
     state.next_seq += 1
-    if event_type == ev.RUN_CREATED:
-        state.agent = data["agent"]
-        state.input = data["input"]
-    elif event_type == ev.TASK_SCHEDULED:
-        state.scheduled[data["task_id"]] = data
-    elif event_type == ev.TASK_ABSORBED:
-        state.absorbed[data["task_id"]] = data
-    elif event_type in (ev.RUN_FINISHED, ev.RUN_DEAD_LETTERED):
-        state.finished = data
-    elif event_type == ev.RUN_CANCELLED:
-        state.cancelled = data
-    elif event_type == ev.WAVE_STARTED:
-        state.waves[data["wave"]] = data
-    elif event_type == ev.VALUE_RECORDED:
-        state.values.append(data)
-    elif event_type == ev.TIMER_STARTED:
-        state.timers[data["timer"]] = data
-    elif event_type == ev.TIMER_FIRED:
-        state.timers_fired.add(data["timer"])
-    elif event_type == ev.WORKFLOW_LOGGED:
-        state.logs += 1
+    match event:
+        case ev.RunCreated():
+            state.agent = event.agent
+            state.input = event.input
+        case ev.TaskScheduled():
+            state.scheduled[event.task_id] = event
+        case ev.TaskAbsorbed():
+            state.absorbed[event.task_id] = event
+        case ev.RunFinished() | ev.RunDeadLettered():
+            state.finished = event
+        case ev.RunCancelled():
+            state.cancelled = event
+        case ev.WaveStarted():
+            state.waves[event.wave] = event
+        case ev.ValueRecorded():
+            state.values.append(event)
+        case ev.TimerStarted():
+            state.timers[event.timer] = event
+        case ev.TimerFired():
+            state.timers_fired.add(event.timer)
+        case ev.WorkflowLogged():
+            state.logs += 1
 
 
-def fold_run(events: Iterable[tuple[str, dict[str, Any]]]) -> RunState:
+def fold_run(events: Iterable[ev.EventData]) -> RunState:
+    """Fold the typed events of a run stream, in sequence order."""
     state = RunState()
-    for event_type, data in events:
-        apply_run_event(state, event_type, data)
+    for event in events:
+        apply_run_event(state, event)
     return state

@@ -7,10 +7,9 @@ a guardian's tick re-sends the message of any unfinished task or unfired timer t
 
 from __future__ import annotations
 
-from typing import Any
-
 from toren.agents import AgentSpec
 from toren.core import events as ev
+from toren.core.catalog import decode, decode_events
 from toren.core.events import NewEvent
 from toren.core.fold import RunState, apply_run_event, fold_run
 from toren.core.runs import RunUpdate
@@ -20,11 +19,11 @@ from toren.execution.workflow import execute
 from toren.seams.interfaces import OutgoingMessage, QueueMessage
 
 
-def run_outcome(absorbed: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def run_outcome(absorbed: dict[str, ev.TaskAbsorbed]) -> ev.RunFinished:
     """A single-task run ends as its main task ended."""
     main = absorbed[MAIN_TASK]
-    return {"status": main["status"], "stop_reason": main["stop_reason"],
-            "output": main.get("output"), "error": main.get("error")}
+    return ev.RunFinished(status=main.status, stop_reason=main.stop_reason, output=main.output,
+                          error=main.error)
 
 
 async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessage) -> None:
@@ -36,9 +35,10 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
     if found is None:
         return
     lease, loaded = found
-    state = fold_run((e.type, e.data) for e in loaded if e.stream == ev.RUN_STREAM)
-    finished = {e.stream.removeprefix("task:"): e.data for e in loaded
-                if e.type == ev.TASK_FINISHED}
+    state = fold_run(decode_events(e for e in loaded if e.stream == ev.RUN_STREAM))
+    finished: dict[str, ev.TaskFinished] = {
+        e.stream.removeprefix("task:"): decode(e.type, e.data) for e in loaded
+        if e.type == ev.TASK_FINISHED}
     ttl = ports.settings.lease_ttl_s
     first_seq = state.next_seq
     if state.terminal:
@@ -47,22 +47,21 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
         return
     new_events: list[NewEvent] = []
 
-    def record(event_type: str, data: dict[str, Any]) -> None:
-        new_events.append(NewEvent(event_type, data))
-        apply_run_event(state, event_type, data)
+    def record(event: ev.EventData) -> None:
+        new_events.append(NewEvent.of(event))
+        apply_run_event(state, event)
 
     for task_id in state.unfinished_tasks:
         if task_id in finished:
-            data = finished[task_id]
-            record(ev.TASK_ABSORBED, {
-                "task_id": task_id, "status": data["status"], "stop_reason": data["stop_reason"],
-                "output": data.get("output"), "error": data.get("error"),
-                "cost_usd": data.get("cost_usd", 0.0)})
+            task = finished[task_id]
+            record(ev.TaskAbsorbed(task_id=task_id, status=task.status,
+                                   stop_reason=task.stop_reason, output=task.output,
+                                   error=task.error, cost_usd=task.cost_usd))
     timer = message.payload.get("timer")
     if timer in state.timers and timer not in state.timers_fired:
-        record(ev.TIMER_FIRED, {"timer": timer})
+        record(ev.TimerFired(timer=timer))
     messages: list[OutgoingMessage] = []
-    outcome: dict[str, Any] | None = None
+    outcome: ev.RunFinished | None = None
     if agent.workflow is None:
         if not state.unfinished_tasks:
             outcome = run_outcome(state.absorbed)
@@ -75,10 +74,9 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
         outcome = executed.finished
     update = None
     if outcome is not None:
-        new_events.append(NewEvent(ev.RUN_FINISHED, outcome))
-        update = RunUpdate(status=outcome["status"], output=outcome["output"],
-                           stop_reason=outcome["stop_reason"], error=outcome["error"],
-                           finished=True)
+        new_events.append(NewEvent.of(outcome))
+        update = RunUpdate(status=outcome.status, output=outcome.output,
+                           stop_reason=outcome.stop_reason, error=outcome.error, finished=True)
         messages = []
     await store.append(agent.name, lease, first_seq, new_events, ttl_s=ttl, messages=messages,
                        run_update=update, ack=message, release=True)
@@ -96,8 +94,8 @@ def _heals(message: QueueMessage) -> bool:
 
 def _expected_messages(state: RunState) -> list[OutgoingMessage]:
     """What should be queued for a waiting run: its unfinished tasks and unfired timers."""
-    expected = [task_message(task_id, state.scheduled[task_id].get("subagent"),
-                             state.scheduled[task_id].get("input"))
+    expected = [task_message(task_id, state.scheduled[task_id].subagent,
+                             state.scheduled[task_id].input)
                 for task_id in state.unfinished_tasks]
     expected += [timer_message(number, 0.0) for number in state.timers
                  if number not in state.timers_fired]

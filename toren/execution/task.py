@@ -20,12 +20,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 
 from toren.agents import AgentSpec, Limits, SubagentSpec
 from toren.core import events as ev
+from toren.core.catalog import decode_events
 from toren.core.compaction import (
     boundary,
     compacted,
@@ -46,7 +47,14 @@ from toren.core.decisions import (
     truncate_output,
 )
 from toren.core.events import NewEvent
-from toren.core.fold import PendingToolCall, TaskState, apply_task_event, checkpoint_due, fold_task
+from toren.core.fold import (
+    PendingToolCall,
+    TaskCheckpoint,
+    TaskState,
+    apply_task_event,
+    checkpoint_due,
+    fold_task,
+)
 from toren.core.runs import RunUpdate
 from toren.errors import ContextWindowExceeded, ProviderError, TorenError
 from toren.execution.context import ToolCallContext, _current
@@ -59,13 +67,6 @@ from toren.seams.tools import Tool
 log = logging.getLogger(__name__)
 #: Models already warned about for having no known price (one warning per process).
 _UNPRICED: set[str] = set()
-
-
-def _call_json(call: ToolCall) -> dict[str, Any]:
-    data = {"id": call.id, "name": call.name, "arguments": call.arguments}
-    if call.arguments_error is not None:
-        data["arguments_error"] = call.arguments_error
-    return data
 
 
 def idempotency_key(run_id: str, task_id: str, step: int, index: int) -> str:
@@ -108,18 +109,18 @@ class TaskRunner:
         self.state = state
         self.run_id = lease.run_id
         self.task_id = message.payload["task_id"]
-        started = state.started or {}
-        self.subagent = started.get("subagent", message.payload.get("subagent"))
+        self.subagent = (state.started.subagent if state.started is not None
+                         else message.payload.get("subagent"))
         self.pending: list[NewEvent] = []
         #: A change to the run's row that goes with the next flush (e.g. clearing an error).
         self.pending_update: RunUpdate | None = None
 
     # -- recording -----------------------------------------------------------------------------
 
-    def record(self, event_type: str, data: dict[str, Any]) -> None:
+    def record(self, event: ev.EventData | TaskCheckpoint) -> None:
         """Fold an event into the in-memory state now; it is appended at the next flush."""
-        self.pending.append(NewEvent(event_type, data))
-        apply_task_event(self.state, event_type, data)
+        self.pending.append(NewEvent.of(event))
+        apply_task_event(self.state, event)
 
     async def flush(self, *, messages: Sequence[OutgoingMessage] = (),
                     run_update: RunUpdate | None = None, done: bool = False) -> None:
@@ -127,7 +128,7 @@ class TaskRunner:
         if not self.pending and not done:
             return
         if self.pending and checkpoint_due(self.state, self.settings.checkpoint_every):
-            self.record(ev.TASK_CHECKPOINT, self.state.snapshot())
+            self.record(self.state.snapshot())
         first_seq = self.state.next_seq - len(self.pending)
         await self.store.append(
             self.agent.name, self.lease, first_seq, self.pending, ttl_s=self.settings.lease_ttl_s,
@@ -171,13 +172,12 @@ class TaskRunner:
 
     def start(self) -> None:
         payload = self.message.payload
-        self.record(ev.TASK_STARTED, {
-            "task_id": self.task_id, "subagent": self.spec.name, "model": self.spec.model,
-            "input": payload.get("input"), "limits": self.spec.limits.to_json(),
-            "tools": list(self.spec.tools),
-            "prompt_sha256": hashlib.sha256(self.spec.prompt.encode()).hexdigest(),
-            "epoch": self.lease.epoch,
-        } | ({"session": True} if self.state.session else {}))
+        self.record(ev.TaskStarted(
+            task_id=self.task_id, subagent=self.spec.name, model=self.spec.model,
+            input=payload.get("input"), limits=self.spec.limits.to_json(),
+            tools=tuple(self.spec.tools),
+            prompt_sha256=hashlib.sha256(self.spec.prompt.encode()).hexdigest(),
+            epoch=self.lease.epoch, session=self.state.session))
 
     async def call_model(self, action: CallModel) -> bool:
         """Make one model call (compacting first if the context is too large); ``False`` when
@@ -191,7 +191,7 @@ class TaskRunner:
                 return False
             repeated = False
         while True:
-            self.record(ev.MODEL_CALL_STARTED, {"step": action.step, "epoch": self.lease.epoch})
+            self.record(ev.ModelCallStarted(step=action.step, epoch=self.lease.epoch))
             if self.state.steps == 0:
                 self.pending_update = RunUpdate(status="running")
             await self.flush()
@@ -248,8 +248,7 @@ class TaskRunner:
         cut = boundary(messages, self.agent.compaction.keep_recent_messages)
         if cut is None:
             return True
-        self.record(ev.MODEL_CALL_STARTED, {"step": step, "epoch": self.lease.epoch,
-                                            "purpose": "compaction"})
+        self.record(ev.ModelCallStarted(step=step, epoch=self.lease.epoch, purpose="compaction"))
         await self.flush()
         before = estimate_tokens(self.spec.prompt, messages)
         try:
@@ -265,11 +264,11 @@ class TaskRunner:
         self.ports.crash_point("mid_compaction")
         response, latency_ms = result
         self.record_response(step, response, latency_ms, repeated, model, purpose="compaction")
-        self.record(ev.COMPACTED, {
-            "step": step, "summary": response.text, "replaced": cut, "reason": reason,
-            "tokens_before": before, "epoch": self.lease.epoch,
-            "tokens_after": estimate_tokens(self.spec.prompt,
-                                            compacted(messages, cut, response.text))})
+        self.record(ev.Compacted(
+            step=step, summary=response.text, replaced=cut, reason=reason,
+            tokens_before=before, epoch=self.lease.epoch,
+            tokens_after=estimate_tokens(self.spec.prompt,
+                                         compacted(messages, cut, response.text))))
         return True
 
     def cost(self, response: ModelResponse, model: Model) -> float | None:
@@ -291,24 +290,21 @@ class TaskRunner:
             response.tool_calls,
             (c.id for m in self.state.messages if m.role == "assistant" for c in m.tool_calls),
             step)
-        data: dict[str, Any] = {
-            "step": step, "epoch": self.lease.epoch,
-            "model": response.model or self.spec.model, "text": clean_text(response.text),
-            "tool_calls": [_call_json(c) for c in tool_calls],
-            "stop_reason": response.stop_reason,
-            "usage": {"input_tokens": response.usage.input_tokens,
-                      "output_tokens": response.usage.output_tokens,
-                      "cache_read_tokens": response.usage.cache_read_tokens,
-                      "cache_write_tokens": response.usage.cache_write_tokens},
-            "cost_usd": self.cost(response, model), "latency_ms": latency_ms,
-            "repeated": repeated,
-        }
-        if response.provider_data is not None and purpose is None:
-            data["provider_data"] = response.provider_data
-        if purpose is not None:
-            data["purpose"] = purpose
-            data["tool_calls"] = []
-        self.record(ev.MODEL_CALL_COMPLETED, data)
+        usage = response.usage
+        self.record(ev.ModelCallCompleted(
+            step=step, epoch=self.lease.epoch,
+            model=response.model or self.spec.model, text=clean_text(response.text),
+            tool_calls=() if purpose is not None else tuple(
+                ev.RecordedToolCall(id=c.id, name=c.name, arguments=c.arguments,
+                                    arguments_error=c.arguments_error) for c in tool_calls),
+            stop_reason=response.stop_reason,
+            usage=ev.TokenUsage(input_tokens=usage.input_tokens,
+                                output_tokens=usage.output_tokens,
+                                cache_read_tokens=usage.cache_read_tokens,
+                                cache_write_tokens=usage.cache_write_tokens),
+            cost_usd=self.cost(response, model), latency_ms=latency_ms, repeated=repeated,
+            purpose=purpose,
+            provider_data=response.provider_data if purpose is None else None))
         if had_error:
             self.pending_update = RunUpdate(error=None)  # recovered: the latest error clears
         if purpose is not None:
@@ -317,17 +313,20 @@ class TaskRunner:
             problem = self.check_call(call)
             if problem is not None:
                 kind, text = problem
-                self.record(ev.TOOL_CALL_COMPLETED, {
-                    "step": step, "call_id": call.id, "name": call.name, "output": text,
-                    "is_error": True, "error_kind": kind, "truncated": False,
-                    "original_bytes": len(text.encode()), "duration_ms": 0.0,
-                    "epoch": self.lease.epoch})
+                self.record(self.tool_error(step, call, kind, text))
                 continue
-            self.record(ev.TOOL_CALL_STARTED, {
-                "step": step, "call_id": call.id, "name": call.name,
-                "arguments": call.arguments,
-                "idempotency_key": idempotency_key(self.run_id, self.task_id, step, index),
-                "epoch": self.lease.epoch})
+            self.record(ev.ToolCallStarted(
+                step=step, call_id=call.id, name=call.name, arguments=call.arguments,
+                idempotency_key=idempotency_key(self.run_id, self.task_id, step, index),
+                epoch=self.lease.epoch))
+
+    def tool_error(self, step: int, call: ToolCall, kind: ev.ToolErrorKind,
+                   text: str) -> ev.ToolCallCompleted:
+        """The result of a tool call that did not run: a structured error for the model."""
+        return ev.ToolCallCompleted(
+            step=step, call_id=call.id, name=call.name, output=text, is_error=True,
+            error_kind=kind, truncated=False, original_bytes=len(text.encode()),
+            duration_ms=0.0, epoch=self.lease.epoch)
 
     def check_call(self, call: ToolCall) -> tuple[str, str] | None:
         """A structured error for the model if the call names no tool or has bad arguments."""
@@ -352,26 +351,20 @@ class TaskRunner:
     async def run_tools(self, calls: Sequence[PendingToolCall]) -> None:
         results = await asyncio.gather(*(self.run_tool(call) for call in calls))
         self.ports.crash_point("after_tool")
-        for data in results:
-            self.record(ev.TOOL_CALL_COMPLETED, data)
+        for result in results:
+            self.record(result)
 
-    async def run_tool(self, pending: PendingToolCall) -> dict[str, Any]:
+    async def run_tool(self, pending: PendingToolCall) -> ev.ToolCallCompleted:
         call = pending.call
         tool = self.spec.tools.get(call.name)
-        base = {"step": pending.step, "call_id": call.id, "name": call.name,
-                "epoch": self.lease.epoch}
         if pending.epoch != self.lease.epoch and (tool is None or not tool.idempotent):
-            text = ("Error: this tool call was interrupted: the worker running it stopped before "
-                    "its result was recorded. It was not run again because the tool is not "
-                    "marked idempotent, so it may or may not have taken effect.")
-            return base | {"output": text, "is_error": True, "error_kind": "interrupted",
-                           "truncated": False, "original_bytes": len(text.encode()),
-                           "duration_ms": 0.0}
+            return self.tool_error(pending.step, call, "interrupted", (
+                "Error: this tool call was interrupted: the worker running it stopped before "
+                "its result was recorded. It was not run again because the tool is not "
+                "marked idempotent, so it may or may not have taken effect."))
         if tool is None:  # the tool was removed from the agent after the call was recorded
-            text = f"Error: there is no tool named {call.name!r} any more."
-            return base | {"output": text, "is_error": True, "error_kind": "unknown_tool",
-                           "truncated": False, "original_bytes": len(text.encode()),
-                           "duration_ms": 0.0}
+            return self.tool_error(pending.step, call, "unknown_tool",
+                                   f"Error: there is no tool named {call.name!r} any more.")
         context = ToolCallContext(self.agent.name, self.run_id, self.task_id, pending.step,
                                   call.id, pending.idempotency_key)
         started = time.perf_counter()
@@ -379,12 +372,13 @@ class TaskRunner:
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
         text, truncated, size = truncate_output(clean_text(output),
                                                 self.spec.limits.max_tool_output_bytes)
-        return base | {"output": text, "is_error": is_error,
-                       "error_kind": "exception" if is_error else None, "truncated": truncated,
-                       "original_bytes": size, "duration_ms": duration_ms}
+        return ev.ToolCallCompleted(
+            step=pending.step, call_id=call.id, name=call.name, output=text, is_error=is_error,
+            error_kind="exception" if is_error else None, truncated=truncated,
+            original_bytes=size, duration_ms=duration_ms, epoch=self.lease.epoch)
 
     async def schedule_retry(self, step: int, exc: ProviderError) -> None:
-        attempt = (self.state.retry or {}).get("attempt", 0) + 1
+        attempt = (self.state.retry.attempt if self.state.retry is not None else 0) + 1
         error = {"code": exc.code, "message": exc.message, "attempt": attempt}
         if attempt > self.settings.retry_max_attempts:
             error["message"] = f"gave up after {attempt - 1} retries: {exc.message}"
@@ -395,32 +389,32 @@ class TaskRunner:
         if exc.retry_after_s:
             delay = max(delay, exc.retry_after_s)
         next_at = (datetime.now(UTC) + timedelta(seconds=delay)).isoformat()
-        self.record(ev.RETRY_SCHEDULED, {
-            "step": step, "attempt": attempt, "error": {"code": exc.code, "message": exc.message},
-            "delay_s": round(delay, 3), "next_attempt_at": next_at, "epoch": self.lease.epoch})
+        self.record(ev.RetryScheduled(
+            step=step, attempt=attempt, error={"code": exc.code, "message": exc.message},
+            delay_s=round(delay, 3), next_attempt_at=next_at, epoch=self.lease.epoch))
         payload = self.message.payload
         await self.flush(
             messages=[task_message(self.task_id, payload.get("subagent"), payload.get("input"),
                                    delay_s=delay)],
             run_update=RunUpdate(error=error | {"next_attempt_at": next_at}), done=True)
 
-    async def end_turn(self, stop_reason: str, output: str | None) -> None:
+    async def end_turn(self, stop_reason: Literal["end_turn", "max_steps"],
+                       output: str | None) -> None:
         """A session's turn is over: record it, hand the turn back to the user (the run's
         status becomes ``awaiting_input`` in the same commit) and free the task."""
-        self.record(ev.TURN_ENDED, {
-            "turn": self.state.turns, "stop_reason": stop_reason, "output": output,
-            "steps": self.state.steps - self.state.turn_first_step,
-            "cost_usd": round(self.state.cost_usd, 10), "epoch": self.lease.epoch})
+        self.record(ev.TurnEnded(
+            turn=self.state.turns, stop_reason=stop_reason, output=output,
+            steps=self.state.steps - self.state.turn_first_step,
+            cost_usd=round(self.state.cost_usd, 10), epoch=self.lease.epoch))
         await self.flush(run_update=RunUpdate(status="awaiting_input", output=output, error=None),
                          done=True)
 
-    async def finish(self, stop_reason: str, output: str | None,
+    async def finish(self, stop_reason: ev.StopReason, output: str | None,
                      error: dict[str, Any] | None) -> None:
-        status = ev.status_for(stop_reason)
-        self.record(ev.TASK_FINISHED, {
-            "task_id": self.task_id, "status": status, "stop_reason": stop_reason,
-            "output": output, "error": error, "steps": self.state.steps,
-            "cost_usd": round(self.state.cost_usd, 10), "epoch": self.lease.epoch})
+        self.record(ev.TaskFinished(
+            task_id=self.task_id, status=ev.status_for(stop_reason), stop_reason=stop_reason,
+            output=output, error=error, steps=self.state.steps,
+            cost_usd=round(self.state.cost_usd, 10), epoch=self.lease.epoch))
         await self.flush(messages=[run_tick(f"task {self.task_id} finished")], done=True)
 
 
@@ -450,5 +444,5 @@ async def work_task(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessa
     if found is None:
         return
     lease, events = found
-    state = fold_task((e.type, e.data) for e in events)
+    state = fold_task(decode_events(events))
     await TaskRunner(ports, agent, message, lease, state).run()

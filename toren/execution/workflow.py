@@ -15,7 +15,7 @@ import uuid as uuid_module
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from toren.agents import AgentSpec
 from toren.core import events as ev
@@ -38,7 +38,7 @@ class Suspend(BaseException):
 class StopRun(TorenError):
     """A run-level cap stops the run before the next wave."""
 
-    def __init__(self, stop_reason: str, message: str) -> None:
+    def __init__(self, stop_reason: ev.StopReason, message: str) -> None:
         super().__init__(message)
         self.stop_reason = stop_reason
 
@@ -66,7 +66,7 @@ class WorkflowOutcome:
 
     events: list[NewEvent] = field(default_factory=list)
     messages: list[OutgoingMessage] = field(default_factory=list)
-    finished: dict[str, Any] | None = None
+    finished: ev.RunFinished | None = None
 
 
 def _spec(item: Any) -> dict[str, Any]:
@@ -110,9 +110,9 @@ class WorkflowContext:
         #: The run's id.
         self.run_id = run_id
 
-    def _record(self, event_type: str, data: dict[str, Any]) -> None:
-        self._outcome.events.append(NewEvent(event_type, data))
-        apply_run_event(self._state, event_type, data)
+    def _record(self, event: ev.EventData) -> None:
+        self._outcome.events.append(NewEvent.of(event))
+        apply_run_event(self._state, event)
 
     async def wave(self, tasks: Iterable[Any]) -> list[TaskResult]:
         """Run tasks in parallel (on any worker of the fleet); their results, in order.
@@ -132,11 +132,10 @@ class WorkflowContext:
         if recorded is None:
             self._start_wave(number, asked)
             raise Suspend
-        recorded_specs = [{"subagent": t["subagent"], "input": t["input"]}
-                          for t in recorded["tasks"]]
+        recorded_specs = [{"subagent": t.subagent, "input": t.input} for t in recorded.tasks]
         if recorded_specs != asked:
             raise NonDeterminismError(_describe_difference(number, recorded_specs, asked))
-        ids = [t["task_id"] for t in recorded["tasks"]]
+        ids = [t.task_id for t in recorded.tasks]
         if not all(task_id in self._state.absorbed for task_id in ids):
             raise Suspend
         return [self._result(task_id) for task_id in ids]
@@ -151,41 +150,39 @@ class WorkflowContext:
         if limits.max_waves is not None and number > limits.max_waves:
             raise StopRun("max_waves", f"the wave cap (limits.maxWaves = {limits.max_waves}) "
                                        f"was reached before wave {number}")
-        spent = sum(t.get("cost_usd") or 0.0 for t in self._state.absorbed.values())
+        spent = sum(t.cost_usd or 0.0 for t in self._state.absorbed.values())
         if limits.max_budget_usd is not None and spent >= limits.max_budget_usd:
             raise StopRun("budget_exhausted",
                           f"the run's budget (limits.maxBudgetUsd = {limits.max_budget_usd}) "
                           f"was spent (${spent:.4f}) before wave {number}")
 
-        tasks = [{"task_id": f"w{number}-{index}", **spec} for index, spec in enumerate(asked)]
-        self._record(ev.WAVE_STARTED, {"wave": number, "tasks": tasks})
+        tasks = tuple(ev.WaveTask(task_id=f"w{number}-{index}", subagent=spec["subagent"],
+                                  input=spec["input"]) for index, spec in enumerate(asked))
+        self._record(ev.WaveStarted(wave=number, tasks=tasks))
         for task in tasks:
-            self._record(ev.TASK_SCHEDULED, {"task_id": task["task_id"],
-                                             "subagent": task["subagent"],
-                                             "input": task["input"], "wave": number})
-            self._outcome.messages.append(
-                task_message(task["task_id"], task["subagent"], task["input"]))
+            self._record(ev.TaskScheduled(task_id=task.task_id, subagent=task.subagent,
+                                          input=task.input, wave=number))
+            self._outcome.messages.append(task_message(task.task_id, task.subagent, task.input))
 
     def _result(self, task_id: str) -> TaskResult:
-        data = self._state.absorbed[task_id]
-        return TaskResult(task_id=task_id,
-                          subagent=self._state.scheduled[task_id].get("subagent"),
-                          status=data["status"], stop_reason=data["stop_reason"],
-                          output=data.get("output"), error=data.get("error"),
-                          cost_usd=data.get("cost_usd") or 0.0)
+        absorbed = self._state.absorbed[task_id]
+        return TaskResult(task_id=task_id, subagent=self._state.scheduled[task_id].subagent,
+                          status=absorbed.status, stop_reason=absorbed.stop_reason,
+                          output=absorbed.output, error=absorbed.error,
+                          cost_usd=absorbed.cost_usd or 0.0)
 
-    def _value(self, kind: str, make: Callable[[], Any]) -> Any:
+    def _value(self, kind: Literal["now", "uuid"], make: Callable[[], Any]) -> Any:
         index = self._values
         self._values += 1
         if index < len(self._state.values):
             recorded = self._state.values[index]
-            if recorded["kind"] != kind:
+            if recorded.kind != kind:
                 raise NonDeterminismError(
-                    f"recorded value {index} was ctx.{recorded['kind']}(), the workflow now "
+                    f"recorded value {index} was ctx.{recorded.kind}(), the workflow now "
                     f"calls ctx.{kind}() at that point")
-            return recorded["value"]
+            return recorded.value
         value = make()
-        self._record(ev.VALUE_RECORDED, {"n": index, "kind": kind, "value": value})
+        self._record(ev.ValueRecorded(n=index, kind=kind, value=value))
         return value
 
     def now(self) -> datetime:
@@ -203,12 +200,12 @@ class WorkflowContext:
         started = self._state.timers.get(number)
         if started is None:
             fire_at = datetime.fromtimestamp(self._clock().timestamp() + seconds, UTC)
-            self._record(ev.TIMER_STARTED, {"timer": number, "seconds": seconds,
-                                            "fire_at": fire_at.isoformat()})
+            self._record(ev.TimerStarted(timer=number, seconds=seconds,
+                                         fire_at=fire_at.isoformat()))
             self._outcome.messages.append(timer_message(number, seconds))
             raise Suspend
-        if started["seconds"] != seconds:
-            raise NonDeterminismError(f"timer {number} was recorded as sleep({started['seconds']}),"
+        if started.seconds != seconds:
+            raise NonDeterminismError(f"timer {number} was recorded as sleep({started.seconds}),"
                                       f" the workflow now calls sleep({seconds})")
         if number not in self._state.timers_fired:
             raise Suspend
@@ -218,9 +215,8 @@ class WorkflowContext:
         index = self._logs
         self._logs += 1
         if index >= self._state.logs:
-            self._record(ev.WORKFLOW_LOGGED, {"n": index, "message": message,
-                                              "fields": json.loads(json.dumps(fields,
-                                                                              default=str))})
+            self._record(ev.WorkflowLogged(
+                n=index, message=message, fields=json.loads(json.dumps(fields, default=str))))
 
 
 async def execute(function: WorkflowFunction, state: RunState, run_id: str, agent: AgentSpec,
@@ -247,16 +243,16 @@ async def execute(function: WorkflowFunction, state: RunState, run_id: str, agen
         outcome.finished = _ended("failed", "error", None, "workflow_error",
                                   f"workflow.py{where} raised {type(exc).__name__}: {exc}")
     else:
-        outcome.finished = {"status": "completed", "stop_reason": "end_turn",
-                            "output": output if isinstance(output, str | None)
-                            else json.dumps(output, default=str), "error": None}
+        outcome.finished = ev.RunFinished(
+            status="completed", stop_reason="end_turn", error=None,
+            output=output if isinstance(output, str | None) else json.dumps(output, default=str))
     return outcome
 
 
-def _ended(status: str, stop_reason: str, output: Any, code: str,
-           message: str) -> dict[str, Any]:
-    return {"status": status, "stop_reason": stop_reason, "output": output,
-            "error": {"code": code, "message": message}}
+def _ended(status: ev.TaskStatus, stop_reason: ev.StopReason, output: str | None, code: str,
+           message: str) -> ev.RunFinished:
+    return ev.RunFinished(status=status, stop_reason=stop_reason, output=output,
+                          error={"code": code, "message": message})
 
 
 def _user_line(exc: BaseException) -> str:

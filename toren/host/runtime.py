@@ -212,11 +212,11 @@ class Runtime:
         _check_storable(input, "input")
         _check_storable(idempotency_key, "idempotency key")
         run_id = str(uuid.uuid4())
-        events = [NewEvent(ev.RUN_CREATED, {"agent": agent, "input": input,
-                                            "idempotency_key": idempotency_key})]
+        events = [NewEvent.of(ev.RunCreated(agent=agent, input=input,
+                                            idempotency_key=idempotency_key))]
         if self.agents[agent].workflow is None:
-            events.append(NewEvent(ev.TASK_SCHEDULED, {"task_id": MAIN_TASK, "subagent": None,
-                                                       "input": input}))
+            events.append(NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None,
+                                                       input=input)))
             first = task_message(MAIN_TASK, None, input)
         else:
             first = run_tick("created")  # the orchestrator runs workflow.py
@@ -306,11 +306,10 @@ class Runtime:
                               "Start a run instead")
         _check_storable(idempotency_key, "idempotency key")
         session_id = str(uuid.uuid4())
-        events = [NewEvent(ev.RUN_CREATED, {"agent": agent, "input": None,
-                                            "idempotency_key": idempotency_key,
-                                            "session": True}),
-                  NewEvent(ev.TASK_SCHEDULED, {"task_id": MAIN_TASK, "subagent": None,
-                                               "input": None, "session": True})]
+        events = [NewEvent.of(ev.RunCreated(agent=agent, input=None,
+                                            idempotency_key=idempotency_key, session=True)),
+                  NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None, input=None,
+                                               session=True))]
         found, _created = await self.store.create_run(
             agent, session_id, None, idempotency_key=idempotency_key, events=events,
             messages=[], kind="session", status="awaiting_input")
@@ -345,6 +344,7 @@ class Runtime:
             raise ConfigError(f"a message may be at most {MAX_MESSAGE_CHARS} characters; this "
                               f"one has {len(text)}")
         _check_storable([text, idempotency_key], "message")
+        # a UserMessage without its turn: the store numbers it in the statement that takes it
         data = {"text": text} | ({"idempotency_key": idempotency_key} if idempotency_key else {})
         return await self._session_input(session_id, NewEvent(ev.USER_MESSAGE, data),
                                          idempotency_key)
@@ -353,7 +353,7 @@ class Runtime:
         """End the session after its current turn: the agent is not called again, the run
         completes with the last reply as its output. ``SessionBusy`` mid-turn (wait for
         ``awaiting_input``, or cancel the run to stop it at once)."""
-        await self._session_input(session_id, NewEvent(ev.CLOSE_REQUESTED, {"reason": reason}))
+        await self._session_input(session_id, NewEvent.of(ev.CloseRequested(reason=reason)))
 
     async def wait_for_turn(self, session_id: str, *, timeout_s: float | None = None,
                             poll_s: float = 0.1) -> dict[str, Any]:

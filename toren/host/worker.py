@@ -246,11 +246,11 @@ class Worker:
         log.error("dead-lettered %s for run %s", reason, message.run_id)
         if message.run_id is None or message.agent not in self.runtime.agents:
             return
-        data = {"message_id": message.id, "kind": message.kind, "attempts": message.attempts,
-                "reason": reason, "status": "failed", "stop_reason": "error"}
+        dead = ev.RunDeadLettered(message_id=message.id, kind=message.kind,
+                                  attempts=message.attempts, reason=reason, status="failed",
+                                  stop_reason="error")
         await self.runtime.store.append_unleased(
-            message.agent, message.run_id, ev.RUN_STREAM,
-            [NewEvent(ev.RUN_DEAD_LETTERED, data)],
+            message.agent, message.run_id, ev.RUN_STREAM, [NewEvent.of(dead)],
             run_update=RunUpdate(status="failed", stop_reason="error", finished=True,
                                  error={"code": "dead_lettered", "message": reason}))
 
