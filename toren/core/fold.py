@@ -68,14 +68,14 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
 
     def snapshot(self) -> TaskCheckpoint:
         """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
-        fields = {name: getattr(self, name) for name in self.__struct_fields__}
+        fields = {name: _copy(getattr(self, name)) for name in self.__struct_fields__}
         return TaskCheckpoint(**fields | {"next_seq": self.next_seq + 1,
                                           "last_checkpoint_seq": self.next_seq})
 
     def restore(self, checkpoint: TaskState) -> None:
         """Become the state a checkpoint recorded: every field, as the class declares them."""
         for name in self.__struct_fields__:
-            setattr(self, name, getattr(checkpoint, name))
+            setattr(self, name, _copy(getattr(checkpoint, name)))
         # checkpoints written before this field was recorded sit at next_seq - 1 all the same
         self.last_checkpoint_seq = self.next_seq - 1
 
@@ -85,6 +85,12 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
             if message.role == "assistant":
                 return message
         return None
+
+
+def _copy(value: Any) -> Any:
+    """A state field's value, its container copied: the state grows its lists in place, which
+    must never change a checkpoint (their items are immutable)."""
+    return type(value)(value) if isinstance(value, list | dict | set) else value
 
 
 class TaskCheckpoint(TaskState):
