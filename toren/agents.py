@@ -570,7 +570,8 @@ def _import_file(path: Path, module_name: str, timeout_s: float) -> ModuleType:
         raise AgentDefinitionError(
             f"importing it did not finish within {timeout_s:g} s ({IMPORT_TIMEOUT_ENV}); "
             "code at the top of the file runs at startup and must return quickly: move loops "
-            "and waits into a function", path=str(path), line=_running_line(thread, path))
+            "and waits into a function (if it only imports slow libraries, raise the timeout)",
+            path=str(path), line=_running_line(thread, path))
     if not failure:
         return module
     sys.modules.pop(module_name, None)
