@@ -13,7 +13,7 @@ from tests.chaos.helpers import create_run, run_row, start_worker
 from tests.conftest import wait_until
 from toren.testing import OutputProcess, write_agent_dir
 
-RUNS_PER_AGENT = 3
+RUNS_PER_AGENT = 2
 
 
 def worker_ids(url: str) -> dict[int, tuple[str, list[str]]]:
