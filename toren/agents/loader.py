@@ -8,16 +8,18 @@ import inspect
 import os
 import re
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import jsonschema
 
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
+from toren.config import positive_number
 from toren.core.limits import Compaction, Limits
 from toren.core.pricing import Pricing
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
@@ -29,6 +31,13 @@ AGENT_FILE = "agent.yaml"
 ModelCheck = Callable[[str], object]
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,56}$")
 SUBAGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+#: Largest prompt file (``prompt.md``, each ``subagents/*.md``) in bytes. A system prompt goes
+#: with every model call, so a bigger file is a mistake (a log, a data dump, a device) that
+#: would be paid for on every step.
+MAX_PROMPT_BYTES = 1024 * 1024
+#: Seconds that importing ``tools.py`` or ``workflow.py`` may take (``TOREN_IMPORT_TIMEOUT``).
+IMPORT_TIMEOUT_ENV = "TOREN_IMPORT_TIMEOUT"
+DEFAULT_IMPORT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,8 @@ class AgentSpec:
     compaction: Compaction = field(default_factory=Compaction)
     #: ``async def workflow(ctx)`` from ``workflow.py``; ``None`` runs the agent as one task.
     workflow: Callable[..., Any] | None = None
+    #: ``allowOutsideFiles``: definition files may be symbolic links out of the directory.
+    allow_outside_files: bool = False
 
     @property
     def schema_name(self) -> str:
@@ -115,16 +126,19 @@ def discover_agent_dirs(dirs: Sequence[Path] | None = None) -> list[Path]:
 
 
 def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
-                known_models: ModelCheck | None = None) -> list[AgentSpec]:
+                known_models: ModelCheck | None = None, *,
+                import_timeout_s: float | None = None) -> list[AgentSpec]:
     """Load every agent directory; names must map to distinct schema names.
 
     ``tools`` are the plugin-registered tools agents may enable; ``known_models``, if given, is
     called with each model id and raises ``ConfigError`` for one no provider serves.
+    ``import_timeout_s`` bounds the import of each ``tools.py`` and ``workflow.py`` (default:
+    ``TOREN_IMPORT_TIMEOUT``, else 10 s).
     """
     agents: list[AgentSpec] = []
     by_schema: dict[str, AgentSpec] = {}
     for directory in dirs:
-        agent = load_agent(directory, tools, known_models)
+        agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s)
         other = by_schema.get(agent.schema_name)
         if other is not None:
             raise AgentDefinitionError(
@@ -138,9 +152,11 @@ def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
 
 
 def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
-               known_models: ModelCheck | None = None) -> AgentSpec:
+               known_models: ModelCheck | None = None, *,
+               import_timeout_s: float | None = None) -> AgentSpec:
     """Load and validate one agent directory, or raise ``AgentDefinitionError``."""
     directory = directory.resolve()
+    timeout_s = import_timeout() if import_timeout_s is None else import_timeout_s
     yaml_path = directory / AGENT_FILE
     if not yaml_path.is_file():
         raise AgentDefinitionError(f"no {AGENT_FILE} in this directory", path=str(directory))
@@ -158,9 +174,13 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     if known_models is not None:
         _check_model(known_models, model, str(yaml_path), located.line_of(("model",)))
 
+    allow_outside = bool(data.get("allowOutsideFiles", False))
     prompt_file = data.get("prompt", "prompt.md")
-    prompt = _read_prompt(directory, prompt_file, yaml_path, located)
-    crew_tools = load_tools_file(directory / "tools.py", name)
+    prompt = _read_prompt(directory, prompt_file, yaml_path, located, allow_outside)
+    for code_file in ("tools.py", "workflow.py"):
+        if (directory / code_file).is_file():
+            check_inside(directory, directory / code_file, allow_outside)
+    crew_tools = load_tools_file(directory / "tools.py", name, timeout_s=timeout_s)
     enabled = dict(crew_tools)
     for index, tool_name in enumerate(data.get("tools", [])):
         available = tools or {}
@@ -183,7 +203,8 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         pricing={model_id: Pricing.from_yaml(price)
                  for model_id, price in data.get("pricing", {}).items()},
         compaction=Compaction.from_yaml(data.get("compaction")),
-        workflow=load_workflow_file(directory / "workflow.py", name),
+        workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
+        allow_outside_files=allow_outside,
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
@@ -279,8 +300,35 @@ def _check_model(known_models: ModelCheck, model: str, path: str, line: int | No
         raise AgentDefinitionError(f"model: {exc.message}", path=path, line=line) from exc
 
 
+def import_timeout(env: Mapping[str, str] | None = None) -> float:
+    """Seconds an import of ``tools.py`` or ``workflow.py`` may take: ``TOREN_IMPORT_TIMEOUT``,
+    else 10."""
+    return positive_number(os.environ if env is None else env, IMPORT_TIMEOUT_ENV,
+                           DEFAULT_IMPORT_TIMEOUT_S, float)
+
+
+def check_inside(directory: Path, path: Path, allow_outside: bool) -> None:
+    """Refuse a definition file that resolves outside ``directory`` (a resolved path).
+
+    A symbolic link out of the directory would not travel with it, and it exposes whatever it
+    points at: a ``prompt.md`` linked to ``/etc/passwd`` is sent to the model provider.
+    ``allowOutsideFiles: true`` in agent.yaml allows it.
+    """
+    if allow_outside:
+        return
+    try:
+        target = path.resolve(strict=False)
+    except (OSError, RuntimeError) as exc:  # a loop of symbolic links
+        raise AgentDefinitionError(f"cannot be resolved: {exc}", path=str(path)) from None
+    if not target.is_relative_to(directory):
+        raise AgentDefinitionError(
+            f"resolves to {target}, outside the agent directory (through a symbolic link); "
+            "copy the file into the directory, or set allowOutsideFiles: true in "
+            f"{AGENT_FILE} to allow it", path=str(path))
+
+
 def _read_prompt(directory: Path, prompt_file: str, yaml_path: Path,
-                 located: LocatedYaml) -> str:
+                 located: LocatedYaml, allow_outside: bool = False) -> str:
     line = located.line_of(("prompt",)) if "prompt" in located.data else None
     relative = Path(prompt_file)
     # The directory is the unit that is deployed: a prompt from elsewhere would not travel with it.
@@ -289,6 +337,8 @@ def _read_prompt(directory: Path, prompt_file: str, yaml_path: Path,
             f"prompt: {_short(prompt_file)} is not a file inside the agent directory; give a "
             "path relative to it, such as prompt.md", path=str(yaml_path), line=line)
     prompt_path = directory / relative
+    if prompt_path.is_symlink() or prompt_path.exists():
+        check_inside(directory, prompt_path, allow_outside)
     if prompt_path.is_dir():
         raise AgentDefinitionError(f"prompt: {prompt_path} is a directory; name the file that "
                                    "holds the system prompt", path=str(yaml_path), line=line)
@@ -297,22 +347,35 @@ def _read_prompt(directory: Path, prompt_file: str, yaml_path: Path,
             f"the prompt file {prompt_path.name} is missing: create {prompt_path} with the "
             "system prompt, or set prompt: to the file that holds it",
             path=str(yaml_path), line=line)
-    return read_definition(prompt_path)
+    return read_definition(prompt_path, max_bytes=MAX_PROMPT_BYTES, hint=PROMPT_TOO_LARGE)
 
 
-def read_definition(path: Path, *, max_bytes: int | None = None) -> str:
+PROMPT_TOO_LARGE = ("a prompt goes with every model call; shorten it, or let the agent read "
+                    "long reference material through a tool")
+
+
+def read_definition(path: Path, *, max_bytes: int | None = None,
+                    hint: str = "keep long text in prompt.md") -> str:
     """A file of an agent directory as text (a UTF-8 byte order mark is dropped).
 
-    Raises ``AgentDefinitionError`` if it cannot be read, is larger than ``max_bytes`` or is
-    not UTF-8.
+    Raises ``AgentDefinitionError`` if it cannot be read, is larger than ``max_bytes`` (the
+    error ends with ``hint``) or is not UTF-8. At most ``max_bytes + 1`` bytes are read, so a
+    file that grows, or one whose size the file system does not report, cannot exhaust memory.
     """
     try:
         size = path.stat().st_size
-        if max_bytes is not None and size > max_bytes:
-            raise AgentDefinitionError(f"the file is {size:,} bytes, more than the {max_bytes:,} "
-                                       "an agent definition may have; keep long text in "
-                                       "prompt.md", path=str(path))
-        raw = path.read_bytes()
+        if max_bytes is None:
+            raw = path.read_bytes()
+        else:
+            too_large = (f"more than the {max_bytes:,} bytes an agent definition of its kind may "
+                         f"have; {hint}")
+            if size > max_bytes:
+                raise AgentDefinitionError(f"the file is {size:,} bytes, {too_large}",
+                                           path=str(path))
+            with path.open("rb") as file:
+                raw = file.read(max_bytes + 1)
+            if len(raw) > max_bytes:  # it grew, or its size is not reported (/proc, devices)
+                raise AgentDefinitionError(f"the file holds {too_large}", path=str(path))
     except OSError as exc:
         raise AgentDefinitionError(f"cannot be read: {exc.strerror or exc}",
                                    path=str(path)) from None
@@ -325,11 +388,16 @@ def read_definition(path: Path, *, max_bytes: int | None = None) -> str:
                                    line=line) from None
 
 
-def load_tools_file(path: Path, agent_name: str) -> dict[str, Tool]:
-    """Every public function defined in ``tools.py`` as a tool (empty if there is no file)."""
+def load_tools_file(path: Path, agent_name: str, *,
+                    timeout_s: float | None = None) -> dict[str, Tool]:
+    """Every public function defined in ``tools.py`` as a tool (empty if there is no file).
+
+    The import may take ``timeout_s`` (default: ``TOREN_IMPORT_TIMEOUT``, else 10 s).
+    """
     if not path.is_file():
         return {}
-    module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_tools")
+    module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_tools",
+                          import_timeout() if timeout_s is None else timeout_s)
     found: dict[str, Tool] = {}
     for attr, value in vars(module).items():
         if attr.startswith("_"):
@@ -363,11 +431,16 @@ def _source_line(value: object) -> int | None:
         return None
 
 
-def load_workflow_file(path: Path, agent_name: str) -> Callable[..., Any] | None:
-    """``async def workflow(ctx)`` from ``workflow.py``, or ``None`` if there is no file."""
+def load_workflow_file(path: Path, agent_name: str, *,
+                       timeout_s: float | None = None) -> Callable[..., Any] | None:
+    """``async def workflow(ctx)`` from ``workflow.py``, or ``None`` if there is no file.
+
+    The import may take ``timeout_s`` (default: ``TOREN_IMPORT_TIMEOUT``, else 10 s).
+    """
     if not path.is_file():
         return None
-    module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_workflow")
+    module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_workflow",
+                          import_timeout() if timeout_s is None else timeout_s)
     function = getattr(module, "workflow", None)
     if function is None:
         raise AgentDefinitionError("defines no `async def workflow(ctx)`", path=str(path))
@@ -379,30 +452,123 @@ def load_workflow_file(path: Path, agent_name: str) -> Callable[..., Any] | None
     return function  # type: ignore[no-any-return]
 
 
-def _import_file(path: Path, module_name: str) -> ModuleType:
+class _ExitAtImport(BaseException):
+    """``os._exit`` was called by the thread importing an agent's code (see ``_import_file``)."""
+
+    def __init__(self, status: object) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+#: Threads importing agent code now, and the ``os._exit`` to restore when none is.
+_importing: set[threading.Thread] = set()
+_importing_lock = threading.Lock()
+_real_exit = os._exit
+
+
+def _exit_unless_importing(status: int) -> NoReturn:
+    if threading.current_thread() in _importing:
+        raise _ExitAtImport(status)
+    _real_exit(status)
+
+
+def _watch_exit(thread: threading.Thread, watching: bool) -> None:
+    """Make ``os._exit`` raise in ``thread`` (while ``watching``); other threads exit as usual."""
+    global _real_exit
+    with _importing_lock:
+        if watching:
+            if not _importing:
+                _real_exit = os._exit
+                os._exit = _exit_unless_importing
+            _importing.add(thread)
+        else:
+            _importing.discard(thread)
+            if not _importing and os._exit is _exit_unless_importing:
+                os._exit = _real_exit
+
+
+def _import_file(path: Path, module_name: str, timeout_s: float) -> ModuleType:
+    """Import ``path`` as ``module_name``; any failure is an ``AgentDefinitionError`` naming it.
+
+    Code at the top of the file runs here, at startup, and three things in it would otherwise
+    stop the process with no word about the file: a loop or a wait that never ends, a
+    ``BaseException`` (``SystemExit``, ``KeyboardInterrupt``...), and ``os._exit``. So the
+    import runs in a daemon thread that the loader waits on for at most ``timeout_s``. A
+    thread cannot be killed: after the timeout it is abandoned, and because it is a daemon the
+    process can still exit with the error (the CLI does). A child process could be killed,
+    but the module's import-time code would run twice (once to probe, once to use, every side
+    effect doubled), and the functions the agent calls must live in this process anyway.
+    ``os._exit`` skips every handler, so while the thread imports, ``os._exit`` called from
+    it raises instead (calls from other threads exit as usual). One consequence of the
+    thread: code that must run in the main thread, such as ``signal.signal``, fails at import.
+    """
     spec = importlib.util.spec_from_file_location(module_name, path)
     assert spec is not None and spec.loader is not None
+    loader = spec.loader
     module = importlib.util.module_from_spec(spec)
+    failure: list[BaseException] = []
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            loader.exec_module(module)
+        except BaseException as exc:  # everything is reported by the loading thread
+            failure.append(exc)
+        finally:
+            finished.set()
+
+    thread = threading.Thread(target=run, name=f"toren-import-{module_name}", daemon=True)
     sys.modules[module_name] = module
+    _watch_exit(thread, True)
     try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        sys.modules.pop(module_name, None)
-        raise AgentDefinitionError(f"syntax error: {exc.msg}", path=str(path),
-                                   line=exc.lineno) from None
-    except SystemExit as exc:
-        # e.g. a script's sys.exit() or argparse outside `if __name__ == "__main__":`
+        thread.start()
+        done = finished.wait(timeout_s)
+    finally:
+        _watch_exit(thread, False)
+    if not done:
         sys.modules.pop(module_name, None)
         raise AgentDefinitionError(
-            f"importing it called sys.exit({exc.code!r}); code that runs on import must not "
+            f"importing it did not finish within {timeout_s:g} s ({IMPORT_TIMEOUT_ENV}); "
+            "code at the top of the file runs at startup and must return quickly: move loops "
+            "and waits into a function (if it only imports slow libraries, raise the timeout)",
+            path=str(path), line=_running_line(thread, path))
+    if not failure:
+        return module
+    sys.modules.pop(module_name, None)
+    exc = failure[0]
+    line = _failing_line(exc, path)
+    if isinstance(exc, SyntaxError):
+        raise AgentDefinitionError(f"syntax error: {exc.msg}", path=str(path),
+                                   line=exc.lineno) from None
+    if isinstance(exc, SystemExit | _ExitAtImport):
+        # e.g. a script's sys.exit() or argparse outside `if __name__ == "__main__":`
+        called = "sys.exit" if isinstance(exc, SystemExit) else "os._exit"
+        status = exc.code if isinstance(exc, SystemExit) else exc.status
+        raise AgentDefinitionError(
+            f"importing it called {called}({status!r}); code that runs on import must not "
             "exit: move it under `if __name__ == \"__main__\":`", path=str(path),
-            line=_failing_line(exc, path)) from None
-    except Exception as exc:
-        sys.modules.pop(module_name, None)
-        detail = " ".join(str(exc).split())  # one line, whatever the exception said
+            line=line) from None
+    detail = " ".join(str(exc).split())  # one line, whatever the exception said
+    if isinstance(exc, Exception):
         raise AgentDefinitionError(f"importing it failed: {type(exc).__name__}: {detail}",
-                                   path=str(path), line=_failing_line(exc, path)) from exc
-    return module
+                                   path=str(path), line=line) from exc
+    # KeyboardInterrupt, GeneratorExit, a BaseException subclass: not errors a module's
+    # import may end with, and a raw one would escape every handler with a bare traceback
+    raise AgentDefinitionError(
+        f"importing it raised {type(exc).__name__}{': ' + detail if detail else ''}, which "
+        "stops a process rather than reporting an error; raise an Exception instead, or "
+        "remove the code that raises it", path=str(path), line=line) from None
+
+
+def _running_line(thread: threading.Thread, path: Path) -> int | None:
+    """The line of ``path`` that ``thread`` is running now (where a hung import hangs)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    target = str(path.resolve())
+    while frame is not None:
+        if frame.f_code.co_filename in (target, str(path)):
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
 def _failing_line(exc: BaseException, path: Path) -> int | None:
@@ -432,10 +598,11 @@ def load_subagents(agent: AgentSpec,
             raise AgentDefinitionError(
                 f"subagent name {_short(name)} (the file name) is invalid: use lowercase "
                 "letters, digits, '-' and '_', starting with a letter", path=str(path))
+        check_inside(agent.directory, path, agent.allow_outside_files)
         if not path.is_file():
             raise AgentDefinitionError("is not a file; a subagent is a Markdown file "
                                        "subagents/<name>.md", path=str(path))
-        text = read_definition(path)
+        text = read_definition(path, max_bytes=MAX_PROMPT_BYTES, hint=PROMPT_TOO_LARGE)
         match = FRONT_MATTER.match(text)
         if match is None and FRONT_MATTER_START.match(text):
             raise AgentDefinitionError("the front matter that starts here has no closing '---' "

@@ -28,13 +28,19 @@ KINDS: dict[str, DriverKind] = {
     "runtime": DriverKind("runtime", "toren.runtime", "TOREN_RUNTIME", "inprocess"),
 }
 
-#: Which distribution provides each of Toren's own drivers, for the "install X" hint.
+#: The distribution that provides each of Toren's own published drivers, for the install hint.
+#: Only names in this map are ever suggested to ``pip install``: a hint built from whatever
+#: name was configured would send users to a package anyone could register (dependency
+#: confusion).
 KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("toren.store", "postgres"): "toren-postgres",
     ("toren.queue", "postgres"): "toren-postgres",
-    ("toren.queue", "sqs"): "toren-sqs",
     ("toren.runtime", "inprocess"): "toren",
-    ("toren.runtime", "fargate"): "toren-aws",
+}
+#: Drivers Toren plans but has not published: named as not yet available, never as a package.
+PLANNED_DRIVERS: dict[tuple[str, str], str] = {
+    ("toren.queue", "sqs"): "the SQS queue",
+    ("toren.runtime", "fargate"): "the Fargate runtime",
 }
 
 
@@ -55,13 +61,27 @@ def driver_class(kind: str, name: str) -> type[Any]:
         manager: DriverManager[Any] = DriverManager(
             spec.namespace, name, invoke_on_load=False, on_load_failure_callback=failed)
     except NoMatches as exc:
-        installed = ", ".join(sorted(driver_names(kind))) or "none"
-        dist = KNOWN_DISTRIBUTIONS.get((spec.namespace, name), f"toren-{name}")
-        raise DriverNotFound(
-            f"no {kind} driver named {name!r} is installed ({spec.env_var}={name}; "
-            f"installed: {installed}): pip install {dist}"
-        ) from exc
+        raise DriverNotFound(missing_driver_message(spec, name)) from exc
     return cast(type[Any], manager.driver)
+
+
+def missing_driver_message(spec: DriverKind, name: str) -> str:
+    """Why ``name`` cannot be loaded, and what to do: install a known distribution, wait for
+    a planned driver, or pick one of the installed drivers."""
+    installed = [f"{row['name']} ({row['distribution']})" for row in installed_drivers()
+                 if row["kind"] == spec.kind]
+    choices = ", ".join(installed) or "none"
+    head = f"no {spec.kind} driver named {name!r} is installed ({spec.env_var}={name})"
+    dist = KNOWN_DISTRIBUTIONS.get((spec.namespace, name))
+    if dist is not None:
+        return f"{head}: pip install {dist}"
+    planned = PLANNED_DRIVERS.get((spec.namespace, name))
+    if planned is not None:
+        return (f"{head}: {planned} is planned but not yet available; set {spec.env_var} to "
+                f"an installed {spec.kind} driver: {choices}")
+    return (f"{head}, and no Toren distribution provides it; set {spec.env_var} to an "
+            f"installed {spec.kind} driver: {choices}, or install the third-party "
+            f"distribution that registers {name!r} in the {spec.namespace} entry-point group")
 
 
 def driver_names(kind: str) -> list[str]:
