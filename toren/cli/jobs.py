@@ -42,13 +42,19 @@ def list_runs(
     console.print(table)
 
 
+PromptsOption = Annotated[bool, typer.Option(
+    "--prompts", help="Also show the system prompt each task ran with (kept by the store).")]
+
+
 @app.command("show")
-def show(run_id: RunArgument, as_json: JsonOption = False) -> None:
+def show(run_id: RunArgument, as_json: JsonOption = False,
+         prompts: PromptsOption = False) -> None:
     """A run: status, stop reason, output, steps, tokens, cost, latest error; as a tree."""
     receipt: dict[str, Any] = with_database(lambda rt: rt.receipt(run_id))
     if as_json:
         print_json(receipt["run"] | {"totals": receipt["totals"], "why": receipt["why"],
-                                     "tasks": [_task_brief(t) for t in receipt["tasks"]]})
+                                     "tasks": [_task_brief(t) for t in receipt["tasks"]]}
+                   | ({"prompts": receipt["prompts"]} if prompts else {}))
         return
     console.print(run_summary(receipt))
     if receipt["run"]["output"] is not None:
@@ -56,11 +62,26 @@ def show(run_id: RunArgument, as_json: JsonOption = False) -> None:
         console.print(str(receipt["run"]["output"]), markup=False)
     console.print()
     console.print(run_tree(receipt))
+    if prompts:
+        for digest, tasks in _tasks_by_prompt(receipt).items():
+            console.print()
+            console.print(f"[bold]system prompt[/] of {', '.join(tasks)} (sha256 {digest[:12]})")
+            text = receipt["prompts"].get(digest)
+            console.print(text if text is not None else "(not kept: the task started before "
+                          "Toren kept prompts)", markup=False)
+
+
+def _tasks_by_prompt(receipt: dict[str, Any]) -> dict[str, list[str]]:
+    tasks: dict[str, list[str]] = {}
+    for task in receipt["tasks"]:
+        if task["prompt_sha256"] is not None:
+            tasks.setdefault(task["prompt_sha256"], []).append(f"task {task['task_id']}")
+    return tasks
 
 
 def _task_brief(task: dict[str, Any]) -> dict[str, Any]:
-    keys = ("task_id", "wave", "subagent", "model", "status", "stop_reason", "error", "steps",
-            "resumes", "totals")
+    keys = ("task_id", "wave", "subagent", "model", "prompt_sha256", "status", "stop_reason",
+            "error", "steps", "resumes", "totals")
     return {key: task[key] for key in keys}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from toren.core import events as ev
@@ -57,6 +57,7 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
     known = [c["cost_usd"] for c in model_calls if c["cost_usd"] is not None]
     return {
         "task_id": task_id, "subagent": started.get("subagent"), "model": started.get("model"),
+        "prompt_sha256": started.get("prompt_sha256"),
         "status": finished["status"] if finished else "running",
         "stop_reason": finished["stop_reason"] if finished else None,
         "error": finished.get("error") if finished else None,
@@ -81,8 +82,16 @@ def _task_order(task_id: str) -> tuple[int, str]:
     return (int(index), task_id) if index.isdigit() else (0, task_id)
 
 
-def build_receipt(record: RunRecord, events: Sequence[Event]) -> dict[str, Any]:
-    """The receipt of a run from its row and every event of every stream."""
+def prompt_hashes(events: Iterable[Event]) -> list[str]:
+    """The SHA-256 of every system prompt the run's tasks started with, each once."""
+    return list(dict.fromkeys(e.data["prompt_sha256"] for e in events
+                              if e.type == ev.TASK_STARTED))
+
+
+def build_receipt(record: RunRecord, events: Sequence[Event],
+                  prompts: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The receipt of a run from its row, every event of every stream and the text of its
+    prompts (SHA-256 -> text, as the store keeps them)."""
     by_stream: dict[str, list[Event]] = {}
     for event in events:
         by_stream.setdefault(event.stream, []).append(event)
@@ -117,4 +126,5 @@ def build_receipt(record: RunRecord, events: Sequence[Event]) -> dict[str, Any]:
     if record.error and record.error.get("message"):
         why = f"{why}: {record.error['message']}"
     return {"run": record.to_json(), "status": record.status, "stop_reason": reason,
-            "why": why, "tasks": tasks, "totals": totals, "by_subagent": by_subagent}
+            "why": why, "tasks": tasks, "totals": totals, "by_subagent": by_subagent,
+            "prompts": dict(prompts or {})}

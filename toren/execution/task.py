@@ -150,7 +150,7 @@ class TaskRunner:
             await self.finish("error", None, {"code": exc.code, "message": exc.message})
             return
         if self.state.started is None:
-            self.start()
+            await self.start()
         while True:
             action = next_task_action(self.state, self.spec.limits, self.lease.epoch)
             if isinstance(action, Done):
@@ -170,13 +170,16 @@ class TaskRunner:
             if not await self.call_model(action):
                 return
 
-    def start(self) -> None:
+    async def start(self) -> None:
         payload = self.message.payload
+        digest = hashlib.sha256(self.spec.prompt.encode()).hexdigest()
+        # kept before the TaskStarted that names it, so every prompt the log names is kept
+        await self.store.save_prompt(self.agent.name, digest, self.spec.prompt)
         self.record(ev.TaskStarted(
             task_id=self.task_id, subagent=self.spec.name, model=self.spec.model,
             input=payload.get("input"), limits=self.spec.limits.to_json(),
             tools=tuple(self.spec.tools),
-            prompt_sha256=hashlib.sha256(self.spec.prompt.encode()).hexdigest(),
+            prompt_sha256=digest,
             epoch=self.lease.epoch, session=self.state.session))
 
     async def call_model(self, action: CallModel) -> bool:

@@ -17,7 +17,7 @@ from toren.config import Settings
 from toren.core import events as ev
 from toren.core.decisions import unstorable
 from toren.core.events import Event, NewEvent
-from toren.core.receipts import build_receipt
+from toren.core.receipts import build_receipt, prompt_hashes
 from toren.core.runs import RunRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
@@ -282,10 +282,12 @@ class Runtime:
         return await self.store.list_runs(agent=agent, status=status, limit=limit, kind=kind)
 
     async def receipt(self, run_id: str) -> dict[str, Any]:
-        """What the run did and cost: every model and tool call, totals, why it stopped."""
+        """What the run did and cost: every model and tool call, totals, why it stopped, and
+        the text of every system prompt its tasks ran with (``prompts``, by SHA-256)."""
         record = await self.get_run(run_id)
         events = await self.store.load_events(record.agent, run_id)
-        return build_receipt(record, events)
+        prompts = await self.store.load_prompts(record.agent, prompt_hashes(events))
+        return build_receipt(record, events, prompts)
 
     # -- sessions ------------------------------------------------------------------------------
 

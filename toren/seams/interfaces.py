@@ -215,6 +215,16 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def save_prompt(self, agent: str, sha256: str, text: str) -> None:
+        """Keep a system prompt's text under its SHA-256 (content-addressed: once per distinct
+        prompt). Called by the task loop before it records the ``TaskStarted`` that names the
+        prompt, so every prompt a run's log names can be read back."""
+
+    @abc.abstractmethod
+    async def load_prompts(self, agent: str, hashes: Sequence[str]) -> dict[str, str]:
+        """The kept prompts among ``hashes`` (SHA-256 -> text), for receipts."""
+
+    @abc.abstractmethod
     async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
         """One run, looked up in ``agent``'s schema or, if ``None``, in every registered one."""
 

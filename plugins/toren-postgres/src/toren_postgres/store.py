@@ -193,6 +193,12 @@ class PostgresStore(Store):
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
         return await self.log.live_workers(max_age_s)
 
+    async def save_prompt(self, agent: str, sha256: str, text: str) -> None:
+        await self.log.save_prompt(agent, sha256, text)
+
+    async def load_prompts(self, agent: str, hashes: Sequence[str]) -> dict[str, str]:
+        return await self.log.load_prompts(agent, hashes)
+
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:
         return await self.log.ensure_messages(agent, run_id, messages)
