@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import hashlib
 import inspect
 import json
@@ -245,7 +246,9 @@ class TaskRunner:
             return None
         return response, round((time.perf_counter() - started) * 1000, 3)
 
-    async def compact(self, step: int, model: Model, reason: str, repeated: bool) -> bool:
+    async def compact(self, step: int, model: Model,
+                      reason: Literal["threshold", "context_window_exceeded"],
+                      repeated: bool) -> bool:
         """Summarise older turns with a recorded model call; ``False`` if the task stopped."""
         messages = self.state.messages
         cut = boundary(messages, self.agent.compaction.keep_recent_messages)
@@ -287,7 +290,8 @@ class TaskRunner:
         return response.cost_usd
 
     def record_response(self, step: int, response: ModelResponse, latency_ms: float,
-                        repeated: bool, model: Model, purpose: str | None = None) -> None:
+                        repeated: bool, model: Model,
+                        purpose: Literal["compaction"] | None = None) -> None:
         had_error = self.state.retry is not None
         tool_calls = normalize_calls(
             response.tool_calls,
@@ -331,7 +335,7 @@ class TaskRunner:
             error_kind=kind, truncated=False, original_bytes=len(text.encode()),
             duration_ms=0.0, epoch=self.lease.epoch)
 
-    def check_call(self, call: ToolCall) -> tuple[str, str] | None:
+    def check_call(self, call: ToolCall) -> tuple[ev.ToolErrorKind, str] | None:
         """A structured error for the model if the call names no tool or has bad arguments."""
         tool = self.spec.tools.get(call.name)
         if tool is None:
@@ -430,7 +434,8 @@ async def invoke_tool(tool: Tool, arguments: dict[str, Any],
             result = await tool.function(**arguments)
         else:
             ctx = contextvars.copy_context()
-            result = await asyncio.to_thread(ctx.run, tool.function, **arguments)
+            result = await asyncio.to_thread(ctx.run, functools.partial(tool.function,
+                                                                        **arguments))
     except Exception as exc:
         return f"Error: {type(exc).__name__}: {exc}", True
     finally:
