@@ -279,7 +279,8 @@ class ToolCallStarted(EventData, frozen=True):
     epoch: Epoch
 
 
-ToolErrorKind = Literal["unknown_tool", "invalid_arguments", "exception", "interrupted"]
+ToolErrorKind = Literal["unknown_tool", "invalid_arguments", "exception", "interrupted",
+                        "timeout", "abandoned"]
 
 
 class ToolCallCompleted(EventData, frozen=True):

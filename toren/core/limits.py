@@ -16,6 +16,8 @@ class Limits:
     max_budget_usd: float | None = None
     max_tool_output_bytes: int = 65536
     max_waves: int | None = None
+    #: Seconds a tool call may take before Toren stops waiting for it (``timeout`` error).
+    tool_timeout_s: float = 300.0
 
     @classmethod
     def from_yaml(cls, data: Mapping[str, Any] | None, base: Limits | None = None) -> Limits:
@@ -26,11 +28,13 @@ class Limits:
             max_budget_usd=data.get("maxBudgetUsd", base.max_budget_usd),
             max_tool_output_bytes=data.get("maxToolOutputBytes", base.max_tool_output_bytes),
             max_waves=data.get("maxWaves", base.max_waves),
+            tool_timeout_s=data.get("toolTimeoutSeconds", base.tool_timeout_s),
         )
 
     def to_json(self) -> dict[str, Any]:
         return {"maxSteps": self.max_steps, "maxBudgetUsd": self.max_budget_usd,
-                "maxToolOutputBytes": self.max_tool_output_bytes, "maxWaves": self.max_waves}
+                "maxToolOutputBytes": self.max_tool_output_bytes, "maxWaves": self.max_waves,
+                "toolTimeoutSeconds": self.tool_timeout_s}
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from types import CodeType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toren.seams.tools import Tool
 
 
 @dataclass(frozen=True)
@@ -20,6 +28,32 @@ class ToolCallContext:
 
 
 _current: ContextVar[ToolCallContext | None] = ContextVar("toren_tool_call", default=None)
+
+
+@dataclass(frozen=True)
+class RunningAsyncTool:
+    """An async tool being awaited on the event loop (what a blocked loop may be stuck in)."""
+
+    name: str
+    code: CodeType | None
+    context: ToolCallContext
+
+
+#: Async tools in progress, by the asyncio task awaiting them; read by the event-loop watchdog
+#: (``toren.host.watchdog``) from its own thread to say which tool blocked the loop.
+RUNNING_ASYNC_TOOLS: dict[int, RunningAsyncTool] = {}
+
+
+@contextmanager
+def running_async_tool(tool: Tool, context: ToolCallContext) -> Iterator[None]:
+    """Register an async tool call for the watchdog while it is awaited."""
+    key = id(asyncio.current_task())
+    RUNNING_ASYNC_TOOLS[key] = RunningAsyncTool(
+        tool.name, getattr(tool.function, "__code__", None), context)
+    try:
+        yield
+    finally:
+        RUNNING_ASYNC_TOOLS.pop(key, None)
 
 
 def current_tool_call() -> ToolCallContext:

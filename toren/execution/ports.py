@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from toren.config import Settings
 from toren.core.events import Event, NewEvent
+from toren.execution.tool_threads import ToolThreads
 from toren.seams.interfaces import Lease, QueueMessage, Store
 from toren.seams.model import Model
 
@@ -39,3 +40,5 @@ class ExecutionPorts:
     appended: AppendObserver
     #: ``TOREN_CRASH_AT``: SIGKILL this process at a named point (tests only).
     crash_point: Callable[[str], None]
+    #: Where sync tools run (``TOREN_TOOL_THREADS`` at once).
+    tool_threads: ToolThreads

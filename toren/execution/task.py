@@ -18,7 +18,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -57,10 +57,11 @@ from toren.core.fold import (
     fold_task,
 )
 from toren.core.runs import RunUpdate
-from toren.errors import ContextWindowExceeded, ProviderError, TorenError
-from toren.execution.context import ToolCallContext, _current
+from toren.errors import ContextWindowExceeded, ProviderError, RunCancelled, TorenError
+from toren.execution.context import ToolCallContext, _current, running_async_tool
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
+from toren.execution.tool_threads import ToolNotStarted, ToolThreads
 from toren.seams.interfaces import Lease, OutgoingMessage, QueueMessage
 from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
 from toren.seams.tools import Tool
@@ -356,12 +357,58 @@ class TaskRunner:
         return None
 
     async def run_tools(self, calls: Sequence[PendingToolCall]) -> None:
-        results = await asyncio.gather(*(self.run_tool(call) for call in calls))
+        """Run the calls at once and record their results; if the run is cancelled meanwhile,
+        stop waiting (calls not started yet never start) and end the task's work at once."""
+        cancelled = asyncio.Event()
+        runs = [asyncio.create_task(self.run_tool(call, cancelled),
+                                    name=f"toren-tool-{call.call.name}") for call in calls]
+        watcher = asyncio.create_task(self.watch_cancel(cancelled), name="toren-cancel-watch")
+        stop = asyncio.create_task(cancelled.wait())
+        try:
+            pending: set[asyncio.Task[Any]] = set(runs)
+            while pending and not cancelled.is_set():
+                _done, pending = await asyncio.wait(pending | {stop},
+                                                    return_when=asyncio.FIRST_COMPLETED)
+                pending.discard(stop)
+        finally:
+            for task in (watcher, stop, *runs):
+                if not task.done():
+                    task.cancel()
+        if cancelled.is_set():
+            await self.abandon(calls, runs)
+            raise RunCancelled(f"run {self.run_id} was cancelled while its tools ran")
         self.ports.crash_point("after_tool")
-        for result in results:
-            self.record(result)
+        for run in runs:
+            self.record(run.result())
 
-    async def run_tool(self, pending: PendingToolCall) -> ev.ToolCallCompleted:
+    async def watch_cancel(self, cancelled: asyncio.Event) -> None:
+        """Set ``cancelled`` when the run is cancelled (checked every third of the lease TTL,
+        as often as leases are renewed)."""
+        while True:
+            await asyncio.sleep(self.settings.lease_ttl_s / 3)
+            record = await self.store.get_run(self.run_id, self.agent.name)
+            if record is None or record.status == "cancelled":
+                cancelled.set()
+                return
+
+    async def abandon(self, calls: Sequence[PendingToolCall],
+                      runs: Sequence[asyncio.Task[ev.ToolCallCompleted]]) -> None:
+        """Record, for the cancelled run's audit trail, the results of calls that finished and
+        that Toren stopped waiting for (the run refuses leased appends once cancelled)."""
+        results: list[ev.ToolCallCompleted] = []
+        for pending, run in zip(calls, runs, strict=True):
+            if run.done() and not run.cancelled() and run.exception() is None:
+                results.append(run.result())
+                continue
+            text = ("Error: the run was cancelled while this tool call waited or ran; Toren "
+                    "stopped waiting for it. A call that had started may still take effect.")
+            results.append(self.tool_error(pending.step, pending.call, "abandoned", text))
+        await self.store.append_unleased(
+            self.agent.name, self.run_id, self.lease.stream,
+            [NewEvent.of(result) for result in results], only_if_active=False)
+
+    async def run_tool(self, pending: PendingToolCall,
+                       cancelled: asyncio.Event | None = None) -> ev.ToolCallCompleted:
         call = pending.call
         tool = self.spec.tools.get(call.name)
         if pending.epoch != self.lease.epoch and (tool is None or not tool.idempotent):
@@ -375,7 +422,17 @@ class TaskRunner:
         context = ToolCallContext(self.agent.name, self.run_id, self.task_id, pending.step,
                                   call.id, pending.idempotency_key)
         started = time.perf_counter()
-        output, is_error = await invoke_tool(tool, call.arguments, context)
+        timeout_s = self.spec.limits.tool_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                output, is_error = await invoke_tool(
+                    tool, call.arguments, context, self.ports.tool_threads,
+                    wanted=lambda: cancelled is None or not cancelled.is_set())
+        except TimeoutError:
+            return self.tool_error(pending.step, call, "timeout", (
+                f"Error: {call.name} did not finish within {timeout_s:g} s "
+                "(limits.toolTimeoutSeconds); Toren stopped waiting for it. It may still take "
+                "effect."))
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
         text, truncated, size = truncate_output(clean_text(output),
                                                 self.spec.limits.max_tool_output_bytes)
@@ -425,17 +482,23 @@ class TaskRunner:
         await self.flush(messages=[run_tick(f"task {self.task_id} finished")], done=True)
 
 
-async def invoke_tool(tool: Tool, arguments: dict[str, Any],
-                      context: ToolCallContext) -> tuple[str, bool]:
-    """Run a tool (sync tools in a thread); exceptions become error text for the model."""
+async def invoke_tool(tool: Tool, arguments: dict[str, Any], context: ToolCallContext,
+                      threads: ToolThreads, *,
+                      wanted: Callable[[], bool] = lambda: True) -> tuple[str, bool]:
+    """Run a tool (sync tools in one of the worker's tool threads); exceptions become error
+    text for the model. ``ToolNotStarted`` when a sync call is no longer ``wanted`` once a
+    thread is free."""
     token = _current.set(context)
     try:
         if inspect.iscoroutinefunction(tool.function):
-            result = await tool.function(**arguments)
+            with running_async_tool(tool, context):
+                result = await tool.function(**arguments)
         else:
             ctx = contextvars.copy_context()
-            result = await asyncio.to_thread(ctx.run, functools.partial(tool.function,
-                                                                        **arguments))
+            result = await threads.run(functools.partial(ctx.run, tool.function, **arguments),
+                                       name=tool.name, wanted=wanted)
+    except ToolNotStarted:
+        raise
     except Exception as exc:
         return f"Error: {type(exc).__name__}: {exc}", True
     finally:

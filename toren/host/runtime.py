@@ -32,6 +32,7 @@ from toren.errors import (
     UnstorableValue,
 )
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
+from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
 from toren.seams.drivers import driver_class
 from toren.seams.interfaces import Migration, Queue, Store, WorkerRuntime
@@ -66,6 +67,7 @@ class Runtime:
         self.settings = settings or Settings.from_env()
         self._models: dict[tuple[str, str | None], Model] = {}
         self._channels: list[Channel] = []
+        self._watchdog: LoopWatchdog | None = None
         self.plugins = plugins or PluginHost(self.settings.load_plugins)
         if agents is None:
             agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model)
@@ -111,6 +113,8 @@ class Runtime:
         """Connect to the database, apply migrations, open the queue, start workers."""
         await self.store.open()
         try:
+            self._watchdog = LoopWatchdog(self.settings.blocked_loop_warn_s)
+            await self._watchdog.start()
             if migrate:
                 applied = await self.store.migrate(list(self.agents.values()))
                 for migration in applied:
@@ -183,6 +187,9 @@ class Runtime:
             await self.queue.close()
             self.queue = None
         await self.store.close()
+        if self._watchdog is not None:
+            await self._watchdog.stop()
+            self._watchdog = None
         self.started = False
 
     async def pending_migrations(self) -> list[Migration]:

@@ -24,6 +24,7 @@ from toren.errors import LeaseLost, RunCancelled
 from toren.execution.orchestrator import tick_run
 from toren.execution.ports import AppendObserver, ExecutionPorts
 from toren.execution.task import work_task
+from toren.execution.tool_threads import ToolThreads
 from toren.seams.interfaces import Lease, LeaseBusy, QueueMessage
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ class Worker:
             store=runtime.store, settings=self.settings,
             model=lambda model_id, base_url: runtime.model(model_id, base_url=base_url),
             acquire=self.acquire, appended=self.observe_append,
-            crash_point=self.settings.crash_point)
+            crash_point=self.settings.crash_point,
+            tool_threads=ToolThreads(self.settings.tool_threads))
 
     @property
     def agent_names(self) -> list[str]:
