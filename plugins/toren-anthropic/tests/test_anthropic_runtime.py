@@ -11,8 +11,9 @@ import fake_anthropic as fake
 import pytest
 from fake_anthropic import FakeFactory
 
+from toren.core.catalog import validate_event
 from toren.core.compaction import SUMMARY_PREFIX, SUMMARY_SYSTEM
-from toren.core.events import Event, validate_event
+from toren.core.events import Event
 from toren.core.pricing import Pricing
 from toren.errors import ProviderError
 from toren.host.runtime import Runtime

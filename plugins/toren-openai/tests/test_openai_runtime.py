@@ -9,8 +9,9 @@ import pytest
 from fake_openai import Fail, completion, rate_limited, tool_call, usage
 
 from toren.config import Settings
+from toren.core.catalog import validate_event
 from toren.core.compaction import SUMMARY_SYSTEM
-from toren.core.events import Event, validate_event
+from toren.core.events import Event
 from toren.core.runs import RunRecord
 from toren.errors import MissingEnvError, ProviderError
 from toren.host.runtime import Runtime
