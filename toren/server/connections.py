@@ -26,9 +26,10 @@ from toren.server.errors import error_body
 
 log = logging.getLogger(__name__)
 
-#: File descriptors kept for everything but client connections: database connections,
-#: the queue listener, files that tools and plugins open.
-RESERVED_DESCRIPTORS = 128
+#: File descriptors kept for everything but open client connections: database connections,
+#: the queue listener, files that tools and plugins open, and the connections asyncio
+#: accepts in one go (up to the listen backlog, 128) before any of them can be counted.
+RESERVED_DESCRIPTORS = 256
 #: Seconds between two log lines about the connection limit, however often it is hit.
 LIMIT_LOG_INTERVAL_S = 60.0
 #: The answer to a connection beyond the limit when none can be closed to make room.
