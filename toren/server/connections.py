@@ -198,6 +198,7 @@ class _LimitedHandler(RequestHandler):
         self._header_deadline = None
         if self.busy:
             return
+        peer = self.transport.get_extra_info("peername") if self.transport else None
         log.info("closing a connection from %s: no complete request headers within %gs "
-                 "(TOREN_HEADER_TIMEOUT)", self.peername, self._header_timeout_s)
+                 "(TOREN_HEADER_TIMEOUT)", peer, self._header_timeout_s)
         self.force_close()
