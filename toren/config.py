@@ -56,6 +56,17 @@ class Settings:
     #: Named crash points for reliability tests (``toren.crashpoints``); empty in production.
     crash_at: Mapping[str, int] = field(default_factory=dict)
     crash_once: Path | None = None
+    #: Seconds a database call waits for a pool connection (and the pool retries a lost
+    #: connection) before failing with ``DatabaseUnavailable`` (503 on the HTTP API).
+    pool_timeout_s: float = 5.0
+    #: Host names the HTTP API answers to without keys, besides loopback and the bound address.
+    allowed_hosts: tuple[str, ...] = ()
+    #: HTTP server limits: seconds to send a request's headers, seconds to send its body,
+    #: seconds an idle keep-alive connection stays open, and open connections at most.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 75.0
+    max_connections: int = 1000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -89,6 +100,13 @@ class Settings:
             skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
             crash_at=crashpoints.parse(env.get("TOREN_CRASH_AT")),
             crash_once=Path(env["TOREN_CRASH_ONCE"]) if env.get("TOREN_CRASH_ONCE") else None,
+            pool_timeout_s=positive_number(env, "TOREN_POOL_TIMEOUT", 5.0, float),
+            allowed_hosts=tuple(name.strip().lower().rstrip(".") for name in
+                                env.get("TOREN_ALLOWED_HOSTS", "").split(",") if name.strip()),
+            header_timeout_s=positive_number(env, "TOREN_HEADER_TIMEOUT", 10.0, float),
+            body_timeout_s=positive_number(env, "TOREN_BODY_TIMEOUT", 30.0, float),
+            idle_timeout_s=positive_number(env, "TOREN_IDLE_TIMEOUT", 75.0, float),
+            max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
         )
 
     def crash_point(self, name: str) -> None:

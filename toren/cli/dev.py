@@ -16,6 +16,7 @@ from toren.errors import ConfigError
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
 from toren.server.auth import Command, keys_required, refuse_without_keys
+from toren.server.connections import ConnectionLimits, LimitedAppRunner
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8420
@@ -56,8 +57,10 @@ async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
     except BaseException:
         await runtime.stop()
         raise
-    app = create_app(runtime, require_keys=keys_required(command, host))
-    runner = web.AppRunner(app, access_log=None)
+    app = create_app(runtime, require_keys=keys_required(command, host), bound_host=host,
+                     allowed_hosts=runtime.settings.allowed_hosts)
+    runner = LimitedAppRunner(app, ConnectionLimits.from_settings(runtime.settings),
+                              access_log=None)
     try:
         await runtime.start_channels()
         await runner.setup()

@@ -172,22 +172,28 @@ def normalize_calls(calls: Sequence[ToolCall], earlier_ids: Iterable[str],
 
 #: The integers Postgres' JSON (and the drivers reading it back) keep exactly.
 MIN_INT, MAX_INT = -(2**63), 2**64 - 1
+#: Arrays and objects nested deeper than this are refused. The store's JSON encoder stops at
+#: 254 levels, and a value is stored inside a few levels of event payload (a wave's task
+#: inside its spec, inside the event): this leaves room for all of them.
+MAX_JSON_DEPTH = 128
 
 
 def unstorable(value: Any) -> str | None:
     """Why the run log cannot store ``value`` (parsed JSON), or ``None`` if it can.
 
     Postgres refuses NUL in text and JSON; unpaired surrogates are not UTF-8; numbers must fit
-    in 64 bits. Inputs and messages are checked with it before anything is written.
+    in 64 bits; arrays and objects may nest at most ``MAX_JSON_DEPTH`` levels. Inputs and
+    messages are checked with it before anything is written.
     """
-    pending = [value]
+    pending: list[tuple[Any, int]] = [(value, 0)]
     while pending:  # not recursive: a JSON parser allows nesting deeper than Python's stack
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending += item.keys()
-            pending += item.values()
-        elif isinstance(item, list | tuple):
-            pending += item
+        item, depth = pending.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                return (f"arrays and objects may be nested at most {MAX_JSON_DEPTH} levels "
+                        "deep")
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            pending += [(child, depth + 1) for child in children]
         elif isinstance(item, str):
             if "\x00" in item:
                 return "strings may not contain NUL (\\u0000)"
