@@ -56,7 +56,7 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
             # platformdirs warns at import when XDG_RUNTIME_DIR is unset (containers, CI);
             # pgserver then uses /tmp/runtime-<uid>, which is what we want anyway.
             warnings.simplefilter("ignore")
-            import pgserver
+            from pgserver.postgres_server import PostgresServer, get_server
     except ImportError as exc:  # pragma: no cover - pgserver is a declared dependency
         raise DatabaseUnavailable(
             "DATABASE_URL is unset and the embedded Postgres (pgserver) is not installed: "
@@ -67,8 +67,10 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
         # pgserver does not guard initdb against another process doing the same at the same
         # moment (one of them fails on the existing directory): take turns
         with _exclusive(home / "embedded.lock"):
-            _forget_dead_handles(pgserver, pgdata)
-            server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            # the lock pgserver holds while a process joins or leaves (its exit handler
+            # rewrites the list): without it, a process leaving now could be written back
+            _forget_dead_handles(PostgresServer._lock, pgdata)
+            server = get_server(pgdata, cleanup_mode="stop")
             _note_start(pgdata, os.getpid())
     except Exception as exc:
         log_file = pgdata / "log"
@@ -81,16 +83,14 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
                             server_url=server_url, pid=server.get_pid())
 
 
-def _forget_dead_handles(pgserver: Any, pgdata: Path) -> None:
+def _forget_dead_handles(lock: contextlib.AbstractContextManager[Any], pgdata: Path) -> None:
     """Remove from pgserver's handle list the processes that are gone (SIGKILL, OOM, a power
     cut): with their ids left there, pgserver would never see the last handle go, and the
     server would outlive every later process."""
     handles = pgdata / HANDLES_FILE
     if not handles.exists():
         return
-    # the lock pgserver holds while a process joins or leaves (its exit handler rewrites the
-    # list): without it, a process leaving at this moment could be written back
-    with pgserver.PostgresServer._lock:
+    with lock:
         try:
             pids = [int(pid) for pid in json.loads(handles.read_text())]
         except (ValueError, TypeError) as exc:
