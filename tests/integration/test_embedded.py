@@ -7,7 +7,9 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -16,6 +18,7 @@ from pathlib import Path
 import psutil
 import psycopg
 import pytest
+from toren_postgres import embedded
 
 from tests.conftest import TorenCli, TorenProcess, wait_until
 from toren.testing import write_agent_dir
@@ -215,3 +218,37 @@ def runs_count(home: Path) -> int:
     except psycopg.Error:
         return 0  # not migrated yet
     return int(row[0]) if row else 0
+
+
+def test_joining_forgets_dead_and_reused_process_ids_and_keeps_live_ones(tmp_path: Path) -> None:
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    live = subprocess.Popen(["sleep", "60"])
+    dead = subprocess.Popen(["sleep", "60"])
+    dead.kill()
+    dead.wait()
+    try:
+        unknown = os.getppid()  # alive, joined before start times were noted: kept
+        (pgdata / ".handle_pids.json").write_text(json.dumps(
+            [live.pid, dead.pid, os.getpid(), unknown]))
+        (pgdata / ".toren_handle_starts.json").write_text(json.dumps({
+            str(live.pid): psutil.Process(live.pid).create_time(),
+            # this id now belongs to another process than the one that joined
+            str(os.getpid()): psutil.Process().create_time() - 3600}))
+
+        embedded._forget_dead_handles(threading.Lock(), pgdata)
+
+        assert handle_pids_in(pgdata) == [live.pid, unknown]
+        assert set(json.loads((pgdata / ".toren_handle_starts.json").read_text())) == {
+            str(live.pid)}
+    finally:
+        live.kill()
+        live.wait()
+
+    (pgdata / ".handle_pids.json").write_text("not json")
+    embedded._forget_dead_handles(threading.Lock(), pgdata)
+    assert handle_pids_in(pgdata) == []  # pgserver could not read it: it starts afresh
+
+
+def handle_pids_in(pgdata: Path) -> list[int]:
+    return json.loads((pgdata / ".handle_pids.json").read_text())

@@ -94,8 +94,9 @@ def _forget_dead_handles(lock: contextlib.AbstractContextManager[Any], pgdata: P
         try:
             pids = [int(pid) for pid in json.loads(handles.read_text())]
         except (ValueError, TypeError) as exc:
-            log.warning("ignoring the unreadable %s (%s): the embedded Postgres then stops "
-                        "with this process if no other one uses it", handles, exc)
+            log.warning("replacing the unreadable %s (%s): the embedded Postgres then stops "
+                        "with the last process that joins it from now on", handles, exc)
+            handles.write_text("[]")  # pgserver would fail on it
             pids = []
         starts = _read_starts(pgdata)
         alive = [pid for pid in pids if _running(pid, starts.get(pid))]
