@@ -1,12 +1,14 @@
-"""Test helpers for Toren and for plugin authors (also a ``pytest11`` plugin: its fixtures are
-available in any pytest run where toren is installed).
+"""Test helpers for Toren and for plugin authors; importable without pytest (benchmarks use it).
 
 - ``ScriptedModel`` / ``ScriptedProvider``: the offline model, with a per-call ``delay``, a call
   counter (``calls``, and ``call_log`` for a counter outside the process) and an optional script.
-- ``scripted_model`` fixture: a fresh ``ScriptedModel``.
-- ``make_agent_dir`` fixture: writes an agent directory from a few keyword arguments.
+- ``write_agent_dir``: writes an agent directory from a few keyword arguments.
 - ``OutputProcess``: a subprocess (a ``toren worker``, a fake provider server) whose stdout
   lines can be awaited with a timeout; for crash tests that SIGKILL real processes.
+
+The pytest fixtures built on them (``scripted_model``, ``make_agent_dir``) live in
+``toren.pytest_plugin``, a ``pytest11`` plugin: available in any pytest run where toren is
+installed.
 """
 
 from __future__ import annotations
@@ -17,11 +19,9 @@ import signal
 import subprocess
 import textwrap
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from toren.default_plugins.scripted import ScriptedModel, ScriptedProvider, respond_with_tools
 
@@ -94,12 +94,12 @@ class OutputProcess:
         try:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
-            pytest.fail(f"no output from {self.proc.args!r} within {timeout}s; stderr:\n"
-                        f"{self.stderr}")
+            raise AssertionError(f"no output from {self.proc.args!r} within {timeout}s; "
+                                 f"stderr:\n{self.stderr}") from None
         if line is None:
             self.proc.wait(timeout=10)
-            pytest.fail(f"{self.proc.args!r} exited with {self.proc.returncode} before printing; "
-                        f"stderr:\n{self.stderr}")
+            raise AssertionError(f"{self.proc.args!r} exited with {self.proc.returncode} "
+                                 f"before printing; stderr:\n{self.stderr}")
         return json.loads(line)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
@@ -121,18 +121,3 @@ class OutputProcess:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
-
-@pytest.fixture
-def scripted_model() -> ScriptedModel:
-    """A fresh offline model; inspect ``.calls`` after the code under test ran."""
-    return ScriptedModel()
-
-
-@pytest.fixture
-def make_agent_dir(tmp_path: Path) -> Callable[..., Path]:
-    """``make_agent_dir(name, **fields)`` -> a new agent directory under ``tmp_path``."""
-
-    def make(name: str = "test-agent", **kwargs: Any) -> Path:
-        return write_agent_dir(tmp_path, name, **kwargs)
-
-    return make

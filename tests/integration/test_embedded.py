@@ -7,7 +7,9 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -16,6 +18,7 @@ from pathlib import Path
 import psutil
 import psycopg
 import pytest
+from toren_postgres import embedded
 
 from tests.conftest import TorenCli, TorenProcess, wait_until
 from toren.testing import write_agent_dir
@@ -164,3 +167,88 @@ def test_concurrent_processes_share_one_server(home: Path, start_toren: StartTor
     assert postmaster_pid(home) != pid
     assert runs(home) == ["shared"]
     assert third.stop() == 0
+
+
+def handle_pids(home: Path) -> list[int]:
+    """pgserver's list of the processes using the server."""
+    path = home / "pgdata" / ".handle_pids.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def test_the_server_stops_with_the_last_process_after_one_was_killed(
+        home: Path, start_toren: StartToren, tmp_path: Path) -> None:
+    crew = write_agent_dir(tmp_path, "crew")
+    killed, _ = start_dev(start_toren, home, crew)
+    first_server = postmaster_pid(home)
+    assert first_server is not None and handle_pids(home) == [killed.proc.pid]
+    killed.stop(signal.SIGKILL)  # no exit handler runs: its id stays on the list
+
+    survivor, _ = start_dev(start_toren, home, crew)
+    assert postmaster_pid(home) == first_server  # it joined the server the killed one left
+    assert handle_pids(home) == [survivor.proc.pid]  # the dead id is forgotten
+    assert survivor.stop() == 0
+    assert wait_until(lambda: server_stopped(home, first_server), timeout=20), (
+        "the embedded Postgres outlived the last live toren process")
+    assert postmasters(home) == [] and postmaster_lines(home) is None
+
+
+def test_toren_run_ended_by_sigterm_stops_like_ctrl_c(
+        home: Path, start_toren: StartToren, tmp_path: Path) -> None:
+    crew = write_agent_dir(tmp_path, "crew")
+    run = start_toren("run", "crew", "take your time", "--dir", str(crew),
+                      env={"TOREN_HOME": str(home), "TOREN_SCRIPTED_DELAY": "60"})
+    # the run exists, so the command is following it (its model call takes a minute)
+    assert wait_until(lambda: postmaster_lines(home) is not None and runs_count(home) == 1,
+                      timeout=60), run.stderr
+    server = postmaster_pid(home)
+    assert server is not None
+
+    code = run.stop(signal.SIGTERM)
+    assert code == 130, run.stderr  # as after Ctrl-C (128 + SIGINT)
+    assert "Stopped following. The run is durable" in run.stderr
+    assert handle_pids(home) == []
+    assert wait_until(lambda: server_stopped(home, server), timeout=20), (
+        "SIGTERM left the embedded Postgres running")
+
+
+def runs_count(home: Path) -> int:
+    try:
+        with psycopg.connect(server_url(home), connect_timeout=5) as conn:
+            row = conn.execute("SELECT count(*) FROM agent_crew.runs").fetchone()
+    except psycopg.Error:
+        return 0  # not migrated yet
+    return int(row[0]) if row else 0
+
+
+def test_joining_forgets_dead_and_reused_process_ids_and_keeps_live_ones(tmp_path: Path) -> None:
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    live = subprocess.Popen(["sleep", "60"])
+    dead = subprocess.Popen(["sleep", "60"])
+    dead.kill()
+    dead.wait()
+    try:
+        unknown = os.getppid()  # alive, joined before start times were noted: kept
+        (pgdata / ".handle_pids.json").write_text(json.dumps(
+            [live.pid, dead.pid, os.getpid(), unknown]))
+        (pgdata / ".toren_handle_starts.json").write_text(json.dumps({
+            str(live.pid): psutil.Process(live.pid).create_time(),
+            # this id now belongs to another process than the one that joined
+            str(os.getpid()): psutil.Process().create_time() - 3600}))
+
+        embedded._forget_dead_handles(threading.Lock(), pgdata)
+
+        assert handle_pids_in(pgdata) == [live.pid, unknown]
+        assert set(json.loads((pgdata / ".toren_handle_starts.json").read_text())) == {
+            str(live.pid)}
+    finally:
+        live.kill()
+        live.wait()
+
+    (pgdata / ".handle_pids.json").write_text("not json")
+    embedded._forget_dead_handles(threading.Lock(), pgdata)
+    assert handle_pids_in(pgdata) == []  # pgserver could not read it: it starts afresh
+
+
+def handle_pids_in(pgdata: Path) -> list[int]:
+    return json.loads((pgdata / ".handle_pids.json").read_text())

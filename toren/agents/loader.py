@@ -14,9 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
@@ -25,6 +23,9 @@ from toren.core.pricing import Pricing
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
 from toren.schemas import load_schema
 from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
+
+if TYPE_CHECKING:
+    import jsonschema
 
 AGENT_FILE = "agent.yaml"
 #: Called with a model id; raises ``ConfigError`` when no installed provider serves it.
@@ -221,6 +222,8 @@ def check_agent_name(name: str, *, where: str) -> None:
 
 def validate_against_schema(located: LocatedYaml, schema: dict[str, Any], path: str) -> None:
     """Validate parsed YAML; the first error (by line) names file, line, field and a fix."""
+    import jsonschema  # ~0.15 s to import: only validation needs it, not every toren command
+
     validator = jsonschema.Draft202012Validator(schema)
     if not isinstance(located.data, dict):
         raise AgentDefinitionError(

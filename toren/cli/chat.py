@@ -22,7 +22,6 @@ from rich.markup import escape
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
 from toren.cli.render import event_line
-from toren.client import TorenClient
 from toren.core import events as ev
 from toren.core.events import Event
 from toren.errors import ConfigError
@@ -112,6 +111,8 @@ class LocalBackend(Backend):
 
 class RemoteBackend(Backend):
     def __init__(self, url: str, api_key: str | None) -> None:
+        from toren.client import TorenClient  # aiohttp: only for a remote chat
+
         self.client = TorenClient(url, api_key)
         self.cursor: str | None = None
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 import asyncio
 import errno
 import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from aiohttp import web
 
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
 from toren.errors import ConfigError
 from toren.host.runtime import Runtime
-from toren.server.app import create_app
-from toren.server.auth import Command, keys_required, refuse_without_keys
-from toren.server.connections import ConnectionLimits, LimitedAppRunner
+
+if TYPE_CHECKING:
+    from toren.server.auth import Command
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8420
@@ -42,6 +41,14 @@ async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
     Without ``workers`` this is ``toren serve``, whose API requires keys by default (see
     ``toren.server.auth.keys_required``).
     """
+    # the server (aiohttp) is imported here, not at module level: every toren command loads
+    # this module, and only dev and serve need it
+    from aiohttp import web
+
+    from toren.server.app import create_app
+    from toren.server.auth import keys_required, refuse_without_keys
+    from toren.server.connections import ConnectionLimits, LimitedAppRunner
+
     command: Command = "dev" if workers else "serve"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -11,7 +11,6 @@ from rich.table import Table
 from toren.cli.common import with_database
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
 from toren.keys import KeyNotFound, parse_key
-from toren.server.auth import CACHE_TTL_S
 
 app = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
@@ -76,6 +75,8 @@ def revoke(
     if as_json:
         print_json(key.to_json())
         return
+    from toren.server.auth import CACHE_TTL_S  # the server module imports aiohttp: only here
+
     revoked_at = key.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if key.revoked_at else ""
     console.print(f"Revoked API key {key.prefix} ({key.name}) at {revoked_at}; servers refuse "
                   f"it within {CACHE_TTL_S:g} seconds.")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from toren.cli.common import DirsOption, load_runtime
+from toren.cli.common import DirsOption, load_runtime, run_async
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
 from toren.cli.render import event_line, run_summary
 from toren.core import events as ev
@@ -28,8 +28,9 @@ def run(
 ) -> None:
     """Start a run of AGENT with INPUT."""
     runtime = load_runtime(dirs)
-    asyncio.run(_run(runtime, agent, input, follow=follow, key=idempotency_key,
-                     as_json=as_json))
+    # SIGTERM (a supervisor, `kill`) stops it as Ctrl-C does: the runtime stops, the embedded
+    # Postgres is released
+    run_async(_run(runtime, agent, input, follow=follow, key=idempotency_key, as_json=as_json))
 
 
 async def _run(runtime: Runtime, agent: str, text: str, *, follow: bool, key: str | None,

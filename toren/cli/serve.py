@@ -12,7 +12,6 @@ from toren.cli import dev
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP
 from toren.host.runtime import Runtime
-from toren.server.auth import keys_required, refuse_without_keys
 
 #: ``toren.cli.dev.serve``'s signature: start the runtime, listen, run until a signal.
 ServeFunction = Callable[..., Awaitable[None]]
@@ -52,6 +51,8 @@ async def serve_api(runtime: Runtime, *, host: str, port: int, as_json: bool,
         env: the environment the policy reads (default ``os.environ``).
         serve_http: what serves the API once the check passed.
     """
+    from toren.server.auth import keys_required, refuse_without_keys  # aiohttp: only here
+
     if keys_required("serve", host, env):
         store = runtime.store
         await store.open()

@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import msgspec
 
 from toren.core import events as ev
 from toren.core.fold import TaskCheckpoint
+
+if TYPE_CHECKING:
+    import jsonschema
 
 #: Every event type by its name in the log.
 _CLASSES: list[type[msgspec.Struct]] = [*ev.EVENT_CLASSES, TaskCheckpoint]
@@ -78,6 +80,8 @@ def render_schema() -> str:
 
 @cache
 def _validators() -> dict[str, jsonschema.Draft202012Validator]:
+    import jsonschema  # only tests validate stored events: keep it off the CLI's start path
+
     schema = catalog_schema()
     return {name: jsonschema.Draft202012Validator({**schema["$defs"][name],
                                                    "$defs": schema["$defs"]})
@@ -86,6 +90,8 @@ def _validators() -> dict[str, jsonschema.Draft202012Validator]:
 
 def validate_event(stream: str, event_type: str, data: dict[str, Any]) -> None:
     """Raise ``jsonschema.ValidationError`` unless the event matches the catalog."""
+    import jsonschema
+
     cls = EVENT_TYPES.get(event_type)
     if cls is None:
         raise jsonschema.ValidationError(f"unknown event type {event_type!r}")

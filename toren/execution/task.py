@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-import jsonschema
-
 from toren.agents import AgentSpec, Limits, SubagentSpec
 from toren.core import events as ev
 from toren.core.catalog import decode_events
@@ -348,6 +346,8 @@ class TaskRunner:
                 f"Error: the arguments for {call.name} could not be read: "
                 f"{call.arguments_error}. Send a JSON object matching: "
                 f"{json.dumps(tool.parameters, sort_keys=True)}")
+        import jsonschema  # ~0.15 s to import: only validation needs it, not every toren command
+
         error = jsonschema.exceptions.best_match(tool.validator.iter_errors(call.arguments))
         if error is not None:
             where = ".".join(str(p) for p in error.absolute_path) or "arguments"

@@ -158,11 +158,17 @@ class FakeAnthropic:
             makes more calls than scripted fails loudly).
         delay: seconds to wait before each ``/v1/messages`` answer.
         api_key: if set, requests presenting another key get 401 (like a revoked key).
+        models_reply: if set, what ``GET /v1/models`` answers to a request with a valid key
+            (an outage: ``server_error()``; a gateway without the list: a 404).
+        models_delay: seconds to wait before each ``/v1/models`` answer (a hung API).
     """
 
     def __init__(self, script: Sequence[ScriptItem] = (), *, responder: Responder | None = None,
-                 delay: float = 0.0, api_key: str | None = None) -> None:
+                 delay: float = 0.0, api_key: str | None = None,
+                 models_reply: Reply | None = None, models_delay: float = 0.0) -> None:
         self.script = list(script)
+        self.models_reply = models_reply
+        self.models_delay = models_delay
         self.responder = responder
         self.delay = delay
         self.api_key = api_key
@@ -236,7 +242,9 @@ class FakeAnthropic:
 
     async def models(self, request: web.Request) -> web.Response:
         self.counts["/v1/models"] += 1
-        reply = self._auth_problem(request)
+        if self.models_delay:
+            await asyncio.sleep(self.models_delay)
+        reply = self._auth_problem(request) or self.models_reply
         if reply is not None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
         limit = int(request.query.get("limit", "20"))

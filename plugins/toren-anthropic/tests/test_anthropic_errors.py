@@ -14,7 +14,8 @@ import httpx2
 import pytest
 from fake_anthropic import TEST_KEY, FakeFactory
 from toren_anthropic.errors import provider_error, retry_after_s
-from toren_anthropic.provider import AnthropicModel, AnthropicProvider
+from toren_anthropic.model import AnthropicModel
+from toren_anthropic.provider import AnthropicProvider
 
 from toren.errors import ContextWindowExceeded, ProviderError
 from toren.seams.model import Message, ModelRequest
@@ -146,10 +147,15 @@ async def test_a_rate_limit_carries_retry_after_and_a_slow_answer_times_out(
     assert slow.value.retryable and "did not answer" in slow.value.message
 
 
-async def test_an_unreachable_endpoint_is_a_retryable_error() -> None:
-    with socket.socket() as sock:  # a port nobody listens on
+def free_port() -> int:
+    """A port nobody listens on."""
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        return int(sock.getsockname()[1])
+
+
+async def test_an_unreachable_endpoint_is_a_retryable_error() -> None:
+    port = free_port()
     model = AnthropicModel(MODEL, base_url=f"http://127.0.0.1:{port}", timeout_s=5)
     try:
         with pytest.raises(ProviderError) as raised:
@@ -161,8 +167,7 @@ async def test_an_unreachable_endpoint_is_a_retryable_error() -> None:
                                            f"http://127.0.0.1:{port}")
 
 
-async def test_preflight_fails_on_a_rejected_key_and_tolerates_an_outage(
-        fake_anthropic: FakeFactory, caplog: pytest.LogCaptureFixture) -> None:
+async def test_preflight_fails_on_a_rejected_key(fake_anthropic: FakeFactory) -> None:
     server = await fake_anthropic(api_key="another-key")
     model = AnthropicModel(MODEL, base_url=server.url)
     try:
@@ -177,11 +182,58 @@ async def test_preflight_fails_on_a_rejected_key_and_tolerates_an_outage(
     assert server.counts["/v1/models"] == 2
     assert server.requests == []  # preflight costs nothing: no /v1/messages call
 
-    down = AnthropicModel(MODEL, base_url="http://127.0.0.1:9", timeout_s=2)
-    with caplog.at_level(logging.WARNING, logger="toren_anthropic.provider"):
-        await down.preflight()
-    await down.aclose()
-    assert "could not check ANTHROPIC_API_KEY" in caplog.text
+
+def preflight_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records
+            if record.name.startswith("toren_anthropic") and record.levelno >= logging.WARNING]
+
+
+async def test_preflight_starts_when_nothing_listens_saying_it_is_not_the_key(
+        caplog: pytest.LogCaptureFixture) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    model = AnthropicModel(MODEL, base_url=url)
+    try:
+        with caplog.at_level(logging.INFO, logger="toren_anthropic"):
+            await model.preflight()
+    finally:
+        await model.aclose()
+    (warning,) = preflight_warnings(caplog)
+    assert f"the Anthropic API at {url} is unreachable, not a bad key" in warning
+    assert MODEL in warning and "starting anyway" in warning
+
+
+@pytest.mark.parametrize("outage", ["overloaded", "no answer"])
+async def test_preflight_starts_through_an_outage_after_one_request(
+        outage: str, fake_anthropic: FakeFactory, caplog: pytest.LogCaptureFixture) -> None:
+    if outage == "overloaded":
+        server = await fake_anthropic(models_reply=fake.overloaded())
+        model = AnthropicModel(MODEL, base_url=server.url)
+    else:
+        server = await fake_anthropic(models_delay=30)
+        model = AnthropicModel(MODEL, base_url=server.url, timeout_s=0.3)
+    try:
+        with caplog.at_level(logging.INFO, logger="toren_anthropic"):
+            await model.preflight()
+    finally:
+        await model.aclose()
+    (warning,) = preflight_warnings(caplog)
+    assert "is unreachable, not a bad key" in warning
+    assert ("529 overloaded_error" if outage == "overloaded" else "no answer within 0.3s"
+            ) in warning
+    assert server.counts["/v1/models"] == 1  # no retries: one bounded request, then start
+
+
+async def test_preflight_skips_a_gateway_without_a_model_list(
+        fake_anthropic: FakeFactory, caplog: pytest.LogCaptureFixture) -> None:
+    server = await fake_anthropic(models_reply=fake.error(404, "not_found_error", "Not found"))
+    model = AnthropicModel(MODEL, base_url=server.url)
+    try:
+        with caplog.at_level(logging.INFO, logger="toren_anthropic"):
+            await model.preflight()
+    finally:
+        await model.aclose()
+    assert preflight_warnings(caplog) == []
+    assert "has no model list" in caplog.text
 
 
 def test_the_entry_point_registers_the_provider() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -185,3 +187,16 @@ async def test_preflight_refuses_to_start_workers_on_a_rejected_key(
     skipping = await anthropic_runtime([directory], skip_preflight=True)
     assert skipping.workers is not None
     assert server.counts["/v1/models"] == 1
+
+
+async def test_workers_start_when_the_api_is_unreachable(
+        tmp_path: Path, anthropic_runtime: RuntimeFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with caplog.at_level(logging.WARNING, logger="toren_anthropic"):
+        runtime = await anthropic_runtime([agent(tmp_path, url)])
+    assert runtime.workers is not None
+    (warning,) = [r.getMessage() for r in caplog.records if r.name.startswith("toren_anthropic")]
+    assert "unreachable, not a bad key" in warning and url in warning

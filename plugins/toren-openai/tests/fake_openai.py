@@ -131,20 +131,24 @@ class FakeOpenAI:
         delay_s: seconds to wait before each chat answer (a slow model).
         max_prompt_chars: reject any chat request with more content than this with a 400
             ``context_length_exceeded`` (checked before the script).
-        models_status: status of ``GET /v1/models`` (e.g. 401, or 404 for a server without it).
+        models_status: status of ``GET /v1/models`` (e.g. 401, 404 for a server without it, or
+            503 for an outage).
+        models_delay_s: seconds to wait before each ``GET /v1/models`` answer (a hung server).
         models: ids ``GET /v1/models`` lists.
     """
 
     def __init__(self, script: Iterable[Answer | Responder] = (), *,
                  responder: Responder = call_each_tool, delay_s: float = 0.0,
                  max_prompt_chars: int | None = None, models_status: int = 200,
-                 models: Iterable[str] = ("gpt-4o-mini", "gpt-4o")) -> None:
+                 models: Iterable[str] = ("gpt-4o-mini", "gpt-4o"),
+                 models_delay_s: float = 0.0) -> None:
         self.script: list[Answer | Responder] = list(script)
         self.responder = responder
         self.delay_s = delay_s
         self.max_prompt_chars = max_prompt_chars
         self.models_status = models_status
         self.models = list(models)
+        self.models_delay_s = models_delay_s
         #: Every chat request body, in arrival order.
         self.requests: list[dict[str, Any]] = []
         #: Every request's Authorization header, in arrival order.
@@ -165,7 +169,7 @@ class FakeOpenAI:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve on ``host:port`` (0: any free port); return the base URL (``.../v1``)."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
+        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
@@ -204,10 +208,15 @@ class FakeOpenAI:
     async def list_models(self, request: web.Request) -> web.Response:
         self.counts[MODELS_PATH] += 1
         self.authorizations.append(request.headers.get("Authorization"))
+        if self.models_delay_s:
+            await asyncio.sleep(self.models_delay_s)
         if self.models_status == 401:
             return self._respond(Fail(401, "Incorrect API key provided: sk-bad. You can find "
                                            "your API key at https://platform.openai.com/"
                                            "account/api-keys.", code="invalid_api_key"))
+        if self.models_status >= 500:
+            return self._respond(Fail(self.models_status, "The server is overloaded or not "
+                                      "ready yet.", code=None, type="server_error"))
         if self.models_status != 200:
             return self._respond(Fail(self.models_status, "404 page not found",
                                       code=None, type="not_found"))

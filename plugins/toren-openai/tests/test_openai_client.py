@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from fake_openai import CHAT_PATH, MODELS_PATH, Fail, completion, rate_limited, tool_call, usage
-from toren_openai.provider import OpenAIModel, OpenAIProvider
+from toren_openai.model import OpenAIModel
+from toren_openai.provider import OpenAIProvider
 
 from toren.errors import ContextWindowExceeded, ProviderError
 from toren.seams.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
@@ -113,15 +114,44 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_an_unreachable_server_is_retryable_for_calls_but_fails_preflight(
-        make_model: Any) -> None:
+async def test_an_unreachable_server_is_retryable_for_calls(make_model: Any) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     model = make_model("openai/llama3.1", base_url=url)
     with pytest.raises(ProviderError, match="cannot connect to") as down:
         await model.complete(REQUEST)
     assert down.value.retryable
-    with pytest.raises(ProviderError, match=f"cannot connect to {url}"):
-        await model.preflight()
+
+
+def preflight_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records
+            if record.name.startswith("toren_openai") and record.levelno >= logging.WARNING]
+
+
+async def test_preflight_starts_when_nothing_listens_saying_it_is_not_the_key(
+        make_model: Any, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with caplog.at_level(logging.INFO, logger="toren_openai"):
+        await make_model("openai/llama3.1", base_url=url).preflight()
+    (warning,) = preflight_warnings(caplog)
+    assert f"{url} is unreachable, not a bad key" in warning
+    assert "openai/llama3.1" in warning and "starting anyway" in warning
+
+
+@pytest.mark.parametrize("outage", ["server error", "no answer"])
+async def test_preflight_starts_through_an_outage_after_one_request(
+        outage: str, make_fake: Any, make_model: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    if outage == "server error":
+        fake = await make_fake(models_status=503)
+    else:
+        monkeypatch.setenv("TOREN_OPENAI_TIMEOUT", "0.3")  # preflight waits at most this long
+        fake = await make_fake(models_delay_s=30)
+    with caplog.at_level(logging.INFO, logger="toren_openai"):
+        await make_model(base_url=fake.url).preflight()
+    (warning,) = preflight_warnings(caplog)
+    assert "is unreachable, not a bad key" in warning
+    assert ("answered 503" if outage == "server error" else "no answer within 0.3s") in warning
+    assert fake.counts[MODELS_PATH] == 1  # no retries: one bounded request, then start
 
 
 async def test_preflight_lists_models_and_refuses_a_rejected_key(make_fake: Any,

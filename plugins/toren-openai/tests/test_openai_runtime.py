@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +222,15 @@ async def test_preflight_refuses_to_start_workers_on_a_rejected_key(make_fake: A
     assert "OPENAI_API_KEY" in message and fake.url in message
     runtime = await start_runtime(directory, skip_preflight=True)
     assert runtime.started
+
+
+async def test_workers_start_when_the_server_is_unreachable(
+        start_runtime: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    with caplog.at_level(logging.WARNING, logger="toren_openai"):
+        runtime = await start_runtime(calc_agent(tmp_path, url, model="openai/llama3.1"))
+    assert runtime.workers is not None
+    (warning,) = [r.getMessage() for r in caplog.records if r.name.startswith("toren_openai")]
+    assert "unreachable, not a bad key" in warning and url in warning

@@ -10,9 +10,7 @@ from collections.abc import Mapping
 import anthropic
 
 from toren.errors import ContextWindowExceeded, ProviderError
-
-KEY_VAR = "ANTHROPIC_API_KEY"
-TIMEOUT_VAR = "TOREN_ANTHROPIC_TIMEOUT"
+from toren_anthropic.provider import KEY_VAR, TIMEOUT_VAR
 
 #: How the API words a request that does not fit the model's context window, e.g.
 #: "prompt is too long: 210000 tokens > 200000 maximum" or "input length and `max_tokens`

@@ -20,8 +20,8 @@ def describe_url(url: str) -> str:
     host = params.get("host") or "localhost"
     port = params.get("port") or 5432
     where = f"socket {host}" if str(host).startswith("/") else f"{host}:{port}"
-    user = params.get("user")
-    return f"{user + '@' if user else ''}{where}/{params.get('dbname') or user or ''}"
+    user = str(params.get("user") or "")
+    return f"{user + '@' if user else ''}{where}/{params.get('dbname') or user}"
 
 
 async def check_connection(url: str, timeout_s: float) -> str:

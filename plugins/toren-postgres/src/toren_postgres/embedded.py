@@ -1,27 +1,38 @@
 """The embedded Postgres (``pgserver``): real Postgres binaries from a wheel, data under TOREN_HOME.
 
 Every Toren process started from the same directory shares one server: ``pgserver`` finds the
-running postmaster through ``postmaster.pid`` and counts the processes using it, stopping the
-server when the last one exits normally. A process killed with SIGKILL leaves the server up for
-the others (and for its own restart).
+running postmaster through ``postmaster.pid`` and counts the processes using it (their ids in
+``pgdata/.handle_pids.json``), stopping the server when the last one exits normally. A process
+killed with SIGKILL leaves the server up for the others (and for its own restart), and its id
+in that list; the next process to join forgets the ids of processes that are gone, so the
+server again stops with the last live process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
+import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psutil
 import psycopg
 from psycopg import sql
 
 from toren.errors import DatabaseUnavailable
 
 DATABASE_NAME = "toren"
+#: pgserver's list of the processes using the server (a JSON list of ids), in pgdata.
+HANDLES_FILE = ".handle_pids.json"
+#: Toren's note of when each process on that list started ({"pid": create time}), so a dead
+#: process whose id the system gave to another one is still recognised as gone.
+HANDLE_STARTS_FILE = ".toren_handle_starts.json"
 log = logging.getLogger(__name__)
 
 
@@ -45,7 +56,7 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
             # platformdirs warns at import when XDG_RUNTIME_DIR is unset (containers, CI);
             # pgserver then uses /tmp/runtime-<uid>, which is what we want anyway.
             warnings.simplefilter("ignore")
-            import pgserver
+            from pgserver.postgres_server import PostgresServer, get_server
     except ImportError as exc:  # pragma: no cover - pgserver is a declared dependency
         raise DatabaseUnavailable(
             "DATABASE_URL is unset and the embedded Postgres (pgserver) is not installed: "
@@ -56,7 +67,11 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
         # pgserver does not guard initdb against another process doing the same at the same
         # moment (one of them fails on the existing directory): take turns
         with _exclusive(home / "embedded.lock"):
-            server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            # the lock pgserver holds while a process joins or leaves (its exit handler
+            # rewrites the list): without it, a process leaving now could be written back
+            _forget_dead_handles(PostgresServer._lock, pgdata)
+            server = get_server(pgdata, cleanup_mode="stop")
+            _note_start(pgdata, os.getpid())
     except Exception as exc:
         log_file = pgdata / "log"
         raise DatabaseUnavailable(
@@ -66,6 +81,65 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
     _create_database(server_url, DATABASE_NAME)
     return EmbeddedPostgres(pgdata=pgdata, url=server.get_uri(DATABASE_NAME),
                             server_url=server_url, pid=server.get_pid())
+
+
+def _forget_dead_handles(lock: contextlib.AbstractContextManager[Any], pgdata: Path) -> None:
+    """Remove from pgserver's handle list the processes that are gone (SIGKILL, OOM, a power
+    cut): with their ids left there, pgserver would never see the last handle go, and the
+    server would outlive every later process."""
+    handles = pgdata / HANDLES_FILE
+    if not handles.exists():
+        return
+    with lock:
+        try:
+            pids = [int(pid) for pid in json.loads(handles.read_text())]
+        except (ValueError, TypeError) as exc:
+            log.warning("replacing the unreadable %s (%s): the embedded Postgres then stops "
+                        "with the last process that joins it from now on", handles, exc)
+            handles.write_text("[]")  # pgserver would fail on it
+            pids = []
+        starts = _read_starts(pgdata)
+        alive = [pid for pid in pids if _running(pid, starts.get(pid))]
+        if alive != pids:
+            log.info("forgetting processes that are gone from %s: %s", handles,
+                     sorted(set(pids) - set(alive)))
+            handles.write_text(json.dumps(alive))
+        _write_starts(pgdata, {pid: start for pid, start in starts.items() if pid in alive})
+
+
+def _running(pid: int, started: float | None) -> bool:
+    """Whether process ``pid`` still runs (a zombie does not) and, if we noted when it
+    started, is still that process."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(process.create_time() - started) < 1.0
+    except psutil.NoSuchProcess:  # ZombieProcess included
+        return False
+    except psutil.AccessDenied:  # another user's process: it may be using the server
+        return True
+
+
+def _note_start(pgdata: Path, pid: int) -> None:
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return
+    _write_starts(pgdata, {**_read_starts(pgdata), pid: started})
+
+
+def _read_starts(pgdata: Path) -> dict[int, float]:
+    try:
+        raw = json.loads((pgdata / HANDLE_STARTS_FILE).read_text())
+        return {int(pid): float(started) for pid, started in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _write_starts(pgdata: Path, starts: dict[int, float]) -> None:
+    (pgdata / HANDLE_STARTS_FILE).write_text(
+        json.dumps({str(pid): started for pid, started in sorted(starts.items())}))
 
 
 @contextlib.contextmanager

@@ -255,16 +255,13 @@ class RunLog:
         return taken, status, turn
 
     async def get_run(self, agent: str, run_id: str) -> RunRecord | None:
-        async with self.pool.connection() as conn:
-            conn.row_factory = dict_row  # type: ignore[assignment]
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
             try:
-                cursor = await conn.execute(agent_query("get_run", schema_name_for(agent)),
-                                            {"run_id": run_id})
+                await cursor.execute(agent_query("get_run", schema_name_for(agent)),
+                                     {"run_id": run_id})
                 row = await cursor.fetchone()
             except psycopg.DataError:
                 return None  # not a UUID (or not even text Postgres can take)
-            finally:
-                conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
         return _record(agent, row) if row else None
 
     async def list_runs(self, agent: str, *, status: str | None, limit: int,
@@ -273,14 +270,9 @@ class RunLog:
         params = {"status": status, "limit": limit, "kind": kind,
                   "before_at": before[0] if before else None,
                   "before_id": before[1] if before else None}
-        async with self.pool.connection() as conn:
-            conn.row_factory = dict_row  # type: ignore[assignment]
-            try:
-                cursor = await conn.execute(agent_query("list_runs", schema_name_for(agent)),
-                                            params)
-                rows = await cursor.fetchall()
-            finally:
-                conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(agent_query("list_runs", schema_name_for(agent)), params)
+            rows = await cursor.fetchall()
         return [_record(agent, row) for row in rows]
 
     async def load_events(self, agent: str, run_id: str,
@@ -306,13 +298,9 @@ class RunLog:
             return dict(await cursor.fetchall())
 
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
-        async with self.pool.connection() as conn:
-            conn.row_factory = dict_row  # type: ignore[assignment]
-            try:
-                cursor = await conn.execute(query("live_workers"), {"max_age_s": max_age_s})
-                return list(await cursor.fetchall())
-            finally:
-                conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(query("live_workers"), {"max_age_s": max_age_s})
+            return list(await cursor.fetchall())
 
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:

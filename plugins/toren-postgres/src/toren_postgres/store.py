@@ -14,10 +14,10 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout, TooManyRequests
 
-from toren.agents import AgentSpec
 from toren.config import Settings
 from toren.core import events as ev
 from toren.core.events import Event, NewEvent
+from toren.core.runs import RunRecord, RunUpdate
 from toren.errors import DatabaseUnavailable, TorenError
 from toren.keys import (
     ApiKey,
@@ -28,12 +28,11 @@ from toren.keys import (
     parse_key_reference,
 )
 from toren.seams.interfaces import (
+    AgentSchema,
     Lease,
     LeaseBusy,
     Migration,
     OutgoingMessage,
-    RunRecord,
-    RunUpdate,
     Store,
 )
 from toren_postgres import migrations
@@ -145,11 +144,11 @@ class PostgresStore(Store):
             self._pool = None
             self._log = None
 
-    async def pending_migrations(self, agents: Sequence[AgentSpec]) -> list[Migration]:
+    async def pending_migrations(self, agents: Sequence[AgentSchema]) -> list[Migration]:
         async with self.pool.connection() as conn:
             return await migrations.pending(conn, agents)
 
-    async def migrate(self, agents: Sequence[AgentSpec]) -> list[Migration]:
+    async def migrate(self, agents: Sequence[AgentSchema]) -> list[Migration]:
         async with self.pool.connection() as conn:
             return await migrations.migrate(conn, agents)
 

@@ -54,11 +54,11 @@ def postgres_server_url() -> Iterator[str]:
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs' XDG_RUNTIME_DIR warning at import
-        import pgserver
+        from pgserver.postgres_server import get_server
     # Not under pytest's tmp_path: pytest deletes old base temp dirs when other sessions
     # start, which would pull the data directory from under a running server.
     base = Path(tempfile.mkdtemp(prefix="toren-test-postgres-"))
-    server = pgserver.get_server(base / "pgdata", cleanup_mode="delete")
+    server = get_server(base / "pgdata", cleanup_mode="delete")
     try:
         yield server.get_uri("postgres")
     finally:

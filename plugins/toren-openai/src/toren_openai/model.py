@@ -1,0 +1,165 @@
+"""``OpenAIModel``: one model at one endpoint, through the official async SDK (Chat Completions).
+
+This module imports the SDK (about a second): ``OpenAIProvider.get_model`` imports it when an
+agent first uses an ``openai/`` model, never when the plugin is loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import openai
+
+from toren.errors import ProviderError
+from toren.seams.model import Model, ModelRequest, ModelResponse
+from toren_openai import errors, prices, wire
+from toren_openai.provider import (
+    BASE_URL_VAR,
+    CONNECT_TIMEOUT_S,
+    DEFAULT_BASE_URL,
+    DEFAULT_TIMEOUT_S,
+    KEY_VAR,
+    PLACEHOLDER_API_KEY,
+    PREFLIGHT_TIMEOUT_S,
+    is_openai_endpoint,
+)
+
+log = logging.getLogger(__name__)
+
+#: Statuses of a server (Ollama, a proxy) that has no ``/models``.
+NO_MODEL_LIST = frozenset({404, 405, 501})
+#: Seconds past the SDK's own timeout before the preflight gives up on its own.
+PREFLIGHT_GRACE_S = 2.0
+
+
+class OpenAIModel(Model):
+    """One model at one endpoint. The SDK client is made lazily, inside the running event loop
+    (one per model instance), with the SDK's own retries off: Toren's recorded backoff is the
+    only retry, so every attempt shows up in the run's events.
+
+    Args:
+        model_id: ``openai/<model>``.
+        base_url: the endpoint (``baseUrl:`` or ``OPENAI_BASE_URL``); ``None`` for OpenAI.
+        timeout_s: seconds a call may take.
+    """
+
+    def __init__(self, model_id: str, *, base_url: str | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.model_id = model_id
+        self.model_name = model_id.partition("/")[2]
+        self.base_url = base_url
+        self.endpoint = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.timeout_s = timeout_s
+        info = prices.lookup(self.model_name)
+        self.pricing = info.pricing if info else None
+        self.context_window = info.context_window if info else None
+        #: OpenAI wants max_completion_tokens; compatible servers know max_tokens. A server that
+        #: rejects the one sent gets the other from then on.
+        self.token_field = (wire.MAX_COMPLETION_TOKENS if is_openai_endpoint(base_url)
+                            else wire.MAX_TOKENS)
+        self._client: openai.AsyncOpenAI | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self.model_id!r}, endpoint={self.endpoint!r})"
+
+    def client(self) -> openai.AsyncOpenAI:
+        """The SDK client for the running event loop (made on first use)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            key = os.environ.get(KEY_VAR)
+            if not key:
+                if not self.base_url or is_openai_endpoint(self.base_url):
+                    raise ProviderError(f"{self.model_id}: {KEY_VAR} is not set; set it to an "
+                                        "API key (https://platform.openai.com/api-keys)")
+                key = PLACEHOLDER_API_KEY
+            self._client = openai.AsyncOpenAI(
+                api_key=key, base_url=self.base_url, max_retries=0,
+                timeout=openai.Timeout(self.timeout_s,
+                                       connect=min(self.timeout_s, CONNECT_TIMEOUT_S)))
+            self._loop = loop
+        return self._client
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        client = self.client()
+        params = wire.chat_request(request, self.model_name, token_field=self.token_field)
+        try:
+            try:
+                completion = await client.chat.completions.create(**params)
+            except openai.APIStatusError as exc:
+                if not errors.rejects_parameter(exc, self.token_field):
+                    raise
+                # A 400 costs nothing: switch the output-limit field and ask again, once.
+                other = (wire.MAX_TOKENS if self.token_field == wire.MAX_COMPLETION_TOKENS
+                         else wire.MAX_COMPLETION_TOKENS)
+                log.info("%s rejects %s; using %s instead", self.endpoint, self.token_field,
+                         other)
+                params[other] = params.pop(self.token_field)
+                self.token_field = other
+                completion = await client.chat.completions.create(**params)
+        except openai.OpenAIError as exc:
+            raise errors.translate(exc, model_id=self.model_id, endpoint=self.endpoint) from exc
+        return wire.model_response(completion.to_dict(warnings=False), self.model_id)
+
+    async def preflight(self) -> None:
+        """``GET /models`` with the configured key, within ``PREFLIGHT_TIMEOUT_S`` and without
+        retries.
+
+        A rejected key (401/403) raises ``ProviderError``: the worker refuses to start. An
+        unreachable endpoint (no connection, no answer in time, a 5xx) is not a bad key: one
+        warning says so and the worker starts (its model calls retry with backoff). A server
+        without a model list (404/405/501) skips the check; any other answer is logged and
+        tolerated. A model the list does not name gets a warning.
+        """
+        client = self.client()
+        where = f"GET {self.endpoint}/models"
+        limit = min(self.timeout_s, PREFLIGHT_TIMEOUT_S)
+        try:
+            # the SDK's timeout bounds each phase; this bounds the whole check (DNS included)
+            async with asyncio.timeout(limit + PREFLIGHT_GRACE_S):
+                page = await client.models.list(timeout=openai.Timeout(
+                    limit, connect=min(limit, CONNECT_TIMEOUT_S)))
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            said = f"{status} ({errors.provider_message(exc)})"
+            if status in (401, 403):
+                raise ProviderError(
+                    f"{where} answered {status}: {errors.provider_message(exc)}; set "
+                    f"{KEY_VAR} to a key this endpoint accepts", status=status) from exc
+            if status in NO_MODEL_LIST:
+                log.info("preflight of %s: %s answered %s: the server has no model list; "
+                         "skipping the check", self.model_id, where, said)
+            elif status >= 500:
+                self._warn_unreachable(f"{where} answered {said}")
+            else:
+                log.warning("preflight of %s: %s answered %s; could not check %s, starting "
+                            "anyway", self.model_id, where, said, KEY_VAR)
+            return
+        except (openai.APITimeoutError, TimeoutError):
+            self._warn_unreachable(f"no answer within {limit:g}s")
+            return
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc.__context__
+            self._warn_unreachable(str(cause) if cause and str(cause) else exc.message)
+            return
+        except openai.OpenAIError as exc:
+            log.warning("preflight of %s: could not check %s (%s: %s); starting anyway",
+                        self.model_id, KEY_VAR, type(exc).__name__, exc)
+            return
+        listed = {getattr(item, "id", None) for item in page.data or ()}
+        if listed and self.model_name not in listed:
+            log.warning("%s does not list %s; calls to it may fail with 404 (listed: %s)",
+                        where, self.model_name, ", ".join(sorted(map(str, listed))[:10]))
+
+    def _warn_unreachable(self, why: str) -> None:
+        log.warning("preflight of %s: %s is unreachable, not a bad key (%s); starting anyway: "
+                    "model calls retry with backoff until it answers (check baseUrl / %s if "
+                    "this lasts)", self.model_id, self.endpoint, why, BASE_URL_VAR)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections; the next call opens new ones."""
+        client, self._client, self._loop = self._client, None, None
+        if client is not None:
+            await client.close()
