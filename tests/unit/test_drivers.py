@@ -10,7 +10,9 @@ from toren.config import Settings
 from toren.errors import ConfigError, DriverNotFound
 from toren.host.inprocess import InProcessRuntime
 from toren.seams.drivers import KINDS, driver_class, driver_names, installed_drivers
-from toren.seams.interfaces import Queue, Store, WorkerRuntime
+from toren.seams.queue import Queue
+from toren.seams.store import Store
+from toren.seams.worker_runtime import WorkerRuntime
 
 
 @pytest.mark.parametrize(("kind", "name", "expected", "base"), [

@@ -52,8 +52,8 @@ from toren.errors import ContextWindowExceeded, ProviderError, TorenError
 from toren.execution.context import ToolCallContext, _current
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
-from toren.seams.interfaces import Lease, OutgoingMessage, QueueMessage
 from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
+from toren.seams.shapes import Lease, OutgoingMessage, QueueMessage
 from toren.seams.tools import Tool
 
 log = logging.getLogger(__name__)

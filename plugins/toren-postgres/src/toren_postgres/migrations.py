@@ -15,10 +15,12 @@ from importlib import resources
 
 import psycopg
 from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
 
-from toren.agents import AgentSpec
 from toren.errors import ConfigError, MigrationError
-from toren.seams.interfaces import Migration
+from toren.seams.shapes import AgentSchema, Migration
+from toren.seams.store import Migrator
+from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import query
 
 CONTROL_SCOPE = "control"
@@ -46,7 +48,7 @@ def agent_migrations(schema_name: str) -> list[Migration]:
     return [Migration(schema_name, v, n, s) for v, n, s in _read("agent_migrations")]
 
 
-def all_migrations(agents: Sequence[AgentSpec]) -> list[Migration]:
+def all_migrations(agents: Sequence[AgentSchema]) -> list[Migration]:
     found = control_migrations()
     for agent in agents:
         found += agent_migrations(agent.schema_name)
@@ -62,12 +64,12 @@ async def applied(conn: psycopg.AsyncConnection) -> set[tuple[str, int]]:
     return {(scope, version) for scope, version in await cursor.fetchall()}
 
 
-async def pending(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec]) -> list[Migration]:
+async def pending(conn: psycopg.AsyncConnection, agents: Sequence[AgentSchema]) -> list[Migration]:
     done = await applied(conn)
     return [m for m in all_migrations(agents) if (m.scope, m.version) not in done]
 
 
-async def migrate(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec],
+async def migrate(conn: psycopg.AsyncConnection, agents: Sequence[AgentSchema],
                   lock_timeout_s: float = 60.0) -> list[Migration]:
     """Apply what is pending and register ``agents``; return the migrations applied.
 
@@ -84,7 +86,7 @@ async def migrate(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec],
             "(GRANT CONNECT, CREATE ON DATABASE <db> TO <role>)") from None
 
 
-async def _migrate(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec],
+async def _migrate(conn: psycopg.AsyncConnection, agents: Sequence[AgentSchema],
                    lock_timeout_s: float) -> list[Migration]:
     todo = await pending(conn, agents)
     applied_now: list[Migration] = []
@@ -140,7 +142,7 @@ async def _apply(conn: psycopg.AsyncConnection, migration: Migration) -> None:
             f"was rolled back: {exc}") from exc
 
 
-async def check_owners(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec]) -> None:
+async def check_owners(conn: psycopg.AsyncConnection, agents: Sequence[AgentSchema]) -> None:
     """Refuse an agent whose schema already belongs to a differently named agent."""
     for agent in agents:
         cursor = await conn.execute(query("agent_owner"), {"schema_name": agent.schema_name})
@@ -152,7 +154,7 @@ async def check_owners(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec
                 "database; rename one of them (name: in agent.yaml)")
 
 
-async def register_agents(conn: psycopg.AsyncConnection, agents: Sequence[AgentSpec]) -> None:
+async def register_agents(conn: psycopg.AsyncConnection, agents: Sequence[AgentSchema]) -> None:
     await check_owners(conn, agents)
     for agent in agents:
         await conn.execute(query("register_agent"), {
@@ -171,3 +173,28 @@ def render(migrations: Sequence[Migration]) -> str:
                   f"VALUES ('{m.scope}', {m.version}, '{m.name}');\n")
         parts.append(f"BEGIN;\n{header}{m.sql.strip()}\n{record}COMMIT;\n")
     return query("bootstrap_ledger") + "\n\n" + "\n".join(parts)
+
+
+async def registered_agents(pool: AsyncConnectionPool) -> dict[str, str]:
+    """Agent name -> schema of every agent registered in the database."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(query("registered_agents"))
+        return {name: schema for name, schema in await cursor.fetchall()}
+
+
+class PostgresMigrator(PostgresConnection, Migrator):
+    """The ``Migrator`` of the Postgres store: the files above, the ledger, the lock."""
+
+    async def pending_migrations(self, agents: Sequence[AgentSchema]) -> list[Migration]:
+        async with self.pool.connection() as conn:
+            return await pending(conn, agents)
+
+    async def migrate(self, agents: Sequence[AgentSchema]) -> list[Migration]:
+        async with self.pool.connection() as conn:
+            return await migrate(conn, agents)
+
+    def render_migrations(self, migrations: Sequence[Migration]) -> str:
+        return render(migrations)
+
+    async def registered_agents(self) -> dict[str, str]:
+        return await registered_agents(self.pool)

@@ -17,7 +17,9 @@ from psycopg.types.json import Jsonb
 
 from toren.config import Settings
 from toren.errors import ConfigError
-from toren.seams.interfaces import OutgoingMessage, Queue, QueueMessage, Store
+from toren.seams.queue import Queue
+from toren.seams.shapes import OutgoingMessage, QueueMessage
+from toren.seams.store import Store
 from toren_postgres.queries import query
 
 log = logging.getLogger(__name__)
@@ -25,10 +27,14 @@ CHANNEL = "toren_queue"
 
 
 class PostgresQueue(Queue):
-    """Messages in the same database as the event log, so enqueue and append share a transaction.
+    """Messages in the same database as the event log: the store's outbox is this queue's
+    table, so an append's messages and the acknowledgement of the message it ends commit in
+    the append's transaction.
 
     Needs the ``postgres`` store driver (it uses the store's connection pool).
     """
+
+    reads_outbox = True
 
     def __init__(self, settings: Settings, store: Store) -> None:
         from toren_postgres.store import PostgresStore
