@@ -36,6 +36,8 @@ class MemoryBroker:
 
     messages: dict[int, Held] = field(default_factory=dict)
     sent: list[tuple[str, str | None, str, dict[str, Any]]] = field(default_factory=list)
+    #: message id -> how many times it was claimed
+    claims: dict[int, int] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     #: While set, a send is recorded and then never returns: its relay is as good as dead.
@@ -89,6 +91,8 @@ class MemoryQueue(Queue):
                 held.available_at = now + visibility_s
                 held.claimed_by = worker_id
                 claimed.append(held.message)
+                self.broker.claims[held.message.id] = self.broker.claims.get(
+                    held.message.id, 0) + 1
         return claimed, dead
 
     async def ack(self, message: QueueMessage, worker_id: str) -> None:
@@ -111,6 +115,13 @@ class MemoryQueue(Queue):
                 held.message = _with_attempts(held.message, max(held.message.attempts - 1, 0))
                 returned += 1
         return returned
+
+    async def renew(self, worker_id: str, message_ids: Sequence[int],
+                    visibility_s: float) -> None:
+        for message_id in message_ids:
+            held = self.broker.messages.get(message_id)
+            if held is not None and held.claimed_by == worker_id:
+                held.available_at = self._now() + visibility_s
 
     async def enqueue(self, agent: str, run_id: str | None, message: OutgoingMessage) -> None:
         new = QueueMessage(next(self.broker.ids), agent, run_id, message.kind,

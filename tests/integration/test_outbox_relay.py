@@ -19,7 +19,8 @@ import pytest
 from tests.durable import check_log, types
 from tests.memory_queue import MemoryBroker, MemoryQueue, reset_broker
 from toren.host.relay import OutboxRelay
-from toren.testing import write_agent_dir
+from toren.seams.model import ModelResponse
+from toren.testing import ScriptedModel, write_agent_dir
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "contrib" / "examples"
 
@@ -160,3 +161,24 @@ async def test_relay_claims_hide_entries_without_counting_and_ack_only_its_own(
     assert await store.ack_outbox("relay-1", [short[0].id]) == 0  # relay-2 holds it now
     assert await store.ack_outbox("relay-1", [claimed[0].id]) == 1
     assert [row[2] for row in outbox_rows(database_url)] == ["relay-2"]
+
+
+async def test_work_outlasting_the_visibility_timeout_is_not_delivered_again(
+        make_runtime, broker: MemoryBroker, tmp_path: Path) -> None:
+    # each model call takes three visibility timeouts (TOREN_LEASE_TTL is 1 s here): only the
+    # worker's heartbeat (Queue.renew) keeps the message from coming back meanwhile. (No
+    # guardian sweep: with a queue that does not read the outbox, it would send this active
+    # run ticks, and the ticks the task's message again, as the guardian's contract says.)
+    slow = ScriptedModel(script=[ModelResponse(text="done", stop_reason="end_turn")], delay=3.0)
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", model="test/slow")],
+                                 models={"slow": slow}, queue_driver="memory",
+                                 guardian_interval_s=600.0)
+    run_id = await runtime.start_run("a", "hello")
+
+    record = await runtime.wait_for_run(run_id, timeout_s=30)
+
+    assert record.status == "completed", record.error
+    [task_message] = [message_id for message_id, (_agent, sent_run, kind, _payload)
+                      in enumerate(broker.sent, start=1) if sent_run == run_id and kind == "task"]
+    assert broker.claims[task_message] == 1
+    assert slow.calls == 1

@@ -134,8 +134,13 @@ class Worker:
                 await asyncio.wait_for(self._stopping.wait(), interval)
 
     async def _heartbeat(self) -> None:
-        await self.registry.heartbeat(self.info(), self.settings.lease_ttl_s,
-                                           list(self.inflight), list(self.leases.values()))
+        ttl_s = self.settings.lease_ttl_s
+        if self.queue.reads_outbox:  # leases and messages in one round trip
+            await self.registry.heartbeat(self.info(), ttl_s, list(self.inflight),
+                                          list(self.leases.values()))
+        else:
+            await self.registry.heartbeat(self.info(), ttl_s, [], list(self.leases.values()))
+            await self.queue.renew(self.id, list(self.inflight), ttl_s)
         now = asyncio.get_running_loop().time()
         if now - self._skew_checked >= SKEW_CHECK_S:
             self._skew_checked = now

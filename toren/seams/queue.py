@@ -18,7 +18,7 @@ class Queue(abc.ABC):
 
     Made by ``Runtime.start`` once the store is open (``driver(settings, store)``); the worker
     calls ``claim``, ``ack``, ``defer``, ``return_unknown`` and ``wait`` in its poll loop and
-    handlers; the outbox relay calls ``enqueue``.
+    handlers, and ``renew`` in its heartbeat; the outbox relay calls ``enqueue``.
     """
 
     #: ``True`` when the store's outbox is this queue (the Postgres queue: the outbox is its
@@ -70,6 +70,17 @@ class Queue(abc.ABC):
         ``held``: after a claim whose answer was lost (the connection broke as it committed),
         the messages it took would otherwise stay hidden and count as a failed delivery.
         Returns how many went back."""
+
+    @abc.abstractmethod
+    async def renew(self, worker_id: str, message_ids: Sequence[int],
+                    visibility_s: float) -> None:
+        """Hide the messages ``worker_id`` still holds for another ``visibility_s``: work in
+        hand outlasting a visibility timeout is not delivered again meanwhile.
+
+        The worker calls it every third of ``TOREN_LEASE_TTL`` if the queue does not read the
+        outbox; for one that does, ``WorkerRegistry.heartbeat`` renews the messages in the
+        same round trip as the leases instead.
+        """
 
     @abc.abstractmethod
     async def enqueue(self, agent: str, run_id: str | None, message: OutgoingMessage) -> None:

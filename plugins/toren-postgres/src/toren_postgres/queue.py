@@ -115,6 +115,15 @@ class PostgresQueue(Queue):
                 "worker_id": worker_id, "held": list(held)})
             return cursor.rowcount
 
+    async def renew(self, worker_id: str, message_ids: Sequence[int],
+                    visibility_s: float) -> None:
+        # the worker renews through the store's heartbeat instead (reads_outbox): this is
+        # the same statement, on its own
+        async with self.pg_store.pool.connection() as conn:
+            await conn.execute(query("heartbeat_messages"), {
+                "worker_id": worker_id, "message_ids": list(message_ids),
+                "ttl_s": visibility_s})
+
     async def enqueue(self, agent: str, run_id: str | None, message: OutgoingMessage) -> None:
         async with self.pg_store.pool.connection() as conn:
             await conn.execute(query("enqueue"), {
