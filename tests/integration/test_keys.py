@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 import psycopg
 import pytest
+from toren_postgres.keys import PostgresKeyStore
 
+from toren.config import Settings
 from toren.errors import ConfigError
 from toren.keys import NewKey, generate_key, parse_key
 from toren.seams.store import KeyStore
@@ -137,3 +140,17 @@ async def test_a_key_needs_a_name(store: KeyStore) -> None:
     with pytest.raises(ConfigError, match="at most 100"):
         await store.create_key("x" * 101)
     assert await store.list_keys() == []
+
+
+async def test_the_postgres_key_store_works_on_its_own(database_url: str,
+                                                      tmp_path: Path) -> None:
+    # one interface of the store, without the rest: what a second driver can start from
+    keys = PostgresKeyStore(Settings(database_url=database_url, home=tmp_path))
+    await keys.open()
+    try:
+        key, token = await keys.create_key("alone")
+        verified = await keys.verify_key(token)
+        assert verified is not None and verified.id == key.id
+        assert [found.id for found in await keys.list_keys()] == [key.id]
+    finally:
+        await keys.close()
