@@ -182,3 +182,18 @@ async def test_work_outlasting_the_visibility_timeout_is_not_delivered_again(
                       in enumerate(broker.sent, start=1) if sent_run == run_id and kind == "task"]
     assert broker.claims[task_message] == 1
     assert slow.calls == 1
+
+
+async def test_a_stopping_worker_hands_the_queue_its_messages_back_uncounted(
+        make_runtime, broker: MemoryBroker, tmp_path: Path) -> None:
+    slow = ScriptedModel(script=[ModelResponse(text="done", stop_reason="end_turn")], delay=30.0)
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", model="test/slow")],
+                                 models={"slow": slow}, queue_driver="memory",
+                                 shutdown_grace_s=0.1, guardian_interval_s=600.0)
+    await runtime.start_run("a", "hello")
+    await eventually(lambda: slow.calls == 1, "the task is in its model call")
+
+    await runtime.stop()
+
+    [held] = broker.messages.values()
+    assert held.claimed_by is None and held.message.attempts == 0  # back, uncounted

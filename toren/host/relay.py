@@ -107,7 +107,8 @@ class QueueAcknowledgingLog(RunLog):
     """``log`` as execution sees it when the queue does not read the outbox: an append that
     acknowledges a message (``ack``) commits first, then the message is acknowledged with
     ``queue.ack``. A crash in between delivers the message again; its handler finds the work
-    done in the log and acknowledges it then."""
+    done in the log and acknowledges it then. (``progress`` has no equivalent: such a queue
+    counts deliveries its own way.)"""
 
     def __init__(self, log: RunLog, queue: Queue, worker_id: str) -> None:
         self.log = log
@@ -119,9 +120,9 @@ class QueueAcknowledgingLog(RunLog):
                      messages: Sequence[OutgoingMessage] = (), run_update: RunUpdate | None = None,
                      ack: QueueMessage | None = None, release: bool = False,
                      progress: QueueMessage | None = None) -> None:
+        # ack and progress name messages of the queue, not of the store's outbox
         await self.log.append(agent, lease, expected_seq, events, ttl_s=ttl_s,
-                              messages=messages, run_update=run_update, ack=ack,
-                              release=release, progress=progress)
+                              messages=messages, run_update=run_update, release=release)
         if ack is not None:
             try:
                 await self.queue.ack(ack, self.worker_id)

@@ -116,6 +116,10 @@ class Worker:
         self._loops = []
         try:
             async with asyncio.timeout(SIGN_OUT_TIMEOUT_S):
+                if not self.queue.reads_outbox:
+                    # sign_out hands back what this worker holds in the outbox only: hand the
+                    # queue's messages back too, uncounted, rather than after their timeout
+                    await self.queue.return_unknown(self.id, [])
                 await self.registry.sign_out(self.id)
         except Exception as exc:  # the database may be gone; leases then expire on their own
             log.warning("could not sign out worker %s: %s", self.id, exc or type(exc).__name__)
