@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from stevedore.extension import ExtensionManager
 
 from tests.durable import check_log, types
 from tests.memory_queue import MemoryBroker, MemoryQueue, reset_broker
@@ -26,7 +27,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "contrib" / "examples"
 
 
 @pytest.fixture
-def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MemoryBroker:
+def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryBroker]:
     """Install the ``memory`` queue driver for this test (an entry point in a dist-info on
     ``sys.path``) and give it an empty broker."""
     site = tmp_path / "site"
@@ -37,7 +38,11 @@ def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MemoryBroker:
     (info / "entry_points.txt").write_text(
         "[toren.queue]\nmemory = tests.memory_queue:MemoryQueue\n")
     monkeypatch.syspath_prepend(str(site))
-    return reset_broker()
+    # stevedore keeps each namespace's entry points for the life of the process: let it read
+    # them again with this one installed, and again after the test without it
+    ExtensionManager.ENTRY_POINT_CACHE.pop("toren.queue", None)
+    yield reset_broker()
+    ExtensionManager.ENTRY_POINT_CACHE.pop("toren.queue", None)
 
 
 def outbox_rows(database_url: str) -> list[tuple[int, str, str | None]]:
