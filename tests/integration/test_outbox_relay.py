@@ -85,6 +85,20 @@ async def test_a_run_completes_through_the_relay(make_runtime, broker: MemoryBro
     assert outbox_rows(database_url) == []
 
 
+async def test_an_idle_relay_wakes_on_a_new_entry(make_runtime, broker: MemoryBroker,
+                                                  tmp_path: Path) -> None:
+    # nothing polls within the test's time: each hop waits on a notification (the outbox
+    # table's NOTIFY for the relay, the memory queue's wake-up for the worker)
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], queue_driver="memory",
+                                 poll_interval_s=600.0)
+    await asyncio.sleep(0)  # let the relay find the outbox empty and start waiting
+    run_id = await runtime.start_run("a", "hello")
+
+    record = await runtime.wait_for_run(run_id, timeout_s=30)
+
+    assert record.status == "completed", record.error
+
+
 async def test_a_workflow_with_waves_and_a_delayed_message_completes(
         make_runtime, broker: MemoryBroker, database_url: str, tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES / "planner-crew", tmp_path / "planner-crew")

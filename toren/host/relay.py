@@ -48,7 +48,8 @@ class OutboxRelay:
             their messages).
         visibility_s: how long a claimed entry stays hidden from other relays; after that an
             entry this relay did not acknowledge is sent again.
-        poll_interval_s: how long an idle relay waits before looking again.
+        poll_interval_s: how long an idle relay waits for a notification of a new entry
+            before looking again.
     """
 
     def __init__(self, outbox: Outbox, queue: Queue, agents: Sequence[str], *,
@@ -100,7 +101,7 @@ class OutboxRelay:
                 log.warning("outbox relay %s failed (%s); retrying", self.id, exc)
                 relayed = 0
             if relayed < RELAY_BATCH:
-                await asyncio.sleep(self.poll_interval_s)
+                await self.outbox.wait_outbox(self.poll_interval_s)
 
 
 class QueueAcknowledgingLog(RunLog):

@@ -21,10 +21,11 @@ class Outbox(abc.ABC):
 
     Called only by ``toren.host.relay.OutboxRelay``, which the host starts (with its workers)
     when the configured queue does not read the outbox: ``claim_outbox`` in a loop, then
-    ``ack_outbox`` once the claimed entries are sent. Delivery to the queue is at-least-once:
-    a relay that dies between sending and acknowledging leaves its entries claimed, and they
-    come back after ``visibility_s`` to be sent again (handlers are idempotent through the
-    log). Relay claims are never dead-lettered.
+    ``ack_outbox`` once the claimed entries are sent, and ``wait_outbox`` when idle.
+    Delivery to the queue is at-least-once: a relay that dies between sending and
+    acknowledging leaves its entries claimed, and they come back after ``visibility_s`` to be
+    sent again (handlers are idempotent through the log). Relay claims are never
+    dead-lettered.
     """
 
     @abc.abstractmethod
@@ -36,6 +37,12 @@ class Outbox(abc.ABC):
         A delayed message is due once its delay has passed: it waits in the outbox, and the
         relay sends it without a delay.
         """
+
+    @abc.abstractmethod
+    async def wait_outbox(self, timeout_s: float) -> None:
+        """Return when an entry may have become due (a notification of a write), or after
+        ``timeout_s`` (``TOREN_POLL_INTERVAL``): a store that cannot notify just sleeps, and
+        each message then waits up to that long in the outbox."""
 
     @abc.abstractmethod
     async def ack_outbox(self, relay_id: str, entry_ids: Sequence[int]) -> int:

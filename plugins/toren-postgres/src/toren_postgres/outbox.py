@@ -11,14 +11,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from toren.config import Settings
 from toren.seams.shapes import OutboxEntry
 from toren.seams.store import Outbox
 from toren_postgres.lifecycle import PostgresConnection
+from toren_postgres.notifications import QueueNotifications
 from toren_postgres.queries import query
 
 
 class PostgresOutbox(PostgresConnection, Outbox):
-    """The ``Outbox`` of the Postgres store."""
+    """The ``Outbox`` of the Postgres store. An idle relay wakes on the queue table's
+    notifications (its own LISTEN connection, opened at the first ``wait_outbox``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._notifications: QueueNotifications | None = None
+
+    async def close(self) -> None:
+        if self._notifications is not None:
+            await self._notifications.stop()
+            self._notifications = None
+        await super().close()
+
+    async def wait_outbox(self, timeout_s: float) -> None:
+        if self._notifications is None:
+            self._notifications = QueueNotifications(self._listen_url, "toren-outbox-listen")
+            self._notifications.start()
+        await self._notifications.wait(timeout_s)
+
+    def _listen_url(self) -> str:
+        assert self.url is not None  # open() resolved it
+        return self.url
 
     async def claim_outbox(self, agents: Sequence[str], relay_id: str, limit: int,
                            visibility_s: float) -> list[OutboxEntry]:
