@@ -40,7 +40,7 @@ from toren.core.decisions import next_task_action
 from toren.core.events import NewEvent
 from toren.core.fold import TaskState, apply_task_event, checkpoint_due, fold_task
 from toren.host.runtime import Runtime
-from toren.seams.interfaces import OutgoingMessage
+from toren.seams.shapes import OutgoingMessage
 from toren.testing import write_agent_dir
 
 TOREN = Path(sys.executable).parent / "toren"

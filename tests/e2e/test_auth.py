@@ -23,7 +23,7 @@ from toren.cli.serve import serve_api
 from toren.config import Settings
 from toren.host.runtime import Runtime
 from toren.keys import NoApiKeys
-from toren.seams.interfaces import Store
+from toren.seams.store import KeyStore
 from toren.server.auth import API_KEY, auth_middleware, is_loopback, keys_required
 from toren.server.errors import error_middleware
 from toren.testing import write_agent_dir
@@ -125,7 +125,7 @@ async def test_serve_refuses_without_an_active_key_before_serving(make_runtime,
 # -- the middleware over the real store ----------------------------------------------------------
 
 
-def small_app(store: Store, **options: Any) -> web.Application:
+def small_app(store: KeyStore, **options: Any) -> web.Application:
     """Public and private routes behind ``auth_middleware``, as ``create_app`` will have them."""
 
     async def public(request: web.Request) -> web.Response:

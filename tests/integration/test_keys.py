@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 import psycopg
 import pytest
+from toren_postgres.keys import PostgresKeyStore
 
+from toren.config import Settings
 from toren.errors import ConfigError
 from toren.keys import NewKey, generate_key, parse_key
-from toren.seams.interfaces import Store
+from toren.seams.store import KeyStore
 
 
 @pytest.fixture
-async def store(make_runtime) -> Store:
+async def store(make_runtime) -> KeyStore:
     runtime = await make_runtime(agents=[], workers=False)
     return runtime.store
 
@@ -27,7 +30,7 @@ def stored_row(database_url: str, key_id: str) -> dict[str, object]:
     return row[0]
 
 
-async def test_a_created_key_verifies_and_only_its_hash_is_stored(store: Store,
+async def test_a_created_key_verifies_and_only_its_hash_is_stored(store: KeyStore,
                                                                    database_url: str) -> None:
     key, token = await store.create_key("  ci  ")
 
@@ -49,7 +52,7 @@ async def test_a_created_key_verifies_and_only_its_hash_is_stored(store: Store,
     assert verified.last_used_at is not None
 
 
-async def test_wrong_malformed_and_unknown_keys_fail(store: Store) -> None:
+async def test_wrong_malformed_and_unknown_keys_fail(store: KeyStore) -> None:
     key, token = await store.create_key("ci")
     secret = token.removeprefix(key.prefix + "_")
     other_secret = secret[:-1] + ("A" if secret[-1] != "A" else "B")
@@ -62,7 +65,7 @@ async def test_wrong_malformed_and_unknown_keys_fail(store: Store) -> None:
     assert (await store.list_keys())[0].last_used_at is None  # failures record no use
 
 
-async def test_last_used_at_is_written_at_most_once_a_minute(store: Store,
+async def test_last_used_at_is_written_at_most_once_a_minute(store: KeyStore,
                                                             database_url: str) -> None:
     key, token = await store.create_key("busy")
 
@@ -83,7 +86,7 @@ async def test_last_used_at_is_written_at_most_once_a_minute(store: Store,
     assert (await store.list_keys())[0].last_used_at == later.last_used_at
 
 
-async def test_a_revoked_key_fails_and_revoking_twice_is_fine(store: Store) -> None:
+async def test_a_revoked_key_fails_and_revoking_twice_is_fine(store: KeyStore) -> None:
     _, kept_token = await store.create_key("kept")
     key, token = await store.create_key("leaked")
     assert await store.verify_key(token) is not None
@@ -105,7 +108,7 @@ async def test_a_revoked_key_fails_and_revoking_twice_is_fine(store: Store) -> N
     assert listed["kept"].active
 
 
-async def test_revoking_an_unknown_key_returns_none(store: Store) -> None:
+async def test_revoking_an_unknown_key_returns_none(store: KeyStore) -> None:
     key, _ = await store.create_key("ci")
     unused = "toren_ffffffff" if key.prefix != "toren_ffffffff" else "toren_eeeeeeee"
     for reference in ("00000000-0000-0000-0000-000000000000", unused, "nonsense", ""):
@@ -113,7 +116,7 @@ async def test_revoking_an_unknown_key_returns_none(store: Store) -> None:
     assert (await store.list_keys())[0].active
 
 
-async def test_a_taken_prefix_is_drawn_again(store: Store,
+async def test_a_taken_prefix_is_drawn_again(store: KeyStore,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     first, _ = await store.create_key("first")
     colliding = generate_key()
@@ -121,7 +124,7 @@ async def test_a_taken_prefix_is_drawn_again(store: Store,
                        token=first.prefix + colliding.token.removeprefix(colliding.prefix),
                        hash=colliding.hash)
     draws = iter([colliding, generate_key()])
-    monkeypatch.setattr("toren_postgres.store.generate_key", lambda: next(draws))
+    monkeypatch.setattr("toren_postgres.keys.generate_key", lambda: next(draws))
 
     second, token = await store.create_key("second")
 
@@ -131,9 +134,23 @@ async def test_a_taken_prefix_is_drawn_again(store: Store,
     assert verified is not None and verified.id == second.id
 
 
-async def test_a_key_needs_a_name(store: Store) -> None:
+async def test_a_key_needs_a_name(store: KeyStore) -> None:
     with pytest.raises(ConfigError, match="needs a name"):
         await store.create_key("   ")
     with pytest.raises(ConfigError, match="at most 100"):
         await store.create_key("x" * 101)
     assert await store.list_keys() == []
+
+
+async def test_the_postgres_key_store_works_on_its_own(database_url: str,
+                                                      tmp_path: Path) -> None:
+    # one interface of the store, without the rest: what a second driver can start from
+    keys = PostgresKeyStore(Settings(database_url=database_url, home=tmp_path))
+    await keys.open()
+    try:
+        key, token = await keys.create_key("alone")
+        verified = await keys.verify_key(token)
+        assert verified is not None and verified.id == key.id
+        assert [found.id for found in await keys.list_keys()] == [key.id]
+    finally:
+        await keys.close()

@@ -11,7 +11,7 @@ import pytest
 
 import toren
 from toren.host.worker import SKEW_RELOG_S, Worker
-from toren.seams.interfaces import Store
+from toren.seams.store import Store
 from toren.testing import write_agent_dir
 
 OLD = "0.0.1-old"

@@ -18,7 +18,9 @@ from toren.seams.drivers import (
     installed_drivers,
     missing_driver_message,
 )
-from toren.seams.interfaces import Queue, Store, WorkerRuntime
+from toren.seams.queue import Queue
+from toren.seams.store import Store
+from toren.seams.worker_runtime import WorkerRuntime
 
 
 @pytest.mark.parametrize(("kind", "name", "expected", "base"), [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toren.seams.interfaces import OutgoingMessage
+from toren.seams.shapes import OutgoingMessage
 
 #: The task of a single-task run (and of a session): the agent itself.
 MAIN_TASK = "main"

@@ -16,7 +16,7 @@ from toren.core.runs import RunUpdate
 from toren.execution.messages import MAIN_TASK, task_message, timer_message
 from toren.execution.ports import ExecutionPorts
 from toren.execution.workflow import execute
-from toren.seams.interfaces import OutgoingMessage, QueueMessage
+from toren.seams.shapes import OutgoingMessage, QueueMessage
 
 
 def run_outcome(absorbed: dict[str, ev.TaskAbsorbed]) -> ev.RunFinished:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from toren.config import Settings
 from toren.core.events import Event, NewEvent
 from toren.execution.tool_threads import ToolThreads
-from toren.seams.interfaces import Lease, QueueMessage, Store
 from toren.seams.model import Model
+from toren.seams.shapes import Lease, QueueMessage
+from toren.seams.store import PromptStore, RunLog
 
 #: Take a stream's lease and read it from its latest checkpoint on, for the message being
 #: worked: ``(message, stream, with_finished)`` -> the lease and events, or ``None`` when another
@@ -32,8 +33,8 @@ ResolveModel = Callable[[str, str | None], Model]
 class ExecutionPorts:
     """The capabilities a task loop or a run tick uses, made by the host."""
 
-    #: The durable log, leases and the outbox (appends carry their queue messages).
-    store: Store
+    #: The run log: appends, and the outbox messages they carry (``toren.seams.store.RunLog``).
+    store: RunLog
     settings: Settings
     model: ResolveModel
     acquire: Acquire
@@ -42,3 +43,5 @@ class ExecutionPorts:
     crash_point: Callable[[str], None]
     #: Where sync tools run (``TOREN_TOOL_THREADS`` at once).
     tool_threads: ToolThreads
+    #: Keeps the text of each system prompt a task starts with (the audit trail).
+    prompts: PromptStore

@@ -60,8 +60,8 @@ from toren.execution.context import ToolCallContext, _current, running_async_too
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
 from toren.execution.tool_threads import ToolNotStarted, ToolThreads
-from toren.seams.interfaces import Lease, OutgoingMessage, QueueMessage
 from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
+from toren.seams.shapes import Lease, OutgoingMessage, QueueMessage
 from toren.seams.tools import Tool
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class TaskRunner:
         payload = self.message.payload
         digest = hashlib.sha256(self.spec.prompt.encode()).hexdigest()
         # kept before the TaskStarted that names it, so every prompt the log names is kept
-        await self.store.save_prompt(self.agent.name, digest, self.spec.prompt)
+        await self.ports.prompts.save_prompt(self.agent.name, digest, self.spec.prompt)
         self.record(ev.TaskStarted(
             task_id=self.task_id, subagent=self.spec.name, model=self.spec.model,
             input=payload.get("input"), limits=self.spec.limits.to_json(),
@@ -386,8 +386,8 @@ class TaskRunner:
         as often as leases are renewed)."""
         while True:
             await asyncio.sleep(self.settings.lease_ttl_s / 3)
-            record = await self.store.get_run(self.run_id, self.agent.name)
-            if record is None or record.status == "cancelled":
+            status = await self.store.run_status(self.agent.name, self.run_id)
+            if status is None or status == "cancelled":
                 cancelled.set()
                 return
 

@@ -23,7 +23,7 @@ from toren.core.events import NewEvent
 from toren.core.fold import RunState, apply_run_event
 from toren.errors import NonDeterminismError, TorenError
 from toren.execution.messages import task_message, timer_message
-from toren.seams.interfaces import OutgoingMessage
+from toren.seams.shapes import OutgoingMessage
 
 WorkflowFunction = Callable[["WorkflowContext"], Awaitable[Any]]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from toren.config import Settings
 from toren.host.worker import Worker
-from toren.seams.interfaces import WorkerRuntime
+from toren.seams.worker_runtime import WorkerRuntime
 
 
 class InProcessRuntime(WorkerRuntime):

@@ -32,12 +32,16 @@ from toren.errors import (
     UnstorableValue,
 )
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
+from toren.host.relay import OutboxRelay
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
 from toren.seams.drivers import driver_class
-from toren.seams.interfaces import Migration, Queue, Store, WorkerRuntime
 from toren.seams.model import Model
 from toren.seams.plugins import PluginHost
+from toren.seams.queue import Queue
+from toren.seams.shapes import Migration
+from toren.seams.store import Store
+from toren.seams.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +85,8 @@ class Runtime:
         self._runtime_class = driver_class("runtime", self.settings.runtime_driver)
         self.queue: Queue | None = None
         self.workers: WorkerRuntime | None = None
+        #: Feeds the queue from the store's outbox when the queue does not read it.
+        self.relay: OutboxRelay | None = None
         self.started = False
 
     def check_model(self, model_id: str) -> object:
@@ -110,7 +116,8 @@ class Runtime:
         return needed
 
     async def start(self, *, workers: bool = True, migrate: bool = True) -> None:
-        """Connect to the database, apply migrations, open the queue, start workers."""
+        """Connect to the database, apply migrations, open the queue, start workers (and,
+        for a queue that does not read the store's outbox, the outbox relay)."""
         await self.store.open()
         try:
             self._watchdog = LoopWatchdog(self.settings.blocked_loop_warn_s)
@@ -124,6 +131,11 @@ class Runtime:
             await self.queue.open()
             if workers and not self.settings.skip_preflight:
                 await self.preflight()
+            if workers and not self.queue.reads_outbox:
+                self.relay = OutboxRelay(self.store, self.queue, list(self.agents),
+                                         visibility_s=self.settings.lease_ttl_s,
+                                         poll_interval_s=self.settings.poll_interval_s)
+                await self.relay.start()
             if workers:
                 self.workers = self._runtime_class(self.settings)
                 await self.workers.start(self)
@@ -174,10 +186,14 @@ class Runtime:
         self._channels.clear()
 
     async def stop(self) -> None:
-        """Stop workers, then close the queue and the store. Safe to call twice."""
+        """Stop workers and the outbox relay, then close the queue and the store. Safe to
+        call twice."""
         if self.workers is not None:
             await self.workers.stop()
             self.workers = None
+        if self.relay is not None:
+            await self.relay.stop()
+            self.relay = None
         for model in self._models.values():
             try:
                 await model.aclose()

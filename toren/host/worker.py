@@ -25,7 +25,9 @@ from toren.execution.orchestrator import tick_run
 from toren.execution.ports import AppendObserver, ExecutionPorts
 from toren.execution.task import work_task
 from toren.execution.tool_threads import ToolThreads
-from toren.seams.interfaces import Lease, LeaseBusy, QueueMessage
+from toren.host.relay import QueueAcknowledgingLog
+from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
+from toren.seams.store import Guardian, RunLog, WorkerRegistry
 
 if TYPE_CHECKING:
     from toren.host.runtime import Runtime
@@ -45,6 +47,16 @@ class Worker:
         self.runtime = runtime
         self.settings = runtime.settings
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        queue = runtime.queue
+        assert queue is not None, "the runtime starts workers after opening the queue"
+        self.queue = queue
+        # what of the store the worker uses, interface by interface
+        self.registry: WorkerRegistry = runtime.store
+        self.guardian: Guardian = runtime.store
+        self.run_log: RunLog = runtime.store
+        if not queue.reads_outbox:
+            # acknowledgements cannot ride in the append's transaction: send them after it
+            self.run_log = QueueAcknowledgingLog(runtime.store, queue, self.id)
         self.inflight: dict[int, asyncio.Task[None]] = {}
         #: The lease each in-flight message's handler holds (renewed by the heartbeat).
         self.leases: dict[int, Lease] = {}
@@ -59,11 +71,11 @@ class Worker:
         self._claims_unknown = False
         #: What execution is handed to work a message (``toren.execution.ports``).
         self.ports = ExecutionPorts(
-            store=runtime.store, settings=self.settings,
+            store=self.run_log, settings=self.settings,
             model=lambda model_id, base_url: runtime.model(model_id, base_url=base_url),
             acquire=self.acquire, appended=self.observe_append,
             crash_point=self.settings.crash_point,
-            tool_threads=ToolThreads(self.settings.tool_threads))
+            tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store)
 
     @property
     def agent_names(self) -> list[str]:
@@ -75,7 +87,7 @@ class Worker:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.runtime.store.heartbeat(self.info(), self.settings.lease_ttl_s, [])
+        await self.registry.heartbeat(self.info(), self.settings.lease_ttl_s, [])
         self._loops = [
             asyncio.create_task(self._poll_loop(), name="toren-poll"),
             asyncio.create_task(self._every(self.settings.lease_ttl_s / 3, self._heartbeat),
@@ -106,7 +118,11 @@ class Worker:
         self._loops = []
         try:
             async with asyncio.timeout(SIGN_OUT_TIMEOUT_S):
-                await self.runtime.store.sign_out(self.id)
+                if not self.queue.reads_outbox:
+                    # sign_out hands back what this worker holds in the outbox only: hand the
+                    # queue's messages back too, uncounted, rather than after their timeout
+                    await self.queue.return_unknown(self.id, [])
+                await self.registry.sign_out(self.id)
         except Exception as exc:  # the database may be gone; leases then expire on their own
             log.warning("could not sign out worker %s: %s", self.id, exc or type(exc).__name__)
 
@@ -124,8 +140,13 @@ class Worker:
                 await asyncio.wait_for(self._stopping.wait(), interval)
 
     async def _heartbeat(self) -> None:
-        await self.runtime.store.heartbeat(self.info(), self.settings.lease_ttl_s,
-                                           list(self.inflight), list(self.leases.values()))
+        ttl_s = self.settings.lease_ttl_s
+        if self.queue.reads_outbox:  # leases and messages in one round trip
+            await self.registry.heartbeat(self.info(), ttl_s, list(self.inflight),
+                                          list(self.leases.values()))
+        else:
+            await self.registry.heartbeat(self.info(), ttl_s, [], list(self.leases.values()))
+            await self.queue.renew(self.id, list(self.inflight), ttl_s)
         now = asyncio.get_running_loop().time()
         if now - self._skew_checked >= SKEW_CHECK_S:
             self._skew_checked = now
@@ -136,7 +157,7 @@ class Worker:
         few minutes while they do, and once when it clears."""
         window = max(10.0, 3 * self.settings.lease_ttl_s)
         versions = sorted({str(row["version"]) for row in
-                           await self.runtime.store.live_workers(window)})
+                           await self.registry.live_workers(window)})
         skewed = len(versions) > 1
         if skewed and (not self._skewed or now - self._skew_logged >= SKEW_RELOG_S):
             log.warning("version skew: workers of versions %s are live against this database "
@@ -149,7 +170,7 @@ class Worker:
         self._skewed = skewed
 
     async def _guard(self) -> None:
-        nudged = await self.runtime.store.guardian_sweep(self.agent_names)
+        nudged = await self.guardian.guardian_sweep(self.agent_names)
         if nudged:
             log.info("guardian re-nudged %d run(s) with no pending message: %s", len(nudged),
                      ", ".join(nudged))
@@ -173,12 +194,11 @@ class Worker:
                 await asyncio.sleep(self.settings.poll_interval_s)
                 continue
             if not claimed:
-                await self.runtime.queue.wait(self.settings.poll_interval_s)  # type: ignore[union-attr]
+                await self.queue.wait(self.settings.poll_interval_s)
 
     async def _claim(self, free: int) -> int:
         """Claim up to ``free`` messages and start a handler for each; return how many."""
-        queue = self.runtime.queue
-        assert queue is not None
+        queue = self.queue
         if self._claims_unknown:
             returned = await queue.return_unknown(self.id, list(self.inflight))
             self._claims_unknown = False
@@ -205,7 +225,7 @@ class Worker:
                 await tick_run(self.ports, agent, message)
             else:
                 log.error("dropping message %s of unknown kind %r", message.id, message.kind)
-                await self.runtime.queue.ack(message, self.id)  # type: ignore[union-attr]
+                await self.queue.ack(message, self.id)
         except (LeaseLost, RunCancelled) as exc:
             log.info("stopped work on run %s: %s", message.run_id, exc.message)
         except asyncio.CancelledError:
@@ -221,7 +241,7 @@ class Worker:
                 # normally the handler's last append released it; after an abort, let the
                 # next worker in at once rather than after the lease expires
                 with contextlib.suppress(Exception):
-                    await self.runtime.store.release_lease(lease)
+                    await self.run_log.release_lease(lease)
             self.inflight.pop(message.id, None)
             self._slot_freed.set()
 
@@ -231,13 +251,11 @@ class Worker:
         message is then handed back until just after that lease expires (a dead worker's
         lease), or is renewed (a live one, and the message comes back again)."""
         assert message.run_id is not None
-        found = await self.runtime.store.acquire_and_load(
+        found = await self.run_log.acquire_and_load(
             message.agent, message.run_id, stream, self.id, self.settings.lease_ttl_s,
             with_finished=with_finished)
         if isinstance(found, LeaseBusy):
-            queue = self.runtime.queue
-            assert queue is not None
-            await queue.defer(message, self.id, found.retry_in_s + 0.05)
+            await self.queue.defer(message, self.id, found.retry_in_s + 0.05)
             return None
         self.leases[message.id] = found[0]
         return found
@@ -251,7 +269,7 @@ class Worker:
         dead = ev.RunDeadLettered(message_id=message.id, kind=message.kind,
                                   attempts=message.attempts, reason=reason, status="failed",
                                   stop_reason="error")
-        await self.runtime.store.append_unleased(
+        await self.run_log.append_unleased(
             message.agent, message.run_id, ev.RUN_STREAM, [NewEvent.of(dead)],
             run_update=RunUpdate(status="failed", stop_reason="error", finished=True,
                                  error={"code": "dead_lettered", "message": reason}))

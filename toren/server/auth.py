@@ -15,7 +15,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from toren.errors import DatabaseUnavailable
 from toren.keys import ApiKey, NoApiKeys
-from toren.seams.interfaces import Store
+from toren.seams.store import KeyStore
 from toren.server.context import BROWSER_CHECKS_PASSED, TRUSTED
 from toren.server.errors import error_body
 
@@ -73,7 +73,7 @@ def keys_required(command: Command, host: str, env: Mapping[str, str] | None = N
     return command == "serve" and not _flag(env, "TOREN_ALLOW_NO_KEYS")
 
 
-async def refuse_without_keys(store: Store, command: Command, host: str,
+async def refuse_without_keys(store: KeyStore, command: Command, host: str,
                               env: Mapping[str, str] | None = None) -> None:
     """Raise ``NoApiKeys`` (one line) if keys are required on ``host`` and none is active.
 
@@ -100,7 +100,7 @@ class KeyCache:
 
     max_entries = 1024
 
-    def __init__(self, store: Store, ttl_s: float = CACHE_TTL_S) -> None:
+    def __init__(self, store: KeyStore, ttl_s: float = CACHE_TTL_S) -> None:
         self.store = store
         self.ttl_s = ttl_s
         self._entries: dict[str, tuple[ApiKey, float]] = {}
@@ -130,7 +130,7 @@ def unauthorized(message: str) -> web.Response:
                              headers={"WWW-Authenticate": "Bearer"})
 
 
-def auth_middleware(store: Store, *, enabled: bool = True,
+def auth_middleware(store: KeyStore, *, enabled: bool = True,
                     cache_ttl_s: float = CACHE_TTL_S) -> Middleware:
     """A middleware requiring ``Authorization: Bearer <key>`` on all but ``PUBLIC_PATHS``.
 

@@ -15,9 +15,12 @@ from importlib import resources
 
 import psycopg
 from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
 
 from toren.errors import ConfigError, MigrationError
-from toren.seams.interfaces import AgentSchema, Migration
+from toren.seams.shapes import AgentSchema, Migration
+from toren.seams.store import Migrator
+from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import query
 
 CONTROL_SCOPE = "control"
@@ -170,3 +173,28 @@ def render(migrations: Sequence[Migration]) -> str:
                   f"VALUES ('{m.scope}', {m.version}, '{m.name}');\n")
         parts.append(f"BEGIN;\n{header}{m.sql.strip()}\n{record}COMMIT;\n")
     return query("bootstrap_ledger") + "\n\n" + "\n".join(parts)
+
+
+async def registered_agents(pool: AsyncConnectionPool) -> dict[str, str]:
+    """Agent name -> schema of every agent registered in the database."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(query("registered_agents"))
+        return {name: schema for name, schema in await cursor.fetchall()}
+
+
+class PostgresMigrator(PostgresConnection, Migrator):
+    """The ``Migrator`` of the Postgres store: the files above, the ledger, the lock."""
+
+    async def pending_migrations(self, agents: Sequence[AgentSchema]) -> list[Migration]:
+        async with self.pool.connection() as conn:
+            return await pending(conn, agents)
+
+    async def migrate(self, agents: Sequence[AgentSchema]) -> list[Migration]:
+        async with self.pool.connection() as conn:
+            return await migrate(conn, agents)
+
+    def render_migrations(self, migrations: Sequence[Migration]) -> str:
+        return render(migrations)
+
+    async def registered_agents(self) -> dict[str, str]:
+        return await registered_agents(self.pool)

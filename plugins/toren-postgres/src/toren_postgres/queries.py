@@ -6,6 +6,8 @@ import re
 from functools import cache
 from importlib import resources
 
+from psycopg import sql
+
 _HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 
 
@@ -23,3 +25,12 @@ def queries() -> dict[str, str]:
 
 def query(name: str) -> str:
     return queries()[name]
+
+
+@cache
+def agent_query(name: str, schema: str) -> sql.Composed:
+    """A named query with ``{runs}``/``{events}``/``{prompts}`` bound to one agent's schema
+    (cached)."""
+    return sql.SQL(query(name)).format(
+        runs=sql.Identifier(schema, "runs"), events=sql.Identifier(schema, "events"),
+        prompts=sql.Identifier(schema, "prompts"))

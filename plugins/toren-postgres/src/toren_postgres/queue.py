@@ -7,28 +7,28 @@ dies without acknowledging it lets it reappear). A dedicated connection LISTENs 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 from collections.abc import Sequence
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from toren.config import Settings
 from toren.errors import ConfigError
-from toren.seams.interfaces import OutgoingMessage, Queue, QueueMessage, Store
+from toren.seams.queue import Queue
+from toren.seams.shapes import OutgoingMessage, QueueMessage
+from toren.seams.store import Store
+from toren_postgres.notifications import QueueNotifications
 from toren_postgres.queries import query
-
-log = logging.getLogger(__name__)
-CHANNEL = "toren_queue"
 
 
 class PostgresQueue(Queue):
-    """Messages in the same database as the event log, so enqueue and append share a transaction.
+    """Messages in the same database as the event log: the store's outbox is this queue's
+    table, so an append's messages and the acknowledgement of the message it ends commit in
+    the append's transaction.
 
     Needs the ``postgres`` store driver (it uses the store's connection pool).
     """
+
+    reads_outbox = True
 
     def __init__(self, settings: Settings, store: Store) -> None:
         from toren_postgres.store import PostgresStore
@@ -38,49 +38,24 @@ class PostgresQueue(Queue):
                               "in the store's database)")
         super().__init__(settings, store)
         self.pg_store = store
-        self._wakeup = asyncio.Event()
-        self._listener: asyncio.Task[None] | None = None
+        self.notifications = QueueNotifications(self._url, "toren-queue-listen")
+
+    def _url(self) -> str:
+        assert self.pg_store.url is not None  # the store is open
+        return self.pg_store.url
 
     @property
     def description(self) -> str:
         return "Postgres (toren_control.queue, in the store's database; LISTEN/NOTIFY wake-ups)"
 
     async def open(self) -> None:
-        self._listener = asyncio.create_task(self._listen(), name="toren-queue-listen")
+        self.notifications.start()
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
-            self._listener = None
-
-    async def _listen(self) -> None:
-        """Keep a LISTEN connection; reconnect with backoff when the database goes away."""
-        delay = 0.5
-        while True:
-            try:
-                assert self.pg_store.url is not None
-                conn = await psycopg.AsyncConnection.connect(self.pg_store.url, autocommit=True)
-                async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    delay = 0.5
-                    self._wakeup.set()  # messages may have arrived while we were not listening
-                    async for _ in conn.notifies():
-                        self._wakeup.set()
-            except asyncio.CancelledError:
-                raise
-            except psycopg.Error as exc:
-                log.warning("queue listener lost its connection (%s); retrying in %.1fs",
-                            exc, delay)
-                self._wakeup.set()  # fall back to polling meanwhile
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+        await self.notifications.stop()
 
     async def wait(self, timeout_s: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wakeup.wait(), timeout_s)
-        self._wakeup.clear()
+        await self.notifications.wait(timeout_s)
 
     async def claim(self, agents: Sequence[str], worker_id: str, limit: int,
                     visibility_s: float, max_deliveries: int
@@ -108,6 +83,15 @@ class PostgresQueue(Queue):
             cursor = await conn.execute(query("return_unknown"), {
                 "worker_id": worker_id, "held": list(held)})
             return cursor.rowcount
+
+    async def renew(self, worker_id: str, message_ids: Sequence[int],
+                    visibility_s: float) -> None:
+        # the worker renews through the store's heartbeat instead (reads_outbox): this is
+        # the same statement, on its own
+        async with self.pg_store.pool.connection() as conn:
+            await conn.execute(query("heartbeat_messages"), {
+                "worker_id": worker_id, "message_ids": list(message_ids),
+                "ttl_s": visibility_s})
 
     async def enqueue(self, agent: str, run_id: str | None, message: OutgoingMessage) -> None:
         async with self.pg_store.pool.connection() as conn:

@@ -1,36 +1,26 @@
-"""Runs, leases and the event log in Postgres: the store side of Toren's durability rules."""
+"""The ``RunLog`` in Postgres: runs, leases, appends and their outbox writes (Toren's durability
+rules, store side)."""
 
 from __future__ import annotations
 
-import os
-import socket
-from collections.abc import Mapping, Sequence
-from datetime import datetime
-from functools import cache
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
 from psycopg.types.json import Json, Jsonb
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from toren.agents import schema_name_for
+from toren.core import events as ev
 from toren.core.events import Event, NewEvent
 from toren.core.runs import KEEP, RunRecord, RunUpdate
 from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled
-from toren.seams.interfaces import Lease, LeaseBusy, OutgoingMessage
-from toren_postgres.queries import query
-
-
-@cache
-def agent_query(name: str, schema: str) -> sql.Composed:
-    """A named query with ``{runs}``/``{events}``/``{prompts}`` bound to one agent's schema
-    (cached)."""
-    return sql.SQL(query(name)).format(
-        runs=sql.Identifier(schema, "runs"), events=sql.Identifier(schema, "events"),
-        prompts=sql.Identifier(schema, "prompts"))
+from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage
+from toren.seams.store import RunLog
+from toren_postgres.lifecycle import PostgresConnection
+from toren_postgres.queries import agent_query, query
+from toren_postgres.reader import find_run
 
 
 def _messages_json(messages: Sequence[OutgoingMessage]) -> Jsonb:
@@ -60,17 +50,9 @@ def _run_update_params(update: RunUpdate | None) -> dict[str, Any]:
     }
 
 
-def _record(agent: str, row: dict[str, Any]) -> RunRecord:
-    return RunRecord(agent=agent, **{**row, "id": str(row["id"])})
-
-
-class RunLog:
-    """Runs, leases and events over a connection pool (used by ``PostgresStore``)."""
-
-    def __init__(self, pool: AsyncConnectionPool) -> None:
-        self.pool = pool
-        #: Prompts this process saved (or found saved), by agent and SHA-256.
-        self._kept_prompts: set[tuple[str, str]] = set()
+class PostgresRunLog(PostgresConnection, RunLog):
+    """The ``RunLog`` of the Postgres store. Its outbox is ``toren_control.queue``: every
+    statement that sends messages inserts them there itself, so they commit with it."""
 
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
@@ -127,13 +109,6 @@ class RunLog:
             await conn.execute(query("release_lease"), {
                 "run_id": lease.run_id, "stream": lease.stream, "holder": lease.holder,
                 "epoch": lease.epoch})
-
-    async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(agent_query("load_stream", schema_name_for(agent)),
-                                        {"run_id": run_id, "stream": stream})
-            rows = await cursor.fetchall()
-        return [Event(run_id, stream, seq, kind, data, at) for seq, kind, data, at in rows]
 
     async def append(self, agent: str, lease: Lease, expected_seq: int,
                      events: Sequence[NewEvent], *, ttl_s: float,
@@ -216,7 +191,13 @@ class RunLog:
     async def append_unleased(self, agent: str, run_id: str, stream: str,
                               events: Sequence[NewEvent], *,
                               run_update: RunUpdate | None = None,
-                              only_if_active: bool = True, drop_messages: bool = False) -> bool:
+                              only_if_active: bool = True) -> bool:
+        return await self._append_unleased(agent, run_id, stream, events,
+                                           run_update=run_update, only_if_active=only_if_active)
+
+    async def _append_unleased(self, agent: str, run_id: str, stream: str,
+                               events: Sequence[NewEvent], *, run_update: RunUpdate | None,
+                               only_if_active: bool, drop_messages: bool = False) -> bool:
         statement = agent_query("append_unleased", schema_name_for(agent))
         params = {"run_id": run_id, "stream": stream, "events": _events_json(events),
                   "only_if_active": only_if_active, "drop_messages": drop_messages,
@@ -254,53 +235,9 @@ class RunLog:
             return True, status, int(seen_turn)
         return taken, status, turn
 
-    async def get_run(self, agent: str, run_id: str) -> RunRecord | None:
-        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            try:
-                await cursor.execute(agent_query("get_run", schema_name_for(agent)),
-                                     {"run_id": run_id})
-                row = await cursor.fetchone()
-            except psycopg.DataError:
-                return None  # not a UUID (or not even text Postgres can take)
-        return _record(agent, row) if row else None
-
-    async def list_runs(self, agent: str, *, status: str | None, limit: int,
-                        before: tuple[datetime, str] | None = None,
-                        kind: str | None = None) -> list[RunRecord]:
-        params = {"status": status, "limit": limit, "kind": kind,
-                  "before_at": before[0] if before else None,
-                  "before_id": before[1] if before else None}
-        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(agent_query("list_runs", schema_name_for(agent)), params)
-            rows = await cursor.fetchall()
-        return [_record(agent, row) for row in rows]
-
-    async def load_events(self, agent: str, run_id: str,
-                          after: Mapping[str, int] | None = None) -> list[Event]:
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(agent_query("load_events", schema_name_for(agent)),
-                                        {"run_id": run_id, "after": Jsonb(dict(after or {}))})
-            rows = await cursor.fetchall()
-        return [Event(run_id, stream, seq, kind, data, at) for stream, seq, kind, data, at in rows]
-
-    async def save_prompt(self, agent: str, sha256: str, text: str) -> None:
-        if (agent, sha256) in self._kept_prompts:
-            return  # kept already: a task start costs no extra round trip after the first
-        async with self.pool.connection() as conn:
-            await conn.execute(agent_query("save_prompt", schema_name_for(agent)),
-                               {"sha256": sha256, "text": text})
-        self._kept_prompts.add((agent, sha256))
-
-    async def load_prompts(self, agent: str, hashes: Sequence[str]) -> dict[str, str]:
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(agent_query("load_prompts", schema_name_for(agent)),
-                                        {"hashes": list(hashes)})
-            return dict(await cursor.fetchall())
-
-    async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
-        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(query("live_workers"), {"max_age_s": max_age_s})
-            return list(await cursor.fetchall())
+    async def run_status(self, agent: str, run_id: str) -> str | None:
+        record = await find_run(self.pool, run_id, agent)
+        return record.status if record is not None else None
 
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:
@@ -313,33 +250,12 @@ class RunLog:
                 sent += cursor.rowcount
         return sent
 
-    async def guardian_sweep(self, agents: Sequence[str]) -> list[str]:
-        nudged: list[str] = []
-        async with self.pool.connection() as conn:
-            for agent in agents:
-                cursor = await conn.execute(agent_query("guardian_sweep", schema_name_for(agent)),
-                                            {"agent": agent})
-                nudged += [str(row[0]) for row in await cursor.fetchall()]
-        return nudged
-
-    async def registered_agents(self) -> dict[str, str]:
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(query("registered_agents"))
-            return {name: schema for name, schema in await cursor.fetchall()}
-
-    async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
-                        message_ids: Sequence[int], leases: Sequence[Lease] = ()) -> None:
-        params = {
-            "worker_id": worker["id"], "version": worker["version"],
-            "agents": list(worker["agents"]), "hostname": socket.gethostname(),
-            "pid": os.getpid(), "ttl_s": ttl_s, "message_ids": list(message_ids),
-            "lease_runs": [lease.run_id for lease in leases],
-            "lease_streams": [lease.stream for lease in leases]}
-        async with self.pool.connection() as conn, conn.pipeline():
-            for name in ("heartbeat_leases", "heartbeat_messages", "heartbeat_worker"):
-                await conn.execute(query(name), params)
-
-    async def sign_out(self, worker_id: str) -> None:
-        async with self.pool.connection() as conn:
-            await conn.execute(query("sign_out"), {"worker_id": worker_id})
-
+    async def cancel_run(self, run_id: str, reason: str) -> RunRecord | None:
+        record = await find_run(self.pool, run_id)
+        if record is None or record.status in ev.TERMINAL_STATUSES:
+            return record
+        await self._append_unleased(
+            record.agent, run_id, ev.RUN_STREAM, [NewEvent(ev.RUN_CANCELLED, {"reason": reason})],
+            run_update=RunUpdate(status="cancelled", stop_reason="cancelled", finished=True),
+            only_if_active=True, drop_messages=True)
+        return await find_run(self.pool, run_id, record.agent)

@@ -423,3 +423,22 @@ ON CONFLICT (sha256) DO NOTHING;
 
 -- load_prompts --
 SELECT sha256, text FROM {prompts} WHERE sha256 = ANY(%(hashes)s);
+-- claim_outbox --
+-- The outbox relay's claim (only with a queue that does not read this table): the queue's
+-- claim without counting deliveries or dead-lettering. A relay that dies before ack_outbox
+-- leaves the entries hidden for visibility_s; then any relay claims them again.
+WITH next AS (
+    SELECT id FROM toren_control.queue
+    WHERE agent = ANY(%(agents)s) AND available_at <= now()
+    ORDER BY available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE toren_control.queue q
+SET available_at = now() + %(visibility_s)s * interval '1 second', claimed_by = %(relay_id)s
+FROM next WHERE q.id = next.id
+RETURNING q.id, q.agent, q.run_id, q.kind, q.payload;
+
+-- ack_outbox --
+-- Sent: delete what this relay still holds (an entry reclaimed by another relay is its own).
+DELETE FROM toren_control.queue WHERE id = ANY(%(ids)s::bigint[]) AND claimed_by = %(relay_id)s;

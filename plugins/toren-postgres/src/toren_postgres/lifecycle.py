@@ -1,0 +1,85 @@
+"""The connection every Postgres store class shares: the database URL or the embedded server,
+and one connection pool."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from toren.config import Settings
+from toren.errors import DatabaseUnavailable
+from toren.seams.store import StoreLifecycle
+from toren_postgres.connection import check_connection, describe_url
+from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
+
+
+class PostgresConnection(StoreLifecycle):
+    """``DATABASE_URL`` if set, else the embedded server under TOREN_HOME, through one pool.
+
+    The base of each Postgres store class (``PostgresRunLog``, ``PostgresKeyStore``, ...), so
+    each works on its own once opened; ``PostgresStore`` combines them over one pool.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.url: str | None = settings.database_url
+        self.embedded: EmbeddedPostgres | None = None
+        self.server_version = "?"
+        self._pool: AsyncConnectionPool | None = None
+
+    @property
+    def description(self) -> str:
+        if self.embedded is not None:
+            return (f"embedded Postgres {self.server_version} (data in {self.embedded.pgdata}; "
+                    "set DATABASE_URL to use a server)")
+        if self.url is None:
+            return "embedded Postgres (not started)"
+        return f"Postgres {self.server_version} at {describe_url(self.url)} (DATABASE_URL)"
+
+    @property
+    def pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            raise RuntimeError(f"{type(self).__name__}.open() has not been awaited")
+        return self._pool
+
+    async def open(self) -> None:
+        if self.url is None:
+            self.embedded = await asyncio.to_thread(ensure_embedded, self.settings.home)
+            self.url = self.embedded.url
+        self.server_version = await check_connection(self.url, self.settings.connect_timeout_s)
+        # A call waits at most pool_timeout_s for a connection, so an outage is a quick
+        # DatabaseUnavailable. A lost connection is retried with backoff for as long, then
+        # afresh on the next call: the pool's backoff would otherwise grow for 5 minutes and
+        # leave the server failing for tens of seconds after the database is back.
+        self._pool = AsyncConnectionPool(
+            self.url, min_size=1, max_size=max(2, self.settings.pool_size),
+            kwargs={"autocommit": True,
+                    "connect_timeout": max(1, round(self.settings.connect_timeout_s))},
+            timeout=self.settings.pool_timeout_s,
+            reconnect_timeout=self.settings.pool_timeout_s, open=False, name="toren",
+        )
+        try:
+            await self._pool.open(wait=True, timeout=self.settings.connect_timeout_s + 5)
+        except Exception as exc:
+            await self._pool.close()
+            self._pool = None
+            raise DatabaseUnavailable(
+                f"cannot open a connection pool to {describe_url(self.url)}: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def health(self) -> dict[str, Any]:
+        try:
+            async with asyncio.timeout(2):
+                async with self.pool.connection() as conn:
+                    await conn.execute("SELECT 1")
+            return {"reachable": True, "server_version": self.server_version}
+        except (TimeoutError, psycopg.Error, RuntimeError) as exc:
+            return {"reachable": False, "error": " ".join(str(exc).split())
+                    or type(exc).__name__}

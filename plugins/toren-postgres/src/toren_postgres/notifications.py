@@ -1,0 +1,62 @@
+"""Wake-ups on ``toren_queue``: a trigger NOTIFYs when a ready message enters the queue table
+(the outbox), and one dedicated connection per listener LISTENs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import psycopg
+
+log = logging.getLogger(__name__)
+CHANNEL = "toren_queue"
+
+
+class QueueNotifications:
+    """Keeps a LISTEN connection (reconnecting with backoff) and lets ``wait`` return as soon
+    as a notification arrives; while the connection is down, ``wait`` degrades to polling."""
+
+    def __init__(self, url: Callable[[], str], name: str) -> None:
+        self._url = url
+        self._name = name
+        self._wakeup = asyncio.Event()
+        self._listener: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._listener is None:
+            self._listener = asyncio.create_task(self._listen(), name=self._name)
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+
+    async def wait(self, timeout_s: float) -> None:
+        """Return when a message may be ready (a notification) or after ``timeout_s``."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), timeout_s)
+        self._wakeup.clear()
+
+    async def _listen(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self._url(), autocommit=True)
+                async with conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    delay = 0.5
+                    self._wakeup.set()  # messages may have arrived while we were not listening
+                    async for _ in conn.notifies():
+                        self._wakeup.set()
+            except asyncio.CancelledError:
+                raise
+            except psycopg.Error as exc:
+                log.warning("%s lost its connection (%s); retrying in %.1fs", self._name, exc,
+                            delay)
+                self._wakeup.set()  # fall back to polling meanwhile
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)

@@ -1,0 +1,82 @@
+"""The ``RunReader`` in Postgres: runs and events of every agent schema, read without a lease."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from toren.agents import schema_name_for
+from toren.core.events import Event
+from toren.core.runs import RunRecord
+from toren.seams.store import RunReader
+from toren_postgres.lifecycle import PostgresConnection
+from toren_postgres.migrations import registered_agents
+from toren_postgres.queries import agent_query
+
+
+def _record(agent: str, row: dict[str, Any]) -> RunRecord:
+    return RunRecord(agent=agent, **{**row, "id": str(row["id"])})
+
+
+async def find_run(pool: AsyncConnectionPool, run_id: str,
+                   agent: str | None = None) -> RunRecord | None:
+    """One run, in ``agent``'s schema or, if ``None``, in every registered agent's."""
+    agents = [agent] if agent else list(await registered_agents(pool))
+    for name in agents:
+        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            try:
+                await cursor.execute(agent_query("get_run", schema_name_for(name)),
+                                     {"run_id": run_id})
+            except psycopg.DataError:
+                return None  # not a UUID (or not even text Postgres can take)
+            row = await cursor.fetchone()
+        if row is not None:
+            return _record(name, row)
+    return None
+
+
+class PostgresRunReader(PostgresConnection, RunReader):
+    """The ``RunReader`` of the Postgres store: one query per agent schema it reads."""
+
+    async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
+        return await find_run(self.pool, run_id, agent)
+
+    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                        limit: int = 50, agents: Sequence[str] | None = None,
+                        before: tuple[datetime, str] | None = None,
+                        kind: str | None = None) -> list[RunRecord]:
+        names = [agent] if agent else list(agents or await registered_agents(self.pool))
+        params = {"status": status, "limit": limit, "kind": kind,
+                  "before_at": before[0] if before else None,
+                  "before_id": before[1] if before else None}
+        found: list[RunRecord] = []
+        for name in names:
+            async with (self.pool.connection() as conn,
+                        conn.cursor(row_factory=dict_row) as cursor):
+                await cursor.execute(agent_query("list_runs", schema_name_for(name)), params)
+                rows = await cursor.fetchall()
+            found += [_record(name, row) for row in rows]
+        found.sort(key=lambda run: (run.created_at is not None, run.created_at, run.id),
+                   reverse=True)
+        return found[:limit]
+
+    async def load_events(self, agent: str, run_id: str,
+                          after: Mapping[str, int] | None = None) -> list[Event]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(agent_query("load_events", schema_name_for(agent)),
+                                        {"run_id": run_id, "after": Jsonb(dict(after or {}))})
+            rows = await cursor.fetchall()
+        return [Event(run_id, stream, seq, kind, data, at) for stream, seq, kind, data, at in rows]
+
+    async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(agent_query("load_stream", schema_name_for(agent)),
+                                        {"run_id": run_id, "stream": stream})
+            rows = await cursor.fetchall()
+        return [Event(run_id, stream, seq, kind, data, at) for seq, kind, data, at in rows]

@@ -1,0 +1,89 @@
+"""The small records the drivers and the kernel exchange: migrations, leases, messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class AgentSchema(Protocol):
+    """What the store needs of an agent to give it a schema and register it (an ``AgentSpec``
+    is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def schema_name(self) -> str: ...
+
+    @property
+    def directory(self) -> Path: ...
+
+    @property
+    def model(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered migration of one scope (``control`` or an agent's schema)."""
+
+    scope: str
+    version: int
+    name: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to append to one stream, fenced by ``epoch``."""
+
+    run_id: str
+    stream: str
+    holder: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class LeaseBusy:
+    """Another worker holds the lease; it expires (at the latest) in ``retry_in_s`` seconds."""
+
+    retry_in_s: float
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """A queue message written to the outbox with an append (the same transaction)."""
+
+    kind: str
+    payload: dict[str, Any]
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    """A claimed queue message. ``attempts`` counts deliveries, this one included."""
+
+    id: int
+    agent: str
+    run_id: str | None
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    """A due outbox message claimed by an outbox relay, to be sent to the queue and then
+    acknowledged (``Outbox.ack_outbox``)."""
+
+    id: int
+    agent: str
+    run_id: str | None
+    kind: str
+    payload: dict[str, Any]
+
+    @property
+    def message(self) -> OutgoingMessage:
+        """The message to send (due now: its delay was spent in the outbox)."""
+        return OutgoingMessage(self.kind, self.payload)

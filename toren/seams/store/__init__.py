@@ -1,0 +1,42 @@
+"""The store's interfaces, one module per concern, and ``Store``, the composite a driver provides.
+
+Like pyeventsourcing's layered recorders, each interface is a handful of methods documented
+with who calls them and when, so a second driver can implement and test one at a time:
+
+- ``StoreLifecycle`` (``lifecycle``): description, open, close, health;
+- ``Migrator`` (``migrations``): schemas, migrations, registered agents;
+- ``RunLog`` (``runlog``): runs, stream leases, appends, and the outbox writes they carry;
+- ``RunReader`` (``reader``): runs and events as the host API reads them;
+- ``WorkerRegistry`` (``workers``): heartbeats, sign-out, live workers;
+- ``Guardian`` (``guardian``): the sweep that heals runs with no message;
+- ``KeyStore`` (``keys``): API keys;
+- ``Outbox`` (``outbox``): claims and acknowledgements of the outbox relay;
+- ``PromptStore`` (``prompts``): the text of every system prompt, once per distinct prompt.
+
+Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
+"""
+
+from __future__ import annotations
+
+from toren.seams.store.guardian import Guardian
+from toren.seams.store.keys import KeyStore
+from toren.seams.store.lifecycle import StoreLifecycle
+from toren.seams.store.migrations import Migrator
+from toren.seams.store.outbox import Outbox
+from toren.seams.store.prompts import PromptStore
+from toren.seams.store.reader import RunReader
+from toren.seams.store.runlog import RunLog
+from toren.seams.store.workers import WorkerRegistry
+
+__all__ = ["Guardian", "KeyStore", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
+           "Store", "StoreLifecycle", "WorkerRegistry"]
+
+
+class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
+            Outbox, PromptStore):
+    """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
+
+    Every interface above, on one database. Made by the host at startup
+    (``driver(settings)``); ``open`` is awaited before any other method and ``close`` once at
+    shutdown.
+    """

@@ -1,0 +1,37 @@
+"""Schemas and their migrations: the control schema and one schema per agent."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+from toren.seams.shapes import AgentSchema, Migration
+
+
+class Migrator(abc.ABC):
+    """Bringing the database to the schema this version needs, and the agents registered in it.
+
+    ``Runtime.start`` calls ``migrate`` right after ``open`` (every process that opens the
+    store, unless started with ``migrate=False``); ``toren db migrate`` calls
+    ``pending_migrations`` and, with ``--print``, ``render_migrations``. The run reader calls
+    ``registered_agents`` to find a run whose agent it is not told.
+    """
+
+    @abc.abstractmethod
+    async def pending_migrations(self, agents: Sequence[AgentSchema]) -> list[Migration]:
+        """Migrations not yet applied for the control schema and each agent's schema."""
+
+    @abc.abstractmethod
+    async def migrate(self, agents: Sequence[AgentSchema]) -> list[Migration]:
+        """Apply pending migrations under a lock, register the agents; return what was applied.
+
+        Idempotent and safe when several processes call it at once.
+        """
+
+    @abc.abstractmethod
+    def render_migrations(self, migrations: Sequence[Migration]) -> str:
+        """The SQL of ``migrations`` as one script to review (``toren db migrate --print``)."""
+
+    @abc.abstractmethod
+    async def registered_agents(self) -> dict[str, str]:
+        """Agent name -> schema of every agent ever registered in this database."""

@@ -1,0 +1,45 @@
+"""Reading runs and their events: what the host API, the CLI and the HTTP API show."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from toren.core.runs import RunRecord
+
+if TYPE_CHECKING:
+    from toren.core.events import Event
+
+
+class RunReader(abc.ABC):
+    """Runs and events as committed, read without a lease (read models over the log).
+
+    Called by the host API (``Runtime.get_run``, ``list_runs``, ``events``, ``follow``,
+    ``receipt``, ``get_session``) on every request of ``toren jobs``, the HTTP API and its
+    event stream; never by execution, which reads its stream with the lease
+    (``RunLog.acquire_and_load``).
+    """
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
+        """One run, looked up in ``agent``'s schema or, if ``None``, in every registered one."""
+
+    @abc.abstractmethod
+    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                        limit: int = 50, agents: Sequence[str] | None = None,
+                        before: tuple[datetime, str] | None = None,
+                        kind: str | None = None) -> list[RunRecord]:
+        """Newest runs first, optionally filtered by agent(s), status and kind; ``before`` is
+        the ``(created_at, id)`` of the last run of the previous page (keyset pagination)."""
+
+    @abc.abstractmethod
+    async def load_events(self, agent: str, run_id: str,
+                          after: Mapping[str, int] | None = None) -> list[Event]:
+        """Events of a run, every stream, oldest first; with ``after`` (stream -> last seq
+        seen) only the ones a reader has not seen."""
+
+    @abc.abstractmethod
+    async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
+        """Every event of one stream, in sequence order (a session's transcript)."""

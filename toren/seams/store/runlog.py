@@ -1,0 +1,145 @@
+"""The run log: runs, stream leases and appends, each with the outbox writes it carries."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from toren.core.runs import RunRecord, RunUpdate
+from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
+
+if TYPE_CHECKING:
+    from toren.core.events import Event, NewEvent
+
+
+class RunLog(abc.ABC):
+    """Writing runs and their event log, the heart of Toren's durability rules.
+
+    Execution (``toren.execution``, through ``ExecutionPorts.store``) appends what a task or a
+    run tick recorded; the worker takes and releases leases (``acquire_and_load``,
+    ``release_lease``) and records dead letters (``append_unleased``); the host API creates
+    runs and sessions, gives sessions their input and cancels runs.
+
+    The outbox contract: the ``messages`` of ``create_run``, ``session_input``, ``append`` and
+    ``ensure_messages`` are written to the outbox in the same transaction as the rest of the
+    write, so a message is sent if and only if its write commits (see
+    ``toren.seams.store.outbox``).
+    """
+
+    @abc.abstractmethod
+    async def create_run(self, agent: str, run_id: str, input: Any, *,
+                         idempotency_key: str | None, events: Sequence[NewEvent],
+                         messages: Sequence[OutgoingMessage], kind: str = "run",
+                         status: str = "queued") -> tuple[str, bool]:
+        """Insert the run, its first ``run``-stream events and messages in one transaction.
+
+        Called by ``Runtime.start_run`` and ``Runtime.start_session``. Returns
+        ``(run_id, created)``; with an ``idempotency_key`` already used for this agent,
+        returns the existing run's id and ``False`` and writes nothing. ``kind`` is ``run`` or
+        ``session`` (which starts ``awaiting_input``).
+        """
+
+    @abc.abstractmethod
+    async def session_input(self, agent: str, run_id: str, stream: str,
+                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
+                            idempotency_key: str | None = None
+                            ) -> tuple[bool, str | None, int]:
+        """Give a session the user's input, only if it awaits input, in one transaction.
+
+        Called by ``Runtime.send_message`` and ``Runtime.close_session``. Taking the input
+        sets the run ``running``, appends ``events`` at the end of ``stream`` and sends
+        ``messages``; a ``UserMessage`` gets its ``turn`` number from the stream in the same
+        statement. Returns ``(taken, status, turn)``: ``status`` is the session's status as
+        found (``None`` when there is no such session); nothing is written unless taken.
+        With an ``idempotency_key`` that a ``UserMessage`` of the stream already carries,
+        nothing is written and the result is ``(True, status, that message's turn)``.
+        """
+
+    @abc.abstractmethod
+    async def acquire_lease(self, run_id: str, stream: str, holder: str,
+                            ttl_s: float) -> Lease | None:
+        """Take the stream's lease if it is free or expired (bumping the epoch); else ``None``.
+
+        The worker's path is ``acquire_and_load``; this one is for tests and tools.
+        """
+
+    @abc.abstractmethod
+    async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
+                               ttl_s: float, *, with_finished: bool = False
+                               ) -> tuple[Lease, list[Event]] | LeaseBusy:
+        """``acquire_lease`` and, if it succeeded, the stream from its latest checkpoint on,
+        in one round trip.
+
+        Called by the worker for each message it works, before execution folds the stream.
+        With ``with_finished`` the events also include every ``TaskFinished`` of the run's
+        task streams (what the orchestrator absorbs). ``LeaseBusy`` if the lease is held
+        elsewhere, saying when it expires. The events must include every event committed
+        under earlier epochs.
+        """
+
+    @abc.abstractmethod
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the lease up early so another worker may take it at once (called by the worker
+        when a handler ends without its last append having released it)."""
+
+    @abc.abstractmethod
+    async def append(self, agent: str, lease: Lease, expected_seq: int,
+                     events: Sequence[NewEvent], *, ttl_s: float,
+                     messages: Sequence[OutgoingMessage] = (), run_update: RunUpdate | None = None,
+                     ack: QueueMessage | None = None, release: bool = False,
+                     progress: QueueMessage | None = None) -> None:
+        """Append ``events`` at ``expected_seq``, ``expected_seq + 1``, ... in one transaction.
+
+        Called by execution after every durable step (a model response, tool results, a run
+        tick). The transaction also renews (or with ``release`` gives up) the lease, writes
+        ``messages`` to the outbox, applies ``run_update`` and deletes ``ack`` from the outbox
+        if the lease holder claimed it there. It commits only if the lease is still held with
+        the same epoch and the run is not cancelled; otherwise it raises ``LeaseLost`` or
+        ``RunCancelled`` and writes nothing. If the connection breaks with the append in
+        flight, the store finds out from the log whether it committed before it answers.
+
+        ``progress`` is the message being worked (not acknowledged yet): the append shows that
+        this delivery made progress, so its count of failed deliveries starts over. A
+        message that kills its worker before making any is still dead-lettered; one that was
+        merely in the same worker as such a message is not. ``ack`` and ``progress`` concern
+        a queue that reads the outbox; with any other queue the host acknowledges ``ack``
+        through the queue once the append has committed (``toren.host.relay``).
+        """
+
+    @abc.abstractmethod
+    async def append_unleased(self, agent: str, run_id: str, stream: str,
+                              events: Sequence[NewEvent], *,
+                              run_update: RunUpdate | None = None,
+                              only_if_active: bool = True) -> bool:
+        """Append at the stream's next sequence number without holding its lease.
+
+        For facts from outside the run: the worker records a dead letter with it. Sequence
+        numbers are still compare-and-swap: a concurrent leased append makes one of the two
+        retry. With ``only_if_active`` nothing is written (and ``False`` returned) for a
+        finished run.
+        """
+
+    @abc.abstractmethod
+    async def cancel_run(self, run_id: str, reason: str) -> RunRecord | None:
+        """Mark the run cancelled, drop its messages from the outbox, record ``RunCancelled``.
+
+        Called by ``Runtime.cancel_run``. Returns the updated run, or ``None`` if there is no
+        such run. Cancelling a finished run changes nothing. Messages already in a queue
+        that does not read the outbox stay there and are no-ops when they arrive.
+        """
+
+    @abc.abstractmethod
+    async def run_status(self, agent: str, run_id: str) -> str | None:
+        """The run's status (``None`` if there is no such run). Called by the task loop while
+        tool calls run, every third of the lease TTL, to notice a cancel and stop waiting."""
+
+    @abc.abstractmethod
+    async def ensure_messages(self, agent: str, run_id: str,
+                              messages: Sequence[OutgoingMessage]) -> int:
+        """Write each message to the outbox unless one of the same kind and
+        ``payload["key"]`` is pending there; return how many were written.
+
+        Called by the orchestrator on a guardian's tick, to re-send the message of every
+        unfinished task and unfired timer.
+        """

@@ -1,0 +1,37 @@
+"""The worker registry: which workers are alive, of which version, holding what."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+from toren.seams.shapes import Lease
+
+
+class WorkerRegistry(abc.ABC):
+    """Worker sign-ins and liveness, and the renewal of what a worker holds.
+
+    The worker (``toren.host.worker``) calls ``heartbeat`` when it starts and then every third
+    of ``TOREN_LEASE_TTL``, ``sign_out`` once when it stops, and ``live_workers`` every 30 s
+    to log version skew; ``GET /healthz`` lists ``live_workers``.
+    """
+
+    @abc.abstractmethod
+    async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
+                        message_ids: Sequence[int], leases: Sequence[Lease] = ()) -> None:
+        """Renew ``leases`` and the claimed ``message_ids`` of work in hand; record the
+        worker's sign-in and liveness.
+
+        ``message_ids`` are messages claimed from the outbox by a queue that reads it
+        (``Queue.reads_outbox``); a store whose outbox no queue reads may ignore them.
+        """
+
+    @abc.abstractmethod
+    async def sign_out(self, worker_id: str) -> None:
+        """Remove the worker's sign-in and release its leases (graceful shutdown); messages
+        it still holds in an outbox-reading queue go back without counting a delivery."""
+
+    @abc.abstractmethod
+    async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
+        """Workers whose heartbeat is younger than ``max_age_s`` (id, version, agents, ...)."""
