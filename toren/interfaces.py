@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -258,6 +259,21 @@ class Store(abc.ABC):
                           after: Mapping[str, int] | None = None) -> list[Event]:
         """Events of a run, every stream, oldest first; with ``after`` (stream -> last seq
         seen) only the ones a reader has not seen."""
+
+    async def watch_appends(self) -> AsyncIterator[str | None]:
+        """The id of each run whose log is appended to, as the append commits; ``None`` for
+        "any run may have changed" (first, and after any gap in which a notice could be lost).
+
+        The HTTP server iterates it once per process and wakes the live event streams (SSE)
+        of the runs named, which then read their new events with ``load_events``; it runs
+        until the caller stops iterating. Notices are hints, not data: a notice may name a run
+        nobody watches, and readers still poll now and then in case one is lost.
+
+        This default yields ``None`` once and then nothing: a store that cannot notify leaves
+        readers to their slow poll. The ``postgres`` store LISTENs on one connection.
+        """
+        yield None
+        await asyncio.Event().wait()  # never set: no notices, until the caller stops
 
     @abc.abstractmethod
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +40,10 @@ from toren_postgres.connection import check_connection, describe_url
 from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
 from toren_postgres.queries import query
 from toren_postgres.runs import RunLog
+
+log = logging.getLogger(__name__)
+#: The channel appends NOTIFY with the run id (see ``append`` in sql/queries.sql).
+APPENDS_CHANNEL = "toren_appends"
 
 
 class PostgresStore(Store):
@@ -189,6 +194,30 @@ class PostgresStore(Store):
     async def load_events(self, agent: str, run_id: str,
                           after: Mapping[str, int] | None = None) -> list[Event]:
         return await self.log.load_events(agent, run_id, after)
+
+    async def watch_appends(self) -> AsyncIterator[str | None]:
+        """LISTEN on its own connection (outside the pool: it is held for good); reconnect
+        with backoff when the database goes away, and yield ``None`` once listening again,
+        since appends committed meanwhile sent their notices to nobody."""
+        if self.url is None:
+            raise RuntimeError("PostgresStore.open() has not been awaited")
+        delay = 0.5
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True,
+                    connect_timeout=max(1, int(self.settings.connect_timeout_s)))
+                async with conn:
+                    await conn.execute(f"LISTEN {APPENDS_CHANNEL}")
+                    delay = 0.5
+                    yield None
+                    async for notice in conn.notifies():
+                        yield notice.payload
+            except psycopg.Error as exc:
+                log.warning("the listener for new events lost its connection (%s); live event "
+                            "streams poll until it is back, retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
         return await self.log.live_workers(max_age_s)

@@ -143,8 +143,13 @@ WITH lease AS (
     -- kills its worker, say) no longer count towards dead-lettering it
     UPDATE toren_control.queue q SET attempts = 1 FROM lease
     WHERE q.id = %(progress_id)s AND q.claimed_by = %(holder)s AND q.attempts > 1
+), notified AS (
+    -- wakes the live event streams of this run (see watch_appends); NOTIFY is transactional,
+    -- so it is delivered when, and only if, this statement commits
+    SELECT pg_notify('toren_appends', lease.run_id::text) FROM lease
 )
-SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended;
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended,
+       (SELECT count(*) FROM notified) AS notified;
 
 -- lease_state --
 SELECT l.holder, l.epoch, l.expires_at > now() AS live,
@@ -177,8 +182,10 @@ WITH active AS (
 ), dropped AS (
     DELETE FROM toren_control.queue q USING active
     WHERE q.run_id = active.id AND %(drop_messages)s
+), notified AS (
+    SELECT pg_notify('toren_appends', active.id::text) FROM active
 )
-SELECT count(*) FROM appended;
+SELECT (SELECT count(*) FROM appended) AS appended, (SELECT count(*) FROM notified) AS notified;
 
 -- session_input --
 -- A user's message (or close request) to a session. The run row's status is the turn token:
@@ -215,11 +222,14 @@ WITH seen AS (
     INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
     SELECT %(agent)s, turn.id, m->>'kind', m->'payload', now()
     FROM turn, jsonb_array_elements(%(messages)s) AS m
+), notified AS (
+    SELECT pg_notify('toren_appends', turn.id::text) FROM turn
 )
 SELECT (SELECT count(*) FROM turn) AS taken,
        (SELECT status FROM {runs} WHERE id = %(run_id)s AND kind = 'session') AS status,
        (SELECT turn FROM base) AS turn,
-       (SELECT turn FROM seen) AS seen_turn;
+       (SELECT turn FROM seen) AS seen_turn,
+       (SELECT count(*) FROM notified) AS notified;
 
 -- user_message_turn --
 -- The turn a message with this idempotency key started, if any.
