@@ -44,6 +44,9 @@ class Settings:
     retry_max_delay_s: float = 300.0
     retry_max_attempts: int = 20
     shutdown_grace_s: float = 10.0
+    #: Live event streams (SSE) one API key may hold open on one server process at once; with
+    #: keys off (loopback ``toren dev``), all the process's streams together.
+    max_streams_per_key: int = 100
     #: Events between task checkpoints: a resume reads at most this many events plus one
     #: checkpoint, however long the task's log.
     checkpoint_every: int = 1000
@@ -78,6 +81,7 @@ class Settings:
             retry_max_delay_s=positive_number(env, "TOREN_RETRY_MAX_DELAY", 300.0, float),
             retry_max_attempts=positive_number(env, "TOREN_RETRY_MAX_ATTEMPTS", 20, int),
             shutdown_grace_s=positive_number(env, "TOREN_SHUTDOWN_GRACE", 10.0, float),
+            max_streams_per_key=positive_number(env, "TOREN_MAX_STREAMS_PER_KEY", 100, int),
             checkpoint_every=positive_number(env, "TOREN_CHECKPOINT_EVERY", 1000, int),
             skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
             crash_at=crashpoints.parse(env.get("TOREN_CRASH_AT")),

@@ -57,7 +57,10 @@ async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
         await runtime.stop()
         raise
     app = create_app(runtime, require_keys=keys_required(command, host))
-    runner = web.AppRunner(app, access_log=None)
+    # stopping ends live event streams at once (on_shutdown); any other request in progress
+    # gets the shutdown grace to finish before it is cancelled
+    runner = web.AppRunner(app, access_log=None,
+                           shutdown_timeout=runtime.settings.shutdown_grace_s)
     try:
         await runtime.start_channels()
         await runner.setup()
