@@ -100,7 +100,7 @@ class StreamHub:
         if self._per_owner[owner] >= self.max_per_key:
             yield None
             return
-        if self._watcher is None or self._watcher.done():
+        if not self.closing and (self._watcher is None or self._watcher.done()):
             self._watcher = asyncio.create_task(self._watch(), name="toren-sse-notices")
         slot = StreamSlot(self, run_id)
         self._slots.setdefault(run_id, set()).add(slot)
@@ -116,10 +116,6 @@ class StreamHub:
             if not slots:
                 del self._slots[run_id]
 
-    @property
-    def open_streams(self) -> int:
-        return sum(self._per_owner.values())
-
     def _wake_all(self) -> None:
         for slots in self._slots.values():
             for slot in slots:
@@ -128,13 +124,12 @@ class StreamHub:
     async def _watch(self) -> None:
         while True:
             try:
-                async with contextlib.aclosing(self.store.watch_appends()) as notices:
-                    async for run_id in notices:
-                        if run_id is None:
-                            self._wake_all()
-                        else:
-                            for slot in self._slots.get(run_id, ()):
-                                slot.wake.set()
+                async for run_id in self.store.watch_appends():
+                    if run_id is None:
+                        self._wake_all()
+                    else:
+                        for slot in self._slots.get(run_id, ()):
+                            slot.wake.set()
                 return
             except Exception:
                 # streams fall back to polling meanwhile
@@ -217,9 +212,10 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
                 full_read = bool(await store.load_events(record.agent, record.id, position))
             if full_read:
                 # the row first: if it is terminal, the events read next include its last ones
-                current = await store.get_run(record.id, record.agent)
-                if current is None:
+                found = await store.get_run(record.id, record.agent)
+                if found is None:
                     raise RunNotFound(f"run {record.id} is gone")
+                current = found
                 events = await store.load_events(record.agent, record.id, position)
         except Exception as exc:  # the database went away: the response is already started
             failing_since = failing_since or loop.time()
