@@ -483,6 +483,11 @@ async def recovery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
 # -- 8. event-stream fan-out ---------------------------------------------------------------
 
 
+#: Seconds for statistics of finished work to reach pg_stat_database (idle backends flush
+#: theirs within 10 s).
+STATS_SETTLE_S = 11.0
+
+
 class ServeProcess:
     """``toren serve --json`` (the API only, no workers, no keys on loopback) in a subprocess."""
 
@@ -523,6 +528,9 @@ async def fanout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
             for _ in range(n):
                 async with http.post(f"{server.url}/sessions", json={"agent": "bench"}) as r:
                     sessions.append((await r.json())["id"])
+            # a backend gone idle may hold its statistics up to 10 s (Postgres 15+): let the
+            # burst of creating the sessions land before the window starts
+            await asyncio.sleep(STATS_SETTLE_S)
             x0 = await asyncio.to_thread(db.xact_commits)
             await asyncio.sleep(seconds)
             x1 = await asyncio.to_thread(db.xact_commits)
@@ -546,6 +554,7 @@ async def fanout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
             for sid in sessions:  # attached: each has seen its session's first two events
                 for _ in range(2):
                     await asyncio.wait_for(arrivals[sid].get(), 120)
+            await asyncio.sleep(STATS_SETTLE_S)  # and the viewers' first reads
             x2 = await asyncio.to_thread(db.xact_commits)
             await asyncio.sleep(seconds)
             x3 = await asyncio.to_thread(db.xact_commits)
@@ -602,7 +611,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--recoveries", type=int, default=3)
     parser.add_argument("--lease-ttl", type=float, default=None)
     parser.add_argument("--streams", type=int, default=200)
-    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--idle-seconds", type=float, default=20.0)
     args = parser.parse_args()
     if args.smoke:
         args.runs, args.steps, args.jobs, args.wakeups = 10, 3, 50, 10

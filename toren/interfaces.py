@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -260,20 +260,26 @@ class Store(abc.ABC):
         """Events of a run, every stream, oldest first; with ``after`` (stream -> last seq
         seen) only the ones a reader has not seen."""
 
-    async def watch_appends(self) -> AsyncIterator[str | None]:
-        """The id of each run whose log is appended to, as the append commits; ``None`` for
-        "any run may have changed" (first, and after any gap in which a notice could be lost).
+    async def wait_for_appends(self, run_ids: Collection[str],
+                               timeout_s: float) -> set[str] | None:
+        """Wait until an append to one of ``run_ids`` commits, or ``timeout_s`` passes.
 
-        The HTTP server iterates it once per process and wakes the live event streams (SSE)
-        of the runs named, which then read their new events with ``load_events``; it runs
-        until the caller stops iterating. Notices are hints, not data: a notice may name a run
-        nobody watches, and readers still poll now and then in case one is lost.
+        Returns the ids among ``run_ids`` that may have new events: appended to since the
+        previous call, or watched only since this call (their watch is now in place, so a
+        reader should look once); an empty set after ``timeout_s`` without any; ``None`` when
+        any run may have been appended to unseen (the listener reconnected): readers look again.
+        ``run_ids`` is the whole set to watch: runs left out of a call are no longer watched.
 
-        This default yields ``None`` once and then nothing: a store that cannot notify leaves
-        readers to their slow poll. The ``postgres`` store LISTENs on one connection.
+        Called in a loop by one task per server process (the HTTP API's stream hub), which
+        wakes the live event streams (SSE) of the runs returned; they then read their new
+        events with ``load_events``. The answers are hints, not data: readers still look now
+        and then in case one is lost.
+
+        This default waits ``timeout_s`` and returns nothing: with a store that cannot notify,
+        readers poll. The ``postgres`` store makes appends to watched runs NOTIFY.
         """
-        yield None
-        await asyncio.Event().wait()  # never set: no notices, until the caller stops
+        await asyncio.sleep(timeout_s)
+        return set()
 
     @abc.abstractmethod
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:

@@ -32,6 +32,9 @@ SSE_HEARTBEAT_S = 15.0
 #: Seconds between re-checks of the API key of an open stream (through the key cache, so at
 #: most one query per key per ``toren.server.auth.CACHE_TTL_S``).
 SSE_KEY_CHECK_S = 5.0
+#: Longest wait for notices before the hub hands the store the runs to watch again: a new
+#: stream's run is watched within this (the stream reads once more then, missing nothing).
+SSE_WATCH_SYNC_S = 0.5
 #: Seconds between in-memory checks that the client is still connected.
 SSE_CLIENT_CHECK_S = 1.0
 #: While the database is unreachable: seconds between tries, and how long before giving up
@@ -80,8 +83,9 @@ class StreamSlot:
 class StreamHub:
     """The open streams of one server process.
 
-    One task iterates ``Store.watch_appends`` (one LISTEN connection, opened with the first
-    stream) and wakes the streams of each run named; a ``None`` notice wakes them all.
+    One task calls ``Store.wait_for_appends`` with the runs of the open streams (the store
+    keeps one LISTEN connection per process, opened with the first stream) and wakes the
+    streams of each run it returns; ``None`` wakes them all.
     ``open`` counts streams per API key (``max_per_key``); ``close`` ends them all at shutdown.
     """
 
@@ -124,18 +128,19 @@ class StreamHub:
     async def _watch(self) -> None:
         while True:
             try:
-                async for run_id in self.store.watch_appends():
-                    if run_id is None:
-                        self._wake_all()
-                    else:
-                        for slot in self._slots.get(run_id, ()):
-                            slot.wake.set()
-                return
+                found = await self.store.wait_for_appends(set(self._slots), SSE_WATCH_SYNC_S)
             except Exception:
-                # streams fall back to polling meanwhile
-                log.exception("the event-stream listener failed; restarting it")
+                # streams fall back to their slow look meanwhile
+                log.exception("waiting for new events failed; trying again")
                 self._wake_all()
                 await asyncio.sleep(SSE_RETRY_S)
+                continue
+            if found is None:
+                self._wake_all()
+                continue
+            for run_id in found:
+                for slot in self._slots.get(run_id, ()):
+                    slot.wake.set()
 
     async def close(self) -> None:
         """End every open stream (each sends a comment saying why, then closes) and stop

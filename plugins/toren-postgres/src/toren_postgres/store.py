@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -38,12 +37,9 @@ from toren.keys import (
 from toren_postgres import migrations
 from toren_postgres.connection import check_connection, describe_url
 from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
+from toren_postgres.notices import AppendNotices
 from toren_postgres.queries import query
 from toren_postgres.runs import RunLog
-
-log = logging.getLogger(__name__)
-#: The channel appends NOTIFY with the run id (see ``append`` in sql/queries.sql).
-APPENDS_CHANNEL = "toren_appends"
 
 
 class PostgresStore(Store):
@@ -56,6 +52,7 @@ class PostgresStore(Store):
         self.server_version = "?"
         self._pool: AsyncConnectionPool | None = None
         self._log: RunLog | None = None
+        self._notices: AppendNotices | None = None
 
     @property
     def description(self) -> str:
@@ -90,6 +87,9 @@ class PostgresStore(Store):
         self._log = RunLog(self._pool)
 
     async def close(self) -> None:
+        if self._notices is not None:
+            await self._notices.close()
+            self._notices = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -195,29 +195,13 @@ class PostgresStore(Store):
                           after: Mapping[str, int] | None = None) -> list[Event]:
         return await self.log.load_events(agent, run_id, after)
 
-    async def watch_appends(self) -> AsyncIterator[str | None]:
-        """LISTEN on its own connection (outside the pool: it is held for good); reconnect
-        with backoff when the database goes away, and yield ``None`` once listening again,
-        since appends committed meanwhile sent their notices to nobody."""
-        if self.url is None:
-            raise RuntimeError("PostgresStore.open() has not been awaited")
-        delay = 0.5
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True,
-                    connect_timeout=max(1, int(self.settings.connect_timeout_s)))
-                async with conn:
-                    await conn.execute(f"LISTEN {APPENDS_CHANNEL}")
-                    delay = 0.5
-                    yield None
-                    async for notice in conn.notifies():
-                        yield notice.payload
-            except psycopg.Error as exc:
-                log.warning("the listener for new events lost its connection (%s); live event "
-                            "streams poll until it is back, retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+    async def wait_for_appends(self, run_ids: Collection[str],
+                               timeout_s: float) -> set[str] | None:
+        if self._notices is None:
+            if self.url is None:
+                raise RuntimeError("PostgresStore.open() has not been awaited")
+            self._notices = AppendNotices(self.url, self.pool, self.settings.connect_timeout_s)
+        return await self._notices.wait(run_ids, timeout_s)
 
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
         return await self.log.live_workers(max_age_s)

@@ -144,9 +144,11 @@ WITH lease AS (
     UPDATE toren_control.queue q SET attempts = 1 FROM lease
     WHERE q.id = %(progress_id)s AND q.claimed_by = %(holder)s AND q.attempts > 1
 ), notified AS (
-    -- wakes the live event streams of this run (see watch_appends); NOTIFY is transactional,
-    -- so it is delivered when, and only if, this statement commits
+    -- wakes the live event streams of this run, if any (see watch_runs); NOTIFY is
+    -- transactional, so it is delivered when, and only if, this statement commits
     SELECT pg_notify('toren_appends', lease.run_id::text) FROM lease
+    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
+                  WHERE w.run_id = lease.run_id AND w.expires_at > now())
 )
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended,
        (SELECT count(*) FROM notified) AS notified;
@@ -184,6 +186,8 @@ WITH active AS (
     WHERE q.run_id = active.id AND %(drop_messages)s
 ), notified AS (
     SELECT pg_notify('toren_appends', active.id::text) FROM active
+    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
+                  WHERE w.run_id = active.id AND w.expires_at > now())
 )
 SELECT (SELECT count(*) FROM appended) AS appended, (SELECT count(*) FROM notified) AS notified;
 
@@ -224,6 +228,8 @@ WITH seen AS (
     FROM turn, jsonb_array_elements(%(messages)s) AS m
 ), notified AS (
     SELECT pg_notify('toren_appends', turn.id::text) FROM turn
+    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
+                  WHERE w.run_id = turn.id AND w.expires_at > now())
 )
 SELECT (SELECT count(*) FROM turn) AS taken,
        (SELECT status FROM {runs} WHERE id = %(run_id)s AND kind = 'session') AS status,
@@ -425,3 +431,24 @@ SET last_used_at = now()
 WHERE id = %(id)s AND revoked_at IS NULL
   AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
 RETURNING last_used_at;
+
+-- watch_runs --
+-- A server process starts following runs live: appends to them NOTIFY toren_appends.
+INSERT INTO toren_control.watched_runs (run_id, watcher, expires_at)
+SELECT run_id, %(watcher)s, now() + %(ttl_s)s * interval '1 second'
+FROM unnest(%(run_ids)s::uuid[]) AS run_id
+ON CONFLICT (run_id, watcher) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+
+-- unwatch_runs --
+DELETE FROM toren_control.watched_runs
+WHERE watcher = %(watcher)s AND run_id = ANY(%(run_ids)s::uuid[]);
+
+-- renew_watches --
+-- Keeps a live process's watches, and drops the expired ones of processes that died.
+WITH renewed AS (
+    UPDATE toren_control.watched_runs
+    SET expires_at = now() + %(ttl_s)s * interval '1 second'
+    WHERE watcher = %(watcher)s
+)
+-- (not this process's own expired rows: one statement must not both update and delete a row)
+DELETE FROM toren_control.watched_runs WHERE expires_at < now() AND watcher <> %(watcher)s;
