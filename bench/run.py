@@ -37,7 +37,10 @@ PEERS = BENCH / "peers"
 PEERS_VENV = ROOT / ".venv-peers"
 console = Console(stderr=True)
 
-TOREN_FIGURES = ("throughput", "latency", "queue", "resume", "memory", "scaleout", "recovery")
+TOREN_FIGURES = ("throughput", "latency", "queue", "resume", "memory", "scaleout", "recovery",
+                 "fanout")
+#: Figures --smoke leaves out unless --only names them (they take more than a few seconds).
+NOT_IN_SMOKE = ("fanout",)
 
 
 def log(message: str) -> None:
@@ -206,6 +209,13 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         target="<= 10 s", ok=None if rec is None else rec <= 10)
     fast = m("toren_recovery_ttl2", "recovery_s_median")
     add("7 crash recovery", "same, TOREN_LEASE_TTL=2", fast, "s", target="configurable")
+    viewers = m("toren_fanout", "streams")
+    per_viewer = m("toren_fanout", "xacts_per_s_per_idle_viewer")
+    add("8 stream fan-out", f"Postgres transactions/s per idle SSE viewer ({viewers or 0:g} "
+        "viewers)", per_viewer, "xacts/s", target="<= 0.5",
+        ok=None if per_viewer is None else per_viewer <= 0.5)
+    add("8 stream fan-out", "message sent to viewer receiving it, p50",
+        m("toren_fanout", "wakeup_ms_p50"), "ms")
     return rows
 
 
@@ -267,8 +277,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=None,
                         help="repetitions per figure (default 3, smoke 1)")
     parser.add_argument("--no-peers", action="store_true", help="skip DBOS and procrastinate")
-    parser.add_argument("--only", default=",".join(TOREN_FIGURES),
-                        help="comma-separated Toren figures to run")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated Toren figures to run (default: all; --smoke "
+                             f"leaves out {', '.join(NOT_IN_SMOKE)})")
     parser.add_argument("--out", type=Path, default=None, help="where to write the Markdown")
     return parser.parse_args()
 
@@ -278,7 +289,10 @@ def main() -> int:
     reps_n = args.reps or (1 if args.smoke else 3)
     out = args.out or (BENCH / "out" / "RESULTS.smoke.md" if args.smoke
                        else BENCH / "RESULTS.md")
-    only = [f for f in args.only.split(",") if f]
+    if args.only is None:
+        only = [f for f in TOREN_FIGURES if not (args.smoke and f in NOT_IN_SMOKE)]
+    else:
+        only = [f for f in args.only.split(",") if f]
     server_url, server, source = start_postgres()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOREN_")}
     env["DATABASE_URL"] = server_url

@@ -3,7 +3,7 @@
 
     python bench/toren_bench.py FIGURE --server-url URL [--smoke]
 
-FIGURE is one of: throughput, latency, queue, resume, memory, scaleout, recovery.
+FIGURE is one of: throughput, latency, queue, resume, memory, scaleout, recovery, fanout.
 Each invocation creates a fresh database on the server at URL (the role needs CREATEDB) and
 drops it afterwards. Logs go to stderr. ``bench/run.py`` runs every figure beside the peers.
 """
@@ -481,9 +481,117 @@ async def recovery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
             "recovery_s_max": round(max(samples), 3)}
 
 
+# -- 8. event-stream fan-out ---------------------------------------------------------------
+
+
+#: Seconds for statistics of finished work to reach pg_stat_database (idle backends flush
+#: theirs within 10 s).
+STATS_SETTLE_S = 11.0
+
+
+class ServeProcess:
+    """``toren serve --json`` (the API only, no workers, no keys on loopback) in a subprocess."""
+
+    def __init__(self, crew: Path, url: str, **env: str) -> None:
+        environment = {k: v for k, v in os.environ.items()
+                       if not k.startswith("TOREN_") and k != "DATABASE_URL"}
+        environment |= {"DATABASE_URL": url, "TOREN_LOAD_PLUGINS": "",
+                        "TOREN_ALLOW_NO_KEYS": "1", **env}
+        self.proc = subprocess.Popen([str(TOREN), "serve", "--dir", str(crew), "--port", "0",
+                                      "--json"], env=environment, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("toren serve exited before it was ready")
+        self.url = json.loads(line)["url"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=60)
+
+
+async def fanout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """N idle SSE viewers, one per open session, on one API process: database transactions
+    per second while nothing happens (beside the same process with no viewer), and how soon
+    a viewer sees an event appended by another process."""
+    import aiohttp
+
+    crew = bench_crew(work, 1)
+    n, seconds = args.streams, args.idle_seconds
+    server = ServeProcess(crew, db.url, TOREN_MAX_STREAMS_PER_KEY=str(n + 10))
+    try:
+        async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)) as http:
+            sessions = []
+            for _ in range(n):
+                async with http.post(f"{server.url}/sessions", json={"agent": "bench"}) as r:
+                    sessions.append((await r.json())["id"])
+            # a backend gone idle may hold its statistics up to 10 s (Postgres 15+): let the
+            # burst of creating the sessions land before the window starts
+            await asyncio.sleep(STATS_SETTLE_S)
+            x0 = await asyncio.to_thread(db.xact_commits)
+            await asyncio.sleep(seconds)
+            x1 = await asyncio.to_thread(db.xact_commits)
+            # the harness's own read of the counter is one transaction
+            baseline = (x1 - x0 - 1) / (seconds + 1.2)
+
+            arrivals: dict[str, asyncio.Queue[tuple[str, float]]] = {
+                sid: asyncio.Queue() for sid in sessions}
+
+            async def view(session_id: str) -> None:
+                async with http.get(f"{server.url}/runs/{session_id}/events",
+                                    headers={"Accept": "text/event-stream"}) as response:
+                    response.raise_for_status()
+                    async for raw in response.content:
+                        line = raw.decode()
+                        if line.startswith("event: "):
+                            arrivals[session_id].put_nowait(
+                                (line[7:].strip(), time.perf_counter()))
+
+            viewers = [asyncio.create_task(view(sid)) for sid in sessions]
+            for sid in sessions:  # attached: each has seen its session's first two events
+                for _ in range(2):
+                    await asyncio.wait_for(arrivals[sid].get(), 120)
+            await asyncio.sleep(STATS_SETTLE_S)  # and the viewers' first reads
+            x2 = await asyncio.to_thread(db.xact_commits)
+            await asyncio.sleep(seconds)
+            x3 = await asyncio.to_thread(db.xact_commits)
+            idle = (x3 - x2 - 1) / (seconds + 1.2)
+
+            # wake-up: from sending a message over the API to the viewer receiving it
+            latencies = []
+            for sid in sessions[:args.wakeups]:
+                started = time.perf_counter()
+                # no worker serves it: the session just stays running, its stream open
+                async with http.post(f"{server.url}/sessions/{sid}/messages",
+                                     json={"text": "hello"}) as r:
+                    if r.status != 202:
+                        raise RuntimeError(f"sending a message answered {r.status}")
+                kind, at = await asyncio.wait_for(arrivals[sid].get(), 60)
+                if kind != "UserMessage":
+                    raise RuntimeError(f"the viewer saw {kind}, not the message")
+                latencies.append((at - started) * 1000)
+            for viewer in viewers:
+                viewer.cancel()
+            await asyncio.gather(*viewers, return_exceptions=True)
+    finally:
+        server.stop()
+    per_stream = (idle - baseline) / n
+    return {"streams": n, "idle_window_s": seconds,
+            "xacts_per_s_no_viewers": round(baseline, 1),
+            "xacts_per_s_idle_viewers": round(idle, 1),
+            "xacts_per_s_per_idle_viewer": round(per_stream, 3),
+            "xacts_per_s_projected_1000_viewers": round(per_stream * 1000, 1),
+            "wakeup_ms_p50": round(percentile(latencies, 0.5), 1) if latencies else None,
+            "wakeup_ms_max": round(max(latencies), 1) if latencies else None}
+
+
 FIGURES: dict[str, Callable[..., Any]] = {
     "throughput": throughput, "latency": latency, "queue": queue, "resume": resume,
-    "memory": memory, "scaleout": scaleout, "recovery": recovery,
+    "memory": memory, "scaleout": scaleout, "recovery": recovery, "fanout": fanout,
 }
 
 
@@ -503,10 +611,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--inflight", type=int, default=1000)
     parser.add_argument("--recoveries", type=int, default=3)
     parser.add_argument("--lease-ttl", type=float, default=None)
+    parser.add_argument("--streams", type=int, default=200)
+    parser.add_argument("--idle-seconds", type=float, default=20.0)
     args = parser.parse_args()
     if args.smoke:
         args.runs, args.steps, args.jobs, args.wakeups = 10, 3, 50, 10
         args.lengths, args.inflight, args.recoveries = [100, 500], 50, 1
+        args.streams, args.idle_seconds = 20, 2.0
     return args
 
 

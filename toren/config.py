@@ -48,6 +48,9 @@ class Settings:
     tool_threads: int = 16
     #: Seconds the event loop may be blocked before the watchdog names the code blocking it.
     blocked_loop_warn_s: float = 1.0
+    #: Live event streams (SSE) one API key may hold open on one server process at once; with
+    #: keys off (loopback ``toren dev``), all the process's streams together.
+    max_streams_per_key: int = 100
     #: Events between task checkpoints: a resume reads at most this many events plus one
     #: checkpoint, however long the task's log.
     checkpoint_every: int = 1000
@@ -96,6 +99,7 @@ class Settings:
             shutdown_grace_s=positive_number(env, "TOREN_SHUTDOWN_GRACE", 10.0, float),
             tool_threads=positive_number(env, "TOREN_TOOL_THREADS", 2 * concurrency, int),
             blocked_loop_warn_s=positive_number(env, "TOREN_BLOCKED_LOOP_WARN", 1.0, float),
+            max_streams_per_key=positive_number(env, "TOREN_MAX_STREAMS_PER_KEY", 100, int),
             checkpoint_every=positive_number(env, "TOREN_CHECKPOINT_EVERY", 1000, int),
             skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
             crash_at=crashpoints.parse(env.get("TOREN_CRASH_AT")),

@@ -81,9 +81,11 @@ def test_write_agent_dir_makes_a_loadable_agent(tmp_path: Path) -> None:
 def test_the_openapi_document_lists_exactly_the_routes_the_server_has() -> None:
     import types
 
+    from toren.config import Settings
     from toren.server.app import create_app
 
-    app = create_app(types.SimpleNamespace(store=None), require_keys=False)  # type: ignore[arg-type]
+    runtime = types.SimpleNamespace(store=None, settings=Settings())
+    app = create_app(runtime, require_keys=False)  # type: ignore[arg-type]
     served = {f"{route.method} {route.resource.canonical}" for route in app.router.routes()
               if route.method != "HEAD" and route.resource is not None}
     openapi = load_schema("openapi.json")

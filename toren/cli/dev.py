@@ -66,8 +66,10 @@ async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
         raise
     app = create_app(runtime, require_keys=keys_required(command, host), bound_host=host,
                      allowed_hosts=runtime.settings.allowed_hosts)
+    # stopping ends live event streams at once (on_shutdown); any other request in progress
+    # gets the shutdown grace to finish before it is cancelled
     runner = LimitedAppRunner(app, ConnectionLimits.from_settings(runtime.settings),
-                              access_log=None)
+                              access_log=None, shutdown_timeout=runtime.settings.shutdown_grace_s)
     try:
         await runtime.start_channels()
         await runner.setup()

@@ -14,6 +14,7 @@ from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME, TRUSTED
 from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
 from toren.server.guard import allowed_host_names, browser_guard_middleware
+from toren.server.streams import STREAMS, StreamHub
 
 #: Request bodies larger than this are refused with 413 before they are read.
 MAX_BODY_BYTES = 1024 * 1024
@@ -36,6 +37,10 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
                      auth_middleware(runtime.store, enabled=require_keys)],
         client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
+    app[STREAMS] = StreamHub(runtime.store, max_per_key=runtime.settings.max_streams_per_key)
+    # live event streams never end by themselves: end them first, so that stopping waits for
+    # no open request (aiohttp awaits on_shutdown before it waits for handlers to finish)
+    app.on_shutdown.append(_end_streams)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/agents", list_agents)
@@ -43,6 +48,10 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     runs.routes(app)
     sessions.routes(app)
     return app
+
+
+async def _end_streams(app: web.Application) -> None:
+    await app[STREAMS].close()
 
 
 def live_window_s(runtime: toren.Runtime) -> float:

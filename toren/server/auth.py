@@ -124,6 +124,25 @@ class KeyCache:
         return key
 
 
+class KeyCheck:
+    """Re-checks the key that authenticated a long request (a live event stream) while the
+    request is still open: through the same cache, so it asks the database at most once per
+    ``CACHE_TTL_S`` per key however many streams use it."""
+
+    def __init__(self, cache: KeyCache, token: str) -> None:
+        self._cache = cache
+        self._token = token
+
+    async def still_active(self) -> bool:
+        """Whether the key is still active; raises what the store raises when it cannot
+        tell (the database is unreachable)."""
+        return await self._cache.verify(self._token) is not None
+
+
+#: How to re-check the request's key (absent when keys are not required).
+KEY_CHECK = web.RequestKey("key_check", KeyCheck)
+
+
 def unauthorized(message: str) -> web.Response:
     """401 with the JSON error body and the challenge RFC 6750 asks for."""
     return web.json_response(error_body("unauthorized", message), status=401,
@@ -176,6 +195,7 @@ def auth_middleware(store: KeyStore, *, enabled: bool = True,
             return unauthorized("the API key is not valid: it is unknown, malformed or revoked")
         request[API_KEY] = key
         request[TRUSTED] = True
+        request[KEY_CHECK] = KeyCheck(cache, token.strip())
         return await handler(request)
 
     return require_api_key

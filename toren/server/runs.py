@@ -12,7 +12,6 @@ from aiohttp import web
 
 from toren.core import events as ev
 from toren.core.decisions import unstorable
-from toren.core.events import Event
 from toren.core.runs import RunRecord
 from toren.errors import RunNotFound
 from toren.server.context import RUNTIME
@@ -24,13 +23,9 @@ from toren.server.cursors import (
     encode_page_cursor,
 )
 from toren.server.errors import json_error
+from toren.server.streams import event_json, stream_events
 
 log = logging.getLogger(__name__)
-#: Seconds between polls of the log while an SSE client waits, and between heartbeats.
-SSE_POLL_S = 0.25
-SSE_HEARTBEAT_S = 15.0
-#: Seconds a stream waits out a database outage before ending (clients then reconnect).
-SSE_GIVE_UP_S = 30.0
 MAX_PAGE = 200
 #: What the run log stores: integers in JSON of 64 bits (signed or not), event numbers of 32.
 MAX_SEQ = 2**31 - 1
@@ -245,69 +240,20 @@ def _event_position(cursor: str | None) -> dict[str, int]:
     return position
 
 
-def _event_json(event: Event, cursor: str) -> dict[str, Any]:
-    return event.to_json() | {"cursor": cursor}
-
-
 async def run_events(request: web.Request) -> web.StreamResponse:
     record = await _served_run(request)
     accept = request.headers.get("Accept", "")
     if "text/event-stream" in accept:
         after = request.headers.get("Last-Event-ID") or request.query.get("after")
         # decoded before the stream starts: once it has, an error can no longer be a 400
-        return await _stream(request, record, _event_position(after))
+        return await stream_events(request, request.app[RUNTIME].store, record,
+                                   _event_position(after))
     runtime = request.app[RUNTIME]
     position = _event_position(request.query.get("after"))
     events = await runtime.store.load_events(record.agent, record.id, position)
     listed = []
     for event in events:
         position[event.stream] = max(position.get(event.stream, 0), event.seq)
-        listed.append(_event_json(event, encode_event_cursor(position)))
+        listed.append(event_json(event, encode_event_cursor(position)))
     return web.json_response({"events": listed, "cursor": encode_event_cursor(position),
                               "status": record.status})
-
-
-async def _stream(request: web.Request, record: RunRecord,
-                  position: dict[str, int]) -> web.StreamResponse:
-    """Server-Sent Events: every event once, in order, each with an ``id:`` a client sends
-    back as ``Last-Event-ID`` to continue exactly where it left; comments as heartbeats; an
-    ``end`` event when the run has ended."""
-    runtime = request.app[RUNTIME]
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache",
-                                           "X-Accel-Buffering": "no"})
-    await response.prepare(request)
-    loop = asyncio.get_running_loop()
-    last_write = loop.time()
-    failing_since: float | None = None
-    while True:
-        try:
-            current = await runtime.get_run(record.id)
-            events = await runtime.store.load_events(record.agent, record.id, position)
-        except Exception as exc:  # the database went away: the response is already started
-            failing_since = failing_since or loop.time()
-            if loop.time() - failing_since > SSE_GIVE_UP_S:
-                # end without an `end` event: the client reconnects with Last-Event-ID
-                log.warning("ending the event stream of run %s: %s", record.id, exc)
-                break
-            await asyncio.sleep(SSE_POLL_S * 4)
-            continue
-        failing_since = None
-        terminal = current.status in ev.TERMINAL_STATUSES
-        for event in events:
-            position[event.stream] = max(position.get(event.stream, 0), event.seq)
-            cursor = encode_event_cursor(position)
-            payload = json.dumps(_event_json(event, cursor), default=str)
-            await response.write(f"id: {cursor}\nevent: {event.type}\ndata: {payload}\n\n"
-                                 .encode())
-            last_write = asyncio.get_running_loop().time()
-        if terminal:
-            end = json.dumps({"status": current.status, "stop_reason": current.stop_reason})
-            await response.write(f"event: end\ndata: {end}\n\n".encode())
-            break
-        if asyncio.get_running_loop().time() - last_write >= SSE_HEARTBEAT_S:
-            await response.write(b": heartbeat\n\n")
-            last_write = asyncio.get_running_loop().time()
-        await asyncio.sleep(SSE_POLL_S)
-    await response.write_eof()
-    return response

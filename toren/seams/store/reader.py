@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -43,3 +44,24 @@ class RunReader(abc.ABC):
     @abc.abstractmethod
     async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
         """Every event of one stream, in sequence order (a session's transcript)."""
+
+    async def wait_for_appends(self, run_ids: Collection[str],
+                               timeout_s: float) -> set[str] | None:
+        """Wait until an append to one of ``run_ids`` commits, or ``timeout_s`` passes.
+
+        Returns the ids among ``run_ids`` that may have new events: appended to since the
+        previous call, or watched only since this call (their watch is now in place, so a
+        reader should look once); an empty set after ``timeout_s`` without any; ``None`` when
+        any run may have been appended to unseen (the listener reconnected): readers look again.
+        ``run_ids`` is the whole set to watch: runs left out of a call are no longer watched.
+
+        Called in a loop by one task per server process (the HTTP API's stream hub), which
+        wakes the live event streams (SSE) of the runs returned; they then read their new
+        events with ``load_events``. The answers are hints, not data: readers still look now
+        and then in case one is lost.
+
+        This default waits ``timeout_s`` and returns nothing: with a store that cannot notify,
+        readers poll. The ``postgres`` store makes appends to watched runs NOTIFY.
+        """
+        await asyncio.sleep(timeout_s)
+        return set()

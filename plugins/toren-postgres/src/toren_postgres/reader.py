@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,11 +12,13 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from toren.agents import schema_name_for
+from toren.config import Settings
 from toren.core.events import Event
 from toren.core.runs import RunRecord
 from toren.seams.store import RunReader
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import registered_agents
+from toren_postgres.notices import AppendNotices
 from toren_postgres.queries import agent_query
 
 
@@ -42,7 +44,26 @@ async def find_run(pool: AsyncConnectionPool, run_id: str,
 
 
 class PostgresRunReader(PostgresConnection, RunReader):
-    """The ``RunReader`` of the Postgres store: one query per agent schema it reads."""
+    """The ``RunReader`` of the Postgres store: one query per agent schema it reads; appends
+    to watched runs are noticed through one LISTEN connection (``notices``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._notices: AppendNotices | None = None
+
+    async def close(self) -> None:
+        if self._notices is not None:
+            await self._notices.close()
+            self._notices = None
+        await super().close()
+
+    async def wait_for_appends(self, run_ids: Collection[str],
+                               timeout_s: float) -> set[str] | None:
+        if self._notices is None:
+            if self.url is None:
+                raise RuntimeError("PostgresRunReader.open() has not been awaited")
+            self._notices = AppendNotices(self.url, self.pool, self.settings.connect_timeout_s)
+        return await self._notices.wait(run_ids, timeout_s)
 
     async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
         return await find_run(self.pool, run_id, agent)

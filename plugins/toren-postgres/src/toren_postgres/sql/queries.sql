@@ -143,8 +143,15 @@ WITH lease AS (
     -- kills its worker, say) no longer count towards dead-lettering it
     UPDATE toren_control.queue q SET attempts = 1 FROM lease
     WHERE q.id = %(progress_id)s AND q.claimed_by = %(holder)s AND q.attempts > 1
+), notified AS (
+    -- wakes the live event streams of this run, if any (see watch_runs); NOTIFY is
+    -- transactional, so it is delivered when, and only if, this statement commits
+    SELECT pg_notify('toren_appends', lease.run_id::text) FROM lease
+    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
+                  WHERE w.run_id = lease.run_id AND w.expires_at > now())
 )
-SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended;
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended,
+       (SELECT count(*) FROM notified) AS notified;
 
 -- lease_state --
 SELECT l.holder, l.epoch, l.expires_at > now() AS live,
@@ -177,8 +184,12 @@ WITH active AS (
 ), dropped AS (
     DELETE FROM toren_control.queue q USING active
     WHERE q.run_id = active.id AND %(drop_messages)s
+), notified AS (
+    SELECT pg_notify('toren_appends', active.id::text) FROM active
+    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
+                  WHERE w.run_id = active.id AND w.expires_at > now())
 )
-SELECT count(*) FROM appended;
+SELECT (SELECT count(*) FROM appended) AS appended, (SELECT count(*) FROM notified) AS notified;
 
 -- session_input --
 -- A user's message (or close request) to a session. The run row's status is the turn token:
@@ -215,11 +226,16 @@ WITH seen AS (
     INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
     SELECT %(agent)s, turn.id, m->>'kind', m->'payload', now()
     FROM turn, jsonb_array_elements(%(messages)s) AS m
+), notified AS (
+    SELECT pg_notify('toren_appends', turn.id::text) FROM turn
+    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
+                  WHERE w.run_id = turn.id AND w.expires_at > now())
 )
 SELECT (SELECT count(*) FROM turn) AS taken,
        (SELECT status FROM {runs} WHERE id = %(run_id)s AND kind = 'session') AS status,
        (SELECT turn FROM base) AS turn,
-       (SELECT turn FROM seen) AS seen_turn;
+       (SELECT turn FROM seen) AS seen_turn,
+       (SELECT count(*) FROM notified) AS notified;
 
 -- user_message_turn --
 -- The turn a message with this idempotency key started, if any.
@@ -423,6 +439,7 @@ ON CONFLICT (sha256) DO NOTHING;
 
 -- load_prompts --
 SELECT sha256, text FROM {prompts} WHERE sha256 = ANY(%(hashes)s);
+
 -- claim_outbox --
 -- The outbox relay's claim (only with a queue that does not read this table): the queue's
 -- claim without counting deliveries or dead-lettering. A relay that dies before ack_outbox
@@ -442,3 +459,24 @@ RETURNING q.id, q.agent, q.run_id, q.kind, q.payload;
 -- ack_outbox --
 -- Sent: delete what this relay still holds (an entry reclaimed by another relay is its own).
 DELETE FROM toren_control.queue WHERE id = ANY(%(ids)s::bigint[]) AND claimed_by = %(relay_id)s;
+
+-- watch_runs --
+-- A server process starts following runs live: appends to them NOTIFY toren_appends.
+INSERT INTO toren_control.watched_runs (run_id, watcher, expires_at)
+SELECT run_id, %(watcher)s, now() + %(ttl_s)s * interval '1 second'
+FROM unnest(%(run_ids)s::uuid[]) AS run_id
+ON CONFLICT (run_id, watcher) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+
+-- unwatch_runs --
+DELETE FROM toren_control.watched_runs
+WHERE watcher = %(watcher)s AND run_id = ANY(%(run_ids)s::uuid[]);
+
+-- renew_watches --
+-- Keeps a live process's watches, and drops the expired ones of processes that died.
+WITH renewed AS (
+    UPDATE toren_control.watched_runs
+    SET expires_at = now() + %(ttl_s)s * interval '1 second'
+    WHERE watcher = %(watcher)s
+)
+-- (not this process's own expired rows: one statement must not both update and delete a row)
+DELETE FROM toren_control.watched_runs WHERE expires_at < now() AND watcher <> %(watcher)s;

@@ -1,0 +1,273 @@
+"""Live event streams (Server-Sent Events): woken by one listener per process, capped per key,
+ended at shutdown and when their key is revoked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp import web
+
+from toren.core import events as ev
+from toren.core.events import Event
+from toren.core.runs import RunRecord
+from toren.errors import RunNotFound
+from toren.seams.store import RunReader
+from toren.server.auth import API_KEY, KEY_CHECK, KeyCheck
+from toren.server.cursors import encode_event_cursor
+from toren.server.errors import json_error
+
+log = logging.getLogger(__name__)
+
+#: Seconds between looks at the log of a stream that no notice woke: a lost notice costs at
+#: most this much delay, never an event. Each stream draws within +-20% so they do not align.
+SSE_FALLBACK_POLL_S = 5.0
+#: Seconds without events after which a stream sends a heartbeat comment.
+SSE_HEARTBEAT_S = 15.0
+#: Seconds between re-checks of the API key of an open stream (through the key cache, so at
+#: most one query per key per ``toren.server.auth.CACHE_TTL_S``).
+SSE_KEY_CHECK_S = 5.0
+#: Longest wait for notices before the hub hands the store the runs to watch again: a new
+#: stream's run is watched within this (the stream reads once more then, missing nothing).
+SSE_WATCH_SYNC_S = 0.5
+#: Seconds between in-memory checks that the client is still connected.
+SSE_CLIENT_CHECK_S = 1.0
+#: While the database is unreachable: seconds between tries, and how long before giving up
+#: (the stream then ends without an ``end`` event and the client reconnects).
+SSE_RETRY_S = 1.0
+SSE_GIVE_UP_S = 30.0
+#: Seconds a client is told to wait before opening another stream over its cap.
+SSE_CAP_RETRY_AFTER_S = 5
+
+SHUTDOWN_COMMENT = b": the server is shutting down; reconnect with Last-Event-ID\n\n"
+
+
+class ClientGone(Exception):
+    """The client of a stream disconnected."""
+
+
+class StreamSlot:
+    """One open stream: the event its run's notices set."""
+
+    def __init__(self, hub: StreamHub, run_id: str) -> None:
+        self.hub = hub
+        self.run_id = run_id
+        self.wake = asyncio.Event()
+
+    async def wait(self, timeout_s: float, request: web.Request) -> bool:
+        """Wait for a notice (``True``) or ``timeout_s`` (``False``); ``ClientGone`` as soon as
+        the client has disconnected (checked every ``SSE_CLIENT_CHECK_S``, in memory)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                async with asyncio.timeout(min(remaining, SSE_CLIENT_CHECK_S)):
+                    await self.wake.wait()
+            except TimeoutError:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    raise ClientGone from None
+                continue
+            self.wake.clear()
+            return True
+
+
+class StreamHub:
+    """The open streams of one server process.
+
+    One task calls ``RunReader.wait_for_appends`` with the runs of the open streams (the store
+    keeps one LISTEN connection per process, opened with the first stream) and wakes the
+    streams of each run it returns; ``None`` wakes them all.
+    ``open`` counts streams per API key (``max_per_key``); ``close`` ends them all at shutdown.
+    """
+
+    def __init__(self, store: RunReader, *, max_per_key: int) -> None:
+        self.store = store
+        self.max_per_key = max_per_key
+        self.closing = False
+        self._slots: dict[str, set[StreamSlot]] = {}
+        self._per_owner: Counter[str] = Counter()
+        self._watcher: asyncio.Task[None] | None = None
+
+    @contextlib.contextmanager
+    def open(self, run_id: str, owner: str) -> Iterator[StreamSlot | None]:
+        """A slot for a stream of ``run_id`` held by ``owner`` (a key id, or ``""`` without
+        keys), or ``None`` when the owner already holds ``max_per_key`` streams."""
+        if self._per_owner[owner] >= self.max_per_key:
+            yield None
+            return
+        if not self.closing and (self._watcher is None or self._watcher.done()):
+            self._watcher = asyncio.create_task(self._watch(), name="toren-sse-notices")
+        slot = StreamSlot(self, run_id)
+        self._slots.setdefault(run_id, set()).add(slot)
+        self._per_owner[owner] += 1
+        try:
+            yield slot
+        finally:
+            self._per_owner[owner] -= 1
+            if not self._per_owner[owner]:
+                del self._per_owner[owner]
+            slots = self._slots[run_id]
+            slots.discard(slot)
+            if not slots:
+                del self._slots[run_id]
+
+    def _wake_all(self) -> None:
+        for slots in self._slots.values():
+            for slot in slots:
+                slot.wake.set()
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                found = await self.store.wait_for_appends(set(self._slots), SSE_WATCH_SYNC_S)
+            except Exception:
+                # streams fall back to their slow look meanwhile
+                log.exception("waiting for new events failed; trying again")
+                self._wake_all()
+                await asyncio.sleep(SSE_RETRY_S)
+                continue
+            if found is None:
+                self._wake_all()
+                continue
+            for run_id in found:
+                for slot in self._slots.get(run_id, ()):
+                    slot.wake.set()
+
+    async def close(self) -> None:
+        """End every open stream (each sends a comment saying why, then closes) and stop
+        listening. For ``on_shutdown``: streams never end by themselves."""
+        self.closing = True
+        self._wake_all()
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+
+
+#: The application's stream hub.
+STREAMS = web.AppKey("streams", StreamHub)
+
+
+def event_json(event: Event, cursor: str) -> dict[str, Any]:
+    """An event as the API shows it, with the cursor that resumes after it."""
+    return event.to_json() | {"cursor": cursor}
+
+
+def too_many_streams(hub: StreamHub, keyed: bool) -> web.Response:
+    whose = "this API key has" if keyed else "this server has"
+    response = json_error(
+        429, "too_many_streams",
+        f"{whose} {hub.max_per_key} event streams open, the most allowed "
+        "(TOREN_MAX_STREAMS_PER_KEY); close one (or read GET /runs/{id}/events as JSON) and "
+        "try again")
+    response.headers["Retry-After"] = str(SSE_CAP_RETRY_AFTER_S)
+    return response
+
+
+async def stream_events(request: web.Request, store: RunReader, record: RunRecord,
+                        position: dict[str, int]) -> web.StreamResponse:
+    """Server-Sent Events: every event once, in order, each with an ``id:`` a client sends
+    back as ``Last-Event-ID`` to continue exactly where it left; comments as heartbeats; an
+    ``end`` event when the run has ended; an ``error`` event when the stream's API key was
+    revoked; a comment when the server shuts down. 429 over the per-key cap."""
+    hub = request.app[STREAMS]
+    key = request.get(API_KEY)
+    with hub.open(record.id, key.id if key is not None else "") as slot:
+        if slot is None:
+            return too_many_streams(hub, key is not None)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache",
+                                               "X-Accel-Buffering": "no"})
+        try:
+            await response.prepare(request)
+            await _pump(request, response, slot, store, record, position)
+            await response.write_eof()
+        except (ConnectionResetError, ClientGone):
+            # a client going away is how streams usually end
+            log.debug("the client of the event stream of run %s went away", record.id)
+        return response
+
+
+async def _pump(request: web.Request, response: web.StreamResponse, slot: StreamSlot,
+                store: RunReader, record: RunRecord, position: dict[str, int]) -> None:
+    loop = asyncio.get_running_loop()
+    hub = slot.hub
+    key_check = request.get(KEY_CHECK)
+    last_write = next_key_check = loop.time()
+    failing_since: float | None = None
+    full_read = True  # the run's row and its new events; else only a look for new events
+    while True:
+        if hub.closing:
+            await response.write(SHUTDOWN_COMMENT)
+            return
+        try:
+            if not full_read:
+                # no notice woke us: look for events a lost notice would have announced. The
+                # run's status never changes without an event, so new events are the only sign
+                full_read = bool(await store.load_events(record.agent, record.id, position))
+            if full_read:
+                # the row first: if it is terminal, the events read next include its last ones
+                found = await store.get_run(record.id, record.agent)
+                if found is None:
+                    raise RunNotFound(f"run {record.id} is gone")
+                current = found
+                events = await store.load_events(record.agent, record.id, position)
+        except Exception as exc:  # the database went away: the response is already started
+            failing_since = failing_since or loop.time()
+            if loop.time() - failing_since > SSE_GIVE_UP_S:
+                # end without an `end` event: the client reconnects with Last-Event-ID
+                log.warning("ending the event stream of run %s: %s", record.id, exc)
+                return
+            await slot.wait(SSE_RETRY_S, request)
+            full_read = True
+            continue
+        failing_since = None
+        if full_read:
+            for event in events:
+                position[event.stream] = max(position.get(event.stream, 0), event.seq)
+                cursor = encode_event_cursor(position)
+                payload = json.dumps(event_json(event, cursor), default=str)
+                await response.write(f"id: {cursor}\nevent: {event.type}\ndata: {payload}\n\n"
+                                     .encode())
+                last_write = loop.time()
+            if current.status in ev.TERMINAL_STATUSES:
+                end = json.dumps({"status": current.status,
+                                  "stop_reason": current.stop_reason})
+                await response.write(f"event: end\ndata: {end}\n\n".encode())
+                return
+        now = loop.time()
+        if now - last_write >= SSE_HEARTBEAT_S:
+            await response.write(b": heartbeat\n\n")
+            last_write = now
+        if key_check is not None and now >= next_key_check:
+            if await _key_revoked(key_check, record):
+                await response.write(b'event: error\ndata: {"error": {"code": '
+                                     b'"api_key_revoked", "message": "the API key of this '
+                                     b'stream was revoked; reconnect with an active key"}}\n\n')
+                return
+            next_key_check = now + SSE_KEY_CHECK_S
+        wait_s = min(SSE_FALLBACK_POLL_S * random.uniform(0.8, 1.2),
+                     last_write + SSE_HEARTBEAT_S - now)
+        if key_check is not None:
+            wait_s = min(wait_s, next_key_check - now)
+        full_read = await slot.wait(max(wait_s, 0.0), request)
+
+
+async def _key_revoked(key_check: KeyCheck, record: RunRecord) -> bool:
+    try:
+        return not await key_check.still_active()
+    except Exception as exc:  # the database is unreachable: the reads above wait it out
+        log.debug("could not re-check the key of the event stream of run %s: %s", record.id,
+                  exc)
+        return False
