@@ -303,8 +303,8 @@ def attempts(events: Sequence[Event]) -> list[Attempt]:
                 messages += 1
             elif event.type == "Compacted":
                 messages = messages - data["replaced"] + 1
-            elif event.type == "TaskCheckpoint":
-                messages = len(data["messages"])
+            elif event.type == "TaskCheckpoint" and "messages" in data:
+                messages = len(data["messages"])  # the same count, unless the log starts here
             elif event.type == "ModelCallStarted":
                 purpose = data.get("purpose")
                 end = next((e for e in items[i + 1:] if e.type == "TaskFinished"
