@@ -18,7 +18,14 @@ from typing import Any
 
 import psycopg
 
-from tests.durable import check_log
+from tests.chaos.effects import executions
+from tests.durable import (
+    check_catalog,
+    duplicate_facts,
+    model_call_violations,
+    read_call_log,
+    tool_execution_violations,
+)
 from toren.core.events import TERMINAL_STATUSES, Event
 
 
@@ -65,10 +72,10 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
 def load_events(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[Event]]:
     """Every event in the agent's schema, by run, in (stream, seq) order."""
     by_run: dict[str, list[Event]] = defaultdict(list)
-    rows = conn.execute(f"SELECT run_id::text, stream, seq, type, data FROM {schema}.events "
-                        "ORDER BY run_id, stream, seq").fetchall()
-    for run_id, stream, seq, kind, data in rows:
-        by_run[run_id].append(Event(run_id, stream, seq, kind, data))
+    rows = conn.execute(f"SELECT run_id::text, stream, seq, type, data, created_at "
+                        f"FROM {schema}.events ORDER BY run_id, stream, seq").fetchall()
+    for run_id, stream, seq, kind, data, created_at in rows:
+        by_run[run_id].append(Event(run_id, stream, seq, kind, data, created_at))
     return by_run
 
 
@@ -90,45 +97,16 @@ def recovery_times(conn: psycopg.Connection[Any], schema: str, kills: Iterable[K
             kill.recovery_s = (first - kill.before).total_seconds()
 
 
-def _excess(counter: Counter[Any]) -> list[Any]:
-    return [key for key, count in counter.items() if count > 1]
+def check_model_calls(logs: Mapping[str, Sequence[Event]], calls: Sequence[Mapping[str, Any]],
+                      kills: Sequence[Kill], concurrency: int, findings: Findings) -> None:
+    """No completed model call paid twice beyond what the kills explain, and no call made that
+    no attempt explains.
 
-
-def duplicates_in_run(events: Sequence[Event]) -> list[str]:
-    """Facts recorded more than once in one run's log (each a sentence)."""
-    found: list[str] = []
-    run = [e for e in events if e.stream == "run"]
-    for kind, key in (("WaveStarted", "wave"), ("TaskScheduled", "task_id"),
-                      ("TaskAbsorbed", "task_id"), ("TimerFired", "timer")):
-        for value in _excess(Counter(e.data.get(key) for e in run if e.type == kind)):
-            found.append(f"run stream: {kind} {key}={value!r} recorded more than once")
-    if sum(e.type == "RunFinished" for e in run) > 1:
-        found.append("run stream: RunFinished recorded more than once")
-    tasks: dict[str, list[Event]] = defaultdict(list)
-    for event in events:
-        if event.stream != "run":
-            tasks[event.stream].append(event)
-    for stream, items in sorted(tasks.items()):
-        for kind in ("TaskStarted", "TaskFinished"):
-            if sum(e.type == kind for e in items) > 1:
-                found.append(f"{stream}: {kind} recorded more than once")
-        steps = Counter(e.data["step"] for e in items if e.type == "ModelCallCompleted"
-                        and e.data.get("purpose") != "compaction")
-        for step in _excess(steps):
-            found.append(f"{stream}: model call step {step} completed {steps[step]} times")
-        for kind in ("ToolCallStarted", "ToolCallCompleted"):
-            calls = Counter(e.data["call_id"] for e in items if e.type == kind)
-            for call in _excess(calls):
-                found.append(f"{stream}: {kind} of {call} recorded {calls[call]} times")
-    return found
-
-
-def check_model_calls(logs: Mapping[str, Sequence[Event]], paid: int, kills: Sequence[Kill],
-                      concurrency: int, findings: Findings) -> None:
-    """No completed model call paid twice beyond what the kills explain.
-
-    ``paid`` calls were made (the call log, written as each call starts). Each attempt at a step
-    is announced by a committed ``ModelCallStarted`` first, so ``paid <= started``; a step
+    ``calls`` is the call log (one line per call made, written as each call starts). Each
+    attempt at a step is announced by a committed ``ModelCallStarted`` first, and a call may
+    only start while its attempt is open: each call must match a distinct attempt of the same
+    request size that was announced before it started and whose step had not been completed
+    yet (``model_call_violations``; this needs every run the fleet served in ``logs``). A step
     attempted more than once must say so on its completion (``repeated: true``), which makes
     every repaid call visible in the receipt; and the calls repaid can only be the ones in
     flight at a kill: at most ``concurrency`` per kill.
@@ -136,6 +114,7 @@ def check_model_calls(logs: Mapping[str, Sequence[Event]], paid: int, kills: Seq
     A repeated step on a stream that no killed worker held was taken over from a live worker
     (one that stalled past its lease): counted as ``repeats_without_kill``, not a violation.
     """
+    paid = len(calls)
     held = {stream for kill in kills for stream in kill.streams}
     started = completed = repeated = unexplained = 0
     for run_id, events in logs.items():
@@ -162,8 +141,11 @@ def check_model_calls(logs: Mapping[str, Sequence[Event]], paid: int, kills: Seq
                 findings.fail(f"run {run_id} {stream}: model call step {step} was attempted "
                               f"{count} times but its completion (seq {done.seq}) says "
                               f"repeated={done.data.get('repeated')!r}")
+    outside = model_call_violations([e for events in logs.values() for e in events], calls)
+    findings.violations += outside
     repaid = paid - completed
     findings.figures |= {"model_calls": paid, "model_calls_completed": completed,
+                         "calls_outside_attempts": len(outside),
                          "model_calls_started": started, "repaid_calls": repaid,
                          "repeated_marked": repeated, "repeats_without_kill": unexplained}
     if paid < completed:
@@ -179,11 +161,15 @@ def check_model_calls(logs: Mapping[str, Sequence[Event]], paid: int, kills: Seq
                       "workers) explain")
 
 
-def check_tools(logs: Mapping[str, Sequence[Event]], effects: Path, kills: Sequence[Kill],
-                concurrency: int, findings: Findings) -> None:
-    """Each tool call executed at least once, re-executed only by kills, never without its
-    ``ToolCallStarted`` in the log, and completed without error."""
-    executions = Counter(effects.read_text().splitlines() if effects.exists() else [])
+def check_tools(logs: Mapping[str, Sequence[Event]], executed: Sequence[str],
+                kills: Sequence[Kill], concurrency: int, findings: Findings) -> None:
+    """Each tool call executed at least once and completed without error; executed again only
+    where the log allows it (``tool_execution_violations``: a later lease holder re-ran an
+    idempotent tool whose result its predecessor never recorded), and no more often in all
+    than the kills explain; never without its ``ToolCallStarted`` in the log.
+
+    ``executed``: the idempotency key of every execution, from the effects file."""
+    counts = Counter(executed)
     keys: dict[str, str] = {}
     for run_id, events in logs.items():
         for event in events:
@@ -193,14 +179,14 @@ def check_tools(logs: Mapping[str, Sequence[Event]], effects: Path, kills: Seque
                 findings.fail(f"run {run_id} {event.stream} seq {event.seq}: tool call "
                               f"{event.data['call_id']} ended in error "
                               f"({event.data.get('error_kind')}): {event.data['output']!r}")
-    reexecutions = sum(count - 1 for count in executions.values())
-    findings.figures |= {"tool_calls": len(keys), "tool_executions": sum(executions.values()),
+    reexecutions = sum(count - 1 for count in counts.values())
+    findings.figures |= {"tool_calls": len(keys), "tool_executions": len(executed),
                          "tool_reexecutions": reexecutions}
     for key, run_id in keys.items():
-        if executions[key] == 0:
+        if counts[key] == 0:
             findings.fail(f"run {run_id}: tool call {key} is in the log but never executed")
-    for key in executions.keys() - keys.keys():
-        findings.fail(f"tool call {key} executed but no ToolCallStarted records it")
+    findings.violations += tool_execution_violations(
+        [e for events in logs.values() for e in events], executed)
     if reexecutions > len(kills) * concurrency:
         findings.fail(f"tools re-executed {reexecutions} times, more than {len(kills)} kills x "
                       f"concurrency {concurrency} explain")
@@ -216,9 +202,6 @@ def check_soak(url: str, schema: str, *, expected: Mapping[str, Any],
         rows = conn.execute(f"SELECT id::text, status, output, error FROM {schema}.runs"
                             ).fetchall()
         logs = load_events(conn, schema)
-        twice = conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {schema}.events "
-            "GROUP BY run_id, stream, seq HAVING count(*) > 1) AS d").fetchone()
         recovery_times(conn, schema, kills)
     state = {run_id: (status, output, error) for run_id, status, output, error in rows}
 
@@ -231,24 +214,21 @@ def check_soak(url: str, schema: str, *, expected: Mapping[str, Any],
                    else f"is {status}" + ("" if status in TERMINAL_STATUSES else " (not done)"))
             findings.fail(f"run {run_id} ({text!r}) {why}: output {json.dumps(output)[:200]}, "
                           f"error {error}")
-    duplicated = twice[0] if twice else 0
+    duplicated = 0
     for run_id in runs:
         events = logs.get(run_id, [])
         try:
-            check_log(events)  # the catalog, and each stream's seqs exactly 1..n
+            check_catalog(events)  # the catalog, and each stream's seqs exactly 1..n
         except Exception as exc:
             findings.fail(f"run {run_id}: malformed log: {exc}")
-        found = duplicates_in_run(events)
+        found = duplicate_facts(events)
         duplicated += len(found)
-        findings.violations += [f"run {run_id} {sentence}" for sentence in found]
-    if twice and twice[0]:
-        findings.fail(f"{twice[0]} (run, stream, seq) keys appear more than once")
+        findings.violations += found
     findings.figures |= {"lost": lost, "duplicated": duplicated}
 
     ours = {run_id: logs.get(run_id, []) for run_id in runs}
-    paid = len(calls_log.read_text().splitlines()) if calls_log.exists() else 0
-    check_model_calls(ours, paid, kills, concurrency, findings)
-    check_tools(ours, effects, kills, concurrency, findings)
+    check_model_calls(ours, read_call_log(calls_log), kills, concurrency, findings)
+    check_tools(ours, [key for key, _pid in executions(effects)], kills, concurrency, findings)
 
     recoveries = [k.recovery_s for k in kills if k.recovery_s is not None]
     # recovery is the lease running out, a poll, and the killed worker's messages waiting

@@ -32,7 +32,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from toren_postgres.testing import create_database, drop_database
 
-from tests.chaos.helpers import TorenLauncher, idempotent_tools_source, start_worker
+from tests.chaos.effects import recording_tools_source
+from tests.chaos.helpers import TorenLauncher, start_worker
 from tests.chaos.invariants import Kill, check_soak
 from toren.agents import schema_name_for
 from toren.config import Settings
@@ -122,9 +123,9 @@ def result_tasks(output: Any) -> list[list[str]]:
 
 def write_crew(parent: Path, effects: Path) -> Path:
     """The soak's agent directory: workflow.py, a scout and a writer, two idempotent tools that
-    append their idempotency key to ``effects``."""
+    append their idempotency key (and pid) to ``effects``."""
     directory = write_agent_dir(parent, AGENT, subagents=SUBAGENTS,
-                                tools_py=idempotent_tools_source(["survey", "record"], effects))
+                                tools_py=recording_tools_source(["survey", "record"], effects))
     (directory / "workflow.py").write_text(WORKFLOW)
     return directory
 
@@ -392,7 +393,8 @@ def summary(result: SoakResult) -> str:
         f"  runs lost or wrong:   {f['lost']}",
         f"  recorded twice:       {f['duplicated']}",
         f"  model calls:          {f['model_calls']} made, {f['model_calls_completed']} "
-        f"completed, {f['repaid_calls']} repaid ({f['repeated_marked']} marked repeated)",
+        f"completed, {f['repaid_calls']} repaid ({f['repeated_marked']} marked repeated), "
+        f"{f['calls_outside_attempts']} made outside an announced attempt",
         f"  tool calls:           {f['tool_calls']}, {f['tool_reexecutions']} re-executions",
         f"  recovery after kill:  p50 {seconds(f['recovery_p50_s'])}, p99 "
         f"{seconds(f['recovery_p99_s'])}, max {seconds(f['recovery_max_s'])} "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -123,15 +122,17 @@ def test_cancel_from_the_cli_and_while_retrying_shows_the_error(
 def test_sigterm_lets_a_worker_finish_the_step_in_hand(toren_cli: TorenCli, start_toren,
                                                        database_url: str, tmp_path: Path) -> None:
     crew = write_agent_dir(tmp_path, "crew", tools_py=TOOLS)
-    env = {"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": "1.5"}
+    calls = tmp_path / "calls.jsonl"  # the offline model writes a line as each call starts
+    env = {"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": "1.5",
+           "TOREN_SCRIPTED_CALL_LOG": str(calls)}
     run_id = toren_cli("run", "crew", "x", "--no-follow", "--dir", str(crew),
                        env=env).stdout.strip()
     worker = start_toren("worker", "--dir", str(crew), "--json", env=env)
     worker.next_json()
-    time.sleep(0.7)  # the first model call is in flight
-    started = time.monotonic()
+    # the first model call is in flight: the model has it, and 1.5 s to go
+    assert wait_until(lambda: calls.exists() and calls.read_text().count("\n") >= 1, 30)
+    # a clean exit of its own accord (stop() SIGKILLs after its timeout: exit code -9)
     assert worker.stop(signal.SIGTERM) == 0
-    assert time.monotonic() - started < 15  # within the default 10 s grace
     receipt = json.loads(toren_cli("jobs", "receipt", run_id, "--json", env=env).stdout)
     # the call in flight was finished and recorded, not abandoned and paid again later
     assert receipt["totals"]["model_calls"] >= 1
@@ -144,3 +145,5 @@ def test_sigterm_lets_a_worker_finish_the_step_in_hand(toren_cli: TorenCli, star
     worker.stop()
     receipt = json.loads(toren_cli("jobs", "receipt", run_id, "--json", env=env).stdout)
     assert receipt["totals"]["repeated_calls"] == 0
+    # and no call was made twice: one line in the call log per call the receipt shows
+    assert calls.read_text().count("\n") == receipt["totals"]["model_calls"]

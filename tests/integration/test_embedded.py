@@ -10,7 +10,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -152,8 +151,12 @@ def test_concurrent_processes_share_one_server(home: Path, start_toren: StartTor
 
     # The server outlives the first process to exit, and stops with the last.
     assert one.stop() == 0
-    time.sleep(0.5)
-    assert psutil.pid_exists(pid)
+    # one ran its exit handlers before it exited: had it stopped the server (pgserver's
+    # `pg_ctl -w stop` waits for the shutdown), the postmaster would be gone by now and a new
+    # connection refused
+    assert psutil.pid_exists(pid) and not server_stopped(home, pid)
+    with psycopg.connect(server_url(home)) as conn:
+        assert conn.execute("SELECT pg_backend_pid() <> 0").fetchone() == (True,)
     status, health = get_json(ready_two["url"] + "/healthz")
     assert (status, health["database"]["reachable"]) == (200, True)
     assert two.stop() == 0

@@ -20,21 +20,43 @@ def started(epoch: int) -> NewEvent:
         "limits": {}, "tools": [], "prompt_sha256": "0", "epoch": epoch})
 
 
-async def test_an_expired_lease_loses_its_next_append(make_runtime, tmp_path: Path) -> None:
+def call_started(epoch: int) -> NewEvent:
+    return NewEvent("ModelCallStarted", {"step": 1, "epoch": epoch})
+
+
+async def lease_expired(database_url: str, run_id: str, stream: str) -> bool:
+    """Whether the stream's lease has run out by the database clock (the one leases use)."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cursor = await conn.execute("SELECT expires_at <= now() FROM toren_control.leases "
+                                    "WHERE run_id = %s AND stream = %s", [run_id, stream])
+        row = await cursor.fetchone()
+    return row is not None and row[0]
+
+
+async def test_an_expired_lease_loses_its_next_append(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
     runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
     store = runtime.store
     run_id = await runtime.start_run("a", "x")
-    first = await store.acquire_lease(run_id, "task:main", "worker-1", 0.3)
+    first = await store.acquire_lease(run_id, "task:main", "worker-1", 60)
     assert first is not None and first.epoch == 1
-    assert await store.acquire_lease(run_id, "task:main", "worker-2", 0.3) is None  # held
-    await asyncio.sleep(0.5)  # worker-1 stalls past its lease (database clock)
-    second = await store.acquire_lease(run_id, "task:main", "worker-2", 5)
+    assert await store.acquire_lease(run_id, "task:main", "worker-2", 60) is None  # held
+    # worker-1 appends, renewing its lease for a short while only, then stalls past it
+    await store.append("a", first, 1, [started(1)], ttl_s=0.3)
+    for _ in range(200):
+        if await lease_expired(database_url, run_id, "task:main"):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the lease renewed for 0.3 s had not expired after 10 s")
+    second = await store.acquire_lease(run_id, "task:main", "worker-2", 60)
     assert second is not None and second.epoch == 2
     with pytest.raises(LeaseLost, match="held by worker-2 at epoch 2"):
-        await store.append("a", first, 1, [started(1)], ttl_s=5)
-    await store.append("a", second, 1, [started(2)], ttl_s=5)
+        await store.append("a", first, 2, [call_started(1)], ttl_s=60)
+    await store.append("a", second, 2, [call_started(2)], ttl_s=60)
     events = await store.load_stream("a", run_id, "task:main")
-    assert [(e.seq, e.data["epoch"]) for e in events] == [(1, 2)]
+    assert [(e.seq, e.type, e.data["epoch"]) for e in events] == [
+        (1, "TaskStarted", 1), (2, "ModelCallStarted", 2)]
 
 
 async def test_two_appends_of_the_same_sequence_number_cannot_both_commit(
@@ -60,7 +82,8 @@ async def test_a_deleted_queue_message_is_healed_by_a_guardian(
         deleted = conn.execute("DELETE FROM toren_control.queue WHERE run_id = %s",
                                [run_id]).rowcount
     assert deleted == 1
-    await asyncio.sleep(1.1)  # the guardian leaves runs touched in the last second alone
+    # nothing else would ever run it: the guardian finds it (once it is a second old: runs
+    # touched in the last second are left alone) and queues it again
     worker = await make_runtime(dirs=[directory], guardian_interval_s=0.2)
     record = await worker.wait_for_run(run_id, timeout_s=20)
     assert record.status == "completed"

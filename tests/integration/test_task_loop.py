@@ -208,7 +208,9 @@ async def test_retries_give_up_after_the_configured_attempts(make_runtime, tmp_p
 async def test_cancel_during_backoff_makes_queued_retries_no_ops(
         make_runtime, tmp_path: Path, database_url: str) -> None:
     model = Flaky(10_000)
-    runtime = await make_runtime(dirs=[agent_dir(tmp_path, model="test/flaky")],
+    # "echo" (the offline model) shows when the worker has worked the queue since
+    runtime = await make_runtime(dirs=[agent_dir(tmp_path, model="test/flaky"),
+                                       write_agent_dir(tmp_path, "echo")],
                                  models={"flaky": model}, retry_base_s=0.4,
                                  retry_max_delay_s=0.4)
     run_id = await runtime.start_run("calc", "hi")
@@ -217,14 +219,28 @@ async def test_cancel_during_backoff_makes_queued_retries_no_ops(
     record = await runtime.cancel_run(run_id, "testing cancel")
     assert (record.status, record.stop_reason) == ("cancelled", "cancelled")
     calls_at_cancel = model.calls
-    with psycopg.connect(database_url) as conn:
-        queued = conn.execute("SELECT count(*) FROM toren_control.queue WHERE run_id = %s",
-                              [run_id]).fetchone()[0]
-    assert queued == 0
-    await asyncio.sleep(1.2)  # past several backoff periods
+    task_at_cancel = types(await runtime.events(run_id))
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cursor = await conn.execute("SELECT count(*) FROM toren_control.queue WHERE run_id = %s",
+                                    [run_id])
+        assert (await cursor.fetchone())[0] == 0
+        # wait until the latest retry was due (database clock, the one the queue uses) ...
+        due = max(e.data["next_attempt_at"] for e in await runtime.events(run_id)
+                  if e.type == "RetryScheduled")
+        for _ in range(200):
+            cursor = await conn.execute("SELECT now() > %s::timestamptz", [due])
+            if (await cursor.fetchone())[0]:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"the database clock never passed {due}")
+    # ... then until the worker has worked a run queued after that: the queue serves the
+    # oldest message first, so a retry still queued would have been delivered before it
+    echo = await runtime.start_run("echo", "after the retry was due")
+    assert (await runtime.wait_for_run(echo, timeout_s=30)).status == "completed"
     assert model.calls == calls_at_cancel
-    events = await runtime.events(run_id)
-    assert events[-1].type == "RunCancelled" or "RunCancelled" in types(events, "run")
+    assert types(await runtime.events(run_id)) == task_at_cancel
+    assert "RunCancelled" in types(await runtime.events(run_id), "run")
     assert (await runtime.get_run(run_id)).status == "cancelled"
     again = await runtime.cancel_run(run_id)
     assert again.status == "cancelled"
