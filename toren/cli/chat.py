@@ -292,9 +292,12 @@ def _stdin_lines() -> asyncio.Queue[str | None]:
     queue: asyncio.Queue[str | None] = asyncio.Queue()
 
     def read() -> None:
-        for line in sys.stdin:
-            loop.call_soon_threadsafe(queue.put_nowait, line.rstrip("\n"))
-        loop.call_soon_threadsafe(queue.put_nowait, None)
+        try:
+            for line in sys.stdin:
+                loop.call_soon_threadsafe(queue.put_nowait, line.rstrip("\n"))
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+        except RuntimeError:  # the loop is closed: the chat ended (or failed) first
+            return
 
     threading.Thread(target=read, name="toren-chat-stdin", daemon=True).start()
     return queue
