@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import signal
 import socket
 from typing import Annotated
@@ -56,8 +57,18 @@ def bind(host: str, port: int) -> list[socket.socket]:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             if port == 0 and len(sockets) > 1:  # one free port for every address
                 address = (address[0], sockets[0].getsockname()[1], *address[2:])
-            sock.bind(address)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                # like asyncio's create_server: an address family this machine does not
+                # have (``localhost`` -> ::1 without IPv6) is skipped if another address binds
+                if exc.errno != errno.EADDRNOTAVAIL or len(addresses) == 1:
+                    raise
+                sockets.pop().close()
+                continue
             sock.listen()
+        if not sockets:
+            raise OSError(errno.EADDRNOTAVAIL, os.strerror(errno.EADDRNOTAVAIL))
     except OSError as exc:
         for sock in sockets:
             sock.close()
