@@ -33,13 +33,14 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
-from toren import events as ev
 from toren.config import Settings
-from toren.decisions import next_task_action
-from toren.events import NewEvent
-from toren.fold import TaskState, apply_task_event, checkpoint_due, fold_task
-from toren.interfaces import OutgoingMessage
-from toren.runtime import Runtime
+from toren.core import events as ev
+from toren.core.catalog import decode, decode_events
+from toren.core.decisions import next_task_action
+from toren.core.events import NewEvent
+from toren.core.fold import TaskState, apply_task_event, checkpoint_due, fold_task
+from toren.host.runtime import Runtime
+from toren.seams.interfaces import OutgoingMessage
 from toren.testing import write_agent_dir
 
 TOREN = Path(sys.executable).parent / "toren"
@@ -291,16 +292,16 @@ async def resume_curve(db: BenchDatabase, work: Path, lengths: list[int], *,
     store = runtime.store
     agent = runtime.agents["bench"]
     model = runtime.model("toren/scripted")
-    from toren.model import ModelRequest
+    from toren.seams.model import ModelRequest
 
     out: dict[str, Any] = {"lengths": {}}
     for length in lengths:
         run_id = await runtime.start_run("bench", "go")
         lease = await store.acquire_lease(run_id, "task:main", "builder", 60)
         assert lease is not None
-        started = NewEvent(ev.TASK_STARTED, {
-            "task_id": "main", "subagent": None, "model": "toren/scripted", "input": "go",
-            "limits": {}, "tools": ["noop_0000"], "prompt_sha256": "0", "epoch": lease.epoch})
+        started = NewEvent.of(ev.TaskStarted(
+            task_id="main", subagent=None, model="toren/scripted", input="go", limits={},
+            tools=("noop_0000",), prompt_sha256="0", epoch=lease.epoch))
         # written as a worker writes it: batches of events, a checkpoint whenever one is due
         built = TaskState()
         batch: list[NewEvent] = []
@@ -308,7 +309,7 @@ async def resume_curve(db: BenchDatabase, work: Path, lengths: list[int], *,
         def record(event: NewEvent, batch: list[NewEvent] = batch,
                    built: TaskState = built) -> None:
             batch.append(event)
-            apply_task_event(built, event.type, event.data)
+            apply_task_event(built, decode(event.type, event.data))
 
         record(started)
         step = 0
@@ -318,7 +319,7 @@ async def resume_curve(db: BenchDatabase, work: Path, lengths: list[int], *,
                 record(event)
             if len(batch) >= 400 or built.next_seq > length:
                 if checkpoints and checkpoint_due(built, Settings().checkpoint_every):
-                    record(NewEvent(ev.TASK_CHECKPOINT, built.snapshot()))
+                    record(NewEvent.of(built.snapshot()))
                 await store.append("bench", lease, built.next_seq - len(batch), batch, ttl_s=60)
                 batch.clear()
         await store.release_lease(lease)
@@ -330,7 +331,7 @@ async def resume_curve(db: BenchDatabase, work: Path, lengths: list[int], *,
             assert isinstance(found, tuple)
             lease, events = found
             t1 = time.perf_counter()
-            state = fold_task((e.type, e.data) for e in events)
+            state = fold_task(decode_events(events))
             action = next_task_action(state, agent.limits.__class__(max_steps=10**9), lease.epoch)
             t2 = time.perf_counter()
             request = ModelRequest(model="toren/scripted", system=agent.prompt,

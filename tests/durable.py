@@ -13,10 +13,11 @@ import pytest
 from toren import hookimpl
 from toren.agents import AgentSpec
 from toren.config import Settings
-from toren.events import Event, validate_event
-from toren.model import Model, ModelProvider
-from toren.plugins import PluginHost
-from toren.runtime import Runtime
+from toren.core.catalog import validate_event
+from toren.core.events import Event
+from toren.host.runtime import Runtime
+from toren.seams.model import Model, ModelProvider
+from toren.seams.plugins import PluginHost
 
 #: Fast timings so crash and lease tests take seconds, not minutes.
 FAST = {"lease_ttl_s": 1.0, "poll_interval_s": 0.2, "guardian_interval_s": 0.5,

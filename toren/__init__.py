@@ -2,12 +2,12 @@
 
 from typing import TYPE_CHECKING, Any
 
-from toren.context import ToolCallContext, current_tool_call
-from toren.hookspecs import hookimpl
-from toren.tools import tool
+from toren.execution.context import ToolCallContext, current_tool_call
+from toren.seams.hookspecs import hookimpl
+from toren.seams.tools import tool
 
 if TYPE_CHECKING:
-    from toren.runtime import Runtime
+    from toren.host.runtime import Runtime
 
 __version__ = "0.1.0"
 
@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
     # The host API pulls in drivers and the database layer; tools.py files that only need
     # ``toren.tool`` should not pay for that at import.
     if name == "Runtime":
-        from toren.runtime import Runtime
+        from toren.host.runtime import Runtime
 
         return Runtime
     raise AttributeError(f"module 'toren' has no attribute {name!r}")

@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, TypedDict, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 import aiohttp
 
@@ -97,12 +97,15 @@ class Session(TypedDict):
 
 
 class Health(TypedDict):
+    """``status`` and ``version_skew`` for anyone; the rest only with a valid API key (or,
+    without keys, from this machine)."""
+
     status: str
-    version: str
-    database: dict[str, Any]
-    workers: list[dict[str, Any]]
-    versions: list[str]
     version_skew: bool
+    version: NotRequired[str]
+    database: NotRequired[dict[str, Any]]
+    workers: NotRequired[list[dict[str, Any]]]
+    versions: NotRequired[list[str]]
 
 
 class TorenAPIError(TorenError):

@@ -44,6 +44,10 @@ class Settings:
     retry_max_delay_s: float = 300.0
     retry_max_attempts: int = 20
     shutdown_grace_s: float = 10.0
+    #: Sync tool calls that run at once in this process (each in its own thread); more wait.
+    tool_threads: int = 16
+    #: Seconds the event loop may be blocked before the watchdog names the code blocking it.
+    blocked_loop_warn_s: float = 1.0
     #: Events between task checkpoints: a resume reads at most this many events plus one
     #: checkpoint, however long the task's log.
     checkpoint_every: int = 1000
@@ -52,12 +56,24 @@ class Settings:
     #: Named crash points for reliability tests (``toren.crashpoints``); empty in production.
     crash_at: Mapping[str, int] = field(default_factory=dict)
     crash_once: Path | None = None
+    #: Seconds a database call waits for a pool connection (and the pool retries a lost
+    #: connection) before failing with ``DatabaseUnavailable`` (503 on the HTTP API).
+    pool_timeout_s: float = 5.0
+    #: Host names the HTTP API answers to without keys, besides loopback and the bound address.
+    allowed_hosts: tuple[str, ...] = ()
+    #: HTTP server limits: seconds to send a request's headers, seconds to send its body,
+    #: seconds an idle keep-alive connection stays open, and open connections at most.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 75.0
+    max_connections: int = 1000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         load = env.get("TOREN_LOAD_PLUGINS")
         home = env.get("TOREN_HOME")
+        concurrency = positive_number(env, "TOREN_CONCURRENCY", 8, int)
         return cls(
             database_url=env.get("DATABASE_URL") or None,
             home=Path(home).expanduser().resolve() if home else Path.cwd() / ".toren",
@@ -68,7 +84,7 @@ class Settings:
                 name.strip() for name in load.split(",") if name.strip()
             ),
             connect_timeout_s=positive_number(env, "TOREN_CONNECT_TIMEOUT", 5.0, float),
-            concurrency=positive_number(env, "TOREN_CONCURRENCY", 8, int),
+            concurrency=concurrency,
             pool_size=positive_number(env, "TOREN_POOL_SIZE", 10, int),
             lease_ttl_s=positive_number(env, "TOREN_LEASE_TTL", 5.0, float),
             poll_interval_s=positive_number(env, "TOREN_POLL_INTERVAL", 1.0, float),
@@ -78,10 +94,19 @@ class Settings:
             retry_max_delay_s=positive_number(env, "TOREN_RETRY_MAX_DELAY", 300.0, float),
             retry_max_attempts=positive_number(env, "TOREN_RETRY_MAX_ATTEMPTS", 20, int),
             shutdown_grace_s=positive_number(env, "TOREN_SHUTDOWN_GRACE", 10.0, float),
+            tool_threads=positive_number(env, "TOREN_TOOL_THREADS", 2 * concurrency, int),
+            blocked_loop_warn_s=positive_number(env, "TOREN_BLOCKED_LOOP_WARN", 1.0, float),
             checkpoint_every=positive_number(env, "TOREN_CHECKPOINT_EVERY", 1000, int),
             skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
             crash_at=crashpoints.parse(env.get("TOREN_CRASH_AT")),
             crash_once=Path(env["TOREN_CRASH_ONCE"]) if env.get("TOREN_CRASH_ONCE") else None,
+            pool_timeout_s=positive_number(env, "TOREN_POOL_TIMEOUT", 5.0, float),
+            allowed_hosts=tuple(name.strip().lower().rstrip(".") for name in
+                                env.get("TOREN_ALLOWED_HOSTS", "").split(",") if name.strip()),
+            header_timeout_s=positive_number(env, "TOREN_HEADER_TIMEOUT", 10.0, float),
+            body_timeout_s=positive_number(env, "TOREN_BODY_TIMEOUT", 30.0, float),
+            idle_timeout_s=positive_number(env, "TOREN_IDLE_TIMEOUT", 75.0, float),
+            max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
         )
 
     def crash_point(self, name: str) -> None:

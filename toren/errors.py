@@ -64,6 +64,17 @@ class DatabaseUnavailable(TorenError):
     retryable = True
 
 
+class DatabaseTlsError(DatabaseUnavailable):
+    """The database's TLS certificate was refused: it is not signed by the CA given in
+    ``sslrootcert``, or does not hold the host name connected to (``sslmode=verify-full``)."""
+
+    code = "database_tls_error"
+    #: A configuration problem: retrying the same connection cannot succeed. Still the
+    #: server's problem, not the client's, when an API request meets it.
+    retryable = False
+    http_status = 503
+
+
 class MigrationError(TorenError):
     """A database migration failed."""
 

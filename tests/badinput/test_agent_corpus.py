@@ -24,8 +24,8 @@ from tests.conftest import TorenCli, one_line
 from toren import errors
 from toren.agents import load_agent, load_agents
 from toren.errors import TorenError
-from toren.plugins import PluginHost
-from toren.tools import tool_from_function
+from toren.seams.plugins import PluginHost
+from toren.seams.tools import tool_from_function
 
 HERE = Path(__file__).parent
 CORPUS = HERE / "agents"
@@ -38,7 +38,34 @@ MAX_PEAK_BYTES = 64 * 1024 * 1024
 #: Longer messages are not read; a repr of a whole huge value is a bug.
 MAX_MESSAGE_CHARS = 400
 
-# Files too large to keep in git, written into the case's copy before it is loaded.
+#: Seconds an import of tools.py or workflow.py may take while the corpus loads (the
+#: default, 10 s, is longer than a case may take to fail).
+IMPORT_TIMEOUT = "1"
+
+
+def link(name: str, target: str | Path, outside: str | None = None
+         ) -> Callable[[Path], object]:
+    """Make ``name`` in the case's copy a symbolic link to ``target``; with ``outside``, first
+    write a file of that name beside the directory (a relative ``target`` can then reach it)."""
+
+    def make(directory: Path) -> None:
+        if outside is not None:
+            (directory.parent / outside).write_text(
+                "async def workflow(ctx):\n    return None\n" if outside.endswith(".py")
+                else "secret text from outside the agent directory\n")
+        (directory / name).parent.mkdir(exist_ok=True)
+        (directory / name).symlink_to(target)
+
+    return make
+
+
+def write_file(path: Path, text: str) -> None:
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+
+
+# Files too large to keep in git, and symbolic links (whose targets lie outside the case),
+# written into the case's copy before it is loaded.
 GENERATED: dict[str, Callable[[Path], object]] = {
     "huge-agent-yaml": lambda directory: (directory / "agent.yaml").write_text(
         "model: toren/scripted\ndescription: " + "x" * 3_000_000 + "\n"),
@@ -47,7 +74,24 @@ GENERATED: dict[str, Callable[[Path], object]] = {
         "model: toren/scripted\n? " + "k" * 200_000 + "\n: 1\n"),
     "enormous-wrong-type-value": lambda directory: (directory / "agent.yaml").write_text(
         "model: toren/scripted\nlimits:\n  maxSteps: " + "9x" * 100_000 + "\n"),
+    "prompt-too-large": lambda directory: (directory / "prompt.md").write_bytes(
+        b"x" * (1024 * 1024 + 1)),
+    "subagent-too-large": lambda directory: write_file(
+        directory / "subagents" / "helper.md", "x" * 2_000_000),
+    "prompt-symlink-etc-passwd": link("prompt.md", "/etc/passwd"),
+    "prompt-symlink-parent": link("prompt.md", "../outside-secret.md", "outside-secret.md"),
+    "prompt-symlink-loop": link("prompt.md", "prompt.md"),
+    "subagent-symlink-outside": link("subagents/helper.md", "../../outside-secret.md",
+                                     "outside-secret.md"),
+    "tools-py-symlink-outside": link("tools.py", "../outside-tools.py", "outside-tools.py"),
+    "workflow-py-symlink-outside": link("workflow.py", "../outside-workflow.py",
+                                        "outside-workflow.py"),
 }
+
+
+@pytest.fixture(autouse=True)
+def short_import_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOREN_IMPORT_TIMEOUT", IMPORT_TIMEOUT)
 
 
 def web_search(query: str) -> str:
@@ -165,7 +209,9 @@ def test_a_good_agent_loads_beside_and_after_each_case(case: str, tmp_path: Path
 
 
 CLI_CASES = ["yaml-billion-laughs", "tools-py-sys-exit", "encoding-latin1",
-             "tools-py-raises-multiline", "subagent-unclosed-front-matter"]
+             "tools-py-raises-multiline", "subagent-unclosed-front-matter",
+             "tools-py-os-exit", "tools-py-keyboard-interrupt", "tools-py-loops-forever",
+             "prompt-symlink-etc-passwd"]
 
 
 @pytest.mark.timeout(120)
@@ -175,7 +221,8 @@ def test_toren_dev_exits_with_the_one_line_error(case: str, toren_cli: TorenCli,
     expect = Expectation.of(case)
     directory = copy_case(case, tmp_path / "crews")
 
-    result = toren_cli("dev", "--dir", str(directory), "--port", "0")
+    result = toren_cli("dev", "--dir", str(directory), "--port", "0",
+                       env={"TOREN_IMPORT_TIMEOUT": IMPORT_TIMEOUT})
 
     assert result.returncode == 1, result.stderr
     line = one_line(result.stderr)

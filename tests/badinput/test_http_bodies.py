@@ -33,6 +33,11 @@ CASES = [
      "invalid_json"),
     ("POST", "/runs", b'{"agent": "crew", "input": "' + b"x" * (1024 * 1024) + b'"}', 413,
      "request_entity_too_large"),
+    # nested deeper than the run log stores (the store's JSON encoder failed with a 500)
+    ("POST", "/runs", b'{"agent": "crew", "input": ' + b"[" * 300 + b"]" * 300 + b"}", 400,
+     "unstorable_value"),
+    ("POST", "/runs", b'{"agent": "crew", "input": ' + b'{"a": ' * 252 + b"1" + b"}" * 253,
+     400, "unstorable_value"),
     ("POST", "/sessions", b'{"agent": null}', 400, "invalid_body"),
     ("POST", f"/sessions/{ZERO}/messages", b'{"text": "hi"}', 404, "session_not_found"),
     ("GET", "/runs/' OR 1=1 --", None, 404, "run_not_found"),
@@ -48,6 +53,45 @@ CASES = [
     ("GET", "/runs?limit=1e9", None, 400, "invalid_limit"),
     ("GET", "/runs?cursor=" + "A" * 4000, None, 400, "invalid_cursor"),
     ("GET", "/runs?kind=robot", None, 400, "invalid_kind"),
+]
+
+
+#: What a web page can make a browser send to a keyless `toren dev` on loopback (cross-site
+#: request forgery, DNS rebinding): (method, path, body, headers, status, error code). The
+#: port of the server is filled in for {port}.
+JSON = {"Content-Type": "application/json"}
+FROM_PAGES = [
+    # a form or text/plain needs no CORS preflight: any page can send one to any address
+    ("POST", "/runs", b'{"agent": "crew", "input": "x"}', {"Content-Type": "text/plain"},
+     415, "unsupported_media_type"),
+    ("POST", "/runs", b"agent=crew&input=x",
+     {"Content-Type": "application/x-www-form-urlencoded"}, 415, "unsupported_media_type"),
+    ("POST", "/sessions", b'{"agent": "crew"}', {"Content-Type": "multipart/form-data; b=x"},
+     415, "unsupported_media_type"),
+    # the issue's request: text/plain, a foreign Origin and Host
+    ("POST", "/runs", b'{"agent": "crew", "input": "x"}',
+     {"Content-Type": "text/plain", "Origin": "https://attacker.example",
+      "Host": "attacker.example"}, 403, "host_not_allowed"),
+    ("POST", "/runs", b'{"agent": "crew", "input": "x"}',
+     JSON | {"Origin": "https://attacker.example"}, 403, "cross_site_request"),
+    ("POST", "/runs", b'{"agent": "crew", "input": "x"}', JSON | {"Origin": "null"}, 403,
+     "cross_site_request"),
+    ("POST", "/runs", b'{"agent": "crew", "input": "x"}',
+     JSON | {"Origin": "http://127.0.0.1:1"}, 403, "cross_site_request"),
+    ("POST", "/runs", b'{"agent": "crew", "input": "x"}',
+     JSON | {"Sec-Fetch-Site": "cross-site"}, 403, "cross_site_request"),
+    ("POST", "/runs", b'{"agent": "crew", "input": "x"}',
+     JSON | {"Sec-Fetch-Site": "same-site"}, 403, "cross_site_request"),
+    ("POST", "/sessions", b'{"agent": "crew"}', JSON | {"Origin": "https://attacker.example"},
+     403, "cross_site_request"),
+    # DNS rebinding: attacker.example now resolves to 127.0.0.1, so the page may read answers
+    ("GET", "/runs", None, {"Host": "attacker.example"}, 403, "host_not_allowed"),
+    ("GET", "/runs", None, {"Host": "attacker.example:{port}"}, 403, "host_not_allowed"),
+    ("GET", "/agents", None, {"Host": "localhost.attacker.example:{port}"}, 403,
+     "host_not_allowed"),
+    ("GET", f"/runs/{ZERO}/events", None,
+     {"Host": "attacker.example", "Accept": "text/event-stream"}, 403, "host_not_allowed"),
+    ("GET", "/runs", None, {"Host": "127.0.0.1:{port}:1"}, 403, "host_not_allowed"),
 ]
 
 
@@ -67,17 +111,38 @@ def test_hostile_requests_get_clear_errors_and_the_server_keeps_serving(url: str
         ("POST", messages, b'{"text": "a\\u0000b"}', 400, "unstorable_value"),
         ("POST", messages, b'{"text": ["hi"]}', 400, "invalid_body"),
         ("POST", messages, b'{"text": "' + b"x" * 200_001 + b'"}', 400, "invalid_body"),
+        ("POST", f"/runs/{session}/cancel", b'{"reason": ' + b"[" * 900 + b"]" * 900 + b"}",
+         400, "unstorable_value"),
     ]
-    for method, path, raw, status, code in cases:
+    port = url.rsplit(":", 1)[1]
+    cases = [(method, path, raw, JSON, status, code)
+             for method, path, raw, status, code in cases]
+    cases += [(method, path, raw, {name: value.replace("{port}", port)
+                                   for name, value in headers.items()}, status, code)
+              for method, path, raw, headers, status, code in FROM_PAGES]
+    cases.append(("POST", f"/runs/{session}/cancel", b"{}", {"Content-Type": "text/plain"}, 415,
+                  "unsupported_media_type"))
+    for method, path, raw, headers, status, code in cases:
         got, body, _ = call(url + path.replace(" ", "%20"), method,
-                            raw=raw if raw is not None else None)
-        assert (got, body["error"]["code"]) == (status, code), (path, raw and raw[:80], body)
+                            raw=raw if raw is not None else None, headers=headers)
+        assert (got, body["error"]["code"]) == (status, code), (path, raw and raw[:80], body,
+                                                                headers)
         conforms("Error", body)
         assert len(body["error"]["message"]) > 10
     # nothing was half-written: no run, and the session took no message
     assert call(f"{url}/runs")[1]["runs"][0]["id"] == session
     assert call(f"{url}/sessions/{session}")[1]["transcript"] == []
-    # and the server still serves
+    assert call(f"{url}/runs/{session}")[1]["status"] == "awaiting_input"  # not cancelled
+    # a load balancer, or a rebound page, learns the status and nothing of the infrastructure
+    status, health, _ = call(f"{url}/healthz", headers={"Host": "attacker.example"})
+    assert (status, health) == (200, {"status": "ok", "version_skew": False})
+    # and the server still serves: the CLI and clients, a page it serves itself, its names
     run = call(f"{url}/runs", "POST", {"agent": "crew", "input": "postgres"})[1]["id"]
+    for headers in ({"Origin": url, "Sec-Fetch-Site": "same-origin"},
+                    {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"},
+                    {"Host": f"[::1]:{port}", "Sec-Fetch-Site": "none"}, {"Host": "localhost"}):
+        status, listed, _ = call(f"{url}/runs", headers=headers)
+        assert status == 200 and listed["runs"][0]["id"] == run, headers
+    assert "workers" in call(f"{url}/healthz")[1]
     assert wait_until(lambda: call(f"{url}/runs/{run}")[1]["status"] == "completed", 60)
     assert json.dumps(call(f"{url}/runs/{run}")[1]["output"]).count("facts about postgres")

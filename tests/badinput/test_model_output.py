@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.durable import check_log
-from toren.model import ModelResponse, ToolCall
+from toren.seams.model import ModelResponse, ToolCall
 from toren.testing import ScriptedModel, write_agent_dir
 
 TOOLS = '''

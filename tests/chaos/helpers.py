@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from tests.conftest import COMMAND_TIMEOUT_S, TOREN, clean_env, stop_processes
-from toren.events import Event
+from toren.core.events import Event
 from toren.testing import OutputProcess
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from tests.durable import check_log
-from toren.events import TERMINAL_STATUSES, Event
+from toren.core.events import TERMINAL_STATUSES, Event
 
 
 @dataclass

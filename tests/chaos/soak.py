@@ -36,8 +36,8 @@ from tests.chaos.helpers import TorenLauncher, idempotent_tools_source, start_wo
 from tests.chaos.invariants import Kill, check_soak
 from toren.agents import schema_name_for
 from toren.config import Settings
-from toren.events import TERMINAL_STATUSES
-from toren.runtime import Runtime
+from toren.core.events import TERMINAL_STATUSES
+from toren.host.runtime import Runtime
 from toren.testing import OutputProcess, write_agent_dir
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

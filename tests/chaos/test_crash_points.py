@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import wait_until
 from tests.durable import check_log
 from tests.e2e.test_crash_recovery import create_run, crew, run_events, run_row, start_worker
-from toren.events import TERMINAL_STATUSES as TERMINAL
-from toren.events import Event
+from toren.core.events import TERMINAL_STATUSES as TERMINAL
+from toren.core.events import Event
 from toren.testing import write_agent_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -16,16 +16,18 @@ import psycopg
 import pytest
 
 from tests.chaos.proxy import FaultProxy
+from tests.conftest import wait_until
 from tests.durable import check_log
 from tests.e2e.test_http_api import TOOLS as LOOKUP_TOOLS
+from tests.e2e.test_http_api import call
 from tests.integration.test_leases import started
 from toren.client import TorenClient
-from toren.events import Event, NewEvent
-from toren.interfaces import RunRecord
-from toren.model import ModelRequest, ModelResponse
-from toren.runtime import Runtime
+from toren.core.events import Event, NewEvent
+from toren.core.runs import RunRecord
+from toren.host.runtime import Runtime
+from toren.host.worker import Worker
+from toren.seams.model import ModelRequest, ModelResponse
 from toren.testing import ScriptedModel, respond_with_tools, write_agent_dir
-from toren.worker import Worker
 
 pytestmark = pytest.mark.timeout(180)
 TOOLS = '''
@@ -297,3 +299,46 @@ async def restart_postgres(pgdata: Path, *, down_s: float) -> None:
     await asyncio.to_thread(pg_ctl, pgdata, "-w", "-m", "immediate", "stop")
     await asyncio.sleep(down_s)
     await asyncio.to_thread(pg_ctl, pgdata, "-w", "restart")  # reuses postmaster.opts
+
+
+@pytest.mark.slow
+async def test_a_database_outage_is_a_quick_503_and_health_returns_with_postgres(
+        restartable_server: tuple[str, Path], start_toren, tmp_path: Path) -> None:
+    url, pgdata = restartable_server
+    crews = tmp_path / "crews"
+    write_agent_dir(crews, "outage")
+    server = start_toren("serve", "--dir", str(crews), "--port", "0", "--json",
+                         env={"DATABASE_URL": url, "TOREN_ALLOW_NO_KEYS": "1",
+                              "TOREN_POOL_TIMEOUT": "2"})
+    api = server.next_json()["url"]
+    run_id = (await asyncio.to_thread(call, f"{api}/runs", "POST",
+                                      {"agent": "outage", "input": "x"}))[1]["id"]
+    await asyncio.to_thread(pg_ctl, pgdata, "-w", "-m", "immediate", "stop")
+    try:
+        # Each answer is a 503 to retry, well within the client's timeout (a pool timeout
+        # used to be a 500 after 30 s): pooled connections that died, then none to be had.
+        for method, path, body in [("GET", f"/runs/{run_id}", None), ("GET", "/runs", None),
+                                   ("POST", "/runs", {"agent": "outage", "input": "y"}),
+                                   ("POST", f"/runs/{run_id}/cancel", None),
+                                   ("GET", f"/runs/{run_id}/events", None)] * 2:
+            started = time.monotonic()
+            status, answer, headers = await asyncio.to_thread(
+                call, f"{api}{path}", method, body, timeout_s=15)
+            print(f"{method} {path}: {status} after {time.monotonic() - started:.2f}s")
+            assert (status, answer["error"]["code"]) == (503, "database_unavailable"), answer
+            assert headers["Retry-After"] == "2"
+            assert "retry" in answer["error"]["message"]
+        status, health, headers = await asyncio.to_thread(call, f"{api}/healthz")
+        assert (status, health["status"], headers["Retry-After"]) == (503, "degraded", "2")
+    finally:
+        # restart, not start: it reuses postmaster.opts (the private port)
+        await asyncio.to_thread(pg_ctl, pgdata, "-w", "restart")
+    back = time.monotonic()
+    # healthy again as soon as Postgres is (the pool's backoff used to keep it 503 for 24 s)
+    assert await asyncio.to_thread(
+        wait_until, lambda: call(f"{api}/healthz")[0] == 200, 20, 0.2)
+    print(f"/healthz was 200 {time.monotonic() - back:.2f}s after Postgres accepted connections")
+    status, _, _ = await asyncio.to_thread(call, f"{api}/runs", "POST",
+                                           {"agent": "outage", "input": "z"})
+    assert status == 201
+    assert "Traceback" not in server.stderr and "internal_error" not in server.stderr

@@ -24,7 +24,7 @@ from tests.chaos.invariants import (
     duplicates_in_run,
 )
 from tests.chaos.soak import SoakConfig, run_soak, summary
-from toren.events import Event
+from toren.core.events import Event
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import json
 import re
 import signal
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,9 +23,9 @@ from tests.durable import plugin_host
 from toren.cli.serve import serve_api
 from toren.config import Settings
 from toren.errors import ConfigError
-from toren.interfaces import Store
+from toren.host.runtime import Runtime
 from toren.keys import NoApiKeys
-from toren.runtime import Runtime
+from toren.seams.interfaces import Store
 from toren.server.auth import API_KEY, auth_middleware, is_loopback, keys_required
 from toren.server.errors import error_middleware
 from toren.testing import write_agent_dir
@@ -302,8 +303,28 @@ def test_serve_with_a_key_serves_the_api_without_workers(toren_cli: TorenCli,
     assert ready["workers"] is None
     assert [agent["name"] for agent in ready["agents"]] == ["crew"]
 
-    with urllib.request.urlopen(ready["url"] + "/healthz", timeout=10) as response:
-        assert response.status == 200
+    # a load balancer (or anyone) gets the status; a key shows the infrastructure
+    for headers in ({}, {"Authorization": "Bearer wrong"},
+                    {"Authorization": f"Bearer {token[:-1]}x"}):
+        anonymous = urllib.request.Request(ready["url"] + "/healthz", headers=headers)
+        with urllib.request.urlopen(anonymous, timeout=10) as response:
+            assert response.status == 200
+            assert json.loads(response.read()) == {"status": "ok", "version_skew": False}
+    trusted = urllib.request.Request(ready["url"] + "/healthz",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(trusted, timeout=10) as response:
+        health = json.loads(response.read())
+    assert health["database"]["reachable"] is True and health["version"]
+    assert health["workers"] == [] and health["versions"] == []  # toren serve has none
+    # with keys, a page elsewhere still cannot use a key it does not have; a browser's
+    # cross-site request is refused before the key is even looked at
+    refused = urllib.request.Request(ready["url"] + "/agents", headers={
+        "Authorization": f"Bearer {token}", "Sec-Fetch-Site": "cross-site"})
+    with pytest.raises(urllib.error.HTTPError) as cross_site:
+        urllib.request.urlopen(refused, timeout=10)
+    with cross_site.value:
+        assert cross_site.value.code == 403
+        assert json.loads(cross_site.value.read())["error"]["code"] == "cross_site_request"
     authorized = urllib.request.Request(ready["url"] + "/agents",
                                         headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(authorized, timeout=10) as response:

@@ -17,8 +17,8 @@ import referencing
 import referencing.jsonschema
 
 from tests.conftest import wait_until
-from toren.cursors import encode_event_cursor, encode_page_cursor
 from toren.schemas import load_schema
+from toren.server.cursors import encode_event_cursor, encode_page_cursor
 from toren.testing import write_agent_dir
 
 pytestmark = pytest.mark.timeout(180)
@@ -42,13 +42,13 @@ def conforms(name: str, body: Any) -> None:
 
 
 def call(url: str, method: str = "GET", body: Any = None, headers: dict[str, str] | None = None,
-         raw: bytes | None = None) -> tuple[int, Any, dict[str, str]]:
+         raw: bytes | None = None, timeout_s: float = 30) -> tuple[int, Any, dict[str, str]]:
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     request = urllib.request.Request(url, data=data, method=method,
                                      headers={"Content-Type": "application/json",
                                               **(headers or {})})
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.status, json.loads(response.read() or b"null"), dict(response.headers)
     except urllib.error.HTTPError as exc:
         with exc:

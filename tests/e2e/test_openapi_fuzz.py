@@ -20,7 +20,7 @@ from schemathesis.checks import CheckFunction
 
 from tests.conftest import TorenCli, wait_until
 from tests.e2e.test_http_api import call, finished, start_server
-from toren.cursors import encode_event_cursor, encode_page_cursor
+from toren.server.cursors import encode_event_cursor, encode_page_cursor
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

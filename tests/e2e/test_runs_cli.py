@@ -60,6 +60,11 @@ def test_run_json_then_jobs_list_show_receipt(toren_cli: TorenCli, database_url:
     assert shown["tasks"][0]["steps"] == 2
     text = toren_cli("jobs", "show", run["id"], env=env).stdout
     assert "task main" in text and "step 1" in text and "lookup ok" in text
+    prompted = toren_cli("jobs", "show", run["id"], "--prompts", env=env).stdout
+    assert "system prompt of task main" in prompted and "You are a test agent." in prompted
+    digest = shown["tasks"][0]["prompt_sha256"]
+    assert json.loads(toren_cli("jobs", "show", run["id"], "--prompts", "--json",
+                                env=env).stdout)["prompts"] == {digest: "You are a test agent.\n"}
 
     receipt = json.loads(toren_cli("jobs", "receipt", run["id"], "--json", env=env).stdout)
     (task,) = receipt["tasks"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.durable import check_log, types
-from toren.compaction import SUMMARY_PREFIX, SUMMARY_SYSTEM, estimate_tokens
+from toren.core.compaction import SUMMARY_PREFIX, SUMMARY_SYSTEM, estimate_tokens
+from toren.core.pricing import Pricing
 from toren.errors import ContextWindowExceeded
-from toren.model import ModelRequest, ModelResponse, ToolCall, Usage
-from toren.pricing import Pricing
+from toren.seams.model import ModelRequest, ModelResponse, ToolCall, Usage
 from toren.testing import ScriptedModel, write_agent_dir
 
 TOOLS = "".join(

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from toren.errors import ConfigError
-from toren.interfaces import Store
 from toren.keys import NewKey, generate_key, parse_key
+from toren.seams.interfaces import Store
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from tests.durable import check_log
+from toren.core.events import NewEvent
 from toren.errors import LeaseLost
-from toren.events import NewEvent
 from toren.testing import write_agent_dir
 
 

@@ -15,11 +15,11 @@ import pytest
 import typer
 
 from tests.conftest import TorenCli, one_line
-from toren.channels import Channel
 from toren.config import Settings
 from toren.errors import PluginError
-from toren.model import Message, ModelRequest
-from toren.plugins import PluginHost
+from toren.seams.channels import Channel
+from toren.seams.model import Message, ModelRequest
+from toren.seams.plugins import PluginHost
 
 DIST = "toren-testplugin"
 pytestmark = pytest.mark.timeout(120)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.durable import check_log, types
+from toren.core.decisions import MAX_JSON_DEPTH
 from toren.errors import ConfigError, SessionBusy, SessionEnded, SessionNotFound, UnstorableValue
 from toren.testing import ScriptedModel, write_agent_dir
 
@@ -207,5 +208,21 @@ async def test_what_postgres_cannot_store_is_refused_before_anything_is_written(
     session_id = await runtime.start_session("chat")
     with pytest.raises(UnstorableValue, match="message"):
         await runtime.send_message(session_id, "hi \x00")
+    # nesting beyond the limit: refused here, not by the store's JSON encoder (a 500 over HTTP)
+    with pytest.raises(UnstorableValue, match=f"nested at most {MAX_JSON_DEPTH} levels"):
+        await runtime.start_run("chat", nested(MAX_JSON_DEPTH + 1))
+    with pytest.raises(UnstorableValue, match="nested at most"):
+        await runtime.start_run("chat", nested(900))
     assert [run.id for run in await runtime.list_runs()] == [session_id]
     assert not [e for e in await runtime.events(session_id) if e.type == "UserMessage"]
+    # the deepest value allowed is stored and read back whole
+    deepest = await runtime.start_run("chat", nested(MAX_JSON_DEPTH))
+    assert (await runtime.get_run(deepest)).input == nested(MAX_JSON_DEPTH)
+
+
+def nested(levels: int) -> object:
+    """``levels`` arrays and objects, each inside the one before."""
+    value: object = "core"
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value

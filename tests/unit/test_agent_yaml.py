@@ -16,8 +16,8 @@ from toren.agents import (
     missing_env,
 )
 from toren.errors import AgentDefinitionError, ConfigError, MissingEnvError
-from toren.plugins import PluginHost
-from toren.tools import Tool, tool_from_function
+from toren.seams.plugins import PluginHost
+from toren.seams.tools import Tool, tool_from_function
 
 MakeAgentDir = Callable[..., Path]
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from toren.agents import Compaction
-from toren.compaction import SUMMARY_PREFIX, boundary, compacted, needs_compaction, threshold
-from toren.model import Message, ToolCall, Usage
-from toren.pricing import Pricing
+from toren.core.compaction import SUMMARY_PREFIX, boundary, compacted, needs_compaction, threshold
+from toren.core.pricing import Pricing
+from toren.seams.model import Message, ToolCall, Usage
 
 CALL = (ToolCall("c", "t", {}),)
 

@@ -7,16 +7,24 @@ from toren_postgres.queue import PostgresQueue
 from toren_postgres.store import PostgresStore
 
 from toren.config import Settings
-from toren.drivers import KINDS, driver_class, driver_names, installed_drivers
 from toren.errors import ConfigError, DriverNotFound
-from toren.interfaces import Queue, Runtime, Store
-from toren.runtime_inprocess import InProcessRuntime
+from toren.host.inprocess import InProcessRuntime
+from toren.seams.drivers import (
+    KINDS,
+    KNOWN_DISTRIBUTIONS,
+    PLANNED_DRIVERS,
+    driver_class,
+    driver_names,
+    installed_drivers,
+    missing_driver_message,
+)
+from toren.seams.interfaces import Queue, Store, WorkerRuntime
 
 
 @pytest.mark.parametrize(("kind", "name", "expected", "base"), [
     ("store", "postgres", PostgresStore, Store),
     ("queue", "postgres", PostgresQueue, Queue),
-    ("runtime", "inprocess", InProcessRuntime, Runtime),
+    ("runtime", "inprocess", InProcessRuntime, WorkerRuntime),
 ])
 def test_driver_class_picks_by_name(kind: str, name: str, expected: type, base: type) -> None:
     found = driver_class(kind, name)
@@ -26,32 +34,49 @@ def test_driver_class_picks_by_name(kind: str, name: str, expected: type, base: 
     assert name in driver_names(kind)
 
 
-def test_missing_queue_driver_names_the_package_and_the_setting() -> None:
+def test_a_planned_driver_is_not_yet_available_and_no_package_is_suggested() -> None:
     with pytest.raises(DriverNotFound) as info:
         driver_class("queue", "sqs")
 
     message = info.value.message
     assert isinstance(info.value, ConfigError)
     assert info.value.code == "driver_not_found"
-    assert "pip install toren-sqs" in message
     assert "TOREN_QUEUE=sqs" in message
-    assert "installed: postgres" in message
+    assert "not yet available" in message
+    assert "installed queue driver: postgres (toren-postgres)" in message
+    assert "pip install" not in message
 
 
-def test_missing_runtime_driver_names_its_distribution() -> None:
+def test_the_planned_fargate_runtime_names_no_package() -> None:
     with pytest.raises(DriverNotFound) as info:
         driver_class("runtime", "fargate")
 
-    assert "pip install toren-aws" in info.value.message
     assert "TOREN_RUNTIME=fargate" in info.value.message
+    assert "not yet available" in info.value.message
+    assert "inprocess (toren)" in info.value.message
+    assert "pip install" not in info.value.message
 
 
-def test_unknown_driver_guesses_the_package_name() -> None:
+@pytest.mark.parametrize("name", ["dynamo", "mysql", "postgres2"])
+def test_an_unknown_driver_invites_no_install_of_a_guessed_package(name: str) -> None:
     with pytest.raises(DriverNotFound) as info:
-        driver_class("store", "dynamo")
+        driver_class("store", name)
 
-    assert "pip install toren-dynamo" in info.value.message
-    assert "TOREN_STORE=dynamo" in info.value.message
+    message = info.value.message
+    assert f"TOREN_STORE={name}" in message
+    assert "pip install" not in message
+    assert f"toren-{name}" not in message
+    assert "no Toren distribution provides it" in message
+    assert "installed store driver: postgres (toren-postgres)" in message
+
+
+def test_only_published_distributions_are_suggested() -> None:
+    # what a user without toren-postgres would read
+    message = missing_driver_message(KINDS["store"], "postgres")
+
+    assert message.endswith(": pip install toren-postgres")
+    assert set(KNOWN_DISTRIBUTIONS.values()) == {"toren", "toren-postgres"}
+    assert not set(KNOWN_DISTRIBUTIONS) & set(PLANNED_DRIVERS)
 
 
 def test_settings_pick_drivers_from_the_environment() -> None:

@@ -1,4 +1,4 @@
-"""The house rules that tools can check: lint and types of the kernel's public surface."""
+"""The house rules that tools can check: lint, types (mypy strict) and the layering."""
 
 from __future__ import annotations
 
@@ -22,7 +22,15 @@ def test_ruff_finds_nothing() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_public_surface_type_checks() -> None:
+def test_the_kernel_type_checks_strictly() -> None:
     done = subprocess.run([tool("mypy")], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_layers_hold() -> None:
+    """import-linter's contracts in pyproject.toml: the kernel imports no plugin, arrows point
+    surfaces -> host -> execution -> core, the core has no effects, the seams import no layer."""
+    done = subprocess.run([tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -12,10 +12,10 @@ from typing import Literal
 import pytest
 
 from toren.errors import ConfigError
-from toren.model import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
-from toren.plugins import PluginHost
+from toren.seams.model import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
+from toren.seams.plugins import PluginHost
+from toren.seams.tools import tool_from_function
 from toren.testing import ScriptedModel, ScriptedProvider, respond_with_tools
-from toren.tools import tool_from_function
 
 
 def lookup_topic(topic: str, depth: int = 2) -> str:

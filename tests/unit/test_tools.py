@@ -9,7 +9,7 @@ import pytest
 
 from toren import tool
 from toren.errors import ToolError
-from toren.tools import parse_docstring, tool_from_function, type_schema
+from toren.seams.tools import parse_docstring, tool_from_function, type_schema
 
 
 def search(

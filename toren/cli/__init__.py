@@ -52,7 +52,7 @@ app.add_typer(keys.app, name="keys")
 
 def _add_plugin_commands() -> None:
     from toren.config import Settings
-    from toren.plugins import PluginHost
+    from toren.seams.plugins import PluginHost
 
     PluginHost(Settings.from_env().load_plugins).add_commands(app)
 

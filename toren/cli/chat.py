@@ -20,7 +20,6 @@ from typing import Annotated, Any
 
 import typer
 
-from toren import events as ev
 from toren.cli.common import (
     DirsOption,
     load_runtime,
@@ -39,9 +38,10 @@ from toren.cli.output import (
 )
 from toren.cli.render import event_line
 from toren.client import TorenClient
+from toren.core import events as ev
+from toren.core.events import Event
 from toren.errors import ConfigError
-from toren.events import Event
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 HELP = ("Type a message and press Enter. /exit leaves (the session stays open: resume it "
         "later), /close ends the session, /help shows this.")

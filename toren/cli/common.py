@@ -11,7 +11,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from toren.cli.output import err_console
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 T = TypeVar("T")
 

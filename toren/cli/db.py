@@ -9,7 +9,7 @@ import typer
 
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 

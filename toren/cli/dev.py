@@ -15,9 +15,10 @@ from aiohttp import web
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
 from toren.errors import ConfigError
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 from toren.server.app import create_app
 from toren.server.auth import Command, keys_required, refuse_without_keys
+from toren.server.connections import ConnectionLimits, LimitedAppRunner
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8420
@@ -112,8 +113,10 @@ async def _serve(runtime: Runtime, *, host: str, as_json: bool, workers: bool,
     except BaseException:
         await runtime.stop()
         raise
-    app = create_app(runtime, require_keys=keys_required(command, host))
-    runner = web.AppRunner(app, access_log=None)
+    app = create_app(runtime, require_keys=keys_required(command, host), bound_host=host,
+                     allowed_hosts=runtime.settings.allowed_hosts)
+    runner = LimitedAppRunner(app, ConnectionLimits.from_settings(runtime.settings),
+                              access_log=None)
     try:
         await runtime.start_channels()
         await runner.setup()

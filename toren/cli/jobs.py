@@ -13,9 +13,9 @@ from rich.table import Table
 from toren.cli.common import with_database
 from toren.cli.output import JSON_OPTION_HELP, console, plain, print_json, print_table, safe
 from toren.cli.render import receipt_tables, run_summary, run_tree
+from toren.core.runs import RunRecord
 from toren.errors import RunNotFound, TorenError
-from toren.interfaces import RunRecord
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 app = typer.Typer(help="Runs: list, show, receipt, cancel.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
@@ -101,8 +101,13 @@ def list_runs(
     print_table(table)
 
 
+PromptsOption = Annotated[bool, typer.Option(
+    "--prompts", help="Also show the system prompt each task ran with (kept by the store).")]
+
+
 @app.command("show")
-def show(run_id: RunArgument, as_json: JsonOption = False) -> None:
+def show(run_id: RunArgument, as_json: JsonOption = False,
+         prompts: PromptsOption = False) -> None:
     """A run: status, stop reason, output, steps, tokens, cost, latest error; as a tree."""
 
     async def read(runtime: Runtime) -> dict[str, Any]:
@@ -111,7 +116,8 @@ def show(run_id: RunArgument, as_json: JsonOption = False) -> None:
     receipt: dict[str, Any] = with_database(read)
     if as_json:
         print_json(receipt["run"] | {"totals": receipt["totals"], "why": receipt["why"],
-                                     "tasks": [_task_brief(t) for t in receipt["tasks"]]})
+                                     "tasks": [_task_brief(t) for t in receipt["tasks"]]}
+                   | ({"prompts": receipt["prompts"]} if prompts else {}))
         return
     print_table(run_summary(receipt))
     if receipt["run"]["output"] is not None:
@@ -119,11 +125,26 @@ def show(run_id: RunArgument, as_json: JsonOption = False) -> None:
         console.print(plain(receipt["run"]["output"]), markup=False)
     console.print()
     console.print(run_tree(receipt))
+    if prompts:
+        for digest, tasks in _tasks_by_prompt(receipt).items():
+            console.print()
+            console.print(f"[bold]system prompt[/] of {', '.join(tasks)} (sha256 {digest[:12]})")
+            text = receipt["prompts"].get(digest)
+            console.print(text if text is not None else "(not kept: the task started before "
+                          "Toren kept prompts)", markup=False)
+
+
+def _tasks_by_prompt(receipt: dict[str, Any]) -> dict[str, list[str]]:
+    tasks: dict[str, list[str]] = {}
+    for task in receipt["tasks"]:
+        if task["prompt_sha256"] is not None:
+            tasks.setdefault(task["prompt_sha256"], []).append(f"task {task['task_id']}")
+    return tasks
 
 
 def _task_brief(task: dict[str, Any]) -> dict[str, Any]:
-    keys = ("task_id", "wave", "subagent", "model", "status", "stop_reason", "error", "steps",
-            "resumes", "totals")
+    keys = ("task_id", "wave", "subagent", "model", "prompt_sha256", "status", "stop_reason",
+            "error", "steps", "resumes", "totals")
     return {key: task[key] for key in keys}
 
 

@@ -9,8 +9,8 @@ from rich.table import Table
 
 from toren.cli.output import JSON_OPTION_HELP, print_json, print_table, safe
 from toren.config import Settings
-from toren.drivers import installed_drivers
-from toren.plugins import PluginHost
+from toren.seams.drivers import installed_drivers
+from toren.seams.plugins import PluginHost
 
 
 def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False

@@ -7,9 +7,9 @@ from typing import Any
 from rich.table import Table
 from rich.tree import Tree
 
-from toren import events as ev
 from toren.cli.output import safe
-from toren.events import Event
+from toren.core import events as ev
+from toren.core.events import Event
 
 
 def _short(text: str | None, limit: int = 100) -> str:

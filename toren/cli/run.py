@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from toren import events as ev
 from toren.cli.common import DirsOption, load_runtime, run_interruptible, stop_runtime
 from toren.cli.output import (
     JSON_OPTION_HELP,
@@ -19,7 +18,8 @@ from toren.cli.output import (
     safe,
 )
 from toren.cli.render import event_line, run_summary
-from toren.runtime import Runtime
+from toren.core import events as ev
+from toren.host.runtime import Runtime
 
 
 def run(

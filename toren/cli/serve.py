@@ -11,7 +11,7 @@ import typer
 from toren.cli import dev
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 from toren.server.auth import keys_required, refuse_without_keys
 
 #: ``toren.cli.dev.serve``'s signature: start the runtime, listen, run until a signal.

@@ -10,7 +10,7 @@ import typer
 
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 
 def worker(

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from toren.errors import ConfigError
-from toren.hookspecs import hookimpl
-from toren.model import (
+from toren.seams.hookspecs import hookimpl
+from toren.seams.model import (
     Model,
     ModelProvider,
     ModelRequest,

@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from aiohttp import web
 
 import toren
+from toren.errors import DatabaseUnavailable
 from toren.schemas import load_schema
 from toren.server import runs, sessions
 from toren.server.auth import auth_middleware
-from toren.server.context import RUNTIME
-from toren.server.errors import error_middleware, json_error
+from toren.server.context import RUNTIME, TRUSTED
+from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
+from toren.server.guard import allowed_host_names, browser_guard_middleware
 
 #: Request bodies larger than this are refused with 413 before they are read.
 MAX_BODY_BYTES = 1024 * 1024
 
 
-def create_app(runtime: toren.Runtime, *, require_keys: bool = True) -> web.Application:
+def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
+               bound_host: str = "127.0.0.1", allowed_hosts: Iterable[str] = ()
+               ) -> web.Application:
     """The HTTP API for ``runtime`` (which the caller starts and stops).
 
     With ``require_keys`` every route but ``/healthz`` and ``/openapi.json`` needs
-    ``Authorization: Bearer <key>`` (``toren.server.auth.keys_required`` decides).
+    ``Authorization: Bearer <key>`` (``toren.server.auth.keys_required`` decides). Without,
+    only requests for ``bound_host``, loopback names and ``allowed_hosts`` that no page on
+    another origin sent are served (``toren.server.guard``).
     """
+    guard = browser_guard_middleware(keys_required=require_keys,
+                                     allowed_hosts=allowed_host_names(bound_host, allowed_hosts))
     app = web.Application(
-        middlewares=[error_middleware, auth_middleware(runtime.store, enabled=require_keys)],
+        middlewares=[error_middleware, guard,
+                     auth_middleware(runtime.store, enabled=require_keys)],
         client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
     app.router.add_get("/healthz", healthz)
@@ -40,22 +51,32 @@ def live_window_s(runtime: toren.Runtime) -> float:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """``status`` and ``version_skew`` for anyone (a load balancer); the version, database
+    and live workers only for a trusted caller (a valid key, or keyless local use)."""
     runtime = request.app[RUNTIME]
     database = await runtime.store.health()
     workers: list[dict[str, object]] = []
     if database.get("reachable"):
-        for row in await runtime.store.live_workers(live_window_s(runtime)):
+        try:
+            rows = await runtime.store.live_workers(live_window_s(runtime))
+        except DatabaseUnavailable as exc:  # gone since the health check
+            database = {"reachable": False, "error": exc.message}
+            rows = []
+        for row in rows:
             workers.append({"id": row["id"], "version": row["version"],
                             "agents": list(row["agents"]), "hostname": row["hostname"],
                             "pid": row["pid"], "started_at": row["started_at"].isoformat(),
                             "last_heartbeat": row["heartbeat_at"].isoformat()})
     versions = sorted({str(worker["version"]) for worker in workers})
-    status = "ok" if database.get("reachable") else "degraded"
-    return web.json_response(
-        {"status": status, "version": toren.__version__, "database": database,
-         "workers": workers, "versions": versions, "version_skew": len(versions) > 1},
-        status=200 if status == "ok" else 503,
-    )
+    healthy = bool(database.get("reachable"))
+    body: dict[str, object] = {"status": "ok" if healthy else "degraded",
+                               "version_skew": len(versions) > 1}
+    if request.get(TRUSTED):
+        body |= {"version": toren.__version__, "database": database, "workers": workers,
+                 "versions": versions}
+    if healthy:
+        return web.json_response(body)
+    return web.json_response(body, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def openapi(request: web.Request) -> web.Response:

@@ -13,13 +13,16 @@ from typing import Literal
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from toren.interfaces import Store
+from toren.errors import DatabaseUnavailable
 from toren.keys import ApiKey, NoApiKeys
+from toren.seams.interfaces import Store
+from toren.server.context import BROWSER_CHECKS_PASSED, TRUSTED
 from toren.server.errors import error_body
 
 log = logging.getLogger(__name__)
 
-#: Paths anyone may read: load balancers probe the first, clients fetch the second.
+#: Paths anyone may read: load balancers probe the first, clients fetch the second. A valid
+#: key is optional on them; ``/healthz`` shows its details only with one.
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
 #: How long a verified key is trusted without asking the database again; also the longest a
 #: revoked key keeps working on a running server.
@@ -138,11 +141,28 @@ def auth_middleware(store: Store, *, enabled: bool = True,
     """
     cache = KeyCache(store, cache_ttl_s)
 
+    async def optional_key(header: str) -> ApiKey | None:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        try:
+            return await cache.verify(token.strip())
+        except DatabaseUnavailable:  # /healthz then says so, without the details
+            return None
+
     @web.middleware
     async def require_api_key(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not enabled or request.path in PUBLIC_PATHS:
+        if not enabled:
+            request[TRUSTED] = request.get(BROWSER_CHECKS_PASSED, True)
             return await handler(request)
         header = request.headers.get("Authorization", "")
+        if request.path in PUBLIC_PATHS:
+            # a key is optional here: a valid one shows what only operators should see
+            key = await optional_key(header) if header else None
+            if key is not None:
+                request[API_KEY] = key
+            request[TRUSTED] = key is not None
+            return await handler(request)
         if not header:
             return unauthorized("this API needs an API key: send `Authorization: Bearer <key>` "
                                 "(create one with `toren keys create NAME`)")
@@ -155,6 +175,7 @@ def auth_middleware(store: Store, *, enabled: bool = True,
                      request.path)
             return unauthorized("the API key is not valid: it is unknown, malformed or revoked")
         request[API_KEY] = key
+        request[TRUSTED] = True
         return await handler(request)
 
     return require_api_key

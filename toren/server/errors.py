@@ -12,6 +12,9 @@ from toren.errors import TorenError
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: Seconds a client is asked to wait after a 503 (the database is away): the API serves
+#: again as soon as it is back, so this is short.
+RETRY_AFTER_S = 2
 
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
@@ -40,7 +43,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return json_error(400, "invalid_json", f"the request body is not valid JSON: {exc}")
     except TorenError as exc:
         status = exc.http_status or (503 if exc.retryable else 400)
-        return json_error(status, exc.code, exc.message)
+        response = json_error(status, exc.code, exc.message)
+        if status == 503:
+            response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
     except Exception:
         log.exception("unhandled error serving %s %s", request.method, request.path)
         return json_error(500, "internal_error", "internal error; see the server log")

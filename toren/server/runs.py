@@ -10,19 +10,19 @@ from typing import Any
 
 from aiohttp import web
 
-from toren import events as ev
-from toren.cursors import (
+from toren.core import events as ev
+from toren.core.decisions import unstorable
+from toren.core.events import Event
+from toren.core.runs import RunRecord
+from toren.errors import RunNotFound
+from toren.server.context import RUNTIME
+from toren.server.cursors import (
     InvalidCursor,
     decode_event_cursor,
     decode_page_cursor,
     encode_event_cursor,
     encode_page_cursor,
 )
-from toren.decisions import unstorable
-from toren.errors import RunNotFound
-from toren.events import Event
-from toren.interfaces import RunRecord
-from toren.server.context import RUNTIME
 from toren.server.errors import json_error
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,15 @@ def routes(app: web.Application) -> None:
 
 
 async def read_json_object(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400 naming what is wrong."""
-    raw = await request.read()
+    """The request body as a JSON object, or a 400 naming what is wrong (415 when it is not
+    sent as ``application/json``, 408 when it takes longer than ``TOREN_BODY_TIMEOUT``)."""
+    if request.content_type != "application/json":
+        # a web page can send a form or text/plain to any address without asking first;
+        # application/json it cannot
+        raise _client_error(web.HTTPUnsupportedMediaType, "unsupported_media_type",
+                            "send the body as JSON with `Content-Type: application/json` "
+                            f"(this request's is {request.content_type!r})")
+    raw = await _read_body(request)
     try:
         # JSON is UTF-8 and has no NaN or Infinity (RFC 8259); nesting too deep for the parser
         # is the client's error too
@@ -60,6 +67,27 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     if problem:
         raise _bad_request("unstorable_value", f"the request body cannot be stored: {problem}")
     return body
+
+
+async def _read_body(request: web.Request) -> bytes:
+    """The whole body, within ``TOREN_BODY_TIMEOUT`` seconds: a client that sends it slower
+    would hold a connection (and a file descriptor) as long as it likes."""
+    timeout_s = request.app[RUNTIME].settings.body_timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except TimeoutError:
+        log.info("closing %s %s: the body did not arrive within %gs (TOREN_BODY_TIMEOUT)",
+                 request.method, request.path, timeout_s)
+        raise _client_error(web.HTTPRequestTimeout, "request_timeout",
+                            f"the request body did not arrive within {timeout_s:g} seconds",
+                            headers={"Connection": "close"}) from None
+
+
+def _client_error(kind: type[web.HTTPClientError], code: str, message: str,
+                  headers: dict[str, str] | None = None) -> web.HTTPClientError:
+    return kind(text=json.dumps({"error": {"code": code, "message": message}}),
+                content_type="application/json", headers=headers)
 
 
 def _not_json(constant: str) -> Any:
@@ -76,9 +104,8 @@ def _header_text(value: str) -> str:
         return raw.decode("latin-1")
 
 
-def _bad_request(code: str, message: str) -> web.HTTPBadRequest:
-    return web.HTTPBadRequest(text=json.dumps({"error": {"code": code, "message": message}}),
-                              content_type="application/json")
+def _bad_request(code: str, message: str) -> web.HTTPClientError:
+    return _client_error(web.HTTPBadRequest, code, message)
 
 
 async def read_agent_body(request: web.Request, fields: tuple[str, ...]) -> dict[str, Any]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from toren.core.sessions import MAX_MESSAGE_CHARS
 from toren.server.context import RUNTIME
 from toren.server.errors import json_error
 from toren.server.runs import idempotency_key, read_agent_body, read_json_object
-from toren.sessions import MAX_MESSAGE_CHARS
 
 
 def routes(app: web.Application) -> None:

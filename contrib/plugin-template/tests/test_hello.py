@@ -10,9 +10,9 @@ import toren_hello
 
 from toren.agents import load_agent
 from toren.config import Settings
-from toren.model import Message, ModelRequest
-from toren.plugins import PluginHost
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
+from toren.seams.model import Message, ModelRequest
+from toren.seams.plugins import PluginHost
 from toren.testing import ScriptedModel
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_anthropic import TEST_KEY, FakeAnthropic, FakeFactory
 
 from toren.config import Settings
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 #: Variables that would let a developer's own setup leak into what the SDK does.
 _SDK_ENV = ("ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_PROFILE",

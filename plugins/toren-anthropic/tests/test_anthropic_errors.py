@@ -17,8 +17,8 @@ from toren_anthropic.errors import provider_error, retry_after_s
 from toren_anthropic.provider import AnthropicModel, AnthropicProvider
 
 from toren.errors import ContextWindowExceeded, ProviderError
-from toren.model import Message, ModelRequest
-from toren.plugins import PluginHost
+from toren.seams.model import Message, ModelRequest
+from toren.seams.plugins import PluginHost
 
 MODEL = "anthropic/claude-sonnet-4-6"
 REQUEST = ModelRequest(MODEL, "Be brief.", (Message("user", "hello"),))

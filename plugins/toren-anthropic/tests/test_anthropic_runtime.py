@@ -11,12 +11,13 @@ import fake_anthropic as fake
 import pytest
 from fake_anthropic import FakeFactory
 
-from toren.compaction import SUMMARY_PREFIX, SUMMARY_SYSTEM
+from toren.core.catalog import validate_event
+from toren.core.compaction import SUMMARY_PREFIX, SUMMARY_SYSTEM
+from toren.core.events import Event
+from toren.core.pricing import Pricing
 from toren.errors import ProviderError
-from toren.events import Event, validate_event
-from toren.model import Usage
-from toren.pricing import Pricing
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
+from toren.seams.model import Usage
 from toren.testing import write_agent_dir
 
 #: The ``anthropic_runtime`` fixture: ``await make([agent_dir], **settings)`` -> a Runtime.

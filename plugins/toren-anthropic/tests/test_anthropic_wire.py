@@ -9,10 +9,10 @@ from toren_anthropic import wire
 from toren_anthropic.prices import PRICES, price_for
 from toren_anthropic.provider import AnthropicProvider
 
-from toren.compaction import summary_request
+from toren.core.compaction import summary_request
+from toren.core.pricing import Pricing
 from toren.errors import ConfigError
-from toren.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
-from toren.pricing import Pricing
+from toren.seams.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
 
 LOOKUP = ToolSpec("lookup", "Look up a city.", {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})

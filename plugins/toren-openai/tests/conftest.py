@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from fake_openai import FakeOpenAI
 
 from toren.config import Settings
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
 
 #: Fast timings so retries and lease expiry take fractions of a second.
 FAST = {"lease_ttl_s": 1.0, "retry_base_s": 0.05, "retry_max_delay_s": 0.2,

@@ -12,7 +12,7 @@ from fake_openai import CHAT_PATH, MODELS_PATH, Fail, completion, rate_limited, 
 from toren_openai.provider import OpenAIModel, OpenAIProvider
 
 from toren.errors import ContextWindowExceeded, ProviderError
-from toren.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
+from toren.seams.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
 
 REQUEST = ModelRequest(model="openai/gpt-4o-mini", system="Be brief.",
                        messages=(Message("user", "2+3?"),),

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from toren.events import validate_event
+from toren.core.catalog import validate_event
 from toren.testing import OutputProcess, write_agent_dir
 
 #: The console script installed next to this interpreter.

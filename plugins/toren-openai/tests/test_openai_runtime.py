@@ -8,13 +8,14 @@ from typing import Any
 import pytest
 from fake_openai import Fail, completion, rate_limited, tool_call, usage
 
-from toren.compaction import SUMMARY_SYSTEM
 from toren.config import Settings
+from toren.core.catalog import validate_event
+from toren.core.compaction import SUMMARY_SYSTEM
+from toren.core.events import Event
+from toren.core.runs import RunRecord
 from toren.errors import MissingEnvError, ProviderError
-from toren.events import Event, validate_event
-from toren.interfaces import RunRecord
-from toren.plugins import PluginHost
-from toren.runtime import Runtime
+from toren.host.runtime import Runtime
+from toren.seams.plugins import PluginHost
 from toren.testing import write_agent_dir
 
 ADD_TOOL = '''

@@ -13,7 +13,7 @@ from toren_openai import errors, prices, wire
 from toren_openai.provider import OpenAIProvider, is_openai_endpoint
 
 from toren.errors import ConfigError, ContextWindowExceeded, ProviderError
-from toren.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
+from toren.seams.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
 
 ADD = ToolSpec("add", "Add two integers.", {
     "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},

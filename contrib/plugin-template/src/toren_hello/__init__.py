@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import toren
-from toren.channels import Channel
+from toren.seams.channels import Channel
 
 __version__ = "0.1.0"
 

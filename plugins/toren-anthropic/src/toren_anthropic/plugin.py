@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from toren import hookimpl
-from toren.model import ModelProvider
+from toren.seams.model import ModelProvider
 from toren_anthropic.provider import AnthropicProvider
 
 

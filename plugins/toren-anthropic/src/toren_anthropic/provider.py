@@ -10,7 +10,7 @@ import anthropic
 
 from toren.config import positive_number
 from toren.errors import ConfigError, ProviderError
-from toren.model import Model, ModelProvider, ModelRequest, ModelResponse
+from toren.seams.model import Model, ModelProvider, ModelRequest, ModelResponse
 from toren_anthropic import wire
 from toren_anthropic.errors import KEY_VAR, TIMEOUT_VAR, api_detail, provider_error
 from toren_anthropic.prices import price_for

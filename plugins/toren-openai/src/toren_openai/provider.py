@@ -11,7 +11,7 @@ import openai
 
 from toren.config import positive_number
 from toren.errors import ConfigError, ProviderError
-from toren.model import Model, ModelProvider, ModelRequest, ModelResponse
+from toren.seams.model import Model, ModelProvider, ModelRequest, ModelResponse
 from toren_openai import errors, prices, wire
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ import asyncio
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from toren.errors import ConfigError, DatabaseUnavailable
+from toren.errors import ConfigError, DatabaseTlsError, DatabaseUnavailable
 
 
 def describe_url(url: str) -> str:
@@ -49,6 +49,32 @@ async def check_connection(url: str, timeout_s: float) -> str:
         lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
         reason = " ".join(line if line[-1] in ".?!" or line is lines[-1] else line + "."
                           for line in lines) or type(exc).__name__
+        tls_hint = _tls_hint(reason)
+        if tls_hint is not None:
+            raise DatabaseTlsError(f"cannot connect to Postgres at {where}: {reason}; "
+                                   f"{tls_hint}") from None
         if "timeout" in reason.lower():
             reason += " (TOREN_CONNECT_TIMEOUT raises the limit)"
         raise DatabaseUnavailable(f"cannot connect to Postgres at {where}: {reason}") from None
+
+
+#: libpq's words for a server certificate it refused, and what to do about each.
+_TLS_HINTS = (
+    ("certificate verify failed",
+     "the server's certificate is not signed by a CA this client trusts: set sslrootcert= in "
+     "DATABASE_URL to the file of the CA that signed it (sslrootcert=system for the "
+     "system's CAs)"),
+    ("does not match host name",
+     "the certificate does not hold the host name in DATABASE_URL: connect with a name it "
+     "holds, or issue the server a certificate for this one (sslmode=verify-full checks it)"),
+    ("root certificate file",
+     "sslrootcert= must name a readable file holding the CA certificate"),
+)
+
+
+def _tls_hint(reason: str) -> str | None:
+    """What to do about a refused certificate, or ``None`` if ``reason`` is not one."""
+    for words, hint in _TLS_HINTS:
+        if words in reason:
+            return hint
+    return None

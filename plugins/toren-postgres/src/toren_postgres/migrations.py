@@ -18,7 +18,7 @@ from psycopg import sql
 
 from toren.agents import AgentSpec
 from toren.errors import ConfigError, MigrationError
-from toren.interfaces import Migration
+from toren.seams.interfaces import Migration
 from toren_postgres.queries import query
 
 CONTROL_SCOPE = "control"

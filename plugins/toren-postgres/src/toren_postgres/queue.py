@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from toren.config import Settings
 from toren.errors import ConfigError
-from toren.interfaces import OutgoingMessage, Queue, QueueMessage, Store
+from toren.seams.interfaces import OutgoingMessage, Queue, QueueMessage, Store
 from toren_postgres.queries import query
 
 log = logging.getLogger(__name__)

@@ -17,17 +17,20 @@ from psycopg.types.json import Json, Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from toren.agents import schema_name_for
+from toren.core.events import Event, NewEvent
+from toren.core.runs import KEEP, RunRecord, RunUpdate
 from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled
-from toren.events import Event, NewEvent
-from toren.interfaces import KEEP, Lease, LeaseBusy, OutgoingMessage, RunRecord, RunUpdate
+from toren.seams.interfaces import Lease, LeaseBusy, OutgoingMessage
 from toren_postgres.queries import query
 
 
 @cache
 def agent_query(name: str, schema: str) -> sql.Composed:
-    """A named query with ``{runs}``/``{events}`` bound to one agent's schema (cached)."""
+    """A named query with ``{runs}``/``{events}``/``{prompts}`` bound to one agent's schema
+    (cached)."""
     return sql.SQL(query(name)).format(
-        runs=sql.Identifier(schema, "runs"), events=sql.Identifier(schema, "events"))
+        runs=sql.Identifier(schema, "runs"), events=sql.Identifier(schema, "events"),
+        prompts=sql.Identifier(schema, "prompts"))
 
 
 def _messages_json(messages: Sequence[OutgoingMessage]) -> Jsonb:
@@ -66,6 +69,8 @@ class RunLog:
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
+        #: Prompts this process saved (or found saved), by agent and SHA-256.
+        self._kept_prompts: set[tuple[str, str]] = set()
 
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
@@ -285,6 +290,20 @@ class RunLog:
                                         {"run_id": run_id, "after": Jsonb(dict(after or {}))})
             rows = await cursor.fetchall()
         return [Event(run_id, stream, seq, kind, data, at) for stream, seq, kind, data, at in rows]
+
+    async def save_prompt(self, agent: str, sha256: str, text: str) -> None:
+        if (agent, sha256) in self._kept_prompts:
+            return  # kept already: a task start costs no extra round trip after the first
+        async with self.pool.connection() as conn:
+            await conn.execute(agent_query("save_prompt", schema_name_for(agent)),
+                               {"sha256": sha256, "text": text})
+        self._kept_prompts.add((agent, sha256))
+
+    async def load_prompts(self, agent: str, hashes: Sequence[str]) -> dict[str, str]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(agent_query("load_prompts", schema_name_for(agent)),
+                                        {"hashes": list(hashes)})
+            return dict(await cursor.fetchall())
 
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:

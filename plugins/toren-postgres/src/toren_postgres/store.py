@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout, TooManyRequests
 
-from toren import events as ev
 from toren.agents import AgentSpec
 from toren.config import Settings
+from toren.core import events as ev
+from toren.core.events import Event, NewEvent
 from toren.errors import DatabaseUnavailable, TorenError
-from toren.events import Event, NewEvent
-from toren.interfaces import (
-    Lease,
-    LeaseBusy,
-    Migration,
-    OutgoingMessage,
-    RunRecord,
-    RunUpdate,
-    Store,
-)
 from toren.keys import (
     ApiKey,
     check_key_name,
@@ -34,13 +27,68 @@ from toren.keys import (
     parse_key,
     parse_key_reference,
 )
+from toren.seams.interfaces import (
+    Lease,
+    LeaseBusy,
+    Migration,
+    OutgoingMessage,
+    RunRecord,
+    RunUpdate,
+    Store,
+)
 from toren_postgres import migrations
 from toren_postgres.connection import check_connection, describe_url
 from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
 from toren_postgres.queries import query
 from toren_postgres.runs import RunLog
 
+_Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
 
+
+#: SQLSTATEs of a server that is going away or not yet accepting connections (class 08 is
+#: the connection exceptions).
+_SERVER_UNAVAILABLE = frozenset({"57P01", "57P02", "57P03"})
+
+
+def unreachable(exc: psycopg.OperationalError) -> bool:
+    """Whether ``exc`` says the database cannot be reached (no connection within the pool's
+    timeout, a connection lost or refused), rather than that a statement failed."""
+    if isinstance(exc, PoolTimeout | PoolClosed | TooManyRequests):
+        return True
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _SERVER_UNAVAILABLE
+
+
+def _translate_unreachable(method: _Method) -> _Method:
+    @functools.wraps(method)
+    async def translated(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(self, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            if not unreachable(exc):
+                raise
+            # the driver's words may name hosts and addresses: they stay in the cause
+            reason = (f"no database connection within {self.settings.pool_timeout_s:g}s "
+                      "(TOREN_POOL_TIMEOUT)" if isinstance(exc, PoolTimeout)
+                      else "the connection to the database was lost")
+            raise DatabaseUnavailable(f"the database is unavailable: {reason}; retry "
+                                      "shortly") from exc
+
+    return translated  # type: ignore[return-value]
+
+
+def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
+    """Every public coroutine method of ``cls`` raises ``DatabaseUnavailable`` (retryable;
+    503 on the HTTP API) when the database cannot be reached. Translated here, at the
+    store's edge: inside, ``RunLog`` still sees psycopg's errors (it tells a lost commit
+    from a lost connection by them)."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.iscoroutinefunction(member):
+            setattr(cls, name, _translate_unreachable(member))
+    return cls
+
+
+@_translating_unreachable
 class PostgresStore(Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME."""
 
@@ -72,9 +120,16 @@ class PostgresStore(Store):
             self.embedded = await asyncio.to_thread(ensure_embedded, self.settings.home)
             self.url = self.embedded.url
         self.server_version = await check_connection(self.url, self.settings.connect_timeout_s)
+        # A call waits at most pool_timeout_s for a connection, so an outage is a quick
+        # DatabaseUnavailable. A lost connection is retried with backoff for as long, then
+        # afresh on the next call: the pool's backoff would otherwise grow for 5 minutes and
+        # leave the server failing for tens of seconds after the database is back.
         self._pool = AsyncConnectionPool(
             self.url, min_size=1, max_size=max(2, self.settings.pool_size),
-            kwargs={"autocommit": True}, open=False, name="toren",
+            kwargs={"autocommit": True,
+                    "connect_timeout": max(1, round(self.settings.connect_timeout_s))},
+            timeout=self.settings.pool_timeout_s,
+            reconnect_timeout=self.settings.pool_timeout_s, open=False, name="toren",
         )
         try:
             await self._pool.open(wait=True, timeout=self.settings.connect_timeout_s + 5)
@@ -108,7 +163,8 @@ class PostgresStore(Store):
                     await conn.execute("SELECT 1")
             return {"reachable": True, "server_version": self.server_version}
         except (TimeoutError, psycopg.Error, RuntimeError) as exc:
-            return {"reachable": False, "error": str(exc) or type(exc).__name__}
+            return {"reachable": False, "error": " ".join(str(exc).split())
+                    or type(exc).__name__}
 
     # -- runs and the event log ------------------------------------------------------------
 
@@ -193,6 +249,12 @@ class PostgresStore(Store):
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
         return await self.log.live_workers(max_age_s)
 
+    async def save_prompt(self, agent: str, sha256: str, text: str) -> None:
+        await self.log.save_prompt(agent, sha256, text)
+
+    async def load_prompts(self, agent: str, hashes: Sequence[str]) -> dict[str, str]:
+        return await self.log.load_prompts(agent, hashes)
+
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:
         return await self.log.ensure_messages(agent, run_id, messages)
@@ -254,21 +316,18 @@ class PostgresStore(Store):
             return None
         prefix, secret = parsed
         presented = hash_secret(secret)
-        try:
-            async with (self.pool.connection() as conn,
-                        conn.cursor(row_factory=dict_row) as cursor):
-                await cursor.execute(query("find_key"), {"prefix": prefix})
-                for row in await cursor.fetchall():
-                    if not hmac.compare_digest(row.pop("hash"), presented):
-                        continue
-                    if row.pop("stale"):
-                        await cursor.execute(query("touch_key"), {"id": row["id"]})
-                        touched = await cursor.fetchone()
-                        if touched is not None:  # else a concurrent request recorded it
-                            row["last_used_at"] = touched["last_used_at"]
-                    return _key_record(row)
-        except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(f"cannot check the API key: {exc}") from exc
+        async with (self.pool.connection() as conn,
+                    conn.cursor(row_factory=dict_row) as cursor):
+            await cursor.execute(query("find_key"), {"prefix": prefix})
+            for row in await cursor.fetchall():
+                if not hmac.compare_digest(row.pop("hash"), presented):
+                    continue
+                if row.pop("stale"):
+                    await cursor.execute(query("touch_key"), {"id": row["id"]})
+                    touched = await cursor.fetchone()
+                    if touched is not None:  # else a concurrent request recorded it
+                        row["last_used_at"] = touched["last_used_at"]
+                return _key_record(row)
         return None
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import typer
 
 import toren
-from toren.channels import Channel
-from toren.model import Model, ModelProvider, ModelRequest, ModelResponse
+from toren.seams.channels import Channel
+from toren.seams.model import Model, ModelProvider, ModelRequest, ModelResponse
 
 
 def echo_upper(text: str) -> str:

@@ -415,3 +415,11 @@ SET last_used_at = now()
 WHERE id = %(id)s AND revoked_at IS NULL
   AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
 RETURNING last_used_at;
+
+-- save_prompt --
+-- Content-addressed: a prompt already kept is not written again.
+INSERT INTO {prompts} (sha256, text) VALUES (%(sha256)s, %(text)s)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- load_prompts --
+SELECT sha256, text FROM {prompts} WHERE sha256 = ANY(%(hashes)s);

@@ -1,0 +1,4 @@
+def f(x: str) -> str:
+    return x
+
+raise KeyboardInterrupt

@@ -1,0 +1,5 @@
+class Stop(BaseException):
+    pass
+
+
+raise Stop("stop everything")

@@ -1,0 +1,666 @@
+"""Agent directories: agent.yaml + prompt.md + tools.py + subagents/*.md, validated at load time."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NoReturn
+
+import jsonschema
+
+from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
+from toren.config import positive_number
+from toren.core.limits import Compaction, Limits
+from toren.core.pricing import Pricing
+from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
+from toren.schemas import load_schema
+from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
+
+AGENT_FILE = "agent.yaml"
+#: Called with a model id; raises ``ConfigError`` when no installed provider serves it.
+ModelCheck = Callable[[str], object]
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,56}$")
+SUBAGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+#: Largest prompt file (``prompt.md``, each ``subagents/*.md``) in bytes. A system prompt goes
+#: with every model call, so a bigger file is a mistake (a log, a data dump, a device) that
+#: would be paid for on every step.
+MAX_PROMPT_BYTES = 1024 * 1024
+#: Seconds that importing ``tools.py`` or ``workflow.py`` may take (``TOREN_IMPORT_TIMEOUT``).
+IMPORT_TIMEOUT_ENV = "TOREN_IMPORT_TIMEOUT"
+DEFAULT_IMPORT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class SubagentSpec:
+    """A named task agent from ``subagents/<name>.md``."""
+
+    name: str
+    description: str
+    model: str
+    prompt: str
+    tools: dict[str, Tool]
+    limits: Limits
+    path: Path
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """A loaded, validated agent directory."""
+
+    name: str
+    directory: Path
+    model: str
+    prompt: str
+    description: str = ""
+    limits: Limits = field(default_factory=Limits)
+    tools: dict[str, Tool] = field(default_factory=dict)
+    env: tuple[str, ...] = ()
+    subagents: dict[str, SubagentSpec] = field(default_factory=dict)
+    base_url: str | None = None
+    pricing: dict[str, Pricing] = field(default_factory=dict)
+    compaction: Compaction = field(default_factory=Compaction)
+    #: ``async def workflow(ctx)`` from ``workflow.py``; ``None`` runs the agent as one task.
+    workflow: Callable[..., Any] | None = None
+    #: ``allowOutsideFiles``: definition files may be symbolic links out of the directory.
+    allow_outside_files: bool = False
+
+    @property
+    def schema_name(self) -> str:
+        return schema_name_for(self.name)
+
+    @property
+    def model_ids(self) -> list[str]:
+        """The agent's model and its subagents' models, each once."""
+        return list(dict.fromkeys([self.model, *(s.model for s in self.subagents.values())]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "description": self.description, "model": self.model,
+            "directory": str(self.directory), "schema": self.schema_name,
+            "limits": self.limits.to_json(), "tools": list(self.tools), "env": list(self.env),
+            "subagents": {name: {"model": sub.model, "tools": list(sub.tools),
+                                 "description": sub.description}
+                          for name, sub in self.subagents.items()},
+            "baseUrl": self.base_url, "workflow": self.workflow is not None,
+            "pricing": {model: price.to_json() for model, price in self.pricing.items()},
+        }
+
+
+def schema_name_for(name: str) -> str:
+    """The Postgres schema of an agent: ``my-crew`` -> ``agent_my_crew``."""
+    return "agent_" + name.replace("-", "_")
+
+
+def discover_agent_dirs(dirs: Sequence[Path] | None = None) -> list[Path]:
+    """Agent directories under ``dirs`` (default: the current directory).
+
+    Each given directory counts if it holds an ``agent.yaml``, and so does each of its
+    immediate subdirectories that holds one.
+    """
+    roots = list(dirs) if dirs else [Path.cwd()]
+    found: list[Path] = []
+    for root in roots:
+        root = root.resolve()
+        if not root.is_dir():
+            raise AgentDefinitionError(f"{root}: not a directory")
+        matches = [root] if (root / AGENT_FILE).is_file() else []
+        matches += sorted(child for child in root.iterdir()
+                          if child.is_dir() and (child / AGENT_FILE).is_file())
+        if not matches:
+            raise AgentDefinitionError(
+                f"{root}: no {AGENT_FILE} here or in its immediate subdirectories; "
+                "create one with `toren init NAME`, or point --dir at an agent directory"
+            )
+        found += [m for m in matches if m not in found]
+    return found
+
+
+def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
+                known_models: ModelCheck | None = None, *,
+                import_timeout_s: float | None = None) -> list[AgentSpec]:
+    """Load every agent directory; names must map to distinct schema names.
+
+    ``tools`` are the plugin-registered tools agents may enable; ``known_models``, if given, is
+    called with each model id and raises ``ConfigError`` for one no provider serves.
+    ``import_timeout_s`` bounds the import of each ``tools.py`` and ``workflow.py`` (default:
+    ``TOREN_IMPORT_TIMEOUT``, else 10 s).
+    """
+    agents: list[AgentSpec] = []
+    by_schema: dict[str, AgentSpec] = {}
+    for directory in dirs:
+        agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s)
+        other = by_schema.get(agent.schema_name)
+        if other is not None:
+            raise AgentDefinitionError(
+                f"agent {agent.name!r} ({agent.directory}) and agent {other.name!r} "
+                f"({other.directory}) both map to the database schema {agent.schema_name}; "
+                "rename one of them (name: in agent.yaml)"
+            )
+        by_schema[agent.schema_name] = agent
+        agents.append(agent)
+    return agents
+
+
+def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
+               known_models: ModelCheck | None = None, *,
+               import_timeout_s: float | None = None) -> AgentSpec:
+    """Load and validate one agent directory, or raise ``AgentDefinitionError``."""
+    directory = directory.resolve()
+    timeout_s = import_timeout() if import_timeout_s is None else import_timeout_s
+    yaml_path = directory / AGENT_FILE
+    if not yaml_path.is_file():
+        raise AgentDefinitionError(f"no {AGENT_FILE} in this directory", path=str(directory))
+    located = load_located(read_definition(yaml_path, max_bytes=MAX_CHARS), path=str(yaml_path))
+    if located.data is None:
+        located.data = {}
+    validate_against_schema(located, load_schema("agent.schema.json"), str(yaml_path))
+    data: dict[str, Any] = located.data
+
+    name = data.get("name") or directory.name
+    if "name" not in data:
+        check_agent_name(name, where=f"{directory} (the directory's name; set name: "
+                                     f"in {AGENT_FILE} to choose another)")
+    model = data["model"]
+    if known_models is not None:
+        _check_model(known_models, model, str(yaml_path), located.line_of(("model",)))
+
+    allow_outside = bool(data.get("allowOutsideFiles", False))
+    prompt_file = data.get("prompt", "prompt.md")
+    prompt = _read_prompt(directory, prompt_file, yaml_path, located, allow_outside)
+    for code_file in ("tools.py", "workflow.py"):
+        if (directory / code_file).is_file():
+            check_inside(directory, directory / code_file, allow_outside)
+    crew_tools = load_tools_file(directory / "tools.py", name, timeout_s=timeout_s)
+    enabled = dict(crew_tools)
+    for index, tool_name in enumerate(data.get("tools", [])):
+        available = tools or {}
+        if tool_name not in available:
+            raise AgentDefinitionError(
+                f"unknown tool {tool_name!r} in tools:{_suggest(tool_name, available)}; "
+                f"installed plugin tools: {', '.join(sorted(available)) or 'none'}",
+                path=str(yaml_path), line=located.line_of(("tools", index)))
+        if tool_name in crew_tools:
+            raise AgentDefinitionError(
+                f"tool {tool_name!r} is defined in tools.py and also enabled from "
+                f"{available[tool_name].source}; rename the function in tools.py",
+                path=str(yaml_path), line=located.line_of(("tools", index)))
+        enabled[tool_name] = available[tool_name]
+    limits = Limits.from_yaml(data.get("limits"))
+    agent = AgentSpec(
+        name=name, directory=directory, model=model, prompt=prompt,
+        description=data.get("description", ""), limits=limits, tools=enabled,
+        env=tuple(data.get("env", ())), base_url=data.get("baseUrl"),
+        pricing={model_id: Pricing.from_yaml(price)
+                 for model_id, price in data.get("pricing", {}).items()},
+        compaction=Compaction.from_yaml(data.get("compaction")),
+        workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
+        allow_outside_files=allow_outside,
+    )
+    subagents = load_subagents(agent, known_models)
+    return AgentSpec(**{**agent.__dict__, "subagents": subagents})
+
+
+def check_agent_name(name: str, *, where: str) -> None:
+    if not NAME_PATTERN.match(name):
+        raise AgentDefinitionError(
+            f"{where}: agent name {name!r} cannot be mapped to a database schema name: use "
+            "lowercase letters, digits, '-' and '_', starting with a letter, at most 57 "
+            "characters (my-crew becomes schema agent_my_crew)"
+        )
+
+
+def validate_against_schema(located: LocatedYaml, schema: dict[str, Any], path: str) -> None:
+    """Validate parsed YAML; the first error (by line) names file, line, field and a fix."""
+    validator = jsonschema.Draft202012Validator(schema)
+    if not isinstance(located.data, dict):
+        raise AgentDefinitionError(
+            f"expected a mapping of keys ({', '.join(schema.get('properties', {}))}), "
+            f"got {type(located.data).__name__}", path=path, line=located.line_of(()))
+    # A misspelt key also makes a required one "missing": report the misspelling first.
+    problems = sorted(
+        ((error.validator == "required", *_describe_error(error, located))
+         for error in validator.iter_errors(located.data)),
+        key=lambda problem: (problem[0], problem[1] or 0, problem[2]))
+    if problems:
+        _required, line, message = problems[0]
+        more = f" ({len(problems) - 1} more problem(s) after this one)" if len(problems) > 1 else ""
+        raise AgentDefinitionError(message + more, path=path, line=line)
+
+
+def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
+                    ) -> tuple[int | None, str]:
+    at = tuple(error.absolute_path)
+    field_name = ".".join(str(part) for part in at) or "(top level)"
+    if error.validator == "additionalProperties":
+        allowed = list(error.schema.get("properties", {}))
+        unknown = [key for key in error.instance if key not in allowed]
+        key = unknown[0]
+        where = f"{field_name}." if at else ""
+        return (located.line_of((*at, key), key=True),
+                f"unknown key {_short(where + key)}{_suggest(key, allowed)}; valid keys here: "
+                f"{', '.join(allowed)}")
+    if error.validator == "required":
+        return located.line_of(at), f"{field_name}: {error.message}"
+    if error.validator == "pattern" and at == ("name",):
+        return located.line_of(at), (
+            f"agent name {_short(error.instance)} cannot be mapped to a database schema name: use "
+            "lowercase letters, digits, '-' and '_', starting with a letter, at most 57 "
+            "characters (my-crew becomes schema agent_my_crew)")
+    if error.validator == "pattern" and at and at[-1] == "model":
+        return located.line_of(at), (f"{field_name}: {_short(error.instance)} is not a provider "
+                                     "prefix and a model name; write '<provider>/<model>', "
+                                     "e.g. toren/scripted")
+    if error.validator == "type":
+        expected = error.validator_value
+        return located.line_of(at), (f"{field_name}: expected {expected}, got "
+                                     f"{_json_type(error.instance)} {_short(error.instance)}")
+    if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
+        return located.line_of((*at, error.instance), key=True), (
+            f"{field_name}: the key {_short(error.instance)} is not a model id; write "
+            "'<provider>/<model>', e.g. toren/scripted")
+    if len(error.message) > 2 * _SHORT:  # jsonschema's message repeats the whole value
+        return located.line_of(at), (f"{field_name}: {_short(error.instance)} is invalid "
+                                     f"({error.validator}: {_short(error.validator_value)})")
+    return located.line_of(at), f"{field_name}: {error.message}"
+
+
+_SHORT = 80
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, cut to a length that fits in a one-line error."""
+    text = repr(value)
+    return text if len(text) <= _SHORT else f"{text[:_SHORT - 20]}... ({len(text):,} characters)"
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+            dict: "mapping", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _check_model(known_models: ModelCheck, model: str, path: str, line: int | None) -> None:
+    try:
+        known_models(model)
+    except TorenError as exc:
+        raise AgentDefinitionError(f"model: {exc.message}", path=path, line=line) from exc
+
+
+def import_timeout(env: Mapping[str, str] | None = None) -> float:
+    """Seconds an import of ``tools.py`` or ``workflow.py`` may take: ``TOREN_IMPORT_TIMEOUT``,
+    else 10."""
+    return positive_number(os.environ if env is None else env, IMPORT_TIMEOUT_ENV,
+                           DEFAULT_IMPORT_TIMEOUT_S, float)
+
+
+def check_inside(directory: Path, path: Path, allow_outside: bool) -> None:
+    """Refuse a definition file that resolves outside ``directory`` (a resolved path).
+
+    A symbolic link out of the directory would not travel with it, and it exposes whatever it
+    points at: a ``prompt.md`` linked to ``/etc/passwd`` is sent to the model provider.
+    ``allowOutsideFiles: true`` in agent.yaml allows it.
+    """
+    if allow_outside:
+        return
+    try:
+        target = path.resolve(strict=False)
+    except (OSError, RuntimeError) as exc:  # a loop of symbolic links
+        raise AgentDefinitionError(f"cannot be resolved: {exc}", path=str(path)) from None
+    if not target.is_relative_to(directory):
+        raise AgentDefinitionError(
+            f"resolves to {target}, outside the agent directory (through a symbolic link); "
+            "copy the file into the directory, or set allowOutsideFiles: true in "
+            f"{AGENT_FILE} to allow it", path=str(path))
+
+
+def _read_prompt(directory: Path, prompt_file: str, yaml_path: Path,
+                 located: LocatedYaml, allow_outside: bool = False) -> str:
+    line = located.line_of(("prompt",)) if "prompt" in located.data else None
+    relative = Path(prompt_file)
+    # The directory is the unit that is deployed: a prompt from elsewhere would not travel with it.
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise AgentDefinitionError(
+            f"prompt: {_short(prompt_file)} is not a file inside the agent directory; give a "
+            "path relative to it, such as prompt.md", path=str(yaml_path), line=line)
+    prompt_path = directory / relative
+    if prompt_path.is_symlink() or prompt_path.exists():
+        check_inside(directory, prompt_path, allow_outside)
+    if prompt_path.is_dir():
+        raise AgentDefinitionError(f"prompt: {prompt_path} is a directory; name the file that "
+                                   "holds the system prompt", path=str(yaml_path), line=line)
+    if not prompt_path.is_file():
+        raise AgentDefinitionError(
+            f"the prompt file {prompt_path.name} is missing: create {prompt_path} with the "
+            "system prompt, or set prompt: to the file that holds it",
+            path=str(yaml_path), line=line)
+    return read_definition(prompt_path, max_bytes=MAX_PROMPT_BYTES, hint=PROMPT_TOO_LARGE)
+
+
+PROMPT_TOO_LARGE = ("a prompt goes with every model call; shorten it, or let the agent read "
+                    "long reference material through a tool")
+
+
+def read_definition(path: Path, *, max_bytes: int | None = None,
+                    hint: str = "keep long text in prompt.md") -> str:
+    """A file of an agent directory as text (a UTF-8 byte order mark is dropped).
+
+    Raises ``AgentDefinitionError`` if it cannot be read, is larger than ``max_bytes`` (the
+    error ends with ``hint``) or is not UTF-8. At most ``max_bytes + 1`` bytes are read, so a
+    file that grows, or one whose size the file system does not report, cannot exhaust memory.
+    """
+    try:
+        size = path.stat().st_size
+        if max_bytes is None:
+            raw = path.read_bytes()
+        else:
+            too_large = (f"more than the {max_bytes:,} bytes an agent definition of its kind may "
+                         f"have; {hint}")
+            if size > max_bytes:
+                raise AgentDefinitionError(f"the file is {size:,} bytes, {too_large}",
+                                           path=str(path))
+            with path.open("rb") as file:
+                raw = file.read(max_bytes + 1)
+            if len(raw) > max_bytes:  # it grew, or its size is not reported (/proc, devices)
+                raise AgentDefinitionError(f"the file holds {too_large}", path=str(path))
+    except OSError as exc:
+        raise AgentDefinitionError(f"cannot be read: {exc.strerror or exc}",
+                                   path=str(path)) from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise AgentDefinitionError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} cannot be "
+                                   "decoded); save the file as UTF-8", path=str(path),
+                                   line=line) from None
+
+
+def load_tools_file(path: Path, agent_name: str, *,
+                    timeout_s: float | None = None) -> dict[str, Tool]:
+    """Every public function defined in ``tools.py`` as a tool (empty if there is no file).
+
+    The import may take ``timeout_s`` (default: ``TOREN_IMPORT_TIMEOUT``, else 10 s).
+    """
+    if not path.is_file():
+        return {}
+    module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_tools",
+                          import_timeout() if timeout_s is None else timeout_s)
+    found: dict[str, Tool] = {}
+    for attr, value in vars(module).items():
+        if attr.startswith("_"):
+            continue
+        if not inspect.isfunction(value):
+            if hasattr(value, TOOL_MARK) and not isinstance(value, ModuleType):
+                raise AgentDefinitionError(
+                    f"{attr} is marked with @tool but is a {type(value).__name__}, not a "
+                    "function; tools are functions (def or async def)", path=str(path),
+                    line=_source_line(value))
+            continue
+        if value.__module__ != module.__name__:
+            continue  # imported helpers are not tools
+        try:
+            tool = tool_from_function(value, source=str(path))
+        except ToolError as exc:
+            raise AgentDefinitionError(exc.message, path=str(path),
+                                       line=_source_line(value)) from exc
+        if tool.name in found:
+            raise AgentDefinitionError(f"two functions are named tool {tool.name!r}",
+                                       path=str(path), line=_source_line(value))
+        found[tool.name] = tool
+    return found
+
+
+def _source_line(value: object) -> int | None:
+    """The line that defines ``value``, if it has one (``exec`` and C code have none)."""
+    try:
+        return inspect.getsourcelines(value)[1]  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
+
+
+def load_workflow_file(path: Path, agent_name: str, *,
+                       timeout_s: float | None = None) -> Callable[..., Any] | None:
+    """``async def workflow(ctx)`` from ``workflow.py``, or ``None`` if there is no file.
+
+    The import may take ``timeout_s`` (default: ``TOREN_IMPORT_TIMEOUT``, else 10 s).
+    """
+    if not path.is_file():
+        return None
+    module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_workflow",
+                          import_timeout() if timeout_s is None else timeout_s)
+    function = getattr(module, "workflow", None)
+    if function is None:
+        raise AgentDefinitionError("defines no `async def workflow(ctx)`", path=str(path))
+    if not inspect.iscoroutinefunction(function):
+        kind = "a plain def" if inspect.isfunction(function) else type(function).__name__
+        raise AgentDefinitionError(f"`workflow` must be an async function, "
+                                   f"`async def workflow(ctx)`, not {kind}", path=str(path),
+                                   line=_source_line(function))
+    return function  # type: ignore[no-any-return]
+
+
+class _ExitAtImport(BaseException):
+    """``os._exit`` was called by the thread importing an agent's code (see ``_import_file``)."""
+
+    def __init__(self, status: object) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+#: Threads importing agent code now, and the ``os._exit`` to restore when none is.
+_importing: set[threading.Thread] = set()
+_importing_lock = threading.Lock()
+_real_exit = os._exit
+
+
+def _exit_unless_importing(status: int) -> NoReturn:
+    if threading.current_thread() in _importing:
+        raise _ExitAtImport(status)
+    _real_exit(status)
+
+
+def _watch_exit(thread: threading.Thread, watching: bool) -> None:
+    """Make ``os._exit`` raise in ``thread`` (while ``watching``); other threads exit as usual."""
+    global _real_exit
+    with _importing_lock:
+        if watching:
+            if not _importing:
+                _real_exit = os._exit
+                os._exit = _exit_unless_importing
+            _importing.add(thread)
+        else:
+            _importing.discard(thread)
+            if not _importing and os._exit is _exit_unless_importing:
+                os._exit = _real_exit
+
+
+def _import_file(path: Path, module_name: str, timeout_s: float) -> ModuleType:
+    """Import ``path`` as ``module_name``; any failure is an ``AgentDefinitionError`` naming it.
+
+    Code at the top of the file runs here, at startup, and three things in it would otherwise
+    stop the process with no word about the file: a loop or a wait that never ends, a
+    ``BaseException`` (``SystemExit``, ``KeyboardInterrupt``...), and ``os._exit``. So the
+    import runs in a daemon thread that the loader waits on for at most ``timeout_s``. A
+    thread cannot be killed: after the timeout it is abandoned, and because it is a daemon the
+    process can still exit with the error (the CLI does). A child process could be killed,
+    but the module's import-time code would run twice (once to probe, once to use, every side
+    effect doubled), and the functions the agent calls must live in this process anyway.
+    ``os._exit`` skips every handler, so while the thread imports, ``os._exit`` called from
+    it raises instead (calls from other threads exit as usual). One consequence of the
+    thread: code that must run in the main thread, such as ``signal.signal``, fails at import.
+    """
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    loader = spec.loader
+    module = importlib.util.module_from_spec(spec)
+    failure: list[BaseException] = []
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            loader.exec_module(module)
+        except BaseException as exc:  # everything is reported by the loading thread
+            failure.append(exc)
+        finally:
+            finished.set()
+
+    thread = threading.Thread(target=run, name=f"toren-import-{module_name}", daemon=True)
+    sys.modules[module_name] = module
+    _watch_exit(thread, True)
+    try:
+        thread.start()
+        done = finished.wait(timeout_s)
+    finally:
+        _watch_exit(thread, False)
+    if not done:
+        sys.modules.pop(module_name, None)
+        raise AgentDefinitionError(
+            f"importing it did not finish within {timeout_s:g} s ({IMPORT_TIMEOUT_ENV}); "
+            "code at the top of the file runs at startup and must return quickly: move loops "
+            "and waits into a function (if it only imports slow libraries, raise the timeout)",
+            path=str(path), line=_running_line(thread, path))
+    if not failure:
+        return module
+    sys.modules.pop(module_name, None)
+    exc = failure[0]
+    line = _failing_line(exc, path)
+    if isinstance(exc, SyntaxError):
+        raise AgentDefinitionError(f"syntax error: {exc.msg}", path=str(path),
+                                   line=exc.lineno) from None
+    if isinstance(exc, SystemExit | _ExitAtImport):
+        # e.g. a script's sys.exit() or argparse outside `if __name__ == "__main__":`
+        called = "sys.exit" if isinstance(exc, SystemExit) else "os._exit"
+        status = exc.code if isinstance(exc, SystemExit) else exc.status
+        raise AgentDefinitionError(
+            f"importing it called {called}({status!r}); code that runs on import must not "
+            "exit: move it under `if __name__ == \"__main__\":`", path=str(path),
+            line=line) from None
+    detail = " ".join(str(exc).split())  # one line, whatever the exception said
+    if isinstance(exc, Exception):
+        raise AgentDefinitionError(f"importing it failed: {type(exc).__name__}: {detail}",
+                                   path=str(path), line=line) from exc
+    # KeyboardInterrupt, GeneratorExit, a BaseException subclass: not errors a module's
+    # import may end with, and a raw one would escape every handler with a bare traceback
+    raise AgentDefinitionError(
+        f"importing it raised {type(exc).__name__}{': ' + detail if detail else ''}, which "
+        "stops a process rather than reporting an error; raise an Exception instead, or "
+        "remove the code that raises it", path=str(path), line=line) from None
+
+
+def _running_line(thread: threading.Thread, path: Path) -> int | None:
+    """The line of ``path`` that ``thread`` is running now (where a hung import hangs)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    target = str(path.resolve())
+    while frame is not None:
+        if frame.f_code.co_filename in (target, str(path)):
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _failing_line(exc: BaseException, path: Path) -> int | None:
+    """The last line of ``path`` in the traceback of ``exc``."""
+    target = str(path.resolve())
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if f.filename == target or f.filename == str(path)]
+    return frames[-1].lineno if frames else None
+
+
+FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*\r?\n?", re.DOTALL | re.MULTILINE)
+FRONT_MATTER_START = re.compile(r"\A---[ \t]*\r?\n")
+
+
+def load_subagents(agent: AgentSpec,
+                   known_models: ModelCheck | None = None) -> dict[str, SubagentSpec]:
+    """``subagents/*.md`` of an agent: YAML front matter between ``---`` lines, then the prompt."""
+    folder = agent.directory / "subagents"
+    if not folder.is_dir():
+        return {}
+    root = load_schema("agent.schema.json")
+    schema = {"$schema": root["$schema"], "$defs": root["$defs"], **root["$defs"]["subagent"]}
+    subagents: dict[str, SubagentSpec] = {}
+    for path in sorted(folder.glob("*.md")):
+        name = path.stem
+        if not SUBAGENT_NAME.match(name):
+            raise AgentDefinitionError(
+                f"subagent name {_short(name)} (the file name) is invalid: use lowercase "
+                "letters, digits, '-' and '_', starting with a letter", path=str(path))
+        check_inside(agent.directory, path, agent.allow_outside_files)
+        if not path.is_file():
+            raise AgentDefinitionError("is not a file; a subagent is a Markdown file "
+                                       "subagents/<name>.md", path=str(path))
+        text = read_definition(path, max_bytes=MAX_PROMPT_BYTES, hint=PROMPT_TOO_LARGE)
+        match = FRONT_MATTER.match(text)
+        if match is None and FRONT_MATTER_START.match(text):
+            raise AgentDefinitionError("the front matter that starts here has no closing '---' "
+                                       "line; end it with a line of three dashes before the "
+                                       "prompt", path=str(path), line=1)
+        front = match.group(1) if match else ""
+        body = text[match.end():] if match else text
+        located = load_located(front, path=str(path), line_offset=1)
+        if located.data is None:
+            located.data = {}
+        validate_against_schema(located, schema, str(path))
+        data: dict[str, Any] = located.data
+        model = data.get("model", agent.model)
+        if known_models is not None and "model" in data:
+            _check_model(known_models, model, str(path), located.line_of(("model",)))
+        tools = dict(agent.tools)
+        if "tools" in data:
+            tools = {}
+            for index, tool_name in enumerate(data["tools"]):
+                if tool_name not in agent.tools:
+                    raise AgentDefinitionError(
+                        f"unknown tool {tool_name!r}{_suggest(tool_name, agent.tools)}; a "
+                        "subagent may use the agent's tools: "
+                        f"{', '.join(agent.tools) or 'none'}",
+                        path=str(path), line=located.line_of(("tools", index)))
+                tools[tool_name] = agent.tools[tool_name]
+        if not body.strip():
+            raise AgentDefinitionError("the prompt (the text after the front matter) is empty",
+                                       path=str(path))
+        subagents[name] = SubagentSpec(
+            name=name, description=data.get("description", ""), model=model,
+            prompt=body.strip() + "\n", tools=tools,
+            limits=Limits.from_yaml(data.get("limits"), agent.limits), path=path,
+        )
+    return subagents
+
+
+def missing_env(agents: Iterable[AgentSpec], extra: Mapping[str, Iterable[str]] | None = None,
+                env: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """Map each missing environment variable to the agents that need it."""
+    env = os.environ if env is None else env
+    missing: dict[str, list[str]] = {}
+    for agent in agents:
+        needed = list(agent.env) + list((extra or {}).get(agent.name, ()))
+        for var in needed:
+            if not env.get(var):
+                missing.setdefault(var, [])
+                if agent.name not in missing[var]:
+                    missing[var].append(agent.name)
+    return missing
+
+
+def check_env(agents: Iterable[AgentSpec], extra: Mapping[str, Iterable[str]] | None = None,
+              env: Mapping[str, str] | None = None) -> None:
+    """Raise ``MissingEnvError`` listing every missing variable (and who needs it) at once."""
+    missing = missing_env(agents, extra, env)
+    if missing:
+        listed = "; ".join(f"{var} (needed by {', '.join(names)})"
+                           for var, names in sorted(missing.items()))
+        raise MissingEnvError(f"missing environment variables: {listed}. Set them, e.g. "
+                              f"export {sorted(missing)[0]}=...")

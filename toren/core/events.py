@@ -1,0 +1,451 @@
+"""The event catalog: every fact Toren records, one frozen class per event type.
+
+A run has one ``run`` stream (written by the orchestrator holding the run lease) and one
+``task:<id>`` stream per task (written by that task's lease holder). Each class below is the
+single source of truth for its event's payload: execution records instances of them, the fold
+reads their attributes, and ``schemas/events.schema.json`` is generated from them
+(``toren.core.catalog``; a test fails when the file and the classes disagree).
+
+The classes are ``msgspec`` structs: one declaration gives typed attributes, strict decoding of
+what the log holds (an unknown or missing field is an error, not a silent ``None``), fast
+encoding on the append path, and the JSON Schema of the catalog. A field with a default is left
+out of the stored JSON while it has its default, so optional facts (``session``, ``purpose``)
+appear only when they are true.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+import msgspec
+
+RUN_STREAM = "run"
+
+#: Why a task or run stopped: the single documented enum (docs/reference/events.md).
+StopReason = Literal["end_turn", "max_steps", "max_waves", "budget_exhausted", "cancelled",
+                     "error"]
+#: The outcome a stop reason implies (``status_for``).
+TaskStatus = Literal["completed", "stopped", "failed", "cancelled"]
+STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
+#: Run statuses; the last four are terminal. ``awaiting_input``: a session waits for a message.
+RUN_STATUSES = ("queued", "running", "awaiting_input", "completed", "stopped", "failed",
+                "cancelled")
+TERMINAL_STATUSES = frozenset({"completed", "stopped", "failed", "cancelled"})
+
+Epoch = Annotated[int, msgspec.Meta(
+    ge=1, description="Fencing epoch of the lease under which the event was written.")]
+Step = Annotated[int, msgspec.Meta(ge=1)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+#: A structured error: at least ``code`` and ``message`` (retries add ``attempt``).
+ErrorInfo = Annotated[dict[str, Any], msgspec.Meta(
+    description="A structured error: code and message (and attempt for retries).")]
+AnyJson = Annotated[Any, msgspec.Meta(description="Any JSON value.")]
+SessionFlag = Annotated[bool, msgspec.Meta(
+    description="True on a session's events: the task takes turns (UserMessage, TurnEnded) "
+                "instead of starting from input. Absent otherwise.")]
+Purpose = Annotated[Literal["compaction"] | None, msgspec.Meta(
+    description="compaction on the model call that summarises older turns; absent on the "
+                "task's own calls (which count as steps).")]
+
+
+def task_stream(task_id: str) -> str:
+    return f"task:{task_id}"
+
+
+def status_for(stop_reason: str) -> TaskStatus:
+    """The run/task status a stop reason implies."""
+    statuses: dict[str, TaskStatus] = {
+        "end_turn": "completed", "max_steps": "stopped", "max_waves": "stopped",
+        "budget_exhausted": "stopped", "cancelled": "cancelled"}
+    return statuses.get(stop_reason, "failed")
+
+
+class EventData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+                forbid_unknown_fields=True):
+    """The payload of one event type. ``stream`` says which stream it belongs on."""
+
+    stream: ClassVar[Literal["run", "task"]]
+
+    @classmethod
+    def type_name(cls) -> str:
+        """The event's ``type`` in the log: the class name."""
+        return cls.__name__
+
+
+# -- the run stream ----------------------------------------------------------------------------
+
+class RunCreated(EventData, frozen=True):
+    """A run was created (with its first task scheduled in the same transaction)."""
+
+    stream = "run"
+    agent: str
+    input: AnyJson
+    idempotency_key: str | None
+    session: SessionFlag = False
+
+
+class TaskScheduled(EventData, frozen=True):
+    """A task was scheduled; a queue message for it was sent in the same transaction."""
+
+    stream = "run"
+    task_id: str
+    subagent: str | None
+    input: AnyJson
+    wave: Annotated[int | None, msgspec.Meta(
+        description="The workflow wave that scheduled the task (absent for a single-task "
+                    "run).")] = None
+    session: SessionFlag = False
+
+
+class TaskAbsorbed(EventData, frozen=True):
+    """The orchestrator took a finished task's outcome into the run."""
+
+    stream = "run"
+    task_id: str
+    status: TaskStatus
+    stop_reason: StopReason
+    output: str | None
+    error: ErrorInfo | None
+    cost_usd: float
+
+
+class RunFinished(EventData, frozen=True):
+    """The run ended; its row carries the same status, stop reason, output and error."""
+
+    stream = "run"
+    status: TaskStatus
+    stop_reason: StopReason
+    output: str | None
+    error: ErrorInfo | None
+
+
+class RunCancelled(EventData, frozen=True):
+    """The run was cancelled from outside (CLI, API); its queued messages were dropped."""
+
+    stream = "run"
+    reason: str
+
+
+class RunDeadLettered(EventData, frozen=True):
+    """A message of the run was delivered too many times without completing; the run failed."""
+
+    stream = "run"
+    message_id: Count
+    kind: str
+    attempts: Count
+    reason: str
+    status: Literal["failed"]
+    stop_reason: Literal["error"]
+
+
+class WaveTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One task of a wave: its id ``w<wave>-<index>``, subagent and input."""
+
+    task_id: str
+    subagent: str
+    input: AnyJson
+
+
+class WaveStarted(EventData, frozen=True):
+    """Workflow code started a wave: its tasks (ids w<wave>-<index>), each scheduled in the same
+    transaction. A re-execution that asks for a different wave at this point is a
+    non-determinism error."""
+
+    stream = "run"
+    wave: Step
+    tasks: tuple[WaveTask, ...]
+
+
+class ValueRecorded(EventData, frozen=True):
+    """ctx.now() or ctx.uuid() returned this value; re-executions get it from the log."""
+
+    stream = "run"
+    n: Count
+    kind: Literal["now", "uuid"]
+    value: str
+
+
+class TimerStarted(EventData, frozen=True):
+    """await ctx.sleep(seconds) started a durable timer; a delayed run tick fires it."""
+
+    stream = "run"
+    timer: Step
+    seconds: Annotated[float, msgspec.Meta(ge=0)]
+    fire_at: str
+
+
+class TimerFired(EventData, frozen=True):
+    """The timer's tick arrived; the workflow continues past its sleep."""
+
+    stream = "run"
+    timer: Step
+
+
+class WorkflowLogged(EventData, frozen=True):
+    """ctx.log(message, **fields), recorded once."""
+
+    stream = "run"
+    n: Count
+    message: str
+    fields: dict[str, Any]
+
+
+# -- task streams ------------------------------------------------------------------------------
+
+class RecordedToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+                       forbid_unknown_fields=True):
+    """A tool call as the model asked for it, in ``ModelCallCompleted``."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    arguments_error: Annotated[str | None, msgspec.Meta(
+        description="Why the provider could not read the arguments (invalid JSON from the "
+                    "model); the call was not run.")] = None
+
+
+class TokenUsage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Token counts the provider reported for one call."""
+
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+    cache_read_tokens: Count = 0
+    cache_write_tokens: Count = 0
+
+
+class TaskStarted(EventData, frozen=True):
+    """A worker started the task. The conversation begins with input as the user message.
+
+    ``prompt_sha256`` names the system prompt, whose text the store keeps once per distinct
+    prompt (``Runtime.prompts``)."""
+
+    stream = "task"
+    task_id: str
+    subagent: str | None
+    model: str
+    input: AnyJson
+    limits: dict[str, Any]
+    tools: tuple[str, ...]
+    prompt_sha256: str
+    epoch: Epoch
+    session: SessionFlag = False
+
+
+class ModelCallStarted(EventData, frozen=True):
+    """A model call is about to be made (appended before the call; a call with no
+    ModelCallCompleted after it was in flight when its worker stopped)."""
+
+    stream = "task"
+    step: Step
+    epoch: Epoch
+    purpose: Purpose = None
+
+
+class ModelCallCompleted(EventData, frozen=True):
+    """A model responded. Appended before anything acts on the response."""
+
+    stream = "task"
+    step: Step
+    epoch: Epoch
+    model: str
+    text: str
+    tool_calls: tuple[RecordedToolCall, ...]
+    stop_reason: Literal["end_turn", "tool_use", "max_tokens"]
+    usage: TokenUsage
+    cost_usd: Annotated[float | None, msgspec.Meta(
+        description="null when the model's price is unknown")]
+    latency_ms: float
+    repeated: Annotated[bool, msgspec.Meta(
+        description="true when this call repeats one that was in flight when a previous "
+                    "worker stopped")]
+    purpose: Purpose = None
+    provider_data: Annotated[dict[str, Any] | None, msgspec.Meta(
+        description="What the provider needs back verbatim with this turn in later requests "
+                    "(e.g. Anthropic thinking blocks); opaque to Toren.")] = None
+
+
+class ToolCallStarted(EventData, frozen=True):
+    """A valid tool call is about to run (appended with the model response that asked for
+    it)."""
+
+    stream = "task"
+    step: Step
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    idempotency_key: str
+    epoch: Epoch
+
+
+ToolErrorKind = Literal["unknown_tool", "invalid_arguments", "exception", "interrupted",
+                        "timeout", "abandoned"]
+
+
+class ToolCallCompleted(EventData, frozen=True):
+    """A tool call's result (or a structured error: unknown tool, invalid arguments,
+    exception, interrupted)."""
+
+    stream = "task"
+    step: Step
+    call_id: str
+    name: str
+    output: str
+    is_error: bool
+    error_kind: ToolErrorKind | None
+    truncated: bool
+    original_bytes: Count
+    duration_ms: float
+    epoch: Epoch
+
+
+class RetryScheduled(EventData, frozen=True):
+    """A retryable error (429, 5xx, timeout); the task continues after delay_s via a delayed
+    message."""
+
+    stream = "task"
+    step: Step
+    attempt: Step
+    error: ErrorInfo
+    delay_s: float
+    next_attempt_at: Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+    epoch: Epoch
+
+
+class TaskFinished(EventData, frozen=True):
+    """The task ended."""
+
+    stream = "task"
+    task_id: str
+    status: TaskStatus
+    stop_reason: StopReason
+    output: str | None
+    error: ErrorInfo | None
+    steps: Count
+    cost_usd: float
+    epoch: Epoch
+
+
+class Compacted(EventData, frozen=True):
+    """Older turns were replaced by a summary, made by the compaction model call just before.
+    The fold replaces the first `replaced` messages by one user message holding the summary; a
+    resume reads it from the log."""
+
+    stream = "task"
+    step: Step
+    summary: str
+    replaced: Step
+    reason: Literal["threshold", "context_window_exceeded"]
+    tokens_before: int
+    tokens_after: int
+    epoch: Epoch
+
+
+class UserMessage(EventData, frozen=True):
+    """A user's message to a session, appended by the API (not a worker) in the same transaction
+    that took the turn: the run became running and the task was queued. The fold adds it to the
+    conversation as a user message."""
+
+    stream = "task"
+    turn: Annotated[int, msgspec.Meta(
+        ge=1, description="The turn this message starts (1 for the first message).")]
+    text: Annotated[str, msgspec.Meta(min_length=1)]
+    idempotency_key: Annotated[str | None, msgspec.Meta(
+        description="The Idempotency-Key the message was sent with: a message with the same "
+                    "key is not taken again.")] = None
+
+
+class TurnEnded(EventData, frozen=True):
+    """The agent finished its turn in a session; the run became awaiting_input in the same
+    commit."""
+
+    stream = "task"
+    turn: Count
+    stop_reason: Annotated[Literal["end_turn", "max_steps"], msgspec.Meta(
+        description="end_turn: the model answered; max_steps: the turn used the agent's "
+                    "max_steps model calls (the session stays open).")]
+    output: Annotated[str | None, msgspec.Meta(
+        description="The agent's reply (the last assistant text).")]
+    steps: Annotated[int, msgspec.Meta(ge=0, description="Model calls in this turn.")]
+    cost_usd: Annotated[float, msgspec.Meta(description="The session's cost so far.")]
+    epoch: Epoch
+
+
+class CloseRequested(EventData, frozen=True):
+    """The user closed the session (appended by the API while it awaited input). The task
+    finishes at once with stop reason end_turn and the last reply as output."""
+
+    stream = "task"
+    reason: str
+
+
+#: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
+EVENT_CLASSES: tuple[type[EventData], ...] = (
+    RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
+    WaveStarted, ValueRecorded, TimerStarted, TimerFired, WorkflowLogged,
+    TaskStarted, ModelCallStarted, ModelCallCompleted, ToolCallStarted, ToolCallCompleted,
+    RetryScheduled, TaskFinished, Compacted, UserMessage, TurnEnded, CloseRequested,
+)
+
+# The type names, for readers of stored events (receipts, the CLI, the API) that look at
+# ``Event.type`` without decoding the payload.
+RUN_CREATED = RunCreated.__name__
+TASK_SCHEDULED = TaskScheduled.__name__
+TASK_ABSORBED = TaskAbsorbed.__name__
+RUN_FINISHED = RunFinished.__name__
+RUN_CANCELLED = RunCancelled.__name__
+RUN_DEAD_LETTERED = RunDeadLettered.__name__
+WAVE_STARTED = WaveStarted.__name__
+VALUE_RECORDED = ValueRecorded.__name__
+TIMER_STARTED = TimerStarted.__name__
+TIMER_FIRED = TimerFired.__name__
+WORKFLOW_LOGGED = WorkflowLogged.__name__
+TASK_STARTED = TaskStarted.__name__
+MODEL_CALL_STARTED = ModelCallStarted.__name__
+MODEL_CALL_COMPLETED = ModelCallCompleted.__name__
+TOOL_CALL_STARTED = ToolCallStarted.__name__
+TOOL_CALL_COMPLETED = ToolCallCompleted.__name__
+RETRY_SCHEDULED = RetryScheduled.__name__
+TASK_FINISHED = TaskFinished.__name__
+COMPACTED = Compacted.__name__
+USER_MESSAGE = UserMessage.__name__
+TURN_ENDED = TurnEnded.__name__
+CLOSE_REQUESTED = CloseRequested.__name__
+#: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
+#: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
+TASK_CHECKPOINT = "TaskCheckpoint"
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event about to be appended, as the store writes it (its sequence number is assigned
+    by the append). Make one from a typed event with ``NewEvent.of``."""
+
+    type: str
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: msgspec.Struct) -> NewEvent:
+        """The stored form of a typed event (fields at their default are left out)."""
+        return cls(type(event).__name__, msgspec.to_builtins(event))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "data": self.data}
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event read back from the log (``toren.core.catalog.decode`` types its ``data``)."""
+
+    run_id: str
+    stream: str
+    seq: int
+    type: str
+    data: dict[str, Any]
+    created_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "stream": self.stream, "seq": self.seq, "type": self.type,
+                "data": self.data,
+                "created_at": self.created_at.isoformat() if self.created_at else None}

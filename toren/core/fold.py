@@ -1,0 +1,246 @@
+"""The fold: pure functions from a stream's typed events to its state. No I/O, no clocks.
+
+``TaskState`` is a struct whose fields are the whole state: a ``TaskCheckpoint`` is that state
+encoded as it is (``snapshot``), and restoring one copies every field back, so a field added to
+the state can never be left out of a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from toren.core import events as ev
+from toren.core.compaction import compacted
+from toren.seams.model import Message, ToolCall
+
+
+def input_text(value: Any) -> str:
+    """A run or task input as the text the model reads (JSON for structured input)."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+class PendingToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A tool call recorded as started with no recorded result."""
+
+    step: int
+    call: ToolCall
+    idempotency_key: str
+    epoch: int
+
+
+class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Everything a worker needs to continue a task, folded from its ``task:<id>`` stream."""
+
+    next_seq: int = 1
+    started: ev.TaskStarted | None = None
+    messages: list[Message] = msgspec.field(default_factory=list)
+    steps: int = 0
+    model_call_pending: ev.ModelCallStarted | None = None
+    #: Started tool calls with no result yet, in the order they were recorded.
+    pending_tools: list[PendingToolCall] = msgspec.field(default_factory=list)
+    cost_usd: float = 0.0
+    unknown_cost_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    consecutive_invalid_calls: int = 0
+    compactions: int = 0
+    #: A compaction happened after the latest main model call (a context-length error right
+    #: after one is not retried with another).
+    compacted_since_call: bool = False
+    retry: ev.RetryScheduled | None = None
+    finished: ev.TaskFinished | None = None
+    epochs: list[int] = msgspec.field(default_factory=list)
+    #: The sequence number of the latest checkpoint folded (0: none).
+    last_checkpoint_seq: int = 0
+    #: The task is a session's conversation (it takes turns instead of finishing).
+    session: bool = False
+    #: Messages the user sent to the session so far (the current turn's number).
+    turns: int = 0
+    #: ``steps`` when the current turn began (``max_steps`` counts per turn in a session).
+    turn_first_step: int = 0
+    #: The current turn ended; the session waits for the user's next message.
+    awaiting_input: bool = False
+    close_requested: ev.CloseRequested | None = None
+
+    def snapshot(self) -> TaskCheckpoint:
+        """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
+        fields = {name: _copy(getattr(self, name)) for name in self.__struct_fields__}
+        return TaskCheckpoint(**fields | {"next_seq": self.next_seq + 1,
+                                          "last_checkpoint_seq": self.next_seq})
+
+    def restore(self, checkpoint: TaskState) -> None:
+        """Become the state a checkpoint recorded: every field, as the class declares them."""
+        for name in self.__struct_fields__:
+            setattr(self, name, _copy(getattr(checkpoint, name)))
+        # checkpoints written before this field was recorded sit at next_seq - 1 all the same
+        self.last_checkpoint_seq = self.next_seq - 1
+
+    @property
+    def last_assistant(self) -> Message | None:
+        for message in reversed(self.messages):
+            if message.role == "assistant":
+                return message
+        return None
+
+
+def _copy(value: Any) -> Any:
+    """A state field's value, its container copied: the state grows its lists in place, which
+    must never change a checkpoint (their items are immutable)."""
+    return type(value)(value) if isinstance(value, list | dict | set) else value
+
+
+class TaskCheckpoint(TaskState):
+    """The task's folded state so far (written every TOREN_CHECKPOINT_EVERY events, in the same
+    transaction as the events it follows). A resume reads the stream from its latest
+    checkpoint; folding the whole stream gives the same state."""
+
+    stream = "task"
+
+
+def checkpoint_due(state: TaskState, every: int) -> bool:
+    """Whether more than ``every`` events were appended since the latest checkpoint."""
+    return state.next_seq - state.last_checkpoint_seq > every
+
+
+def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> None:
+    """Fold one typed task event into ``state`` (in place)."""
+    if isinstance(event, TaskCheckpoint):
+        state.restore(event)
+        return
+    state.next_seq += 1
+    epoch = getattr(event, "epoch", None)
+    if epoch is not None and (not state.epochs or state.epochs[-1] != epoch):
+        state.epochs.append(epoch)
+    match event:
+        case ev.TaskStarted():
+            state.started = event
+            state.session = state.session or event.session
+            if not event.session:
+                state.messages.append(Message(role="user", text=input_text(event.input)))
+        case ev.UserMessage():
+            state.session = True
+            state.turns = event.turn
+            state.turn_first_step = state.steps
+            state.awaiting_input = False
+            state.consecutive_invalid_calls = 0
+            state.messages.append(Message(role="user", text=event.text))
+        case ev.TurnEnded():
+            state.awaiting_input = True
+        case ev.CloseRequested():
+            state.session = True
+            state.close_requested = event
+        case ev.ModelCallStarted():
+            state.model_call_pending = event
+        case ev.ModelCallCompleted():
+            _apply_model_call(state, event)
+        case ev.ToolCallStarted():
+            call = ToolCall(id=event.call_id, name=event.name, arguments=event.arguments)
+            state.pending_tools.append(PendingToolCall(event.step, call, event.idempotency_key,
+                                                       event.epoch))
+        case ev.ToolCallCompleted():
+            state.pending_tools = [p for p in state.pending_tools if p.call.id != event.call_id]
+            state.messages.append(Message(role="tool", text=event.output,
+                                          tool_call_id=event.call_id, is_error=event.is_error))
+            if event.error_kind in ("unknown_tool", "invalid_arguments"):
+                state.consecutive_invalid_calls += 1
+            else:
+                state.consecutive_invalid_calls = 0
+        case ev.Compacted():
+            state.messages = compacted(state.messages, event.replaced, event.summary)
+            state.compactions += 1
+            state.compacted_since_call = True
+        case ev.RetryScheduled():
+            state.retry = event
+            state.model_call_pending = None
+        case ev.TaskFinished():
+            state.finished = event
+
+
+def _apply_model_call(state: TaskState, event: ev.ModelCallCompleted) -> None:
+    state.model_call_pending = None
+    state.retry = None
+    if event.purpose != "compaction":
+        state.steps = event.step
+        state.compacted_since_call = False
+        calls = tuple(ToolCall(c.id, c.name, c.arguments, c.arguments_error)
+                      for c in event.tool_calls)
+        state.messages.append(Message(role="assistant", text=event.text, tool_calls=calls,
+                                      provider_data=event.provider_data))
+    state.input_tokens += event.usage.input_tokens
+    state.output_tokens += event.usage.output_tokens
+    if event.cost_usd is None:
+        state.unknown_cost_calls += 1
+    else:
+        state.cost_usd += event.cost_usd
+
+
+def fold_task(events: Iterable[ev.EventData | TaskCheckpoint]) -> TaskState:
+    """Fold the typed events of one task stream, in sequence order."""
+    state = TaskState()
+    for event in events:
+        apply_task_event(state, event)
+    return state
+
+
+class RunState(msgspec.Struct, kw_only=True):
+    """A run's orchestration state, folded from its ``run`` stream."""
+
+    next_seq: int = 1
+    agent: str = ""
+    input: Any = None
+    scheduled: dict[str, ev.TaskScheduled] = msgspec.field(default_factory=dict)
+    absorbed: dict[str, ev.TaskAbsorbed] = msgspec.field(default_factory=dict)
+    finished: ev.RunFinished | ev.RunDeadLettered | None = None
+    cancelled: ev.RunCancelled | None = None
+    waves: dict[int, ev.WaveStarted] = msgspec.field(default_factory=dict)
+    values: list[ev.ValueRecorded] = msgspec.field(default_factory=list)
+    timers: dict[int, ev.TimerStarted] = msgspec.field(default_factory=dict)
+    timers_fired: set[int] = msgspec.field(default_factory=set)
+    logs: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.finished is not None or self.cancelled is not None
+
+    @property
+    def unfinished_tasks(self) -> list[str]:
+        return [task_id for task_id in self.scheduled if task_id not in self.absorbed]
+
+
+def apply_run_event(state: RunState, event: ev.EventData) -> None:
+    """Fold one typed run event into ``state`` (in place)."""
+    state.next_seq += 1
+    match event:
+        case ev.RunCreated():
+            state.agent = event.agent
+            state.input = event.input
+        case ev.TaskScheduled():
+            state.scheduled[event.task_id] = event
+        case ev.TaskAbsorbed():
+            state.absorbed[event.task_id] = event
+        case ev.RunFinished() | ev.RunDeadLettered():
+            state.finished = event
+        case ev.RunCancelled():
+            state.cancelled = event
+        case ev.WaveStarted():
+            state.waves[event.wave] = event
+        case ev.ValueRecorded():
+            state.values.append(event)
+        case ev.TimerStarted():
+            state.timers[event.timer] = event
+        case ev.TimerFired():
+            state.timers_fired.add(event.timer)
+        case ev.WorkflowLogged():
+            state.logs += 1
+
+
+def fold_run(events: Iterable[ev.EventData]) -> RunState:
+    """Fold the typed events of a run stream, in sequence order."""
+    state = RunState()
+    for event in events:
+        apply_run_event(state, event)
+    return state

@@ -1,0 +1,53 @@
+"""Caps on a task and when to compact it: plain values read from agent.yaml by the agent loader
+and obeyed by the pure decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on one task (``limits:`` in agent.yaml or subagent front matter)."""
+
+    max_steps: int = 50
+    max_budget_usd: float | None = None
+    max_tool_output_bytes: int = 65536
+    max_waves: int | None = None
+    #: Seconds a tool call may take before Toren stops waiting for it (``timeout`` error).
+    tool_timeout_s: float = 300.0
+
+    @classmethod
+    def from_yaml(cls, data: Mapping[str, Any] | None, base: Limits | None = None) -> Limits:
+        base = base or cls()
+        data = data or {}
+        return cls(
+            max_steps=data.get("maxSteps", base.max_steps),
+            max_budget_usd=data.get("maxBudgetUsd", base.max_budget_usd),
+            max_tool_output_bytes=data.get("maxToolOutputBytes", base.max_tool_output_bytes),
+            max_waves=data.get("maxWaves", base.max_waves),
+            tool_timeout_s=data.get("toolTimeoutSeconds", base.tool_timeout_s),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"maxSteps": self.max_steps, "maxBudgetUsd": self.max_budget_usd,
+                "maxToolOutputBytes": self.max_tool_output_bytes, "maxWaves": self.max_waves,
+                "toolTimeoutSeconds": self.tool_timeout_s}
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """``compaction:`` in agent.yaml: when to summarise older turns of a task."""
+
+    enabled: bool = True
+    threshold_tokens: int | None = None
+    keep_recent_messages: int = 6
+
+    @classmethod
+    def from_yaml(cls, data: Mapping[str, Any] | None) -> Compaction:
+        data = data or {}
+        return cls(enabled=data.get("enabled", True),
+                   threshold_tokens=data.get("thresholdTokens"),
+                   keep_recent_messages=data.get("keepRecentMessages", 6))

@@ -1,0 +1,130 @@
+"""Receipts: what a run did and what it cost, computed from its events (a pure read model)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from toren.core import events as ev
+from toren.core.events import Event
+from toren.core.runs import RunRecord
+
+STOP_REASON_TEXT = {
+    "end_turn": "the model gave its final answer",
+    "max_steps": "the step cap (limits.maxSteps) was reached",
+    "max_waves": "the wave cap (limits.maxWaves) was reached",
+    "budget_exhausted": "the budget (limits.maxBudgetUsd) was spent",
+    "cancelled": "the run was cancelled",
+    "error": "an error stopped it",
+}
+
+
+def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
+    started = next((e.data for e in events if e.type == ev.TASK_STARTED), {})
+    finished = next((e.data for e in events if e.type == ev.TASK_FINISHED), None)
+    epochs = sorted({e.data["epoch"] for e in events if "epoch" in e.data})
+    last_epoch = epochs[-1] if epochs else None
+    model_calls = []
+    for e in events:
+        if e.type != ev.MODEL_CALL_COMPLETED:
+            continue
+        usage = e.data["usage"]
+        model_calls.append({
+            "step": e.data["step"], "model": e.data["model"],
+            "provider": e.data["model"].partition("/")[0],
+            "purpose": e.data.get("purpose", "step"),
+            "input_tokens": usage.get("input_tokens", 0),
+            "output_tokens": usage.get("output_tokens", 0),
+            "cache_read_tokens": usage.get("cache_read_tokens", 0),
+            "cache_write_tokens": usage.get("cache_write_tokens", 0),
+            "cost_usd": e.data["cost_usd"], "latency_ms": e.data["latency_ms"],
+            "repeated": e.data.get("repeated", False),
+            # paid once by an earlier worker; the worker that resumed read it from the log
+            "replayed": last_epoch is not None and e.data["epoch"] < last_epoch,
+            "at": e.created_at.isoformat() if e.created_at else None,
+        })
+    tool_calls = [{
+        "step": e.data["step"], "name": e.data["name"], "call_id": e.data["call_id"],
+        "is_error": e.data["is_error"], "error_kind": e.data.get("error_kind"),
+        "truncated": e.data.get("truncated", False), "duration_ms": e.data["duration_ms"],
+    } for e in events if e.type == ev.TOOL_CALL_COMPLETED]
+    keys = {e.data["call_id"]: e.data["idempotency_key"] for e in events
+            if e.type == ev.TOOL_CALL_STARTED}
+    for call in tool_calls:
+        call["idempotency_key"] = keys.get(call["call_id"])
+    retries = [{"step": e.data["step"], "attempt": e.data["attempt"], "error": e.data["error"],
+                "delay_s": e.data["delay_s"]} for e in events if e.type == ev.RETRY_SCHEDULED]
+    known = [c["cost_usd"] for c in model_calls if c["cost_usd"] is not None]
+    return {
+        "task_id": task_id, "subagent": started.get("subagent"), "model": started.get("model"),
+        "prompt_sha256": started.get("prompt_sha256"),
+        "status": finished["status"] if finished else "running",
+        "stop_reason": finished["stop_reason"] if finished else None,
+        "error": finished.get("error") if finished else None,
+        "steps": sum(1 for c in model_calls if c["purpose"] == "step"),
+        "compactions": sum(1 for e in events if e.type == ev.COMPACTED),
+        "resumes": max(0, len(epochs) - 1),
+        "model_calls": model_calls, "tool_calls": tool_calls, "retries": retries,
+        "totals": {
+            "model_calls": len(model_calls), "tool_calls": len(tool_calls),
+            "input_tokens": sum(c["input_tokens"] for c in model_calls),
+            "output_tokens": sum(c["output_tokens"] for c in model_calls),
+            "cost_usd": round(sum(known), 10),
+            "cost_unknown_calls": len(model_calls) - len(known),
+            "repeated_calls": sum(1 for c in model_calls if c["repeated"]),
+        },
+    }
+
+
+def _task_order(task_id: str) -> tuple[int, str]:
+    """w2-10 after w2-9: order wave tasks by their index, not as strings."""
+    index = task_id.rpartition("-")[2]
+    return (int(index), task_id) if index.isdigit() else (0, task_id)
+
+
+def prompt_hashes(events: Iterable[Event]) -> list[str]:
+    """The SHA-256 of every system prompt the run's tasks started with, each once."""
+    return list(dict.fromkeys(e.data["prompt_sha256"] for e in events
+                              if e.type == ev.TASK_STARTED))
+
+
+def build_receipt(record: RunRecord, events: Sequence[Event],
+                  prompts: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The receipt of a run from its row, every event of every stream and the text of its
+    prompts (SHA-256 -> text, as the store keeps them)."""
+    by_stream: dict[str, list[Event]] = {}
+    for event in events:
+        by_stream.setdefault(event.stream, []).append(event)
+    waves = {e.data["task_id"]: e.data.get("wave") for e in by_stream.get(ev.RUN_STREAM, [])
+             if e.type == ev.TASK_SCHEDULED}
+    tasks = [_task_receipt(stream.removeprefix("task:"), sorted(items, key=lambda e: e.seq))
+             | {"wave": waves.get(stream.removeprefix("task:"))}
+             for stream, items in sorted(by_stream.items()) if stream.startswith("task:")]
+    tasks.sort(key=lambda task: (task["wave"] or 0, _task_order(task["task_id"])))
+    totals = {key: sum(task["totals"][key] for task in tasks)
+              for key in ("model_calls", "tool_calls", "input_tokens", "output_tokens",
+                          "cost_unknown_calls", "repeated_calls")}
+    totals["cost_usd"] = round(sum(task["totals"]["cost_usd"] for task in tasks), 10)
+    totals["retries"] = sum(len(task["retries"]) for task in tasks)
+    by_subagent: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        who = by_subagent.setdefault(task["subagent"] or "(agent)", {
+            "tasks": 0, "model_calls": 0, "input_tokens": 0, "output_tokens": 0,
+            "cost_usd": 0.0, "cost_unknown_calls": 0})
+        who["tasks"] += 1
+        for key in ("model_calls", "input_tokens", "output_tokens", "cost_unknown_calls"):
+            who[key] += task["totals"][key]
+        who["cost_usd"] = round(who["cost_usd"] + task["totals"]["cost_usd"], 10)
+    reason = record.stop_reason
+    why = STOP_REASON_TEXT.get(reason or "", "it has not stopped yet")
+    if record.status == "awaiting_input":
+        why = "the session is waiting for the user's next message"
+    elif record.kind == "session" and reason == "end_turn":
+        why = "the session was closed"
+    if reason == "end_turn" and any(e.type == ev.WAVE_STARTED for e in events):
+        why = "the workflow returned"
+    if record.error and record.error.get("message"):
+        why = f"{why}: {record.error['message']}"
+    return {"run": record.to_json(), "status": record.status, "stop_reason": reason,
+            "why": why, "tasks": tasks, "totals": totals, "by_subagent": by_subagent,
+            "prompts": dict(prompts or {})}

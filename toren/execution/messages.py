@@ -1,0 +1,32 @@
+"""The queue messages that drive execution: what wakes a task, a run, or a durable timer.
+
+Made by execution (and by the host when it starts a run or takes a session's message); read by
+the worker, which hands each to ``work_task`` or ``tick_run`` by its ``kind``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toren.seams.interfaces import OutgoingMessage
+
+#: The task of a single-task run (and of a session): the agent itself.
+MAIN_TASK = "main"
+
+
+def task_message(task_id: str, subagent: str | None, task_input: Any,
+                 delay_s: float = 0.0) -> OutgoingMessage:
+    """The queue message that makes a worker work on a task."""
+    return OutgoingMessage("task", {"task_id": task_id, "subagent": subagent,
+                                    "input": task_input, "key": f"task:{task_id}"}, delay_s)
+
+
+def run_tick(reason: str) -> OutgoingMessage:
+    """The queue message that makes the orchestrator look at a run."""
+    return OutgoingMessage("run", {"reason": reason})
+
+
+def timer_message(number: int, seconds: float) -> OutgoingMessage:
+    """The run tick that fires durable timer ``number`` after ``seconds``."""
+    return OutgoingMessage("run", {"reason": f"timer {number}", "timer": number,
+                                   "key": f"timer:{number}"}, seconds)

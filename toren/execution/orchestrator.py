@@ -1,0 +1,102 @@
+"""The orchestrator: the holder of a run's lease absorbs finished tasks and finishes the run.
+
+A run tick (queue message kind ``run``) is sent when a run is created (workflows), when a task
+finishes, when a durable timer is due, and by the guardians for a run that lost its messages;
+a guardian's tick re-sends the message of any unfinished task or unfired timer that has none.
+"""
+
+from __future__ import annotations
+
+from toren.agents import AgentSpec
+from toren.core import events as ev
+from toren.core.catalog import decode, decode_events
+from toren.core.events import NewEvent
+from toren.core.fold import RunState, apply_run_event, fold_run
+from toren.core.runs import RunUpdate
+from toren.execution.messages import MAIN_TASK, task_message, timer_message
+from toren.execution.ports import ExecutionPorts
+from toren.execution.workflow import execute
+from toren.seams.interfaces import OutgoingMessage, QueueMessage
+
+
+def run_outcome(absorbed: dict[str, ev.TaskAbsorbed]) -> ev.RunFinished:
+    """A single-task run ends as its main task ended."""
+    main = absorbed[MAIN_TASK]
+    return ev.RunFinished(status=main.status, stop_reason=main.stop_reason, output=main.output,
+                          error=main.error)
+
+
+async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessage) -> None:
+    """Handle a ``run`` message: absorb finished tasks, fire a due timer, run the workflow (or
+    finish a single-task run), and append all of it in one transaction."""
+    assert message.run_id is not None
+    store = ports.store
+    found = await ports.acquire(message, ev.RUN_STREAM, True)
+    if found is None:
+        return
+    lease, loaded = found
+    state = fold_run(decode_events(e for e in loaded if e.stream == ev.RUN_STREAM))
+    finished: dict[str, ev.TaskFinished] = {
+        e.stream.removeprefix("task:"): decode(e.type, e.data) for e in loaded
+        if e.type == ev.TASK_FINISHED}
+    ttl = ports.settings.lease_ttl_s
+    first_seq = state.next_seq
+    if state.terminal:
+        await store.append(agent.name, lease, first_seq, [], ttl_s=ttl, ack=message,
+                           release=True)
+        return
+    new_events: list[NewEvent] = []
+
+    def record(event: ev.EventData) -> None:
+        new_events.append(NewEvent.of(event))
+        apply_run_event(state, event)
+
+    for task_id in state.unfinished_tasks:
+        if task_id in finished:
+            task = finished[task_id]
+            record(ev.TaskAbsorbed(task_id=task_id, status=task.status,
+                                   stop_reason=task.stop_reason, output=task.output,
+                                   error=task.error, cost_usd=task.cost_usd))
+    timer = message.payload.get("timer")
+    if timer in state.timers and timer not in state.timers_fired:
+        record(ev.TimerFired(timer=timer))
+    messages: list[OutgoingMessage] = []
+    outcome: ev.RunFinished | None = None
+    if agent.workflow is None:
+        if not state.unfinished_tasks:
+            outcome = run_outcome(state.absorbed)
+    else:
+        executed = await execute(agent.workflow, state, message.run_id, agent)
+        if any(event.type == ev.WAVE_STARTED for event in executed.events):
+            ports.crash_point("mid_wave_dispatch")
+        new_events += executed.events
+        messages = executed.messages
+        outcome = executed.finished
+    update = None
+    if outcome is not None:
+        new_events.append(NewEvent.of(outcome))
+        update = RunUpdate(status=outcome.status, output=outcome.output,
+                           stop_reason=outcome.stop_reason, error=outcome.error, finished=True)
+        messages = []
+    await store.append(agent.name, lease, first_seq, new_events, ttl_s=ttl, messages=messages,
+                       run_update=update, ack=message, release=True)
+    ports.appended(agent.name, ev.RUN_STREAM, first_seq, new_events)
+    if outcome is None and _heals(message):
+        await store.ensure_messages(agent.name, message.run_id, _expected_messages(state))
+
+
+def _heals(message: QueueMessage) -> bool:
+    """Ticks from the guardian (or by hand) re-send lost messages; routine ticks (a task
+    finished, a timer fired) do not need to, so they skip the extra queries."""
+    reason = str(message.payload.get("reason", ""))
+    return "timer" not in message.payload and not reason.startswith("task ")
+
+
+def _expected_messages(state: RunState) -> list[OutgoingMessage]:
+    """What should be queued for a waiting run: its unfinished tasks and unfired timers."""
+    expected = [task_message(task_id, state.scheduled[task_id].subagent,
+                             state.scheduled[task_id].input)
+                for task_id in state.unfinished_tasks]
+    expected += [timer_message(number, 0.0) for number in state.timers
+                 if number not in state.timers_fired]
+    return expected

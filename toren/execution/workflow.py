@@ -1,0 +1,263 @@
+"""Workflows: deterministic Python that dispatches waves of agentic tasks.
+
+A crew's ``workflow.py`` defines ``async def workflow(ctx)``. The orchestrator re-executes it
+from the top on every tick of the run, holding the run's lease. Everything the code did before
+returns instantly from the run's log (waves and their results, ``now()``, ``uuid()``, timers,
+log lines); the first thing that has not happened yet is recorded and the execution suspends
+until it has (a wave's tasks finish, a timer fires). Code that asks for something different from
+what the log recorded at the same point is a ``NonDeterminismError``, never a silent divergence.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid as uuid_module
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from toren.agents import AgentSpec
+from toren.core import events as ev
+from toren.core.events import NewEvent
+from toren.core.fold import RunState, apply_run_event
+from toren.errors import NonDeterminismError, TorenError
+from toren.execution.messages import task_message, timer_message
+from toren.seams.interfaces import OutgoingMessage
+
+WorkflowFunction = Callable[["WorkflowContext"], Awaitable[Any]]
+
+
+class Suspend(BaseException):
+    """Raised inside ``ctx`` to stop this execution until something recorded has happened.
+
+    A ``BaseException`` so that workflow code catching ``Exception`` cannot swallow it.
+    """
+
+
+class StopRun(TorenError):
+    """A run-level cap stops the run before the next wave."""
+
+    def __init__(self, stop_reason: ev.StopReason, message: str) -> None:
+        super().__init__(message)
+        self.stop_reason = stop_reason
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """The outcome of one task of a wave, in the order the wave listed it."""
+
+    task_id: str
+    subagent: str | None
+    status: str
+    stop_reason: str
+    output: str | None
+    error: dict[str, Any] | None
+    cost_usd: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+
+@dataclass
+class WorkflowOutcome:
+    """What one execution did: events and messages to append, and how it ended (if it did)."""
+
+    events: list[NewEvent] = field(default_factory=list)
+    messages: list[OutgoingMessage] = field(default_factory=list)
+    finished: ev.RunFinished | None = None
+
+
+def _spec(item: Any) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return {"subagent": item["subagent"], "input": item.get("input")}
+    subagent, task_input = item
+    return {"subagent": subagent, "input": task_input}
+
+
+def _describe_difference(wave: int, recorded: list[dict[str, Any]],
+                         asked: list[dict[str, Any]]) -> str:
+    if len(recorded) != len(asked):
+        return (f"wave {wave} was recorded with {len(recorded)} task(s), but the workflow now "
+                f"asks for {len(asked)}")
+    for index, (old, new) in enumerate(zip(recorded, asked, strict=True)):
+        for key in ("subagent", "input"):
+            if old[key] != new[key]:
+                return (f"wave {wave}, task {index}: {key} was {json.dumps(old[key])[:200]} "
+                        f"when recorded, the workflow now asks for "
+                        f"{json.dumps(new[key])[:200]}")
+    return f"wave {wave} differs from the recorded one"
+
+
+class WorkflowContext:
+    """What ``workflow(ctx)`` gets: the run's input and durable operations."""
+
+    def __init__(self, state: RunState, run_id: str, agent: AgentSpec,
+                 outcome: WorkflowOutcome, *, clock: Callable[[], datetime],
+                 new_uuid: Callable[[], str]) -> None:
+        self._state = state
+        self._agent = agent
+        self._outcome = outcome
+        self._clock = clock
+        self._new_uuid = new_uuid
+        self._waves = 0
+        self._values = 0
+        self._timers = 0
+        self._logs = 0
+        #: The run's input, as given to ``toren run`` / ``start_run``.
+        self.input: Any = state.input
+        #: The run's id.
+        self.run_id = run_id
+
+    def _record(self, event: ev.EventData) -> None:
+        self._outcome.events.append(NewEvent.of(event))
+        apply_run_event(self._state, event)
+
+    async def wave(self, tasks: Iterable[Any]) -> list[TaskResult]:
+        """Run tasks in parallel (on any worker of the fleet); their results, in order.
+
+        Each task is ``(subagent, input)`` or ``{"subagent": ..., "input": ...}``. A failed
+        task is in the results with its status and error: the workflow decides what follows.
+        """
+        self._waves += 1
+        number = self._waves
+        asked = [_spec(item) for item in tasks]
+        for spec in asked:
+            if spec["subagent"] not in self._agent.subagents:
+                known = ", ".join(self._agent.subagents) or "none"
+                raise TorenError(f"wave {number} asks for subagent {spec['subagent']!r}, which "
+                                 f"{self._agent.name} does not have (subagents/*.md: {known})")
+        recorded = self._state.waves.get(number)
+        if recorded is None:
+            self._start_wave(number, asked)
+            raise Suspend
+        recorded_specs = [{"subagent": t.subagent, "input": t.input} for t in recorded.tasks]
+        if recorded_specs != asked:
+            raise NonDeterminismError(_describe_difference(number, recorded_specs, asked))
+        ids = [t.task_id for t in recorded.tasks]
+        if not all(task_id in self._state.absorbed for task_id in ids):
+            raise Suspend
+        return [self._result(task_id) for task_id in ids]
+
+    async def task(self, subagent: str, input: Any) -> TaskResult:
+        """Run one task and return its result (a wave of one)."""
+        (result,) = await self.wave([(subagent, input)])
+        return result
+
+    def _start_wave(self, number: int, asked: Sequence[dict[str, Any]]) -> None:
+        limits = self._agent.limits
+        if limits.max_waves is not None and number > limits.max_waves:
+            raise StopRun("max_waves", f"the wave cap (limits.maxWaves = {limits.max_waves}) "
+                                       f"was reached before wave {number}")
+        spent = sum(t.cost_usd or 0.0 for t in self._state.absorbed.values())
+        if limits.max_budget_usd is not None and spent >= limits.max_budget_usd:
+            raise StopRun("budget_exhausted",
+                          f"the run's budget (limits.maxBudgetUsd = {limits.max_budget_usd}) "
+                          f"was spent (${spent:.4f}) before wave {number}")
+
+        tasks = tuple(ev.WaveTask(task_id=f"w{number}-{index}", subagent=spec["subagent"],
+                                  input=spec["input"]) for index, spec in enumerate(asked))
+        self._record(ev.WaveStarted(wave=number, tasks=tasks))
+        for task in tasks:
+            self._record(ev.TaskScheduled(task_id=task.task_id, subagent=task.subagent,
+                                          input=task.input, wave=number))
+            self._outcome.messages.append(task_message(task.task_id, task.subagent, task.input))
+
+    def _result(self, task_id: str) -> TaskResult:
+        absorbed = self._state.absorbed[task_id]
+        return TaskResult(task_id=task_id, subagent=self._state.scheduled[task_id].subagent,
+                          status=absorbed.status, stop_reason=absorbed.stop_reason,
+                          output=absorbed.output, error=absorbed.error,
+                          cost_usd=absorbed.cost_usd or 0.0)
+
+    def _value(self, kind: Literal["now", "uuid"], make: Callable[[], Any]) -> Any:
+        index = self._values
+        self._values += 1
+        if index < len(self._state.values):
+            recorded = self._state.values[index]
+            if recorded.kind != kind:
+                raise NonDeterminismError(
+                    f"recorded value {index} was ctx.{recorded.kind}(), the workflow now "
+                    f"calls ctx.{kind}() at that point")
+            return recorded.value
+        value = make()
+        self._record(ev.ValueRecorded(n=index, kind=kind, value=value))
+        return value
+
+    def now(self) -> datetime:
+        """The current time, recorded: every re-execution sees the same value."""
+        return datetime.fromisoformat(self._value("now", lambda: self._clock().isoformat()))
+
+    def uuid(self) -> str:
+        """A new UUID, recorded: every re-execution sees the same value."""
+        return str(self._value("uuid", self._new_uuid))
+
+    async def sleep(self, seconds: float) -> None:
+        """A durable timer: the run waits without holding a worker, through restarts."""
+        self._timers += 1
+        number = self._timers
+        started = self._state.timers.get(number)
+        if started is None:
+            fire_at = datetime.fromtimestamp(self._clock().timestamp() + seconds, UTC)
+            self._record(ev.TimerStarted(timer=number, seconds=seconds,
+                                         fire_at=fire_at.isoformat()))
+            self._outcome.messages.append(timer_message(number, seconds))
+            raise Suspend
+        if started.seconds != seconds:
+            raise NonDeterminismError(f"timer {number} was recorded as sleep({started.seconds}),"
+                                      f" the workflow now calls sleep({seconds})")
+        if number not in self._state.timers_fired:
+            raise Suspend
+
+    def log(self, message: str, **fields: Any) -> None:
+        """A line in the run's log (recorded once, however often the code re-executes)."""
+        index = self._logs
+        self._logs += 1
+        if index >= self._state.logs:
+            self._record(ev.WorkflowLogged(
+                n=index, message=message, fields=json.loads(json.dumps(fields, default=str))))
+
+
+async def execute(function: WorkflowFunction, state: RunState, run_id: str, agent: AgentSpec,
+                  *, clock: Callable[[], datetime] | None = None,
+                  new_uuid: Callable[[], str] | None = None) -> WorkflowOutcome:
+    """Run the workflow once from the top against ``state``; what it did and how it ended."""
+    outcome = WorkflowOutcome()
+    context = WorkflowContext(state, run_id, agent, outcome,
+                              clock=clock or (lambda: datetime.now(UTC)),
+                              new_uuid=new_uuid or (lambda: str(uuid_module.uuid4())))
+    try:
+        output = await function(context)
+    except Suspend:
+        return outcome
+    except NonDeterminismError as exc:
+        outcome.finished = _ended("failed", "error", None, exc.code, exc.message)
+    except StopRun as exc:
+        outcome.finished = _ended("stopped", exc.stop_reason, None, exc.stop_reason,
+                                  exc.message)
+    except TorenError as exc:
+        outcome.finished = _ended("failed", "error", None, "workflow_error", exc.message)
+    except Exception as exc:
+        where = _user_line(exc)
+        outcome.finished = _ended("failed", "error", None, "workflow_error",
+                                  f"workflow.py{where} raised {type(exc).__name__}: {exc}")
+    else:
+        outcome.finished = ev.RunFinished(
+            status="completed", stop_reason="end_turn", error=None,
+            output=output if isinstance(output, str | None) else json.dumps(output, default=str))
+    return outcome
+
+
+def _ended(status: ev.TaskStatus, stop_reason: ev.StopReason, output: str | None, code: str,
+           message: str) -> ev.RunFinished:
+    return ev.RunFinished(status=status, stop_reason=stop_reason, output=output,
+                          error={"code": code, "message": message})
+
+
+def _user_line(exc: BaseException) -> str:
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if f.filename.endswith("workflow.py") and "/toren/" not in f.filename]
+    return f":{frames[-1].lineno}" if frames else ""

@@ -1,0 +1,424 @@
+"""The host API: ``toren.Runtime`` embeds Toren in an asyncio program; the CLI is built on it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from toren.agents import AgentSpec, check_env, discover_agent_dirs, load_agents
+from toren.config import Settings
+from toren.core import events as ev
+from toren.core.decisions import unstorable
+from toren.core.events import Event, NewEvent
+from toren.core.receipts import build_receipt, prompt_hashes
+from toren.core.runs import RunRecord
+from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
+from toren.errors import (
+    ConfigError,
+    MissingEnvError,
+    ProviderError,
+    RunNotFound,
+    SessionBusy,
+    SessionEnded,
+    SessionNotFound,
+    TorenError,
+    UnstorableValue,
+)
+from toren.execution.messages import MAIN_TASK, run_tick, task_message
+from toren.host.watchdog import LoopWatchdog
+from toren.seams.channels import Channel
+from toren.seams.drivers import driver_class
+from toren.seams.interfaces import Migration, Queue, Store, WorkerRuntime
+from toren.seams.model import Model
+from toren.seams.plugins import PluginHost
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
+
+    Construction loads and validates everything that needs no database (plugins, agent
+    directories, required environment, drivers), so a bad configuration fails before anything
+    is created. ``start()`` connects, migrates and starts workers; ``stop()`` undoes it.
+
+    Args:
+        dirs: agent directories (see ``toren.agents.discover_agent_dirs``); ``None`` means the
+            current directory. Pass ``agents=`` instead to serve already loaded specs.
+        settings: configuration; defaults to ``Settings.from_env()``.
+        plugins: a loaded ``PluginHost``; defaults to loading per ``settings.load_plugins``.
+    """
+
+    def __init__(
+        self,
+        dirs: Sequence[Path] | None = None,
+        *,
+        settings: Settings | None = None,
+        plugins: PluginHost | None = None,
+        agents: Sequence[AgentSpec] | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self._models: dict[tuple[str, str | None], Model] = {}
+        self._channels: list[Channel] = []
+        self._watchdog: LoopWatchdog | None = None
+        self.plugins = plugins or PluginHost(self.settings.load_plugins)
+        if agents is None:
+            agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model)
+        self.agents: dict[str, AgentSpec] = {agent.name: agent for agent in agents}
+        for agent in self.agents.values():
+            for model_id in agent.model_ids:
+                self.model(model_id, base_url=agent.base_url)  # baseUrl support, early
+        check_env(self.agents.values(), self._provider_env())
+        self.store: Store = driver_class("store", self.settings.store_driver)(self.settings)
+        self._queue_class = driver_class("queue", self.settings.queue_driver)
+        self._runtime_class = driver_class("runtime", self.settings.runtime_driver)
+        self.queue: Queue | None = None
+        self.workers: WorkerRuntime | None = None
+        self.started = False
+
+    def check_model(self, model_id: str) -> object:
+        """Resolve a model id to its provider's ``Model``; ``ConfigError`` if none serves it."""
+        return self.model(model_id)
+
+    def model(self, model_id: str, *, base_url: str | None = None) -> Model:
+        """The ``Model`` for an id (and an agent's ``baseUrl``), made once per process."""
+        model = self._models.get((model_id, base_url))
+        if model is None:
+            provider = self.plugins.provider_for(model_id)
+            if base_url is not None and not provider.supports_base_url:
+                raise ConfigError(f"baseUrl is set for {model_id}, but the {provider.prefix!r} "
+                                  "provider does not take a base URL; remove baseUrl")
+            model = (provider.get_model(model_id, base_url=base_url)  # type: ignore[call-arg]
+                     if base_url is not None else provider.get_model(model_id))
+            self._models[(model_id, base_url)] = model
+        return model
+
+    def _provider_env(self) -> dict[str, list[str]]:
+        needed: dict[str, list[str]] = {}
+        for agent in self.agents.values():
+            for model_id in agent.model_ids:
+                needed.setdefault(agent.name, []).extend(
+                    self.plugins.provider_for(model_id).required_env_for(model_id,
+                                                                         agent.base_url))
+        return needed
+
+    async def start(self, *, workers: bool = True, migrate: bool = True) -> None:
+        """Connect to the database, apply migrations, open the queue, start workers."""
+        await self.store.open()
+        try:
+            self._watchdog = LoopWatchdog(self.settings.blocked_loop_warn_s)
+            await self._watchdog.start()
+            if migrate:
+                applied = await self.store.migrate(list(self.agents.values()))
+                for migration in applied:
+                    log.info("applied migration %s/%04d_%s", migration.scope, migration.version,
+                             migration.name)
+            self.queue = self._queue_class(self.settings, self.store)
+            await self.queue.open()
+            if workers and not self.settings.skip_preflight:
+                await self.preflight()
+            if workers:
+                self.workers = self._runtime_class(self.settings)
+                await self.workers.start(self)
+        except BaseException:
+            await self.stop()
+            raise
+        self.started = True
+
+    async def preflight(self) -> None:
+        """One cheap authenticated call per model the served agents use (DESIGN rule 7).
+
+        Raises ``ProviderError`` naming the agent and the model, so a worker with a broken key
+        refuses to start instead of failing mid-run. ``TOREN_SKIP_PREFLIGHT=1`` skips it.
+        """
+        users: dict[tuple[str, str | None], list[str]] = {}
+        for agent in self.agents.values():
+            for model_id in agent.model_ids:
+                users.setdefault((model_id, agent.base_url), []).append(agent.name)
+        for (model_id, base_url), agents in users.items():
+            try:
+                await self.model(model_id, base_url=base_url).preflight()
+            except TorenError as exc:
+                raise ProviderError(
+                    f"preflight of {model_id} (used by {', '.join(agents)}) failed: "
+                    f"{exc.message}. Fix the credentials, or set TOREN_SKIP_PREFLIGHT=1 to "
+                    "start anyway") from exc
+
+    async def start_channels(self) -> None:
+        """Start every registered channel (``toren dev``); their env was checked first."""
+        missing = sorted({var for channel in self.plugins.channels.values()
+                          for var in channel.required_env if not os.environ.get(var)})
+        if missing:
+            raise MissingEnvError(
+                "missing environment variables for channels: " + ", ".join(
+                    f"{var} (needed by channel {name})"
+                    for name, channel in self.plugins.channels.items()
+                    for var in channel.required_env if var in missing))
+        for channel in self.plugins.channels.values():
+            await channel.start(self)
+            self._channels.append(channel)
+
+    async def stop_channels(self) -> None:
+        for channel in reversed(self._channels):
+            try:
+                await channel.stop()
+            except Exception:
+                log.exception("channel %s failed to stop", channel.name)
+        self._channels.clear()
+
+    async def stop(self) -> None:
+        """Stop workers, then close the queue and the store. Safe to call twice."""
+        if self.workers is not None:
+            await self.workers.stop()
+            self.workers = None
+        for model in self._models.values():
+            try:
+                await model.aclose()
+            except Exception:
+                log.exception("closing model %s failed", model.model_id)
+        if self.queue is not None:
+            await self.queue.close()
+            self.queue = None
+        await self.store.close()
+        if self._watchdog is not None:
+            await self._watchdog.stop()
+            self._watchdog = None
+        self.started = False
+
+    def check_served(self, agent: str) -> AgentSpec:
+        """The served agent named ``agent``, or ``ConfigError`` naming the served ones.
+
+        Needs no database: commands given an agent name call it before ``start()``, so a
+        misspelt name fails at once and creates nothing.
+        """
+        spec = self.agents.get(agent)
+        if spec is not None:
+            return spec
+        served = ", ".join(self.agents) or "none"
+        by_directory = [spec.name for spec in self.agents.values()
+                        if spec.directory.name == agent]
+        hint = (f" (the directory {agent} holds the agent {by_directory[0]!r}: an agent's "
+                "name is the `name:` in its agent.yaml)" if by_directory else "")
+        raise ConfigError(f"agent {agent!r} is not served here; served agents: {served}{hint}")
+
+    async def pending_migrations(self) -> list[Migration]:
+        return await self.store.pending_migrations(list(self.agents.values()))
+
+    def describe(self) -> dict[str, Any]:
+        """What this runtime serves and where its state lives (printed by ``toren dev``)."""
+        return {
+            "database": self.store.description,
+            "queue": self.queue.description if self.queue else None,
+            "workers": self.workers.description if self.workers else None,
+            "agents": [agent.to_json() for agent in self.agents.values()],
+        }
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    async def start_run(self, agent: str, input: Any, *,
+                        idempotency_key: str | None = None) -> str:
+        """Create a run of ``agent`` and queue its first task; return the run id.
+
+        With an ``idempotency_key`` already used for this agent, returns that run's id instead.
+        """
+
+        self.check_served(agent)
+        _check_storable(input, "input")
+        _check_storable(idempotency_key, "idempotency key")
+        run_id = str(uuid.uuid4())
+        events = [NewEvent.of(ev.RunCreated(agent=agent, input=input,
+                                            idempotency_key=idempotency_key))]
+        if self.agents[agent].workflow is None:
+            events.append(NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None,
+                                                       input=input)))
+            first = task_message(MAIN_TASK, None, input)
+        else:
+            first = run_tick("created")  # the orchestrator runs workflow.py
+        found, _created = await self.store.create_run(
+            agent, run_id, input, idempotency_key=idempotency_key, events=events,
+            messages=[first])
+        return found
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """The run's current row; ``RunNotFound`` if no registered agent has it."""
+        record = await self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
+        return record
+
+    async def wait_for_run(self, run_id: str, *, timeout_s: float | None = None,
+                           poll_s: float = 0.1) -> RunRecord:
+        """Wait until the run is terminal; ``TimeoutError`` after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            record = await self.get_run(run_id)
+            if record.status in ev.TERMINAL_STATUSES:
+                return record
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} is still {record.status} after {timeout_s}s")
+            await asyncio.sleep(poll_s)
+
+    async def events(self, run_id: str) -> list[Event]:
+        """Every event of the run, all streams, in commit order."""
+        record = await self.get_run(run_id)
+        return await self.store.load_events(record.agent, run_id)
+
+    async def follow(self, run_id: str, *, after: Mapping[str, int] | None = None,
+                     poll_s: float = 0.1) -> AsyncIterator[Event]:
+        """Yield the run's events as they are appended, each once, until the run is terminal.
+
+        ``after`` (stream -> last seq seen, see ``toren.server.cursors``) resumes a reader.
+        """
+        position = dict(after or {})
+        record = await self.get_run(run_id)
+        while True:
+            terminal = record.status in ev.TERMINAL_STATUSES
+            for event in await self.store.load_events(record.agent, run_id, position):
+                position[event.stream] = max(position.get(event.stream, 0), event.seq)
+                yield event
+            if terminal:
+                return
+            await asyncio.sleep(poll_s)
+            record = await self.get_run(run_id)
+
+    async def cancel_run(self, run_id: str, reason: str = "cancelled by request") -> RunRecord:
+        """Retire the run now: status ``cancelled``; queued work and retries become no-ops."""
+        record = await self.store.cancel_run(run_id, reason)
+        if record is None:
+            raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
+        return record
+
+    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                        limit: int = 50, kind: str | None = None) -> list[RunRecord]:
+        """Newest first; ``kind`` is ``run`` or ``session`` (``None``: both)."""
+        if status is not None and status not in ev.RUN_STATUSES:
+            raise ConfigError(f"unknown status {status!r}; one of {', '.join(ev.RUN_STATUSES)}")
+        return await self.store.list_runs(agent=agent, status=status, limit=limit, kind=kind)
+
+    async def receipt(self, run_id: str) -> dict[str, Any]:
+        """What the run did and cost: every model and tool call, totals, why it stopped, and
+        the text of every system prompt its tasks ran with (``prompts``, by SHA-256)."""
+        record = await self.get_run(run_id)
+        events = await self.store.load_events(record.agent, run_id)
+        prompts = await self.store.load_prompts(record.agent, prompt_hashes(events))
+        return build_receipt(record, events, prompts)
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def start_session(self, agent: str, *, idempotency_key: str | None = None) -> str:
+        """Open a durable conversation with ``agent``; return its id. It starts
+        ``awaiting_input``: nothing runs until ``send_message``.
+
+        With an ``idempotency_key`` already used for this agent, returns that session's id.
+        """
+
+        spec = self.check_served(agent)
+        if spec.workflow is not None:
+            raise ConfigError(f"agent {agent!r} runs a workflow (workflow.py), which takes one "
+                              "input and ends; sessions are for agents without a workflow. "
+                              "Start a run instead")
+        _check_storable(idempotency_key, "idempotency key")
+        session_id = str(uuid.uuid4())
+        events = [NewEvent.of(ev.RunCreated(agent=agent, input=None,
+                                            idempotency_key=idempotency_key, session=True)),
+                  NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None, input=None,
+                                               session=True))]
+        found, _created = await self.store.create_run(
+            agent, session_id, None, idempotency_key=idempotency_key, events=events,
+            messages=[], kind="session", status="awaiting_input")
+        return found
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        """The session's status and full transcript (``toren.core.sessions.transcript``)."""
+
+        record = await self._session(session_id)
+        stream = await self.store.load_stream(record.agent, record.id,
+                                              ev.task_stream(MAIN_TASK))
+        return {"id": record.id, "agent": record.agent, "status": record.status,
+                "stop_reason": record.stop_reason, "error": record.error,
+                "created_at": record.created_at.isoformat() if record.created_at else None,
+                "updated_at": record.updated_at.isoformat() if record.updated_at else None,
+                "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+                } | transcript(stream)
+
+    async def send_message(self, session_id: str, text: str, *,
+                           idempotency_key: str | None = None) -> int:
+        """Give the session the user's next message and start the agent's turn; return the
+        turn's number.
+
+        Raises ``SessionBusy`` while the agent is still answering (wait for
+        ``awaiting_input``), ``SessionEnded`` once the session is over, ``SessionNotFound``.
+        A message with an ``idempotency_key`` the session already took is not taken again:
+        the turn it started is returned (a client's retry after a lost answer).
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError("a message needs non-empty text")
+        if len(text) > MAX_MESSAGE_CHARS:
+            raise ConfigError(f"a message may be at most {MAX_MESSAGE_CHARS} characters; this "
+                              f"one has {len(text)}")
+        _check_storable([text, idempotency_key], "message")
+        # a UserMessage without its turn: the store numbers it in the statement that takes it
+        data = {"text": text} | ({"idempotency_key": idempotency_key} if idempotency_key else {})
+        return await self._session_input(session_id, NewEvent(ev.USER_MESSAGE, data),
+                                         idempotency_key)
+
+    async def close_session(self, session_id: str, reason: str = "closed by the user") -> None:
+        """End the session after its current turn: the agent is not called again, the run
+        completes with the last reply as its output. ``SessionBusy`` mid-turn (wait for
+        ``awaiting_input``, or cancel the run to stop it at once)."""
+        await self._session_input(session_id, NewEvent.of(ev.CloseRequested(reason=reason)))
+
+    async def wait_for_turn(self, session_id: str, *, timeout_s: float | None = None,
+                            poll_s: float = 0.1) -> dict[str, Any]:
+        """Wait until the session is no longer ``running`` (it awaits input again, or it
+        ended); return it as ``get_session`` does. ``TimeoutError`` after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            record = await self._session(session_id)
+            if record.status not in ("queued", "running"):
+                return await self.get_session(session_id)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"session {session_id} is still {record.status} after "
+                                   f"{timeout_s}s")
+            await asyncio.sleep(poll_s)
+
+    async def _session(self, session_id: str) -> RunRecord:
+        record = await self.store.get_run(session_id)
+        if record is None or record.kind != "session" or record.agent not in self.agents:
+            raise SessionNotFound(f"no session {session_id!r} of an agent served here")
+        return record
+
+    async def _session_input(self, session_id: str, event: NewEvent,
+                             idempotency_key: str | None = None) -> int:
+
+        record = await self._session(session_id)
+        taken, status, turn = await self.store.session_input(
+            record.agent, record.id, ev.task_stream(MAIN_TASK), [event],
+            [task_message(MAIN_TASK, None, None)], idempotency_key)
+        if taken:
+            return turn
+        if status in ev.TERMINAL_STATUSES:
+            raise SessionEnded(f"session {session_id} has ended ({status}); start a new one")
+        raise SessionBusy(f"session {session_id} is busy: the agent is taking its turn. Wait "
+                          "until its status is awaiting_input, then send the message again")
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+
+def _check_storable(value: Any, name: str) -> None:
+    problem = unstorable(value)
+    if problem is not None:
+        raise UnstorableValue(f"the {name} cannot be stored: {problem}; remove or replace it")

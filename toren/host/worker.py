@@ -1,0 +1,264 @@
+"""The worker: claims queue messages for the agents it serves and works them.
+
+One poll loop claims up to the free concurrency, woken by notifications (or the poll interval);
+one heartbeat renews every lease and claimed message this worker holds, in one statement, every
+third of the lease TTL; one guardian re-nudges active runs that lost all their messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import toren
+from toren.core import events as ev
+from toren.core.events import Event, NewEvent
+from toren.core.runs import RunUpdate
+from toren.errors import LeaseLost, RunCancelled
+from toren.execution.orchestrator import tick_run
+from toren.execution.ports import AppendObserver, ExecutionPorts
+from toren.execution.task import work_task
+from toren.execution.tool_threads import ToolThreads
+from toren.seams.interfaces import Lease, LeaseBusy, QueueMessage
+
+if TYPE_CHECKING:
+    from toren.host.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: A stopping worker waits at most this long to sign out (the database may be gone).
+SIGN_OUT_TIMEOUT_S = 5.0
+#: Seconds between checks for live workers of other versions, and between repeated warnings.
+SKEW_CHECK_S = 30.0
+SKEW_RELOG_S = 300.0
+
+class Worker:
+    """Pollers, heartbeat and guardian for one process (started by the ``inprocess`` runtime)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.inflight: dict[int, asyncio.Task[None]] = {}
+        #: The lease each in-flight message's handler holds (renewed by the heartbeat).
+        self.leases: dict[int, Lease] = {}
+        self._slot_freed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self.observers: list[AppendObserver] = []
+        self._skew_checked = float("-inf")
+        self._skew_logged = float("-inf")
+        self._skewed = False
+        #: A claim failed: it may have committed unseen (see ``Queue.return_unknown``).
+        self._claims_unknown = False
+        #: What execution is handed to work a message (``toren.execution.ports``).
+        self.ports = ExecutionPorts(
+            store=runtime.store, settings=self.settings,
+            model=lambda model_id, base_url: runtime.model(model_id, base_url=base_url),
+            acquire=self.acquire, appended=self.observe_append,
+            crash_point=self.settings.crash_point,
+            tool_threads=ToolThreads(self.settings.tool_threads))
+
+    @property
+    def agent_names(self) -> list[str]:
+        return list(self.runtime.agents)
+
+    def info(self) -> dict[str, Any]:
+        return {"id": self.id, "version": toren.__version__, "agents": self.agent_names}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.runtime.store.heartbeat(self.info(), self.settings.lease_ttl_s, [])
+        self._loops = [
+            asyncio.create_task(self._poll_loop(), name="toren-poll"),
+            asyncio.create_task(self._every(self.settings.lease_ttl_s / 3, self._heartbeat),
+                                name="toren-heartbeat"),
+            asyncio.create_task(self._every(self.settings.guardian_interval_s, self._guard),
+                                name="toren-guardian"),
+        ]
+        log.info("worker %s serving %s", self.id, ", ".join(self.agent_names))
+
+    async def stop(self) -> None:
+        """Stop claiming; let work in hand finish within the grace period; hand back the rest."""
+        self._stopping.set()
+        self._slot_freed.set()
+        poll = self._loops[0] if self._loops else None
+        if poll is not None:
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poll
+        if self.inflight:
+            _done, pending = await asyncio.wait(list(self.inflight.values()),
+                                                timeout=self.settings.shutdown_grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for loop in self._loops[1:]:
+            loop.cancel()
+        await asyncio.gather(*self._loops[1:], return_exceptions=True)
+        self._loops = []
+        try:
+            async with asyncio.timeout(SIGN_OUT_TIMEOUT_S):
+                await self.runtime.store.sign_out(self.id)
+        except Exception as exc:  # the database may be gone; leases then expire on their own
+            log.warning("could not sign out worker %s: %s", self.id, exc or type(exc).__name__)
+
+    # -- loops ---------------------------------------------------------------------------------
+
+    async def _every(self, interval: float, action: Callable[[], Awaitable[None]]) -> None:
+        while not self._stopping.is_set():
+            try:
+                await action()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+
+    async def _heartbeat(self) -> None:
+        await self.runtime.store.heartbeat(self.info(), self.settings.lease_ttl_s,
+                                           list(self.inflight), list(self.leases.values()))
+        now = asyncio.get_running_loop().time()
+        if now - self._skew_checked >= SKEW_CHECK_S:
+            self._skew_checked = now
+            await self._check_version_skew(now)
+
+    async def _check_version_skew(self, now: float) -> None:
+        """Log once when live workers of several versions share the database, again every
+        few minutes while they do, and once when it clears."""
+        window = max(10.0, 3 * self.settings.lease_ttl_s)
+        versions = sorted({str(row["version"]) for row in
+                           await self.runtime.store.live_workers(window)})
+        skewed = len(versions) > 1
+        if skewed and (not self._skewed or now - self._skew_logged >= SKEW_RELOG_S):
+            log.warning("version skew: workers of versions %s are live against this database "
+                        "(this one is %s); see GET /healthz", ", ".join(versions),
+                        toren.__version__)
+            self._skew_logged = now
+        elif self._skewed and not skewed:
+            log.warning("version skew cleared: every live worker runs %s", versions[0]
+                        if versions else toren.__version__)
+        self._skewed = skewed
+
+    async def _guard(self) -> None:
+        nudged = await self.runtime.store.guardian_sweep(self.agent_names)
+        if nudged:
+            log.info("guardian re-nudged %d run(s) with no pending message: %s", len(nudged),
+                     ", ".join(nudged))
+
+    async def _poll_loop(self) -> None:
+        while not self._stopping.is_set():
+            free = self.settings.concurrency - len(self.inflight)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            try:
+                claimed = await self._claim(free)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the loop must outlive any one failure (database blips)
+                log.warning("claiming messages failed (%s); retrying", exc)
+                # the claim may have committed with its answer lost: its messages are ours
+                # in the database but not in hand, so hand them back before claiming again
+                self._claims_unknown = True
+                await asyncio.sleep(self.settings.poll_interval_s)
+                continue
+            if not claimed:
+                await self.runtime.queue.wait(self.settings.poll_interval_s)  # type: ignore[union-attr]
+
+    async def _claim(self, free: int) -> int:
+        """Claim up to ``free`` messages and start a handler for each; return how many."""
+        queue = self.runtime.queue
+        assert queue is not None
+        if self._claims_unknown:
+            returned = await queue.return_unknown(self.id, list(self.inflight))
+            self._claims_unknown = False
+            if returned:
+                log.info("handed back %d message(s) claimed by a claim whose answer was lost",
+                         returned)
+        claimed, dead = await queue.claim(self.agent_names, self.id, free,
+                                          self.settings.lease_ttl_s, self.settings.max_deliveries)
+        for message in claimed:
+            task = asyncio.create_task(self._handle(message), name=f"toren-msg-{message.id}")
+            self.inflight[message.id] = task
+        for message in dead:
+            await self._record_dead_letter(message)
+        return len(claimed)
+
+    # -- messages ------------------------------------------------------------------------------
+
+    async def _handle(self, message: QueueMessage) -> None:
+        try:
+            agent = self.runtime.agents[message.agent]
+            if message.kind == "task":
+                await work_task(self.ports, agent, message)
+            elif message.kind == "run":
+                await tick_run(self.ports, agent, message)
+            else:
+                log.error("dropping message %s of unknown kind %r", message.id, message.kind)
+                await self.runtime.queue.ack(message, self.id)  # type: ignore[union-attr]
+        except (LeaseLost, RunCancelled) as exc:
+            log.info("stopped work on run %s: %s", message.run_id, exc.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Left unacknowledged: it comes back after its visibility timeout and is
+            # dead-lettered after TOREN_MAX_DELIVERIES deliveries.
+            log.exception("message %s (%s, run %s) failed", message.id, message.kind,
+                          message.run_id)
+        finally:
+            lease = self.leases.pop(message.id, None)
+            if lease is not None:
+                # normally the handler's last append released it; after an abort, let the
+                # next worker in at once rather than after the lease expires
+                with contextlib.suppress(Exception):
+                    await self.runtime.store.release_lease(lease)
+            self.inflight.pop(message.id, None)
+            self._slot_freed.set()
+
+    async def acquire(self, message: QueueMessage, stream: str, with_finished: bool = False
+                      ) -> tuple[Lease, list[Event]] | None:
+        """The stream's lease and events, or ``None`` if another worker holds the lease: the
+        message is then handed back until just after that lease expires (a dead worker's
+        lease), or is renewed (a live one, and the message comes back again)."""
+        assert message.run_id is not None
+        found = await self.runtime.store.acquire_and_load(
+            message.agent, message.run_id, stream, self.id, self.settings.lease_ttl_s,
+            with_finished=with_finished)
+        if isinstance(found, LeaseBusy):
+            queue = self.runtime.queue
+            assert queue is not None
+            await queue.defer(message, self.id, found.retry_in_s + 0.05)
+            return None
+        self.leases[message.id] = found[0]
+        return found
+
+    async def _record_dead_letter(self, message: QueueMessage) -> None:
+        reason = (f"message {message.id} ({message.kind}) was delivered {message.attempts} times "
+                  "without completing: its worker died or timed out each time")
+        log.error("dead-lettered %s for run %s", reason, message.run_id)
+        if message.run_id is None or message.agent not in self.runtime.agents:
+            return
+        dead = ev.RunDeadLettered(message_id=message.id, kind=message.kind,
+                                  attempts=message.attempts, reason=reason, status="failed",
+                                  stop_reason="error")
+        await self.runtime.store.append_unleased(
+            message.agent, message.run_id, ev.RUN_STREAM, [NewEvent.of(dead)],
+            run_update=RunUpdate(status="failed", stop_reason="error", finished=True,
+                                 error={"code": "dead_lettered", "message": reason}))
+
+    def observe_append(self, agent: str, stream: str, first_seq: int,
+                       events: Sequence[NewEvent]) -> None:
+        """Tell every observer about an append (tests validate each event against the
+        catalog)."""
+        for observer in self.observers:
+            observer(agent, stream, first_seq, events)

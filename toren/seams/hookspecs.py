@@ -1,0 +1,97 @@
+"""Toren's plugin hooks: what a plugin (entry-point group ``toren``) may register.
+
+Every hook receives a ``register`` callback (or the object to extend) and is called once per
+process by ``toren.seams.plugins.PluginHost`` when plugins are loaded, before any agent is loaded.
+Hooks are synchronous; what they register has async methods. Call hooks with keyword
+arguments only; a hook implementation may accept fewer arguments than the spec names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    import typer
+
+    from toren.seams.channels import Channel
+    from toren.seams.model import ModelProvider
+
+hookspec = pluggy.HookspecMarker("toren")
+hookimpl = pluggy.HookimplMarker("toren")
+
+
+# -------------------------------------------------------------------------
+# Model providers
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def register_models(register: Callable[[ModelProvider], None]) -> None:
+    """Register model providers.
+
+    Called once when plugins load. Call ``register(provider)`` with a
+    ``toren.seams.model.ModelProvider`` for each id prefix the plugin serves (``anthropic`` serves
+    ``anthropic/<model>``). An agent's ``model:`` routes to the provider owning its prefix; two
+    plugins registering the same prefix is an error naming both.
+    """
+
+
+# -------------------------------------------------------------------------
+# Tools
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def register_tools(register: Callable[..., None]) -> None:
+    """Register tools that agents may enable by name in ``agent.yaml`` ``tools:``.
+
+    Called once when plugins load. Call ``register(function)`` for a plain (sync or async)
+    function, optionally decorated with ``toren.tool(...)``; its JSON Schema comes from the
+    signature and docstring. ``register(function, name="other_name")`` renames it. Tool names
+    are what the model sees, so a name registered by two plugins is an error naming both.
+    """
+
+
+# -------------------------------------------------------------------------
+# Channels
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def register_channels(register: Callable[[Channel], None]) -> None:
+    """Register channels: ways for people to talk to agents (chat apps, terminals, HTTP).
+
+    Called once when plugins load. Call ``register(channel)`` with a
+    ``toren.seams.channels.Channel``.
+    ``toren dev`` starts every registered channel once the runtime is up (after checking the
+    channel's ``required_env``) and stops it on shutdown. Restrict which channels run by
+    restricting which plugins load (``TOREN_LOAD_PLUGINS``).
+    """
+
+
+# -------------------------------------------------------------------------
+# CLI
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def register_commands(app: typer.Typer) -> None:
+    """Add commands to the ``toren`` CLI.
+
+    Called once when the CLI starts, after the built-in commands exist. Add commands or
+    sub-apps to ``app`` (``app.command()(fn)`` or ``app.add_typer(sub, name="noun")``). A
+    command name that is already taken is an error naming the plugin.
+    """
+
+
+HOOK_NAMES: tuple[str, ...] = tuple(
+    name for name, value in dict(globals()).items()
+    if name.startswith("register_") and callable(value)
+)
+
+__all__ = ["HOOK_NAMES", "hookimpl", "hookspec"]
+
+

@@ -1,0 +1,238 @@
+"""Plugin loading: built-ins plus the entry-point group ``toren``, and what each registered."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as metadata
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from toren.errors import ConfigError, PluginError, ToolError, TorenError
+from toren.seams import hookspecs
+from toren.seams.channels import Channel
+from toren.seams.model import ModelProvider
+from toren.seams.tools import Tool, tool_from_function
+
+ENTRY_POINT_GROUP = "toren"
+
+#: Built-ins register through the same hooks as third-party plugins (llm's DEFAULT_PLUGINS).
+DEFAULT_PLUGINS: dict[str, str] = {"scripted": "toren.default_plugins.scripted"}
+
+
+@dataclass
+class PluginInfo:
+    """One loaded plugin: where it came from and what it registered."""
+
+    name: str
+    distribution: str
+    version: str
+    hooks: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    channels: list[str] = field(default_factory=list)
+    default: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "distribution": self.distribution, "version": self.version,
+            "default": self.default, "hooks": self.hooks, "models": self.models,
+            "tools": self.tools, "channels": self.channels,
+        }
+
+
+class PluginHost:
+    """Loads plugins once and holds the registries built from their hooks.
+
+    Created at startup by the CLI, server and ``toren.Runtime``; agents are resolved against its
+    ``providers``, ``tools`` and ``channels``.
+    """
+
+    def __init__(self, load: Iterable[str] | None = None, *, entry_points: bool = True) -> None:
+        self.pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
+        self.pm.add_hookspecs(hookspecs)
+        self.info: dict[str, PluginInfo] = {}
+        self.providers: dict[str, ModelProvider] = {}
+        self.tools: dict[str, Tool] = {}
+        self.channels: dict[str, Channel] = {}
+        self._owner: dict[tuple[str, str], str] = {}
+        for name, module_name in DEFAULT_PLUGINS.items():
+            module = importlib.import_module(module_name)
+            self._register(module, name, "toren", _version("toren"), default=True)
+        if entry_points:
+            self._load_entry_points(None if load is None else set(load))
+        self._check_pending()
+        self._collect()
+
+    def add_plugin(self, plugin: Any, name: str, *, distribution: str = "(in-process)") -> None:
+        """Register an object or module with hook implementations after loading.
+
+        For tests and embedding: what it registers joins the registries as if it had been
+        installed (duplicates are errors as usual).
+        """
+        self._register(plugin, name, distribution, "-")
+        self._check_pending()
+        for hook_name, registrar in (("register_models", self._model_registrar),
+                                     ("register_tools", self._tool_registrar),
+                                     ("register_channels", self._channel_registrar)):
+            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                if impl.plugin_name == name:
+                    arguments = {"register": registrar(name)} if "register" in impl.argnames else {}
+                    self._invoke(impl, hook_name, arguments)
+
+    def _check_pending(self) -> None:
+        """A misspelt hook name is an error, not a silent no-op."""
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            name = self.pm.get_name(exc.plugin) or repr(exc.plugin)
+            raise PluginError(f"plugin {name!r} implements a hook Toren does not have: "
+                              f"{exc}; the hooks are {', '.join(hookspecs.HOOK_NAMES)}") from None
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def _load_entry_points(self, allowed: set[str] | None) -> None:
+        seen: dict[str, str] = {}
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist.name if ep.dist else "?"
+            if allowed is not None and dist not in allowed and ep.name not in allowed:
+                continue
+            if ep.name in seen:
+                if seen[ep.name] == dist:
+                    continue  # the same distribution seen twice on sys.path
+                raise PluginError(
+                    f"two distributions register a plugin named {ep.name!r}: {seen[ep.name]} "
+                    f"and {dist}; uninstall one, or pick one with TOREN_LOAD_PLUGINS")
+            seen[ep.name] = dist
+            try:
+                module = ep.load()
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin {ep.name!r} from distribution {dist} failed to load "
+                    f"({ep.value}): {type(exc).__name__}: {exc}"
+                ) from exc
+            version = ep.dist.version if ep.dist else "?"
+            self._register(module, ep.name, dist, version)
+
+    def _register(
+        self, module: ModuleType, name: str, dist: str, version: str, *, default: bool = False
+    ) -> None:
+        try:
+            self.pm.register(module, name=name)
+        except ValueError as exc:
+            raise PluginError(f"plugin {name!r} ({dist}) is registered twice: {exc}") from exc
+        hooks = [impl_name for impl_name in hookspecs.HOOK_NAMES if hasattr(module, impl_name)]
+        self.info[name] = PluginInfo(name, dist, version, hooks=hooks, default=default)
+
+    def _call_each(self, hook_name: str, **kwargs: Any) -> None:
+        """Call every implementation of a hook, binding ``plugin`` so registrations are traced."""
+        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
+            arguments = {k: v(impl.plugin_name) for k, v in kwargs.items() if k in impl.argnames}
+            self._invoke(impl, hook_name, arguments)
+
+    def _invoke(self, impl: Any, hook_name: str, arguments: dict[str, Any]) -> None:
+        """Call one hook implementation; its failures name the plugin and the hook."""
+        try:
+            impl.function(**arguments)
+        except TorenError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"plugin {self._describe(impl.plugin_name)} failed in "
+                              f"{hook_name}: {type(exc).__name__}: {exc}") from exc
+
+    def _collect(self) -> None:
+        self._call_each("register_models", register=self._model_registrar)
+        self._call_each("register_tools", register=self._tool_registrar)
+        self._call_each("register_channels", register=self._channel_registrar)
+
+    def _claim(self, kind: str, key: str, plugin: str) -> None:
+        owner = self._owner.get((kind, key))
+        if owner is not None:
+            raise PluginError(
+                f"{kind} {key!r} is registered by two plugins: {self._describe(owner)} and "
+                f"{self._describe(plugin)}; uninstall one, or restrict loading with "
+                "TOREN_LOAD_PLUGINS"
+            )
+        self._owner[(kind, key)] = plugin
+
+    def _describe(self, plugin: str) -> str:
+        info = self.info[plugin]
+        return f"{plugin} ({info.distribution} {info.version})"
+
+    def _model_registrar(self, plugin: str) -> Callable[[ModelProvider], None]:
+        def register(provider: ModelProvider) -> None:
+            if not isinstance(provider, ModelProvider):
+                raise PluginError(f"plugin {plugin!r} registered {provider!r}, "
+                                  "which is not a toren.seams.model.ModelProvider")
+            self._claim("model prefix", provider.prefix, plugin)
+            self.providers[provider.prefix] = provider
+            self.info[plugin].models.append(f"{provider.prefix}/*")
+        return register
+
+    def _tool_registrar(self, plugin: str) -> Callable[..., None]:
+        def register(function: Callable[..., Any], name: str | None = None) -> None:
+            try:
+                tool = tool_from_function(function, source=f"plugin {plugin}", name=name)
+            except ToolError as exc:
+                raise PluginError(f"plugin {self._describe(plugin)}: {exc.message}") from exc
+            self._claim("tool", tool.name, plugin)
+            self.tools[tool.name] = tool
+            self.info[plugin].tools.append(tool.name)
+        return register
+
+    def _channel_registrar(self, plugin: str) -> Callable[[Channel], None]:
+        def register(channel: Channel) -> None:
+            if not isinstance(channel, Channel):
+                raise PluginError(f"plugin {plugin!r} registered {channel!r}, "
+                                  "which is not a toren.seams.channels.Channel")
+            self._claim("channel", channel.name, plugin)
+            self.channels[channel.name] = channel
+            self.info[plugin].channels.append(channel.name)
+        return register
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def provider_for(self, model_id: str) -> ModelProvider:
+        """The provider owning ``model_id``'s prefix, or a ``ConfigError`` listing the choices."""
+        prefix, sep, rest = model_id.partition("/")
+        if not sep or not rest:
+            raise ConfigError(f"model {model_id!r} has no provider prefix: write it as "
+                              f"'<provider>/<model>' with one of {self._prefixes()}")
+        provider = self.providers.get(prefix)
+        if provider is None:
+            raise ConfigError(f"no installed provider serves {model_id!r}: installed providers "
+                              f"are {self._prefixes()} (install toren-{prefix} for '{prefix}/')")
+        return provider
+
+    def _prefixes(self) -> str:
+        return ", ".join(sorted(self.providers)) or "none"
+
+    def add_commands(self, app: Any) -> None:
+        """Let plugins extend the CLI (``register_commands``); a taken name is an error."""
+        for impl in reversed(self.pm.hook.register_commands.get_hookimpls()):
+            before = Counter(_command_names(app))
+            self._invoke(impl, "register_commands", {"app": app})
+            after = Counter(_command_names(app))
+            for name, count in after.items():
+                if count > 1 and count > before.get(name, 0):
+                    raise PluginError(f"plugin {self._describe(impl.plugin_name)} adds the "
+                                      f"command {name!r}, which already exists")
+
+
+def _command_names(app: Any) -> list[str]:
+    """Names of a typer app's commands and sub-apps, in registration order."""
+    names = [info.name or info.callback.__name__.replace("_", "-")
+             for info in app.registered_commands]
+    names += [info.name or "" for info in app.registered_groups]
+    return names
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "?"

@@ -1,0 +1,248 @@
+"""Tools: plain Python functions turned into model-callable tools.
+
+The JSON Schema of a tool's arguments comes from the function's signature (type hints and
+defaults) and its description from the docstring (first paragraph, plus Google-style ``Args:``
+entries for each parameter).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Literal, Union, get_args, get_origin
+
+import jsonschema
+
+from toren.errors import ToolError
+from toren.seams.model import ToolSpec
+
+TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
+#: The attribute ``@tool`` sets on a function, holding its options.
+TOOL_MARK = "__toren_tool__"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the task loop can execute.
+
+    ``idempotent`` tools may be re-run after a crash left their call without a recorded result;
+    non-idempotent ones are surfaced instead (DESIGN.md, durability rule 4).
+    ``source`` says where it came from (a plugin's name or a ``tools.py`` path).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., Any]
+    idempotent: bool = False
+    source: str = ""
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+    @cached_property
+    def validator(self) -> jsonschema.protocols.Validator:
+        """Checks arguments from the model against ``parameters`` (built once: it is hot)."""
+        cls = jsonschema.validators.validator_for(self.parameters, jsonschema.Draft202012Validator)
+        return cls(self.parameters)
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+) -> Any:
+    """Mark a function as a tool and set options: ``@tool`` or ``@tool(idempotent=True)``.
+
+    Undecorated public functions in a crew's ``tools.py`` are tools too; the decorator only adds
+    options such as ``idempotent=True`` or a different ``name``.
+    """
+
+    def mark(func: Callable[..., Any]) -> Callable[..., Any]:
+        if not inspect.isfunction(func):
+            kind = "class" if isinstance(func, type) else type(func).__name__
+            raise ToolError(f"@tool decorates functions (def or async def), not the {kind} "
+                            f"{getattr(func, '__qualname__', None) or _short_repr(func)}")
+        setattr(func, TOOL_MARK,
+                {"name": name, "description": description, "idempotent": idempotent})
+        return func
+
+    return mark(function) if function is not None else mark
+
+
+def tool_from_function(function: Callable[..., Any], *, source: str = "",
+                       name: str | None = None) -> Tool:
+    """Build a ``Tool`` from a function's signature, type hints and docstring.
+
+    ``name`` overrides both the function's name and a name given to ``@tool``.
+    """
+    options = getattr(function, TOOL_MARK, {})
+    name = name or options.get("name") or function.__name__
+    if not TOOL_NAME.match(name):
+        raise ToolError(
+            f"tool name {name!r} from {source or function.__module__} is invalid: use letters, "
+            "digits, '_' or '-', starting with a letter, at most 64 characters"
+        )
+    summary, arg_docs = parse_docstring(inspect.getdoc(function) or "")
+    description = options.get("description") or summary or name
+    return Tool(
+        name=name,
+        description=description,
+        parameters=parameters_schema(function, arg_docs, source=source),
+        function=function,
+        idempotent=bool(options.get("idempotent")),
+        source=source,
+    )
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a docstring into its summary and the Google-style ``Args:`` descriptions."""
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    section = "summary"
+    arg_indent: int | None = None
+    current: str | None = None
+    for line in doc.splitlines():
+        text = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if text.endswith(":") and text[:-1].lower() in _SECTIONS:
+            section = "args" if text[:-1].lower() in _ARG_SECTIONS else "other"
+            arg_indent, current = None, None
+            continue
+        if section == "summary":
+            if text:
+                summary.append(text)
+            elif summary:
+                section = "body"
+        elif section == "args" and text:
+            entry = _ARG_ENTRY.match(text)
+            if entry and (arg_indent is None or indent <= arg_indent):
+                arg_indent, current = indent, entry.group(1)
+                args[current] = entry.group(2).strip()
+            elif current is not None:
+                args[current] = f"{args[current]} {text}".strip()
+    return " ".join(summary), args
+
+
+_ARG_SECTIONS = {"args", "arguments", "parameters"}
+_SECTIONS = _ARG_SECTIONS | {"returns", "raises", "yields", "examples", "example", "note"}
+_ARG_ENTRY = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def parameters_schema(
+    function: Callable[..., Any], arg_docs: dict[str, str] | None = None, *, source: str = ""
+) -> dict[str, Any]:
+    """JSON Schema (an ``object``) for the function's parameters."""
+    arg_docs = arg_docs or {}
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except Exception as exc:
+        raise ToolError(f"cannot read the type hints of tool {function.__name__!r} "
+                        f"({source or function.__module__}): {exc}") from exc
+    where = f"tool {function.__name__!r} ({source or function.__module__})"
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for param in inspect.signature(function).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolError(f"{where} takes *{param.name}: tools need named parameters the "
+                            "model can fill in")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ToolError(f"{where} takes {param.name!r} positionally only (before '/'): "
+                            "tools are called with keyword arguments; remove the '/'")
+        try:
+            prop = type_schema(hints.get(param.name, Any))
+        except ToolError as exc:
+            raise ToolError(f"{where}, parameter {param.name!r}: {exc.message}") from None
+        if param.name in arg_docs:
+            prop["description"] = arg_docs[param.name]
+        if param.default is param.empty:
+            required.append(param.name)
+        elif param.default is not None:
+            prop["default"] = param.default
+        properties[param.name] = prop
+    schema: dict[str, Any] = {"type": "object", "properties": properties,
+                              "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    try:  # the schema travels to the model as JSON: defaults and Literal values must fit
+        json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ToolError(f"{where}: a default or Literal value is not JSON ({exc}); use str, "
+                        "int, float, bool, None, lists and dicts") from None
+    return schema
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:50] + "..."
+
+
+_SIMPLE: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+    dict: {"type": "object"},
+    list: {"type": "array"},
+}
+
+
+def type_schema(annotation: Any) -> dict[str, Any]:
+    """JSON Schema for one type annotation (unannotated or ``Any`` accepts anything).
+
+    Raises ``ToolError`` for a type that JSON arguments cannot be (``Path``, ``datetime``,
+    classes): the function would be called with a string or a dict instead.
+    """
+    if annotation is Any or annotation is object:
+        return {}
+    if annotation in _SIMPLE:
+        return dict(_SIMPLE[annotation])
+    if annotation in (tuple, set, frozenset, collections.abc.Sequence):  # items of any type
+        return {"type": "array", **({"uniqueItems": True} if annotation in (set, frozenset)
+                                    else {})}
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is typing.Annotated:
+        schema = type_schema(args[0])
+        for extra in args[1:]:
+            if isinstance(extra, str):
+                schema["description"] = extra
+        return schema
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (Union, types.UnionType):
+        options = [type_schema(arg) for arg in args]
+        return options[0] if len(options) == 1 else {"anyOf": options}
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        items = [type_schema(arg) for arg in args]
+        return {"type": "array", "prefixItems": items, "minItems": len(items),
+                "maxItems": len(items)}
+    if origin in (list, tuple, set, frozenset, collections.abc.Sequence):
+        array: dict[str, Any] = {"type": "array"}
+        if args:
+            array["items"] = type_schema(args[0])
+        if origin in (set, frozenset):
+            array["uniqueItems"] = True
+        return array
+    if origin in (dict, collections.abc.Mapping):
+        schema = {"type": "object"}
+        if len(args) == 2:
+            schema["additionalProperties"] = type_schema(args[1])
+        return schema
+    raise ToolError(f"type {_type_name(annotation)} cannot come from JSON arguments; use str, "
+                    "int, float, bool, None, list[...], dict[str, ...], Literal[...] or "
+                    "unions of them, and convert in the function")
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__qualname__", None) or repr(annotation)
