@@ -121,6 +121,21 @@ class TorenAPIError(TorenError):
         self.retryable = status >= 500 or status == 429
 
 
+class TorenUnreachable(TorenError):
+    """No connection to the Toren API could be made."""
+
+    code = "api_unreachable"
+    retryable = True
+
+
+def _unreachable(base_url: str, exc: aiohttp.ClientConnectorError) -> TorenUnreachable:
+    reason = (os.strerror(exc.os_error.errno) if exc.os_error.errno
+              else str(exc.os_error) or type(exc.os_error).__name__)
+    return TorenUnreachable(
+        f"cannot connect to the Toren API at {base_url}: {reason}. Is the server running? "
+        "Start it with `toren dev`, or set TOREN_URL to where it listens")
+
+
 class TorenClient:
     """Async client. Use as an async context manager, or call ``aclose()``."""
 
@@ -160,15 +175,19 @@ class TorenClient:
                        params: dict[str, Any] | None = None,
                        headers: dict[str, str] | None = None) -> Any:
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
-        async with self._http().request(
-                method, self.base_url + path, json=body, params=query,
-                headers=self._headers(headers), timeout=self.timeout) as response:
-            payload = await response.json(content_type=None)
-            if response.status >= 400:
-                error = (payload or {}).get("error", {}) if isinstance(payload, dict) else {}
-                raise TorenAPIError(response.status, error.get("code", "http_error"),
-                                    error.get("message", response.reason or "request failed"))
-            return payload
+        try:
+            async with self._http().request(
+                    method, self.base_url + path, json=body, params=query,
+                    headers=self._headers(headers), timeout=self.timeout) as response:
+                payload = await response.json(content_type=None)
+                if response.status >= 400:
+                    error = (payload or {}).get("error", {}) if isinstance(payload, dict) else {}
+                    raise TorenAPIError(response.status, error.get("code", "http_error"),
+                                        error.get("message", response.reason or
+                                                  "request failed"))
+                return payload
+        except aiohttp.ClientConnectorError as exc:
+            raise _unreachable(self.base_url, exc) from exc
 
     async def healthz(self) -> Health:
         result: Health = await self._request("GET", "/healthz")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -111,10 +112,29 @@ def parse_key_reference(id_or_prefix: str) -> tuple[str | None, str | None]:
 
 
 def check_key_name(name: str) -> str:
-    """The name, stripped; ``ConfigError`` if it is empty or too long."""
+    """The name, stripped; ``ConfigError`` if it is empty, too long or not printable.
+
+    Names are shown by ``toren keys list`` and in logs, so they may hold only printable
+    characters: no control characters or escape sequences (which a terminal would act on), no
+    line breaks, and no invisible formatting characters such as bidirectional overrides.
+    """
     name = name.strip()
     if not name:
         raise ConfigError("an API key needs a name (who or what uses it, e.g. `ci`)")
     if len(name) > MAX_NAME_LENGTH:
-        raise ConfigError(f"an API key's name has at most {MAX_NAME_LENGTH} characters")
+        raise ConfigError(f"an API key's name has at most {MAX_NAME_LENGTH} characters; this "
+                          f"one has {len(name)}")
+    bad = next((char for char in name if not _printable(char)), None)
+    if bad is not None:
+        raise ConfigError(f"an API key's name may hold only printable characters; it has "
+                          f"U+{ord(bad):04X} ({unicodedata.name(bad, 'a control character')}). "
+                          "Use letters, digits, spaces and punctuation")
     return name
+
+
+def _printable(char: str) -> bool:
+    # Categories C* are control (Cc), format (Cf: bidi overrides, zero-width), surrogate,
+    # private-use and unassigned; Z* other than a plain space are line/paragraph separators
+    # and odd spaces.
+    category = unicodedata.category(char)
+    return char == " " or not (category.startswith("C") or category.startswith("Z"))

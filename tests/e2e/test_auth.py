@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import signal
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from tests.conftest import TorenCli, TorenProcess, one_line
 from tests.durable import plugin_host
 from toren.cli.serve import serve_api
 from toren.config import Settings
+from toren.errors import ConfigError
 from toren.host.runtime import Runtime
 from toren.keys import NoApiKeys
 from toren.seams.store import KeyStore
@@ -77,7 +79,10 @@ class FakeServe:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
 
-    async def __call__(self, runtime: Runtime, **options: Any) -> None:
+    async def __call__(self, runtime: Runtime, *, sockets: list[socket.socket],
+                       **options: Any) -> None:
+        # the port was bound before the key check, so a port in use fails first
+        assert sockets and all(sock.getsockname()[1] for sock in sockets)
         self.calls.append(options)
 
 
@@ -96,13 +101,17 @@ async def test_serve_refuses_without_an_active_key_before_serving(make_runtime,
                                                                   database_url: str,
                                                                   tmp_path: Path) -> None:
     runtime = unstarted_runtime(database_url, tmp_path)
-    for host, env in (("0.0.0.0", {}), ("0.0.0.0", {"TOREN_ALLOW_NO_KEYS": "1"}),
-                      ("192.168.1.10", {})):
+    for host, env in (("0.0.0.0", {}), ("0.0.0.0", {"TOREN_ALLOW_NO_KEYS": "1"})):
         fake = FakeServe()
         with pytest.raises(NoApiKeys) as raised:
             await serve_api(runtime, host=host, port=0, as_json=True, env=env, serve_http=fake)
         assert raised.value.message == NO_KEYS.format(host)
         assert fake.calls == []  # never got as far as listening
+
+    with pytest.raises(ConfigError, match=r"^cannot listen on 192\.0\.2\.1:0: "):
+        # an address of no interface here (TEST-NET-1) fails when binding, before the key check
+        await serve_api(runtime, host="192.0.2.1", port=0, as_json=True, env={},
+                        serve_http=FakeServe())
 
     with pytest.raises(NoApiKeys, match=re.escape(
             NO_KEYS.format("127.0.0.1") + " (or set TOREN_ALLOW_NO_KEYS=1 to try it locally "

@@ -13,13 +13,14 @@ from tests.e2e.test_http_api import TOOLS, call
 from toren.testing import write_agent_dir
 
 pytestmark = pytest.mark.timeout(240)
-RESUME = re.compile(r"Resume it with: toren chat (\S+) --session (\S+)")
+RESUME = re.compile(r"Resume it with: \S*toren chat (\S+) .*--session (\S+)")
 
 
 def test_chat_locally_then_resume_with_the_transcript_replayed(toren_cli, database_url: str,
                                                                tmp_path: Path) -> None:
     crews = tmp_path / "crews"
     write_agent_dir(crews, "crew", tools_py=TOOLS)
+    write_agent_dir(crews, "other")
     env = {"DATABASE_URL": database_url}
     first = toren_cli("chat", "crew", "--dir", str(crews), env=env,
                       input="postgres\n/exit\n")

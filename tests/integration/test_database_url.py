@@ -54,11 +54,9 @@ def test_unreachable_server_message_gives_the_reason(toren_cli: TorenCli,
                        env={"DATABASE_URL": url})
 
     message = json.loads(result.stdout)["error"]["message"]
-    # BUG (plugins/toren-postgres/src/toren_postgres/connection.py, check_connection): the
-    # reason is the *last* line of psycopg's message, which for a refused connection is the
-    # hint "\tIs the server running on that host and accepting TCP/IP connections?", so the
-    # actual reason ("Connection refused") is dropped and a tab is left in the message.
-    assert "Connection refused" in message, message
+    # libpq's hint is on a line of its own; the message keeps the reason and the hint as two
+    # sentences on one line
+    assert "Connection refused. Is the server running on that host" in message, message
     assert "\t" not in message
 
 

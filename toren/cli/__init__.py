@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Annotated, Any
 
 import typer
 
@@ -19,6 +20,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        version.version(as_json=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version,
+        help="Print Toren's version and exit (as `toren version`).")] = False,
+) -> None:
+    """Toren: a self-hosted durable agent runtime on a Postgres event log."""
+
+
 app.command("version")(version.version)
 app.command("plugins")(plugins.plugins)
 app.command("init")(init.init)
@@ -37,6 +55,40 @@ def _add_plugin_commands() -> None:
     from toren.seams.plugins import PluginHost
 
     PluginHost(Settings.from_env().load_plugins).add_commands(app)
+
+
+def _tidy_help(command: Any) -> None:
+    """One placeholder style in every command's help, plugin commands included: arguments and
+    valued options show an upper-case name (``RUN_ID``, ``--port PORT``) instead of a Python
+    type (``<int>``, ``<list[Path]>``), and flags show none instead of ``<bool>``.
+
+    ``command`` is the click command typer builds (typer vendors its own click, so this goes
+    by attributes, not classes).
+    """
+    for param in command.params:
+        if param.param_type_name == "argument":
+            param.display_type_rich = _no_type  # the name column shows RUN_ID already
+        if param.metavar is not None:
+            continue
+        if param.param_type_name == "option" and (param.is_flag or param.count):
+            param.metavar = ""
+        elif param.name:
+            param.metavar = param.name.upper()
+    make_help_option = command.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+
+
+def _no_type(ctx: Any) -> None:
+    return None
 
 
 def _configure_logging() -> None:
@@ -65,7 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     _configure_logging()
     try:
         _add_plugin_commands()
-        app(args=args, prog_name="toren")  # standalone: typer handles usage errors and exits
+        command = typer.main.get_command(app)
+        _tidy_help(command)
+        command(args=args, prog_name="toren")  # standalone: handles usage errors, then exits
     except TorenError as exc:
         if debug:
             raise

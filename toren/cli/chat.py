@@ -11,16 +11,31 @@ from __future__ import annotations
 import abc
 import asyncio
 import os
+import shlex
 import sys
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from toren.cli.common import DirsOption, load_runtime
-from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
+from toren.cli.common import (
+    DirsOption,
+    load_runtime,
+    run_interruptible,
+    served_dirs,
+    stop_runtime,
+)
+from toren.cli.output import (
+    JSON_OPTION_HELP,
+    console,
+    err_console,
+    plain,
+    print_json,
+    safe,
+    toren_command,
+)
 from toren.cli.render import event_line
 from toren.core import events as ev
 from toren.core.events import Event
@@ -34,12 +49,14 @@ _TURN_OVER = {ev.TURN_ENDED, ev.RUN_FINISHED, ev.RUN_CANCELLED, ev.RUN_DEAD_LETT
 
 
 def chat(
-    agent: Annotated[str, typer.Argument(help="The agent to talk to (its agent.yaml name).")],
+    agent: Annotated[str, typer.Argument(
+        metavar="AGENT", help="The agent to talk to (the `name:` in its agent.yaml).")],
     session: Annotated[str | None, typer.Option(
-        "--session", "-s", help="Resume this session: its transcript is replayed first.")] = None,
+        "--session", "-s", metavar="ID",
+        help="Resume this session: its transcript is replayed first.")] = None,
     dirs: DirsOption = None,
     url: Annotated[str | None, typer.Option(
-        envvar="TOREN_URL",
+        envvar="TOREN_URL", metavar="URL",
         help="A deployment's API to talk to (with TOREN_API_KEY) instead of working the "
              "session in this process.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP + " One JSON "
@@ -47,12 +64,27 @@ def chat(
                        ] = False,
 ) -> None:
     """Talk to AGENT in a durable session (resume one with --session)."""
-    backend: Backend = (RemoteBackend(url, os.environ.get("TOREN_API_KEY")) if url
-                        else LocalBackend(load_runtime(dirs)))
-    try:
-        asyncio.run(_chat(backend, agent, session, as_json=as_json))
-    except KeyboardInterrupt:
-        raise typer.Exit(code=130) from None
+    backend: Backend
+    if url:
+        backend = RemoteBackend(url, os.environ.get("TOREN_API_KEY"))
+        resume = [toren_command(), "chat", shlex.quote(agent), "--url", shlex.quote(url)]
+    else:
+        runtime = load_runtime(dirs, agent)
+        backend = LocalBackend(runtime)
+        resume = _local_resume(runtime, agent, dirs)
+    run_interruptible(_chat(backend, agent, session, " ".join(resume), as_json=as_json))
+
+
+def _local_resume(runtime: Runtime, agent: str, dirs: list[Path] | None) -> list[str]:
+    """``toren chat AGENT`` with what makes it work from any directory: the agent directories
+    as absolute paths and, for the embedded Postgres, its ``TOREN_HOME``. (``DATABASE_URL``
+    may hold a password, so it is never printed; it is in the environment already.)"""
+    words = [toren_command(), "chat", shlex.quote(agent)]
+    for directory in served_dirs(dirs):
+        words += ["--dir", shlex.quote(str(directory))]
+    if runtime.settings.database_url is None:
+        words.insert(0, "TOREN_HOME=" + shlex.quote(str(runtime.settings.home.absolute())))
+    return words
 
 
 class Backend(abc.ABC):
@@ -106,7 +138,7 @@ class LocalBackend(Backend):
             yield event
 
     async def aclose(self) -> None:
-        await self.runtime.stop()
+        await stop_runtime(self.runtime)
 
 
 class RemoteBackend(Backend):
@@ -137,7 +169,7 @@ class RemoteBackend(Backend):
         await self.client.aclose()
 
 
-async def _chat(backend: Backend, agent: str, session_id: str | None, *,
+async def _chat(backend: Backend, agent: str, session_id: str | None, resume: str, *,
                 as_json: bool) -> None:
     lines = _stdin_lines()
     try:
@@ -155,7 +187,7 @@ async def _chat(backend: Backend, agent: str, session_id: str | None, *,
                 console.print("[bold cyan]you>[/] ", end="")
             line = await lines.get()
             if line is not None and not as_json and not sys.stdin.isatty():
-                console.print(line, markup=False)  # piped input: show what was sent
+                console.print(plain(line), markup=False)  # piped input: show what was sent
             if line is None or line.strip() in ("/exit", "/quit"):
                 if line is None and not as_json:
                     console.print()
@@ -171,10 +203,10 @@ async def _chat(backend: Backend, agent: str, session_id: str | None, *,
             else:
                 await backend.send(text)
             status = await _follow_turn(backend, as_json)
-        _goodbye(backend.session_id, agent, status, as_json)
+        _goodbye(backend.session_id, resume, status, as_json)
     except asyncio.CancelledError:  # Ctrl-C
         if backend.session_id:
-            _goodbye(backend.session_id, agent, "interrupted", as_json)
+            _goodbye(backend.session_id, resume, "interrupted", as_json)
         raise
     finally:
         await backend.aclose()
@@ -199,10 +231,10 @@ def _show_event(event: Event) -> None:
     if event.type == ev.MODEL_CALL_COMPLETED and data.get("purpose") is None:
         if data["tool_calls"]:
             if data["text"]:
-                console.print(f"  [dim]{escape(data['text'])}[/]")
+                console.print(f"  [dim]{safe(data['text'])}[/]")
             return
-        console.print(f"[bold green]{escape('agent>')}[/] ", end="")
-        console.print(data["text"], markup=False)
+        console.print("[bold green]agent>[/] ", end="")
+        console.print(plain(data["text"]), markup=False)
         return
     if event.type == ev.TURN_ENDED and data["stop_reason"] == "max_steps":
         console.print(f"[yellow]The turn used its {data['steps']} steps (limits.maxSteps); "
@@ -220,34 +252,38 @@ def _show_transcript(found: dict[str, Any], as_json: bool) -> None:
         return
     entries = found["transcript"]
     if entries:
-        err_console.print(f"[dim]Resuming session {found['id']} with {found['agent']}: "
+        err_console.print(f"[dim]Resuming session {safe(found['id'])} with "
+                          f"{safe(found['agent'])}: "
                           f"{found['turns']} turn(s) so far[/]")
     else:
-        err_console.print(f"[dim]Session {found['id']} with {found['agent']}. {HELP}[/]")
+        err_console.print(f"[dim]Session {safe(found['id'])} with {safe(found['agent'])}. "
+                          f"{HELP}[/]")
     for entry in entries:
         if entry["role"] == "user":
             console.print("[bold cyan]you>[/] ", end="")
-            console.print(entry["text"], markup=False)
+            console.print(plain(entry["text"]), markup=False)
         elif entry["role"] == "assistant" and not entry["tool_calls"]:
             console.print("[bold green]agent>[/] ", end="")
-            console.print(entry["text"], markup=False)
+            console.print(plain(entry["text"]), markup=False)
         elif entry["role"] == "tool":
             colour = "red" if entry["is_error"] else "green"
             output = " ".join(entry["output"].split())
             short = output if len(output) <= 100 else output[:99] + "…"
-            console.print(f"    [{colour}]↳ {escape(entry['name'])}[/] {escape(short)}")
+            console.print(f"    [{colour}]↳ {safe(entry['name'])}[/] {safe(short)}")
 
 
-def _goodbye(session_id: str, agent: str, status: str, as_json: bool) -> None:
-    resume = f"toren chat {agent} --session {session_id}"
+def _goodbye(session_id: str, resume: str, status: str, as_json: bool) -> None:
+    """Say how the session ended, or print the command that resumes it, wherever it is
+    pasted."""
+    command = f"{resume} --session {shlex.quote(session_id)}"
     if as_json:
         print_json({"session": session_id, "status": status,
-                    "resume": resume if status not in ev.TERMINAL_STATUSES else None})
+                    "resume": command if status not in ev.TERMINAL_STATUSES else None})
         return
     if status in ev.TERMINAL_STATUSES:
-        err_console.print(f"Session {session_id} has ended ({status}).")
+        err_console.print(f"Session {safe(session_id)} has ended ({status}).")
     else:
-        err_console.print(f"The session stays open. Resume it with: [bold]{resume}[/]")
+        err_console.print(f"The session stays open. Resume it with: [bold]{safe(command)}[/]")
 
 
 def _stdin_lines() -> asyncio.Queue[str | None]:
@@ -257,9 +293,12 @@ def _stdin_lines() -> asyncio.Queue[str | None]:
     queue: asyncio.Queue[str | None] = asyncio.Queue()
 
     def read() -> None:
-        for line in sys.stdin:
-            loop.call_soon_threadsafe(queue.put_nowait, line.rstrip("\n"))
-        loop.call_soon_threadsafe(queue.put_nowait, None)
+        try:
+            for line in sys.stdin:
+                loop.call_soon_threadsafe(queue.put_nowait, line.rstrip("\n"))
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+        except RuntimeError:  # the loop is closed: the chat ended (or failed) first
+            return
 
     threading.Thread(target=read, name="toren-chat-stdin", daemon=True).start()
     return queue

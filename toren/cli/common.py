@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from toren.cli.output import err_console
 from toren.host.runtime import Runtime
 
 T = TypeVar("T")
@@ -18,7 +19,7 @@ T = TypeVar("T")
 DirsOption = Annotated[
     list[Path] | None,
     typer.Option(
-        "--dir", "-d",
+        "--dir", "-d", metavar="DIR",
         help="An agent directory, or a directory of agent directories (repeatable). "
              "Default: the current directory.",
         envvar="TOREN_DIRS",
@@ -26,9 +27,21 @@ DirsOption = Annotated[
 ]
 
 
-def load_runtime(dirs: list[Path] | None) -> Runtime:
-    """Load plugins, agents and drivers, validating everything before touching the database."""
-    return Runtime(dirs or None)
+def load_runtime(dirs: list[Path] | None, agent: str | None = None) -> Runtime:
+    """Load plugins, agents and drivers, validating everything before touching the database.
+
+    With ``agent`` (the command's AGENT argument), also check that one of the directories
+    serves it, so a misspelt name fails at once instead of after starting the database.
+    """
+    runtime = Runtime(dirs or None)
+    if agent is not None:
+        runtime.check_served(agent)
+    return runtime
+
+
+def served_dirs(dirs: list[Path] | None) -> list[Path]:
+    """The agent directories a command was given, absolute (the current one by default)."""
+    return [path.absolute() for path in dirs or [Path.cwd()]]
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:
@@ -80,3 +93,56 @@ def with_database(action: Callable[[Runtime], Awaitable[T]]) -> T:
             await runtime.stop()
 
     return run_async(go())
+
+
+def run_interruptible(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` for a command that works runs in this process.
+
+    Every Ctrl-C (or SIGTERM) cancels ``main``'s task: the first interrupts what it is doing,
+    and its cleanup (``stop_runtime``) hands work back; a second one cancels that wait.
+    Interrupted, the command exits with status 130 and no traceback, through the interpreter's
+    normal exit (which also releases this process's handle on the embedded Postgres).
+    """
+
+    async def guarded() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            return await main
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    try:
+        return asyncio.run(guarded())
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        raise typer.Exit(code=130) from None
+
+
+async def stop_runtime(runtime: Runtime, *, quiet: bool = False) -> None:
+    """Stop ``runtime``, saying what takes time when the user interrupted the command.
+
+    Stopping lets work in hand finish for up to ``TOREN_SHUTDOWN_GRACE`` seconds and hands
+    back the rest. If Ctrl-C brought us here, that wait is announced, and a second Ctrl-C
+    (see ``run_interruptible``) stops waiting: the work's lease then expires and the next
+    worker takes it over, repeating at most the step that was in flight.
+    """
+    task = asyncio.current_task()
+    interrupted = task is not None and task.cancelling() > 0
+    if interrupted and runtime.workers is not None and not quiet:
+        grace = runtime.settings.shutdown_grace_s
+        err_console.print(
+            f"Stopping: work in hand gets up to {grace:g}s (TOREN_SHUTDOWN_GRACE) to finish "
+            "its step, the rest is handed back to the queue. Press Ctrl-C again to quit now.")
+    try:
+        await runtime.stop()
+    except asyncio.CancelledError:
+        if not quiet:
+            err_console.print(
+                "Quitting without waiting: work in hand is handed over when its lease "
+                f"expires (TOREN_LEASE_TTL, {runtime.settings.lease_ttl_s:g}s); the step in "
+                "flight is made again.")
+        raise

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from toren.cli.common import DirsOption, load_runtime
-from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
+from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
 from toren.host.runtime import Runtime
 
 app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
@@ -30,7 +30,7 @@ async def _migrate(runtime: Runtime, *, print_sql: bool, as_json: bool) -> None:
     await runtime.store.open()
     try:
         if not as_json:
-            err_console.print(f"Database: {runtime.store.description}")
+            err_console.print(f"Database: {safe(runtime.store.description)}")
         if print_sql:
             pending = await runtime.pending_migrations()
             if as_json:

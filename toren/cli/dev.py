@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import signal
+import socket
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from toren.cli.common import DirsOption, load_runtime
-from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
+from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
 from toren.errors import ConfigError
 from toren.host.runtime import Runtime
 
@@ -23,9 +25,9 @@ DEFAULT_PORT = 8420
 
 def dev(
     dirs: DirsOption = None,
-    host: Annotated[str, typer.Option(help="Interface to bind.", envvar="TOREN_HOST")] =
-        DEFAULT_HOST,
-    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).",
+    host: Annotated[str, typer.Option(metavar="HOST", help="Interface to bind.",
+                                      envvar="TOREN_HOST")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(metavar="PORT", help="Port to bind (0 picks a free one).",
                                       envvar="TOREN_PORT")] = DEFAULT_PORT,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
 ) -> None:
@@ -34,13 +36,67 @@ def dev(
     asyncio.run(serve(runtime, host=host, port=port, as_json=as_json, workers=True))
 
 
+def bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for ``host:port`` (one per address the host name resolves to), bound
+    before the database starts: a port in use is an error at once, and nothing else can take
+    the port while the database starts. ``serve`` hands them to the HTTP server."""
+    try:
+        addresses = dict.fromkeys(
+            (family, address) for family, _type, _proto, _name, address in socket.getaddrinfo(
+                host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; pass --host (or "
+                          "TOREN_HOST) with an address of this machine") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in addresses:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:  # one free port for every address
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                # like asyncio's create_server: an address family this machine does not
+                # have (``localhost`` -> ::1 without IPv6) is skipped if another address binds
+                if exc.errno != errno.EADDRNOTAVAIL or len(addresses) == 1:
+                    raise
+                sockets.pop().close()
+                continue
+            sock.listen()
+        if not sockets:
+            raise OSError(errno.EADDRNOTAVAIL, os.strerror(errno.EADDRNOTAVAIL))
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} on {host} is already in use; pass --port "
+                              "(or TOREN_PORT) to pick another") from None
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sockets
+
+
 async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
-                workers: bool) -> None:
+                workers: bool, sockets: list[socket.socket] | None = None) -> None:
     """Start ``runtime`` and its HTTP API; run until SIGINT or SIGTERM, then stop cleanly.
 
     Without ``workers`` this is ``toren serve``, whose API requires keys by default (see
-    ``toren.server.auth.keys_required``).
+    ``toren.server.auth.keys_required``). ``sockets`` are already bound ones (see ``bind``);
+    without them, ``host:port`` is bound first, before the database starts.
     """
+    sockets = sockets if sockets is not None else bind(host, port)
+    try:
+        await _serve(runtime, host=host, as_json=as_json, workers=workers, sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+async def _serve(runtime: Runtime, *, host: str, as_json: bool, workers: bool,
+                 sockets: list[socket.socket]) -> None:
     # the server (aiohttp) is imported here, not at module level: every toren command loads
     # this module, and only dev and serve need it
     from aiohttp import web
@@ -60,7 +116,7 @@ async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
     else:
         await runtime.start(workers=workers)
     try:
-        await refuse_without_keys(runtime.store, command, host)  # before anything listens
+        await refuse_without_keys(runtime.store, command, host)  # before anything is served
     except BaseException:
         await runtime.stop()
         raise
@@ -73,15 +129,9 @@ async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
     try:
         await runtime.start_channels()
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise ConfigError(f"port {port} on {host} is already in use; pass --port "
-                                  "(or TOREN_PORT) to pick another") from None
-            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-        bound_port = runner.addresses[0][1]
+        for sock in sockets:
+            await web.SockSite(runner, sock).start()
+        bound_port = sockets[0].getsockname()[1]
         url = f"http://{host if ':' not in host else f'[{host}]'}:{bound_port}"
         _announce(runtime, url, as_json)
         await stop.wait()
@@ -98,11 +148,12 @@ def _announce(runtime: Runtime, url: str, as_json: bool) -> None:
     if as_json:
         print_json({"event": "ready"} | info)
         return
-    console.print(f"[bold]Toren[/] is serving at [link={url}]{url}[/link]")
-    console.print(f"  database: {info['database']}")
-    console.print(f"  workers:  {info['workers'] or 'none (API only)'}")
+    console.print(f"[bold]Toren[/] is serving at {safe(url)}")
+    console.print(f"  database: {safe(info['database'])}")
+    console.print(f"  workers:  {safe(info['workers'] or 'none (API only)')}")
     console.print("  agents:")
     for agent in info["agents"]:
-        description = f" - {agent['description']}" if agent["description"] else ""
-        console.print(f"    [bold]{agent['name']}[/] ({agent['model']}){description}")
+        description = f" - {safe(agent['description'])}" if agent["description"] else ""
+        console.print(f"    [bold]{safe(agent['name'])}[/] ({safe(agent['model'])})"
+                      f"{description}")
     console.print("Press Ctrl-C to stop.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Annotated
 import typer
 
 from toren.agents import check_agent_name, load_agent
-from toren.cli.output import JSON_OPTION_HELP, console, print_json
+from toren.cli.output import JSON_OPTION_HELP, console, print_json, safe, toren_command
 from toren.errors import ConfigError
 
 AGENT_YAML = """\
@@ -44,7 +45,8 @@ def word_count(text: str) -> int:
 
 
 def init(
-    name: Annotated[str, typer.Argument(help="Directory to create; its name is the agent's.")],
+    name: Annotated[str, typer.Argument(
+        metavar="NAME", help="Directory to create; its name is the agent's.")],
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
 ) -> None:
     """Create an agent directory (agent.yaml, prompt.md, tools.py) that runs offline."""
@@ -70,7 +72,7 @@ def init(
     if as_json:
         print_json({"name": agent_name, "directory": str(target), "files": files})
         return
-    console.print(f"Created agent [bold]{agent_name}[/] in {target}")
+    console.print(f"Created agent [bold]{agent_name}[/] in {safe(target)}")
     for file in files:
         console.print(f"  {file}")
-    console.print(f"Next: toren dev --dir {name}")
+    console.print(f"Next: {safe(toren_command())} dev --dir {safe(shlex.quote(name))}")

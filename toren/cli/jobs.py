@@ -2,29 +2,88 @@
 
 from __future__ import annotations
 
+import re
+import uuid
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from toren.cli.common import with_database
-from toren.cli.output import JSON_OPTION_HELP, console, print_json
+from toren.cli.output import JSON_OPTION_HELP, console, plain, print_json, print_table, safe
 from toren.cli.render import receipt_tables, run_summary, run_tree
+from toren.core.runs import RunRecord
+from toren.errors import RunNotFound, TorenError
+from toren.host.runtime import Runtime
 
 app = typer.Typer(help="Runs: list, show, receipt, cancel.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
-RunArgument = Annotated[str, typer.Argument(help="The run id.")]
+RunArgument = Annotated[str, typer.Argument(
+    metavar="RUN_ID", help="The run's id, or the start of it (unique among the runs).")]
+#: Runs read per query while looking for the runs whose id starts with a prefix.
+_PAGE = 1000
+#: Candidates named in the error for an ambiguous prefix.
+_SHOWN_CANDIDATES = 10
 
 
+class AmbiguousRunId(TorenError):
+    """More than one run's id starts with that prefix."""
+
+    code = "ambiguous_run_id"
+    http_status = 400
+
+
+async def resolve_run_id(runtime: Runtime, id_or_prefix: str) -> str:
+    """The id of the one run whose id is ``id_or_prefix`` or starts with it.
+
+    ``RunNotFound`` if none does, ``AmbiguousRunId`` (listing the candidates) if several do.
+    A whole id is looked up directly; a prefix reads the runs' ids, newest first.
+    """
+    text = id_or_prefix.strip().lower()
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        pass
+    if not re.fullmatch(r"[0-9a-f][0-9a-f-]{0,35}", text):
+        raise RunNotFound(f"{id_or_prefix!r} is not a run id or the start of one (run ids look "
+                          "like ec03889c-c557-...); see `toren jobs list`")
+    matches: list[RunRecord] = []
+    before: tuple[datetime, str] | None = None
+    while True:
+        page = await runtime.store.list_runs(limit=_PAGE, before=before)
+        matches += [run for run in page if run.id.startswith(text)]
+        last = page[-1] if page else None
+        if len(page) < _PAGE or last is None or last.created_at is None:
+            break
+        before = (last.created_at, last.id)
+    if not matches:
+        raise RunNotFound(f"no run id starts with {text!r} in this database "
+                          "(see `toren jobs list`)")
+    if len(matches) > 1:
+        shown = "; ".join(f"{run.id} ({run.agent}, {run.status}, {_created(run)})"
+                          for run in matches[:_SHOWN_CANDIDATES])
+        more = len(matches) - _SHOWN_CANDIDATES
+        raise AmbiguousRunId(f"{len(matches)} runs have ids starting with {text!r}: {shown}"
+                             + (f"; and {more} more" if more > 0 else "")
+                             + ". Give more of the id")
+    return matches[0].id
+
+
+def _created(run: RunRecord) -> str:
+    return run.created_at.strftime("%Y-%m-%d %H:%M:%S") if run.created_at else ""
 
 
 @app.command("list")
 def list_runs(
-    agent: Annotated[str | None, typer.Option(help="Only this agent's runs.")] = None,
+    agent: Annotated[str | None, typer.Option(metavar="NAME",
+                                              help="Only this agent's runs.")] = None,
     status: Annotated[str | None, typer.Option(
+        metavar="STATUS",
         help="Only runs with this status (queued, running, completed, stopped, failed, "
              "cancelled).")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 50,
+    limit: Annotated[int, typer.Option(metavar="N", min=1, max=1000,
+                                       help="At most this many.")] = 50,
     as_json: JsonOption = False,
 ) -> None:
     """List runs, newest first."""
@@ -37,9 +96,9 @@ def list_runs(
     for column in ("agent", "status", "stop reason", "created"):
         table.add_column(column)
     for run in runs:
-        created = run.created_at.strftime("%Y-%m-%d %H:%M:%S") if run.created_at else ""
-        table.add_row(run.id, run.agent, run.status, run.stop_reason or "", created)
-    console.print(table)
+        table.add_row(safe(run.id), safe(run.agent), run.status, run.stop_reason or "",
+                      _created(run))
+    print_table(table)
 
 
 PromptsOption = Annotated[bool, typer.Option(
@@ -50,16 +109,20 @@ PromptsOption = Annotated[bool, typer.Option(
 def show(run_id: RunArgument, as_json: JsonOption = False,
          prompts: PromptsOption = False) -> None:
     """A run: status, stop reason, output, steps, tokens, cost, latest error; as a tree."""
-    receipt: dict[str, Any] = with_database(lambda rt: rt.receipt(run_id))
+
+    async def read(runtime: Runtime) -> dict[str, Any]:
+        return await runtime.receipt(await resolve_run_id(runtime, run_id))
+
+    receipt: dict[str, Any] = with_database(read)
     if as_json:
         print_json(receipt["run"] | {"totals": receipt["totals"], "why": receipt["why"],
                                      "tasks": [_task_brief(t) for t in receipt["tasks"]]}
                    | ({"prompts": receipt["prompts"]} if prompts else {}))
         return
-    console.print(run_summary(receipt))
+    print_table(run_summary(receipt))
     if receipt["run"]["output"] is not None:
         console.print()
-        console.print(str(receipt["run"]["output"]), markup=False)
+        console.print(plain(receipt["run"]["output"]), markup=False)
     console.print()
     console.print(run_tree(receipt))
     if prompts:
@@ -88,26 +151,34 @@ def _task_brief(task: dict[str, Any]) -> dict[str, Any]:
 @app.command("receipt")
 def receipt(run_id: RunArgument, as_json: JsonOption = False) -> None:
     """Every model call (tokens, cost, latency, replayed) and tool call of a run, and totals."""
-    data: dict[str, Any] = with_database(lambda rt: rt.receipt(run_id))
+
+    async def read(runtime: Runtime) -> dict[str, Any]:
+        return await runtime.receipt(await resolve_run_id(runtime, run_id))
+
+    data: dict[str, Any] = with_database(read)
     if as_json:
         print_json(data)
         return
-    console.print(run_summary(data))
+    print_table(run_summary(data))
     for table in receipt_tables(data):
-        console.print(table)
+        print_table(table)
 
 
 @app.command("cancel")
 def cancel(
     run_id: RunArgument,
-    reason: Annotated[str, typer.Option(help="Recorded in the run's log.")] =
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Recorded in the run's log.")] =
         "cancelled from the CLI",
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a run now; its queued work and retries become no-ops."""
-    record = with_database(lambda rt: rt.cancel_run(run_id, reason))
+
+    async def cancel_it(runtime: Runtime) -> RunRecord:
+        return await runtime.cancel_run(await resolve_run_id(runtime, run_id), reason)
+
+    record = with_database(cancel_it)
     if as_json:
         print_json(record.to_json())
     else:
-        console.print(f"run {record.id}: {record.status}"
+        console.print(f"run {safe(record.id)}: {record.status}"
                       + (f" ({record.stop_reason})" if record.stop_reason else ""))

@@ -9,13 +9,18 @@ import typer
 from rich.table import Table
 
 from toren.cli.common import with_database
-from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
-from toren.keys import KeyNotFound, parse_key
+from toren.cli.output import (
+    JSON_OPTION_HELP,
+    console,
+    err_console,
+    print_json,
+    print_table,
+    safe,
+)
+from toren.keys import KeyNotFound, check_key_name, parse_key
 
 app = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
-
-
 
 
 def _when(moment: datetime | None) -> str:
@@ -29,12 +34,13 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a key and print it, once: only its hash is stored."""
+    check_key_name(name)  # before the database starts
     key, token = with_database(lambda rt: rt.store.create_key(name))
     if as_json:
         print_json(key.to_json() | {"key": token})
         return
-    err_console.print(f"Created API key [bold]{key.prefix}[/] ({key.name}). Copy it now: it "
-                      "is shown only this once. Send it as `Authorization: Bearer <key>`.")
+    err_console.print(f"Created API key [bold]{key.prefix}[/] ({safe(key.name)}). Copy it now: "
+                      "it is shown only this once. Send it as `Authorization: Bearer <key>`.")
     console.print(token, markup=False)  # alone on stdout, so `KEY=$(toren keys create ci)`
 
 
@@ -55,9 +61,9 @@ def list_keys(as_json: JsonOption = False) -> None:
     for column in ("created", "last used", "revoked"):
         table.add_column(column)
     for key in keys:
-        table.add_row(key.id, key.name, key.prefix, _when(key.created_at),
+        table.add_row(key.id, safe(key.name), key.prefix, _when(key.created_at),
                       _when(key.last_used_at), _when(key.revoked_at))
-    console.print(table)
+    print_table(table)
 
 
 @app.command("revoke")
@@ -78,5 +84,5 @@ def revoke(
     from toren.server.auth import CACHE_TTL_S  # the server module imports aiohttp: only here
 
     revoked_at = key.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if key.revoked_at else ""
-    console.print(f"Revoked API key {key.prefix} ({key.name}) at {revoked_at}; servers refuse "
-                  f"it within {CACHE_TTL_S:g} seconds.")
+    console.print(f"Revoked API key {key.prefix} ({safe(key.name)}) at {revoked_at}; servers "
+                  f"refuse it within {CACHE_TTL_S:g} seconds.")

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from toren.cli.output import JSON_OPTION_HELP, console, print_json
+from toren.cli.output import JSON_OPTION_HELP, print_json, print_table, safe
 from toren.config import Settings
 from toren.seams.drivers import installed_drivers
 from toren.seams.plugins import PluginHost
@@ -32,12 +32,14 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
                 registers.append(f"{kind}: {', '.join(info[kind])}")
         extra = [h for h in info["hooks"] if h == "register_commands"]
         registers += ["CLI commands"] if extra else []
-        name = info["name"] + (" (built-in)" if info["default"] else "")
-        table.add_row(name, info["distribution"], info["version"], "; ".join(registers) or "-")
-    console.print(table)
+        name = safe(info["name"]) + (" (built-in)" if info["default"] else "")
+        table.add_row(name, safe(info["distribution"]), safe(info["version"]),
+                      safe("; ".join(registers) or "-"))
+    print_table(table)
     drivers_table = Table(title="Drivers (chosen by TOREN_STORE, TOREN_QUEUE, TOREN_RUNTIME)")
     for column in ("kind", "name", "distribution", "version"):
         drivers_table.add_column(column)
     for row in drivers:
-        drivers_table.add_row(row["kind"], row["name"], row["distribution"], row["version"])
-    console.print(drivers_table)
+        drivers_table.add_row(*(safe(row[key]) for key in ("kind", "name", "distribution",
+                                                            "version")))
+    print_table(drivers_table)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from toren.cli.output import safe
 from toren.core import events as ev
 from toren.core.events import Event
 
@@ -26,30 +26,30 @@ def event_line(event: Event) -> str | None:
     d = event.data
     task = event.stream.removeprefix("task:")
     if event.type == ev.TASK_STARTED:
-        who = f"subagent {d['subagent']}" if d.get("subagent") else "agent"
-        return f"[bold]▶ task {escape(task)}[/] started ({who}, {escape(d['model'])})"
+        who = f"subagent {safe(d['subagent'])}" if d.get("subagent") else "agent"
+        return f"[bold]▶ task {safe(task)}[/] started ({who}, {safe(d['model'])})"
     if event.type == ev.MODEL_CALL_COMPLETED:
         usage = d["usage"]
         calls = ", ".join(c["name"] for c in d["tool_calls"])
-        then = f" → calls {escape(calls)}" if calls else " → answers"
+        then = f" → calls {safe(calls)}" if calls else " → answers"
         repeated = " [yellow](repeated after a crash)[/]" if d.get("repeated") else ""
-        return (f"  step {d['step']} · {escape(d['model'])} · {usage['input_tokens']}→"
+        return (f"  step {d['step']} · {safe(d['model'])} · {usage['input_tokens']}→"
                 f"{usage['output_tokens']} tokens · {_cost(d['cost_usd'])} · "
                 f"{d['latency_ms']:.1f} ms{then}{repeated}")
     if event.type == ev.TOOL_CALL_COMPLETED:
         colour = "red" if d["is_error"] else "green"
         cut = " [yellow](truncated)[/]" if d.get("truncated") else ""
-        return (f"    [{colour}]↳ {escape(d['name'])}[/] {escape(_short(d['output']))}{cut} "
+        return (f"    [{colour}]↳ {safe(d['name'])}[/] {safe(_short(d['output']))}{cut} "
                 f"({d['duration_ms']:.1f} ms)")
     if event.type == ev.RETRY_SCHEDULED:
         return (f"  [yellow]⟳ retry {d['attempt']} in {d['delay_s']:.1f}s:[/] "
-                f"{escape(d['error']['message'])}")
+                f"{safe(d['error']['message'])}")
     if event.type == ev.TASK_FINISHED:
-        return f"[bold]■ task {escape(task)}[/] {d['status']} ({d['stop_reason']})"
+        return f"[bold]■ task {safe(task)}[/] {d['status']} ({d['stop_reason']})"
     if event.type == ev.RUN_CANCELLED:
-        return f"[yellow]✕ run cancelled:[/] {escape(d['reason'])}"
+        return f"[yellow]✕ run cancelled:[/] {safe(d['reason'])}"
     if event.type == ev.RUN_DEAD_LETTERED:
-        return f"[red]✕ {escape(d['reason'])}[/]"
+        return f"[red]✕ {safe(d['reason'])}[/]"
     return None
 
 
@@ -60,13 +60,13 @@ def run_summary(receipt: dict[str, Any]) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("run", run["id"])
-    table.add_row("agent", run["agent"])
+    table.add_row("run", safe(run["id"]))
+    table.add_row("agent", safe(run["agent"]))
     table.add_row("status", f"{run['status']} ({run['stop_reason'] or 'not stopped'})")
-    table.add_row("why", escape(receipt["why"]))
+    table.add_row("why", safe(receipt["why"]))
     if run["error"] and run["status"] not in ev.TERMINAL_STATUSES:
         next_at = run["error"].get("next_attempt_at")
-        table.add_row("latest error", escape(f"{run['error'].get('message')}"
+        table.add_row("latest error", safe(f"{run['error'].get('message')}"
                                              + (f" (next attempt {next_at})" if next_at else "")))
     table.add_row("steps", str(totals["model_calls"]))
     table.add_row("tool calls", str(totals["tool_calls"]))
@@ -82,7 +82,7 @@ def run_summary(receipt: dict[str, Any]) -> Table:
 def run_tree(receipt: dict[str, Any]) -> Tree:
     """The run as a tree: run -> waves -> tasks -> steps."""
     run = receipt["run"]
-    tree = Tree(f"[bold]run {run['id']}[/] {run['status']}")
+    tree = Tree(f"[bold]run {safe(run['id'])}[/] {run['status']}")
     waves: dict[int, Tree] = {}
     for task in receipt["tasks"]:
         who = task["subagent"] or "agent"
@@ -92,8 +92,8 @@ def run_tree(receipt: dict[str, Any]) -> Tree:
                 size = sum(1 for t in receipt["tasks"] if t.get("wave") == task["wave"])
                 waves[task["wave"]] = tree.add(f"[bold]wave {task['wave']}[/] ({size} task(s))")
             parent = waves[task["wave"]]
-        branch = parent.add(f"task {escape(task['task_id'])} ({escape(who)}, "
-                          f"{escape(task['model'] or '?')}) {task['status']}"
+        branch = parent.add(f"task {safe(task['task_id'])} ({safe(who)}, "
+                          f"{safe(task['model'] or '?')}) {task['status']}"
                           f"{' · ' + task['stop_reason'] if task['stop_reason'] else ''}"
                           f" · {_cost(task['totals']['cost_usd'])}")
         tools_by_step: dict[int, list[dict[str, Any]]] = {}
@@ -108,10 +108,10 @@ def run_tree(receipt: dict[str, Any]) -> Tree:
                               + (" · repeated" if call["repeated"] else ""))
             for tool in tools_by_step.get(call["step"], []) if call["purpose"] == "step" else []:
                 mark = "[red]error[/]" if tool["is_error"] else "ok"
-                step.add(f"{escape(tool['name'])} {mark} ({tool['duration_ms']:.1f} ms)")
+                step.add(f"{safe(tool['name'])} {mark} ({tool['duration_ms']:.1f} ms)")
         for retry in task["retries"]:
             branch.add(f"[yellow]retry {retry['attempt']}[/] at step {retry['step']}: "
-                       f"{escape(retry['error']['message'])}")
+                       f"{safe(retry['error']['message'])}")
     return tree
 
 
@@ -126,21 +126,22 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
         tools.add_column(column)
     for task in receipt["tasks"]:
         for call in task["model_calls"]:
-            calls.add_row(task["task_id"], str(call["step"]), call["model"], call["purpose"],
+            calls.add_row(safe(task["task_id"]), str(call["step"]), safe(call["model"]),
+                          call["purpose"],
                           str(call["input_tokens"]), str(call["output_tokens"]),
                           f"{call['cache_read_tokens']}/{call['cache_write_tokens']}",
                           _cost(call["cost_usd"]), f"{call['latency_ms']:.1f} ms",
                           "yes" if call["replayed"] else "", "yes" if call["repeated"] else "")
         for tool in task["tool_calls"]:
             result = tool["error_kind"] or "error" if tool["is_error"] else "ok"
-            tools.add_row(task["task_id"], str(tool["step"]), tool["name"], result,
-                          f"{tool['duration_ms']:.1f}", tool["idempotency_key"] or "")
+            tools.add_row(safe(task["task_id"]), str(tool["step"]), safe(tool["name"]), result,
+                          f"{tool['duration_ms']:.1f}", safe(tool["idempotency_key"] or ""))
     subagents = Table(title="Cost by subagent")
     for column in ("subagent", "tasks", "model calls", "tokens in/out", "cost"):
         subagents.add_column(column)
     for name, totals in receipt.get("by_subagent", {}).items():
         unknown = totals["cost_unknown_calls"]
-        subagents.add_row(name, str(totals["tasks"]), str(totals["model_calls"]),
+        subagents.add_row(safe(name), str(totals["tasks"]), str(totals["model_calls"]),
                           f"{totals['input_tokens']}/{totals['output_tokens']}",
                           f"${totals['cost_usd']:.4f}" + (f" + {unknown} unknown" if unknown
                                                           else ""))

@@ -7,30 +7,42 @@ from typing import Annotated
 
 import typer
 
-from toren.cli.common import DirsOption, load_runtime, run_async
-from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
+from toren.cli.common import DirsOption, load_runtime, run_interruptible, stop_runtime
+from toren.cli.output import (
+    JSON_OPTION_HELP,
+    console,
+    err_console,
+    plain,
+    print_json,
+    print_table,
+    safe,
+)
 from toren.cli.render import event_line, run_summary
 from toren.core import events as ev
 from toren.host.runtime import Runtime
 
 
 def run(
-    agent: Annotated[str, typer.Argument(help="The agent to run (its agent.yaml name).")],
-    input: Annotated[str, typer.Argument(help="The input: the first user message.")],
+    agent: Annotated[str, typer.Argument(
+        metavar="AGENT", help="The agent to run (the `name:` in its agent.yaml).")],
+    input: Annotated[str, typer.Argument(
+        metavar="INPUT", help="The input: the first user message.")],
     dirs: DirsOption = None,
     follow: Annotated[bool, typer.Option(
         "--follow/--no-follow",
         help="Follow the run and work it in this process (default), or only enqueue it and "
              "print its id (a `toren worker` or `toren dev` executes it).")] = True,
     idempotency_key: Annotated[str | None, typer.Option(
+        metavar="KEY",
         help="Same key, same run: a repeated command does not start a second run.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
 ) -> None:
     """Start a run of AGENT with INPUT."""
-    runtime = load_runtime(dirs)
-    # SIGTERM (a supervisor, `kill`) stops it as Ctrl-C does: the runtime stops, the embedded
-    # Postgres is released
-    run_async(_run(runtime, agent, input, follow=follow, key=idempotency_key, as_json=as_json))
+    runtime = load_runtime(dirs, agent)
+    # Ctrl-C, or SIGTERM (a supervisor, `kill`): the runtime stops and hands work back, the
+    # embedded Postgres is released; a second one quits at once
+    run_interruptible(_run(runtime, agent, input, follow=follow, key=idempotency_key,
+                           as_json=as_json))
 
 
 async def _run(runtime: Runtime, agent: str, text: str, *, follow: bool, key: str | None,
@@ -46,15 +58,16 @@ async def _run(runtime: Runtime, agent: str, text: str, *, follow: bool, key: st
                 console.print(run_id)
             return
         if not as_json:
-            err_console.print(f"run {run_id} ({agent}) on {runtime.store.description}")
+            err_console.print(f"run {run_id} ({agent}) on {safe(runtime.store.description)}")
         try:
             async for event in runtime.follow(run_id):
                 line = event_line(event)
                 if line and not as_json:
                     console.print(line)
         except asyncio.CancelledError:
-            err_console.print(f"Stopped following. The run is durable: `toren worker` or "
-                              f"`toren dev` finishes it; see `toren jobs show {run_id}`.")
+            if not as_json:
+                err_console.print(f"Stopped following. The run is durable: `toren worker` or "
+                                  f"`toren dev` finishes it; see `toren jobs show {run_id}`.")
             raise
         record = await runtime.get_run(run_id)
         if as_json:
@@ -63,10 +76,10 @@ async def _run(runtime: Runtime, agent: str, text: str, *, follow: bool, key: st
         receipt = await runtime.receipt(run_id)
         if record.output is not None:
             console.print()
-            console.print(str(record.output), markup=False)
+            console.print(plain(record.output), markup=False)
         console.print()
-        console.print(run_summary(receipt))
+        print_table(run_summary(receipt))
         if record.status not in ("completed",) and record.status in ev.TERMINAL_STATUSES:
             raise typer.Exit(code=2 if record.status == "failed" else 0)
     finally:
-        await runtime.stop()
+        await stop_runtime(runtime, quiet=as_json)

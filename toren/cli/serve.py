@@ -19,9 +19,9 @@ ServeFunction = Callable[..., Awaitable[None]]
 
 def serve(
     dirs: DirsOption = None,
-    host: Annotated[str, typer.Option(help="Interface to bind.", envvar="TOREN_HOST")] =
-        dev.DEFAULT_HOST,
-    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).",
+    host: Annotated[str, typer.Option(metavar="HOST", help="Interface to bind.",
+                                      envvar="TOREN_HOST")] = dev.DEFAULT_HOST,
+    port: Annotated[int, typer.Option(metavar="PORT", help="Port to bind (0 picks a free one).",
                                       envvar="TOREN_PORT")] = dev.DEFAULT_PORT,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
 ) -> None:
@@ -38,8 +38,9 @@ async def serve_api(runtime: Runtime, *, host: str, port: int, as_json: bool,
                     serve_http: ServeFunction = dev.serve) -> None:
     """Refuse to start without an active API key (when the policy requires one), then serve.
 
-    The check runs on its own short-lived connection, before the runtime starts and before
-    anything listens. Then ``serve_http`` (``toren.cli.dev.serve``) starts the runtime without
+    ``host:port`` is bound first (a port in use fails before the database starts). The key
+    check runs on its own short-lived connection, before the runtime starts and before
+    anything is served. Then ``serve_http`` (``toren.cli.dev.serve``) starts the runtime without
     workers and serves the API behind the auth middleware (``workers=False`` selects the
     ``serve`` policy there).
 
@@ -53,12 +54,18 @@ async def serve_api(runtime: Runtime, *, host: str, port: int, as_json: bool,
     """
     from toren.server.auth import keys_required, refuse_without_keys  # aiohttp: only here
 
-    if keys_required("serve", host, env):
-        store = runtime.store
-        await store.open()
-        try:
-            await store.migrate([])  # a brand-new database has no keys table yet
-            await refuse_without_keys(store, "serve", host, env)
-        finally:
-            await store.close()
-    await serve_http(runtime, host=host, port=port, as_json=as_json, workers=False)
+    sockets = dev.bind(host, port)
+    try:
+        if keys_required("serve", host, env):
+            store = runtime.store
+            await store.open()
+            try:
+                await store.migrate([])  # a brand-new database has no keys table yet
+                await refuse_without_keys(store, "serve", host, env)
+            finally:
+                await store.close()
+        await serve_http(runtime, host=host, port=port, as_json=as_json, workers=False,
+                         sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from toren.cli.common import DirsOption, load_runtime
-from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json
+from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
 from toren.host.runtime import Runtime
 
 
@@ -33,9 +33,9 @@ async def _work(runtime: Runtime, as_json: bool) -> None:
         if as_json:
             print_json({"event": "ready"} | info)
         else:
-            console.print(f"[bold]Toren worker[/] · {info['workers']}")
-            console.print(f"  database: {info['database']}")
-            console.print(f"  agents:   {', '.join(runtime.agents)}")
+            console.print(f"[bold]Toren worker[/] · {safe(info['workers'])}")
+            console.print(f"  database: {safe(info['database'])}")
+            console.print(f"  agents:   {safe(', '.join(runtime.agents))}")
         await stop.wait()
         if not as_json:
             err_console.print("Stopping: finishing work in hand…")

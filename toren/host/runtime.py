@@ -208,6 +208,22 @@ class Runtime:
             self._watchdog = None
         self.started = False
 
+    def check_served(self, agent: str) -> AgentSpec:
+        """The served agent named ``agent``, or ``ConfigError`` naming the served ones.
+
+        Needs no database: commands given an agent name call it before ``start()``, so a
+        misspelt name fails at once and creates nothing.
+        """
+        spec = self.agents.get(agent)
+        if spec is not None:
+            return spec
+        served = ", ".join(self.agents) or "none"
+        by_directory = [spec.name for spec in self.agents.values()
+                        if spec.directory.name == agent]
+        hint = (f" (the directory {agent} holds the agent {by_directory[0]!r}: an agent's "
+                "name is the `name:` in its agent.yaml)" if by_directory else "")
+        raise ConfigError(f"agent {agent!r} is not served here; served agents: {served}{hint}")
+
     async def pending_migrations(self) -> list[Migration]:
         return await self.store.pending_migrations(list(self.agents.values()))
 
@@ -229,9 +245,7 @@ class Runtime:
         With an ``idempotency_key`` already used for this agent, returns that run's id instead.
         """
 
-        if agent not in self.agents:
-            raise ConfigError(f"agent {agent!r} is not served here; served agents: "
-                              f"{', '.join(self.agents) or 'none'}")
+        self.check_served(agent)
         _check_storable(input, "input")
         _check_storable(idempotency_key, "idempotency key")
         run_id = str(uuid.uuid4())
@@ -321,10 +335,7 @@ class Runtime:
         With an ``idempotency_key`` already used for this agent, returns that session's id.
         """
 
-        spec = self.agents.get(agent)
-        if spec is None:
-            raise ConfigError(f"agent {agent!r} is not served here; served agents: "
-                              f"{', '.join(self.agents) or 'none'}")
+        spec = self.check_served(agent)
         if spec.workflow is not None:
             raise ConfigError(f"agent {agent!r} runs a workflow (workflow.py), which takes one "
                               "input and ends; sessions are for agents without a workflow. "

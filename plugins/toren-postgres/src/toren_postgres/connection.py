@@ -44,7 +44,11 @@ async def check_connection(url: str, timeout_s: float) -> str:
             "(check the host, port and firewall; TOREN_CONNECT_TIMEOUT raises the limit)"
         ) from None
     except psycopg.OperationalError as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
+        # libpq puts its hint on a line of its own ("...: Connection refused\n\tIs the server
+        # running on that host...?"): keep the lines apart as sentences
+        lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
+        reason = " ".join(line if line[-1] in ".?!" or line is lines[-1] else line + "."
+                          for line in lines) or type(exc).__name__
         tls_hint = _tls_hint(reason)
         if tls_hint is not None:
             raise DatabaseTlsError(f"cannot connect to Postgres at {where}: {reason}; "
