@@ -293,6 +293,8 @@ class TorenClient:
                         failures = 0
                         if frame.get("event") == "end":
                             return
+                        if frame.get("event") == "error":  # e.g. the stream's key was revoked
+                            raise _stream_error(frame.get("data", "{}"))
                         if "id" in frame:
                             last = frame["id"]
                         event: Event = json.loads(frame.get("data", "{}"))
@@ -305,6 +307,18 @@ class TorenClient:
                 if failures > reconnects:
                     raise
                 await asyncio.sleep(min(5.0, 0.2 * 2 ** failures))
+
+
+def _stream_error(data: str) -> TorenAPIError:
+    """The error a server ended an event stream with (``event: error``), as the HTTP error it
+    stands for: a revoked key would be a 401 on reconnecting."""
+    try:
+        error = json.loads(data).get("error", {})
+    except (ValueError, AttributeError):
+        error = {}
+    code = str(error.get("code", "stream_error"))
+    status = 401 if code == "api_key_revoked" else 500
+    return TorenAPIError(status, code, str(error.get("message", "the event stream failed")))
 
 
 _TERMINAL = ("completed", "stopped", "failed", "cancelled")

@@ -45,12 +45,12 @@ def idempotent_tools_source(names: Sequence[str], effects: Path | None = None) -
 
 
 def run_events(url: str, schema: str, run_id: str) -> list[Event]:
-    """Every event of one run, by stream and seq."""
+    """Every event of one run, by stream and seq, with the time its transaction started."""
     with psycopg.connect(url) as conn:
         rows = conn.execute(
-            f"SELECT stream, seq, type, data FROM {schema}.events WHERE run_id = %s "
-            "ORDER BY stream, seq", [run_id]).fetchall()
-    return [Event(run_id, s, q, t, d) for s, q, t, d in rows]
+            f"SELECT stream, seq, type, data, created_at FROM {schema}.events "
+            "WHERE run_id = %s ORDER BY stream, seq", [run_id]).fetchall()
+    return [Event(run_id, s, q, t, d, at) for s, q, t, d, at in rows]
 
 
 def run_row(url: str, schema: str, run_id: str) -> tuple[str, Any, Any]:

@@ -80,6 +80,9 @@ def test_a_crash_at_a_task_point_costs_only_what_was_in_flight(
     assert sum(bool(e.data["repeated"]) for e in calls) == repaid
     keys = effects.read_text().splitlines()
     assert len(set(keys)) == 2 and len(keys) == 2 + reexecuted
+    # and from outside the database: no tool ran, no call was made, beyond what the log allows
+    check_log(events, executed=keys, calls=[json.loads(line) for line in
+                                            (tmp_path / "calls.jsonl").read_text().splitlines()])
     assert [e.type for e in events if e.type == "TaskFinished"] == ["TaskFinished"]
     epochs = {e.data["epoch"] for e in events if e.stream == "task:main" and "epoch" in e.data}
     assert len(epochs) == 2  # the crashed worker's lease, and its successor's

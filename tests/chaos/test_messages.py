@@ -94,7 +94,8 @@ def test_a_task_message_delivered_to_two_workers_at_once_runs_each_step_once(
         worker.stop()
 
     events = run_events(database_url, "agent_dup", run_id)
-    check_log(events)
+    check_log(events, executed=[key for key, _pid in executions(effects)],
+              calls=[json.loads(line) for line in calls.read_text().splitlines()])
     kinds = Counter(e.type for e in events)
     assert (kinds["TaskStarted"], kinds["TaskFinished"], kinds["RunFinished"]) == (1, 1, 1)
     steps = range(1, DUP_TOOLS + 2)

@@ -3,6 +3,7 @@ open, keys revoked under an open stream, and the cap on streams per key."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import signal
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TorenCli, TorenProcess, wait_until
+from toren.client import TorenAPIError, TorenClient
 from toren.testing import write_agent_dir
 
 pytestmark = pytest.mark.timeout(180)
@@ -186,6 +188,29 @@ def test_a_revoked_key_ends_its_open_streams(
     refused = Sse(url, f"/runs/{session_id}/events", created["key"])
     assert refused.status == 401
     refused.close()
+
+
+def test_the_python_client_raises_when_its_key_is_revoked_mid_stream(
+        start_toren: StartToren, toren_cli: TorenCli, database_url: str,
+        tmp_path: Path) -> None:
+    env = {"DATABASE_URL": database_url}
+    created = json.loads(toren_cli("keys", "create", "client", "--json", env=env).stdout)
+    _dev, url = start_dev(start_toren, database_url, tmp_path, TOREN_REQUIRE_KEYS="1")
+    session_id = open_session(url, created["key"])
+
+    async def follow() -> list[str]:
+        seen: list[str] = []
+        async with TorenClient(url, created["key"]) as client:
+            async for event in client.stream_events(session_id):
+                seen.append(event["type"])
+                if len(seen) == 2:  # then revoke it from another process
+                    await asyncio.to_thread(toren_cli, "keys", "revoke", created["prefix"],
+                                            env=env)
+        return seen
+
+    with pytest.raises(TorenAPIError) as raised:
+        asyncio.run(follow())
+    assert (raised.value.status, raised.value.code) == (401, "api_key_revoked")
 
 
 def test_streams_are_capped_per_key(start_toren: StartToren, toren_cli: TorenCli,
