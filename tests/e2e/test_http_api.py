@@ -272,6 +272,13 @@ def test_healthz_lists_workers_and_shows_version_skew(server: dict[str, str]) ->
     assert health["version_skew"] is False  # clears by itself when the old worker goes
 
 
+def test_the_root_points_to_the_api_document(server: dict[str, str]) -> None:
+    status, index, _ = call(f"{server['url']}/")
+    assert status == 200 and index["api"] == "/openapi.json" and index["health"] == "/healthz"
+    status, document, _ = call(f"{server['url']}{index['api']}")
+    assert status == 200 and document == OPENAPI
+
+
 def test_openapi_document_is_served_and_valid(server: dict[str, str]) -> None:
     status, document, _ = call(f"{server['url']}/openapi.json")
     assert status == 200 and document == OPENAPI

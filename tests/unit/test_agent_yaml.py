@@ -104,7 +104,7 @@ def test_misspelt_model_key_suggests_model(make_agent_dir: MakeAgentDir) -> None
     directory = make_agent_dir(agent_yaml="# my agent\nname: crew\nmodle: toren/scripted\n")
 
     error = load_error(directory)
-    # BUG (toren/agents.py, validate_against_schema): the errors are sorted by line only, so the
+    # BUG (toren/agents/loader.py, validate_against_schema): the errors are sorted by line only, so the
     # "'model' is a required property" error (reported at line 1, the document) wins over the
     # unknown key 'modle' at line 3 that caused it; the user never sees the suggestion.
     assert "did you mean 'model'" in error.message, error.message
@@ -348,7 +348,7 @@ def test_tools_py_import_time_exception_names_the_file_and_line(
         raise RuntimeError("tools.py needs a database")
         """)
 
-    # BUG (toren/agents.py, _import_file): os.path.samefile() is called on every traceback
+    # BUG (toren/agents/loader.py, _import_file): os.path.samefile() is called on every traceback
     # frame's filename, including "<frozen importlib._bootstrap_external>", and raises
     # FileNotFoundError, so the user gets a crash instead of this error.
     error = load_error(directory)

@@ -131,7 +131,7 @@ def test_annotated_string_becomes_the_description() -> None:
         return city
 
     properties = tool_from_function(weather).parameters["properties"]
-    # BUG (toren/tools.py, parameters_schema): typing.get_type_hints() is called without
+    # BUG (toren/seams/tools.py, parameters_schema): typing.get_type_hints() is called without
     # include_extras=True, which strips Annotated[...] metadata before type_schema sees it.
     assert properties["city"] == {"type": "string", "description": "The city, e.g. Paris."}
     assert properties["days"] == {"type": "integer", "description": "How many days ahead.",

@@ -41,6 +41,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     # live event streams never end by themselves: end them first, so that stopping waits for
     # no open request (aiohttp awaits on_shutdown before it waits for handlers to finish)
     app.on_shutdown.append(_end_streams)
+    app.router.add_get("/", index)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/agents", list_agents)
@@ -86,6 +87,18 @@ async def healthz(request: web.Request) -> web.Response:
     if healthy:
         return web.json_response(body)
     return web.json_response(body, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+async def index(request: web.Request) -> web.Response:
+    """What is served here: where the API is described, and where health is. (The console,
+    a web page, will be served at ``/``; until then this points a browser at the API.)"""
+    return web.json_response({
+        "name": "toren", "version": toren.__version__,
+        "api": "/openapi.json", "health": "/healthz",
+        "message": "This is a Toren API server. The API is described at /openapi.json; "
+                   "requests other than these need Authorization: Bearer <key> when keys "
+                   "are required (see docs/guides/http-api.md).",
+    })
 
 
 async def openapi(request: web.Request) -> web.Response:

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 #: Paths anyone may read: load balancers probe the first, clients fetch the second. A valid
 #: key is optional on them; ``/healthz`` shows its details only with one.
-PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/openapi.json"})
 #: How long a verified key is trusted without asking the database again; also the longest a
 #: revoked key keeps working on a running server.
 CACHE_TTL_S = 5.0
