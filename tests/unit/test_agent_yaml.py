@@ -105,8 +105,9 @@ def test_misspelt_model_key_suggests_model(make_agent_dir: MakeAgentDir) -> None
 
     error = load_error(directory)
     # BUG (toren/agents/loader.py, validate_against_schema): the errors are sorted by line
-    # only, so the "'model' is a required property" error (reported at line 1, the document) wins over the
-    # unknown key 'modle' at line 3 that caused it; the user never sees the suggestion.
+    # only, so the "'model' is a required property" error (reported at line 1, the document)
+    # wins over the unknown key 'modle' at line 3 that caused it; the user never sees the
+    # suggestion.
     assert "did you mean 'model'" in error.message, error.message
     assert error.line == 3
 
