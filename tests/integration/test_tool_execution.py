@@ -122,3 +122,16 @@ async def test_a_blocked_event_loop_is_named_by_the_watchdog(
     assert "async tool 'blocker'" in blocked[0] and run_id in blocked[0]
     assert "tools.py" in blocked[0] and "sync tool" in blocked[0]
     assert any("runs again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_loop_that_is_not_running_is_not_reported_as_blocked(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from toren.host.watchdog import LoopWatchdog
+
+    watchdog = LoopWatchdog(0.1)
+    caplog.set_level(logging.WARNING, logger="toren.host.watchdog")
+    with asyncio.Runner() as runner:
+        runner.run(watchdog.start())
+        time.sleep(0.6)  # synchronous code between two runs of the loop: nothing is blocked
+        runner.run(watchdog.stop())
+    assert watchdog.blockages == 0, [r.getMessage() for r in caplog.records]

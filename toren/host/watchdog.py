@@ -58,11 +58,13 @@ class LoopWatchdog:
         self._beater: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
         self._loop_thread = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: Blockages seen so far (for tests and metrics).
         self.blockages = 0
 
     async def start(self) -> None:
         self._loop_thread = threading.get_ident()
+        self._loop = asyncio.get_running_loop()
         self._beat = time.monotonic()
         self._beater = asyncio.create_task(self._keep_beating(), name="toren-loop-beat")
         self._thread = threading.Thread(target=self._watch, name="toren-loop-watchdog",
@@ -88,6 +90,11 @@ class LoopWatchdog:
         while not self._stopped.wait(self.threshold_s / 4):
             beat = self._beat
             lag = time.monotonic() - beat
+            if self._loop is not None and not self._loop.is_running():
+                # a loop that is not running (between asyncio.Runner.run calls) is not blocked
+                blocked_since = None
+                self._beat = time.monotonic()
+                continue
             if lag > self.threshold_s and blocked_since is None:
                 blocked_since = beat
                 self.blockages += 1
