@@ -386,7 +386,11 @@ class TaskRunner:
         as often as leases are renewed)."""
         while True:
             await asyncio.sleep(self.settings.lease_ttl_s / 3)
-            status = await self.store.run_status(self.agent.name, self.run_id)
+            try:
+                status = await self.store.run_status(self.agent.name, self.run_id)
+            except TorenError as exc:  # the database blinked: the next look may see it
+                log.debug("could not check whether run %s was cancelled: %s", self.run_id, exc)
+                continue
             if status is None or status == "cancelled":
                 cancelled.set()
                 return
