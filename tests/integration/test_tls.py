@@ -165,13 +165,18 @@ async def test_a_wrong_ca_is_refused_naming_the_certificate_problem(
     assert "\n" not in error.message
 
 
+def migrate(toren_cli: TorenCli, crew: Path, url: str,
+            *args: str) -> subprocess.CompletedProcess[str]:
+    """``toren db migrate`` of ``crew`` against ``url`` (a TLS connection that should fail)."""
+    return toren_cli("db", "migrate", "--dir", str(crew), *args,
+                     env={"DATABASE_URL": url, "TOREN_CONNECT_TIMEOUT": "10"})
+
+
 def test_the_cli_refuses_a_wrong_ca_in_one_line(tls_server: TlsServer, toren_cli: TorenCli,
                                                 tmp_path: Path) -> None:
     crew = write_agent_dir(tmp_path, "crew")
 
-    result = toren_cli("db", "migrate", "--dir", str(crew), "--json",
-                       env={"DATABASE_URL": tls_server.url(tls_server.wrong_ca_file),
-                            "TOREN_CONNECT_TIMEOUT": "10"})
+    result = migrate(toren_cli, crew, tls_server.url(tls_server.wrong_ca_file), "--json")
 
     assert result.returncode == 1, result.stderr
     line = one_line(result.stderr)
@@ -191,9 +196,7 @@ def test_a_host_the_certificate_does_not_name_is_refused(tls_server: TlsServer,
     with psycopg.connect(tls_server.url(tls_server.ca_file, host="localhost")) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
 
-    result = toren_cli("db", "migrate", "--dir", str(crew),
-                       env={"DATABASE_URL": tls_server.url(tls_server.ca_file, host="127.0.0.1"),
-                            "TOREN_CONNECT_TIMEOUT": "10"})
+    result = migrate(toren_cli, crew, tls_server.url(tls_server.ca_file, host="127.0.0.1"))
 
     assert result.returncode == 1, result.stderr
     line = one_line(result.stderr)
@@ -209,8 +212,7 @@ def test_a_missing_ca_file_is_named(tls_server: TlsServer, toren_cli: TorenCli,
     crew = write_agent_dir(tmp_path, "crew")
     missing = tmp_path / "no-such-ca.pem"
 
-    result = toren_cli("db", "migrate", "--dir", str(crew), "--json",
-                       env={"DATABASE_URL": tls_server.url(missing)})
+    result = migrate(toren_cli, crew, tls_server.url(missing), "--json")
 
     assert result.returncode == 1, result.stderr
     line = one_line(result.stderr)

@@ -183,7 +183,14 @@ async def test_preflight_fails_on_a_rejected_key(fake_anthropic: FakeFactory) ->
     assert server.requests == []  # preflight costs nothing: no /v1/messages call
 
 
-def preflight_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+async def preflight_warnings(model: AnthropicModel,
+                             caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Run the model's preflight (then close it); the warnings it logged."""
+    try:
+        with caplog.at_level(logging.INFO, logger="toren_anthropic"):
+            await model.preflight()
+    finally:
+        await model.aclose()
     return [record.getMessage() for record in caplog.records
             if record.name.startswith("toren_anthropic") and record.levelno >= logging.WARNING]
 
@@ -192,12 +199,7 @@ async def test_preflight_starts_when_nothing_listens_saying_it_is_not_the_key(
         caplog: pytest.LogCaptureFixture) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     model = AnthropicModel(MODEL, base_url=url)
-    try:
-        with caplog.at_level(logging.INFO, logger="toren_anthropic"):
-            await model.preflight()
-    finally:
-        await model.aclose()
-    (warning,) = preflight_warnings(caplog)
+    (warning,) = await preflight_warnings(model, caplog)
     assert f"the Anthropic API at {url} is unreachable, not a bad key" in warning
     assert MODEL in warning and "starting anyway" in warning
 
@@ -211,12 +213,7 @@ async def test_preflight_starts_through_an_outage_after_one_request(
     else:
         server = await fake_anthropic(models_delay=30)
         model = AnthropicModel(MODEL, base_url=server.url, timeout_s=0.3)
-    try:
-        with caplog.at_level(logging.INFO, logger="toren_anthropic"):
-            await model.preflight()
-    finally:
-        await model.aclose()
-    (warning,) = preflight_warnings(caplog)
+    (warning,) = await preflight_warnings(model, caplog)
     assert "is unreachable, not a bad key" in warning
     assert ("529 overloaded_error" if outage == "overloaded" else "no answer within 0.3s"
             ) in warning
@@ -227,12 +224,7 @@ async def test_preflight_skips_a_gateway_without_a_model_list(
         fake_anthropic: FakeFactory, caplog: pytest.LogCaptureFixture) -> None:
     server = await fake_anthropic(models_reply=fake.error(404, "not_found_error", "Not found"))
     model = AnthropicModel(MODEL, base_url=server.url)
-    try:
-        with caplog.at_level(logging.INFO, logger="toren_anthropic"):
-            await model.preflight()
-    finally:
-        await model.aclose()
-    assert preflight_warnings(caplog) == []
+    assert await preflight_warnings(model, caplog) == []
     assert "has no model list" in caplog.text
 
 
