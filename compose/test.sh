@@ -32,4 +32,8 @@ docker build -q -t local/postgres:ci --build-arg BASE_IMAGE=local/debian:bookwor
     compose/ci/postgres >&2
 echo "compose-test: images built in $(( $(date +%s) - started )) s" >&2
 
+# the second example (two trust domains) is at least a valid compose file
+POSTGRES_PASSWORD=check TOREN_ENV_FILE=/dev/null \
+    docker compose -f compose/trust-domains/docker-compose.yml config -q
+
 TOREN_IMAGE=local/toren:ci POSTGRES_IMAGE=local/postgres:ci python3 compose/ci/compose_test.py
