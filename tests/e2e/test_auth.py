@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.conftest import TorenCli, TorenProcess, one_line
+from tests.conftest import TorenCli, TorenProcess, one_line, wait_until
 from tests.durable import plugin_host
 from toren.cli.serve import serve_api
 from toren.config import Settings
@@ -118,7 +118,7 @@ async def test_serve_refuses_without_an_active_key_before_serving(make_runtime,
             "without keys)")):
         await serve_with(runtime, "127.0.0.1", {})
     assert (await serve_with(runtime, "127.0.0.1", {"TOREN_ALLOW_NO_KEYS": "1"})).calls == [
-        {"host": "127.0.0.1", "port": 0, "as_json": True, "workers": False}]
+        {"host": "127.0.0.1", "port": 0, "as_json": True, "workers": False, "command": "serve"}]
 
     store = (await make_runtime(agents=[], workers=False)).store
     revoked, _ = await store.create_key("old")
@@ -128,7 +128,8 @@ async def test_serve_refuses_without_an_active_key_before_serving(make_runtime,
 
     await store.create_key("ci")
     fake = await serve_with(runtime, "0.0.0.0", {})
-    assert fake.calls == [{"host": "0.0.0.0", "port": 0, "as_json": True, "workers": False}]
+    assert fake.calls == [{"host": "0.0.0.0", "port": 0, "as_json": True, "workers": False,
+                          "command": "serve"}]
 
 
 # -- the middleware over the real store ----------------------------------------------------------
@@ -275,6 +276,31 @@ def test_keys_create_list_revoke(toren_cli: TorenCli, database_url: str) -> None
     assert json.loads(unknown_json.stdout)["error"]["code"] == "key_not_found"
 
 
+def test_keys_create_if_none_makes_only_the_first_key(toren_cli: TorenCli,
+                                                     database_url: str) -> None:
+    """`toren keys create NAME --if-none`: the first boot of a container deployment makes one
+    key; every later boot (or replica) finds it and makes none."""
+    env = {"DATABASE_URL": database_url}
+    first = toren_cli("keys", "create", "admin", "--if-none", "--json", env=env)
+    assert first.returncode == 0, first.stderr
+    made = json.loads(first.stdout)
+    assert made["created"] is True and made["name"] == "admin" and KEY.fullmatch(made["key"])
+
+    again = toren_cli("keys", "create", "admin", "--if-none", "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {"created": False, "active_keys": 1}
+    human = toren_cli("keys", "create", "other", "--if-none", env=env)
+    assert human.returncode == 0 and human.stdout == ""  # no key on stdout: none was made
+    assert "An active API key exists already (admin); none created." in one_line(human.stderr)
+    listed = json.loads(toren_cli("keys", "list", "--json", env=env).stdout)["keys"]
+    assert [key["name"] for key in listed] == ["admin"]
+
+    assert toren_cli("keys", "revoke", made["prefix"], env=env).returncode == 0
+    after_revoke = json.loads(toren_cli("keys", "create", "admin2", "--if-none", "--json",
+                                        env=env).stdout)
+    assert after_revoke["created"] is True and after_revoke["name"] == "admin2"
+
+
 def test_serve_refuses_to_start_on_a_public_host_without_keys(toren_cli: TorenCli,
                                                               database_url: str,
                                                               tmp_path: Path) -> None:
@@ -330,5 +356,40 @@ def test_serve_with_a_key_serves_the_api_without_workers(toren_cli: TorenCli,
     with urllib.request.urlopen(authorized, timeout=10) as response:
         assert [a["name"] for a in json.loads(response.read())["agents"]] == ["crew"]
 
+    assert server.stop(signal.SIGTERM) == 0
+    assert "Traceback" not in server.stderr
+
+
+def test_serve_with_workers_works_runs_and_keeps_the_serve_key_policy(
+        toren_cli: TorenCli, start_toren: StartToren, database_url: str, tmp_path: Path) -> None:
+    """`toren serve --workers` is the single-container shape: API and workers in one process,
+    keys still required even on loopback (unlike `toren dev`)."""
+    env = {"DATABASE_URL": database_url}
+    crew = write_agent_dir(tmp_path, "crew")
+    refused = toren_cli("serve", "--workers", "--dir", str(crew), "--port", "0", "--json",
+                        env=env)
+    assert refused.returncode == 1
+    assert json.loads(one_line(refused.stdout))["error"]["code"] == "no_api_keys"
+
+    token = json.loads(toren_cli("keys", "create", "ci", "--json", env=env).stdout)["key"]
+    server = start_toren("serve", "--workers", "--dir", str(crew), "--port", "0", "--json",
+                         env=env)
+    ready = server.next_json()
+    assert ready["event"] == "ready" and ready["workers"]
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def call(path: str, body: Any = None) -> Any:
+        request = urllib.request.Request(
+            ready["url"] + path, headers=headers, method="POST" if body is not None else "GET",
+            data=json.dumps(body).encode() if body is not None else None)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    with pytest.raises(urllib.error.HTTPError) as anonymous:  # no key, no API
+        urllib.request.urlopen(ready["url"] + "/agents", timeout=10)
+    with anonymous.value:
+        assert anonymous.value.code == 401
+    run_id = call("/runs", {"agent": "crew", "input": "postgres"})["id"]
+    assert wait_until(lambda: call(f"/runs/{run_id}")["status"] == "completed", 60)
     assert server.stop(signal.SIGTERM) == 0
     assert "Traceback" not in server.stderr

@@ -80,23 +80,26 @@ def bind(host: str, port: int) -> list[socket.socket]:
 
 
 async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
-                workers: bool, sockets: list[socket.socket] | None = None) -> None:
+                workers: bool, command: Command | None = None,
+                sockets: list[socket.socket] | None = None) -> None:
     """Start ``runtime`` and its HTTP API; run until SIGINT or SIGTERM, then stop cleanly.
 
-    Without ``workers`` this is ``toren serve``, whose API requires keys by default (see
-    ``toren.server.auth.keys_required``). ``sockets`` are already bound ones (see ``bind``);
+    ``command`` picks the key policy (see ``toren.server.auth.keys_required``): ``"serve"``
+    requires keys by default, ``"dev"`` not on loopback. Unset, it is ``"dev"`` with
+    ``workers`` and ``"serve"`` without. ``sockets`` are already bound ones (see ``bind``);
     without them, ``host:port`` is bound first, before the database starts.
     """
     sockets = sockets if sockets is not None else bind(host, port)
     try:
-        await _serve(runtime, host=host, as_json=as_json, workers=workers, sockets=sockets)
+        await _serve(runtime, host=host, as_json=as_json, workers=workers,
+                     command=command or ("dev" if workers else "serve"), sockets=sockets)
     finally:
         for sock in sockets:
             sock.close()
 
 
 async def _serve(runtime: Runtime, *, host: str, as_json: bool, workers: bool,
-                 sockets: list[socket.socket]) -> None:
+                 command: Command, sockets: list[socket.socket]) -> None:
     # the server (aiohttp) is imported here, not at module level: every toren command loads
     # this module, and only dev and serve need it
     from aiohttp import web
@@ -105,7 +108,6 @@ async def _serve(runtime: Runtime, *, host: str, as_json: bool, workers: bool,
     from toren.server.auth import keys_required, refuse_without_keys
     from toren.server.connections import ConnectionLimits, LimitedAppRunner
 
-    command: Command = "dev" if workers else "serve"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

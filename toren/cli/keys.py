@@ -17,7 +17,8 @@ from toren.cli.output import (
     print_table,
     safe,
 )
-from toren.keys import KeyNotFound, check_key_name, parse_key
+from toren.host.runtime import Runtime
+from toren.keys import ApiKey, KeyNotFound, check_key_name, parse_key
 
 app = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
@@ -31,13 +32,33 @@ def _when(moment: datetime | None) -> str:
 @app.command("create")
 def create(
     name: Annotated[str, typer.Argument(help="Who or what uses the key, e.g. `ci`.")],
+    if_none: Annotated[bool, typer.Option(
+        "--if-none", help="Create it only if no active key exists yet (the first boot of a "
+                          "deployment); otherwise print that one exists and exit 0.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Create a key and print it, once: only its hash is stored."""
     check_key_name(name)  # before the database starts
-    key, token = with_database(lambda rt: rt.store.create_key(name))
+
+    async def create_key(rt: Runtime) -> tuple[ApiKey, str] | list[ApiKey]:
+        if if_none:
+            active = [key for key in await rt.store.list_keys() if key.active]
+            if active:
+                return active
+        return await rt.store.create_key(name)
+
+    created = with_database(create_key)
+    if isinstance(created, list):
+        names = ", ".join(sorted(key.name for key in created))
+        if as_json:
+            print_json({"created": False, "active_keys": len(created)})
+        else:
+            err_console.print(f"An active API key exists already ({safe(names)}); none created. "
+                              "Create more with `toren keys create NAME`.")
+        return
+    key, token = created
     if as_json:
-        print_json(key.to_json() | {"key": token})
+        print_json(key.to_json() | {"key": token} | ({"created": True} if if_none else {}))
         return
     err_console.print(f"Created API key [bold]{key.prefix}[/] ({safe(key.name)}). Copy it now: "
                       "it is shown only this once. Send it as `Authorization: Bearer <key>`.")

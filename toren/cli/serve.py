@@ -23,18 +23,21 @@ def serve(
                                       envvar="TOREN_HOST")] = dev.DEFAULT_HOST,
     port: Annotated[int, typer.Option(metavar="PORT", help="Port to bind (0 picks a free one).",
                                       envvar="TOREN_PORT")] = dev.DEFAULT_PORT,
+    workers: Annotated[bool, typer.Option(
+        "--workers", help="Also work queued runs in this process (API and workers in one "
+                          "process, as in a single container).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
 ) -> None:
-    """Serve the HTTP API for the agents in the directories, without workers.
+    """Serve the HTTP API for the agents in the directories, without workers (unless --workers).
 
     API keys are required: create one with `toren keys create NAME` first.
     """
     runtime = load_runtime(dirs)
-    asyncio.run(serve_api(runtime, host=host, port=port, as_json=as_json))
+    asyncio.run(serve_api(runtime, host=host, port=port, as_json=as_json, workers=workers))
 
 
 async def serve_api(runtime: Runtime, *, host: str, port: int, as_json: bool,
-                    env: Mapping[str, str] | None = None,
+                    workers: bool = False, env: Mapping[str, str] | None = None,
                     serve_http: ServeFunction = dev.serve) -> None:
     """Refuse to start without an active API key (when the policy requires one), then serve.
 
@@ -49,6 +52,7 @@ async def serve_api(runtime: Runtime, *, host: str, port: int, as_json: bool,
         host: the interface to bind.
         port: the port to bind (0 picks a free one).
         as_json: print the ready line (and errors) as JSON.
+        workers: also start in-process workers (``toren serve --workers``).
         env: the environment the policy reads (default ``os.environ``).
         serve_http: what serves the API once the check passed.
     """
@@ -64,8 +68,8 @@ async def serve_api(runtime: Runtime, *, host: str, port: int, as_json: bool,
                 await refuse_without_keys(store, "serve", host, env)
             finally:
                 await store.close()
-        await serve_http(runtime, host=host, port=port, as_json=as_json, workers=False,
-                         sockets=sockets)
+        await serve_http(runtime, host=host, port=port, as_json=as_json, workers=workers,
+                         command="serve", sockets=sockets)
     finally:
         for sock in sockets:
             sock.close()
