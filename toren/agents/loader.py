@@ -74,6 +74,9 @@ class AgentSpec:
     workflow: Callable[..., Any] | None = None
     #: ``allowOutsideFiles``: definition files may be symbolic links out of the directory.
     allow_outside_files: bool = False
+    #: agent.yaml sections read by plugin tools (``sandbox:``), handed to each tool call as
+    #: ``ToolCallContext.agent_config``.
+    tool_config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def schema_name(self) -> str:
@@ -185,10 +188,20 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     enabled = dict(crew_tools)
     for index, tool_name in enumerate(data.get("tools", [])):
         available = tools or {}
+        group = [tool for tool in available.values() if tool.group == tool_name]
+        if tool_name not in available and group:  # a group: every tool in it
+            for tool in group:
+                if tool.name in crew_tools:
+                    raise AgentDefinitionError(
+                        f"tool {tool.name!r} is defined in tools.py and also enabled by the "
+                        f"group {tool_name!r} from {tool.source}; rename the function in "
+                        "tools.py", path=str(yaml_path), line=located.line_of(("tools", index)))
+                enabled[tool.name] = tool
+            continue
         if tool_name not in available:
             raise AgentDefinitionError(
                 f"unknown tool {tool_name!r} in tools:{_suggest(tool_name, available)}; "
-                f"installed plugin tools: {', '.join(sorted(available)) or 'none'}",
+                f"installed plugin tools: {_tool_choices(available)}",
                 path=str(yaml_path), line=located.line_of(("tools", index)))
         if tool_name in crew_tools:
             raise AgentDefinitionError(
@@ -206,9 +219,20 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         compaction=Compaction.from_yaml(data.get("compaction")),
         workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
         allow_outside_files=allow_outside,
+        tool_config={key: data[key] for key in TOOL_CONFIG_KEYS if key in data},
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
+
+
+#: agent.yaml sections that configure plugin tools (validated by agent.schema.json).
+TOOL_CONFIG_KEYS = ("sandbox",)
+
+
+def _tool_choices(available: Mapping[str, Tool]) -> str:
+    """The tool names and groups that ``tools:`` accepts, for an error message."""
+    groups = sorted({f"{tool.group} (group)" for tool in available.values() if tool.group})
+    return ", ".join([*sorted(available), *groups]) or "none"
 
 
 def check_agent_name(name: str, *, where: str) -> None:

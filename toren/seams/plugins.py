@@ -159,6 +159,12 @@ class PluginHost:
             )
         self._owner[(kind, key)] = plugin
 
+    def _claim_group(self, group: str, plugin: str) -> None:
+        """A tool group belongs to the first plugin that registers a tool in it."""
+        owner = self._owner.setdefault(("tool group", group), plugin)
+        if owner != plugin:
+            self._claim("tool group", group, plugin)  # raises, naming both plugins
+
     def _describe(self, plugin: str) -> str:
         info = self.info[plugin]
         return f"{plugin} ({info.distribution} {info.version})"
@@ -174,11 +180,22 @@ class PluginHost:
         return register
 
     def _tool_registrar(self, plugin: str) -> Callable[..., None]:
-        def register(function: Callable[..., Any], name: str | None = None) -> None:
+        def register(function: Callable[..., Any], name: str | None = None,
+                     group: str | None = None) -> None:
             try:
-                tool = tool_from_function(function, source=f"plugin {plugin}", name=name)
+                tool = tool_from_function(function, source=f"plugin {plugin}", name=name,
+                                          group=group)
             except ToolError as exc:
                 raise PluginError(f"plugin {self._describe(plugin)}: {exc.message}") from exc
+            if group is not None and group in self.tools:
+                raise PluginError(f"plugin {self._describe(plugin)}: tool group {group!r} has "
+                                  "the name of a tool; tools: in agent.yaml could not tell them "
+                                  "apart")
+            if tool.name in {t.group for t in self.tools.values()}:
+                raise PluginError(f"plugin {self._describe(plugin)}: tool {tool.name!r} has the "
+                                  "name of a tool group")
+            if group is not None:
+                self._claim_group(group, plugin)
             self._claim("tool", tool.name, plugin)
             self.tools[tool.name] = tool
             self.info[plugin].tools.append(tool.name)
