@@ -131,18 +131,21 @@ def discover_agent_dirs(dirs: Sequence[Path] | None = None) -> list[Path]:
 
 def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
                 known_models: ModelCheck | None = None, *,
+                unavailable: Mapping[str, str] | None = None,
                 import_timeout_s: float | None = None) -> list[AgentSpec]:
     """Load every agent directory; names must map to distinct schema names.
 
     ``tools`` are the plugin-registered tools agents may enable; ``known_models``, if given, is
     called with each model id and raises ``ConfigError`` for one no provider serves.
     ``import_timeout_s`` bounds the import of each ``tools.py`` and ``workflow.py`` (default:
-    ``TOREN_IMPORT_TIMEOUT``, else 10 s).
+    ``TOREN_IMPORT_TIMEOUT``, else 10 s). ``unavailable`` maps tool names that installed
+    plugins could not register on this machine to why (``PluginHost.unavailable_tools``).
     """
     agents: list[AgentSpec] = []
     by_schema: dict[str, AgentSpec] = {}
     for directory in dirs:
-        agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s)
+        agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s,
+                           unavailable=unavailable)
         other = by_schema.get(agent.schema_name)
         if other is not None:
             raise AgentDefinitionError(
@@ -157,7 +160,8 @@ def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
 
 def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                known_models: ModelCheck | None = None, *,
-               import_timeout_s: float | None = None) -> AgentSpec:
+               import_timeout_s: float | None = None,
+               unavailable: Mapping[str, str] | None = None) -> AgentSpec:
     """Load and validate one agent directory, or raise ``AgentDefinitionError``."""
     directory = directory.resolve()
     timeout_s = import_timeout() if import_timeout_s is None else import_timeout_s
@@ -198,6 +202,11 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                         "tools.py", path=str(yaml_path), line=located.line_of(("tools", index)))
                 enabled[tool.name] = tool
             continue
+        if tool_name not in available and tool_name in (unavailable or {}):
+            raise AgentDefinitionError(
+                f"tool {tool_name!r} cannot be used on this machine: "
+                f"{(unavailable or {})[tool_name]}",
+                path=str(yaml_path), line=located.line_of(("tools", index)))
         if tool_name not in available:
             raise AgentDefinitionError(
                 f"unknown tool {tool_name!r} in tools:{_suggest(tool_name, available)}; "

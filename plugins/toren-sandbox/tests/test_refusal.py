@@ -1,10 +1,12 @@
-"""Without bubblewrap the plugin refuses to load, naming the package, unless the user opts into
-the unsafe mode, where commands run unisolated (with a loud warning) but still in a cleared
-environment, with limits and a timeout."""
+"""Without bubblewrap the plugin registers nothing and says why, naming the package (an agent
+enabling its tools fails to load with that message), unless the user opts into the unsafe
+mode, where commands run unisolated (with a loud warning) but still in a cleared environment,
+with limits and a timeout."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,8 @@ from toren_sandbox import tools
 from toren_sandbox.config import SandboxConfig, SandboxUnavailable, check_available
 from toren_sandbox.jail import run_isolated
 
-from toren.errors import TorenError
+from toren.agents import load_agent
+from toren.errors import AgentDefinitionError
 from toren.seams.plugins import PluginHost
 
 
@@ -31,13 +34,25 @@ def no_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_bwrap")
-def test_without_bubblewrap_loading_the_plugin_fails_naming_the_package() -> None:
+def test_without_bubblewrap_the_plugin_registers_nothing_and_says_why(
+        make_agent_dir: Callable[..., Path], caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
         check_available()
-    with pytest.raises(TorenError) as caught:
-        PluginHost(load=("toren-sandbox",))
-    assert "apt-get install bubblewrap" in str(caught.value)
-    assert "TOREN_SANDBOX_UNSAFE=1" in str(caught.value)
+    with caplog.at_level(logging.WARNING):
+        host = PluginHost(load=("toren-sandbox",))
+    assert not {"bash", "read_file", "write_file", "edit_file"} & set(host.tools)
+    reason = host.info["sandbox"].unavailable
+    assert reason is not None and "apt-get install bubblewrap" in reason
+    assert "TOREN_SANDBOX_UNSAFE=1" in reason and "apt-get install bubblewrap" in caplog.text
+    assert host.info["sandbox"].to_json()["unavailable"] == reason
+    # an agent that enables the sandbox fails to load, with the reason and its line
+    for tools_line in ("tools: [sandbox]", "tools: [read_file]"):
+        directory = make_agent_dir(agent_yaml=f"model: toren/scripted\n{tools_line}\n")
+        with pytest.raises(AgentDefinitionError) as caught:
+            load_agent(directory, host.tools, unavailable=host.unavailable_tools)
+        assert caught.value.line == 2
+        assert "cannot be used on this machine" in caught.value.message
+        assert "apt-get install bubblewrap" in caught.value.message
 
 
 @pytest.mark.usefixtures("no_bwrap")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toren.errors import ToolError
+from toren.errors import PluginUnavailable, ToolError
 
 #: ``1`` runs commands without isolation where bubblewrap is missing (loud warning).
 UNSAFE_ENV = "TOREN_SANDBOX_UNSAFE"
@@ -18,9 +18,11 @@ DIR_ENV = "TOREN_SANDBOX_DIR"
 #: The unprivileged user id commands run as when the worker runs as root (default 65534).
 UID_ENV = "TOREN_SANDBOX_UID"
 MIB = 1024 * 1024
+#: What the plugin registers: its tool group and its tools.
+TOOL_NAMES = ("sandbox", "bash", "read_file", "write_file", "edit_file")
 
 
-class SandboxUnavailable(ToolError):
+class SandboxUnavailable(PluginUnavailable):
     """The sandbox cannot isolate commands on this machine."""
 
     code = "sandbox_unavailable"
@@ -88,9 +90,9 @@ def sandbox_uid(env: Mapping[str, str] | None = None) -> int:
     try:
         uid = int(raw)
     except ValueError:
-        raise SandboxUnavailable(f"{UID_ENV}={raw!r} is not a user id") from None
+        raise ToolError(f"{UID_ENV}={raw!r} is not a user id") from None
     if uid <= 0:
-        raise SandboxUnavailable(f"{UID_ENV} must name an unprivileged user (not root)")
+        raise ToolError(f"{UID_ENV} must name an unprivileged user (not root), not {uid}")
     return uid
 
 
@@ -114,4 +116,5 @@ def check_available(env: Mapping[str, str] | None = None) -> bool:
         f"installed: apt-get install {' '.join(packages)} (Debian/Ubuntu; dnf install "
         f"{' '.join(packages)} on Fedora). To run commands without any isolation on this "
         f"machine instead (unsafe: they can read and change everything the worker can), set "
-        f"{UNSAFE_ENV}=1; or leave the plugin out with TOREN_LOAD_PLUGINS.")
+        f"{UNSAFE_ENV}=1; or leave the plugin out with TOREN_LOAD_PLUGINS.",
+        names=TOOL_NAMES)

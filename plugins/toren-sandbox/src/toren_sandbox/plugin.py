@@ -17,8 +17,9 @@ GROUP = "sandbox"
 @hookimpl
 def register_tools(register: Callable[..., None]) -> None:
     """Register ``bash``, ``read_file``, ``write_file`` and ``edit_file`` in the group
-    ``sandbox``; refuse (``SandboxUnavailable``, naming the package) where bubblewrap is
-    missing, unless ``TOREN_SANDBOX_UNSAFE=1``."""
+    ``sandbox``; where bubblewrap is missing register nothing and say why, naming the package
+    (``SandboxUnavailable``: Toren logs it, and an agent enabling these tools fails to load with
+    it), unless ``TOREN_SANDBOX_UNSAFE=1``."""
     tools.ISOLATED = check_available()
     if not tools.ISOLATED:
         log.warning("%s=1 and bubblewrap is not installed: the sandbox's bash runs commands "
