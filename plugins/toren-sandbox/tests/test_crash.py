@@ -10,8 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +17,13 @@ import psycopg
 import pytest
 
 from toren.core.catalog import validate_event
-from toren.testing import OutputProcess
+from toren.testing import OutputProcess, wait_for
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 TOREN = Path(sys.executable).parent / "toren"
 EXAMPLE = Path(__file__).parents[3] / "contrib" / "examples" / "with-plugins" / "sandbox-crew"
 SCHEMA = "agent_sandbox_crew"
-
-
-@pytest.fixture
-def processes() -> Iterator[list[OutputProcess]]:
-    started: list[OutputProcess] = []
-    yield started
-    for process in started:
-        process.stop()
 
 
 def worker_env(database_url: str, tmp_path: Path, disk: str, **extra: str) -> dict[str, str]:
@@ -57,15 +47,6 @@ def run_state(database_url: str, run_id: str) -> tuple[str, list[tuple[str, dict
     return row[0], [(kind, data) for _stream, kind, data in events]
 
 
-def wait_for(predicate: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return bool(predicate())
-
-
 def start_worker(env: dict[str, str], tmp_path: Path, name: str) -> OutputProcess:
     worker = OutputProcess([str(TOREN), "worker", "--dir", str(EXAMPLE), "--json"], env=env,
                            stderr_path=tmp_path / f"{name}.stderr")
@@ -74,7 +55,7 @@ def start_worker(env: dict[str, str], tmp_path: Path, name: str) -> OutputProces
 
 
 def test_a_second_worker_continues_with_the_same_files_after_a_sigkill(
-        database_url: str, tmp_path: Path, processes: list[OutputProcess]) -> None:
+        database_url: str, tmp_path: Path, output_processes: list[OutputProcess]) -> None:
     plan = (EXAMPLE / "plan.json").read_text()
     # the first worker kills itself after the second call (the first bash) ran, before its
     # result is recorded: between the recorded write_file and the edit that follows
@@ -87,7 +68,7 @@ def test_a_second_worker_continues_with_the_same_files_after_a_sigkill(
     run_id = json.loads(created.stdout)["id"]
 
     first = start_worker(first_env, tmp_path, "first")
-    processes.append(first)
+    output_processes.append(first)
     assert first.proc.wait(timeout=60) == -9, first.stderr  # SIGKILL, at the crash point
     _status, events = run_state(database_url, run_id)
     recorded = [data["name"] for kind, data in events if kind == "ToolCallCompleted"]
@@ -96,7 +77,7 @@ def test_a_second_worker_continues_with_the_same_files_after_a_sigkill(
     assert (disk_1 / "runs.log").read_text() == "ran\n"  # the cut-short call did run there
 
     second = start_worker(worker_env(database_url, tmp_path, "disk-2"), tmp_path, "second")
-    processes.append(second)
+    output_processes.append(second)
     assert wait_for(lambda: run_state(database_url, run_id)[0] == "completed", 90), \
         second.stderr
     _status, events = run_state(database_url, run_id)
