@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sandbox_helpers import RuntimeFactory, run_plan
+from sandbox_helpers import RuntimeFactory, plan, run_plan
 from toren_sandbox import workspace as workspace_module
 from toren_sandbox.config import SandboxConfig
 from toren_sandbox.files import write_bytes
@@ -151,3 +151,17 @@ async def test_finished_runs_workspaces_leave_the_disk_and_stay_stored(
     assert not (workspaces / "boxed" / first).exists()
     assert (workspaces / "boxed" / second).is_dir()
     assert len(manifests(database_url, first)) == 1
+
+
+async def test_a_session_keeps_its_files_from_one_turn_to_the_next(
+        sandbox_runtime: RuntimeFactory) -> None:
+    runtime, _ = await sandbox_runtime()
+    session = await runtime.start_session("boxed")
+    await runtime.send_message(session, plan(
+        ("write_file", {"path": "memo.txt", "content": "first turn"})))
+    await runtime.wait_for_turn(session, timeout_s=60)
+    await runtime.send_message(session, plan(("read_file", {"path": "memo.txt"})))
+    await runtime.wait_for_turn(session, timeout_s=60)
+    results = [e.data for e in await runtime.events(session) if e.type == "ToolCallCompleted"]
+    assert [r["is_error"] for r in results] == [False, False]
+    assert "first turn" in results[1]["output"]

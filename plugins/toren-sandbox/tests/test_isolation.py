@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
+import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -115,3 +118,48 @@ async def test_output_is_capped(workspace: Path) -> None:
                        max_output_bytes=1000)
     assert len(result.stdout) == 1000 and result.stdout_dropped == 99000
     assert "99000 more bytes of stdout cut" in result.render(1.0)
+
+
+NOT_ROOT_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from toren_sandbox.config import SandboxConfig
+from toren_sandbox.jail import run_isolated
+result = asyncio.run(run_isolated(
+    "id -u; echo mine > f; cat /etc/shadow; bomb() { bomb | bomb & }; bomb; sleep 1; echo done",
+    Path(sys.argv[1]), SandboxConfig(max_processes=32, timeout_s=15), {}, uid=None))
+print(result.render(15))
+"""
+
+
+def test_a_worker_that_is_not_root_isolates_in_a_user_namespace(workspace: Path) -> None:
+    """The path a non-root worker takes (bwrap as itself, --unshare-all); as root, the test
+    runs it as nobody, on a workspace nobody can reach (pytest's tmp_path is root's alone)."""
+    argv = [sys.executable, "-c", NOT_ROOT_SCRIPT, str(workspace)]
+    if os.geteuid() == 0:
+        reachable = Path(tempfile.mkdtemp(prefix="toren-sandbox-"))
+        os.chown(reachable, 65534, 65534)
+        workspace = reachable
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                *argv[:-1], str(workspace)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                              cwd="/")
+        file_text = (workspace / "f").read_text()
+    finally:
+        if workspace.name.startswith("toren-sandbox-"):
+            shutil.rmtree(workspace)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("exit code 0"), done.stdout
+    assert "Resource temporarily unavailable" in done.stdout  # the fork bomb hit the limit
+    assert "done" in done.stdout and "root:" not in done.stdout
+    assert file_text == "mine\n"
+
+
+async def test_hostile_commands_fail_cleanly(workspace: Path) -> None:
+    with pytest.raises(ValueError, match="null byte"):
+        await run("echo a\x00b", workspace)
+    huge = await run("echo " + "x" * 100_000 + " | wc -c", workspace)
+    assert huge.stdout == b"100001\n"
+    escape = await run("echo \"$GREETING\"", workspace, env={"GREETING": "a\nb; rm -rf /"})
+    assert escape.stdout == b"a\nb; rm -rf /\n"
