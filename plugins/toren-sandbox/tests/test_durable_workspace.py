@@ -165,3 +165,51 @@ async def test_a_session_keeps_its_files_from_one_turn_to_the_next(
     results = [e.data for e in await runtime.events(session) if e.type == "ToolCallCompleted"]
     assert [r["is_error"] for r in results] == [False, False]
     assert "first turn" in results[1]["output"]
+
+
+async def test_a_worker_that_lost_its_lease_cannot_take_the_seq_of_the_one_that_took_over(
+        sandbox_runtime: RuntimeFactory, database_url: str, tmp_path: Path) -> None:
+    runtime, _ = await sandbox_runtime()
+    run_id, _ = await run_plan(runtime, ("write_file", {"path": "a.txt", "content": "one"}))
+    task_id, step = await task_of(runtime, run_id)
+    config = SandboxConfig()
+    stale, current = Workspaces(tmp_path / "stale"), Workspaces(tmp_path / "current")
+    async with stale.open(context(runtime, run_id, task_id, step + 1, epoch=3), config,
+                          mutating=False):
+        pass
+    async with current.open(context(runtime, run_id, task_id, step + 1, epoch=4), config,
+                            mutating=True) as directory:
+        write_bytes(directory, "a.txt", b"current")
+    # the stale worker's call ends later, with the seq it computed before: it moves on
+    async with stale.open(context(runtime, run_id, task_id, step + 1, epoch=3), config,
+                          mutating=True) as directory:
+        write_bytes(directory, "a.txt", b"stale")
+    assert [seq for seq, *_ in manifests(database_url, run_id)] == [0, 1, 2]
+    async with Workspaces(tmp_path / "later").open(
+            context(runtime, run_id, task_id, step + 2, epoch=5), config,
+            mutating=False) as directory:
+        assert tree(directory) == {"a.txt": "current"}
+
+
+async def test_hostile_file_tool_calls_get_clear_errors(sandbox_runtime: RuntimeFactory) -> None:
+    runtime, _ = await sandbox_runtime()
+    _, results = await run_plan(
+        runtime,
+        ("write_file", {"path": "t.txt", "content": "a a"}),
+        ("edit_file", {"path": "t.txt", "old_text": "a", "new_text": "b"}),
+        ("edit_file", {"path": "t.txt", "old_text": "zzz", "new_text": "b"}),
+        ("edit_file", {"path": "t.txt", "old_text": "", "new_text": "b"}),
+        ("edit_file", {"path": "t.txt", "old_text": "a", "new_text": "b", "replace_all": True}),
+        ("read_file", {"path": "t.txt", "offset": 0}),
+        ("write_file", {"path": "../escape.txt", "content": "x"}),
+        ("write_file", {"path": "/etc/passwd", "content": "x"}),
+        ("read_file", {"path": "t.txt"}),
+        ("read_file", {"path": 42}))
+    outputs = [r["output"] for r in results]
+    assert [r["is_error"] for r in results] == [False, True, True, True, False, True, True,
+                                                True, False, True]
+    assert "occurs 2 times" in outputs[1] and "not found" in outputs[2]
+    assert "old_text is empty" in outputs[3] and "2 replacement(s)" in outputs[4]
+    assert "at least 1" in outputs[5] and "'..'" in outputs[6]
+    assert "outside the workspace" in outputs[7] and "b b" in outputs[8]
+    assert results[9]["error_kind"] == "invalid_arguments"

@@ -27,11 +27,12 @@ from toren.seams.store.outbox import Outbox
 from toren.seams.store.prompts import PromptStore
 from toren.seams.store.reader import RunReader
 from toren.seams.store.runlog import RunLog
-from toren.seams.store.tool_state import ToolManifest, ToolStateStore
+from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["Guardian", "KeyStore", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
-           "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore", "WorkerRegistry"]
+__all__ = ["Guardian", "KeyStore", "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore",
+           "RunLog", "RunReader", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
+           "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,

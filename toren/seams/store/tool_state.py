@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toren.errors import ToolError
+
 
 @dataclass(frozen=True)
 class ToolManifest:
@@ -28,6 +30,12 @@ class ToolManifest:
     entries: Mapping[str, Any]
     removed: Sequence[str]
     total_bytes: int
+
+
+class ManifestSeqTaken(ToolError):
+    """Another writer recorded a manifest with the same ``seq`` first."""
+
+    code = "manifest_seq_taken"
 
 
 class ToolStateStore(abc.ABC):
@@ -55,8 +63,9 @@ class ToolStateStore(abc.ABC):
     @abc.abstractmethod
     async def save_manifest(self, agent: str, run_id: str, scope: str,
                             manifest: ToolManifest) -> None:
-        """Record ``manifest``; its blobs must be saved first. Raises ``ToolError`` if its
-        ``seq`` is taken (two writers on one scope)."""
+        """Record ``manifest``; its blobs must be saved first. Raises ``ManifestSeqTaken`` if
+        its ``seq`` is taken (two writers on one scope: a worker whose lease expired mid-call
+        and the one that took the task over)."""
 
     @abc.abstractmethod
     async def load_manifests(self, agent: str, run_id: str, scope: str, *,

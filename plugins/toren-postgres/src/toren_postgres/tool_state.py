@@ -9,8 +9,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from toren.agents import schema_name_for
-from toren.errors import ToolError
-from toren.seams.store import ToolManifest, ToolStateStore
+from toren.seams.store import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query
 
@@ -57,8 +56,8 @@ class PostgresToolStateStore(PostgresConnection, ToolStateStore):
                     "removed": Jsonb(list(manifest.removed)),
                     "total_bytes": manifest.total_bytes})
         except psycopg.errors.UniqueViolation as exc:
-            raise ToolError(f"manifest {manifest.seq} of {scope!r} in run {run_id} was written "
-                            "by another worker at the same time") from exc
+            raise ManifestSeqTaken(f"manifest {manifest.seq} of {scope!r} in run {run_id} was "
+                                   "written by another worker at the same time") from exc
 
     async def load_manifests(self, agent: str, run_id: str, scope: str, *,
                              seqs: Iterable[int] | None = None) -> list[ToolManifest]:

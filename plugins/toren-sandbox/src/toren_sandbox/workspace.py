@@ -18,6 +18,7 @@ the task's log can have recorded:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import os
@@ -32,7 +33,7 @@ from typing import Any
 
 from toren import ToolCallContext
 from toren.errors import ToolError
-from toren.seams.store import ToolManifest, ToolStateStore
+from toren.seams.store import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren_sandbox.config import MIB, SandboxConfig, workspaces_root
 
 log = logging.getLogger(__name__)
@@ -164,8 +165,15 @@ class Workspaces:
             seq=head.next_seq, parent_seq=head.seq, step=context.step, epoch=context.epoch,
             call_id=context.call_id, full=full, entries=entries, removed=removed,
             total_bytes=scan.total_bytes)
-        await context.state.save_manifest(context.agent, context.run_id,
-                                          scope_for(context.task_id), manifest)
+        scope = scope_for(context.task_id)
+        try:
+            await context.state.save_manifest(context.agent, context.run_id, scope, manifest)
+        except ManifestSeqTaken:
+            # a worker whose lease expired wrote one meanwhile: take the next free seq (the
+            # restore rule ignores the other, written under an older epoch)
+            taken = await context.state.load_manifests(context.agent, context.run_id, scope)
+            manifest = dataclasses.replace(manifest, seq=max(m.seq for m in taken) + 1)
+            await context.state.save_manifest(context.agent, context.run_id, scope, manifest)
         head.seq, head.entries, head.stats = manifest.seq, scan.entries, scan.stats
         head.since_full = 0 if full else head.since_full + 1
         head.next_seq = manifest.seq + 1
