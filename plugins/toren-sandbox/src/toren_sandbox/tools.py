@@ -48,6 +48,12 @@ async def bash(command: str) -> str:
     async with WORKSPACES.open(context, config, mutating=True) as directory:
         result = await run_isolated(command, directory, config, os.environ, uid=WORKSPACES.owner,
                                     isolate=ISOLATED)
+    if ISOLATED and result.exit_code == 1 and result.stderr.startswith(b"bwrap: "):
+        # bwrap itself failed (namespaces refused by the kernel or a container's seccomp
+        # profile): the command never ran, and the model cannot fix that
+        raise ToolError(f"the sandbox could not start on this worker: "
+                        f"{result.stderr.decode(errors='replace').strip()}; see "
+                        "docs/tools/sandbox.md (user namespaces must be allowed)")
     return result.render(config.timeout_s)
 
 
