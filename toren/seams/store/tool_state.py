@@ -69,8 +69,10 @@ class ToolStateStore(abc.ABC):
 
     @abc.abstractmethod
     async def load_manifests(self, agent: str, run_id: str, scope: str, *,
-                             seqs: Iterable[int] | None = None) -> list[ToolManifest]:
-        """The scope's manifests in ``seq`` order (only ``seqs`` if given)."""
+                             seqs: Iterable[int] | None = None,
+                             headers_only: bool = False) -> list[ToolManifest]:
+        """The scope's manifests in ``seq`` order (only ``seqs`` if given); with
+        ``headers_only``, without their ``entries`` and ``removed`` (to choose which to read)."""
 
     @abc.abstractmethod
     async def unfinished_runs(self, agent: str, run_ids: Iterable[str]) -> set[str]:

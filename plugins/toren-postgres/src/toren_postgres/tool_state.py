@@ -60,11 +60,12 @@ class PostgresToolStateStore(PostgresConnection, ToolStateStore):
                                    "written by another worker at the same time") from exc
 
     async def load_manifests(self, agent: str, run_id: str, scope: str, *,
-                             seqs: Iterable[int] | None = None) -> list[ToolManifest]:
+                             seqs: Iterable[int] | None = None,
+                             headers_only: bool = False) -> list[ToolManifest]:
         async with self.pool.connection() as conn:
             cursor = await conn.execute(
                 agent_query("load_tool_manifests", schema_name_for(agent)),
-                {"run_id": run_id, "scope": scope,
+                {"run_id": run_id, "scope": scope, "headers_only": headers_only,
                  "seqs": None if seqs is None else sorted(set(seqs))})
             return [ToolManifest(seq=row[0], parent_seq=row[1], step=row[2], epoch=row[3],
                                  call_id=row[4], full=row[5], entries=row[6],

@@ -171,7 +171,8 @@ class Workspaces:
         except ManifestSeqTaken:
             # a worker whose lease expired wrote one meanwhile: take the next free seq (the
             # restore rule ignores the other, written under an older epoch)
-            taken = await context.state.load_manifests(context.agent, context.run_id, scope)
+            taken = await context.state.load_manifests(context.agent, context.run_id, scope,
+                                                     headers_only=True)
             manifest = dataclasses.replace(manifest, seq=max(m.seq for m in taken) + 1)
             await context.state.save_manifest(context.agent, context.run_id, scope, manifest)
         head.seq, head.entries, head.stats = manifest.seq, scan.entries, scan.stats
@@ -230,21 +231,32 @@ async def restore(state: ToolStateStore, context: ToolCallContext, directory: Pa
                   owner: int | None = None) -> Head:
     """Rebuild ``directory`` as of the last state the task's log can have recorded before the
     call in ``context`` (see the module's docstring); its ``Head``."""
-    manifests = await state.load_manifests(context.agent, context.run_id,
-                                           scope_for(context.task_id))
-    by_seq = {manifest.seq: manifest for manifest in manifests}
-    usable = [m for m in manifests
+    scope = scope_for(context.task_id)
+    headers = await state.load_manifests(context.agent, context.run_id, scope,
+                                         headers_only=True)
+    by_seq = {manifest.seq: manifest for manifest in headers}
+    usable = [m for m in headers
               if m.step < context.step or (m.step == context.step and m.epoch == context.epoch)]
     base = max(usable, key=lambda m: (m.step, m.epoch, m.seq), default=None)
-    entries = entries_at(base, by_seq) if base is not None else {}
-    await materialize(state, context.agent, directory, entries, owner=owner)
-    since_full = 0
+    chain: list[int] = []
     cursor = base
-    while cursor is not None and not cursor.full:
-        since_full += 1
-        cursor = by_seq.get(cursor.parent_seq) if cursor.parent_seq is not None else None
+    while cursor is not None:
+        chain.append(cursor.seq)
+        if cursor.full or cursor.parent_seq is None:
+            break
+        cursor = by_seq.get(cursor.parent_seq)
+    entries: dict[str, Entry] = {}
+    if base is not None:
+        loaded = await state.load_manifests(context.agent, context.run_id, scope, seqs=chain)
+        entries = entries_at(by_seq_of(loaded)[base.seq], by_seq_of(loaded))
+    await materialize(state, context.agent, directory, entries, owner=owner)
     return Head(seq=None if base is None else base.seq, epoch=context.epoch, entries=entries,
-                since_full=since_full, next_seq=max(by_seq, default=-1) + 1)
+                since_full=len(chain) - 1 if chain else 0,
+                next_seq=max(by_seq, default=-1) + 1)
+
+
+def by_seq_of(manifests: list[ToolManifest]) -> dict[int, ToolManifest]:
+    return {manifest.seq: manifest for manifest in manifests}
 
 
 def entries_at(manifest: ToolManifest, by_seq: Mapping[int, ToolManifest]) -> dict[str, Entry]:

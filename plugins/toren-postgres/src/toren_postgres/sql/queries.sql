@@ -501,7 +501,11 @@ VALUES (%(run_id)s, %(scope)s, %(seq)s, %(parent_seq)s, %(step)s, %(epoch)s, %(c
         %(full)s, %(entries)s, %(removed)s, %(total_bytes)s);
 
 -- load_tool_manifests --
-SELECT seq, parent_seq, step, epoch, call_id, full_state, entries, removed, total_bytes
+-- With headers_only, the entries are left out: a restore reads every header to choose its
+-- state, then the entries of only the manifests on that state's chain.
+SELECT seq, parent_seq, step, epoch, call_id, full_state,
+       CASE WHEN %(headers_only)s THEN jsonb_build_object() ELSE entries END,
+       CASE WHEN %(headers_only)s THEN jsonb_build_array() ELSE removed END, total_bytes
 FROM {tool_manifests}
 WHERE run_id = %(run_id)s AND scope = %(scope)s
   AND (%(seqs)s::integer[] IS NULL OR seq = ANY(%(seqs)s::integer[]))
