@@ -57,6 +57,21 @@ class PluginError(TorenError):
     code = "plugin_error"
 
 
+class PluginUnavailable(PluginError):
+    """An installed plugin cannot work on this machine, so it registered nothing.
+
+    Raised by a plugin's hook (e.g. toren-sandbox's ``register_tools`` where bubblewrap is
+    missing) with ``names``, the tools (or tool groups) it would have registered: Toren loads
+    without them, logs the message, and an agent that enables one of them fails to load with it.
+    """
+
+    code = "plugin_unavailable"
+
+    def __init__(self, message: str | None = None, *, names: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.names = names
+
+
 class DatabaseUnavailable(TorenError):
     """The database cannot be reached."""
 

@@ -16,6 +16,7 @@ from toren_postgres.queue import PostgresQueue
 from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
 from toren_postgres.store import PostgresStore
+from toren_postgres.tool_state import PostgresToolStateStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 from toren.config import Settings
@@ -30,13 +31,14 @@ from toren.seams.store import (
     RunReader,
     Store,
     StoreLifecycle,
+    ToolStateStore,
     WorkerRegistry,
 )
 
 PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog: PostgresRunLog,
           RunReader: PostgresRunReader, WorkerRegistry: PostgresWorkerRegistry,
           Guardian: PostgresGuardian, KeyStore: PostgresKeyStore, Outbox: PostgresOutbox,
-          PromptStore: PostgresPromptStore}
+          PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -74,6 +74,9 @@ class AgentSpec:
     workflow: Callable[..., Any] | None = None
     #: ``allowOutsideFiles``: definition files may be symbolic links out of the directory.
     allow_outside_files: bool = False
+    #: agent.yaml sections read by plugin tools (``sandbox:``), handed to each tool call as
+    #: ``ToolCallContext.agent_config``.
+    tool_config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def schema_name(self) -> str:
@@ -128,18 +131,21 @@ def discover_agent_dirs(dirs: Sequence[Path] | None = None) -> list[Path]:
 
 def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
                 known_models: ModelCheck | None = None, *,
+                unavailable: Mapping[str, str] | None = None,
                 import_timeout_s: float | None = None) -> list[AgentSpec]:
     """Load every agent directory; names must map to distinct schema names.
 
     ``tools`` are the plugin-registered tools agents may enable; ``known_models``, if given, is
     called with each model id and raises ``ConfigError`` for one no provider serves.
     ``import_timeout_s`` bounds the import of each ``tools.py`` and ``workflow.py`` (default:
-    ``TOREN_IMPORT_TIMEOUT``, else 10 s).
+    ``TOREN_IMPORT_TIMEOUT``, else 10 s). ``unavailable`` maps tool names that installed
+    plugins could not register on this machine to why (``PluginHost.unavailable_tools``).
     """
     agents: list[AgentSpec] = []
     by_schema: dict[str, AgentSpec] = {}
     for directory in dirs:
-        agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s)
+        agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s,
+                           unavailable=unavailable)
         other = by_schema.get(agent.schema_name)
         if other is not None:
             raise AgentDefinitionError(
@@ -154,7 +160,8 @@ def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
 
 def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                known_models: ModelCheck | None = None, *,
-               import_timeout_s: float | None = None) -> AgentSpec:
+               import_timeout_s: float | None = None,
+               unavailable: Mapping[str, str] | None = None) -> AgentSpec:
     """Load and validate one agent directory, or raise ``AgentDefinitionError``."""
     directory = directory.resolve()
     timeout_s = import_timeout() if import_timeout_s is None else import_timeout_s
@@ -185,10 +192,25 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     enabled = dict(crew_tools)
     for index, tool_name in enumerate(data.get("tools", [])):
         available = tools or {}
+        group = [tool for tool in available.values() if tool.group == tool_name]
+        if tool_name not in available and group:  # a group: every tool in it
+            for tool in group:
+                if tool.name in crew_tools:
+                    raise AgentDefinitionError(
+                        f"tool {tool.name!r} is defined in tools.py and also enabled by the "
+                        f"group {tool_name!r} from {tool.source}; rename the function in "
+                        "tools.py", path=str(yaml_path), line=located.line_of(("tools", index)))
+                enabled[tool.name] = tool
+            continue
+        if tool_name not in available and tool_name in (unavailable or {}):
+            raise AgentDefinitionError(
+                f"tool {tool_name!r} cannot be used on this machine: "
+                f"{(unavailable or {})[tool_name]}",
+                path=str(yaml_path), line=located.line_of(("tools", index)))
         if tool_name not in available:
             raise AgentDefinitionError(
                 f"unknown tool {tool_name!r} in tools:{_suggest(tool_name, available)}; "
-                f"installed plugin tools: {', '.join(sorted(available)) or 'none'}",
+                f"installed plugin tools: {_tool_choices(available)}",
                 path=str(yaml_path), line=located.line_of(("tools", index)))
         if tool_name in crew_tools:
             raise AgentDefinitionError(
@@ -206,9 +228,20 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         compaction=Compaction.from_yaml(data.get("compaction")),
         workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
         allow_outside_files=allow_outside,
+        tool_config={key: data[key] for key in TOOL_CONFIG_KEYS if key in data},
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
+
+
+#: agent.yaml sections that configure plugin tools (validated by agent.schema.json).
+TOOL_CONFIG_KEYS = ("sandbox",)
+
+
+def _tool_choices(available: Mapping[str, Tool]) -> str:
+    """The tool names and groups that ``tools:`` accepts, for an error message."""
+    groups = sorted({f"{tool.group} (group)" for tool in available.values() if tool.group})
+    return ", ".join([*sorted(available), *groups]) or "none"
 
 
 def check_agent_name(name: str, *, where: str) -> None:

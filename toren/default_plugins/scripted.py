@@ -2,6 +2,8 @@
 
 With no script it behaves like a diligent agent: it calls each of the agent's tools once, in
 order, with arguments made from the user's input, then answers with what the tools returned.
+An input that is a JSON object with ``toolCalls`` (a list of ``{"name": ..., "arguments":
+{...}}``) makes it call exactly those tools, one per step, in that order, instead.
 Environment knobs (read when the model is made): ``TOREN_SCRIPTED_DELAY`` (seconds per call),
 ``TOREN_SCRIPTED_CALL_LOG`` (a file that gets one JSON line per call, a counter that lives
 outside the database for crash tests) and ``TOREN_SCRIPTED_COST_USD`` (cost of each call).
@@ -104,7 +106,12 @@ def respond_with_tools(request: ModelRequest) -> ModelResponse:
     user_text = request.messages[turn_start].text if turn_start >= 0 else ""
     turn = request.messages[turn_start + 1:]
     called = sum(1 for m in turn if m.role == "assistant" and m.tool_calls)
-    if called < len(request.tools):
+    planned = planned_calls(user_text)
+    if planned is not None and called < len(planned):
+        name, arguments = planned[called]
+        call = ToolCall(id=f"call_{turn_start + 1}_{called}", name=name, arguments=arguments)
+        return ModelResponse(text=f"Calling {name}.", tool_calls=(call,), stop_reason="tool_use")
+    if planned is None and called < len(request.tools):
         spec = request.tools[called]
         call = ToolCall(id=f"call_{turn_start + 1}_{called}", name=spec.name,
                         arguments=example_arguments(spec, user_text))
@@ -120,6 +127,20 @@ def respond_with_tools(request: ModelRequest) -> ModelResponse:
         lines.append(f"- {names.get(message.tool_call_id or '', 'tool')}{marker}: "
                      f"{message.text}")
     return ModelResponse(text="\n".join(lines))
+
+
+def planned_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
+    """The calls an input of the form ``{"toolCalls": [{"name", "arguments"}, ...]}`` asks
+    for, or ``None`` for any other input."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    calls = data.get("toolCalls") if isinstance(data, dict) else None
+    if not isinstance(calls, list):
+        return None
+    return [(str(call.get("name", "")), dict(call.get("arguments") or {}))
+            for call in calls if isinstance(call, dict)]
 
 
 def example_arguments(spec: ToolSpec, text: str) -> dict[str, Any]:

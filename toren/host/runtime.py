@@ -74,7 +74,8 @@ class Runtime:
         self._watchdog: LoopWatchdog | None = None
         self.plugins = plugins or PluginHost(self.settings.load_plugins)
         if agents is None:
-            agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model)
+            agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model,
+                                 unavailable=self.plugins.unavailable_tools)
         self.agents: dict[str, AgentSpec] = {agent.name: agent for agent in agents}
         for agent in self.agents.values():
             for model_id in agent.model_ids:

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, overload
 
 from toren.errors import ToolError
 from toren.seams.model import ToolSpec
@@ -35,7 +35,9 @@ class Tool:
 
     ``idempotent`` tools may be re-run after a crash left their call without a recorded result;
     non-idempotent ones are surfaced instead (DESIGN.md, durability rule 4).
-    ``source`` says where it came from (a plugin's name or a ``tools.py`` path).
+    ``source`` says where it came from (a plugin's name or a ``tools.py`` path). ``group`` names
+    the set a plugin registered it in (``sandbox``): ``tools: [sandbox]`` in agent.yaml enables
+    every tool of the group.
     """
 
     name: str
@@ -44,6 +46,7 @@ class Tool:
     function: Callable[..., Any]
     idempotent: bool = False
     source: str = ""
+    group: str | None = None
 
     @property
     def spec(self) -> ToolSpec:
@@ -56,6 +59,19 @@ class Tool:
 
         cls = jsonschema.validators.validator_for(self.parameters, jsonschema.Draft202012Validator)
         return cls(self.parameters)
+
+
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+@overload
+def tool(function: _Function, *, name: str | None = None, description: str | None = None,
+         idempotent: bool = False) -> _Function: ...
+
+
+@overload
+def tool(function: None = None, *, name: str | None = None, description: str | None = None,
+         idempotent: bool = False) -> Callable[[_Function], _Function]: ...
 
 
 def tool(
@@ -84,10 +100,11 @@ def tool(
 
 
 def tool_from_function(function: Callable[..., Any], *, source: str = "",
-                       name: str | None = None) -> Tool:
+                       name: str | None = None, group: str | None = None) -> Tool:
     """Build a ``Tool`` from a function's signature, type hints and docstring.
 
-    ``name`` overrides both the function's name and a name given to ``@tool``.
+    ``name`` overrides both the function's name and a name given to ``@tool``; ``group`` puts
+    it in a named set of tools that agent.yaml can enable at once.
     """
     options = getattr(function, TOOL_MARK, {})
     name = name or options.get("name") or function.__name__
@@ -105,6 +122,7 @@ def tool_from_function(function: Callable[..., Any], *, source: str = "",
         function=function,
         idempotent=bool(options.get("idempotent")),
         source=source,
+        group=group,
     )
 
 

@@ -480,3 +480,38 @@ WITH renewed AS (
 )
 -- (not this process's own expired rows: one statement must not both update and delete a row)
 DELETE FROM toren_control.watched_runs WHERE expires_at < now() AND watcher <> %(watcher)s;
+
+-- missing_tool_blobs --
+SELECT wanted FROM unnest(%(digests)s::text[]) AS wanted
+WHERE NOT EXISTS (SELECT 1 FROM {tool_blobs} b WHERE b.sha256 = wanted);
+
+-- save_tool_blobs --
+-- Content-addressed: a blob already stored is not written again.
+INSERT INTO {tool_blobs} (sha256, content)
+SELECT * FROM unnest(%(digests)s::text[], %(contents)s::bytea[])
+ON CONFLICT (sha256) DO NOTHING;
+
+-- load_tool_blobs --
+SELECT sha256, content FROM {tool_blobs} WHERE sha256 = ANY(%(digests)s);
+
+-- save_tool_manifest --
+INSERT INTO {tool_manifests} (run_id, scope, seq, parent_seq, step, epoch, call_id, full_state,
+                              entries, removed, total_bytes)
+VALUES (%(run_id)s, %(scope)s, %(seq)s, %(parent_seq)s, %(step)s, %(epoch)s, %(call_id)s,
+        %(full)s, %(entries)s, %(removed)s, %(total_bytes)s);
+
+-- load_tool_manifests --
+-- With headers_only, the entries are left out: a restore reads every header to choose its
+-- state, then the entries of only the manifests on that state's chain.
+SELECT seq, parent_seq, step, epoch, call_id, full_state,
+       CASE WHEN %(headers_only)s THEN jsonb_build_object() ELSE entries END,
+       CASE WHEN %(headers_only)s THEN jsonb_build_array() ELSE removed END, total_bytes
+FROM {tool_manifests}
+WHERE run_id = %(run_id)s AND scope = %(scope)s
+  AND (%(seqs)s::integer[] IS NULL OR seq = ANY(%(seqs)s::integer[]))
+ORDER BY seq;
+
+-- unfinished_runs --
+SELECT id::text FROM {runs}
+WHERE id = ANY(%(run_ids)s::uuid[])
+  AND status NOT IN ('completed', 'stopped', 'failed', 'cancelled');
