@@ -24,10 +24,14 @@ MAX_APPROVALS_PAGE = 200
 
 
 class ApprovalsApi:
-    """Approvals on the runtime's store, limited to the agents it serves."""
+    """Approvals on the runtime's store, limited to the agents it serves (a runtime serving
+    none, as the CLI's ``toren approvals`` uses, sees every agent's)."""
 
     store: Store
     agents: dict[str, Any]
+
+    def _approval_scope(self) -> list[str] | None:
+        return list(self.agents) if self.agents else None
 
     async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
                              status: str | None = None, limit: int = 50
@@ -37,18 +41,19 @@ class ApprovalsApi:
         if status is not None and status not in APPROVAL_STATUSES:
             raise ConfigError(f"unknown approval status {status!r}; one of "
                               f"{', '.join(APPROVAL_STATUSES)}")
-        if agent is not None and agent not in self.agents:
+        if agent is not None and self.agents and agent not in self.agents:
             raise ConfigError(f"agent {agent!r} is not served here; served agents: "
                               f"{', '.join(self.agents) or 'none'}")
         if not 1 <= limit <= MAX_APPROVALS_PAGE:
             raise ConfigError(f"limit must be between 1 and {MAX_APPROVALS_PAGE}")
-        return await self.store.list_approvals(agents=list(self.agents), agent=agent,
+        return await self.store.list_approvals(agents=self._approval_scope(), agent=agent,
                                                run_id=run_id, status=status, limit=limit)
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord:
         """One approval; ``ApprovalNotFound`` if none of a served agent has this id."""
         record = None if unstorable(approval_id) else await self.store.get_approval(approval_id)
-        if record is None or record.agent not in self.agents:
+        scope = self._approval_scope()
+        if record is None or (scope is not None and record.agent not in scope):
             raise ApprovalNotFound(f"no approval {approval_id!r} of an agent served here (see "
                                    "`toren approvals list`)")
         return record
@@ -104,6 +109,6 @@ class ApprovalsApi:
     async def pending_approvals(self, run_id: str) -> list[dict[str, Any]]:
         """The run's approvals waiting for a decision, oldest first (``GET /runs/{id}``,
         ``GET /sessions/{id}`` and ``toren chat`` show them)."""
-        found = await self.store.list_approvals(agents=list(self.agents), run_id=run_id,
+        found = await self.store.list_approvals(agents=self._approval_scope(), run_id=run_id,
                                                 status="pending", limit=MAX_APPROVALS_PAGE)
         return [record.to_json() for record in reversed(found)]

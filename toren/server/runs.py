@@ -184,7 +184,7 @@ async def list_runs(request: web.Request) -> web.Response:
     if not 1 <= limit <= MAX_PAGE:
         return json_error(400, "invalid_limit", f"limit must be between 1 and {MAX_PAGE}")
     before = decode_page_cursor(query.get("cursor"))
-    if before is not None and not _is_uuid(before[1]):
+    if before is not None and not is_uuid(before[1]):
         raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
                             "Toren returned")
     runs = await runtime.store.list_runs(agent=agent, status=status, limit=limit + 1,
@@ -206,7 +206,8 @@ async def get_run(request: web.Request) -> web.Response:
         "why": receipt["why"],
         "totals": {key: totals[key] for key in ("model_calls", "tool_calls", "input_tokens",
                                                 "output_tokens", "cost_usd",
-                                                "cost_unknown_calls", "retries")}})
+                                                "cost_unknown_calls", "retries")},
+        "pending_approvals": await runtime.pending_approvals(record.id)})
 
 
 async def cancel_run(request: web.Request) -> web.Response:
@@ -223,7 +224,7 @@ async def cancel_run(request: web.Request) -> web.Response:
     return web.json_response(cancelled.to_json())
 
 
-def _is_uuid(text: str) -> bool:
+def is_uuid(text: str) -> bool:
     try:
         uuid.UUID(text)
     except ValueError:

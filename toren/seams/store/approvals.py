@@ -54,10 +54,11 @@ class ApprovalStore(abc.ABC):
         """One approval by id (``None``: none, or the id is no UUID)."""
 
     @abc.abstractmethod
-    async def list_approvals(self, *, agents: Sequence[str], agent: str | None = None,
+    async def list_approvals(self, *, agents: Sequence[str] | None, agent: str | None = None,
                              run_id: str | None = None, status: str | None = None,
                              limit: int = 50) -> list[ApprovalRecord]:
-        """Approvals of ``agents`` (the agents served), newest request first, filtered by
+        """Approvals of ``agents`` (the agents served; ``None``: every agent's), newest request
+        first, filtered by
         agent, run and status. Called by ``GET /approvals`` and ``toren approvals list``."""
 
     @abc.abstractmethod

@@ -74,14 +74,14 @@ class PostgresApprovalStore(PostgresConnection, ApprovalStore):
         assert now is not None
         return now, row is not None and row[0] == outcome
 
-    async def list_approvals(self, *, agents: Sequence[str], agent: str | None = None,
+    async def list_approvals(self, *, agents: Sequence[str] | None, agent: str | None = None,
                              run_id: str | None = None, status: str | None = None,
                              limit: int = 50) -> list[ApprovalRecord]:
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
             try:
                 await cursor.execute(query("list_approvals"), {
-                    "agents": list(agents), "agent": agent, "run_id": run_id,
-                    "status": status, "limit": limit})
+                    "agents": list(agents) if agents is not None else None, "agent": agent,
+                    "run_id": run_id, "status": status, "limit": limit})
             except psycopg.DataError:
                 return []  # a run id that is no UUID names no run
             return [_record(row) for row in await cursor.fetchall()]

@@ -500,7 +500,7 @@ FROM toren_control.approvals WHERE id = ANY(%(ids)s::uuid[]);
 SELECT id, agent, run_id, task_id, call_id, tool, arguments, status, approvers, requested_at,
        expires_at, decided_by, decided_at, reason, expires_at <= now() AS due
 FROM toren_control.approvals
-WHERE agent = ANY(%(agents)s)
+WHERE (%(agents)s::text[] IS NULL OR agent = ANY(%(agents)s))
   AND (%(agent)s::text IS NULL OR agent = %(agent)s)
   AND (%(run_id)s::uuid IS NULL OR run_id = %(run_id)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
