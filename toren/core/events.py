@@ -405,9 +405,8 @@ class ApprovalRequested(EventData, frozen=True):
         description="Who may decide (API key names, or cli:<os user>); empty: anyone who may "
                     "use the API or the CLI.")] = ()
     expires_after_s: Annotated[Annotated[float, msgspec.Meta(gt=0)] | None, msgspec.Meta(
-        description="Seconds after the request after which it expires (denied with "
-                          "the reason 'expired'); absent: it waits until someone decides.")] = None
-    epoch: Epoch
+        description="Seconds after the request after which it expires (the model is told "
+                    "the call was not run); absent: it waits until someone decides.")] = None
 
 
 class ApprovalDecided(EventData, frozen=True):
