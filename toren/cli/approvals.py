@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import re
 import uuid
 from typing import Annotated, Any
@@ -11,7 +12,7 @@ import typer
 from rich.table import Table
 
 from toren.cli.common import with_database
-from toren.cli.output import JSON_OPTION_HELP, console, plain, print_json, print_table, safe
+from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
 from toren.core.approvals import APPROVAL_STATUSES, ApprovalRecord
 from toren.errors import ApprovalNotFound
 from toren.host.runtime import Runtime
@@ -94,8 +95,10 @@ def _print(data: dict[str, Any]) -> None:
     table.add_column("field")
     table.add_column("value")
     for key, value in data.items():
-        if isinstance(value, dict | list):
-            value = ", ".join(value) if isinstance(value, list) else plain(value)
+        if isinstance(value, list):
+            value = ", ".join(value)
+        elif isinstance(value, dict):
+            value = json.dumps(value, ensure_ascii=False)
         table.add_row(key, safe("" if value is None else str(value)))
     print_table(table)
 
