@@ -14,7 +14,7 @@ from toren.host.approvals import MAX_APPROVALS_PAGE
 from toren.server.auth import API_KEY
 from toren.server.context import RUNTIME
 from toren.server.errors import error_body, json_error
-from toren.server.runs import is_uuid, read_json_object
+from toren.server.runs import is_uuid, list_filters, read_json_object
 
 #: Who decides over HTTP when the server runs without API keys (loopback development).
 ANONYMOUS = "anonymous"
@@ -29,24 +29,10 @@ def routes(app: web.Application) -> None:
 
 async def list_approvals(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    query = request.query
-    agent = query.get("agent")
-    if agent is not None and agent not in runtime.agents:
-        return json_error(404, "agent_not_found", f"no agent named {agent!r} is served here")
-    status = query.get("status")
-    if status is not None and status not in APPROVAL_STATUSES:
-        return json_error(400, "invalid_status",
-                          f"status must be one of {', '.join(APPROVAL_STATUSES)}")
-    run_id = query.get("run")
+    agent, status, limit = list_filters(request, APPROVAL_STATUSES, MAX_APPROVALS_PAGE)
+    run_id = request.query.get("run")
     if run_id is not None and not is_uuid(run_id):
         return json_error(400, "invalid_run", "run must be a run id (a UUID)")
-    try:
-        limit = int(query.get("limit", "50"))
-    except ValueError:
-        return json_error(400, "invalid_limit", "limit must be an integer")
-    if not 1 <= limit <= MAX_APPROVALS_PAGE:
-        return json_error(400, "invalid_limit",
-                          f"limit must be between 1 and {MAX_APPROVALS_PAGE}")
     found = await runtime.list_approvals(agent=agent, run_id=run_id, status=status, limit=limit)
     return web.json_response({"approvals": [record.to_json() for record in found]})
 
