@@ -7,6 +7,7 @@ from __future__ import annotations
 import getpass
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,27 @@ def test_sigkill_between_decision_and_execution_and_racing_workers_run_it_once(
         started = [e.data["idempotency_key"] for e in events
                    if e.type == "ToolCallStarted" and e.data["name"] == "issue_refund"]
         assert len(started) == 1 and started[0] in keys  # the ledger saw the logged call
+
+
+def test_chat_says_what_it_waits_for_and_goes_on_once_approved(toren_cli, database_url: str,
+                                                               tmp_path: Path) -> None:
+    directory, ledger = desk(tmp_path)
+    env = {"DATABASE_URL": database_url, "REFUNDS_LEDGER": str(ledger)}
+    with ThreadPoolExecutor(1) as pool:
+        chat = pool.submit(toren_cli, "chat", "approval-desk", "--dir", str(directory),
+                           env=env, input="A7\n", timeout=180)
+
+        def pending() -> list[dict[str, str]]:
+            done = toren_cli("approvals", "list", "--json", env=env)
+            return json.loads(done.stdout)["approvals"] if done.returncode == 0 else []
+
+        assert wait_until(lambda: bool(pending()), 90)
+        [approval] = pending()
+        assert toren_cli("approvals", "approve", approval["id"], env=env).returncode == 0
+        done = chat.result(timeout=180)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stdout.split())
+    assert (f"The agent is waiting for approval of issue_refund (id {approval['id']}). "
+            f"Approve it with `toren approvals approve {approval['id']}`") in said
+    assert "Refunded 1 EUR on order A7" in said
+    assert len(ledger_lines(ledger)) == 1
