@@ -68,7 +68,8 @@ def test_decided_over_http_and_the_cli_once_each(database_url: str, start_toren,
         status, body, _ = call(url + path, method)
         assert status == code, (path, body)
         conforms("Error", body)
-    for bad in ({"reason": 5}, {"why": "x"}, {"reason": "x" * 2001}, {"reason": "a\u0000b"}):
+    for bad in ({"reason": 5}, {"reason": None}, {"why": "x"}, {"reason": "x" * 2001},
+                {"reason": "a\u0000b"}):
         status, body, _ = call(approve_url, "POST", bad)
         assert status == 400, (bad, body)
     status, _, _ = call(approve_url, "POST", raw=b"{not json")

@@ -64,8 +64,8 @@ async def _decide(request: web.Request, outcome: str) -> web.Response:
                                                    f"{', '.join(sorted(unknown))}; the body is "
                                                    '{"reason": "..."} (optional)')
         reason = body.get("reason")
-        if reason is not None and not isinstance(reason, str):
-            return json_error(400, "invalid_body", "'reason' must be a string")
+        if "reason" in body and not isinstance(reason, str):
+            return json_error(400, "invalid_body", "'reason' must be a string (or left out)")
         if reason is not None and len(reason) > MAX_REASON_CHARS:
             return json_error(400, "invalid_body", f"'reason' may be at most "
                                                    f"{MAX_REASON_CHARS} characters")
