@@ -173,3 +173,17 @@ def test_chat_says_what_it_waits_for_and_goes_on_once_approved(toren_cli, databa
             f"Approve it with `toren approvals approve {approval['id']}`") in said
     assert "Refunded 1 EUR on order A7" in said
     assert len(ledger_lines(ledger)) == 1
+
+
+def test_the_cli_refuses_bad_input_in_one_line(toren_cli, database_url: str) -> None:
+    env = {"DATABASE_URL": database_url}
+    for args, words in (
+            (("show", "nope"), "no approval's id starts with 'nope'"),
+            (("approve", "00000000-0000-0000-0000-000000000000"), "no approval"),
+            (("deny", "ab", "--reason", "x"), "no approval's id starts with 'ab'"),
+            (("list", "--status", "maybe"), "unknown approval status 'maybe'")):
+        done = toren_cli("approvals", *args, env=env)
+        assert done.returncode != 0, args
+        assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
+    done = toren_cli("approvals", "list", "--json", env=env)
+    assert done.returncode == 0 and json.loads(done.stdout) == {"approvals": []}
