@@ -4,6 +4,7 @@ the worker is SIGKILLed between the decision and the execution and two workers r
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import shutil
@@ -16,6 +17,7 @@ from tests.chaos.helpers import create_run, run_events, run_row, start_worker
 from tests.conftest import wait_until
 from tests.durable import check_log
 from tests.e2e.test_http_api import call, conforms
+from toren.client import SyncTorenClient, TorenAPIError, TorenClient
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 EXAMPLE = Path(__file__).parents[2] / "contrib" / "examples" / "approval-desk"
@@ -187,3 +189,42 @@ def test_the_cli_refuses_bad_input_in_one_line(toren_cli, database_url: str) -> 
         assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
     done = toren_cli("approvals", "list", "--json", env=env)
     assert done.returncode == 0 and json.loads(done.stdout) == {"approvals": []}
+
+
+async def test_the_client_lists_and_decides_async_and_sync(database_url: str, start_toren,
+                                                           tmp_path: Path) -> None:
+    directory, ledger = desk(tmp_path)
+    env = {"DATABASE_URL": database_url, "REFUNDS_LEDGER": str(ledger)}
+    dev = start_toren("dev", "--dir", str(directory.parent), "--port", "0", "--json", env=env)
+    url = dev.next_json()["url"]
+    async with TorenClient(url) as client:
+        runs = [(await client.create_run("approval-desk", order))["id"] for order in ("A7", "B12")]
+        for run_id in runs:
+            for _ in range(600):
+                if (await client.get_run(run_id))["pending_approvals"]:
+                    break
+                await asyncio.sleep(0.1)
+        pending = await client.list_approvals(status="pending", agent="approval-desk")
+        assert sorted(a["run_id"] for a in pending) == sorted(runs)
+        first = next(a for a in pending if a["run_id"] == runs[0])
+        assert (await client.get_approval(first["id"]))["tool"] == "issue_refund"
+        approved = await client.approve(first["id"], "ok")
+        assert approved["status"] == "approved" and approved["reason"] == "ok"
+        with pytest.raises(TorenAPIError) as conflict:
+            await client.deny(first["id"])
+        assert conflict.value.status == 409 and conflict.value.code == "approval_decided"
+        assert conflict.value.body["approval"]["status"] == "approved"
+        with pytest.raises(TorenAPIError) as missing:
+            await client.get_approval("nope")
+        assert missing.value.status == 404
+    second = next(a for a in pending if a["run_id"] == runs[1])
+    sync = SyncTorenClient(url)
+    denied = await asyncio.to_thread(sync.deny, second["id"], "no")
+    assert denied["status"] == "denied"
+    assert [a["id"] for a in await asyncio.to_thread(sync.list_approvals, run_id=runs[1])] == [
+        second["id"]]
+    finished = await asyncio.to_thread(sync.wait_for_run, runs[1], timeout_s=60)
+    assert "denied it: no" in finished["output"]
+    assert (await asyncio.to_thread(sync.wait_for_run, runs[0], timeout_s=60))["status"] == (
+        "completed")
+    assert len(ledger_lines(ledger)) == 1
