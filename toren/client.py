@@ -47,9 +47,33 @@ class Run(TypedDict):
     finished_at: str | None
 
 
+class Approval(TypedDict):
+    """A tool call waiting for a person (``status`` ``pending``), or decided."""
+
+    id: str
+    agent: str
+    run_id: str
+    task_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    status: str
+    approvers: list[str]
+    requested_at: str | None
+    expires_at: str | None
+    decided_by: str | None
+    decided_at: str | None
+    reason: str | None
+
+
+class ApprovalList(TypedDict):
+    approvals: list[Approval]
+
+
 class RunDetail(Run):
     why: str
     totals: dict[str, Any]
+    pending_approvals: list[Approval]
 
 
 class RunList(TypedDict):
@@ -94,6 +118,7 @@ class Session(TypedDict):
     turns: int
     turns_ended: int
     totals: dict[str, Any]
+    pending_approvals: list[Approval]
 
 
 class Health(TypedDict):
@@ -113,12 +138,16 @@ class TorenAPIError(TorenError):
 
     code = "api_error"
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str,
+                 body: dict[str, Any] | None = None) -> None:
         super().__init__(f"{message} (HTTP {status}, {code})")
         self.status = status
         self.code = code
         self.reason = message
         self.retryable = status >= 500 or status == 429
+        #: The whole error body (a 409 ``approval_decided`` has the first decision under
+        #: ``approval``).
+        self.body = body or {}
 
 
 class TorenUnreachable(TorenError):
@@ -184,7 +213,8 @@ class TorenClient:
                     error = (payload or {}).get("error", {}) if isinstance(payload, dict) else {}
                     raise TorenAPIError(response.status, error.get("code", "http_error"),
                                         error.get("message", response.reason or
-                                                  "request failed"))
+                                                  "request failed"),
+                                        payload if isinstance(payload, dict) else None)
                 return payload
         except aiohttp.ClientConnectorError as exc:
             raise _unreachable(self.base_url, exc) from exc
@@ -265,6 +295,33 @@ class TorenClient:
         return await _poll(lambda: self.get_session(session_id),
                            (*_TERMINAL, "awaiting_input"), poll_s, timeout_s,
                            f"session {session_id}")
+
+    async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
+                             status: str | None = None, limit: int = 50) -> list[Approval]:
+        """Approvals, newest request first; ``status="pending"``: the ones waiting."""
+        result: ApprovalList = await self._request("GET", "/approvals", params={
+            "agent": agent, "run": run_id, "status": status, "limit": limit})
+        return result["approvals"]
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        result: Approval = await self._request("GET", f"/approvals/{approval_id}")
+        return result
+
+    async def approve(self, approval_id: str, reason: str | None = None) -> Approval:
+        """Let the call run (exactly once). ``TorenAPIError`` 409 ``approval_decided`` if it
+        was decided before (``.body["approval"]`` is the first decision), 403 if this key is
+        not one of the tool's approvers."""
+        result: Approval = await self._request(
+            "POST", f"/approvals/{approval_id}/approve",
+            body={"reason": reason} if reason is not None else None)
+        return result
+
+    async def deny(self, approval_id: str, reason: str | None = None) -> Approval:
+        """Refuse the call; the model reads the refusal and ``reason``. Errors as ``approve``."""
+        result: Approval = await self._request(
+            "POST", f"/approvals/{approval_id}/deny",
+            body={"reason": reason} if reason is not None else None)
+        return result
 
     async def stream_events(self, run_id: str, *, after: str | None = None,
                             reconnects: int = 5) -> AsyncIterator[Event]:
@@ -417,3 +474,17 @@ class SyncTorenClient:
                       timeout_s: float | None = None) -> Session:
         return self._run(lambda c: c.wait_for_turn(session_id, poll_s=poll_s,
                                                    timeout_s=timeout_s))
+
+    def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
+                       status: str | None = None, limit: int = 50) -> list[Approval]:
+        return self._run(lambda c: c.list_approvals(agent=agent, run_id=run_id, status=status,
+                                                    limit=limit))
+
+    def get_approval(self, approval_id: str) -> Approval:
+        return self._run(lambda c: c.get_approval(approval_id))
+
+    def approve(self, approval_id: str, reason: str | None = None) -> Approval:
+        return self._run(lambda c: c.approve(approval_id, reason))
+
+    def deny(self, approval_id: str, reason: str | None = None) -> Approval:
+        return self._run(lambda c: c.deny(approval_id, reason))

@@ -185,3 +185,30 @@ class SessionEnded(TorenError):
 
     code = "session_ended"
     http_status = 409
+
+
+class ApprovalNotFound(TorenError):
+    """No such approval."""
+
+    code = "approval_not_found"
+    http_status = 404
+
+
+class ApprovalAlreadyDecided(TorenError):
+    """The approval was decided before (or expired, or its run ended): it is decided once.
+    ``approval`` holds it as it is, with the first decision."""
+
+    code = "approval_decided"
+    http_status = 409
+
+    def __init__(self, message: str | None = None, approval: dict[str, object] | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.approval = approval or {}
+
+
+class NotAnApprover(TorenError):
+    """Whoever asked may not decide this approval (agent.yaml's ``approvals.TOOL.approvers``)."""
+
+    code = "not_an_approver"
+    http_status = 403

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
+from toren.core.approvals import ApprovalPolicy
 from toren.core.limits import Compaction, Limits
 from toren.core.pricing import Pricing
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
@@ -77,6 +78,9 @@ class AgentSpec:
     #: agent.yaml sections read by plugin tools (``sandbox:``), handed to each tool call as
     #: ``ToolCallContext.agent_config``.
     tool_config: dict[str, Any] = field(default_factory=dict)
+    #: Tools whose calls wait for a person's approval (``approvals:`` and
+    #: ``@tool(requires_approval=True)``), by name; subagents' calls of them too.
+    approvals: dict[str, ApprovalPolicy] = field(default_factory=dict)
 
     @property
     def schema_name(self) -> str:
@@ -97,6 +101,7 @@ class AgentSpec:
                           for name, sub in self.subagents.items()},
             "baseUrl": self.base_url, "workflow": self.workflow is not None,
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
+            "approvals": {name: policy.to_json() for name, policy in self.approvals.items()},
         }
 
 
@@ -229,6 +234,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
         allow_outside_files=allow_outside,
         tool_config={key: data[key] for key in TOOL_CONFIG_KEYS if key in data},
+        approvals=_approvals(data, enabled, located, str(yaml_path)),
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
@@ -242,6 +248,18 @@ def _tool_choices(available: Mapping[str, Tool]) -> str:
     """The tool names and groups that ``tools:`` accepts, for an error message."""
     groups = sorted({f"{tool.group} (group)" for tool in available.values() if tool.group})
     return ", ".join([*sorted(available), *groups]) or "none"
+def _approvals(data: dict[str, Any], tools: Mapping[str, Tool], located: LocatedYaml,
+               path: str) -> dict[str, ApprovalPolicy]:
+    """``approvals:`` of agent.yaml, plus every tool marked ``requires_approval=True``."""
+    policies = {name: ApprovalPolicy() for name, tool in tools.items() if tool.requires_approval}
+    for tool_name, entry in (data.get("approvals") or {}).items():
+        if tool_name not in tools:
+            raise AgentDefinitionError(
+                f"approvals: the agent has no tool {tool_name!r}"
+                f"{_suggest(tool_name, tools)}; its tools: {', '.join(tools) or 'none'}",
+                path=path, line=located.line_of(("approvals", tool_name), key=True))
+        policies[tool_name] = ApprovalPolicy.from_yaml(entry)
+    return policies
 
 
 def check_agent_name(name: str, *, where: str) -> None:

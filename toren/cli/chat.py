@@ -38,6 +38,7 @@ from toren.cli.output import (
 )
 from toren.cli.render import event_line
 from toren.core import events as ev
+from toren.core.approvals import waiting_text
 from toren.core.events import Event
 from toren.errors import ConfigError
 from toren.host.runtime import Runtime
@@ -180,7 +181,10 @@ async def _chat(backend: Backend, agent: str, session_id: str | None, resume: st
                               f"{found['agent']} --session {backend.session_id}`")
         _show_transcript(found, as_json)
         status = found["status"]
-        if status in ("queued", "running"):
+        if not as_json:
+            for approval in found.get("pending_approvals", []):
+                _show_waiting(approval["tool"], approval["id"])
+        if status in ("queued", "running", "awaiting_approval"):
             status = await _follow_turn(backend, as_json)
         while status not in ev.TERMINAL_STATUSES:
             if not as_json:
@@ -240,9 +244,21 @@ def _show_event(event: Event) -> None:
         console.print(f"[yellow]The turn used its {data['steps']} steps (limits.maxSteps); "
                       "say \"go on\" to continue.[/]")
         return
+    if event.type == ev.APPROVAL_REQUESTED:
+        _show_waiting(data["name"], data["approval_id"])
+        return
     line = event_line(event)
     if line and event.type != ev.MODEL_CALL_COMPLETED and event.type != ev.TASK_STARTED:
         console.print(line)
+
+
+def _show_waiting(tool: str, approval_id: str) -> None:
+    """Say that the turn waits for a person, and how to decide (from another terminal)."""
+    console.print(f"[yellow]The agent is {safe(waiting_text(tool, approval_id))}. Approve it "
+                  f"with `toren approvals approve {safe(approval_id)}` or deny it with "
+                  f"`toren approvals deny {safe(approval_id)} --reason ...`; the turn "
+                  "continues here once it is decided (Ctrl-C leaves; the session stays "
+                  "open).[/]")
 
 
 def _show_transcript(found: dict[str, Any], as_json: bool) -> None:

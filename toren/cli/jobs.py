@@ -80,8 +80,8 @@ def list_runs(
                                               help="Only this agent's runs.")] = None,
     status: Annotated[str | None, typer.Option(
         metavar="STATUS",
-        help="Only runs with this status (queued, running, completed, stopped, failed, "
-             "cancelled).")] = None,
+        help="Only runs with this status (queued, running, awaiting_input, "
+             "awaiting_approval, completed, stopped, failed, cancelled).")] = None,
     limit: Annotated[int, typer.Option(metavar="N", min=1, max=1000,
                                        help="At most this many.")] = 50,
     as_json: JsonOption = False,

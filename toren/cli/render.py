@@ -44,6 +44,15 @@ def event_line(event: Event) -> str | None:
     if event.type == ev.RETRY_SCHEDULED:
         return (f"  [yellow]⟳ retry {d['attempt']} in {d['delay_s']:.1f}s:[/] "
                 f"{safe(d['error']['message'])}")
+    if event.type == ev.APPROVAL_REQUESTED:
+        return (f"  [yellow]⏸ waiting for approval of {safe(d['name'])} (id "
+                f"{safe(d['approval_id'])}):[/] approve with `toren approvals approve "
+                f"{safe(d['approval_id'])}` or deny with `toren approvals deny "
+                f"{safe(d['approval_id'])} --reason ...`")
+    if event.type == ev.APPROVAL_DECIDED:
+        colour = "green" if d["outcome"] == "approved" else "red"
+        why = f": {safe(d['reason'])}" if d.get("reason") else ""
+        return f"  [{colour}]✓ {d['outcome']} by {safe(d['decided_by'])}{why}[/]"
     if event.type == ev.TASK_FINISHED:
         return f"[bold]■ task {safe(task)}[/] {d['status']} ({d['stop_reason']})"
     if event.type == ev.RUN_CANCELLED:

@@ -29,9 +29,10 @@ StopReason = Literal["end_turn", "max_steps", "max_waves", "budget_exhausted", "
 #: The outcome a stop reason implies (``status_for``).
 TaskStatus = Literal["completed", "stopped", "failed", "cancelled"]
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
-#: Run statuses; the last four are terminal. ``awaiting_input``: a session waits for a message.
-RUN_STATUSES = ("queued", "running", "awaiting_input", "completed", "stopped", "failed",
-                "cancelled")
+#: Run statuses; the last four are terminal. ``awaiting_input``: a session waits for a message;
+#: ``awaiting_approval``: a task waits for a person to approve or deny a tool call.
+RUN_STATUSES = ("queued", "running", "awaiting_input", "awaiting_approval", "completed",
+                "stopped", "failed", "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "stopped", "failed", "cancelled"})
 
 Epoch = Annotated[int, msgspec.Meta(
@@ -280,7 +281,7 @@ class ToolCallStarted(EventData, frozen=True):
 
 
 ToolErrorKind = Literal["unknown_tool", "invalid_arguments", "exception", "interrupted",
-                        "timeout", "abandoned"]
+                        "timeout", "abandoned", "approval_denied", "approval_expired"]
 
 
 class ToolCallCompleted(EventData, frozen=True):
@@ -380,12 +381,59 @@ class CloseRequested(EventData, frozen=True):
     reason: str
 
 
+# -- approvals: a person between an agent and a tool call (docs/guides/approvals.md) ----------
+
+ApprovalOutcome = Literal["approved", "denied", "expired"]
+
+
+class ApprovalRequested(EventData, frozen=True):
+    """The model called a tool that needs approval. Recorded instead of ``ToolCallStarted``
+    (with the model response that asked for it); the task parks as ``awaiting_approval`` once
+    the step's other tool calls have run, and nothing runs the call until it is approved."""
+
+    stream = "task"
+    step: Step
+    approval_id: Annotated[str, msgspec.Meta(
+        description="The approval's id (a UUID derived from idempotency_key): what "
+                    "`toren approvals approve ID` and POST /approvals/{id}/approve take.")]
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    idempotency_key: str
+    epoch: Epoch
+    approvers: Annotated[tuple[str, ...], msgspec.Meta(
+        description="Who may decide (API key names, or cli:<os user>); empty: anyone who may "
+                    "use the API or the CLI.")] = ()
+    expires_after_s: Annotated[Annotated[float, msgspec.Meta(gt=0)] | None, msgspec.Meta(
+        description="Seconds after the request after which it expires (the model is told "
+                    "the call was not run); absent: it waits until someone decides.")] = None
+
+
+class ApprovalDecided(EventData, frozen=True):
+    """A person approved or denied the call, or it expired. The decision is made once, in the
+    approvals table, by the API or the CLI; the worker that takes the task up again copies it
+    here (under its lease) before acting on it. Approved: ``ToolCallStarted`` follows in the
+    same append and the call runs; denied or expired: its ``ToolCallCompleted`` carries the
+    reason to the model."""
+
+    stream = "task"
+    approval_id: str
+    call_id: str
+    outcome: ApprovalOutcome
+    decided_by: Annotated[str, msgspec.Meta(
+        description="The API key's name, cli:<os user>, or toren (expiry).")]
+    decided_at: Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+    epoch: Epoch
+    reason: str | None = None
+
+
 #: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
 EVENT_CLASSES: tuple[type[EventData], ...] = (
     RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
     WaveStarted, ValueRecorded, TimerStarted, TimerFired, WorkflowLogged,
     TaskStarted, ModelCallStarted, ModelCallCompleted, ToolCallStarted, ToolCallCompleted,
     RetryScheduled, TaskFinished, Compacted, UserMessage, TurnEnded, CloseRequested,
+    ApprovalRequested, ApprovalDecided,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -412,6 +460,8 @@ COMPACTED = Compacted.__name__
 USER_MESSAGE = UserMessage.__name__
 TURN_ENDED = TurnEnded.__name__
 CLOSE_REQUESTED = CloseRequested.__name__
+APPROVAL_REQUESTED = ApprovalRequested.__name__
+APPROVAL_DECIDED = ApprovalDecided.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

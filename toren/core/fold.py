@@ -65,6 +65,8 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     #: The current turn ended; the session waits for the user's next message.
     awaiting_input: bool = False
     close_requested: ev.CloseRequested | None = None
+    #: Tool calls that wait for a person's decision, in the order they were requested.
+    pending_approvals: list[ev.ApprovalRequested] = msgspec.field(default_factory=list)
 
     def snapshot(self) -> TaskCheckpoint:
         """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
@@ -149,6 +151,11 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
                 state.consecutive_invalid_calls += 1
             else:
                 state.consecutive_invalid_calls = 0
+        case ev.ApprovalRequested():
+            state.pending_approvals.append(event)
+        case ev.ApprovalDecided():
+            state.pending_approvals = [a for a in state.pending_approvals
+                                       if a.approval_id != event.approval_id]
         case ev.Compacted():
             state.messages = compacted(state.messages, event.replaced, event.summary)
             state.compactions += 1

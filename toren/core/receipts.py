@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from toren.core import events as ev
+from toren.core.approvals import waiting_text
 from toren.core.events import Event
 from toren.core.runs import RunRecord
 
@@ -52,6 +53,16 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             if e.type == ev.TOOL_CALL_STARTED}
     for call in tool_calls:
         call["idempotency_key"] = keys.get(call["call_id"])
+    decisions = {e.data["approval_id"]: e.data for e in events
+                 if e.type == ev.APPROVAL_DECIDED}
+    approvals = [{
+        "approval_id": e.data["approval_id"], "step": e.data["step"], "name": e.data["name"],
+        "call_id": e.data["call_id"],
+        "outcome": decisions.get(e.data["approval_id"], {}).get("outcome", "pending"),
+        "decided_by": decisions.get(e.data["approval_id"], {}).get("decided_by"),
+        "decided_at": decisions.get(e.data["approval_id"], {}).get("decided_at"),
+        "reason": decisions.get(e.data["approval_id"], {}).get("reason"),
+    } for e in events if e.type == ev.APPROVAL_REQUESTED]
     retries = [{"step": e.data["step"], "attempt": e.data["attempt"], "error": e.data["error"],
                 "delay_s": e.data["delay_s"]} for e in events if e.type == ev.RETRY_SCHEDULED]
     known = [c["cost_usd"] for c in model_calls if c["cost_usd"] is not None]
@@ -65,6 +76,7 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
         "compactions": sum(1 for e in events if e.type == ev.COMPACTED),
         "resumes": max(0, len(epochs) - 1),
         "model_calls": model_calls, "tool_calls": tool_calls, "retries": retries,
+        "approvals": approvals,
         "totals": {
             "model_calls": len(model_calls), "tool_calls": len(tool_calls),
             "input_tokens": sum(c["input_tokens"] for c in model_calls),
@@ -119,6 +131,10 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
     why = STOP_REASON_TEXT.get(reason or "", "it has not stopped yet")
     if record.status == "awaiting_input":
         why = "the session is waiting for the user's next message"
+    elif record.status == "awaiting_approval":
+        waiting = [waiting_text(a["name"], a["approval_id"]) for task in tasks
+                   for a in task["approvals"] if a["outcome"] == "pending"]
+        why = "; ".join(waiting) or "waiting for approval of a tool call"
     elif record.kind == "session" and reason == "end_turn":
         why = "the session was closed"
     if reason == "end_turn" and any(e.type == ev.WAVE_STARTED for e in events):

@@ -15,7 +15,7 @@ from toren.core.events import Event, NewEvent
 from toren.execution.tool_threads import ToolThreads
 from toren.seams.model import Model
 from toren.seams.shapes import Lease, QueueMessage
-from toren.seams.store import PromptStore, RunLog, ToolStateStore
+from toren.seams.store import ApprovalStore, PromptStore, RunLog, ToolStateStore
 
 #: Take a stream's lease and read it from its latest checkpoint on, for the message being
 #: worked: ``(message, stream, with_finished)`` -> the lease and events, or ``None`` when another
@@ -45,5 +45,7 @@ class ExecutionPorts:
     tool_threads: ToolThreads
     #: Keeps the text of each system prompt a task starts with (the audit trail).
     prompts: PromptStore
+    #: Keeps the approvals a task waits for, and reads their decisions.
+    approvals: ApprovalStore
     #: Where tools keep durable state beside a run (``ToolCallContext.state``); ``None``: none.
     tool_state: ToolStateStore | None = None

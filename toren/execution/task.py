@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -25,6 +26,7 @@ from typing import Any, Literal
 
 from toren.agents import AgentSpec, Limits, SubagentSpec
 from toren.core import events as ev
+from toren.core.approvals import ApprovalPolicy, ApprovalRecord, approval_id, decision_text
 from toren.core.catalog import decode_events
 from toren.core.compaction import (
     boundary,
@@ -34,6 +36,7 @@ from toren.core.compaction import (
     summary_request,
 )
 from toren.core.decisions import (
+    AwaitApprovals,
     CallModel,
     Done,
     EndTurn,
@@ -83,16 +86,19 @@ class TaskSpec:
     prompt: str
     tools: dict[str, Tool]
     limits: Limits
+    #: Tools that need a person's approval before each call, by name.
+    approvals: dict[str, ApprovalPolicy] = dataclasses.field(default_factory=dict)
 
 
 def task_spec(agent: AgentSpec, subagent: str | None) -> TaskSpec:
     if subagent is None:
-        return TaskSpec(None, agent.model, agent.prompt, agent.tools, agent.limits)
+        return TaskSpec(None, agent.model, agent.prompt, agent.tools, agent.limits,
+                        agent.approvals)
     sub: SubagentSpec | None = agent.subagents.get(subagent)
     if sub is None:
         raise TorenError(f"agent {agent.name!r} has no subagent {subagent!r} "
                          f"(subagents/{subagent}.md); it may have been removed")
-    return TaskSpec(sub.name, sub.model, sub.prompt, sub.tools, sub.limits)
+    return TaskSpec(sub.name, sub.model, sub.prompt, sub.tools, sub.limits, agent.approvals)
 
 
 class TaskRunner:
@@ -165,6 +171,10 @@ class TaskRunner:
             if isinstance(action, RunTools):
                 await self.flush()
                 await self.run_tools(action.calls)
+                continue
+            if isinstance(action, AwaitApprovals):
+                if not await self.await_approvals(action.requests):
+                    return
                 continue
             assert isinstance(action, CallModel)
             if not await self.call_model(action):
@@ -321,10 +331,17 @@ class TaskRunner:
                 kind, text = problem
                 self.record(self.tool_error(step, call, kind, text))
                 continue
+            key = idempotency_key(self.run_id, self.task_id, step, index)
+            policy = self.spec.approvals.get(call.name)
+            if policy is not None:  # recorded instead of started: a person decides first
+                self.record(ev.ApprovalRequested(
+                    step=step, approval_id=approval_id(key), call_id=call.id, name=call.name,
+                    arguments=call.arguments, idempotency_key=key, approvers=policy.approvers,
+                    expires_after_s=policy.expires_after_s, epoch=self.lease.epoch))
+                continue
             self.record(ev.ToolCallStarted(
                 step=step, call_id=call.id, name=call.name, arguments=call.arguments,
-                idempotency_key=idempotency_key(self.run_id, self.task_id, step, index),
-                epoch=self.lease.epoch))
+                idempotency_key=key, epoch=self.lease.epoch))
 
     def tool_error(self, step: int, call: ToolCall, kind: ev.ToolErrorKind,
                    text: str) -> ev.ToolCallCompleted:
@@ -446,6 +463,62 @@ class TaskRunner:
             step=pending.step, call_id=call.id, name=call.name, output=text, is_error=is_error,
             error_kind="exception" if is_error else None, truncated=truncated,
             original_bytes=size, duration_ms=duration_ms, epoch=self.lease.epoch)
+
+    async def await_approvals(self, requests: Sequence[ev.ApprovalRequested]) -> bool:
+        """Take in the decisions made on ``requests`` (``True``: go on), or park the task as
+        ``awaiting_approval`` and free it (``False``): no lease, no message, no connection is
+        held while a person decides. A decision queues the task's message again."""
+        await self.flush()  # the requests are in the log before their approvals exist
+        payload = self.message.payload
+        wake = task_message(self.task_id, payload.get("subagent"), payload.get("input"))
+        approvals = self.ports.approvals
+        records = await approvals.open_approvals(self.agent.name, self.run_id, self.task_id,
+                                                 requests, wake)
+        for index, record in enumerate(records):
+            if record.pending and record.extra.get("due"):  # expired before anyone decided
+                decided = await approvals.decide_approval(
+                    record.id, "expired", "toren", "nobody decided before its expiry")
+                if decided is not None:
+                    records[index] = decided[0]
+        by_id = {record.id: record for record in records}
+        decided_now = [(request, by_id[request.approval_id]) for request in requests
+                       if request.approval_id in by_id and not by_id[request.approval_id].pending]
+        if decided_now:
+            self.ports.crash_point("after_approval")
+            for request, record in decided_now:
+                self.record_decision(request, record)
+            self.pending_update = RunUpdate(status="running")
+            return True
+        expiries = [r.expires_at for r in records if r.expires_at is not None]
+        messages = []
+        if expiries:  # a nudge at the earliest expiry, which then expires it
+            delay = (min(expiries) - datetime.now(UTC)).total_seconds()
+            messages.append(task_message(self.task_id, payload.get("subagent"),
+                                         payload.get("input"), delay_s=max(delay, 0.0) + 0.05))
+        await self.flush(messages=messages, run_update=RunUpdate(status="awaiting_approval"),
+                         done=True)
+        return False
+
+    def record_decision(self, request: ev.ApprovalRequested, record: ApprovalRecord) -> None:
+        """Copy a decision into the log; an approved call starts, any other gets its result."""
+        outcome = record.status if record.status in ("approved", "denied") else "expired"
+        decided_at = (record.decided_at or datetime.now(UTC)).isoformat()
+        self.record(ev.ApprovalDecided(
+            approval_id=request.approval_id, call_id=request.call_id,
+            outcome=outcome,  # type: ignore[arg-type]
+            decided_by=record.decided_by or "toren", decided_at=decided_at,
+            reason=record.reason, epoch=self.lease.epoch))
+        if outcome == "approved":
+            self.record(ev.ToolCallStarted(
+                step=request.step, call_id=request.call_id, name=request.name,
+                arguments=request.arguments, idempotency_key=request.idempotency_key,
+                epoch=self.lease.epoch))
+            return
+        call = ToolCall(id=request.call_id, name=request.name, arguments=request.arguments)
+        kind: ev.ToolErrorKind = "approval_denied" if outcome == "denied" else "approval_expired"
+        text = decision_text(request.name, record.status, record.decided_by or "toren",
+                             record.reason)
+        self.record(self.tool_error(request.step, call, kind, text))
 
     async def schedule_retry(self, step: int, exc: ProviderError) -> None:
         attempt = (self.state.retry.attempt if self.state.retry is not None else 0) + 1

@@ -32,6 +32,7 @@ from toren.errors import (
     UnstorableValue,
 )
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
+from toren.host.approvals import ApprovalsApi
 from toren.host.relay import OutboxRelay
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
@@ -46,7 +47,7 @@ from toren.seams.worker_runtime import WorkerRuntime
 log = logging.getLogger(__name__)
 
 
-class Runtime:
+class Runtime(ApprovalsApi):
     """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
 
     Construction loads and validates everything that needs no database (plugins, agent
@@ -310,6 +311,8 @@ class Runtime:
         record = await self.store.cancel_run(run_id, reason)
         if record is None:
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
+        if record.status == "cancelled":
+            await self.store.cancel_approvals(run_id)
         return record
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
@@ -363,6 +366,7 @@ class Runtime:
                 "created_at": record.created_at.isoformat() if record.created_at else None,
                 "updated_at": record.updated_at.isoformat() if record.updated_at else None,
                 "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+                "pending_approvals": await self.pending_approvals(record.id),
                 } | transcript(stream)
 
     async def send_message(self, session_id: str, text: str, *,
@@ -423,6 +427,10 @@ class Runtime:
             return turn
         if status in ev.TERMINAL_STATUSES:
             raise SessionEnded(f"session {session_id} has ended ({status}); start a new one")
+        if status == "awaiting_approval":
+            raise SessionBusy(f"session {session_id} is waiting for approval of a tool call; "
+                              "approve or deny it (`toren approvals list`), then send the "
+                              "message again once its status is awaiting_input")
         raise SessionBusy(f"session {session_id} is busy: the agent is taking its turn. Wait "
                           "until its status is awaiting_input, then send the message again")
 

@@ -47,6 +47,8 @@ class Tool:
     idempotent: bool = False
     source: str = ""
     group: str | None = None
+    #: Each call waits for a person's approval (``@tool(requires_approval=True)``).
+    requires_approval: bool = False
 
     @property
     def spec(self) -> ToolSpec:
@@ -80,11 +82,14 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     idempotent: bool = False,
+    requires_approval: bool = False,
 ) -> Any:
     """Mark a function as a tool and set options: ``@tool`` or ``@tool(idempotent=True)``.
 
     Undecorated public functions in a crew's ``tools.py`` are tools too; the decorator only adds
-    options such as ``idempotent=True`` or a different ``name``.
+    options such as ``idempotent=True``, a different ``name``, or ``requires_approval=True``
+    (each call waits for a person: see docs/guides/approvals.md; agent.yaml's ``approvals:``
+    can name who may approve and when a request expires).
     """
 
     def mark(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -93,7 +98,8 @@ def tool(
             raise ToolError(f"@tool decorates functions (def or async def), not the {kind} "
                             f"{getattr(func, '__qualname__', None) or _short_repr(func)}")
         setattr(func, TOOL_MARK,
-                {"name": name, "description": description, "idempotent": idempotent})
+                {"name": name, "description": description, "idempotent": idempotent,
+                 "requires_approval": requires_approval})
         return func
 
     return mark(function) if function is not None else mark
@@ -123,6 +129,7 @@ def tool_from_function(function: Callable[..., Any], *, source: str = "",
         idempotent=bool(options.get("idempotent")),
         source=source,
         group=group,
+        requires_approval=bool(options.get("requires_approval")),
     )
 
 

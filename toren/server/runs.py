@@ -164,27 +164,36 @@ async def _served_run(request: web.Request) -> RunRecord:
     return record
 
 
-async def list_runs(request: web.Request) -> web.Response:
-    runtime = request.app[RUNTIME]
+def list_filters(request: web.Request, statuses: tuple[str, ...], max_page: int
+                 ) -> tuple[str | None, str | None, int]:
+    """A listing's ``agent`` (404 unless served here), ``status`` (400 unless one of
+    ``statuses``) and ``limit`` (400 unless 1 to ``max_page``; default 50) query parameters."""
     query = request.query
     agent = query.get("agent")
-    if agent is not None and agent not in runtime.agents:
-        return json_error(404, "agent_not_found", f"no agent named {agent!r} is served here")
+    if agent is not None and agent not in request.app[RUNTIME].agents:
+        raise _client_error(web.HTTPNotFound, "agent_not_found",
+                            f"no agent named {agent!r} is served here")
     status = query.get("status")
-    if status is not None and status not in ev.RUN_STATUSES:
-        return json_error(400, "invalid_status",
-                          f"status must be one of {', '.join(ev.RUN_STATUSES)}")
-    kind = query.get("kind")
-    if kind is not None and kind not in ("run", "session"):
-        return json_error(400, "invalid_kind", "kind must be run or session")
+    if status is not None and status not in statuses:
+        raise _bad_request("invalid_status", f"status must be one of {', '.join(statuses)}")
     try:
         limit = int(query.get("limit", "50"))
     except ValueError:
-        return json_error(400, "invalid_limit", "limit must be an integer")
-    if not 1 <= limit <= MAX_PAGE:
-        return json_error(400, "invalid_limit", f"limit must be between 1 and {MAX_PAGE}")
+        raise _bad_request("invalid_limit", "limit must be an integer") from None
+    if not 1 <= limit <= max_page:
+        raise _bad_request("invalid_limit", f"limit must be between 1 and {max_page}")
+    return agent, status, limit
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    query = request.query
+    agent, status, limit = list_filters(request, ev.RUN_STATUSES, MAX_PAGE)
+    kind = query.get("kind")
+    if kind is not None and kind not in ("run", "session"):
+        return json_error(400, "invalid_kind", "kind must be run or session")
     before = decode_page_cursor(query.get("cursor"))
-    if before is not None and not _is_uuid(before[1]):
+    if before is not None and not is_uuid(before[1]):
         raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
                             "Toren returned")
     runs = await runtime.store.list_runs(agent=agent, status=status, limit=limit + 1,
@@ -206,7 +215,8 @@ async def get_run(request: web.Request) -> web.Response:
         "why": receipt["why"],
         "totals": {key: totals[key] for key in ("model_calls", "tool_calls", "input_tokens",
                                                 "output_tokens", "cost_usd",
-                                                "cost_unknown_calls", "retries")}})
+                                                "cost_unknown_calls", "retries")},
+        "pending_approvals": await runtime.pending_approvals(record.id)})
 
 
 async def cancel_run(request: web.Request) -> web.Response:
@@ -223,7 +233,7 @@ async def cancel_run(request: web.Request) -> web.Response:
     return web.json_response(cancelled.to_json())
 
 
-def _is_uuid(text: str) -> bool:
+def is_uuid(text: str) -> bool:
     try:
         uuid.UUID(text)
     except ValueError:

@@ -13,12 +13,14 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``Outbox`` (``outbox``): claims and acknowledgements of the outbox relay;
 - ``PromptStore`` (``prompts``): the text of every system prompt, once per distinct prompt;
 - ``ToolStateStore`` (``tool_state``): blobs and manifests tools keep beside a run.
+- ``ApprovalStore`` (``approvals``): tool calls waiting for a person, decided once.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
 
 from __future__ import annotations
 
+from toren.seams.store.approvals import ApprovalStore
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
 from toren.seams.store.lifecycle import StoreLifecycle
@@ -30,13 +32,13 @@ from toren.seams.store.runlog import RunLog
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["Guardian", "KeyStore", "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore",
-           "RunLog", "RunReader", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
-           "WorkerRegistry"]
+__all__ = ["ApprovalStore", "Guardian", "KeyStore", "ManifestSeqTaken", "Migrator", "Outbox",
+           "PromptStore", "RunLog", "RunReader", "Store", "StoreLifecycle", "ToolManifest",
+           "ToolStateStore", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
-            Outbox, PromptStore, ToolStateStore):
+            Outbox, PromptStore, ToolStateStore, ApprovalStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

@@ -4,8 +4,9 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresConnection``): ``PostgresMigrator`` (``migrations``), ``PostgresRunLog`` (``runs``),
 ``PostgresRunReader`` (``reader``), ``PostgresWorkerRegistry`` (``workers``),
 ``PostgresGuardian`` (``guardian``), ``PostgresKeyStore`` (``keys``), ``PostgresOutbox``
-(``outbox``), ``PostgresPromptStore`` (``prompts``) and ``PostgresToolStateStore``
-(``tool_state``). ``PostgresStore`` is all of them over
+(``outbox``), ``PostgresPromptStore`` (``prompts``), ``PostgresToolStateStore``
+(``tool_state``) and ``PostgresApprovalStore`` (``approvals``). ``PostgresStore`` is all of
+them over
 one connection pool.
 """
 
@@ -21,6 +22,7 @@ from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
 
 from toren.errors import DatabaseUnavailable
 from toren.seams.store import Store
+from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.migrations import PostgresMigrator
@@ -79,7 +81,7 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 @_translating_unreachable
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
-                    PostgresToolStateStore, Store):
+                    PostgresToolStateStore, PostgresApprovalStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

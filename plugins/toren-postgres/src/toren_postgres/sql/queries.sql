@@ -515,3 +515,67 @@ ORDER BY seq;
 SELECT id::text FROM {runs}
 WHERE id = ANY(%(run_ids)s::uuid[])
   AND status NOT IN ('completed', 'stopped', 'failed', 'cancelled');
+-- open_approvals --
+-- The task loop keeps what its log requested (again after a crash: nothing changes then).
+INSERT INTO toren_control.approvals
+    (id, agent, run_id, task_id, call_id, tool, arguments, approvers, wake, expires_at)
+SELECT (r->>'approval_id')::uuid, %(agent)s, %(run_id)s, %(task_id)s, r->>'call_id', r->>'name',
+       r->'arguments', ARRAY(SELECT jsonb_array_elements_text(COALESCE(r->'approvers', '[]'))),
+       %(wake)s, now() + (r->>'expires_after_s')::float8 * interval '1 second'
+FROM jsonb_array_elements(%(requests)s) AS r
+ON CONFLICT (id) DO NOTHING;
+
+-- get_approvals --
+SELECT id, agent, run_id, task_id, call_id, tool, arguments, status, approvers, requested_at,
+       expires_at, decided_by, decided_at, reason, expires_at <= now() AS due
+FROM toren_control.approvals WHERE id = ANY(%(ids)s::uuid[]);
+
+-- list_approvals --
+SELECT id, agent, run_id, task_id, call_id, tool, arguments, status, approvers, requested_at,
+       expires_at, decided_by, decided_at, reason, expires_at <= now() AS due
+FROM toren_control.approvals
+WHERE (%(agents)s::text[] IS NULL OR agent = ANY(%(agents)s))
+  AND (%(agent)s::text IS NULL OR agent = %(agent)s)
+  AND (%(run_id)s::uuid IS NULL OR run_id = %(run_id)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+ORDER BY requested_at DESC, id
+LIMIT %(limit)s;
+
+-- decide_approval --
+-- One statement: the decision (only while pending; approve and deny only before the expiry,
+-- expire only after it), the run back to running if it waits for approval, and the message
+-- that takes the task up again. A pending approval whose run has ended is cancelled instead.
+WITH target AS (
+    SELECT a.id, a.run_id, r.status AS run_status,
+           r.status IN ('completed', 'stopped', 'failed', 'cancelled') AS ended
+    FROM toren_control.approvals a JOIN {runs} r ON r.id = a.run_id
+    WHERE a.id = %(id)s AND a.status = 'pending'
+), decided AS (
+    UPDATE toren_control.approvals a SET
+        status = CASE WHEN target.ended THEN 'cancelled' ELSE %(outcome)s END,
+        decided_by = CASE WHEN target.ended THEN 'toren' ELSE %(decided_by)s END,
+        reason = CASE WHEN target.ended
+                      THEN 'the run ended (' || target.run_status || ') before a decision'
+                      ELSE %(reason)s END,
+        decided_at = now()
+    FROM target
+    -- re-checked on the row as the winner of a race left it (READ COMMITTED re-reads it)
+    WHERE a.id = target.id AND a.status = 'pending' AND (target.ended OR CASE
+        WHEN %(outcome)s = 'expired' THEN a.expires_at <= now()
+        ELSE a.expires_at IS NULL OR a.expires_at > now() END)
+    RETURNING a.agent, a.run_id, a.wake, a.status
+), woken AS (
+    UPDATE {runs} r SET status = 'running', updated_at = now()
+    FROM decided WHERE r.id = decided.run_id AND r.status = 'awaiting_approval'
+), enqueued AS (
+    INSERT INTO toren_control.queue (agent, run_id, kind, payload)
+    SELECT decided.agent, decided.run_id, decided.wake->>'kind', decided.wake->'payload'
+    FROM decided WHERE decided.status <> 'cancelled'
+)
+SELECT status FROM decided;
+
+-- cancel_approvals --
+UPDATE toren_control.approvals
+SET status = 'cancelled', decided_by = 'toren', decided_at = now(),
+    reason = 'the run was cancelled before a decision'
+WHERE run_id = %(run_id)s AND status = 'pending';
