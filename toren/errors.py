@@ -170,3 +170,17 @@ class SessionEnded(TorenError):
 
     code = "session_ended"
     http_status = 409
+
+
+class ScheduleNotFound(TorenError):
+    """No such schedule."""
+
+    code = "schedule_not_found"
+    http_status = 404
+
+
+class ScheduleRemoved(TorenError):
+    """The schedule is no longer in its agent.yaml."""
+
+    code = "schedule_removed"
+    http_status = 409

@@ -16,10 +16,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from toren.agents.schedules import load_schedules
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
 from toren.core.limits import Compaction, Limits
 from toren.core.pricing import Pricing
+from toren.core.schedules import ScheduleSpec
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
 from toren.schemas import load_schema
 from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
@@ -74,6 +76,8 @@ class AgentSpec:
     workflow: Callable[..., Any] | None = None
     #: ``allowOutsideFiles``: definition files may be symbolic links out of the directory.
     allow_outside_files: bool = False
+    #: ``schedules:``: runs started on a timetable (``toren.core.schedules``).
+    schedules: tuple[ScheduleSpec, ...] = ()
 
     @property
     def schema_name(self) -> str:
@@ -94,6 +98,7 @@ class AgentSpec:
                           for name, sub in self.subagents.items()},
             "baseUrl": self.base_url, "workflow": self.workflow is not None,
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
+            "schedules": [schedule.to_json() for schedule in self.schedules],
         }
 
 
@@ -206,6 +211,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         compaction=Compaction.from_yaml(data.get("compaction")),
         workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
         allow_outside_files=allow_outside,
+        schedules=load_schedules(located, str(yaml_path)),
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})

@@ -380,12 +380,31 @@ class CloseRequested(EventData, frozen=True):
     reason: str
 
 
+# -- schedules (schedules: in agent.yaml) ------------------------------------------------------
+
+class ScheduleFired(EventData, frozen=True):
+    """A schedule started this run: written right after RunCreated, in the transaction that
+    claimed the slot (one run per agent, schedule and slot)."""
+
+    stream = "run"
+    schedule: Annotated[str, msgspec.Meta(description="The schedule's name in agent.yaml.")]
+    slot: Annotated[str, msgspec.Meta(
+        description="The slot fired, ISO 8601 in UTC (for a manual trigger: when it was "
+                    "triggered).")]
+    trigger: Annotated[Literal["cron", "catchup", "manual"], msgspec.Meta(
+        description="cron: the slot came due; catchup: a slot missed while no worker ran, "
+                    "fired under missed: catchup; manual: toren schedules trigger.")]
+    timezone: Annotated[str, msgspec.Meta(
+        description="The IANA time zone the cron expression is read in.")]
+
+
 #: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
 EVENT_CLASSES: tuple[type[EventData], ...] = (
     RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
     WaveStarted, ValueRecorded, TimerStarted, TimerFired, WorkflowLogged,
     TaskStarted, ModelCallStarted, ModelCallCompleted, ToolCallStarted, ToolCallCompleted,
     RetryScheduled, TaskFinished, Compacted, UserMessage, TurnEnded, CloseRequested,
+    ScheduleFired,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -412,6 +431,7 @@ COMPACTED = Compacted.__name__
 USER_MESSAGE = UserMessage.__name__
 TURN_ENDED = TurnEnded.__name__
 CLOSE_REQUESTED = CloseRequested.__name__
+SCHEDULE_FIRED = ScheduleFired.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

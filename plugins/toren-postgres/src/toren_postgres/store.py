@@ -4,7 +4,8 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresConnection``): ``PostgresMigrator`` (``migrations``), ``PostgresRunLog`` (``runs``),
 ``PostgresRunReader`` (``reader``), ``PostgresWorkerRegistry`` (``workers``),
 ``PostgresGuardian`` (``guardian``), ``PostgresKeyStore`` (``keys``), ``PostgresOutbox``
-(``outbox``) and ``PostgresPromptStore`` (``prompts``). ``PostgresStore`` is all of them over
+(``outbox``), ``PostgresPromptStore`` (``prompts``) and ``PostgresScheduleStore``
+(``schedules``). ``PostgresStore`` is all of them over
 one connection pool.
 """
 
@@ -27,6 +28,7 @@ from toren_postgres.outbox import PostgresOutbox
 from toren_postgres.prompts import PostgresPromptStore
 from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
+from toren_postgres.schedules import PostgresScheduleStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 _Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
@@ -77,7 +79,7 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 @_translating_unreachable
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
-                    Store):
+                    PostgresScheduleStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.
