@@ -15,6 +15,7 @@ from toren_postgres.prompts import PostgresPromptStore
 from toren_postgres.queue import PostgresQueue
 from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
+from toren_postgres.schedules import PostgresScheduleStore
 from toren_postgres.store import PostgresStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
@@ -28,6 +29,7 @@ from toren.seams.store import (
     PromptStore,
     RunLog,
     RunReader,
+    ScheduleStore,
     Store,
     StoreLifecycle,
     WorkerRegistry,
@@ -36,7 +38,7 @@ from toren.seams.store import (
 PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog: PostgresRunLog,
           RunReader: PostgresRunReader, WorkerRegistry: PostgresWorkerRegistry,
           Guardian: PostgresGuardian, KeyStore: PostgresKeyStore, Outbox: PostgresOutbox,
-          PromptStore: PostgresPromptStore}
+          PromptStore: PostgresPromptStore, ScheduleStore: PostgresScheduleStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:
