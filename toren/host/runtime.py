@@ -377,13 +377,16 @@ class Runtime:
         return await self.store.fire_due_schedules(list(self.agents), self._scheduled_run)
 
     async def list_schedules(self, agent: str | None = None) -> list[ScheduleRecord]:
-        """The schedules of the served agents (or of ``agent``), removed ones included."""
-        agents = [self.check_served(agent).name] if agent else list(self.agents)
+        """The schedules of ``agent``, else of the served agents (with none served, as in
+        ``toren schedules list``: of every agent in the database), removed ones included."""
+        agents = ([agent] if agent else list(self.agents)
+                  or sorted(await self.store.registered_agents()))
         return await self.store.list_schedules(agents)
 
     async def get_schedule(self, agent: str, name: str) -> ScheduleRecord:
-        """One schedule with its most recent fires; ``ScheduleNotFound`` if there is none."""
-        self.check_served(agent)
+        """One schedule with its most recent fires; ``ScheduleNotFound`` if there is none.
+
+        Like pause and resume, it reads the database: the agent need not be served here."""
         found = await self.store.list_schedules([agent], name, fires=RECENT_FIRES)
         if not found:
             raise ScheduleNotFound(f"agent {agent!r} has no schedule {name!r} (see `toren "
@@ -392,17 +395,18 @@ class Runtime:
 
     async def pause_schedule(self, agent: str, name: str) -> ScheduleRecord:
         """Stop ``name`` from firing until ``resume_schedule`` (kept across restarts)."""
-        self.check_served(agent)
         return await self.store.set_schedule_paused(agent, name, True)
 
     async def resume_schedule(self, agent: str, name: str) -> ScheduleRecord:
         """Fire ``name`` again from its next slot after now (paused slots are skipped)."""
-        self.check_served(agent)
         return await self.store.set_schedule_paused(agent, name, False)
 
     async def trigger_schedule(self, agent: str, name: str) -> FiredSlot:
-        """Start a run of ``name`` now, as its next slot would (even while paused)."""
-        self.check_served(agent)
+        """Start a run of ``name`` now, as its next slot would (even while paused). The agent
+        must be served here: its run is built from its directory, whose schedules: are
+        written to the database first (so a schedule no worker has synced yet can fire)."""
+        spec = self.check_served(agent)
+        await self.store.sync_schedules(agent, spec.schedules)
         return await self.store.trigger_schedule(agent, name, self._scheduled_run)
 
     # -- sessions ------------------------------------------------------------------------------
