@@ -518,9 +518,13 @@ WHERE agent = %(agent)s AND enabled AND NOT (name = ANY(%(names)s));
 -- next_due_schedule --
 -- The idle path of every worker's schedule loop: one index scan. Seconds until the earliest
 -- slot of the agents served (negative: due now), or NULL if none is scheduled.
-SELECT extract(epoch FROM min(next_fire_at) - now())::float8
-FROM toren_control.schedules
-WHERE agent = ANY(%(agents)s) AND enabled AND NOT paused;
+-- The first entry of schedules_due_idx per agent: one index probe each, however many schedules.
+SELECT extract(epoch FROM min(s.next_fire_at) - now())::float8
+FROM unnest(%(agents)s::text[]) AS a(agent)
+CROSS JOIN LATERAL (
+    SELECT next_fire_at FROM toren_control.schedules
+    WHERE agent = a.agent AND enabled AND NOT paused
+    ORDER BY next_fire_at LIMIT 1) s;
 
 -- claim_due_schedules --
 -- In the transaction that fires them: the row lock is the claim (other workers skip it), the

@@ -11,8 +11,9 @@ ALTER TABLE toren_control.schedules
     ADD COLUMN skipped_slots bigint NOT NULL DEFAULT 0,
     ADD COLUMN updated_at    timestamptz NOT NULL DEFAULT now();
 
--- Every worker looks for due schedules: an index scan of the few that are due.
-CREATE INDEX schedules_due_idx ON toren_control.schedules (next_fire_at)
+-- Every worker looks for the earliest slot of the agents it serves, every few seconds: the first
+-- entry of this index per agent, however many schedules there are.
+CREATE INDEX schedules_due_idx ON toren_control.schedules (agent, next_fire_at)
     WHERE enabled AND NOT paused;
 
 -- One row per fired slot, written in the transaction that creates the slot's run. The primary
