@@ -128,6 +128,8 @@ def test_agent_yaml_schedules_load(make_agent_dir: Callable[..., Path]) -> None:
     ("  - name: daily\n    cron: '0 7 * * *'\n    missed: later\n", 5, "missed"),
     ("  - name: daily\n    crom: '0 7 * * *'\n", 4, "did you mean 'cron'"),
     ("  - name: Daily!\n    cron: '0 7 * * *'\n", 3, "name"),
+    ("  - name: daily\n    cron: '0 7 * * *'\n    input: \"a\\0b\"\n", 5,
+     "schedules.0.input cannot be stored in the run log"),
 ])
 def test_bad_schedules_are_refused_with_file_line_and_reason(
         make_agent_dir: Callable[..., Path], entries: str, line: int, message: str) -> None:

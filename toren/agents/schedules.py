@@ -8,6 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from toren.agents.yamlfile import LocatedYaml
+from toren.core.decisions import unstorable
 from toren.core.schedules import DEFAULT_CATCHUP_LIMIT, ScheduleSpec, cron_problem
 from toren.errors import AgentDefinitionError
 
@@ -49,6 +50,11 @@ def load_schedules(located: LocatedYaml, path: str) -> tuple[ScheduleSpec, ...]:
                 f"schedules.{index}.timezone: {timezone!r} is not an IANA time zone; write "
                 "one such as UTC, Europe/Paris or America/New_York",
                 path=path, line=located.line_of(("schedules", index, "timezone"))) from None
+        problem = unstorable(entry.get("input"))
+        if problem is not None:
+            raise AgentDefinitionError(
+                f"schedules.{index}.input cannot be stored in the run log: {problem}",
+                path=path, line=located.line_of(("schedules", index, "input")))
         found[name] = ScheduleSpec(
             name=name, cron=cron, timezone=timezone, input=entry.get("input"),
             missed=entry.get("missed", "skip"),

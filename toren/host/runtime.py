@@ -359,13 +359,10 @@ class Runtime:
     def _scheduled_run(self, slot: SlotToFire) -> NewRun:
         """The run a claimed slot starts (called by the store inside the claiming transaction).
         """
-        spec = self.agents.get(slot.agent)
-        timezone = next((s.timezone for s in spec.schedules if s.name == slot.schedule),
-                        "UTC") if spec else "UTC"
         slot_iso = slot.slot_at.astimezone(UTC).isoformat()
         fired = ev.ScheduleFired(schedule=slot.schedule, slot=slot_iso,
                                  trigger=slot.trigger,  # type: ignore[arg-type]
-                                 timezone=timezone)
+                                 timezone=slot.timezone)
         return self._new_run(slot.agent, slot.input, f"schedule:{slot.schedule}:{slot_iso}",
                              fired)
 

@@ -22,6 +22,7 @@ class SlotToFire:
     input: Any
     slot_at: datetime
     trigger: str
+    timezone: str = "UTC"
 
 
 @dataclass(frozen=True)

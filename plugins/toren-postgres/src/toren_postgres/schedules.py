@@ -142,7 +142,7 @@ async def _fire(conn: psycopg.AsyncConnection, row: dict[str, Any], slot_at: dat
     had already fired."""
     agent, name = row["agent"], row["name"]
     new = make_run(SlotToFire(agent=agent, schedule=name, input=row["input"], slot_at=slot_at,
-                              trigger=trigger))
+                              trigger=trigger, timezone=row["timezone"]))
     cursor = await conn.execute(query("record_fire"), {
         "agent": agent, "schedule": name, "slot_at": slot_at, "run_id": new.run_id,
         "trigger": trigger})
