@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ def crew(tmp_path: Path, *schedules: dict[str, Any], name: str = "cron-crew") ->
 
 def every_second(name: str = "tick", **fields: Any) -> dict[str, Any]:
     return {"name": name, "cron": "* * * * * *", "input": f"scheduled {name}", **fields}
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "contrib" / "examples"
 
 
 @pytest.fixture(autouse=True)
@@ -171,3 +175,18 @@ async def test_missed_slots_follow_the_policy(make_runtime, database_url: str, t
     # the catchup slots are the most recent missed ones
     if catchup:
         assert max(f.slot_at for f in catchup) >= now - timedelta(minutes=3)
+
+
+async def test_a_schedule_of_a_workflow_agent_starts_its_workflow(make_runtime,
+                                                                 tmp_path: Path) -> None:
+    directory = Path(shutil.copytree(EXAMPLES / "planner-crew", tmp_path / "planner-crew"))
+    with (directory / "agent.yaml").open("a") as yaml_file:
+        yaml_file.write("schedules:\n  - name: nightly\n    cron: '0 3 * * *'\n"
+                        "    input: How does durable execution use event sourcing?\n")
+    runtime = await make_runtime(dirs=[directory])
+    fired = await runtime.trigger_schedule("planner-crew", "nightly")
+    record = await runtime.wait_for_run(fired.run_id, timeout_s=60)
+    assert record.status == "completed", record.error
+    assert record.schedule == "nightly" and "Event sourcing stores every change" in record.output
+    run_stream = types(await runtime.events(fired.run_id), "run")
+    assert run_stream[:2] == ["RunCreated", "ScheduleFired"] and "WaveStarted" in run_stream
