@@ -18,6 +18,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, NotRequired, TypedDict, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 
@@ -45,6 +46,8 @@ class Run(TypedDict):
     created_at: str | None
     updated_at: str | None
     finished_at: str | None
+    #: The schedule that started the run, if one did.
+    schedule: NotRequired[str | None]
 
 
 class Approval(TypedDict):
@@ -79,6 +82,32 @@ class RunDetail(Run):
 class RunList(TypedDict):
     runs: list[Run]
     next_cursor: str | None
+
+
+class Schedule(TypedDict):
+    """A schedule (``schedules:`` in agent.yaml) and its state: active, paused or removed."""
+
+    agent: str
+    name: str
+    cron: str
+    timezone: str
+    input: Any
+    missed: str
+    catchupLimit: int
+    state: str
+    next_fire_at: str | None
+    last_fired_at: str | None
+    last_slot_at: str | None
+    skipped_slots: int
+    fires: list[dict[str, Any]]
+
+
+class ScheduleTriggered(TypedDict):
+    agent: str
+    schedule: str
+    run_id: str
+    slot_at: str
+    trigger: str
 
 
 class Event(TypedDict):
@@ -241,9 +270,36 @@ class TorenClient:
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, cursor: str | None = None,
-                        kind: str | None = None) -> RunList:
+                        kind: str | None = None, schedule: str | None = None) -> RunList:
+        """Newest first; ``schedule``: only the runs that schedule started."""
         result: RunList = await self._request("GET", "/runs", params={
-            "agent": agent, "status": status, "limit": limit, "cursor": cursor, "kind": kind})
+            "agent": agent, "status": status, "limit": limit, "cursor": cursor, "kind": kind,
+            "schedule": schedule})
+        return result
+
+    async def list_schedules(self, *, agent: str | None = None) -> list[Schedule]:
+        """The schedules of the agents the server serves (removed ones too)."""
+        result = await self._request("GET", "/schedules", params={"agent": agent})
+        return list(result["schedules"])
+
+    async def get_schedule(self, agent: str, name: str) -> Schedule:
+        """One schedule with its most recent fires."""
+        result: Schedule = await self._request("GET", _schedule_path(agent, name))
+        return result
+
+    async def pause_schedule(self, agent: str, name: str) -> Schedule:
+        result: Schedule = await self._request("POST", _schedule_path(agent, name, "pause"))
+        return result
+
+    async def resume_schedule(self, agent: str, name: str) -> Schedule:
+        """Fire again from the next slot; slots that passed while paused are skipped."""
+        result: Schedule = await self._request("POST", _schedule_path(agent, name, "resume"))
+        return result
+
+    async def trigger_schedule(self, agent: str, name: str) -> ScheduleTriggered:
+        """Start a run of the schedule now (even while paused)."""
+        result: ScheduleTriggered = await self._request(
+            "POST", _schedule_path(agent, name, "trigger"))
         return result
 
     async def events(self, run_id: str, *, after: str | None = None) -> EventList:
@@ -442,9 +498,25 @@ class SyncTorenClient:
         return self._run(lambda c: c.get_run(run_id))
 
     def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                  limit: int = 50, cursor: str | None = None, kind: str | None = None) -> RunList:
+                  limit: int = 50, cursor: str | None = None, kind: str | None = None,
+                  schedule: str | None = None) -> RunList:
         return self._run(lambda c: c.list_runs(agent=agent, status=status, limit=limit,
-                                               cursor=cursor, kind=kind))
+                                               cursor=cursor, kind=kind, schedule=schedule))
+
+    def list_schedules(self, *, agent: str | None = None) -> list[Schedule]:
+        return self._run(lambda c: c.list_schedules(agent=agent))
+
+    def get_schedule(self, agent: str, name: str) -> Schedule:
+        return self._run(lambda c: c.get_schedule(agent, name))
+
+    def pause_schedule(self, agent: str, name: str) -> Schedule:
+        return self._run(lambda c: c.pause_schedule(agent, name))
+
+    def resume_schedule(self, agent: str, name: str) -> Schedule:
+        return self._run(lambda c: c.resume_schedule(agent, name))
+
+    def trigger_schedule(self, agent: str, name: str) -> ScheduleTriggered:
+        return self._run(lambda c: c.trigger_schedule(agent, name))
 
     def events(self, run_id: str, *, after: str | None = None) -> EventList:
         return self._run(lambda c: c.events(run_id, after=after))
@@ -488,3 +560,7 @@ class SyncTorenClient:
 
     def deny(self, approval_id: str, reason: str | None = None) -> Approval:
         return self._run(lambda c: c.deny(approval_id, reason))
+
+def _schedule_path(agent: str, name: str, action: str | None = None) -> str:
+    path = f"/schedules/{quote(agent, safe='')}/{quote(name, safe='')}"
+    return f"{path}/{action}" if action else path

@@ -212,3 +212,15 @@ class NotAnApprover(TorenError):
 
     code = "not_an_approver"
     http_status = 403
+class ScheduleNotFound(TorenError):
+    """No such schedule."""
+
+    code = "schedule_not_found"
+    http_status = 404
+
+
+class ScheduleRemoved(TorenError):
+    """The schedule is no longer in its agent.yaml."""
+
+    code = "schedule_removed"
+    http_status = 409

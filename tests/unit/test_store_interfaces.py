@@ -16,6 +16,7 @@ from toren_postgres.prompts import PostgresPromptStore
 from toren_postgres.queue import PostgresQueue
 from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
+from toren_postgres.schedules import PostgresScheduleStore
 from toren_postgres.store import PostgresStore
 from toren_postgres.tool_state import PostgresToolStateStore
 from toren_postgres.workers import PostgresWorkerRegistry
@@ -31,6 +32,7 @@ from toren.seams.store import (
     PromptStore,
     RunLog,
     RunReader,
+    ScheduleStore,
     Store,
     StoreLifecycle,
     ToolStateStore,
@@ -41,7 +43,7 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           RunReader: PostgresRunReader, WorkerRegistry: PostgresWorkerRegistry,
           Guardian: PostgresGuardian, KeyStore: PostgresKeyStore, Outbox: PostgresOutbox,
           PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore,
-          ApprovalStore: PostgresApprovalStore}
+          ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -16,11 +16,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from toren.agents.schedules import load_schedules
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
 from toren.core.approvals import ApprovalPolicy
 from toren.core.limits import Compaction, Limits
 from toren.core.pricing import Pricing
+from toren.core.schedules import ScheduleSpec
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
 from toren.schemas import load_schema
 from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
@@ -81,6 +83,8 @@ class AgentSpec:
     #: Tools whose calls wait for a person's approval (``approvals:`` and
     #: ``@tool(requires_approval=True)``), by name; subagents' calls of them too.
     approvals: dict[str, ApprovalPolicy] = field(default_factory=dict)
+    #: ``schedules:``: runs started on a timetable (``toren.core.schedules``).
+    schedules: tuple[ScheduleSpec, ...] = ()
 
     @property
     def schema_name(self) -> str:
@@ -102,6 +106,7 @@ class AgentSpec:
             "baseUrl": self.base_url, "workflow": self.workflow is not None,
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
             "approvals": {name: policy.to_json() for name, policy in self.approvals.items()},
+            "schedules": [schedule.to_json() for schedule in self.schedules],
         }
 
 
@@ -235,6 +240,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         allow_outside_files=allow_outside,
         tool_config={key: data[key] for key in TOOL_CONFIG_KEYS if key in data},
         approvals=_approvals(data, enabled, located, str(yaml_path)),
+        schedules=load_schedules(located, str(yaml_path)),
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})

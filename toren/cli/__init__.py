@@ -19,6 +19,7 @@ from toren.cli import (
     keys,
     plugins,
     run,
+    schedules,
     serve,
     version,
     worker,
@@ -62,6 +63,7 @@ app.add_typer(jobs.app, name="jobs")
 app.add_typer(db.app, name="db")
 app.add_typer(keys.app, name="keys")
 app.add_typer(approvals.app, name="approvals")
+app.add_typer(schedules.app, name="schedules")
 
 
 def _add_plugin_commands() -> None:

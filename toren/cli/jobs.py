@@ -84,20 +84,23 @@ def list_runs(
              "awaiting_approval, completed, stopped, failed, cancelled).")] = None,
     limit: Annotated[int, typer.Option(metavar="N", min=1, max=1000,
                                        help="At most this many.")] = 50,
+    schedule: Annotated[str | None, typer.Option(
+        metavar="NAME", help="Only runs this schedule started (see `toren schedules`).")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List runs, newest first."""
-    runs = with_database(lambda rt: rt.list_runs(agent=agent, status=status, limit=limit))
+    """List runs, newest first, with the schedule that started each (if one did)."""
+    runs = with_database(lambda rt: rt.list_runs(agent=agent, status=status, limit=limit,
+                                                 schedule=schedule))
     if as_json:
         print_json({"runs": [run.to_json() for run in runs]})
         return
     table = Table()
     table.add_column("run", no_wrap=True)
-    for column in ("agent", "status", "stop reason", "created"):
+    for column in ("agent", "status", "stop reason", "schedule", "created"):
         table.add_column(column)
     for run in runs:
         table.add_row(safe(run.id), safe(run.agent), run.status, run.stop_reason or "",
-                      _created(run))
+                      safe(run.schedule or ""), _created(run))
     print_table(table)
 
 

@@ -425,6 +425,22 @@ class ApprovalDecided(EventData, frozen=True):
     decided_at: Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"})]
     epoch: Epoch
     reason: str | None = None
+# -- schedules (schedules: in agent.yaml) ------------------------------------------------------
+
+class ScheduleFired(EventData, frozen=True):
+    """A schedule started this run: written right after RunCreated, in the transaction that
+    claimed the slot (one run per agent, schedule and slot)."""
+
+    stream = "run"
+    schedule: Annotated[str, msgspec.Meta(description="The schedule's name in agent.yaml.")]
+    slot: Annotated[str, msgspec.Meta(
+        description="The slot fired, ISO 8601 in UTC (for a manual trigger: when it was "
+                    "triggered).")]
+    trigger: Annotated[Literal["cron", "catchup", "manual"], msgspec.Meta(
+        description="cron: the slot came due; catchup: a slot missed while no worker ran, "
+                    "fired under missed: catchup; manual: toren schedules trigger.")]
+    timezone: Annotated[str, msgspec.Meta(
+        description="The IANA time zone the cron expression is read in.")]
 
 
 #: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
@@ -434,6 +450,7 @@ EVENT_CLASSES: tuple[type[EventData], ...] = (
     TaskStarted, ModelCallStarted, ModelCallCompleted, ToolCallStarted, ToolCallCompleted,
     RetryScheduled, TaskFinished, Compacted, UserMessage, TurnEnded, CloseRequested,
     ApprovalRequested, ApprovalDecided,
+    ScheduleFired,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -462,6 +479,7 @@ TURN_ENDED = TurnEnded.__name__
 CLOSE_REQUESTED = CloseRequested.__name__
 APPROVAL_REQUESTED = ApprovalRequested.__name__
 APPROVAL_DECIDED = ApprovalDecided.__name__
+SCHEDULE_FIRED = ScheduleFired.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

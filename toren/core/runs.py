@@ -38,6 +38,8 @@ class RunRecord:
     finished_at: datetime | None = None
     #: ``run`` (one task to its end) or ``session`` (a conversation that takes turns).
     kind: str = "run"
+    #: The schedule (``schedules:`` in agent.yaml) that started the run, if one did.
+    schedule: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -45,7 +47,7 @@ class RunRecord:
             "id": self.id, "agent": self.agent, "kind": self.kind, "status": self.status,
             "input": self.input,
             "output": self.output, "stop_reason": self.stop_reason, "error": self.error,
-            "idempotency_key": self.idempotency_key,
+            "idempotency_key": self.idempotency_key, "schedule": self.schedule,
             "created_at": self.created_at.isoformat() if self.created_at else None,
             "updated_at": self.updated_at.isoformat() if self.updated_at else None,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,

@@ -8,6 +8,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,12 +20,14 @@ from toren.core.decisions import unstorable
 from toren.core.events import Event, NewEvent
 from toren.core.receipts import build_receipt, prompt_hashes
 from toren.core.runs import RunRecord
+from toren.core.schedules import RECENT_FIRES, ScheduleRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
     ConfigError,
     MissingEnvError,
     ProviderError,
     RunNotFound,
+    ScheduleNotFound,
     SessionBusy,
     SessionEnded,
     SessionNotFound,
@@ -42,6 +45,7 @@ from toren.seams.plugins import PluginHost
 from toren.seams.queue import Queue
 from toren.seams.shapes import Migration
 from toren.seams.store import Store
+from toren.seams.store.schedules import FiredSlot, NewRun, SlotToFire
 from toren.seams.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -139,6 +143,7 @@ class Runtime(ApprovalsApi):
                                          poll_interval_s=self.settings.poll_interval_s)
                 await self.relay.start()
             if workers:
+                await self.sync_schedules()
                 self.workers = self._runtime_class(self.settings)
                 await self.workers.start(self)
         except BaseException:
@@ -250,19 +255,27 @@ class Runtime(ApprovalsApi):
         self.check_served(agent)
         _check_storable(input, "input")
         _check_storable(idempotency_key, "idempotency key")
-        run_id = str(uuid.uuid4())
+        new = self._new_run(agent, input, idempotency_key)
+        found, _created = await self.store.create_run(
+            agent, new.run_id, input, idempotency_key=idempotency_key, events=new.events,
+            messages=new.messages)
+        return found
+
+    def _new_run(self, agent: str, input: Any, idempotency_key: str | None,
+                 fired: ev.ScheduleFired | None = None) -> NewRun:
+        """The id, first events and first message of a new run of ``agent``."""
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=input,
                                             idempotency_key=idempotency_key))]
+        if fired is not None:
+            events.append(NewEvent.of(fired))
         if self.agents[agent].workflow is None:
             events.append(NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None,
                                                        input=input)))
             first = task_message(MAIN_TASK, None, input)
         else:
             first = run_tick("created")  # the orchestrator runs workflow.py
-        found, _created = await self.store.create_run(
-            agent, run_id, input, idempotency_key=idempotency_key, events=events,
-            messages=[first])
-        return found
+        return NewRun(run_id=str(uuid.uuid4()), input=input, idempotency_key=idempotency_key,
+                      events=events, messages=[first])
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's current row; ``RunNotFound`` if no registered agent has it."""
@@ -316,11 +329,14 @@ class Runtime(ApprovalsApi):
         return record
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                        limit: int = 50, kind: str | None = None) -> list[RunRecord]:
-        """Newest first; ``kind`` is ``run`` or ``session`` (``None``: both)."""
+                        limit: int = 50, kind: str | None = None,
+                        schedule: str | None = None) -> list[RunRecord]:
+        """Newest first; ``kind`` is ``run`` or ``session`` (``None``: both); ``schedule``:
+        only runs that schedule started."""
         if status is not None and status not in ev.RUN_STATUSES:
             raise ConfigError(f"unknown status {status!r}; one of {', '.join(ev.RUN_STATUSES)}")
-        return await self.store.list_runs(agent=agent, status=status, limit=limit, kind=kind)
+        return await self.store.list_runs(agent=agent, status=status, limit=limit, kind=kind,
+                                          schedule=schedule)
 
     async def receipt(self, run_id: str) -> dict[str, Any]:
         """What the run did and cost: every model and tool call, totals, why it stopped, and
@@ -329,6 +345,70 @@ class Runtime(ApprovalsApi):
         events = await self.store.load_events(record.agent, run_id)
         prompts = await self.store.load_prompts(record.agent, prompt_hashes(events))
         return build_receipt(record, events, prompts)
+
+    # -- schedules -----------------------------------------------------------------------------
+
+    @property
+    def has_schedules(self) -> bool:
+        """Whether any served agent lists ``schedules:`` (else workers never look)."""
+        return any(agent.schedules for agent in self.agents.values())
+
+    async def sync_schedules(self) -> None:
+        """Write the ``schedules:`` of every served agent to the database (workers do at start):
+        new entries start firing, changed ones restart from their next slot, removed ones stop.
+        """
+        for agent in self.agents.values():
+            await self.store.sync_schedules(agent.name, agent.schedules)
+
+    def _scheduled_run(self, slot: SlotToFire) -> NewRun:
+        """The run a claimed slot starts (called by the store inside the claiming transaction).
+        """
+        slot_iso = slot.slot_at.astimezone(UTC).isoformat()
+        fired = ev.ScheduleFired(schedule=slot.schedule, slot=slot_iso,
+                                 trigger=slot.trigger,  # type: ignore[arg-type]
+                                 timezone=slot.timezone)
+        return self._new_run(slot.agent, slot.input, f"schedule:{slot.schedule}:{slot_iso}",
+                             fired)
+
+    async def fire_due_schedules(self) -> list[FiredSlot]:
+        """Fire every due slot of the served agents' schedules, each exactly once (whatever
+        the number of processes calling this at once); return the slots this call fired.
+        Workers call it in their schedule loop; call it yourself when embedding without
+        workers."""
+        return await self.store.fire_due_schedules(list(self.agents), self._scheduled_run)
+
+    async def list_schedules(self, agent: str | None = None) -> list[ScheduleRecord]:
+        """The schedules of ``agent``, else of the served agents (with none served, as in
+        ``toren schedules list``: of every agent in the database), removed ones included."""
+        agents = ([agent] if agent else list(self.agents)
+                  or sorted(await self.store.registered_agents()))
+        return await self.store.list_schedules(agents)
+
+    async def get_schedule(self, agent: str, name: str) -> ScheduleRecord:
+        """One schedule with its most recent fires; ``ScheduleNotFound`` if there is none.
+
+        Like pause and resume, it reads the database: the agent need not be served here."""
+        found = await self.store.list_schedules([agent], name, fires=RECENT_FIRES)
+        if not found:
+            raise ScheduleNotFound(f"agent {agent!r} has no schedule {name!r} (see `toren "
+                                   "schedules list`)")
+        return found[0]
+
+    async def pause_schedule(self, agent: str, name: str) -> ScheduleRecord:
+        """Stop ``name`` from firing until ``resume_schedule`` (kept across restarts)."""
+        return await self.store.set_schedule_paused(agent, name, True)
+
+    async def resume_schedule(self, agent: str, name: str) -> ScheduleRecord:
+        """Fire ``name`` again from its next slot after now (paused slots are skipped)."""
+        return await self.store.set_schedule_paused(agent, name, False)
+
+    async def trigger_schedule(self, agent: str, name: str) -> FiredSlot:
+        """Start a run of ``name`` now, as its next slot would (even while paused). The agent
+        must be served here: its run is built from its directory, whose schedules: are
+        written to the database first (so a schedule no worker has synced yet can fire)."""
+        spec = self.check_served(agent)
+        await self.store.sync_schedules(agent, spec.schedules)
+        return await self.store.trigger_schedule(agent, name, self._scheduled_run)
 
     # -- sessions ------------------------------------------------------------------------------
 

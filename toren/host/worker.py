@@ -95,6 +95,7 @@ class Worker:
                                 name="toren-heartbeat"),
             asyncio.create_task(self._every(self.settings.guardian_interval_s, self._guard),
                                 name="toren-guardian"),
+            asyncio.create_task(self._schedule_loop(), name="toren-schedules"),
         ]
         log.info("worker %s serving %s", self.id, ", ".join(self.agent_names))
 
@@ -175,6 +176,35 @@ class Worker:
         if nudged:
             log.info("guardian re-nudged %d run(s) with no pending message: %s", len(nudged),
                      ", ".join(nudged))
+
+    async def _schedule_loop(self) -> None:
+        """Fire due schedule slots. Every worker runs this; the store's claim makes each slot
+        start one run. Idle, it costs one indexed read per wake-up: it sleeps until the next
+        slot it knows of, at most ``TOREN_SCHEDULE_INTERVAL`` (a schedule added, resumed or
+        changed by another process is seen within that)."""
+        interval = self.settings.schedule_interval_s
+        while not self._stopping.is_set():
+            wait = interval
+            try:
+                if self.runtime.has_schedules:
+                    wait = await self._fire_schedules(interval)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a database blip must not end the loop
+                log.warning("firing schedules failed: %s", exc or type(exc).__name__)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), max(wait, 0.05))
+
+    async def _fire_schedules(self, interval: float) -> float:
+        """Fire what is due; return seconds until the next look."""
+        until = await self.runtime.store.seconds_to_next_slot(self.agent_names)
+        if until is not None and until <= 0:
+            fired = await self.runtime.fire_due_schedules()
+            for slot in fired:
+                log.info("schedule %s of %s fired slot %s (%s): run %s", slot.schedule,
+                         slot.agent, slot.slot_at.isoformat(), slot.trigger, slot.run_id)
+            until = await self.runtime.store.seconds_to_next_slot(self.agent_names)
+        return interval if until is None else min(interval, max(until, 0.0))
 
     async def _poll_loop(self) -> None:
         while not self._stopping.is_set():

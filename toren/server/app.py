@@ -9,7 +9,7 @@ from aiohttp import web
 import toren
 from toren.errors import DatabaseUnavailable
 from toren.schemas import load_schema
-from toren.server import approvals, runs, sessions
+from toren.server import approvals, runs, schedules, sessions
 from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME, TRUSTED
 from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
@@ -49,6 +49,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     runs.routes(app)
     sessions.routes(app)
     approvals.routes(app)
+    schedules.routes(app)
     return app
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -26,6 +27,8 @@ from toren.server.errors import json_error
 from toren.server.streams import event_json, stream_events
 
 log = logging.getLogger(__name__)
+#: A schedule's name as agent.yaml allows it (``$defs.schedule`` of agent.schema.json).
+SCHEDULE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 MAX_PAGE = 200
 #: What the run log stores: integers in JSON of 64 bits (signed or not), event numbers of 32.
 MAX_SEQ = 2**31 - 1
@@ -192,12 +195,17 @@ async def list_runs(request: web.Request) -> web.Response:
     kind = query.get("kind")
     if kind is not None and kind not in ("run", "session"):
         return json_error(400, "invalid_kind", "kind must be run or session")
+    schedule = query.get("schedule")
+    if schedule is not None and not SCHEDULE_NAME.match(schedule):
+        return json_error(400, "invalid_schedule", "schedule must be a schedule's name: "
+                          "lowercase letters, digits, - and _, starting with a letter")
     before = decode_page_cursor(query.get("cursor"))
     if before is not None and not is_uuid(before[1]):
         raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
                             "Toren returned")
     runs = await runtime.store.list_runs(agent=agent, status=status, limit=limit + 1,
-                                         agents=list(runtime.agents), before=before, kind=kind)
+                                         agents=list(runtime.agents), before=before, kind=kind,
+                                         schedule=schedule)
     page, more = runs[:limit], len(runs) > limit
     next_cursor = None
     if more and page and page[-1].created_at is not None:

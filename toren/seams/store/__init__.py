@@ -14,6 +14,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``PromptStore`` (``prompts``): the text of every system prompt, once per distinct prompt;
 - ``ToolStateStore`` (``tool_state``): blobs and manifests tools keep beside a run.
 - ``ApprovalStore`` (``approvals``): tool calls waiting for a person, decided once.
+- ``ScheduleStore`` (``schedules``): schedules, and the claim that fires each slot once.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -29,16 +30,17 @@ from toren.seams.store.outbox import Outbox
 from toren.seams.store.prompts import PromptStore
 from toren.seams.store.reader import RunReader
 from toren.seams.store.runlog import RunLog
+from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
 __all__ = ["ApprovalStore", "Guardian", "KeyStore", "ManifestSeqTaken", "Migrator", "Outbox",
-           "PromptStore", "RunLog", "RunReader", "Store", "StoreLifecycle", "ToolManifest",
-           "ToolStateStore", "WorkerRegistry"]
+           "PromptStore", "RunLog", "RunReader", "ScheduleStore", "Store", "StoreLifecycle",
+           "ToolManifest", "ToolStateStore", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
-            Outbox, PromptStore, ToolStateStore, ApprovalStore):
+            Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

@@ -71,9 +71,10 @@ class PostgresRunReader(PostgresConnection, RunReader):
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, agents: Sequence[str] | None = None,
                         before: tuple[datetime, str] | None = None,
-                        kind: str | None = None) -> list[RunRecord]:
+                        kind: str | None = None, schedule: str | None = None
+                        ) -> list[RunRecord]:
         names = [agent] if agent else list(agents or await registered_agents(self.pool))
-        params = {"status": status, "limit": limit, "kind": kind,
+        params = {"status": status, "limit": limit, "kind": kind, "schedule": schedule,
                   "before_at": before[0] if before else None,
                   "before_id": before[1] if before else None}
         found: list[RunRecord] = []

@@ -50,6 +50,15 @@ def _run_update_params(update: RunUpdate | None) -> dict[str, Any]:
     }
 
 
+def create_run_params(agent: str, run_id: str, input: Any, *, idempotency_key: str | None,
+                      events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
+                      kind: str = "run", status: str = "queued") -> dict[str, Any]:
+    """The parameters of the ``create_run`` statement (also run by the schedule claim)."""
+    return {"run_id": run_id, "input": Jsonb(input), "idempotency_key": idempotency_key,
+            "events": _events_json(events), "messages": _messages_json(messages),
+            "agent": agent, "kind": kind, "status": status}
+
+
 class PostgresRunLog(PostgresConnection, RunLog):
     """The ``RunLog`` of the Postgres store. Its outbox is ``toren_control.queue``: every
     statement that sends messages inserts them there itself, so they commit with it."""
@@ -59,9 +68,8 @@ class PostgresRunLog(PostgresConnection, RunLog):
                          messages: Sequence[OutgoingMessage], kind: str = "run",
                          status: str = "queued") -> tuple[str, bool]:
         statement = agent_query("create_run", schema_name_for(agent))
-        params = {"run_id": run_id, "input": Jsonb(input), "idempotency_key": idempotency_key,
-                  "events": _events_json(events), "messages": _messages_json(messages),
-                  "agent": agent, "kind": kind, "status": status}
+        params = create_run_params(agent, run_id, input, idempotency_key=idempotency_key,
+                                   events=events, messages=messages, kind=kind, status=status)
         # A concurrent create with the same key may commit after this statement's snapshot:
         # then neither branch returns a row, and a second try sees the winner.
         for _ in range(3):

@@ -5,8 +5,8 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresRunReader`` (``reader``), ``PostgresWorkerRegistry`` (``workers``),
 ``PostgresGuardian`` (``guardian``), ``PostgresKeyStore`` (``keys``), ``PostgresOutbox``
 (``outbox``), ``PostgresPromptStore`` (``prompts``), ``PostgresToolStateStore``
-(``tool_state``) and ``PostgresApprovalStore`` (``approvals``). ``PostgresStore`` is all of
-them over
+(``tool_state``), ``PostgresApprovalStore`` (``approvals``) and ``PostgresScheduleStore``
+(``schedules``). ``PostgresStore`` is all of them over
 one connection pool.
 """
 
@@ -30,6 +30,7 @@ from toren_postgres.outbox import PostgresOutbox
 from toren_postgres.prompts import PostgresPromptStore
 from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
+from toren_postgres.schedules import PostgresScheduleStore
 from toren_postgres.tool_state import PostgresToolStateStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
@@ -81,7 +82,8 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 @_translating_unreachable
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
-                    PostgresToolStateStore, PostgresApprovalStore, Store):
+                    PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
+                    Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

@@ -246,15 +246,16 @@ LIMIT 1;
 
 -- get_run --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
-       finished_at
+       finished_at, schedule
 FROM {runs} WHERE id = %(run_id)s;
 
 -- list_runs --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at,
-       updated_at, finished_at
+       updated_at, finished_at, schedule
 FROM {runs}
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(schedule)s::text IS NULL OR schedule = %(schedule)s)
   -- keyset pagination: strictly older than the last run of the previous page
   AND (%(before_at)s::timestamptz IS NULL
        OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
@@ -268,6 +269,9 @@ SELECT stream, seq, type, data, created_at FROM {events}
 WHERE run_id = %(run_id)s
   AND seq > COALESCE((%(after)s::jsonb ->> stream)::int, 0)
 ORDER BY created_at, stream, seq;
+
+-- tag_scheduled_run --
+UPDATE {runs} SET schedule = %(schedule)s WHERE id = %(run_id)s;
 
 -- live_workers --
 SELECT id, version, agents, hostname, pid, started_at, heartbeat_at
@@ -579,3 +583,90 @@ UPDATE toren_control.approvals
 SET status = 'cancelled', decided_by = 'toren', decided_at = now(),
     reason = 'the run was cancelled before a decision'
 WHERE run_id = %(run_id)s AND status = 'pending';
+-- Schedules (toren_postgres.schedules). Slot times are computed in Python from the cron
+-- expression, always against the database clock (now()), never a worker's.
+
+-- database_now --
+SELECT now();
+
+-- sync_schedule --
+-- A schedule as agent.yaml has it now. A new or changed timetable (or an entry that comes
+-- back) starts at the next slot computed from now; an unchanged one keeps its next slot.
+-- pause is the operator's, never reset here.
+INSERT INTO toren_control.schedules AS s
+    (agent, name, spec, timezone, input, missed, catchup_limit, next_fire_at, enabled)
+VALUES (%(agent)s, %(name)s, %(cron)s, %(timezone)s, %(input)s, %(missed)s, %(catchup_limit)s,
+        %(next_fire_at)s, true)
+ON CONFLICT (agent, name) DO UPDATE SET
+    spec = EXCLUDED.spec, timezone = EXCLUDED.timezone, input = EXCLUDED.input,
+    missed = EXCLUDED.missed, catchup_limit = EXCLUDED.catchup_limit, enabled = true,
+    updated_at = now(),
+    next_fire_at = CASE WHEN s.spec <> EXCLUDED.spec OR s.timezone <> EXCLUDED.timezone
+                             OR NOT s.enabled
+                        THEN EXCLUDED.next_fire_at ELSE s.next_fire_at END
+WHERE (s.spec, s.timezone, s.input, s.missed, s.catchup_limit, s.enabled)
+      IS DISTINCT FROM (EXCLUDED.spec, EXCLUDED.timezone, EXCLUDED.input, EXCLUDED.missed,
+                        EXCLUDED.catchup_limit, true);
+
+-- retire_schedules --
+-- Entries no longer in agent.yaml stop firing; their row and history stay.
+UPDATE toren_control.schedules SET enabled = false, updated_at = now()
+WHERE agent = %(agent)s AND enabled AND NOT (name = ANY(%(names)s));
+
+-- next_due_schedule --
+-- The idle path of every worker's schedule loop: one index scan. Seconds until the earliest
+-- slot of the agents served (negative: due now), or NULL if none is scheduled.
+-- The first entry of schedules_due_idx per agent: one index probe each, however many schedules.
+SELECT extract(epoch FROM min(s.next_fire_at) - now())::float8
+FROM unnest(%(agents)s::text[]) AS a(agent)
+CROSS JOIN LATERAL (
+    SELECT next_fire_at FROM toren_control.schedules
+    WHERE agent = a.agent AND enabled AND NOT paused
+    ORDER BY next_fire_at LIMIT 1) s;
+
+-- claim_due_schedules --
+-- In the transaction that fires them: the row lock is the claim (other workers skip it), the
+-- schedule_fires key the guarantee.
+SELECT id, agent, name, spec, timezone, input, missed, catchup_limit, next_fire_at, now() AS now
+FROM toren_control.schedules
+WHERE agent = ANY(%(agents)s) AND enabled AND NOT paused AND next_fire_at <= now()
+ORDER BY next_fire_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- lock_schedule --
+SELECT id, agent, name, spec, timezone, input, missed, catchup_limit, next_fire_at, now() AS now,
+       enabled, paused
+FROM toren_control.schedules WHERE agent = %(agent)s AND name = %(name)s
+FOR UPDATE;
+
+-- record_fire --
+INSERT INTO toren_control.schedule_fires (agent, schedule, slot_at, run_id, trigger)
+VALUES (%(agent)s, %(schedule)s, %(slot_at)s, %(run_id)s, %(trigger)s)
+ON CONFLICT DO NOTHING
+RETURNING slot_at;
+
+-- advance_schedule --
+UPDATE toren_control.schedules SET
+    next_fire_at = %(next_fire_at)s,
+    last_fired_at = CASE WHEN %(fired)s THEN now() ELSE last_fired_at END,
+    last_slot_at = COALESCE(%(last_slot_at)s, last_slot_at),
+    skipped_slots = skipped_slots + %(skipped)s
+WHERE id = %(id)s;
+
+-- set_schedule_paused --
+UPDATE toren_control.schedules SET paused = %(paused)s, updated_at = now(),
+    next_fire_at = COALESCE(%(next_fire_at)s, next_fire_at)
+WHERE id = %(id)s;
+
+-- list_schedules --
+SELECT agent, name, spec, timezone, input, missed, catchup_limit, next_fire_at, last_fired_at,
+       last_slot_at, paused, enabled, skipped_slots
+FROM toren_control.schedules
+WHERE agent = ANY(%(agents)s) AND (%(name)s::text IS NULL OR name = %(name)s)
+ORDER BY agent, name;
+
+-- schedule_fires --
+SELECT slot_at, run_id, trigger, fired_at FROM toren_control.schedule_fires
+WHERE agent = %(agent)s AND schedule = %(name)s
+ORDER BY slot_at DESC LIMIT %(limit)s;
