@@ -4,8 +4,8 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresConnection``): ``PostgresMigrator`` (``migrations``), ``PostgresRunLog`` (``runs``),
 ``PostgresRunReader`` (``reader``), ``PostgresWorkerRegistry`` (``workers``),
 ``PostgresGuardian`` (``guardian``), ``PostgresKeyStore`` (``keys``), ``PostgresOutbox``
-(``outbox``) and ``PostgresPromptStore`` (``prompts``). ``PostgresStore`` is all of them over
-one connection pool.
+(``outbox``), ``PostgresPromptStore`` (``prompts``) and ``PostgresLiveText``
+(``live_text``). ``PostgresStore`` is all of them over one connection pool.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from toren.errors import DatabaseUnavailable
 from toren.seams.store import Store
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
+from toren_postgres.live_text import PostgresLiveText
 from toren_postgres.migrations import PostgresMigrator
 from toren_postgres.outbox import PostgresOutbox
 from toren_postgres.prompts import PostgresPromptStore
@@ -77,7 +78,7 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 @_translating_unreachable
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
-                    Store):
+                    PostgresLiveText, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.
