@@ -18,6 +18,7 @@ import itertools
 import json
 import re
 import signal
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -171,6 +172,8 @@ class FakeAnthropic:
                  stream_delay: float = 0.0) -> None:
         self.script = list(script)
         self.stream_delay = stream_delay
+        #: ``time.monotonic()`` of each streamed delta as it was written.
+        self.deltas_sent_at: list[float] = []
         self.models_reply = models_reply
         self.models_delay = models_delay
         self.responder = responder
@@ -247,8 +250,10 @@ class FakeAnthropic:
         await response.prepare(request)
         for name, data in stream_events(reply.body):
             await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-            if name == "content_block_delta" and self.stream_delay:
-                await asyncio.sleep(self.stream_delay)
+            if name == "content_block_delta":
+                self.deltas_sent_at.append(time.monotonic())
+                if self.stream_delay:
+                    await asyncio.sleep(self.stream_delay)
         await response.write_eof()
         return response
 
