@@ -69,13 +69,25 @@ def console_page() -> web.Response:
                         headers=SECURITY_HEADERS)
 
 
+@cache
+def known_assets() -> frozenset[str]:
+    """Every asset there is: scripts and stylesheets at the top and in ``pages/``."""
+    top = _assets()
+    names = [item.name for item in top.iterdir()] + list(page_names())
+    return frozenset(name for name in names if _ASSET_NAME.match(name))
+
+
+@cache
+def asset_bytes(name: str) -> bytes:
+    """An asset's content, read once (they are small; no disk read on the event loop after)."""
+    return _assets().joinpath(name).read_bytes()
+
+
 async def asset(request: web.Request) -> web.Response:
-    """A script or stylesheet of the console; 404 for any other name."""
+    """A script or stylesheet of the console; 404 for any other name (only names of files
+    shipped with the console are looked up: nothing from the request reaches the disk)."""
     name = request.match_info["asset"]
-    if not _ASSET_NAME.match(name):
+    if name not in known_assets():
         return json_error(404, "not_found", "no such console asset")
-    path = _assets().joinpath(name)
-    if not path.is_file():
-        return json_error(404, "not_found", "no such console asset")
-    return web.Response(body=path.read_bytes(), content_type=_TYPES[name.rsplit(".", 1)[1]],
+    return web.Response(body=asset_bytes(name), content_type=_TYPES[name.rsplit(".", 1)[1]],
                         charset="utf-8", headers=SECURITY_HEADERS)
