@@ -98,9 +98,29 @@ def shoot(driver: Any, name: str) -> None:
 
 
 def wait(driver: Any, predicate: Callable[[Any], Any], timeout: float = 30.0) -> Any:
+    """``predicate``'s first truthy answer; the pages re-render (lists refresh, a run's
+    header after its events), so an element gone meanwhile just means "look again"."""
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+    )
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(predicate)
+    return WebDriverWait(driver, timeout, poll_frequency=0.05, ignored_exceptions=(
+        StaleElementReferenceException, NoSuchElementException)).until(predicate)
+
+
+def click(driver: Any, css: str, timeout: float = 30.0) -> None:
+    """Click the element ``css`` names once it is there and enabled (found afresh each try)."""
+
+    def clicked(d: Any) -> bool:
+        element = find(d, css)
+        if not element.is_enabled():
+            return False
+        element.click()
+        return True
+
+    wait(driver, clicked, timeout)
 
 
 def find(driver: Any, css: str) -> Any:
@@ -133,7 +153,7 @@ def test_a_session_streams_text_before_the_turn_ends(browser: Any, dev: str) -> 
     from selenium.webdriver.support.ui import Select
 
     Select(find(browser, "#session-agent")).select_by_value("researcher")
-    find(browser, "#start-session").click()
+    click(browser, "#start-session")
     wait(browser, lambda d: "#/sessions/" in d.current_url and find_all(d, "#composer"))
     session_id = browser.current_url.rsplit("/", 1)[1]
     send(browser, "event sourcing")
@@ -153,7 +173,7 @@ def test_a_session_streams_text_before_the_turn_ends(browser: Any, dev: str) -> 
     wait(browser, lambda d: len(find_all(d, ".bubble.user")) == 2)
     wait(browser, lambda d: status_of(d) == "awaiting_input", timeout=60)
     shoot(browser, "console-session.png")
-    find(browser, "#close-session").click()
+    click(browser, "#close-session")
     wait(browser, lambda d: status_of(d) in ("completed", "stopped"), timeout=60)
 
     # a reload shows the whole transcript again, from the log
@@ -168,9 +188,9 @@ def test_a_session_streams_text_before_the_turn_ends(browser: Any, dev: str) -> 
 def test_a_run_shows_its_steps_and_cost_and_can_be_cancelled(browser: Any, dev: str) -> None:
     done = post(dev, "/runs", {"agent": "researcher", "input": "receipts"})
     browser.get(dev + "/#/runs")
-    link = wait(browser, lambda d: find_all(d, f'tr[data-run="{done["id"]}"] a'))
+    wait(browser, lambda d: find_all(d, f'tr[data-run="{done["id"]}"] a'))
     shoot(browser, "console-runs.png")
-    link[0].click()
+    click(browser, f'tr[data-run="{done["id"]}"] a')
     wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
     wait(browser, lambda d: len(find_all(d, ".step .cost")) == 2)
     steps = find_all(browser, ".step-meta")
@@ -178,14 +198,13 @@ def test_a_run_shows_its_steps_and_cost_and_can_be_cancelled(browser: Any, dev: 
                for step in steps)
     assert "lookup" in find(browser, ".tool-call").text
     assert "three notes about receipts" in find(browser, ".tool-result").text
-    assert "$0.0024" in find(browser, "#run-cost").text
-    assert not find(browser, "#cancel-run").is_enabled()
+    wait(browser, lambda d: "$0.0024" in find(d, "#run-cost").text)
+    wait(browser, lambda d: not find(d, "#cancel-run").is_enabled())
     shoot(browser, "console-run.png")
 
     slow = post(dev, "/runs", {"agent": "researcher", "input": "a long job"})
     browser.get(dev + "/#/runs/" + slow["id"])
-    wait(browser, lambda d: find(d, "#cancel-run").is_enabled())
-    find(browser, "#cancel-run").click()
+    click(browser, "#cancel-run")
     wait(browser, lambda d: "cancelled" in find(d, "#run-status").text, timeout=30)
 
 
@@ -215,12 +234,12 @@ def test_the_api_key_is_asked_once_and_kept_out_of_urls(
         browser: Any, start_toren: StartToren, toren_cli: TorenCli, database_url: str,
         tmp_path: Path) -> None:
     env = {"DATABASE_URL": database_url}
-    process = start_toren("dev", "--dir", str(crews(tmp_path)), "--port", "0", "--json",
-                          env={**env, "TOREN_REQUIRE_KEYS": "1"})
-    url = str(process.next_json()["url"])
     created = toren_cli("keys", "create", "console", "--json", env=env)
     assert created.returncode == 0, created.stderr
     key = json.loads(created.stdout)["key"]
+    process = start_toren("dev", "--dir", str(crews(tmp_path)), "--port", "0", "--json",
+                          env={**env, "TOREN_REQUIRE_KEYS": "1"})
+    url = str(process.next_json()["url"])
     run = post(url, "/runs", {"agent": "echo", "input": "with a key"}, key=key)
 
     browser.get(url + "/#/runs")
