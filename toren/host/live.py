@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
+from toren.core.events import MODEL_CALL_COMPLETED, MODEL_CALL_STARTED, Event
 from toren.seams.shapes import TextDelta
 from toren.seams.store import LiveText
 
@@ -24,8 +25,8 @@ log = logging.getLogger(__name__)
 #: Pieces a watcher may have waiting before newer ones are dropped (a stalled client).
 WATCHER_QUEUE_MAX = 10_000
 #: Seconds a run nobody watches in another process is not published for (a NOTIFY saved per
-#: piece); a stream opened meanwhile sees text from its run's next call at worst.
-UNWATCHED_PAUSE_S = 1.0
+#: piece); a stream opened meanwhile misses at most this much of the text.
+UNWATCHED_PAUSE_S = 0.25
 
 
 class LiveTextHub:
@@ -144,3 +145,43 @@ class LiveTextHub:
         except Exception:
             log.exception("listening for live text failed; watchers see text from this "
                           "process only")
+
+
+class LiveOrder:
+    """Keeps a watcher's pieces in their place among the run's events: a piece is shown only
+    after its call's ``ModelCallStarted`` (so never before the tool results of the step before
+    it), and a piece of a call whose ``ModelCallCompleted`` was shown is dropped (the event
+    has the whole text).
+
+    A reader calls ``saw`` after each event it hands on (and hands on the pieces it returns),
+    and ``admit`` for each piece: ``"now"`` to hand it on, ``"held"`` when its call's start is
+    not read yet (the reader should read its new events at once), ``"stale"`` to drop it.
+    """
+
+    def __init__(self) -> None:
+        self.started: set[tuple[str, int]] = set()
+        self.completed: set[tuple[str, int]] = set()
+        self.held: list[TextDelta] = []
+
+    def saw(self, event: Event) -> list[TextDelta]:
+        if event.type not in (MODEL_CALL_STARTED, MODEL_CALL_COMPLETED) or event.data.get(
+                "purpose") is not None:
+            return []
+        call = (event.stream.removeprefix("task:"), int(event.data["step"]))
+        if event.type == MODEL_CALL_COMPLETED:
+            self.completed.add(call)
+            self.held = [piece for piece in self.held if (piece.task_id, piece.step) != call]
+            return []
+        self.started.add(call)
+        released = [piece for piece in self.held if (piece.task_id, piece.step) == call]
+        self.held = [piece for piece in self.held if (piece.task_id, piece.step) != call]
+        return released
+
+    def admit(self, piece: TextDelta) -> str:
+        call = (piece.task_id, piece.step)
+        if call in self.completed:
+            return "stale"
+        if call in self.started:
+            return "now"
+        self.held.append(piece)
+        return "held"

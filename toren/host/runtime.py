@@ -32,7 +32,7 @@ from toren.errors import (
     UnstorableValue,
 )
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
-from toren.host.live import LiveTextHub
+from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.relay import OutboxRelay
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
@@ -317,16 +317,15 @@ class Runtime:
         """
         position = dict(after or {})
         record = await self.get_run(run_id)
-        completed: set[tuple[str, int]] = set()
+        order = LiveOrder()
         with self.live.watch(run_id) as pieces:
             while True:
                 terminal = record.status in ev.TERMINAL_STATUSES
                 for event in await self.store.load_events(record.agent, run_id, position):
                     position[event.stream] = max(position.get(event.stream, 0), event.seq)
-                    if event.type == ev.MODEL_CALL_COMPLETED:
-                        completed.add((event.stream.removeprefix("task:"),
-                                       int(event.data["step"])))
                     yield event
+                    for piece in order.saw(event):
+                        yield piece
                 if terminal:
                     return
                 deadline = time.monotonic() + poll_s
@@ -336,8 +335,11 @@ class Runtime:
                             piece = await pieces.get()
                     except TimeoutError:
                         break
-                    if (piece.task_id, piece.step) not in completed:
+                    admitted = order.admit(piece)
+                    if admitted == "now":
                         yield piece
+                    elif admitted == "held":
+                        break  # its call's start is committed: read it now
                 record = await self.get_run(run_id)
 
     async def cancel_run(self, run_id: str, reason: str = "cancelled by request") -> RunRecord:

@@ -18,7 +18,7 @@ from toren.core import events as ev
 from toren.core.events import Event
 from toren.core.runs import RunRecord
 from toren.errors import RunNotFound
-from toren.host.live import LiveTextHub
+from toren.host.live import LiveOrder, LiveTextHub
 from toren.seams.shapes import TextDelta
 from toren.seams.store import RunReader
 from toren.server.auth import API_KEY, KEY_CHECK, KeyCheck
@@ -76,10 +76,11 @@ class StreamSlot:
         self.signal.set()
 
     async def wait(self, timeout_s: float, request: web.Request,
-                   write_text: Callable[[], Awaitable[None]] | None = None) -> bool:
+                   write_text: Callable[[], Awaitable[bool]] | None = None) -> bool:
         """Wait for a notice (``True``) or ``timeout_s`` (``False``), calling ``write_text``
-        whenever model text is waiting meanwhile; ``ClientGone`` as soon as the client has
-        disconnected (checked every ``SSE_CLIENT_CHECK_S``, in memory)."""
+        whenever model text is waiting meanwhile (``True`` when it says the run's events must
+        be read first); ``ClientGone`` as soon as the client has disconnected (checked every
+        ``SSE_CLIENT_CHECK_S``, in memory)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
@@ -97,8 +98,8 @@ class StreamSlot:
             self.signal.clear()
             if self.text_waiting:
                 self.text_waiting = False
-                if write_text is not None:
-                    await write_text()
+                if write_text is not None and await write_text():
+                    self.noticed = True
             if self.noticed:
                 self.noticed = False
                 return True
@@ -189,6 +190,11 @@ def event_json(event: Event, cursor: str) -> dict[str, Any]:
     return event.to_json() | {"cursor": cursor}
 
 
+def _text_frame(piece: TextDelta) -> str:
+    """A piece of model text as an SSE event without ``id:`` (it is never replayed)."""
+    return f"event: text_delta\ndata: {json.dumps(piece.to_json(), ensure_ascii=False)}\n\n"
+
+
 def too_many_streams(hub: StreamHub, keyed: bool) -> web.Response:
     whose = "this API key has" if keyed else "this server has"
     response = json_error(
@@ -238,21 +244,23 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
                 pieces: asyncio.Queue[TextDelta]) -> None:
     loop = asyncio.get_running_loop()
     hub = slot.hub
-    #: (task id, step) of the model calls whose completion this stream has sent: later
-    #: pieces of their text are stale
-    completed: set[tuple[str, int]] = set()
+    order = LiveOrder()  # pieces go after the events before them, never after their call
 
-    async def write_text() -> None:
+    async def write_text() -> bool:
+        """Write the pieces waiting; whether one waits for its call's start to be read."""
         nonlocal last_write
         frames = []
+        held = False
         while not pieces.empty():
             piece = pieces.get_nowait()
-            if (piece.task_id, piece.step) not in completed:
-                frames.append(f"event: text_delta\ndata: "
-                              f"{json.dumps(piece.to_json(), ensure_ascii=False)}\n\n")
+            admitted = order.admit(piece)
+            if admitted == "now":
+                frames.append(_text_frame(piece))
+            held = held or admitted == "held"
         if frames:
             await response.write("".join(frames).encode())
             last_write = loop.time()
+        return held
 
     key_check = request.get(KEY_CHECK)
     last_write = next_key_check = loop.time()
@@ -287,12 +295,11 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
         if full_read:
             for event in events:
                 position[event.stream] = max(position.get(event.stream, 0), event.seq)
-                if event.type == ev.MODEL_CALL_COMPLETED:
-                    completed.add((event.stream.removeprefix("task:"), int(event.data["step"])))
                 cursor = encode_event_cursor(position)
                 payload = json.dumps(event_json(event, cursor), default=str)
+                released = "".join(_text_frame(piece) for piece in order.saw(event))
                 await response.write(f"id: {cursor}\nevent: {event.type}\ndata: {payload}\n\n"
-                                     .encode())
+                                     f"{released}".encode())
                 last_write = loop.time()
             if current.status in ev.TERMINAL_STATUSES:
                 end = json.dumps({"status": current.status,

@@ -192,15 +192,17 @@ const Toren = (() => {
   }
 
   // -- pages and the router -----------------------------------------------------------------
-  // A page: { id, title, nav (shown in the menu), path (a RegExp over the hash, its groups
-  // passed to render), render(root, params, ctx) }. ctx.onLeave(fn) registers clean-up.
+  // A page: { id, title, nav (shown in the menu), order (its place there), path (a RegExp
+  // over the hash, its groups passed to render), render(root, params, ctx) }.
+  // ctx.onLeave(fn) registers clean-up.
   // `available` (optional, async) decides whether the page appears (a feature not served).
   function page(definition) { pages.push(definition); }
 
   async function buildNav() {
     const nav = document.getElementById("nav");
     nav.replaceChildren();
-    for (const definition of pages.filter((p) => p.nav)) {
+    const menu = pages.filter((p) => p.nav).sort((a, b) => (a.order || 50) - (b.order || 50));
+    for (const definition of menu) {
       let shown = true;
       if (definition.available) {
         try { shown = await definition.available(); } catch (_) { shown = false; }

@@ -6,6 +6,7 @@ Toren.page({
   id: "fleet",
   title: "Fleet",
   nav: true,
+  order: 90,
   path: /^\/fleet\/?$/,
   async render(root, _params, ctx) {
     const { el, api } = Toren;

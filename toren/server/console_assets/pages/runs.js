@@ -5,6 +5,7 @@ Toren.page({
   id: "runs",
   title: "Runs",
   nav: true,
+  order: 10,
   path: /^\/runs\/?(?:\?(.*))?$/,
   async render(root, [query], ctx) {
     const { el, api } = Toren;

@@ -7,6 +7,7 @@ Toren.page({
   id: "sessions",
   title: "Sessions",
   nav: true,
+  order: 20,
   path: /^\/sessions\/?$/,
   async render(root, _params, ctx) {
     const { el, api } = Toren;
