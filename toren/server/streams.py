@@ -245,6 +245,7 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
     loop = asyncio.get_running_loop()
     hub = slot.hub
     order = LiveOrder()  # pieces go after the events before them, never after their call
+    last_write = next_key_check = loop.time()
 
     async def write_text() -> bool:
         """Write the pieces waiting; whether one waits for its call's start to be read."""
@@ -263,7 +264,6 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
         return held
 
     key_check = request.get(KEY_CHECK)
-    last_write = next_key_check = loop.time()
     failing_since: float | None = None
     full_read = True  # the run's row and its new events; else only a look for new events
     while True:
