@@ -145,6 +145,7 @@ def send(driver: Any, text: str) -> None:
     box.clear()
     box.send_keys(text)
     find(driver, "#send").click()
+    wait(driver, lambda d: status_of(d) != "awaiting_input")  # the turn was taken
 
 
 def test_a_session_streams_text_before_the_turn_ends(browser: Any, dev: str) -> None:
@@ -158,15 +159,16 @@ def test_a_session_streams_text_before_the_turn_ends(browser: Any, dev: str) -> 
     session_id = browser.current_url.rsplit("/", 1)[1]
     send(browser, "event sourcing")
 
-    # the first answer's text appears piece by piece while the turn is still running
+    # the answer's text appears piece by piece while the turn is still running
     streaming = wait(browser, lambda d: [b for b in find_all(d, ".bubble.agent.streaming")
-                                         if b.text.strip()])
-    partial = streaming[0].text
+                                         if b.text.startswith("Here is")])
+    partial = streaming[0].text.strip()
     assert status_of(browser) == "running"
     shoot(browser, "console-session-streaming.png")
     wait(browser, lambda d: status_of(d) == "awaiting_input", timeout=60)
-    answers = [b.text for b in find_all(browser, ".bubble.agent") if b.text.strip()]
-    assert answers[0].startswith(partial.strip()) and len(answers[0]) > len(partial.strip())
+    answer = next(b.text for b in find_all(browser, ".bubble.agent")
+                  if b.text.startswith("Here is"))
+    assert answer.startswith(partial) and len(answer) > len(partial)
     assert "three notes about event sourcing" in find(browser, "#chat").text
 
     send(browser, "leases")
@@ -213,7 +215,7 @@ def test_html_from_a_model_is_shown_as_text_never_run(browser: Any, dev: str) ->
     browser.get(dev + "/#/sessions/" + session["id"])
     send(browser, HOSTILE)
     wait(browser, lambda d: status_of(d) == "awaiting_input", timeout=60)
-    answer = wait(browser, lambda d: [b for b in find_all(d, ".bubble.agent")
+    answer = wait(browser, lambda d: [b for b in find_all(d, ".bubble.agent:not(.streaming)")
                                       if "<script>" in b.text])
     assert "You said: " + HOSTILE in answer[0].text
     assert browser.execute_script("return window.pwned") is None
