@@ -115,7 +115,14 @@ const Toren = (() => {
               if (handlers.onEnd) handlers.onEnd(JSON.parse(frame.data || "{}"));
               return;
             }
-            if (frame.event === "error") throw new Error(frame.data);
+            if (frame.event === "error") {  // the stream's key was revoked: ask for another
+              const error = (JSON.parse(frame.data || "{}").error) || {};
+              askForKey(error.message);
+              if (handlers.onError) {
+                handlers.onError(new ApiError(401, error.code || "stream_error", error.message));
+              }
+              return;
+            }
             const data = JSON.parse(frame.data || "{}");
             if (frame.event === "text_delta") {
               if (handlers.onText) handlers.onText(data);
