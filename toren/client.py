@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, NotRequired, TypedDict, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 from urllib.parse import quote
 
 import aiohttp
@@ -118,6 +118,17 @@ class Event(TypedDict):
     data: dict[str, Any]
     created_at: str | None
     cursor: str
+
+
+class TextPiece(TypedDict):
+    """A piece of a model's text as it was generated (an SSE ``text_delta`` event): the call
+    is the ``ModelCallCompleted`` of stream ``task:<task_id>`` with this ``step``."""
+
+    run_id: str
+    task_id: str
+    step: int
+    index: int
+    text: str
 
 
 class EventList(TypedDict):
@@ -386,6 +397,16 @@ class TorenClient:
         A dropped connection is resumed from the last event received (``Last-Event-ID``), up
         to ``reconnects`` times in a row.
         """
+        async for item in self.stream_live(run_id, after=after, reconnects=reconnects):
+            if "cursor" in item:
+                yield cast(Event, item)
+
+    async def stream_live(self, run_id: str, *, after: str | None = None,
+                          reconnects: int = 5) -> AsyncIterator[Event | TextPiece]:
+        """``stream_events``, with the pieces of model text as they are generated in between
+        (``TextPiece``: no ``cursor``; best-effort, never replayed on reconnecting). A call's
+        pieces come before its ``ModelCallCompleted``, whose ``text`` is the whole of it.
+        """
         last = after
         failures = 0
         while True:
@@ -408,6 +429,10 @@ class TorenClient:
                             return
                         if frame.get("event") == "error":  # e.g. the stream's key was revoked
                             raise _stream_error(frame.get("data", "{}"))
+                        if frame.get("event") == "text_delta":
+                            piece: TextPiece = json.loads(frame.get("data", "{}"))
+                            yield piece
+                            continue
                         if "id" in frame:
                             last = frame["id"]
                         event: Event = json.loads(frame.get("data", "{}"))

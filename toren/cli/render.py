@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
-from toren.cli.output import safe
+from toren.cli.output import console, safe
 from toren.core import events as ev
 from toren.core.events import Event
+from toren.seams.shapes import TextDelta
 
 
 def _short(text: str | None, limit: int = 100) -> str:
@@ -155,3 +157,38 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
                           f"${totals['cost_usd']:.4f}" + (f" + {unknown} unknown" if unknown
                                                           else ""))
     return [calls, tools, subagents]
+
+
+class LiveTextPrinter:
+    """Prints the pieces of a model's text as they arrive (``TextDelta``s), each call's after
+    ``prefix``; ``completed`` then ends the line, and says whether the call's text was shown
+    (so the caller does not print it twice)."""
+
+    def __init__(self, prefix: str = "  ", style: str = "dim") -> None:
+        self.prefix = prefix
+        self.style = style
+        self.open: tuple[str, int] | None = None
+        self.shown: set[tuple[str, int]] = set()
+
+    def piece(self, delta: TextDelta) -> None:
+        call = (delta.task_id, delta.step)
+        if call != self.open:
+            self.close_line()
+            console.print(self.prefix, end="")
+            self.open = call
+            self.shown.add(call)
+        console.print(Text(delta.text, style=self.style), end="", soft_wrap=True)
+
+    def close_line(self) -> None:
+        if self.open is not None:
+            console.print()
+            self.open = None
+
+    def completed(self, event: Event) -> bool:
+        """For any event: end a line of text in progress; for a ``ModelCallCompleted``,
+        whether its text was already shown piece by piece."""
+        self.close_line()
+        if event.type != ev.MODEL_CALL_COMPLETED:
+            return False
+        call = (event.stream.removeprefix("task:"), int(event.data["step"]))
+        return call in self.shown

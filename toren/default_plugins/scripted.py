@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ from toren.seams.model import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
+    OnText,
     ToolCall,
     ToolSpec,
     Usage,
@@ -64,6 +66,27 @@ class ScriptedModel(Model):
         self.calls = 0
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        response = await self._answer(request)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return response
+
+    async def stream(self, request: ModelRequest, on_text: OnText) -> ModelResponse:
+        """The answer's text in pieces of a word or so: half of ``delay`` passes before the
+        first piece (the time to first token), the other half is spread between the pieces."""
+        response = await self._answer(request)
+        pieces = text_pieces(response.text)
+        if self.delay:
+            await asyncio.sleep(self.delay / 2)
+        for piece in pieces:
+            on_text(piece)
+            # a real stream's pieces arrive in separate reads: let watchers see each one
+            await asyncio.sleep(self.delay / 2 / len(pieces) if self.delay else 0)
+        if self.delay and not pieces:
+            await asyncio.sleep(self.delay / 2)
+        return response
+
+    async def _answer(self, request: ModelRequest) -> ModelResponse:
         index = self.calls
         self.calls += 1
         if self.call_log is not None:
@@ -72,8 +95,6 @@ class ScriptedModel(Model):
             line = json.dumps({"pid": os.getpid(), "model": self.model_id, "call": index,
                                "messages": len(request.messages), "at": time.time()})
             await asyncio.to_thread(_append_line, self.call_log, line)
-        if self.delay:
-            await asyncio.sleep(self.delay)
         if self.script is None:
             response = respond_with_tools(request)
         elif callable(self.script):
@@ -85,6 +106,12 @@ class ScriptedModel(Model):
             usage=response.usage if response.usage != Usage() else _usage(request, response),
             model=self.model_id, cost_usd=self.cost_usd,
         )
+
+
+def text_pieces(text: str) -> list[str]:
+    """``text`` cut after each run of whitespace (a word and the space after it), as a model
+    streams it; the pieces joined are ``text``."""
+    return re.findall(r"\S*\s+|\S+$", text) if text else []
 
 
 def _append_line(path: Path, line: str) -> None:

@@ -8,13 +8,13 @@ plugin host; a test can hand it ports of its own.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from toren.config import Settings
 from toren.core.events import Event, NewEvent
 from toren.execution.tool_threads import ToolThreads
 from toren.seams.model import Model
-from toren.seams.shapes import Lease, QueueMessage
+from toren.seams.shapes import Lease, QueueMessage, TextDelta
 from toren.seams.store import ApprovalStore, PromptStore, RunLog, ToolStateStore
 
 #: Take a stream's lease and read it from its latest checkpoint on, for the message being
@@ -25,6 +25,8 @@ from toren.seams.store import ApprovalStore, PromptStore, RunLog, ToolStateStore
 Acquire = Callable[[QueueMessage, str, bool], Awaitable[tuple[Lease, list[Event]] | None]]
 #: Told after every successful append: ``(agent, stream, first_seq, events)``.
 AppendObserver = Callable[[str, str, int, Sequence[NewEvent]], None]
+#: Told each piece of a model's text as it is generated (live watchers; never blocks).
+PublishText = Callable[[TextDelta], None]
 #: Resolve a model id (``anthropic/...``) for an agent's ``baseUrl`` (or ``None``).
 ResolveModel = Callable[[str, str | None], Model]
 
@@ -49,3 +51,6 @@ class ExecutionPorts:
     approvals: ApprovalStore
     #: Where tools keep durable state beside a run (``ToolCallContext.state``); ``None``: none.
     tool_state: ToolStateStore | None = None
+    #: Where the pieces of model text go as they are generated (``toren.host.live``); by
+    #: default nowhere.
+    text_delta: PublishText = field(default=lambda delta: None)

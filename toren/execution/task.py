@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import itertools
 import json
 import logging
 import random
@@ -64,7 +65,13 @@ from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
 from toren.execution.tool_threads import ToolNotStarted, ToolThreads
 from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
-from toren.seams.shapes import Lease, OutgoingMessage, QueueMessage
+from toren.seams.shapes import (
+    TEXT_DELTA_MAX_CHARS,
+    Lease,
+    OutgoingMessage,
+    QueueMessage,
+    TextDelta,
+)
 from toren.seams.tools import Tool
 
 log = logging.getLogger(__name__)
@@ -213,7 +220,7 @@ class TaskRunner:
                 messages=tuple(self.state.messages),
                 tools=tuple(tool.spec for tool in self.spec.tools.values()))
             try:
-                result = await self.invoke(model, request, action.step)
+                result = await self.invoke(model, request, action.step, live=True)
             except ContextWindowExceeded as exc:
                 # compact and retry once; a second overflow right after compacting is final
                 if self.state.compacted_since_call or boundary(
@@ -230,15 +237,19 @@ class TaskRunner:
             self.record_response(action.step, response, latency_ms, repeated, model)
             return True
 
-    async def invoke(self, model: Model, request: ModelRequest, step: int
-                     ) -> tuple[ModelResponse, float] | None:
+    async def invoke(self, model: Model, request: ModelRequest, step: int, *,
+                     live: bool = False) -> tuple[ModelResponse, float] | None:
         """Call the model; on failure end the task or schedule a retry and return ``None``.
+        With ``live``, its text goes to live watchers as it is generated (``Model.stream``).
 
         ``ContextWindowExceeded`` propagates: the caller decides whether to compact.
         """
         started = time.perf_counter()
         try:
-            response = await model.complete(request)
+            if live:
+                response = await model.stream(request, self.text_sink(step))
+            else:
+                response = await model.complete(request)
         except ContextWindowExceeded:
             raise
         except ProviderError as exc:
@@ -254,6 +265,19 @@ class TaskRunner:
                 "message": f"model {self.spec.model} raised {type(exc).__name__}: {exc}"})
             return None
         return response, round((time.perf_counter() - started) * 1000, 3)
+
+    def text_sink(self, step: int) -> Callable[[str], None]:
+        """What ``Model.stream`` tells the pieces of this step's text: numbered, to the host's
+        live fan-out (``ExecutionPorts.text_delta``), never to the log."""
+        counter = itertools.count()
+
+        def publish(text: str) -> None:
+            for start in range(0, len(text), TEXT_DELTA_MAX_CHARS):
+                self.ports.text_delta(TextDelta(
+                    self.run_id, self.task_id, step, next(counter),
+                    text[start:start + TEXT_DELTA_MAX_CHARS]))
+
+        return publish
 
     async def compact(self, step: int, model: Model,
                       reason: Literal["threshold", "context_window_exceeded"],

@@ -36,6 +36,7 @@ from toren.errors import (
 )
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.host.approvals import ApprovalsApi
+from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.relay import OutboxRelay
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
@@ -43,7 +44,7 @@ from toren.seams.drivers import driver_class
 from toren.seams.model import Model
 from toren.seams.plugins import PluginHost
 from toren.seams.queue import Queue
-from toren.seams.shapes import Migration
+from toren.seams.shapes import Migration, TextDelta
 from toren.seams.store import Store
 from toren.seams.store.schedules import FiredSlot, NewRun, SlotToFire
 from toren.seams.worker_runtime import WorkerRuntime
@@ -93,6 +94,8 @@ class Runtime(ApprovalsApi):
         self.workers: WorkerRuntime | None = None
         #: Feeds the queue from the store's outbox when the queue does not read it.
         self.relay: OutboxRelay | None = None
+        #: Pieces of model text as they are generated, for live watchers (never durable).
+        self.live = LiveTextHub(self.store)
         self.started = False
 
     def check_model(self, model_id: str) -> object:
@@ -209,6 +212,7 @@ class Runtime(ApprovalsApi):
         if self.queue is not None:
             await self.queue.close()
             self.queue = None
+        await self.live.close()
         await self.store.close()
         if self._watchdog is not None:
             await self._watchdog.stop()
@@ -318,6 +322,40 @@ class Runtime(ApprovalsApi):
                 return
             await asyncio.sleep(poll_s)
             record = await self.get_run(run_id)
+
+    async def follow_live(self, run_id: str, *, after: Mapping[str, int] | None = None,
+                          poll_s: float = 0.1) -> AsyncIterator[Event | TextDelta]:
+        """``follow``, with the pieces of model text (``TextDelta``) as they are generated in
+        between: a call's pieces come before its ``ModelCallCompleted`` (pieces of a call
+        already completed are skipped). Pieces are best-effort (see ``toren.host.live``);
+        the events are all there, each once.
+        """
+        position = dict(after or {})
+        record = await self.get_run(run_id)
+        order = LiveOrder()
+        with self.live.watch(run_id) as pieces:
+            while True:
+                terminal = record.status in ev.TERMINAL_STATUSES
+                for event in await self.store.load_events(record.agent, run_id, position):
+                    position[event.stream] = max(position.get(event.stream, 0), event.seq)
+                    yield event
+                    for piece in order.saw(event):
+                        yield piece
+                if terminal:
+                    return
+                deadline = time.monotonic() + poll_s
+                while (remaining := deadline - time.monotonic()) > 0:
+                    try:
+                        async with asyncio.timeout(remaining):
+                            piece = await pieces.get()
+                    except TimeoutError:
+                        break
+                    admitted = order.admit(piece)
+                    if admitted == "now":
+                        yield piece
+                    elif admitted == "held":
+                        break  # its call's start is committed: read it now
+                record = await self.get_run(run_id)
 
     async def cancel_run(self, run_id: str, reason: str = "cancelled by request") -> RunRecord:
         """Retire the run now: status ``cancelled``; queued work and retries become no-ops."""

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from fake_openai import CHAT_PATH, MODELS_PATH, Fail, completion, rate_limited, tool_call, usage
-from toren_openai.model import OpenAIModel
-from toren_openai.provider import OpenAIProvider
 
 from toren.errors import ContextWindowExceeded, ProviderError
 from toren.seams.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
@@ -18,22 +15,6 @@ from toren.seams.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
 REQUEST = ModelRequest(model="openai/gpt-4o-mini", system="Be brief.",
                        messages=(Message("user", "2+3?"),),
                        tools=(ToolSpec("add", "Add.", {"type": "object", "properties": {}}),))
-
-
-@pytest.fixture
-async def make_model() -> AsyncIterator[Callable[..., OpenAIModel]]:
-    """``make_model(model_id, base_url)`` -> an ``OpenAIModel`` closed after the test."""
-    made: list[OpenAIModel] = []
-
-    def make(model_id: str = "openai/gpt-4o-mini", base_url: str | None = None) -> OpenAIModel:
-        model = OpenAIProvider().get_model(model_id, base_url=base_url)
-        assert isinstance(model, OpenAIModel)
-        made.append(model)
-        return model
-
-    yield make
-    for model in made:
-        await model.aclose()
 
 
 async def test_a_call_round_trips_through_the_sdk(make_fake: Any, make_model: Any) -> None:

@@ -15,6 +15,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``ToolStateStore`` (``tool_state``): blobs and manifests tools keep beside a run.
 - ``ApprovalStore`` (``approvals``): tool calls waiting for a person, decided once.
 - ``ScheduleStore`` (``schedules``): schedules, and the claim that fires each slot once.
+- ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -25,6 +26,7 @@ from toren.seams.store.approvals import ApprovalStore
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
 from toren.seams.store.lifecycle import StoreLifecycle
+from toren.seams.store.live import LiveText
 from toren.seams.store.migrations import Migrator
 from toren.seams.store.outbox import Outbox
 from toren.seams.store.prompts import PromptStore
@@ -34,13 +36,13 @@ from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["ApprovalStore", "Guardian", "KeyStore", "ManifestSeqTaken", "Migrator", "Outbox",
-           "PromptStore", "RunLog", "RunReader", "ScheduleStore", "Store", "StoreLifecycle",
-           "ToolManifest", "ToolStateStore", "WorkerRegistry"]
+__all__ = ["ApprovalStore", "Guardian", "KeyStore", "LiveText", "ManifestSeqTaken", "Migrator",
+           "Outbox", "PromptStore", "RunLog", "RunReader", "ScheduleStore", "Store",
+           "StoreLifecycle", "ToolManifest", "ToolStateStore", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
-            Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore):
+            Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

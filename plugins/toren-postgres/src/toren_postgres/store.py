@@ -5,9 +5,9 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresRunReader`` (``reader``), ``PostgresWorkerRegistry`` (``workers``),
 ``PostgresGuardian`` (``guardian``), ``PostgresKeyStore`` (``keys``), ``PostgresOutbox``
 (``outbox``), ``PostgresPromptStore`` (``prompts``), ``PostgresToolStateStore``
-(``tool_state``), ``PostgresApprovalStore`` (``approvals``) and ``PostgresScheduleStore``
-(``schedules``). ``PostgresStore`` is all of them over
-one connection pool.
+(``tool_state``), ``PostgresApprovalStore`` (``approvals``), ``PostgresScheduleStore``
+(``schedules``) and ``PostgresLiveText`` (``live_text``). ``PostgresStore`` is all of them
+over one connection pool.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from toren.seams.store import Store
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
+from toren_postgres.live_text import PostgresLiveText
 from toren_postgres.migrations import PostgresMigrator
 from toren_postgres.outbox import PostgresOutbox
 from toren_postgres.prompts import PostgresPromptStore
@@ -83,7 +84,7 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
-                    Store):
+                    PostgresLiveText, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

@@ -670,3 +670,25 @@ ORDER BY agent, name;
 SELECT slot_at, run_id, trigger, fired_at FROM toren_control.schedule_fires
 WHERE agent = %(agent)s AND schedule = %(name)s
 ORDER BY slot_at DESC LIMIT %(limit)s;
+-- publish_text --
+-- Pieces of a model's text for the live event streams of other processes (toren.host.live):
+-- sent only if a server process watches the run (watch_runs); returns how many were sent.
+-- Each payload is distinct (it carries its index), so NOTIFY's folding of identical
+-- payloads within a transaction never drops one.
+SELECT count(*) FROM (
+    SELECT pg_notify('toren_text', p.payload)
+    FROM unnest(%(payloads)s::text[]) AS p(payload)
+    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
+                  WHERE w.run_id = %(run_id)s::uuid AND w.expires_at > now())
+) AS sent;
+
+-- queue_depth --
+-- Messages per agent for GET /healthz (the console's fleet page). A claimed message is hidden
+-- by moving its available_at forward, so it counts as in flight until then.
+SELECT agent,
+       count(*) FILTER (WHERE available_at <= now()) AS ready,
+       count(*) FILTER (WHERE available_at > now() AND claimed_by IS NOT NULL) AS in_flight,
+       count(*) FILTER (WHERE available_at > now() AND claimed_by IS NULL) AS delayed
+FROM toren_control.queue
+WHERE agent = ANY(%(agents)s)
+GROUP BY agent;
