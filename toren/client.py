@@ -50,6 +50,9 @@ class Run(TypedDict):
 class RunDetail(Run):
     why: str
     totals: dict[str, Any]
+    #: Spend against ``limits.maxBudgetUsd`` (``run``) and ``limits.dailyBudgetUsd``
+    #: (``daily``), with ``held_usd`` still reserved; ``None`` for an agent without a budget.
+    budget: dict[str, Any] | None
 
 
 class RunList(TypedDict):

@@ -74,6 +74,8 @@ class AgentSpec:
     workflow: Callable[..., Any] | None = None
     #: ``allowOutsideFiles``: definition files may be symbolic links out of the directory.
     allow_outside_files: bool = False
+    #: ``fallbacks:``: models tried in order when a task's model fails (``ModelFellBack``).
+    fallbacks: tuple[str, ...] = ()
 
     @property
     def schema_name(self) -> str:
@@ -81,8 +83,9 @@ class AgentSpec:
 
     @property
     def model_ids(self) -> list[str]:
-        """The agent's model and its subagents' models, each once."""
-        return list(dict.fromkeys([self.model, *(s.model for s in self.subagents.values())]))
+        """The agent's model, its subagents' models and its fallbacks, each once."""
+        return list(dict.fromkeys([self.model, *(s.model for s in self.subagents.values()),
+                                   *self.fallbacks]))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +97,7 @@ class AgentSpec:
                           for name, sub in self.subagents.items()},
             "baseUrl": self.base_url, "workflow": self.workflow is not None,
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
+            "fallbacks": list(self.fallbacks),
         }
 
 
@@ -175,6 +179,16 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     if known_models is not None:
         _check_model(known_models, model, str(yaml_path), located.line_of(("model",)))
 
+    fallbacks = tuple(data.get("fallbacks", ()))
+    for index, fallback in enumerate(fallbacks):
+        line = located.line_of(("fallbacks", index))
+        if fallback == model:
+            raise AgentDefinitionError(
+                f"fallbacks: {fallback!r} is the agent's own model; list other models, tried "
+                "in order when the model fails", path=str(yaml_path), line=line)
+        if known_models is not None:
+            _check_model(known_models, fallback, str(yaml_path), line, "fallbacks")
+
     allow_outside = bool(data.get("allowOutsideFiles", False))
     prompt_file = data.get("prompt", "prompt.md")
     prompt = _read_prompt(directory, prompt_file, yaml_path, located, allow_outside)
@@ -205,7 +219,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                  for model_id, price in data.get("pricing", {}).items()},
         compaction=Compaction.from_yaml(data.get("compaction")),
         workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
-        allow_outside_files=allow_outside,
+        allow_outside_files=allow_outside, fallbacks=fallbacks,
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
@@ -296,11 +310,12 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _check_model(known_models: ModelCheck, model: str, path: str, line: int | None) -> None:
+def _check_model(known_models: ModelCheck, model: str, path: str, line: int | None,
+                 key: str = "model") -> None:
     try:
         known_models(model)
     except TorenError as exc:
-        raise AgentDefinitionError(f"model: {exc.message}", path=path, line=line) from exc
+        raise AgentDefinitionError(f"{key}: {exc.message}", path=path, line=line) from exc
 
 
 def import_timeout(env: Mapping[str, str] | None = None) -> float:

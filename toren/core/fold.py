@@ -65,6 +65,9 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     #: The current turn ended; the session waits for the user's next message.
     awaiting_input: bool = False
     close_requested: ev.CloseRequested | None = None
+    #: The model of ``fallbacks:`` that took over after the task's own model failed
+    #: (``ModelFellBack``); ``None`` while the task's own model answers.
+    model: str | None = None
 
     def snapshot(self) -> TaskCheckpoint:
         """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
@@ -158,6 +161,10 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.model_call_pending = None
         case ev.TaskFinished():
             state.finished = event
+        case ev.ModelFellBack():
+            state.model = event.to_model
+            state.model_call_pending = None
+            state.retry = None  # the fallback gets its own retries
 
 
 def _apply_model_call(state: TaskState, event: ev.ModelCallCompleted) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from toren.core.pricing import Pricing
 from toren.errors import ConfigError
 from toren.seams.hookspecs import hookimpl
 from toren.seams.model import (
@@ -58,6 +59,9 @@ class ScriptedModel(Model):
         self.delay = delay
         self.call_log = Path(call_log) if call_log else None
         self.cost_usd = cost_usd
+        # free when no cost is set: a budget then has a price to reserve against (a flat
+        # TOREN_SCRIPTED_COST_USD has no price per token: set pricing: in agent.yaml)
+        self.pricing = Pricing(0.0, 0.0) if cost_usd == 0 else None
         #: Calls made through this instance (in this process).
         self.calls = 0
 

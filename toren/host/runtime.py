@@ -324,7 +324,20 @@ class Runtime:
         record = await self.get_run(run_id)
         events = await self.store.load_events(record.agent, run_id)
         prompts = await self.store.load_prompts(record.agent, prompt_hashes(events))
-        return build_receipt(record, events, prompts)
+        return build_receipt(record, events, prompts, await self.budget(record))
+
+    async def budget(self, record: RunRecord) -> dict[str, Any] | None:
+        """The run's spend against ``limits.maxBudgetUsd`` and its agent's spend today against
+        ``limits.dailyBudgetUsd``, from the budget ledger; ``None`` when the agent has neither
+        (or is not served here)."""
+        spec = self.agents.get(record.agent)
+        if spec is None:
+            return None
+        limits = spec.limits
+        if limits.max_budget_usd is None and limits.daily_budget_usd is None:
+            return None
+        return await self.store.spend(record.agent, record.id, limits.max_budget_usd,
+                                      limits.daily_budget_usd)
 
     # -- sessions ------------------------------------------------------------------------------
 
