@@ -12,7 +12,7 @@ from tests.durable import check_log
 from toren.core.budgets import worst_case_cost, worst_case_input_tokens
 from toren.core.pricing import Pricing
 from toren.default_plugins.scripted import ScriptedModel
-from toren.seams.model import ModelRequest, ModelResponse, Usage
+from toren.seams.model import Model, ModelRequest, ModelResponse, Usage
 from toren.testing import write_agent_dir
 
 PRICE = Pricing(input_per_mtok=1.0, output_per_mtok=10.0)
@@ -31,6 +31,17 @@ def costly(delay: float = 0.0) -> ScriptedModel:
             input_tokens=worst_case_input_tokens(request), output_tokens=request.max_tokens))
 
     return ScriptedModel("test/costly", script=answer, delay=delay)
+
+
+class Unpriced(Model):
+    """Reports a cost after each call but knows no price before one."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        return ModelResponse(text="hi", cost_usd=0.5)
 
 
 def one_call_cost(prompt: str, user_text: str) -> float:
@@ -115,7 +126,7 @@ async def test_a_daily_budget_holds_across_runs_and_warns_at_80_percent(
 
 async def test_a_budget_without_a_known_price_stops_before_calling(make_runtime,
                                                                     tmp_path: Path) -> None:
-    model = ScriptedModel("test/unpriced", cost_usd=0.5)  # a flat cost, no price per token
+    model = Unpriced()
     directory = write_agent_dir(tmp_path, "unpriced", model="test/unpriced",
                                 limits={"maxBudgetUsd": 10})
     runtime = await make_runtime(dirs=[directory], models={"unpriced": model})

@@ -171,7 +171,9 @@ async def test_anthropic_falls_back_to_openai_with_the_real_sdks(
     settings = dataclasses.replace(
         Settings(database_url=database_url, home=tmp_path / "home",
                  load_plugins=("toren-anthropic", "toren-openai")),
-        lease_ttl_s=1.0, poll_interval_s=0.2, retry_base_s=0.05, retry_max_delay_s=0.2,
+        # a lease long enough that importing the SDKs (seconds on a loaded machine) cannot
+        # expire it mid-call, which would repeat a call and blur the counts below
+        lease_ttl_s=10.0, poll_interval_s=0.2, retry_base_s=0.05, retry_max_delay_s=0.2,
         skip_preflight=True)
     runtime = Runtime([directory], settings=settings)
     await runtime.start()

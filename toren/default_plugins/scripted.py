@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from toren.core.pricing import Pricing
 from toren.errors import ConfigError
 from toren.seams.hookspecs import hookimpl
 from toren.seams.model import (
@@ -59,9 +58,6 @@ class ScriptedModel(Model):
         self.delay = delay
         self.call_log = Path(call_log) if call_log else None
         self.cost_usd = cost_usd
-        # free when no cost is set: a budget then has a price to reserve against (a flat
-        # TOREN_SCRIPTED_COST_USD has no price per token: set pricing: in agent.yaml)
-        self.pricing = Pricing(0.0, 0.0) if cost_usd == 0 else None
         #: Calls made through this instance (in this process).
         self.calls = 0
 
@@ -87,6 +83,12 @@ class ScriptedModel(Model):
             usage=response.usage if response.usage != Usage() else _usage(request, response),
             model=self.model_id, cost_usd=self.cost_usd,
         )
+
+
+    def worst_case_cost_usd(self, request: ModelRequest) -> float | None:
+        """Every call costs exactly ``cost_usd`` (free by default): a budget reserves that much
+        unless the agent sets ``pricing:`` for the model."""
+        return self.cost_usd
 
 
 def _append_line(path: Path, line: str) -> None:

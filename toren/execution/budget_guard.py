@@ -19,7 +19,7 @@ from toren.core import events as ev
 from toren.core.budgets import BudgetDecision, BudgetRequest, worst_case_cost
 from toren.core.pricing import Pricing
 from toren.errors import TorenError
-from toren.seams.model import ModelRequest
+from toren.seams.model import Model, ModelRequest
 from toren.seams.store import BudgetLedger
 
 log = logging.getLogger(__name__)
@@ -64,17 +64,20 @@ class BudgetGuard:
         limits = self.agent.limits
         return limits.max_budget_usd is not None or limits.daily_budget_usd is not None
 
-    async def reserve(self, *, step: int, purpose: Literal["compaction"] | None, model_id: str,
-                      pricing: Pricing | None, request: ModelRequest, epoch: int) -> Reserved:
-        """Reserve the worst case of ``request`` if the agent has a budget."""
+    async def reserve(self, *, step: int, purpose: Literal["compaction"] | None, model: Model,
+                      model_id: str, pricing: Pricing | None, request: ModelRequest,
+                      epoch: int) -> Reserved:
+        """Reserve the worst case of ``request`` if the agent has a budget: priced per token
+        when a price is known, else as the model bounds it (``Model.worst_case_cost_usd``)."""
         if not self.active:
             return Reserved()
-        if pricing is None:
+        amount = (worst_case_cost(request, pricing) if pricing is not None
+                  else model.worst_case_cost_usd(request))
+        if amount is None:
             return Reserved(refusal={
                 "code": "unknown_cost",
                 "message": f"a budget is set but no price is known for {model_id}, so the "
                            "budget cannot be enforced; set pricing: for it in agent.yaml"})
-        amount = worst_case_cost(request, pricing)
         limits = self.agent.limits
         decision = await self.ledger.reserve(self.agent.name, BudgetRequest(
             run_id=self.run_id, stream=self.stream, epoch=epoch, step=step,

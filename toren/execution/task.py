@@ -255,7 +255,8 @@ class TaskRunner:
         """Reserve the call's worst case in the budget ledger; ``False`` if the task stopped
         (the reservation did not fit), ``None`` when the agent has no budget."""
         reserved = await self.budget.reserve(
-            step=step, purpose=purpose, model_id=self.model_id, pricing=self.pricing(model),
+            step=step, purpose=purpose, model=model, model_id=self.model_id,
+            pricing=self.pricing(model),
             request=request, epoch=self.lease.epoch)
         if reserved.refusal is not None:
             partial = self.state.last_assistant.text if self.state.last_assistant else None
