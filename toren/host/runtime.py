@@ -324,20 +324,27 @@ class Runtime:
         record = await self.get_run(run_id)
         events = await self.store.load_events(record.agent, run_id)
         prompts = await self.store.load_prompts(record.agent, prompt_hashes(events))
-        return build_receipt(record, events, prompts, await self.budget(record))
+        return build_receipt(record, events, prompts, await self.budget(record, events))
 
-    async def budget(self, record: RunRecord) -> dict[str, Any] | None:
+    async def budget(self, record: RunRecord,
+                     events: Sequence[Event] = ()) -> dict[str, Any] | None:
         """The run's spend against ``limits.maxBudgetUsd`` and its agent's spend today against
-        ``limits.dailyBudgetUsd``, from the budget ledger; ``None`` when the agent has neither
-        (or is not served here)."""
+        ``limits.dailyBudgetUsd``, from the budget ledger; ``None`` when the agent has neither.
+
+        The budgets come from the agent's definition when this runtime serves it, else from
+        the run's ``BudgetReserved`` events (``toren jobs show`` loads no agent directory).
+        """
         spec = self.agents.get(record.agent)
-        if spec is None:
+        if spec is not None:
+            run_budget = spec.limits.max_budget_usd
+            daily_budget = spec.limits.daily_budget_usd
+        else:
+            budgets = {s["scope"]: s["budget_usd"] for e in events
+                       if e.type == ev.BUDGET_RESERVED for s in e.data["spend"]}
+            run_budget, daily_budget = budgets.get("run"), budgets.get("daily")
+        if run_budget is None and daily_budget is None:
             return None
-        limits = spec.limits
-        if limits.max_budget_usd is None and limits.daily_budget_usd is None:
-            return None
-        return await self.store.spend(record.agent, record.id, limits.max_budget_usd,
-                                      limits.daily_budget_usd)
+        return await self.store.spend(record.agent, record.id, run_budget, daily_budget)
 
     # -- sessions ------------------------------------------------------------------------------
 
