@@ -273,7 +273,7 @@ def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
             f"agent name {_short(error.instance)} cannot be mapped to a database schema name: use "
             "lowercase letters, digits, '-' and '_', starting with a letter, at most 57 "
             "characters (my-crew becomes schema agent_my_crew)")
-    if error.validator == "pattern" and at and at[-1] == "model":
+    if error.validator == "pattern" and at and (at[-1] == "model" or at[0] == "fallbacks"):
         return located.line_of(at), (f"{field_name}: {_short(error.instance)} is not a provider "
                                      "prefix and a model name; write '<provider>/<model>', "
                                      "e.g. toren/scripted")
