@@ -89,8 +89,8 @@ class BudgetSpend:
 class BudgetDecision:
     """The ledger's answer: a reservation id, or the scope that refused it.
 
-    ``warnings`` are the scopes this reservation took past ``WARN_SHARE`` of their budget (the
-    ledger serialises reservations, so exactly one reservation crosses each threshold).
+    ``warnings`` are the scopes this reservation took past ``WARN_SHARE`` of their budget for
+    the first time (the ledger remembers which run and which day it warned about).
     ``spend`` is each budgeted scope as it stands after the reservation (or without it when
     refused).
     """
@@ -114,12 +114,13 @@ def decide_reservation(amount_usd: float, committed: dict[BudgetScope, tuple[flo
         committed: scope -> (committed so far, budget), for the scopes that have a budget.
 
     Returns:
-        The first scope it does not fit (``None`` if it fits all), and the scopes whose
-        ``WARN_SHARE`` threshold it crosses when granted.
+        The first scope it does not fit (``None`` if it fits all), and the scopes it leaves at
+        or past ``WARN_SHARE`` of their budget when granted (the ledger warns about each run and
+        each day once).
     """
     for scope, (spent, budget) in committed.items():
         if spent + amount_usd > budget + 1e-12:
             return scope, ()
     warnings = tuple(scope for scope, (spent, budget) in committed.items()
-                     if spent < WARN_SHARE * budget <= spent + amount_usd)
+                     if spent + amount_usd >= WARN_SHARE * budget)
     return None, warnings

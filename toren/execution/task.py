@@ -195,7 +195,7 @@ class TaskRunner:
 
     def next_fallback(self) -> str | None:
         """The model of ``fallbacks:`` after the one in use, if any."""
-        chain = (self.spec.model, *self.agent.fallbacks)
+        chain = tuple(dict.fromkeys((self.spec.model, *self.agent.fallbacks)))
         if self.model_id not in chain:
             return None
         index = chain.index(self.model_id) + 1

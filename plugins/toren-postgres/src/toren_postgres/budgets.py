@@ -47,7 +47,13 @@ class PostgresBudgetLedger(PostgresConnection, BudgetLedger):
                 "amount": request.amount_usd})
             row = await cursor.fetchone()
             assert row is not None
-            return BudgetDecision(int(row[0]), spend=spend, warnings=warnings)
+            first: list[BudgetScope] = []
+            for scope in warnings:  # past 80%: warn only about a run or a day not warned of
+                claimed = await conn.execute(agent_query("budget_warn", schema),
+                                             {"scope": scope, "run_id": request.run_id})
+                if await claimed.fetchone() is not None:
+                    first.append(scope)
+            return BudgetDecision(int(row[0]), spend=spend, warnings=tuple(first))
 
     async def settle(self, agent: str, reservation_id: int, cost_usd: float | None) -> None:
         async with self.pool.connection() as conn:

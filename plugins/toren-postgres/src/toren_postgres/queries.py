@@ -29,9 +29,10 @@ def query(name: str) -> str:
 
 @cache
 def agent_query(name: str, schema: str) -> sql.Composed:
-    """A named query with ``{runs}``/``{events}``/``{prompts}``/``{budgets}`` bound to one
-    agent's schema (cached)."""
+    """A named query with ``{runs}``, ``{events}``, ``{prompts}``, ``{budgets}`` and
+    ``{budget_warnings}`` bound to one agent's schema (cached)."""
     return sql.SQL(query(name)).format(
         runs=sql.Identifier(schema, "runs"), events=sql.Identifier(schema, "events"),
         prompts=sql.Identifier(schema, "prompts"),
-        budgets=sql.Identifier(schema, "budget_reservations"))
+        budgets=sql.Identifier(schema, "budget_reservations"),
+        budget_warnings=sql.Identifier(schema, "budget_warnings"))

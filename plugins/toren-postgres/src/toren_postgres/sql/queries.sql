@@ -536,3 +536,14 @@ UPDATE {budgets}
 SET status = CASE WHEN %(cost)s::float8 IS NULL THEN 'released' ELSE 'settled' END,
     settled_usd = COALESCE(%(cost)s::float8, 0), settled_at = now()
 WHERE id = %(id)s AND status = 'held';
+
+-- budget_warn --
+-- The first reservation of a run (or of a UTC day) past 80 percent of its budget claims the warning;
+-- later ones find it taken and say nothing.
+INSERT INTO {budget_warnings} (scope, key, run_id)
+VALUES (%(scope)s,
+        CASE %(scope)s WHEN 'daily' THEN ((now() AT TIME ZONE 'UTC')::date)::text
+                       ELSE %(run_id)s::text END,
+        %(run_id)s::uuid)
+ON CONFLICT DO NOTHING
+RETURNING scope;

@@ -24,3 +24,13 @@ CREATE TABLE budget_reservations (
 CREATE INDEX budget_reservations_run_idx ON budget_reservations (run_id);
 CREATE INDEX budget_reservations_day_idx ON budget_reservations (day);
 CREATE INDEX budget_reservations_held_idx ON budget_reservations (id) WHERE status = 'held';
+
+-- The 80% warnings already given: one per run (scope 'run', key the run id) and one per UTC day
+-- (scope 'daily', key the date), so a budget hovering around 80% warns once.
+CREATE TABLE budget_warnings (
+    scope      text NOT NULL,
+    key        text NOT NULL,
+    run_id     uuid NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (scope, key)
+);

@@ -32,12 +32,11 @@ def test_the_worst_case_prices_every_output_token_and_the_dearest_input() -> Non
 
 def test_a_reservation_fits_only_when_every_scope_has_room() -> None:
     assert decide_reservation(1.0, {}) == (None, ())
-    assert decide_reservation(1.0, {"run": (3.5, 5.0)}) == (None, ("run",))
-    assert decide_reservation(1.0, {"run": (4.0, 5.0)}) == (None, ())  # already past 80%
     assert decide_reservation(1.0, {"run": (4.5, 5.0)}) == ("run", ())
     assert decide_reservation(1.0, {"run": (0.0, 5.0), "daily": (9.5, 10.0)}) == ("daily", ())
-    # the warning fires for the one reservation that crosses 80%, not for those after it
+    # a reservation that leaves a scope at or past 80% asks for its warning (the ledger gives
+    # it once per run and per day)
     assert decide_reservation(1.0, {"run": (1.0, 10.0)}) == (None, ())
-    assert decide_reservation(1.0, {"run": (8.0, 10.0)}) == (None, ())
+    assert decide_reservation(1.0, {"run": (3.0, 5.0)}) == (None, ("run",))
     assert decide_reservation(1.0, {"run": (7.5, 10.0), "daily": (1.0, 100.0)}) == (
         None, ("run",))
