@@ -13,7 +13,7 @@ from tests.e2e.test_http_api import TOOLS, call, conforms, finished
 from toren.client import SyncTorenClient
 from toren.testing import write_agent_dir
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 PRICING = {"toren/scripted": {"inputPerMTok": 1.0, "outputPerMTok": 10.0}}
 
 

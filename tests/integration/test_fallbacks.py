@@ -146,6 +146,7 @@ def fakes_importable() -> Any:
         sys.path.remove(str(PLUGINS / plugin / "tests"))
 
 
+@pytest.mark.slow  # the first import of both SDKs takes seconds
 @pytest.mark.parametrize("failure", ["overloaded", "not_found", "context"])
 async def test_anthropic_falls_back_to_openai_with_the_real_sdks(
         fakes_importable: None, database_url: str, tmp_path: Path,
