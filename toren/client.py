@@ -77,6 +77,9 @@ class RunDetail(Run):
     why: str
     totals: dict[str, Any]
     pending_approvals: list[Approval]
+    #: Spend against ``limits.maxBudgetUsd`` (``run``) and ``limits.dailyBudgetUsd``
+    #: (``daily``), with ``held_usd`` still reserved; ``None`` for an agent without a budget.
+    budget: dict[str, Any] | None
 
 
 class RunList(TypedDict):

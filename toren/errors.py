@@ -105,13 +105,22 @@ class ProviderError(TorenError):
     """
 
     code = "provider_error"
+    #: The kind of failure when the provider does not say (see ``reason``).
+    default_reason = "provider_error"
 
     def __init__(self, message: str | None = None, *, retryable: bool = False,
-                 retry_after_s: float | None = None, status: int | None = None) -> None:
+                 retry_after_s: float | None = None, status: int | None = None,
+                 reason: str | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
         self.status = status
+        #: What kind of failure, classified by the provider from the SDK's exception:
+        #: ``overloaded``, ``model_not_found``, ``context_window_exceeded``, ``rate_limited``,
+        #: ``server_error``, ``timeout``, ``connection``, ``auth``, ``quota``,
+        #: ``invalid_request``. The task loop falls back to the agent's ``fallbacks:`` on it
+        #: (``overloaded`` at once, other retryable kinds once retries are exhausted).
+        self.reason = reason or self.default_reason
 
 
 class ContextWindowExceeded(ProviderError):
@@ -121,6 +130,7 @@ class ContextWindowExceeded(ProviderError):
     """
 
     code = "context_window_exceeded"
+    default_reason = "context_window_exceeded"
 
 
 class ToolError(TorenError):

@@ -23,6 +23,10 @@ pytestmark = pytest.mark.timeout(120)
 AGENT_TABLES = {"runs", "events", "prompts", "tool_blobs", "tool_manifests"}
 
 
+#: The tables of each agent's schema.
+AGENT_TABLES = {"runs", "events", "prompts", "budget_reservations", "budget_warnings"}
+
+
 def agent(parent: Path, name: str, directory: str | None = None) -> AgentSpec:
     """A loaded agent named ``name`` (in a directory named ``directory``, default the name)."""
     folder = write_agent_dir(parent, directory or name,

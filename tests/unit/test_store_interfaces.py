@@ -7,6 +7,7 @@ import inspect
 
 import pytest
 from toren_postgres.approvals import PostgresApprovalStore
+from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.lifecycle import PostgresConnection
@@ -25,6 +26,7 @@ from toren.config import Settings
 from toren.seams.queue import Queue
 from toren.seams.store import (
     ApprovalStore,
+    BudgetLedger,
     Guardian,
     KeyStore,
     Migrator,
@@ -43,7 +45,8 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           RunReader: PostgresRunReader, WorkerRegistry: PostgresWorkerRegistry,
           Guardian: PostgresGuardian, KeyStore: PostgresKeyStore, Outbox: PostgresOutbox,
           PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore,
-          ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore}
+          ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore,
+          BudgetLedger: PostgresBudgetLedger}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

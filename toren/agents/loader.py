@@ -85,6 +85,8 @@ class AgentSpec:
     approvals: dict[str, ApprovalPolicy] = field(default_factory=dict)
     #: ``schedules:``: runs started on a timetable (``toren.core.schedules``).
     schedules: tuple[ScheduleSpec, ...] = ()
+    #: ``fallbacks:``: models tried in order when a task's model fails (``ModelFellBack``).
+    fallbacks: tuple[str, ...] = ()
 
     @property
     def schema_name(self) -> str:
@@ -92,8 +94,9 @@ class AgentSpec:
 
     @property
     def model_ids(self) -> list[str]:
-        """The agent's model and its subagents' models, each once."""
-        return list(dict.fromkeys([self.model, *(s.model for s in self.subagents.values())]))
+        """The agent's model, its subagents' models and its fallbacks, each once."""
+        return list(dict.fromkeys([self.model, *(s.model for s in self.subagents.values()),
+                                   *self.fallbacks]))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +110,7 @@ class AgentSpec:
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
             "approvals": {name: policy.to_json() for name, policy in self.approvals.items()},
             "schedules": [schedule.to_json() for schedule in self.schedules],
+            "fallbacks": list(self.fallbacks),
         }
 
 
@@ -192,6 +196,16 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     if known_models is not None:
         _check_model(known_models, model, str(yaml_path), located.line_of(("model",)))
 
+    fallbacks = tuple(data.get("fallbacks", ()))
+    for index, fallback in enumerate(fallbacks):
+        line = located.line_of(("fallbacks", index))
+        if fallback == model:
+            raise AgentDefinitionError(
+                f"fallbacks: {fallback!r} is the agent's own model; list other models, tried "
+                "in order when the model fails", path=str(yaml_path), line=line)
+        if known_models is not None:
+            _check_model(known_models, fallback, str(yaml_path), line, "fallbacks")
+
     allow_outside = bool(data.get("allowOutsideFiles", False))
     prompt_file = data.get("prompt", "prompt.md")
     prompt = _read_prompt(directory, prompt_file, yaml_path, located, allow_outside)
@@ -237,7 +251,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                  for model_id, price in data.get("pricing", {}).items()},
         compaction=Compaction.from_yaml(data.get("compaction")),
         workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
-        allow_outside_files=allow_outside,
+        allow_outside_files=allow_outside, fallbacks=fallbacks,
         tool_config={key: data[key] for key in TOOL_CONFIG_KEYS if key in data},
         approvals=_approvals(data, enabled, located, str(yaml_path)),
         schedules=load_schedules(located, str(yaml_path)),
@@ -316,7 +330,7 @@ def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
             f"agent name {_short(error.instance)} cannot be mapped to a database schema name: use "
             "lowercase letters, digits, '-' and '_', starting with a letter, at most 57 "
             "characters (my-crew becomes schema agent_my_crew)")
-    if error.validator == "pattern" and at and at[-1] == "model":
+    if error.validator == "pattern" and at and (at[-1] == "model" or at[0] == "fallbacks"):
         return located.line_of(at), (f"{field_name}: {_short(error.instance)} is not a provider "
                                      "prefix and a model name; write '<provider>/<model>', "
                                      "e.g. toren/scripted")
@@ -353,11 +367,12 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _check_model(known_models: ModelCheck, model: str, path: str, line: int | None) -> None:
+def _check_model(known_models: ModelCheck, model: str, path: str, line: int | None,
+                 key: str = "model") -> None:
     try:
         known_models(model)
     except TorenError as exc:
-        raise AgentDefinitionError(f"model: {exc.message}", path=path, line=line) from exc
+        raise AgentDefinitionError(f"{key}: {exc.message}", path=path, line=line) from exc
 
 
 def import_timeout(env: Mapping[str, str] | None = None) -> float:

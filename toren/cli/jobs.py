@@ -119,6 +119,7 @@ def show(run_id: RunArgument, as_json: JsonOption = False,
     receipt: dict[str, Any] = with_database(read)
     if as_json:
         print_json(receipt["run"] | {"totals": receipt["totals"], "why": receipt["why"],
+                                     "budget": receipt["budget"],
                                      "tasks": [_task_brief(t) for t in receipt["tasks"]]}
                    | ({"prompts": receipt["prompts"]} if prompts else {}))
         return

@@ -87,6 +87,14 @@ def run_summary(receipt: dict[str, Any]) -> Table:
                   + (f" + {unknown} call(s) of unknown cost" if unknown else ""))
     if totals["repeated_calls"]:
         table.add_row("repeated calls", f"{totals['repeated_calls']} (in flight at a crash)")
+    budget = receipt.get("budget")
+    for scope, label in (("run", "budget"), ("daily", "daily budget")):
+        spend = budget.get(scope) if budget else None
+        if spend and spend["budget_usd"] is not None:
+            table.add_row(label, f"${spend['spent_usd']:.4f} of ${spend['budget_usd']:g} "
+                                 f"(${spend['remaining_usd']:.4f} left)")
+    if budget and budget["held_usd"]:
+        table.add_row("reserved", f"${budget['held_usd']:.4f} held by calls in flight")
     return table
 
 

@@ -443,6 +443,84 @@ class ScheduleFired(EventData, frozen=True):
         description="The IANA time zone the cron expression is read in.")]
 
 
+# -- hard budgets and model fallbacks (issue 16) -----------------------------------------------
+
+BudgetScopeName = Annotated[Literal["run", "daily"], msgspec.Meta(
+    description="run: limits.maxBudgetUsd over all tasks of the run; daily: "
+                "limits.dailyBudgetUsd over all runs of the agent in the UTC day.")]
+ReservationId = Annotated[int, msgspec.Meta(
+    ge=1, description="The reservation's id in the budget ledger.")]
+
+
+class BudgetSpendInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One budgeted scope as the ledger saw it: committed spend (settled, held and expired
+    reservations) against the budget."""
+
+    scope: BudgetScopeName
+    spent_usd: float
+    budget_usd: float
+    remaining_usd: float
+
+
+class BudgetReserved(EventData, frozen=True):
+    """The ledger reserved the worst-case cost of the model call about to be made (appended
+    with its ModelCallStarted). The reservation holds against the run's and the day's budget
+    until it is settled, or reconciled once the task's lease is gone."""
+
+    stream = "task"
+    step: Step
+    model: str
+    reservation_id: ReservationId
+    reserved_usd: float
+    spend: tuple[BudgetSpendInfo, ...]
+    epoch: Epoch
+    purpose: Purpose = None
+
+
+class BudgetSettled(EventData, frozen=True):
+    """A reservation was replaced by the call's actual cost (settled_usd), or released
+    (settled_usd null: the provider answered with an error, so the call was not billed)."""
+
+    stream = "task"
+    step: Step
+    reservation_id: ReservationId
+    reserved_usd: float
+    settled_usd: float | None
+    epoch: Epoch
+    purpose: Purpose = None
+
+
+class BudgetWarning(EventData, frozen=True):
+    """A reservation took a budget past 80%: recorded once per run (scope run) and once per
+    agent and UTC day (scope daily, on the task whose reservation crossed it)."""
+
+    stream = "task"
+    scope: BudgetScopeName
+    spent_usd: float
+    budget_usd: float
+    epoch: Epoch
+
+
+FallbackReason = Annotated[str, msgspec.Meta(
+    description="The provider error's kind: overloaded, model_not_found, "
+                "context_window_exceeded, rate_limited, server_error, timeout, connection, "
+                "auth, quota, invalid_request, or retries_exhausted.")]
+
+
+class ModelFellBack(EventData, frozen=True):
+    """The task's model failed and the next model of fallbacks: takes over, for this call and
+    the rest of the task (a resume reads it from the log and does not try the failed model
+    again)."""
+
+    stream = "task"
+    step: Step
+    from_model: str
+    to_model: str
+    reason: FallbackReason
+    error: ErrorInfo
+    epoch: Epoch
+
+
 #: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
 EVENT_CLASSES: tuple[type[EventData], ...] = (
     RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
@@ -451,6 +529,7 @@ EVENT_CLASSES: tuple[type[EventData], ...] = (
     RetryScheduled, TaskFinished, Compacted, UserMessage, TurnEnded, CloseRequested,
     ApprovalRequested, ApprovalDecided,
     ScheduleFired,
+    BudgetReserved, BudgetSettled, BudgetWarning, ModelFellBack,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -480,6 +559,10 @@ CLOSE_REQUESTED = CloseRequested.__name__
 APPROVAL_REQUESTED = ApprovalRequested.__name__
 APPROVAL_DECIDED = ApprovalDecided.__name__
 SCHEDULE_FIRED = ScheduleFired.__name__
+BUDGET_RESERVED = BudgetReserved.__name__
+BUDGET_SETTLED = BudgetSettled.__name__
+BUDGET_WARNING = BudgetWarning.__name__
+MODEL_FELL_BACK = ModelFellBack.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

@@ -67,6 +67,9 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     close_requested: ev.CloseRequested | None = None
     #: Tool calls that wait for a person's decision, in the order they were requested.
     pending_approvals: list[ev.ApprovalRequested] = msgspec.field(default_factory=list)
+    #: The model of ``fallbacks:`` that took over after the task's own model failed
+    #: (``ModelFellBack``); ``None`` while the task's own model answers.
+    model: str | None = None
 
     def snapshot(self) -> TaskCheckpoint:
         """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
@@ -165,6 +168,10 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.model_call_pending = None
         case ev.TaskFinished():
             state.finished = event
+        case ev.ModelFellBack():
+            state.model = event.to_model
+            state.model_call_pending = None
+            state.retry = None  # the fallback gets its own retries
 
 
 def _apply_model_call(state: TaskState, event: ev.ModelCallCompleted) -> None:

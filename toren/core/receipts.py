@@ -14,7 +14,8 @@ STOP_REASON_TEXT = {
     "end_turn": "the model gave its final answer",
     "max_steps": "the step cap (limits.maxSteps) was reached",
     "max_waves": "the wave cap (limits.maxWaves) was reached",
-    "budget_exhausted": "the budget (limits.maxBudgetUsd) was spent",
+    "budget_exhausted": "the budget (limits.maxBudgetUsd or limits.dailyBudgetUsd) had no room "
+                        "for the next model call",
     "cancelled": "the run was cancelled",
     "error": "an error stopped it",
 }
@@ -25,8 +26,22 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
     finished = next((e.data for e in events if e.type == ev.TASK_FINISHED), None)
     epochs = sorted({e.data["epoch"] for e in events if "epoch" in e.data})
     last_epoch = epochs[-1] if epochs else None
-    model_calls = []
+    model_calls: list[dict[str, Any]] = []
+    fallbacks = [{"step": e.data["step"], "from_model": e.data["from_model"],
+                  "to_model": e.data["to_model"], "reason": e.data["reason"],
+                  "message": e.data["error"].get("message")}
+                 for e in events if e.type == ev.MODEL_FELL_BACK]
+    fell_back: dict[str, Any] | None = None
     for e in events:
+        if e.type == ev.MODEL_FELL_BACK:
+            fell_back = e.data
+            continue
+        if e.type == ev.BUDGET_SETTLED and model_calls and e.data.get("settled_usd") is not None \
+                and model_calls[-1]["step"] == e.data["step"] \
+                and model_calls[-1]["purpose"] == e.data.get("purpose", "step"):
+            model_calls[-1]["reserved_usd"] = e.data["reserved_usd"]
+            model_calls[-1]["settled_usd"] = e.data["settled_usd"]
+            continue
         if e.type != ev.MODEL_CALL_COMPLETED:
             continue
         usage = e.data["usage"]
@@ -43,7 +58,11 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             # paid once by an earlier worker; the worker that resumed read it from the log
             "replayed": last_epoch is not None and e.data["epoch"] < last_epoch,
             "at": e.created_at.isoformat() if e.created_at else None,
+            # the model that answered took over from a failed one (``ModelFellBack``)
+            "fell_back_from": fell_back["from_model"] if fell_back else None,
+            "fallback_reason": fell_back["reason"] if fell_back else None,
         })
+        fell_back = None
     tool_calls = [{
         "step": e.data["step"], "name": e.data["name"], "call_id": e.data["call_id"],
         "is_error": e.data["is_error"], "error_kind": e.data.get("error_kind"),
@@ -76,7 +95,7 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
         "compactions": sum(1 for e in events if e.type == ev.COMPACTED),
         "resumes": max(0, len(epochs) - 1),
         "model_calls": model_calls, "tool_calls": tool_calls, "retries": retries,
-        "approvals": approvals,
+        "approvals": approvals, "fallbacks": fallbacks, "budget": _task_budget(events),
         "totals": {
             "model_calls": len(model_calls), "tool_calls": len(tool_calls),
             "input_tokens": sum(c["input_tokens"] for c in model_calls),
@@ -85,6 +104,24 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             "cost_unknown_calls": len(model_calls) - len(known),
             "repeated_calls": sum(1 for c in model_calls if c["repeated"]),
         },
+    }
+
+
+def _task_budget(events: Sequence[Event]) -> dict[str, Any]:
+    """What the task reserved and settled in the budget ledger, from its events."""
+    reserved = [e.data for e in events if e.type == ev.BUDGET_RESERVED]
+    settled = [e.data for e in events if e.type == ev.BUDGET_SETTLED]
+    done = {s["reservation_id"] for s in settled}
+    return {
+        "reservations": len(reserved),
+        "reserved_usd": round(sum(r["reserved_usd"] for r in reserved), 10),
+        "settled_usd": round(sum(s["settled_usd"] or 0.0 for s in settled), 10),
+        "released": sum(1 for s in settled if s["settled_usd"] is None),
+        # reserved by a worker that stopped before settling: the ledger reconciles them
+        "unsettled": sum(1 for r in reserved if r["reservation_id"] not in done),
+        "warnings": [{"scope": e.data["scope"], "spent_usd": e.data["spent_usd"],
+                      "budget_usd": e.data["budget_usd"]}
+                     for e in events if e.type == ev.BUDGET_WARNING],
     }
 
 
@@ -101,9 +138,11 @@ def prompt_hashes(events: Iterable[Event]) -> list[str]:
 
 
 def build_receipt(record: RunRecord, events: Sequence[Event],
-                  prompts: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The receipt of a run from its row, every event of every stream and the text of its
-    prompts (SHA-256 -> text, as the store keeps them)."""
+                  prompts: Mapping[str, str] | None = None,
+                  budget: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The receipt of a run from its row, every event of every stream, the text of its
+    prompts (SHA-256 -> text, as the store keeps them) and its budget status as the ledger
+    has it (``BudgetLedger.spend``; ``None`` for an agent without a budget)."""
     by_stream: dict[str, list[Event]] = {}
     for event in events:
         by_stream.setdefault(event.stream, []).append(event)
@@ -143,4 +182,4 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
         why = f"{why}: {record.error['message']}"
     return {"run": record.to_json(), "status": record.status, "stop_reason": reason,
             "why": why, "tasks": tasks, "totals": totals, "by_subagent": by_subagent,
-            "prompts": dict(prompts or {})}
+            "prompts": dict(prompts or {}), "budget": dict(budget) if budget else None}

@@ -108,6 +108,12 @@ class ScriptedModel(Model):
         )
 
 
+    def worst_case_cost_usd(self, request: ModelRequest) -> float | None:
+        """Every call costs exactly ``cost_usd`` (free by default): a budget reserves that much
+        unless the agent sets ``pricing:`` for the model."""
+        return self.cost_usd
+
+
 def text_pieces(text: str) -> list[str]:
     """``text`` cut after each run of whitespace (a word and the space after it), as a model
     streams it; the pieces joined are ``text``."""

@@ -15,7 +15,7 @@ from toren.core.events import Event, NewEvent
 from toren.execution.tool_threads import ToolThreads
 from toren.seams.model import Model
 from toren.seams.shapes import Lease, QueueMessage, TextDelta
-from toren.seams.store import ApprovalStore, PromptStore, RunLog, ToolStateStore
+from toren.seams.store import ApprovalStore, BudgetLedger, PromptStore, RunLog, ToolStateStore
 
 #: Take a stream's lease and read it from its latest checkpoint on, for the message being
 #: worked: ``(message, stream, with_finished)`` -> the lease and events, or ``None`` when another
@@ -47,6 +47,8 @@ class ExecutionPorts:
     tool_threads: ToolThreads
     #: Keeps the text of each system prompt a task starts with (the audit trail).
     prompts: PromptStore
+    #: Reservations of model-call cost against run and daily budgets (``limits:``).
+    budgets: BudgetLedger
     #: Keeps the approvals a task waits for, and reads their decisions.
     approvals: ApprovalStore
     #: Where tools keep durable state beside a run (``ToolCallContext.state``); ``None``: none.

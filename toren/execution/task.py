@@ -58,8 +58,10 @@ from toren.core.fold import (
     checkpoint_due,
     fold_task,
 )
+from toren.core.pricing import Pricing
 from toren.core.runs import RunUpdate
 from toren.errors import ContextWindowExceeded, ProviderError, RunCancelled, TorenError
+from toren.execution.budget_guard import BudgetGuard, Reservation
 from toren.execution.context import ToolCallContext, _current, running_async_tool
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
@@ -77,6 +79,8 @@ from toren.seams.tools import Tool
 log = logging.getLogger(__name__)
 #: Models already warned about for having no known price (one warning per process).
 _UNPRICED: set[str] = set()
+#: ``invoke``'s answer when the call failed and a model of ``fallbacks:`` takes over.
+FELL_BACK: Literal["fell_back"] = "fell_back"
 
 
 def idempotency_key(run_id: str, task_id: str, step: int, index: int) -> str:
@@ -127,6 +131,7 @@ class TaskRunner:
         self.pending: list[NewEvent] = []
         #: A change to the run's row that goes with the next flush (e.g. clearing an error).
         self.pending_update: RunUpdate | None = None
+        self.budget = BudgetGuard(ports.budgets, agent, self.run_id, lease.stream)
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -152,6 +157,7 @@ class TaskRunner:
         self.pending = []
         self.pending_update = None
         self.ports.crash_point("after_append")
+        await self.budget.write()
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -199,10 +205,23 @@ class TaskRunner:
             prompt_sha256=digest,
             epoch=self.lease.epoch, session=self.state.session))
 
+    @property
+    def model_id(self) -> str:
+        """The model this task calls: its own, or the fallback that took over."""
+        return self.state.model or self.spec.model
+
+    def next_fallback(self) -> str | None:
+        """The model of ``fallbacks:`` after the one in use, if any."""
+        chain = tuple(dict.fromkeys((self.spec.model, *self.agent.fallbacks)))
+        if self.model_id not in chain:
+            return None
+        index = chain.index(self.model_id) + 1
+        return chain[index] if index < len(chain) else None
+
     async def call_model(self, action: CallModel) -> bool:
         """Make one model call (compacting first if the context is too large); ``False`` when
         the task must stop here (finished, or a retry scheduled)."""
-        model = self.ports.model(self.spec.model, self.agent.base_url)
+        model = self.ports.model(self.model_id, self.agent.base_url)
         repeated = action.repeated
         if not self.state.compacted_since_call and needs_compaction(
                 self.agent.compaction, model.context_window, self.spec.prompt,
@@ -211,17 +230,25 @@ class TaskRunner:
                 return False
             repeated = False
         while True:
+            model = self.ports.model(self.model_id, self.agent.base_url)
+            request = ModelRequest(
+                model=self.model_id, system=self.spec.prompt,
+                messages=tuple(self.state.messages),
+                tools=tuple(tool.spec for tool in self.spec.tools.values()))
+            reservation = await self.reserve(action.step, None, model, request)
+            if reservation is False:
+                return False
             self.record(ev.ModelCallStarted(step=action.step, epoch=self.lease.epoch))
             if self.state.steps == 0:
                 self.pending_update = RunUpdate(status="running")
             await self.flush()
-            request = ModelRequest(
-                model=self.spec.model, system=self.spec.prompt,
-                messages=tuple(self.state.messages),
-                tools=tuple(tool.spec for tool in self.spec.tools.values()))
             try:
-                result = await self.invoke(model, request, action.step, live=True)
+                result = await self.invoke(model, request, action.step, reservation,
+                                           fallback=True, live=True)
             except ContextWindowExceeded as exc:
+                self.settle(reservation, None)
+                if self.fall_back(action.step, exc):
+                    continue
                 # compact and retry once; a second overflow right after compacting is final
                 if self.state.compacted_since_call or boundary(
                         self.state.messages, self.agent.compaction.keep_recent_messages) is None:
@@ -230,17 +257,65 @@ class TaskRunner:
                 if not await self.compact(action.step, model, "context_window_exceeded", False):
                     return False
                 continue
+            if result == FELL_BACK:
+                continue
             if result is None:
                 return False
             self.ports.crash_point("after_model_response")
             response, latency_ms = result
-            self.record_response(action.step, response, latency_ms, repeated, model)
+            self.record_response(action.step, response, latency_ms, repeated, model,
+                                 reservation=reservation)
             return True
 
-    async def invoke(self, model: Model, request: ModelRequest, step: int, *,
-                     live: bool = False) -> tuple[ModelResponse, float] | None:
-        """Call the model; on failure end the task or schedule a retry and return ``None``.
-        With ``live``, its text goes to live watchers as it is generated (``Model.stream``).
+    async def reserve(self, step: int, purpose: Literal["compaction"] | None, model: Model,
+                      request: ModelRequest) -> Reservation | Literal[False] | None:
+        """Reserve the call's worst case in the budget ledger; ``False`` if the task stopped
+        (the reservation did not fit), ``None`` when the agent has no budget."""
+        reserved = await self.budget.reserve(
+            step=step, purpose=purpose, model=model, model_id=self.model_id,
+            pricing=self.pricing(model),
+            request=request, epoch=self.lease.epoch)
+        if reserved.refusal is not None:
+            partial = self.state.last_assistant.text if self.state.last_assistant else None
+            await self.finish("budget_exhausted", partial, reserved.refusal)
+            return False
+        for event in reserved.events:
+            self.record(event)
+        return reserved.reservation
+
+    def settle(self, reservation: Reservation | None, cost_usd: float | None) -> None:
+        """Record the end of a reserved call: its cost, or ``None`` (not billed)."""
+        settled = self.budget.settlement(reservation, cost_usd, self.lease.epoch)
+        if settled is not None:
+            self.record(settled)
+
+    def fall_back(self, step: int, exc: ProviderError) -> bool:
+        """Hand the call to the next model of ``fallbacks:`` if the failure warrants it:
+        a non-retryable error or an overloaded model at once, other retryable errors once
+        their retries are exhausted. Records ``ModelFellBack`` (the fold switches models)."""
+        target = self.next_fallback()
+        if target is None:
+            return False
+        reason = exc.reason
+        if exc.retryable and reason != "overloaded":
+            attempt = (self.state.retry.attempt if self.state.retry is not None else 0) + 1
+            if attempt <= self.settings.retry_max_attempts:
+                return False
+            reason = "retries_exhausted"
+        log.warning("%s failed (%s); falling back to %s", self.model_id, reason, target)
+        self.record(ev.ModelFellBack(
+            step=step, from_model=self.model_id, to_model=target, reason=reason,
+            error={"code": exc.code, "message": exc.message, "reason": exc.reason},
+            epoch=self.lease.epoch))
+        return True
+
+    async def invoke(self, model: Model, request: ModelRequest, step: int,
+                     reservation: Reservation | None = None, *, fallback: bool = False,
+                     live: bool = False
+                     ) -> tuple[ModelResponse, float] | Literal["fell_back"] | None:
+        """Call the model; on failure fall back (``FELL_BACK``, with ``fallback``), or end the
+        task or schedule a retry and return ``None``. With ``live``, its text goes to live
+        watchers as it is generated (``Model.stream``).
 
         ``ContextWindowExceeded`` propagates: the caller decides whether to compact.
         """
@@ -253,16 +328,22 @@ class TaskRunner:
         except ContextWindowExceeded:
             raise
         except ProviderError as exc:
+            # answered with an error: not billed; no answer (timeout): it may have been
+            self.settle(reservation, None if exc.status is not None else
+                        reservation.amount_usd if reservation is not None else None)
+            if fallback and self.fall_back(step, exc):
+                return FELL_BACK
             if exc.retryable:
                 await self.schedule_retry(step, exc)
             else:
                 await self.finish("error", None, {"code": exc.code, "message": exc.message})
             return None
         except Exception as exc:  # a provider plugin bug must not loop through redeliveries
-            log.exception("model %s raised", self.spec.model)
+            log.exception("model %s raised", self.model_id)
+            self.settle(reservation, reservation.amount_usd if reservation else None)
             await self.finish("error", None, {
                 "code": "provider_error",
-                "message": f"model {self.spec.model} raised {type(exc).__name__}: {exc}"})
+                "message": f"model {self.model_id} raised {type(exc).__name__}: {exc}"})
             return None
         return response, round((time.perf_counter() - started) * 1000, 3)
 
@@ -287,22 +368,27 @@ class TaskRunner:
         cut = boundary(messages, self.agent.compaction.keep_recent_messages)
         if cut is None:
             return True
+        request = summary_request(self.model_id, messages, cut)
+        reservation = await self.reserve(step, "compaction", model, request)
+        if reservation is False:
+            return False
         self.record(ev.ModelCallStarted(step=step, epoch=self.lease.epoch, purpose="compaction"))
         await self.flush()
         before = estimate_tokens(self.spec.prompt, messages)
         try:
-            result = await self.invoke(model, summary_request(self.spec.model, messages, cut),
-                                       step)
+            result = await self.invoke(model, request, step, reservation)
         except ContextWindowExceeded as exc:
+            self.settle(reservation, None)
             await self.finish("error", None, {
                 "code": exc.code,
                 "message": f"the conversation is too large even to summarise: {exc.message}"})
             return False
-        if result is None:
+        if result is None or result == FELL_BACK:
             return False
         self.ports.crash_point("mid_compaction")
         response, latency_ms = result
-        self.record_response(step, response, latency_ms, repeated, model, purpose="compaction")
+        self.record_response(step, response, latency_ms, repeated, model, purpose="compaction",
+                             reservation=reservation)
         self.record(ev.Compacted(
             step=step, summary=response.text, replaced=cut, reason=reason,
             tokens_before=before, epoch=self.lease.epoch,
@@ -310,30 +396,37 @@ class TaskRunner:
                                          compacted(messages, cut, response.text))))
         return True
 
+    def pricing(self, model: Model) -> Pricing | None:
+        """The price of the model in use: the agent's ``pricing:`` for it, else the
+        provider's table."""
+        return self.agent.pricing.get(self.model_id) or model.pricing
+
     def cost(self, response: ModelResponse, model: Model) -> float | None:
         """The call's cost: the agent's ``pricing:`` for the model, else the provider's table,
         else what the provider reported; ``None`` (unknown, warned about once) otherwise."""
-        pricing = self.agent.pricing.get(self.spec.model) or model.pricing
+        pricing = self.pricing(model)
         if pricing is not None:
             return pricing.cost(response.usage)
-        if response.cost_usd is None and self.spec.model not in _UNPRICED:
-            _UNPRICED.add(self.spec.model)
+        if response.cost_usd is None and self.model_id not in _UNPRICED:
+            _UNPRICED.add(self.model_id)
             log.warning("no price is known for %s: its calls are recorded with an unknown cost; "
-                        "set pricing: in agent.yaml to record it", self.spec.model)
+                        "set pricing: in agent.yaml to record it", self.model_id)
         return response.cost_usd
 
     def record_response(self, step: int, response: ModelResponse, latency_ms: float,
                         repeated: bool, model: Model,
-                        purpose: Literal["compaction"] | None = None) -> None:
+                        purpose: Literal["compaction"] | None = None,
+                        reservation: Reservation | None = None) -> None:
         had_error = self.state.retry is not None
         tool_calls = normalize_calls(
             response.tool_calls,
             (c.id for m in self.state.messages if m.role == "assistant" for c in m.tool_calls),
             step)
         usage = response.usage
+        cost_usd = self.cost(response, model)
         self.record(ev.ModelCallCompleted(
             step=step, epoch=self.lease.epoch,
-            model=response.model or self.spec.model, text=clean_text(response.text),
+            model=response.model or self.model_id, text=clean_text(response.text),
             tool_calls=() if purpose is not None else tuple(
                 ev.RecordedToolCall(id=c.id, name=c.name, arguments=c.arguments,
                                     arguments_error=c.arguments_error) for c in tool_calls),
@@ -342,9 +435,12 @@ class TaskRunner:
                                 output_tokens=usage.output_tokens,
                                 cache_read_tokens=usage.cache_read_tokens,
                                 cache_write_tokens=usage.cache_write_tokens),
-            cost_usd=self.cost(response, model), latency_ms=latency_ms, repeated=repeated,
+            cost_usd=cost_usd, latency_ms=latency_ms, repeated=repeated,
             purpose=purpose,
             provider_data=response.provider_data if purpose is None else None))
+        # unknown cost with a reservation: charge the worst case reserved (budgets need prices)
+        self.settle(reservation, cost_usd if cost_usd is not None
+                    else reservation.amount_usd if reservation is not None else None)
         if had_error:
             self.pending_update = RunUpdate(error=None)  # recovered: the latest error clears
         if purpose is not None:

@@ -382,7 +382,27 @@ class Runtime(ApprovalsApi):
         record = await self.get_run(run_id)
         events = await self.store.load_events(record.agent, run_id)
         prompts = await self.store.load_prompts(record.agent, prompt_hashes(events))
-        return build_receipt(record, events, prompts)
+        return build_receipt(record, events, prompts, await self.budget(record, events))
+
+    async def budget(self, record: RunRecord,
+                     events: Sequence[Event] = ()) -> dict[str, Any] | None:
+        """The run's spend against ``limits.maxBudgetUsd`` and its agent's spend today against
+        ``limits.dailyBudgetUsd``, from the budget ledger; ``None`` when the agent has neither.
+
+        The budgets come from the agent's definition when this runtime serves it, else from
+        the run's ``BudgetReserved`` events (``toren jobs show`` loads no agent directory).
+        """
+        spec = self.agents.get(record.agent)
+        if spec is not None:
+            run_budget = spec.limits.max_budget_usd
+            daily_budget = spec.limits.daily_budget_usd
+        else:
+            budgets = {s["scope"]: s["budget_usd"] for e in events
+                       if e.type == ev.BUDGET_RESERVED for s in e.data["spend"]}
+            run_budget, daily_budget = budgets.get("run"), budgets.get("daily")
+        if run_budget is None and daily_budget is None:
+            return None
+        return await self.store.spend(record.agent, record.id, run_budget, daily_budget)
 
     # -- schedules -----------------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ class Worker:
             acquire=self.acquire, appended=self.observe_append,
             crash_point=self.settings.crash_point,
             tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store,
-            approvals=runtime.store, tool_state=runtime.store,
+            approvals=runtime.store, budgets=runtime.store, tool_state=runtime.store,
             text_delta=runtime.live.publish)
 
     @property

@@ -161,6 +161,15 @@ class Model(abc.ABC):
             on_text(response.text)
         return response
 
+    def worst_case_cost_usd(self, request: ModelRequest) -> float | None:
+        """The most ``request`` can cost, for a model without ``pricing`` per token (a flat
+        price per call, a provider that reports costs itself); ``None``: unknown.
+
+        The task loop calls it before each model call of an agent with a budget when no
+        price per token is known; with neither, a budgeted task stops (``unknown_cost``).
+        """
+        return None
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release connections (HTTP clients); ``Runtime.stop`` calls it once per model.
 

@@ -220,7 +220,7 @@ async def get_run(request: web.Request) -> web.Response:
     receipt = await runtime.receipt(record.id)
     totals = receipt["totals"]
     return web.json_response(record.to_json() | {
-        "why": receipt["why"],
+        "why": receipt["why"], "budget": receipt["budget"],
         "totals": {key: totals[key] for key in ("model_calls", "tool_calls", "input_tokens",
                                                 "output_tokens", "cost_usd",
                                                 "cost_unknown_calls", "retries")},

@@ -16,6 +16,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``ApprovalStore`` (``approvals``): tool calls waiting for a person, decided once.
 - ``ScheduleStore`` (``schedules``): schedules, and the claim that fires each slot once.
 - ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
+- ``BudgetLedger`` (``budgets``): reservations of model-call cost against run and daily budgets.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -23,6 +24,7 @@ Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``
 from __future__ import annotations
 
 from toren.seams.store.approvals import ApprovalStore
+from toren.seams.store.budgets import BudgetLedger
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
 from toren.seams.store.lifecycle import StoreLifecycle
@@ -36,13 +38,15 @@ from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["ApprovalStore", "Guardian", "KeyStore", "LiveText", "ManifestSeqTaken", "Migrator",
-           "Outbox", "PromptStore", "RunLog", "RunReader", "ScheduleStore", "Store",
-           "StoreLifecycle", "ToolManifest", "ToolStateStore", "WorkerRegistry"]
+__all__ = ["ApprovalStore", "BudgetLedger", "Guardian", "KeyStore", "LiveText",
+           "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
+           "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
+           "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
-            Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText):
+            Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
+            BudgetLedger):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

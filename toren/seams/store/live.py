@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Callable, Sequence
 
 
-class LiveText:
+class LiveText(abc.ABC):  # noqa: B024 - every method has a default (publish and hear nothing)
     """A best-effort channel for what is never written to the log: the pieces of a model's
     text as it is generated (``toren.seams.shapes.TextDelta``, encoded by the host).
 

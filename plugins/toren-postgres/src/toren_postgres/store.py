@@ -6,8 +6,8 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresGuardian`` (``guardian``), ``PostgresKeyStore`` (``keys``), ``PostgresOutbox``
 (``outbox``), ``PostgresPromptStore`` (``prompts``), ``PostgresToolStateStore``
 (``tool_state``), ``PostgresApprovalStore`` (``approvals``), ``PostgresScheduleStore``
-(``schedules``) and ``PostgresLiveText`` (``live_text``). ``PostgresStore`` is all of them
-over one connection pool.
+(``schedules``), ``PostgresLiveText`` (``live_text``) and ``PostgresBudgetLedger``
+(``budgets``). ``PostgresStore`` is all of them over one connection pool.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
 from toren.errors import DatabaseUnavailable
 from toren.seams.store import Store
 from toren_postgres.approvals import PostgresApprovalStore
+from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.live_text import PostgresLiveText
@@ -84,7 +85,7 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
-                    PostgresLiveText, Store):
+                    PostgresLiveText, PostgresBudgetLedger, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

@@ -692,3 +692,69 @@ SELECT agent,
 FROM toren_control.queue
 WHERE agent = ANY(%(agents)s)
 GROUP BY agent;
+-- budget_lock --
+-- Reservations of one agent are serialised (transaction-scoped; released at commit), so that
+-- the sum each one checks cannot change under it: parallel tasks never over-reserve together.
+SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0));
+
+-- reconcile_budget --
+-- Held reservations whose task lease is gone (the worker died between reserve and settle):
+-- settled at the cost the task's log recorded for that call if its response was recorded, else
+-- charged at the worst case reserved ('expired'; the provider may have billed the call).
+UPDATE {budgets} r
+SET status = CASE WHEN found.cost IS NULL THEN 'expired' ELSE 'settled' END,
+    settled_usd = COALESCE(found.cost, r.reserved_usd), settled_at = now()
+FROM (
+    SELECT h.id,
+           (SELECT (e.data->>'cost_usd')::float8 FROM {events} e
+            WHERE e.run_id = h.run_id AND e.stream = h.stream AND e.type = 'ModelCallCompleted'
+              AND (e.data->>'epoch')::int = h.epoch AND (e.data->>'step')::int = h.step
+              AND COALESCE(e.data->>'purpose', 'step') = h.purpose
+            ORDER BY e.seq DESC LIMIT 1) AS cost
+    FROM {budgets} h
+    WHERE h.status = 'held'
+      AND NOT EXISTS (SELECT 1 FROM toren_control.leases l
+                      WHERE l.run_id = h.run_id AND l.stream = h.stream AND l.epoch = h.epoch
+                        AND l.expires_at > now())
+) found
+WHERE r.id = found.id
+RETURNING r.id;
+
+-- budget_committed --
+-- What the run and the agent's UTC day have committed: settled and expired spend plus held
+-- reservations (released ones cost nothing).
+SELECT
+    COALESCE(sum(CASE status WHEN 'held' THEN reserved_usd WHEN 'released' THEN 0
+                             ELSE settled_usd END)
+             FILTER (WHERE run_id = %(run_id)s), 0) AS run_committed,
+    COALESCE(sum(CASE status WHEN 'held' THEN reserved_usd WHEN 'released' THEN 0
+                             ELSE settled_usd END)
+             FILTER (WHERE day = (now() AT TIME ZONE 'UTC')::date), 0) AS day_committed,
+    COALESCE(sum(reserved_usd) FILTER (WHERE status = 'held' AND run_id = %(run_id)s), 0)
+        AS run_held,
+    count(*) FILTER (WHERE status = 'expired' AND run_id = %(run_id)s) AS run_expired
+FROM {budgets}
+WHERE run_id = %(run_id)s OR day = (now() AT TIME ZONE 'UTC')::date;
+
+-- insert_reservation --
+INSERT INTO {budgets} (run_id, stream, epoch, step, purpose, model, reserved_usd)
+VALUES (%(run_id)s, %(stream)s, %(epoch)s, %(step)s, %(purpose)s, %(model)s, %(amount)s)
+RETURNING id;
+
+-- settle_reservation --
+-- Only a held reservation: one already reconciled (its lease expired first) keeps its charge.
+UPDATE {budgets}
+SET status = CASE WHEN %(cost)s::float8 IS NULL THEN 'released' ELSE 'settled' END,
+    settled_usd = COALESCE(%(cost)s::float8, 0), settled_at = now()
+WHERE id = %(id)s AND status = 'held';
+
+-- budget_warn --
+-- The first reservation of a run (or of a UTC day) past 80 percent of its budget claims the warning;
+-- later ones find it taken and say nothing.
+INSERT INTO {budget_warnings} (scope, key, run_id)
+VALUES (%(scope)s,
+        CASE %(scope)s WHEN 'daily' THEN ((now() AT TIME ZONE 'UTC')::date)::text
+                       ELSE %(run_id)s::text END,
+        %(run_id)s::uuid)
+ON CONFLICT DO NOTHING
+RETURNING scope;
