@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from toren.agents.children import background_tool, peer_tool
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
 from toren.core.limits import Compaction, Limits
@@ -74,6 +75,12 @@ class AgentSpec:
     workflow: Callable[..., Any] | None = None
     #: ``allowOutsideFiles``: definition files may be symbolic links out of the directory.
     allow_outside_files: bool = False
+    #: ``peers:``: agents this one may call (an ``ask_<peer>`` tool each).
+    peers: tuple[str, ...] = ()
+    #: ``acceptsFrom:``: agents that may call this one (or start it in the background).
+    accepts_from: tuple[str, ...] = ()
+    #: ``background:``: agents a session of this one may start in the background.
+    background: tuple[str, ...] = ()
 
     @property
     def schema_name(self) -> str:
@@ -94,6 +101,8 @@ class AgentSpec:
                           for name, sub in self.subagents.items()},
             "baseUrl": self.base_url, "workflow": self.workflow is not None,
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
+            "peers": list(self.peers), "acceptsFrom": list(self.accepts_from),
+            "background": list(self.background),
         }
 
 
@@ -196,6 +205,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                 f"{available[tool_name].source}; rename the function in tools.py",
                 path=str(yaml_path), line=located.line_of(("tools", index)))
         enabled[tool_name] = available[tool_name]
+    _add_child_tools(enabled, data, located, str(yaml_path))
     limits = Limits.from_yaml(data.get("limits"))
     agent = AgentSpec(
         name=name, directory=directory, model=model, prompt=prompt,
@@ -206,9 +216,30 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         compaction=Compaction.from_yaml(data.get("compaction")),
         workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
         allow_outside_files=allow_outside,
+        peers=tuple(data.get("peers", ())), accepts_from=tuple(data.get("acceptsFrom", ())),
+        background=tuple(data.get("background", ())),
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
+
+
+def _add_child_tools(enabled: dict[str, Tool], data: dict[str, Any], located: LocatedYaml,
+                     path: str) -> None:
+    """``ask_<peer>`` per ``peers:`` entry and ``start_background_run`` for ``background:``;
+    a name clash with another tool is an error at the line of the entry."""
+    added: list[tuple[Tool, tuple[str | int, ...]]] = [
+        (peer_tool(peer), ("peers", index)) for index, peer in
+             enumerate(data.get("peers", ()))]
+    if data.get("background"):
+        added.append((background_tool(data["background"]), ("background",)))
+    for tool, at in added:
+        other = enabled.get(tool.name)
+        if other is not None:
+            raise AgentDefinitionError(
+                f"{'.'.join(map(str, at))}: the tool {tool.name!r} it adds clashes with the tool "
+                f"of that name from {other.source or 'tools.py'}; rename that tool",
+                path=path, line=located.line_of(at))
+        enabled[tool.name] = tool
 
 
 def check_agent_name(name: str, *, where: str) -> None:

@@ -65,6 +65,11 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     #: The current turn ended; the session waits for the user's next message.
     awaiting_input: bool = False
     close_requested: ev.CloseRequested | None = None
+    #: Peer calls waiting for their run, by tool call id.
+    peer_calls: dict[str, ev.PeerCallStarted] = msgspec.field(default_factory=dict)
+    #: Background runs this session started, by run id, and the ones it has been told about.
+    background: dict[str, ev.BackgroundRunStarted] = msgspec.field(default_factory=dict)
+    background_told: list[str] = msgspec.field(default_factory=list)
 
     def snapshot(self) -> TaskCheckpoint:
         """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
@@ -158,6 +163,16 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.model_call_pending = None
         case ev.TaskFinished():
             state.finished = event
+        case ev.PeerCallStarted():
+            state.peer_calls[event.call_id] = event
+        case ev.PeerCallFinished():
+            state.peer_calls.pop(event.call_id, None)
+        case ev.BackgroundRunStarted():
+            state.background[event.run_id] = event
+        case ev.BackgroundRunFinished():
+            state.background_told.append(event.run_id)
+            state.messages.append(Message(role="user", text=ev.background_notice(
+                event.agent, event.run_id, event.status, event.output, event.error)))
 
 
 def _apply_model_call(state: TaskState, event: ev.ModelCallCompleted) -> None:

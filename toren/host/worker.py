@@ -25,6 +25,7 @@ from toren.execution.orchestrator import tick_run
 from toren.execution.ports import AppendObserver, ExecutionPorts
 from toren.execution.task import work_task
 from toren.execution.tool_threads import ToolThreads
+from toren.host.children import HostChildRuns
 from toren.host.relay import QueueAcknowledgingLog
 from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
 from toren.seams.store import Guardian, RunLog, WorkerRegistry
@@ -75,7 +76,9 @@ class Worker:
             model=lambda model_id, base_url: runtime.model(model_id, base_url=base_url),
             acquire=self.acquire, appended=self.observe_append,
             crash_point=self.settings.crash_point,
-            tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store)
+            tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store,
+            children=HostChildRuns(runtime.store, self.settings, runtime.agents),
+            session_notice=runtime.notify_channels)
 
     @property
     def agent_names(self) -> list[str]:
