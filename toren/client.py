@@ -45,6 +45,9 @@ class Run(TypedDict):
     created_at: str | None
     updated_at: str | None
     finished_at: str | None
+    #: For a child run: ``{"agent", "run_id", "task_id", "kind"}`` of what started it.
+    parent: dict[str, Any] | None
+    depth: int
 
 
 class RunDetail(Run):
@@ -94,6 +97,9 @@ class Session(TypedDict):
     turns: int
     turns_ended: int
     totals: dict[str, Any]
+    #: Background runs the session started: ``{"run_id", "agent", "status", "reported",
+    #: "started_at"}``.
+    background_runs: list[dict[str, Any]]
 
 
 class Health(TypedDict):
@@ -208,6 +214,11 @@ class TorenClient:
     async def get_run(self, run_id: str) -> RunDetail:
         result: RunDetail = await self._request("GET", f"/runs/{run_id}")
         return result
+
+    async def children(self, run_id: str) -> list[Run]:
+        """The runs the run's tasks started: peer calls and background runs, oldest first."""
+        result: dict[str, list[Run]] = await self._request("GET", f"/runs/{run_id}/children")
+        return result["children"]
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, cursor: str | None = None,
@@ -383,6 +394,9 @@ class SyncTorenClient:
 
     def get_run(self, run_id: str) -> RunDetail:
         return self._run(lambda c: c.get_run(run_id))
+
+    def children(self, run_id: str) -> list[Run]:
+        return self._run(lambda c: c.children(run_id))
 
     def list_runs(self, *, agent: str | None = None, status: str | None = None,
                   limit: int = 50, cursor: str | None = None, kind: str | None = None) -> RunList:
