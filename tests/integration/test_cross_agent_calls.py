@@ -154,8 +154,10 @@ async def test_a_cycle_of_agents_asking_each_other_stops_at_the_depth_limit(
     assert "ping -> pong -> ping -> pong -> ping" in refused["output"]
 
 
-async def test_a_session_is_told_once_when_its_background_run_ends(make_runtime,
-                                                                  tmp_path: Path) -> None:
+async def test_a_session_is_told_once_when_its_background_run_ends(
+        make_runtime, database_url: str, tmp_path: Path) -> None:
+    import psycopg
+
     write_agent_dir(tmp_path / "a", "chat", background=["writer"])
     write_agent_dir(tmp_path / "b", "writer", tools_py=WRITER_TOOLS, acceptsFrom=["chat"])
     fleet_b = await make_runtime(dirs=[tmp_path / "b"])
@@ -176,6 +178,20 @@ async def test_a_session_is_told_once_when_its_background_run_ends(make_runtime,
     assert len(notices) == 1 and "the writer's facts about tides" in notices[0]["text"]
     assert session["background_runs"][0]["status"] == "completed"
     assert session["status"] == "awaiting_input"
+    # a wake-up delivered again (a redelivery, a guardian) finds the session already told
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        await conn.execute(
+            "INSERT INTO toren_control.queue (agent, run_id, kind, payload) VALUES "
+            "('chat', %s, 'task', jsonb_build_object('task_id', 'main', 'child_run_id', %s::text))",
+            [session_id, background["run_id"]])
+    for _ in range(200):
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            cursor = await conn.execute("SELECT count(*) FROM toren_control.queue "
+                                        "WHERE run_id = %s", [session_id])
+            if (await cursor.fetchone())[0] == 0:
+                break
+        await asyncio.sleep(0.05)
+    assert [e.type for e in await fleet_a.events(session_id)].count("BackgroundRunFinished") == 1
     # the next turn's model sees the notice in its conversation (the offline model starts
     # another background run each turn: each is told once)
     await fleet_a.send_message(session_id, "what did the writer say?")
