@@ -211,3 +211,29 @@ async def test_a_session_is_told_once_when_its_background_run_ends(
     assert any(m.role == "user" and m.text.startswith(f"[background run {told[0]}")
                for m in state.messages)
     check_log(events)
+
+
+FLOW = '''
+async def workflow(ctx):
+    results = await ctx.wave([("asker", "tides"), ("asker", "postgres")])
+    return " | ".join(result.output or result.status for result in results)
+'''
+
+
+async def test_the_tasks_of_a_workflow_wave_ask_a_peer_at_once(make_runtime,
+                                                                tmp_path: Path) -> None:
+    flow = write_agent_dir(tmp_path / "a", "flow", peers=["writer"], subagents={
+        "asker": "---\ndescription: asks the writer\n---\nAsk the writer.\n"})
+    (flow / "workflow.py").write_text(FLOW)
+    write_agent_dir(tmp_path / "b", "writer", tools_py=WRITER_TOOLS, acceptsFrom=["flow"])
+    fleet_b = await make_runtime(dirs=[tmp_path / "b"])
+    fleet_a = await make_runtime(dirs=[tmp_path / "a"])
+    run_id = await fleet_a.start_run("flow", "go")
+    done = await fleet_a.wait_for_run(run_id, timeout_s=90)
+    assert done.status == "completed", done
+    assert "facts about tides" in done.output and "facts about postgres" in done.output
+    children = await fleet_a.children(run_id)
+    assert sorted(child.parent["task_id"] for child in children) == ["w1-0", "w1-1"]
+    assert {child.status for child in children} == {"completed"}
+    assert len(await fleet_b.list_runs(agent="writer")) == 2
+    check_log(await fleet_a.events(run_id))

@@ -46,7 +46,11 @@ async def advance_child_calls(runner: TaskRunner, calls: Sequence[PendingToolCal
         elif not await _advance_peer_call(runner, pending):
             waiting = True
     if waiting:
-        await runner.flush(run_update=RunUpdate(status="waiting"), done=True)
+        # A workflow's run has other tasks that may still be working: it stays running (the
+        # guardian then re-sends this task's message now and then; it finds the peer still
+        # working and parks again). A single-task run is waiting, which the guardian skips.
+        parked = RunUpdate(status="waiting") if runner.agent.workflow is None else None
+        await runner.flush(run_update=parked, done=True)
         return False
     return True
 
