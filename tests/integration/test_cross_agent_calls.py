@@ -237,3 +237,37 @@ async def test_the_tasks_of_a_workflow_wave_ask_a_peer_at_once(make_runtime,
     assert {child.status for child in children} == {"completed"}
     assert len(await fleet_b.list_runs(agent="writer")) == 2
     check_log(await fleet_a.events(run_id))
+
+
+async def test_hostile_calls_from_the_model_are_tool_errors_and_start_nothing(
+        make_runtime, tmp_path: Path) -> None:
+    from toren.seams.model import ModelResponse, ToolCall
+
+    def asks(*calls: tuple[str, object]) -> ModelResponse:
+        return ModelResponse(text="", stop_reason="tool_use", tool_calls=tuple(
+            ToolCall(id=f"c{i}", name=name, arguments=args)  # type: ignore[arg-type]
+            for i, (name, args) in enumerate(calls)))
+
+    script = [
+        asks(("ask_writer", {}), ("ask_writer", {"request": "x", "as": "admin"})),
+        # not a session: no background tool; and a peer it was not given
+        asks(("start_background_run", {"agent": "writer", "request": "x"}),
+             ("ask_boss", {"request": "x"})),
+        ModelResponse(text="done"),
+    ]
+    write_agent_dir(tmp_path / "a", "desk", model="test/hostile", peers=["writer"],
+                    background=["writer"])
+    write_agent_dir(tmp_path / "b", "writer", acceptsFrom=["desk"])
+    fleet_b = await make_runtime(dirs=[tmp_path / "b"])
+    fleet_a = await make_runtime(dirs=[tmp_path / "a"],
+                                 models={"hostile": ScriptedModel("test/hostile",
+                                                                  script=script)})
+    run_id = await fleet_a.start_run("desk", "go")
+    done = await fleet_a.wait_for_run(run_id, timeout_s=60)
+    # each went back to the model as an error; four in a row stop the task (as for any tool)
+    assert done.status == "failed" and done.error["code"] == "invalid_tool_calls"
+    results = [e.data for e in await fleet_a.events(run_id) if e.type == "ToolCallCompleted"]
+    assert [r["error_kind"] for r in results] == ["invalid_arguments"] * 2 + ["unknown_tool"] * 2
+    assert "'request' is a required property" in results[0]["output"]
+    assert await fleet_a.children(run_id) == []
+    assert await fleet_b.list_runs(agent="writer") == []
