@@ -271,3 +271,26 @@ async def test_hostile_calls_from_the_model_are_tool_errors_and_start_nothing(
     assert "'request' is a required property" in results[0]["output"]
     assert await fleet_a.children(run_id) == []
     assert await fleet_b.list_runs(agent="writer") == []
+
+
+async def test_the_peers_own_fleet_refuses_a_caller_its_agent_yaml_does_not_accept(
+        make_runtime, database_url: str, tmp_path: Path) -> None:
+    import psycopg
+
+    desk_dir, writer_dir = desk_and_writer(tmp_path)  # the writer's agent.yaml accepts no one
+    fleet_b = await make_runtime(dirs=[writer_dir.parent])
+    # a registry that says otherwise (stale, or written by hand) does not override agent.yaml
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        await conn.execute("UPDATE toren_control.agents SET accepts_from = '{desk}' "
+                           "WHERE name = 'writer'")
+    fleet_a = await make_runtime(dirs=[desk_dir.parent])
+    run_id = await fleet_a.start_run("desk", "tides")
+    done = await fleet_a.wait_for_run(run_id, timeout_s=60)
+    assert done.status == "completed"
+    (child,) = await fleet_a.children(run_id)
+    peer = await fleet_b.get_run(child.id)
+    assert peer.status == "failed" and peer.error["code"] == "call_refused"
+    result = next(e.data for e in await fleet_a.events(run_id)
+                  if e.type == "ToolCallCompleted")
+    assert result["is_error"] and "does not accept calls from 'desk'" in result["output"]
+    assert not any(e.type == "TaskScheduled" for e in await fleet_b.events(child.id))

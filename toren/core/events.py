@@ -96,6 +96,10 @@ class RunCreated(EventData, frozen=True):
     input: AnyJson
     idempotency_key: str | None
     session: SessionFlag = False
+    caller: Annotated[str | None, msgspec.Meta(
+        description="The agent whose task started this run (a cross-agent call or a "
+                    "background run); absent otherwise. The run's own fleet refuses it unless "
+                    "the agent's acceptsFrom lists the caller.")] = None
 
 
 class TaskScheduled(EventData, frozen=True):

@@ -207,6 +207,8 @@ class RunState(msgspec.Struct, kw_only=True):
     next_seq: int = 1
     agent: str = ""
     input: Any = None
+    #: The agent whose task started the run (``RunCreated.caller``), if one did.
+    caller: str | None = None
     scheduled: dict[str, ev.TaskScheduled] = msgspec.field(default_factory=dict)
     absorbed: dict[str, ev.TaskAbsorbed] = msgspec.field(default_factory=dict)
     finished: ev.RunFinished | ev.RunDeadLettered | None = None
@@ -233,6 +235,7 @@ def apply_run_event(state: RunState, event: ev.EventData) -> None:
         case ev.RunCreated():
             state.agent = event.agent
             state.input = event.input
+            state.caller = event.caller
         case ev.TaskScheduled():
             state.scheduled[event.task_id] = event
         case ev.TaskAbsorbed():

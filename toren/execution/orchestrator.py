@@ -63,7 +63,14 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
         record(ev.TimerFired(timer=timer))
     messages: list[OutgoingMessage] = []
     outcome: ev.RunFinished | None = None
-    if agent.workflow is None:
+    if state.caller is not None and state.caller not in agent.accepts_from and not (
+            state.scheduled or state.waves):
+        # the caller checked consent in the registry; this fleet's agent.yaml has the last word
+        outcome = ev.RunFinished(status="failed", stop_reason="error", output=None, error={
+            "code": "call_refused",
+            "message": f"agent {agent.name!r} does not accept calls from {state.caller!r}: "
+                       f"add {state.caller} to acceptsFrom: in its agent.yaml"})
+    elif agent.workflow is None:
         if MAIN_TASK not in state.scheduled:
             # created by another agent's task (a peer call or a background run), which cannot
             # know whether this agent runs a workflow: its first tick schedules the task

@@ -59,7 +59,7 @@ class HostChildRuns:
         run_id, _created = await self.store.create_run(
             agent, str(uuid.uuid4()), request, idempotency_key=idempotency_key,
             events=[NewEvent.of(ev.RunCreated(agent=agent, input=request,
-                                              idempotency_key=idempotency_key))],
+                                              idempotency_key=idempotency_key, caller=caller))],
             # the orchestrator of the agent's own fleet schedules its first task: only that
             # fleet knows whether the agent runs a workflow
             messages=[run_tick(f"started by {caller} run {parent.run_id}")],
