@@ -81,3 +81,33 @@ def test_a_caller_killed_while_waiting_resumes_and_the_peer_runs_once(
     assert detail["peer_calls"][0]["run_id"] == str(writer_run[0])
     human = toren_cli("jobs", "show", run_id, env=env)
     assert f"peer writer run {writer_run[0]} completed" in human.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_caller_killed_between_creating_the_peer_run_and_recording_it_does_not_start_two(
+        start_toren, toren_cli, database_url: str, tmp_path: Path) -> None:
+    import signal
+
+    desk_fleet = write_agent_dir(tmp_path / "a", "desk", peers=["writer"]).parent
+    writer_fleet = write_agent_dir(tmp_path / "b", "writer", tools_py=WRITER_TOOLS,
+                                   acceptsFrom=["desk"]).parent
+    env = {"DATABASE_URL": database_url, "TOREN_LEASE_TTL": "1", "TOREN_POLL_INTERVAL": "0.2",
+           "TOREN_GUARDIAN_INTERVAL": "0.5"}
+    crashing = env | {"TOREN_CRASH_AT": "after_child_run",
+                      "TOREN_CRASH_ONCE": str(tmp_path / "crashed")}
+    start_worker(start_toren, writer_fleet, env)
+    run_id = create_run(toren_cli, desk_fleet, "desk", "tides", env)
+    doomed = start_worker(start_toren, desk_fleet, crashing)
+    assert doomed.proc.wait(timeout=60) == -signal.SIGKILL, doomed.stderr
+    # the peer's run exists; the caller's log does not say so yet
+    assert len(rows(database_url, "SELECT id FROM agent_writer.runs")) == 1
+    assert rows(database_url, "SELECT 1 FROM agent_desk.events WHERE run_id = %s AND "
+                              "type = 'PeerCallStarted'", run_id) == []
+    resumed = start_worker(start_toren, desk_fleet, crashing)
+    assert wait_until(lambda: run_row(database_url, "agent_desk", run_id)[0] == "completed",
+                      90), resumed.stderr
+    assert "the writer's facts about tides" in run_row(database_url, "agent_desk", run_id)[1]
+    assert len(rows(database_url, "SELECT id FROM agent_writer.runs")) == 1
+    assert len(rows(database_url, "SELECT 1 FROM agent_desk.events WHERE run_id = %s AND "
+                                  "type = 'PeerCallStarted'", run_id)) == 1

@@ -75,6 +75,7 @@ async def _advance_peer_call(runner: TaskRunner, pending: PendingToolCall) -> bo
             runner.record(runner.tool_error(pending.step, call, "refused",
                                             f"Error: the call was refused: {exc.message}"))
             return True
+        runner.ports.crash_point("after_child_run")
         started = ev.PeerCallStarted(step=pending.step, call_id=call.id, peer=peer,
                                      run_id=run_id, depth=depth, epoch=runner.lease.epoch)
         runner.record(started)
@@ -116,6 +117,7 @@ async def _start_background(runner: TaskRunner, pending: PendingToolCall) -> Non
         runner.record(runner.tool_error(pending.step, call, "refused",
                                         f"Error: the run was refused: {exc.message}"))
         return
+    runner.ports.crash_point("after_child_run")
     runner.record(ev.BackgroundRunStarted(step=pending.step, call_id=call.id, agent=agent,
                                           run_id=run_id, epoch=runner.lease.epoch))
     text = (f"Started run {run_id} of agent {agent} in the background. Its answer will be "
