@@ -294,3 +294,53 @@ async def test_the_peers_own_fleet_refuses_a_caller_its_agent_yaml_does_not_acce
                   if e.type == "ToolCallCompleted")
     assert result["is_error"] and "does not accept calls from 'desk'" in result["output"]
     assert not any(e.type == "TaskScheduled" for e in await fleet_b.events(child.id))
+
+
+async def test_a_channel_in_the_process_gets_the_notice_and_a_failing_one_loses_nothing(
+        make_runtime, tmp_path: Path) -> None:
+    from toren import hookimpl
+    from toren.seams.channels import Channel
+
+    class Inbox(Channel):
+        description = "collects notices"
+
+        def __init__(self, name: str, fail: bool) -> None:
+            self.name, self.fail, self.notices = name, fail, []
+
+        async def start(self, runtime: object) -> None:
+            return None
+
+        async def stop(self) -> None:
+            return None
+
+        async def notify(self, session_id: str, agent: str, text: str) -> None:
+            if self.fail:
+                raise RuntimeError("the chat app is down")
+            self.notices.append((session_id, agent, text))
+
+    inbox, broken = Inbox("inbox", False), Inbox("broken", True)
+
+    class Plugin:
+        @hookimpl
+        def register_channels(self, register) -> None:
+            register(broken)
+            register(inbox)
+
+    write_agent_dir(tmp_path / "a", "chat", background=["writer"])
+    write_agent_dir(tmp_path / "b", "writer", tools_py=WRITER_TOOLS, acceptsFrom=["chat"])
+    await make_runtime(dirs=[tmp_path / "b"])
+    fleet_a = await make_runtime(dirs=[tmp_path / "a"])
+    fleet_a.plugins.add_plugin(Plugin(), "inbox")
+    await fleet_a.start_channels()
+    session_id = await fleet_a.start_session("chat")
+    await fleet_a.send_message(session_id, "tides")
+    for _ in range(400):
+        if inbox.notices:
+            break
+        await asyncio.sleep(0.05)
+    ((noticed_session, agent, text),) = inbox.notices
+    assert (noticed_session, agent) == (session_id, "chat")
+    assert text.startswith("[background run ") and "the writer's facts about tides" in text
+    session = await fleet_a.get_session(session_id)
+    assert [e["text"] for e in session["transcript"] if e["role"] == "background"] == [text]
+    await fleet_a.stop_channels()
