@@ -21,6 +21,14 @@ def facts(topic: str) -> str:
 '''
 
 
+def two_fleets(tmp_path: Path) -> tuple[Path, Path]:
+    """Fleet a serves ``desk`` (peers: writer), fleet b ``writer`` (acceptsFrom: desk)."""
+    desk_fleet = write_agent_dir(tmp_path / "a", "desk", peers=["writer"]).parent
+    writer_fleet = write_agent_dir(tmp_path / "b", "writer", tools_py=WRITER_TOOLS,
+                                   acceptsFrom=["desk"]).parent
+    return desk_fleet, writer_fleet
+
+
 def rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
     with psycopg.connect(url) as conn:
         return conn.execute(sql, list(params)).fetchall()
@@ -30,9 +38,7 @@ def rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
 @pytest.mark.timeout(300)
 def test_a_caller_killed_while_waiting_resumes_and_the_peer_runs_once(
         start_toren, toren_cli, database_url: str, tmp_path: Path) -> None:
-    desk_fleet = write_agent_dir(tmp_path / "a", "desk", peers=["writer"]).parent
-    writer_fleet = write_agent_dir(tmp_path / "b", "writer", tools_py=WRITER_TOOLS,
-                                   acceptsFrom=["desk"]).parent
+    desk_fleet, writer_fleet = two_fleets(tmp_path)
     calls = tmp_path / "writer-calls.jsonl"
     env = {"DATABASE_URL": database_url, "TOREN_LEASE_TTL": "2", "TOREN_POLL_INTERVAL": "0.2",
            "TOREN_GUARDIAN_INTERVAL": "0.5"}
@@ -89,9 +95,7 @@ def test_a_caller_killed_between_creating_the_peer_run_and_recording_it_does_not
         start_toren, toren_cli, database_url: str, tmp_path: Path) -> None:
     import signal
 
-    desk_fleet = write_agent_dir(tmp_path / "a", "desk", peers=["writer"]).parent
-    writer_fleet = write_agent_dir(tmp_path / "b", "writer", tools_py=WRITER_TOOLS,
-                                   acceptsFrom=["desk"]).parent
+    desk_fleet, writer_fleet = two_fleets(tmp_path)
     env = {"DATABASE_URL": database_url, "TOREN_LEASE_TTL": "1", "TOREN_POLL_INTERVAL": "0.2",
            "TOREN_GUARDIAN_INTERVAL": "0.5"}
     crashing = env | {"TOREN_CRASH_AT": "after_child_run",

@@ -55,9 +55,25 @@ async def advance_child_calls(runner: TaskRunner, calls: Sequence[PendingToolCal
     return True
 
 
-def _link(runner: TaskRunner, kind: str) -> ChildLink:
-    return ChildLink(agent=runner.agent.name, run_id=runner.run_id, task_id=runner.task_id,
-                     kind=kind, depth=0)
+async def _start_child(runner: TaskRunner, pending: PendingToolCall, kind: str,
+                       agent: str) -> tuple[str, int] | None:
+    """Create (or find, by the call's idempotency key) the child run: its id and depth, or
+    ``None`` when it was refused (the refusal is recorded as the call's result)."""
+    call = pending.call
+    try:
+        created = await runner.ports.children.start(
+            caller=runner.agent.name, agent=agent,
+            parent=ChildLink(agent=runner.agent.name, run_id=runner.run_id,
+                             task_id=runner.task_id, kind=kind, depth=0),
+            request=str(call.arguments.get("request", "")),
+            idempotency_key=pending.idempotency_key)
+    except CallRefused as exc:
+        runner.record(runner.tool_error(pending.step, call, "refused",
+                                        f"Error: the {'call' if kind == 'peer' else 'run'} "
+                                        f"was refused: {exc.message}"))
+        return None
+    runner.ports.crash_point("after_child_run")
+    return created
 
 
 async def _advance_peer_call(runner: TaskRunner, pending: PendingToolCall) -> bool:
@@ -66,16 +82,10 @@ async def _advance_peer_call(runner: TaskRunner, pending: PendingToolCall) -> bo
     started = runner.state.peer_calls.get(call.id)
     if started is None:
         peer = call.name[len(ASK_PREFIX):]
-        try:
-            run_id, depth = await runner.ports.children.start(
-                caller=runner.agent.name, parent=_link(runner, "peer"), agent=peer,
-                request=str(call.arguments.get("request", "")),
-                idempotency_key=pending.idempotency_key)
-        except CallRefused as exc:
-            runner.record(runner.tool_error(pending.step, call, "refused",
-                                            f"Error: the call was refused: {exc.message}"))
+        created = await _start_child(runner, pending, "peer", peer)
+        if created is None:
             return True
-        runner.ports.crash_point("after_child_run")
+        run_id, depth = created
         started = ev.PeerCallStarted(step=pending.step, call_id=call.id, peer=peer,
                                      run_id=run_id, depth=depth, epoch=runner.lease.epoch)
         runner.record(started)
@@ -108,16 +118,10 @@ def _answer(peer: str, run_id: str, outcome: ChildOutcome) -> str:
 async def _start_background(runner: TaskRunner, pending: PendingToolCall) -> None:
     call = pending.call
     agent = str(call.arguments.get("agent", ""))
-    try:
-        run_id, _depth = await runner.ports.children.start(
-            caller=runner.agent.name, parent=_link(runner, "background"), agent=agent,
-            request=str(call.arguments.get("request", "")),
-            idempotency_key=pending.idempotency_key)
-    except CallRefused as exc:
-        runner.record(runner.tool_error(pending.step, call, "refused",
-                                        f"Error: the run was refused: {exc.message}"))
+    created = await _start_child(runner, pending, "background", agent)
+    if created is None:
         return
-    runner.ports.crash_point("after_child_run")
+    run_id, _depth = created
     runner.record(ev.BackgroundRunStarted(step=pending.step, call_id=call.id, agent=agent,
                                           run_id=run_id, epoch=runner.lease.epoch))
     text = (f"Started run {run_id} of agent {agent} in the background. Its answer will be "
