@@ -48,6 +48,9 @@ class Run(TypedDict):
     finished_at: str | None
     #: The schedule that started the run, if one did.
     schedule: NotRequired[str | None]
+    #: For a child run: ``{"agent", "run_id", "task_id", "kind"}`` of what started it.
+    parent: dict[str, Any] | None
+    depth: int
 
 
 class Approval(TypedDict):
@@ -162,6 +165,9 @@ class Session(TypedDict):
     turns_ended: int
     totals: dict[str, Any]
     pending_approvals: list[Approval]
+    #: Background runs the session started: ``{"run_id", "agent", "status", "reported",
+    #: "started_at"}``.
+    background_runs: list[dict[str, Any]]
 
 
 class Health(TypedDict):
@@ -281,6 +287,11 @@ class TorenClient:
     async def get_run(self, run_id: str) -> RunDetail:
         result: RunDetail = await self._request("GET", f"/runs/{run_id}")
         return result
+
+    async def children(self, run_id: str) -> list[Run]:
+        """The runs the run's tasks started: peer calls and background runs, oldest first."""
+        result: dict[str, list[Run]] = await self._request("GET", f"/runs/{run_id}/children")
+        return result["children"]
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, cursor: str | None = None,
@@ -524,6 +535,9 @@ class SyncTorenClient:
 
     def get_run(self, run_id: str) -> RunDetail:
         return self._run(lambda c: c.get_run(run_id))
+
+    def children(self, run_id: str) -> list[Run]:
+        return self._run(lambda c: c.children(run_id))
 
     def list_runs(self, *, agent: str | None = None, status: str | None = None,
                   limit: int = 50, cursor: str | None = None, kind: str | None = None,

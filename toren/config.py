@@ -73,6 +73,9 @@ class Settings:
     body_timeout_s: float = 30.0
     idle_timeout_s: float = 75.0
     max_connections: int = 1000
+    #: Cross-agent calls one chain may nest (A asks B asks C ...); a call beyond is refused
+    #: with a tool error, which bounds cycles such as A asks B asks A.
+    max_call_depth: int = 5
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -115,6 +118,7 @@ class Settings:
             body_timeout_s=positive_number(env, "TOREN_BODY_TIMEOUT", 30.0, float),
             idle_timeout_s=positive_number(env, "TOREN_IDLE_TIMEOUT", 75.0, float),
             max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
+            max_call_depth=positive_number(env, "TOREN_MAX_CALL_DEPTH", 5, int),
         )
 
     def crash_point(self, name: str) -> None:

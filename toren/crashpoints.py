@@ -26,6 +26,8 @@ POINTS = {
     "mid_wave_dispatch": "a workflow started a wave; its tasks are not scheduled yet",
     "after_approval": "a worker read an approval's decision; it is not recorded (nor the "
                       "approved call run) yet",
+    "after_child_run": "a peer call or background run created its run; the task has not "
+                       "recorded it yet",
 }
 _reached: Counter[str] = Counter()
 

@@ -139,6 +139,14 @@ class ToolError(TorenError):
     code = "tool_error"
 
 
+class CallRefused(ToolError):
+    """A cross-agent call or background run was refused: consent is missing on one side, the
+    agent is unknown, or the chain of calls is too deep. The model gets it as the tool's error
+    result; nothing was started."""
+
+    code = "call_refused"
+
+
 class ChannelError(TorenError):
     """A channel (CLI, HTTP, chat integrations) failed."""
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from toren.agents.children import background_tool, peer_tool
 from toren.agents.schedules import load_schedules
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
@@ -87,6 +88,12 @@ class AgentSpec:
     schedules: tuple[ScheduleSpec, ...] = ()
     #: ``fallbacks:``: models tried in order when a task's model fails (``ModelFellBack``).
     fallbacks: tuple[str, ...] = ()
+    #: ``peers:``: agents this one may call (an ``ask_<peer>`` tool each).
+    peers: tuple[str, ...] = ()
+    #: ``acceptsFrom:``: agents that may call this one (or start it in the background).
+    accepts_from: tuple[str, ...] = ()
+    #: ``background:``: agents a session of this one may start in the background.
+    background: tuple[str, ...] = ()
 
     @property
     def schema_name(self) -> str:
@@ -111,6 +118,8 @@ class AgentSpec:
             "approvals": {name: policy.to_json() for name, policy in self.approvals.items()},
             "schedules": [schedule.to_json() for schedule in self.schedules],
             "fallbacks": list(self.fallbacks),
+            "peers": list(self.peers), "acceptsFrom": list(self.accepts_from),
+            "background": list(self.background),
         }
 
 
@@ -242,6 +251,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                 f"{available[tool_name].source}; rename the function in tools.py",
                 path=str(yaml_path), line=located.line_of(("tools", index)))
         enabled[tool_name] = available[tool_name]
+    _add_child_tools(enabled, data, located, str(yaml_path))
     limits = Limits.from_yaml(data.get("limits"))
     agent = AgentSpec(
         name=name, directory=directory, model=model, prompt=prompt,
@@ -255,6 +265,8 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         tool_config={key: data[key] for key in TOOL_CONFIG_KEYS if key in data},
         approvals=_approvals(data, enabled, located, str(yaml_path)),
         schedules=load_schedules(located, str(yaml_path)),
+        peers=tuple(data.get("peers", ())), accepts_from=tuple(data.get("acceptsFrom", ())),
+        background=tuple(data.get("background", ())),
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
@@ -268,6 +280,8 @@ def _tool_choices(available: Mapping[str, Tool]) -> str:
     """The tool names and groups that ``tools:`` accepts, for an error message."""
     groups = sorted({f"{tool.group} (group)" for tool in available.values() if tool.group})
     return ", ".join([*sorted(available), *groups]) or "none"
+
+
 def _approvals(data: dict[str, Any], tools: Mapping[str, Tool], located: LocatedYaml,
                path: str) -> dict[str, ApprovalPolicy]:
     """``approvals:`` of agent.yaml, plus every tool marked ``requires_approval=True``."""
@@ -280,6 +294,25 @@ def _approvals(data: dict[str, Any], tools: Mapping[str, Tool], located: Located
                 path=path, line=located.line_of(("approvals", tool_name), key=True))
         policies[tool_name] = ApprovalPolicy.from_yaml(entry)
     return policies
+
+
+def _add_child_tools(enabled: dict[str, Tool], data: dict[str, Any], located: LocatedYaml,
+                     path: str) -> None:
+    """``ask_<peer>`` per ``peers:`` entry and ``start_background_run`` for ``background:``;
+    a name clash with another tool is an error at the line of the entry."""
+    added: list[tuple[Tool, tuple[str | int, ...]]] = [
+        (peer_tool(peer), ("peers", index)) for index, peer in
+             enumerate(data.get("peers", ()))]
+    if data.get("background"):
+        added.append((background_tool(data["background"]), ("background",)))
+    for tool, at in added:
+        other = enabled.get(tool.name)
+        if other is not None:
+            raise AgentDefinitionError(
+                f"{'.'.join(map(str, at))}: the tool {tool.name!r} it adds clashes with the tool "
+                f"of that name from {other.source or 'tools.py'}; rename that tool",
+                path=path, line=located.line_of(at))
+        enabled[tool.name] = tool
 
 
 def check_agent_name(name: str, *, where: str) -> None:

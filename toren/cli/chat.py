@@ -195,7 +195,7 @@ async def _chat(backend: Backend, agent: str, session_id: str | None, resume: st
         if not as_json:
             for approval in found.get("pending_approvals", []):
                 _show_waiting(approval["tool"], approval["id"])
-        if status in ("queued", "running", "awaiting_approval"):
+        if status in ("queued", "running", "awaiting_approval", "waiting"):
             status = await _follow_turn(backend, as_json)
         while status not in ev.TERMINAL_STATUSES:
             if not as_json:
@@ -256,6 +256,10 @@ def _show_event(event: Event) -> None:
         console.print("[bold green]agent>[/] ", end="")
         console.print(plain(data["text"]), markup=False)
         return
+    if event.type == ev.BACKGROUND_RUN_FINISHED:
+        _show_background(ev.background_notice(data["agent"], data["run_id"], data["status"],
+                                              data.get("output"), data.get("error")))
+        return
     if event.type == ev.TURN_ENDED and data["stop_reason"] == "max_steps":
         console.print(f"[yellow]The turn used its {data['steps']} steps (limits.maxSteps); "
                       "say \"go on\" to continue.[/]")
@@ -275,6 +279,12 @@ def _show_waiting(tool: str, approval_id: str) -> None:
                   f"`toren approvals deny {safe(approval_id)} --reason ...`; the turn "
                   "continues here once it is decided (Ctrl-C leaves; the session stays "
                   "open).[/]")
+
+
+def _show_background(text: str) -> None:
+    """A background run's notice (docs/guides/background-runs.md)."""
+    console.print("[bold magenta]background>[/] ", end="")
+    console.print(plain(text), markup=False)
 
 
 def _show_transcript(found: dict[str, Any], as_json: bool) -> None:
@@ -297,6 +307,8 @@ def _show_transcript(found: dict[str, Any], as_json: bool) -> None:
         elif entry["role"] == "assistant" and not entry["tool_calls"]:
             console.print("[bold green]agent>[/] ", end="")
             console.print(plain(entry["text"]), markup=False)
+        elif entry["role"] == "background":
+            _show_background(entry["text"])
         elif entry["role"] == "tool":
             colour = "red" if entry["is_error"] else "green"
             output = " ".join(entry["output"].split())

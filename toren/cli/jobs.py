@@ -12,7 +12,7 @@ from rich.table import Table
 
 from toren.cli.common import with_database
 from toren.cli.output import JSON_OPTION_HELP, console, plain, print_json, print_table, safe
-from toren.cli.render import receipt_tables, run_summary, run_tree
+from toren.cli.render import children_tree, receipt_tables, run_summary, run_tree
 from toren.core.runs import RunRecord
 from toren.errors import RunNotFound, TorenError
 from toren.host.runtime import Runtime
@@ -114,13 +114,20 @@ def show(run_id: RunArgument, as_json: JsonOption = False,
     """A run: status, stop reason, output, steps, tokens, cost, latest error; as a tree."""
 
     async def read(runtime: Runtime) -> dict[str, Any]:
-        return await runtime.receipt(await resolve_run_id(runtime, run_id))
+        found = await resolve_run_id(runtime, run_id)
+        children = [child.to_json() for child in await runtime.children(found)]
+        return await runtime.receipt(found) | {"children": children}
 
     receipt: dict[str, Any] = with_database(read)
+    costs = {call["run_id"]: call["cost_usd"] for call in receipt["peer_calls"]}
+    for child in receipt["children"]:
+        child["cost_usd"] = costs.get(child["id"])
     if as_json:
         print_json(receipt["run"] | {"totals": receipt["totals"], "why": receipt["why"],
                                      "budget": receipt["budget"],
-                                     "tasks": [_task_brief(t) for t in receipt["tasks"]]}
+                                     "tasks": [_task_brief(t) for t in receipt["tasks"]],
+                                     "peer_calls": receipt["peer_calls"],
+                                     "children": receipt["children"]}
                    | ({"prompts": receipt["prompts"]} if prompts else {}))
         return
     print_table(run_summary(receipt))
@@ -129,6 +136,9 @@ def show(run_id: RunArgument, as_json: JsonOption = False,
         console.print(plain(receipt["run"]["output"]), markup=False)
     console.print()
     console.print(run_tree(receipt))
+    if receipt["children"]:
+        console.print()
+        console.print(children_tree(receipt["run"]["id"], receipt["children"]))
     if prompts:
         for digest, tasks in _tasks_by_prompt(receipt).items():
             console.print()

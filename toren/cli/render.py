@@ -134,6 +134,18 @@ def run_tree(receipt: dict[str, Any]) -> Tree:
     return tree
 
 
+def children_tree(run_id: str, children: list[dict[str, Any]]) -> Tree:
+    """The runs a run's tasks started: peer calls and background runs, with their cost."""
+    tree = Tree(f"[bold]child runs of {safe(run_id)}[/]")
+    for child in children:
+        cost = child.get("cost_usd")
+        tree.add(f"{safe(child['parent']['kind'])} {safe(child['agent'])} run "
+                 f"{safe(child['id'])} {child['status']}"
+                 + (f" · {_cost(cost)}" if cost is not None else "")
+                 + f" · depth {child['depth']}")
+    return tree
+
+
 def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
     """Every model call and tool call of a run."""
     calls = Table(title="Model calls")

@@ -30,9 +30,10 @@ StopReason = Literal["end_turn", "max_steps", "max_waves", "budget_exhausted", "
 TaskStatus = Literal["completed", "stopped", "failed", "cancelled"]
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
 #: Run statuses; the last four are terminal. ``awaiting_input``: a session waits for a message;
-#: ``awaiting_approval``: a task waits for a person to approve or deny a tool call.
-RUN_STATUSES = ("queued", "running", "awaiting_input", "awaiting_approval", "completed",
-                "stopped", "failed", "cancelled")
+#: ``awaiting_approval``: a task waits for a person to approve or deny a tool call;
+#: ``waiting``: a task waits for the peer runs it asked (cross-agent calls), holding nothing.
+RUN_STATUSES = ("queued", "running", "awaiting_input", "awaiting_approval", "waiting",
+                "completed", "stopped", "failed", "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "stopped", "failed", "cancelled"})
 
 Epoch = Annotated[int, msgspec.Meta(
@@ -53,6 +54,17 @@ Purpose = Annotated[Literal["compaction"] | None, msgspec.Meta(
 
 def task_stream(task_id: str) -> str:
     return f"task:{task_id}"
+
+
+def background_notice(agent: str, run_id: str, status: str, output: str | None,
+                      error: dict[str, Any] | None) -> str:
+    """The message a session gets when a background run it started ends."""
+    head = f"[background run {run_id} of agent {agent} {status}]"
+    if output:
+        return f"{head}\n{output}"
+    if error:
+        return f"{head}\nerror: {error.get('message', error)}"
+    return head
 
 
 def status_for(stop_reason: str) -> TaskStatus:
@@ -85,6 +97,10 @@ class RunCreated(EventData, frozen=True):
     input: AnyJson
     idempotency_key: str | None
     session: SessionFlag = False
+    caller: Annotated[str | None, msgspec.Meta(
+        description="The agent whose task started this run (a cross-agent call or a "
+                    "background run); absent otherwise. The run's own fleet refuses it unless "
+                    "the agent's acceptsFrom lists the caller.")] = None
 
 
 class TaskScheduled(EventData, frozen=True):
@@ -281,7 +297,8 @@ class ToolCallStarted(EventData, frozen=True):
 
 
 ToolErrorKind = Literal["unknown_tool", "invalid_arguments", "exception", "interrupted",
-                        "timeout", "abandoned", "approval_denied", "approval_expired"]
+                        "timeout", "abandoned", "approval_denied", "approval_expired",
+                        "refused"]
 
 
 class ToolCallCompleted(EventData, frozen=True):
@@ -521,6 +538,65 @@ class ModelFellBack(EventData, frozen=True):
     epoch: Epoch
 
 
+# -- cross-agent calls and background runs (docs/guides/cross-agent-calls.md,
+# -- docs/guides/background-runs.md) ----------------------------------------------------------
+
+ChildRunId = Annotated[str, msgspec.Meta(description="The id of the run that was started.")]
+
+
+class PeerCallStarted(EventData, frozen=True):
+    """An ``ask_<peer>`` tool call created a run of the peer agent (or found the one its
+    idempotency key already made); the task waits for it without holding a worker."""
+
+    stream = "task"
+    step: Step
+    call_id: str
+    peer: str
+    run_id: ChildRunId
+    depth: Annotated[int, msgspec.Meta(ge=1, description="The peer run's call depth.")]
+    epoch: Epoch
+
+
+class PeerCallFinished(EventData, frozen=True):
+    """The peer run ended; recorded with the ``ToolCallCompleted`` that gives the caller its
+    answer. ``cost_usd`` is the peer run's own cost (its receipt has the details)."""
+
+    stream = "task"
+    step: Step
+    call_id: str
+    peer: str
+    run_id: ChildRunId
+    status: TaskStatus
+    cost_usd: Annotated[float, msgspec.Meta(ge=0)]
+    epoch: Epoch
+
+
+class BackgroundRunStarted(EventData, frozen=True):
+    """A session's ``start_background_run`` tool call started a run of an agent; the session
+    goes on at once and is told when it ends (``BackgroundRunFinished``)."""
+
+    stream = "task"
+    step: Step
+    call_id: str
+    agent: str
+    run_id: ChildRunId
+    epoch: Epoch
+
+
+class BackgroundRunFinished(EventData, frozen=True):
+    """A background run the session started ended: posted into the transcript (and the
+    conversation the model sees) once, between turns."""
+
+    stream = "task"
+    agent: str
+    run_id: ChildRunId
+    status: TaskStatus
+    output: str | None
+    error: ErrorInfo | None
+    cost_usd: Annotated[float, msgspec.Meta(ge=0)]
+    epoch: Epoch
+
+
 #: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
 EVENT_CLASSES: tuple[type[EventData], ...] = (
     RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
@@ -530,6 +606,7 @@ EVENT_CLASSES: tuple[type[EventData], ...] = (
     ApprovalRequested, ApprovalDecided,
     ScheduleFired,
     BudgetReserved, BudgetSettled, BudgetWarning, ModelFellBack,
+    PeerCallStarted, PeerCallFinished, BackgroundRunStarted, BackgroundRunFinished,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -563,6 +640,10 @@ BUDGET_RESERVED = BudgetReserved.__name__
 BUDGET_SETTLED = BudgetSettled.__name__
 BUDGET_WARNING = BudgetWarning.__name__
 MODEL_FELL_BACK = ModelFellBack.__name__
+PEER_CALL_STARTED = PeerCallStarted.__name__
+PEER_CALL_FINISHED = PeerCallFinished.__name__
+BACKGROUND_RUN_STARTED = BackgroundRunStarted.__name__
+BACKGROUND_RUN_FINISHED = BackgroundRunFinished.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

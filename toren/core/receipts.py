@@ -166,6 +166,8 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
         for key in ("model_calls", "input_tokens", "output_tokens", "cost_unknown_calls"):
             who[key] += task["totals"][key]
         who["cost_usd"] = round(who["cost_usd"] + task["totals"]["cost_usd"], 10)
+    peer_calls = _peer_calls(events)
+    totals["peer_cost_usd"] = round(sum(c["cost_usd"] or 0.0 for c in peer_calls), 10)
     reason = record.stop_reason
     why = STOP_REASON_TEXT.get(reason or "", "it has not stopped yet")
     if record.status == "awaiting_input":
@@ -182,4 +184,21 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
         why = f"{why}: {record.error['message']}"
     return {"run": record.to_json(), "status": record.status, "stop_reason": reason,
             "why": why, "tasks": tasks, "totals": totals, "by_subagent": by_subagent,
-            "prompts": dict(prompts or {}), "budget": dict(budget) if budget else None}
+            "peer_calls": peer_calls, "prompts": dict(prompts or {}),
+            "budget": dict(budget) if budget else None}
+
+
+def _peer_calls(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """The run's cross-agent calls: each links to the peer's run (whose own receipt has the
+    details) with its status and cost; ``status`` is ``None`` while the caller waits."""
+    calls: dict[str, dict[str, Any]] = {}
+    for e in sorted(events, key=lambda e: (e.stream, e.seq)):
+        if e.type == ev.PEER_CALL_STARTED:
+            calls[e.data["run_id"]] = {
+                "task_id": e.stream.removeprefix("task:"), "call_id": e.data["call_id"],
+                "agent": e.data["peer"], "run_id": e.data["run_id"], "depth": e.data["depth"],
+                "status": None, "cost_usd": None}
+        elif e.type == ev.PEER_CALL_FINISHED and e.data["run_id"] in calls:
+            calls[e.data["run_id"]] |= {"status": e.data["status"],
+                                        "cost_usd": e.data["cost_usd"]}
+    return list(calls.values())

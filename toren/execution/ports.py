@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 from toren.config import Settings
 from toren.core.events import Event, NewEvent
+from toren.core.runs import ChildLink
 from toren.execution.tool_threads import ToolThreads
 from toren.seams.model import Model
 from toren.seams.shapes import Lease, QueueMessage, TextDelta
@@ -32,6 +34,39 @@ ResolveModel = Callable[[str, str | None], Model]
 
 
 @dataclass(frozen=True)
+class ChildOutcome:
+    """How a child run ended: its status, answer (or error) and its own cost."""
+
+    status: Literal["completed", "stopped", "failed", "cancelled"]
+    stop_reason: str | None
+    output: str | None
+    error: dict[str, Any] | None
+    cost_usd: float
+
+
+class ChildRuns(Protocol):
+    """Runs a task starts in other agents (``ask_<peer>``, ``start_background_run``); made by
+    the host (``toren.host.children``), called by the task loop (``toren.execution.children``)."""
+
+    async def start(self, *, caller: str, parent: ChildLink, agent: str, request: str,
+                    idempotency_key: str) -> tuple[str, int]:
+        """Create the run of ``agent`` (or find the one ``idempotency_key`` already made);
+        return its id and call depth. ``CallRefused`` when consent is missing on either side,
+        the agent is not registered, or the chain of calls is too deep. ``parent.depth`` is
+        ignored: the host computes it from the caller's run."""
+        ...
+
+    async def outcome(self, agent: str, run_id: str) -> ChildOutcome | None:
+        """How the run ended, or ``None`` while it has not."""
+        ...
+
+
+#: Told after a background run's notice is committed to a session: ``(agent, session id,
+#: text)``; the host hands it to the channels running in this process (``Channel.notify``).
+SessionNotice = Callable[[str, str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
 class ExecutionPorts:
     """The capabilities a task loop or a run tick uses, made by the host."""
 
@@ -47,6 +82,9 @@ class ExecutionPorts:
     tool_threads: ToolThreads
     #: Keeps the text of each system prompt a task starts with (the audit trail).
     prompts: PromptStore
+    #: Starts and reads runs of other agents for peer calls and background runs.
+    children: ChildRuns
+    session_notice: SessionNotice
     #: Reservations of model-call cost against run and daily budgets (``limits:``).
     budgets: BudgetLedger
     #: Keeps the approvals a task waits for, and reads their decisions.

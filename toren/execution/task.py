@@ -21,11 +21,12 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from toren.agents import AgentSpec, Limits, SubagentSpec
+from toren.agents.children import BACKGROUND_TOOL
 from toren.core import events as ev
 from toren.core.approvals import ApprovalPolicy, ApprovalRecord, approval_id, decision_text
 from toren.core.catalog import decode_events
@@ -62,6 +63,11 @@ from toren.core.pricing import Pricing
 from toren.core.runs import RunUpdate
 from toren.errors import ContextWindowExceeded, ProviderError, RunCancelled, TorenError
 from toren.execution.budget_guard import BudgetGuard, Reservation
+from toren.execution.children import (
+    advance_child_calls,
+    child_call,
+    tell_background_outcomes,
+)
 from toren.execution.context import ToolCallContext, _current, running_async_tool
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
@@ -168,12 +174,20 @@ class TaskRunner:
             self.spec = TaskSpec(self.subagent, self.agent.model, "", {}, self.agent.limits)
             await self.finish("error", None, {"code": exc.code, "message": exc.message})
             return
+        if not self.state.session and BACKGROUND_TOOL in self.spec.tools:
+            # background runs report to a session; a one-shot run has no one to tell
+            self.spec = replace(self.spec, tools={name: tool for name, tool in
+                                                  self.spec.tools.items()
+                                                  if name != BACKGROUND_TOOL})
         if self.state.started is None:
             await self.start()
         while True:
             action = next_task_action(self.state, self.spec.limits, self.lease.epoch)
             if isinstance(action, Done):
+                told = (await tell_background_outcomes(self)
+                        if self.state.awaiting_input and self.state.finished is None else [])
                 await self.flush(done=True)
+                await self.notify_session(told)
                 return
             if isinstance(action, Finish):
                 await self.finish(action.stop_reason, action.output, action.error)
@@ -183,7 +197,8 @@ class TaskRunner:
                 return
             if isinstance(action, RunTools):
                 await self.flush()
-                await self.run_tools(action.calls)
+                if not await self.run_tools(action.calls):
+                    return  # parked until the peer runs it asked end
                 continue
             if isinstance(action, AwaitApprovals):
                 if not await self.await_approvals(action.requests):
@@ -493,7 +508,26 @@ class TaskRunner:
                 f"Expected JSON Schema: {json.dumps(tool.parameters, sort_keys=True)}")
         return None
 
-    async def run_tools(self, calls: Sequence[PendingToolCall]) -> None:
+    async def run_tools(self, calls: Sequence[PendingToolCall]) -> bool:
+        """Run the calls and record their results; ``False`` when the task parked to wait for
+        peer runs (``toren.execution.children``)."""
+        children = [c for c in calls if child_call(self.agent, c.call.name) is not None]
+        plain = [c for c in calls if child_call(self.agent, c.call.name) is None]
+        if plain:
+            await self.run_plain_tools(plain)
+        return await advance_child_calls(self, children) if children else True
+
+    async def notify_session(self, notices: Sequence[str]) -> None:
+        """Hand committed background-run notices to the channels (best effort: the
+        transcript already holds them)."""
+        for text in notices:
+            try:
+                await self.ports.session_notice(self.agent.name, self.run_id, text)
+            except Exception:
+                log.exception("a channel failed to take the notice for session %s",
+                              self.run_id)
+
+    async def run_plain_tools(self, calls: Sequence[PendingToolCall]) -> None:
         """Run the calls at once and record their results; if the run is cancelled meanwhile,
         stop waiting (calls not started yet never start) and end the task's work at once."""
         cancelled = asyncio.Event()
@@ -669,8 +703,10 @@ class TaskRunner:
             turn=self.state.turns, stop_reason=stop_reason, output=output,
             steps=self.state.steps - self.state.turn_first_step,
             cost_usd=round(self.state.cost_usd, 10), epoch=self.lease.epoch))
+        told = await tell_background_outcomes(self)  # those that ended during the turn
         await self.flush(run_update=RunUpdate(status="awaiting_input", output=output, error=None),
                          done=True)
+        await self.notify_session(told)
 
     async def finish(self, stop_reason: ev.StopReason, output: str | None,
                      error: dict[str, Any] | None) -> None:

@@ -187,6 +187,16 @@ class Runtime(ApprovalsApi):
             await channel.start(self)
             self._channels.append(channel)
 
+    async def notify_channels(self, agent: str, session_id: str, text: str) -> None:
+        """Offer a notice committed to a session (a background run's result) to every channel
+        started in this process (``Channel.notify``); a channel's failure is logged."""
+        for channel in self._channels:
+            try:
+                await channel.notify(session_id, agent, text)
+            except Exception:
+                log.exception("channel %s failed to take a notice for session %s",
+                              channel.name, session_id)
+
     async def stop_channels(self) -> None:
         for channel in reversed(self._channels):
             try:
@@ -364,7 +374,18 @@ class Runtime(ApprovalsApi):
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
         if record.status == "cancelled":
             await self.store.cancel_approvals(run_id)
+        # the runs its tasks started (peer calls, background runs) go with it, depth first
+        for child in await self.store.child_runs(record.id):
+            if child.status not in ev.TERMINAL_STATUSES:
+                await self.cancel_run(child.id, f"its caller {record.agent} run {record.id} "
+                                                f"was cancelled")
         return record
+
+    async def children(self, run_id: str) -> list[RunRecord]:
+        """The runs that this run's tasks started: its peer calls (``child_kind`` ``peer``)
+        and background runs (``background``), oldest first, in every agent's schema."""
+        record = await self.get_run(run_id)
+        return await self.store.child_runs(record.id)
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, kind: str | None = None,
@@ -500,12 +521,28 @@ class Runtime(ApprovalsApi):
         stream = await self.store.load_stream(record.agent, record.id,
                                               ev.task_stream(MAIN_TASK))
         return {"id": record.id, "agent": record.agent, "status": record.status,
+                "background_runs": await self._background_runs(stream),
                 "stop_reason": record.stop_reason, "error": record.error,
                 "created_at": record.created_at.isoformat() if record.created_at else None,
                 "updated_at": record.updated_at.isoformat() if record.updated_at else None,
                 "finished_at": record.finished_at.isoformat() if record.finished_at else None,
                 "pending_approvals": await self.pending_approvals(record.id),
                 } | transcript(stream)
+
+    async def _background_runs(self, stream: Sequence[Event]) -> list[dict[str, Any]]:
+        """The background runs a session started, with their status now."""
+        told = {e.data["run_id"] for e in stream if e.type == ev.BACKGROUND_RUN_FINISHED}
+        found = []
+        for event in stream:
+            if event.type != ev.BACKGROUND_RUN_STARTED:
+                continue
+            child = await self.store.get_run(event.data["run_id"], event.data["agent"])
+            found.append({"run_id": event.data["run_id"], "agent": event.data["agent"],
+                          "status": child.status if child else "unknown",
+                          "reported": event.data["run_id"] in told,
+                          "started_at": event.created_at.isoformat()
+                          if event.created_at else None})
+        return found
 
     async def send_message(self, session_id: str, text: str, *,
                            idempotency_key: str | None = None) -> int:
@@ -541,7 +578,7 @@ class Runtime(ApprovalsApi):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             record = await self._session(session_id)
-            if record.status not in ("queued", "running"):
+            if record.status not in ("queued", "running", "waiting"):
                 return await self.get_session(session_id)
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"session {session_id} is still {record.status} after "

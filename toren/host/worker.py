@@ -25,6 +25,7 @@ from toren.execution.orchestrator import tick_run
 from toren.execution.ports import AppendObserver, ExecutionPorts
 from toren.execution.task import work_task
 from toren.execution.tool_threads import ToolThreads
+from toren.host.children import HostChildRuns
 from toren.host.relay import QueueAcknowledgingLog
 from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
 from toren.seams.store import Guardian, RunLog, WorkerRegistry
@@ -77,7 +78,9 @@ class Worker:
             crash_point=self.settings.crash_point,
             tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store,
             approvals=runtime.store, budgets=runtime.store, tool_state=runtime.store,
-            text_delta=runtime.live.publish)
+            text_delta=runtime.live.publish,
+            children=HostChildRuns(runtime.store, self.settings, runtime.agents),
+            session_notice=runtime.notify_channels)
 
     @property
     def agent_names(self) -> list[str]:

@@ -39,6 +39,7 @@ def routes(app: web.Application) -> None:
     app.router.add_get("/runs", list_runs)
     app.router.add_get("/runs/{run_id}", get_run)
     app.router.add_get("/runs/{run_id}/events", run_events)
+    app.router.add_get("/runs/{run_id}/children", run_children)
     app.router.add_post("/runs/{run_id}/cancel", cancel_run)
 
 
@@ -223,8 +224,16 @@ async def get_run(request: web.Request) -> web.Response:
         "why": receipt["why"], "budget": receipt["budget"],
         "totals": {key: totals[key] for key in ("model_calls", "tool_calls", "input_tokens",
                                                 "output_tokens", "cost_usd",
-                                                "cost_unknown_calls", "retries")},
+                                                "cost_unknown_calls", "retries",
+                                                "peer_cost_usd")},
         "pending_approvals": await runtime.pending_approvals(record.id)})
+
+
+async def run_children(request: web.Request) -> web.Response:
+    """The runs a run's tasks started (peer calls, background runs), of any agent."""
+    record = await _served_run(request)
+    children = await request.app[RUNTIME].children(record.id)
+    return web.json_response({"children": [child.to_json() for child in children]})
 
 
 async def cancel_run(request: web.Request) -> web.Response:

@@ -38,6 +38,12 @@ class RunReader(abc.ABC):
         previous page (keyset pagination)."""
 
     @abc.abstractmethod
+    async def child_runs(self, run_id: str) -> list[RunRecord]:
+        """The runs that ``run_id``'s tasks started (peer calls, background runs), in every
+        registered agent's schema, oldest first. Called by ``Runtime.children`` (``toren jobs
+        show``, ``GET /runs/{id}/children``) and ``Runtime.cancel_run``, which cancels them."""
+
+    @abc.abstractmethod
     async def load_events(self, agent: str, run_id: str,
                           after: Mapping[str, int] | None = None) -> list[Event]:
         """Events of a run, every stream, oldest first; with ``after`` (stream -> last seq

@@ -88,6 +88,20 @@ class PostgresRunReader(PostgresConnection, RunReader):
                    reverse=True)
         return found[:limit]
 
+    async def child_runs(self, run_id: str) -> list[RunRecord]:
+        found: list[RunRecord] = []
+        for name in await registered_agents(self.pool):
+            async with (self.pool.connection() as conn,
+                        conn.cursor(row_factory=dict_row) as cursor):
+                try:
+                    await cursor.execute(agent_query("child_runs", schema_name_for(name)),
+                                         {"run_id": run_id})
+                except psycopg.DataError:
+                    return []  # not a UUID
+                found += [_record(name, row) for row in await cursor.fetchall()]
+        found.sort(key=lambda run: (run.created_at is not None, run.created_at, run.id))
+        return found
+
     async def load_events(self, agent: str, run_id: str,
                           after: Mapping[str, int] | None = None) -> list[Event]:
         async with self.pool.connection() as conn:

@@ -24,10 +24,11 @@ INSERT INTO toren_control.migrations (scope, version, name) VALUES (%(scope)s, %
 SELECT name FROM toren_control.agents WHERE schema_name = %(schema_name)s;
 
 -- register_agent --
-INSERT INTO toren_control.agents (schema_name, name, directory, model)
-VALUES (%(schema_name)s, %(name)s, %(directory)s, %(model)s)
+INSERT INTO toren_control.agents (schema_name, name, directory, model, accepts_from)
+VALUES (%(schema_name)s, %(name)s, %(directory)s, %(model)s, %(accepts_from)s)
 ON CONFLICT (schema_name) DO UPDATE
-SET directory = EXCLUDED.directory, model = EXCLUDED.model, updated_at = now()
+SET directory = EXCLUDED.directory, model = EXCLUDED.model,
+    accepts_from = EXCLUDED.accepts_from, updated_at = now()
 WHERE toren_control.agents.name = EXCLUDED.name;
 
 -- server_facts --
@@ -41,8 +42,10 @@ SELECT current_setting('server_version') AS server_version, current_database() A
 -- One statement, one transaction: the run row, its first events, its first messages.
 -- With a repeated idempotency key the INSERT does nothing and neither does anything else.
 WITH run AS (
-    INSERT INTO {runs} (id, kind, status, input, idempotency_key)
-    VALUES (%(run_id)s, %(kind)s, %(status)s, %(input)s, %(idempotency_key)s)
+    INSERT INTO {runs} (id, kind, status, input, idempotency_key, parent_agent, parent_run_id,
+                        parent_task, child_kind, depth)
+    VALUES (%(run_id)s, %(kind)s, %(status)s, %(input)s, %(idempotency_key)s,
+            %(parent_agent)s, %(parent_run_id)s, %(parent_task)s, %(child_kind)s, %(depth)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id
 ), appended AS (
@@ -246,12 +249,25 @@ LIMIT 1;
 
 -- get_run --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
-       finished_at, schedule
+       finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind,
+       depth
 FROM {runs} WHERE id = %(run_id)s;
+
+-- child_runs --
+-- The runs a run's tasks started (peer calls and background runs), oldest first.
+SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
+       finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind, depth
+FROM {runs} WHERE parent_run_id = %(run_id)s
+ORDER BY created_at, id;
+
+-- agent_consent --
+-- Whether an agent is registered, and whom it accepts calls from (acceptsFrom:).
+SELECT accepts_from FROM toren_control.agents WHERE name = %(name)s;
 
 -- list_runs --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at,
-       updated_at, finished_at, schedule
+       updated_at, finished_at, schedule, parent_agent, parent_run_id::text, parent_task,
+       child_kind, depth
 FROM {runs}
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
