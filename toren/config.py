@@ -70,6 +70,9 @@ class Settings:
     body_timeout_s: float = 30.0
     idle_timeout_s: float = 75.0
     max_connections: int = 1000
+    #: Appends of concurrent tasks share one transaction (one commit), each still checked
+    #: against its own lease and sequence numbers (see toren_postgres.group_commit).
+    group_commit: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -111,6 +114,7 @@ class Settings:
             body_timeout_s=positive_number(env, "TOREN_BODY_TIMEOUT", 30.0, float),
             idle_timeout_s=positive_number(env, "TOREN_IDLE_TIMEOUT", 75.0, float),
             max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
+            group_commit=env.get("TOREN_GROUP_COMMIT", "1") not in ("0", "false", "no", "off"),
         )
 
     def crash_point(self, name: str) -> None:
