@@ -45,8 +45,9 @@ class Tool:
     idempotent: bool = False
     source: str = ""
 
-    @property
+    @cached_property
     def spec(self) -> ToolSpec:
+        """What the model is told about the tool (built once: every model call sends it)."""
         return ToolSpec(self.name, self.description, self.parameters)
 
     @cached_property
