@@ -206,6 +206,8 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         each("toren_throughput", "pg_xacts_per_operation"), "xacts",
         theirs=each("dbos", "sequential", "pg_xacts_per_step_approx"),
         peer_name="DBOS xacts/step", target="<= 1.0", check=lambda v, r: v <= 1.0)
+    add("1 throughput", "worker CPU per durable operation", each("toren_throughput",
+        "cpu_ms_per_operation"), "ms")
     add("1 throughput", "connections in use at once (peak)", conns, "conns")
     add("1 throughput", "connections open at once (peak)",
         each("toren_throughput", "connections_peak_open"), "conns")
@@ -216,6 +218,8 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     add("2 per-step overhead", "ms per durable operation, p99",
         each("toren_latency", "ms_per_operation_p99"), "ms",
         theirs=each("pg_raw", "modes", 0, "latency_ms_p99"), peer_name="raw commit p99 ms")
+    add("2 per-step overhead", "worker CPU per durable operation (concurrency 1)",
+        each("toren_latency", "cpu_ms_per_operation"), "ms")
     add("2 per-step overhead", "ms per agent step (model call + tool call), p50",
         each("toren_latency", "ms_per_step_p50"), "ms")
     for level in (1, 10):

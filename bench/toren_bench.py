@@ -177,6 +177,7 @@ async def throughput(db: BenchDatabase, args: argparse.Namespace, work: Path) ->
     x0 = db.xact_commits()
     worker = Runtime([crew], settings=settings(db.url, concurrency=w))
     with ConnectionSampler(db) as sampler:
+        cpu0 = time.process_time()
         await worker.start(workers=True)
         pending = iter(range(n))
 
@@ -187,6 +188,7 @@ async def throughput(db: BenchDatabase, args: argparse.Namespace, work: Path) ->
         await asyncio.gather(*(creator() for _ in range(w)))
         polls = await wait_terminal(db, n)
         await worker.stop()
+        cpu = time.process_time() - cpu0
     x1 = db.xact_commits()
     span = window(db)
     ops = span["operations"]
@@ -204,6 +206,9 @@ async def throughput(db: BenchDatabase, args: argparse.Namespace, work: Path) ->
         "pg_xacts_per_run": round(xacts / n, 2),
         "connections_peak_open": sampler.peak_open,
         "connections_peak_busy": sampler.peak_busy,
+        # the process's CPU (creating the runs and working them; the sampler thread's share
+        # is small): what a durable operation costs the worker, however loaded the machine
+        "cpu_ms_per_operation": round(1000 * cpu / ops, 3),
         "group_commit": worker.settings.group_commit,
         "not_completed": span["not_completed"],
     }
@@ -220,8 +225,10 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
     stamps: list[float] = []
     worker = runtime.workers.worker  # type: ignore[union-attr]
     worker.observers.append(lambda *_: stamps.append(time.perf_counter()))
+    cpu0 = time.process_time()
     run_id = await runtime.start_run("bench", "go")
     await runtime.wait_for_run(run_id, poll_s=0.25)
+    cpu = time.process_time() - cpu0
     await runtime.stop()
     # appends: start, then one per operation (2 per step), then finish and the run tick;
     # the gaps between consecutive operation appends are the per-operation cost
@@ -233,6 +240,8 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
         "ms_per_operation_p99": round(percentile(gaps, 0.99), 3),
         "ms_per_step_p50": round(statistics.median(steps), 3),
         "ms_per_step_p99": round(percentile(steps, 0.99), 3),
+        # client CPU per operation (the worker's own share of the gap, whatever the load)
+        "cpu_ms_per_operation": round(1000 * cpu / max(1, len(stamps) - 2), 3),
     }
 
 
