@@ -39,11 +39,11 @@ console = Console(stderr=True)
 
 HISTORY = BENCH / "history"
 TOREN_FIGURES = ("throughput", "latency", "queue", "resume", "memory", "scaleout", "recovery",
-                 "inflight", "fanout")
+                 "inflight", "growth", "fanout")
 #: Figures --smoke leaves out unless --only names them (they take more than a few seconds).
 NOT_IN_SMOKE = ("fanout", "inflight")
 #: Figures a full run leaves out unless --only names them (minutes each: agent scale).
-NOT_BY_DEFAULT = ("inflight",)
+NOT_BY_DEFAULT = ("inflight", "growth")
 #: Connection counts raw Postgres is measured at (Toren is compared at the one it used).
 RAW_CONNECTIONS = (1, 2, 4, 8, 12)
 
@@ -281,6 +281,21 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
             each("toren_inflight", "levels", key, "waiting", "rss_mb"), "MB",
             target="<= 600 MB" if n >= 10000 else "",
             check=(lambda v, r: v <= 600) if n >= 10000 else None)
+    size = median(each("toren_growth", "size_events"))
+    add("10 cost growth", f"durable operations/s with {size or 0:,.0f} events and "
+        f"{(size or 0) / 10:,.0f} finished runs in the tables, against empty tables",
+        each("toren_growth", "loaded", "operations_per_s"), "ops/s",
+        theirs=each("toren_growth", "empty", "operations_per_s"), peer_name="empty tables",
+        target="within 15%", check=lambda v, r: r >= 0.85)
+    add("10 cost growth", "claim latency p50, same tables against empty",
+        each("toren_growth", "loaded", "claim_ms_p50"), "ms",
+        theirs=each("toren_growth", "empty", "claim_ms_p50"), peer_name="empty tables",
+        target="within 15%", check=lambda v, r: r <= 1.15)
+    backlog = median(each("toren_growth", "backlog"))
+    add("10 cost growth", f"claim latency p50 with {backlog or 0:,.0f} ready messages waiting",
+        each("toren_growth", "backlog_claim", "claim_ms_p50"), "ms",
+        theirs=each("toren_growth", "empty", "claim_ms_p50"), peer_name="empty queue",
+        target="<= 2x empty", check=lambda v, r: r <= 2)
     return rows
 
 
@@ -435,8 +450,8 @@ def main() -> int:
         write_markdown(out, record)
         return 0
     if args.only is None:
-        only = [f for f in TOREN_FIGURES if f not in NOT_BY_DEFAULT
-                and not (args.smoke and f in NOT_IN_SMOKE)]
+        only = [f for f in TOREN_FIGURES if f not in (NOT_IN_SMOKE if args.smoke
+                                                       else NOT_BY_DEFAULT)]
     else:
         only = [f for f in args.only.split(",") if f]
     toren_env = dict(item.split("=", 1) for item in args.toren_env)

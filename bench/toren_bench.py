@@ -3,8 +3,8 @@
 
     python bench/toren_bench.py FIGURE --server-url URL [--smoke]
 
-FIGURE is one of: throughput, latency, queue, resume, memory, inflight, scaleout, recovery,
-fanout.
+FIGURE is one of: throughput, latency, queue, resume, memory, inflight, growth, scaleout,
+recovery, fanout.
 Each invocation creates a fresh database on the server at URL (the role needs CREATEDB) and
 drops it afterwards. Logs go to stderr. ``bench/run.py`` runs every figure beside the peers.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import datetime
 import itertools
 import json
 import os
@@ -115,18 +116,21 @@ async def wait_terminal(db: BenchDatabase, count: int, timeout_s: float = 600) -
     raise TimeoutError(f"runs did not finish within {timeout_s}s")
 
 
-def window(db: BenchDatabase) -> dict[str, Any]:
+def window(db: BenchDatabase, since: Any = None) -> dict[str, Any]:
     """From the first run's creation to the last RunFinished, by the database clock (the
     window includes creating the runs, as DBOS's includes starting its workflows); and
-    event counts."""
+    event counts. ``since``: only runs and events from then on (a preloaded history is not
+    counted)."""
+    since = since or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
     with psycopg.connect(db.url) as conn:
         first, last, events, completed = conn.execute(
-            "SELECT (SELECT min(created_at) FROM agent_bench.runs), "
+            "SELECT (SELECT min(created_at) FROM agent_bench.runs WHERE created_at >= %(s)s), "
             "max(created_at) FILTER (WHERE type = 'RunFinished'), count(*), "
             "count(*) FILTER (WHERE type IN ('ModelCallCompleted', 'ToolCallCompleted')) "
-            "FROM agent_bench.events").fetchone()
+            "FROM agent_bench.events WHERE created_at >= %(s)s", {"s": since}).fetchone()
         failed = conn.execute("SELECT count(*) FROM agent_bench.runs "
-                              "WHERE status <> 'completed'").fetchone()[0]
+                              "WHERE status <> 'completed' AND created_at >= %s",
+                              [since]).fetchone()[0]
     return {"seconds": (last - first).total_seconds(), "events": events,
             "operations": completed, "not_completed": failed}
 
@@ -591,6 +595,99 @@ async def wait_started(db: BenchDatabase, n: int, timeout_s: float) -> None:
     raise TimeoutError(f"{n} runs were not all in a model call within {timeout_s}s")
 
 
+async def growth(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Cost growth: durable operations/s (``runs`` runs, as figure 1) and the latency of a
+    one-message claim, on empty tables and then with ``--size`` synthetic events in
+    ``--size / 10`` finished runs already in the agent's tables (loaded server-side with
+    generate_series, then ANALYZE); and claim latency with ``--backlog`` ready messages
+    waiting in the queue, against an empty queue."""
+    crew = bench_crew(work, args.steps)
+    await create_runs(db.url, crew, 0)  # migrate
+    out: dict[str, Any] = {"size_events": args.size, "size_runs": args.size // 10,
+                           "backlog": args.backlog}
+    out["empty"] = await growth_sample(db, crew, args)
+    started = time.perf_counter()
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO agent_bench.runs (id, status, input, output, stop_reason, created_at, "
+            "updated_at, finished_at) SELECT gen_random_uuid(), 'completed', '\"go\"', "
+            "'\"done\"', 'end_turn', t, t, t FROM generate_series(1, %s) AS g, "
+            "LATERAL (SELECT now() - interval '30 days' + g * interval '1 ms' AS t) AS at",
+            [args.size // 10])
+        conn.execute(
+            "INSERT INTO agent_bench.events (run_id, stream, seq, type, data, created_at) "
+            "SELECT r.id, CASE WHEN s <= 2 THEN 'run' ELSE 'task:main' END, s, "
+            "'ModelCallStarted', '{\"step\": 1, \"epoch\": 1}', r.created_at "
+            "FROM agent_bench.runs r, generate_series(1, 10) AS s WHERE r.status = 'completed' "
+            "AND r.created_at < now() - interval '1 day'")
+        conn.execute("ANALYZE agent_bench.runs")
+        conn.execute("ANALYZE agent_bench.events")
+        out["loaded_events"] = conn.execute(
+            "SELECT count(*) FROM agent_bench.events").fetchone()[0]
+    out["load_s"] = round(time.perf_counter() - started, 1)
+    out["loaded"] = await growth_sample(db, crew, args)
+    out["ops_ratio_loaded_to_empty"] = round(
+        out["loaded"]["operations_per_s"] / out["empty"]["operations_per_s"], 3)
+    out["claim_ratio_loaded_to_empty"] = round(
+        out["loaded"]["claim_ms_p50"] / out["empty"]["claim_ms_p50"], 3)
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        conn.execute("INSERT INTO toren_control.queue (agent, kind, payload) "
+                     "SELECT 'bench', 'noop', '{}' FROM generate_series(1, %s)", [args.backlog])
+        conn.execute("ANALYZE toren_control.queue")
+    out["backlog_claim"] = await claim_latency(db, crew, args.claims, enqueue=False)
+    out["claim_ratio_backlog_to_empty"] = round(
+        out["backlog_claim"]["claim_ms_p50"] / out["empty"]["claim_ms_p50"], 3)
+    return out
+
+
+async def growth_sample(db: BenchDatabase, crew: Path, args: argparse.Namespace
+                        ) -> dict[str, Any]:
+    since = db.scalar("SELECT now()")
+    worker = Runtime([crew], settings=settings(db.url, concurrency=args.concurrency))
+    await worker.start(workers=True)
+    pending = iter(range(args.runs))
+
+    async def creator() -> None:
+        for _ in pending:
+            await worker.start_run("bench", "go")
+
+    await asyncio.gather(*(creator() for _ in range(args.concurrency)))
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        done = await asyncio.to_thread(
+            db.scalar, "SELECT count(*) FROM agent_bench.runs WHERE created_at >= %s "
+            "AND status = ANY(%s)", [since, list(TERMINAL)])
+        if done >= args.runs:
+            break
+        await asyncio.sleep(0.25)
+    await worker.stop()
+    span = window(db, since)
+    return {"operations_per_s": round(span["operations"] / span["seconds"], 1),
+            "not_completed": span["not_completed"]} | await claim_latency(
+        db, crew, args.claims, enqueue=True)
+
+
+async def claim_latency(db: BenchDatabase, crew: Path, samples: int, *, enqueue: bool
+                        ) -> dict[str, Any]:
+    """The worker's claim statement for one message, ``samples`` times (each acknowledged)."""
+    runtime = Runtime([crew], settings=settings(db.url))
+    await runtime.start(workers=False)
+    q = runtime.queue
+    assert q is not None
+    timings = []
+    for i in range(samples):
+        if enqueue:
+            await q.enqueue("bench", None, OutgoingMessage("noop", {"i": i}))
+        t0 = time.perf_counter()
+        claimed, _ = await q.claim(["bench"], "bench-claimer", 1, 30, 100)
+        timings.append(1000 * (time.perf_counter() - t0))
+        for message in claimed:
+            await q.ack(message, "bench-claimer")
+    await runtime.stop()
+    return {"claim_ms_p50": round(statistics.median(timings), 3),
+            "claim_ms_p99": round(percentile(timings, 0.99), 3)}
+
+
 async def scaleout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     crew = bench_crew(work, args.steps)
     out: dict[str, Any] = {"runs": args.runs, "steps_per_run": args.steps, "processes": {}}
@@ -759,7 +856,8 @@ async def fanout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
 
 FIGURES: dict[str, Callable[..., Any]] = {
     "throughput": throughput, "latency": latency, "queue": queue, "resume": resume,
-    "memory": memory, "inflight": inflight, "scaleout": scaleout, "recovery": recovery,
+    "memory": memory, "inflight": inflight, "growth": growth, "scaleout": scaleout,
+    "recovery": recovery,
     "fanout": fanout,
 }
 
@@ -784,6 +882,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--inflight-levels", type=lambda s: [int(x) for x in s.split(",")],
                         default=[1000, 10000])
     parser.add_argument("--model-latency", type=float, default=2.0)
+    parser.add_argument("--size", type=int, default=10_000_000,
+                        help="growth: synthetic events preloaded (in size / 10 finished runs)")
+    parser.add_argument("--backlog", type=int, default=100_000,
+                        help="growth: ready messages waiting in the queue")
+    parser.add_argument("--claims", type=int, default=200)
     parser.add_argument("--lease-ttl", type=float, default=None)
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--idle-seconds", type=float, default=20.0)
@@ -794,6 +897,7 @@ def parse_args() -> argparse.Namespace:
         args.lengths, args.inflight, args.recoveries = [100, 500], 50, 1
         args.streams, args.idle_seconds = 20, 2.0
         args.inflight_levels, args.model_latency = [20], 0.5
+        args.size, args.backlog, args.claims = 10_000, 1_000, 20
     return args
 
 
