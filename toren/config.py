@@ -114,13 +114,25 @@ class Settings:
             body_timeout_s=positive_number(env, "TOREN_BODY_TIMEOUT", 30.0, float),
             idle_timeout_s=positive_number(env, "TOREN_IDLE_TIMEOUT", 75.0, float),
             max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
-            group_commit=env.get("TOREN_GROUP_COMMIT", "1") not in ("0", "false", "no", "off"),
+            group_commit=switch(env, "TOREN_GROUP_COMMIT", True),
         )
 
     def crash_point(self, name: str) -> None:
         """A named crash point (``toren.crashpoints``): nothing unless TOREN_CRASH_AT names it."""
         if self.crash_at:
             crashpoints.reach(self.crash_at, self.crash_once, name)
+
+
+def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """An on/off setting: ``1``/``true``/``on``/``yes`` or ``0``/``false``/``off``/``no``."""
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise ConfigError(f"{name}={env[name]!r} is not on or off: use 1 or 0")
 
 
 def positive_number(env: Mapping[str, str], name: str, default: T,
