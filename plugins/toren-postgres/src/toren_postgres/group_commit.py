@@ -1,17 +1,18 @@
 """Group commit: the appends of concurrent tasks share one transaction (one WAL flush).
 
-``PostgresRunLog.append`` hands its statement to a ``GroupCommit`` of its store. While a batch
-is being committed, the appends that arrive meanwhile wait in a list; the next batch takes them
-all, so at concurrency 1 an append goes out at once, alone, exactly as before, and under load
-one commit carries many appends. A batch is one round trip: ``BEGIN``, each append's own
-statement, ``COMMIT``, pipelined.
+``PostgresRunLog.append`` hands its statement to a ``GroupCommit`` of its store. An append that
+finds nothing being committed goes out at once, alone, in its own task, exactly as before
+grouping (so concurrency 1 pays nothing for it). While a batch is being committed, the appends
+that arrive meanwhile wait in a list, and the next batch takes them all (up to ``MAX_BATCH``;
+at most ``MAX_IN_FLIGHT`` batches at once): under load one commit carries many appends. A
+batch is one round trip: ``BEGIN``, each append's own statement, ``COMMIT``, pipelined.
 
 Each append keeps its own compare-and-swap: the statement is the one an append runs alone
 (lease held at its epoch, events' primary key), so an append whose lease is gone simply writes
 nothing and learns so from its own row. A statement that *fails* (another writer took the
 sequence number: a unique violation; a deadlock; a broken connection) aborts the batch's
 transaction, so nothing of the batch is committed; each of its appends is then told
-``GROUP_FAILED`` and runs again alone, where a conflict fails only its own append and the
+``GroupFailed`` and runs again alone, where a conflict fails only its own append and the
 others commit as if they had never been grouped.
 """
 
@@ -77,49 +78,66 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new event loop (tests, harnesses): start afresh
             self._loop, self._pending, self._in_flight = loop, [], 0
+        if self._in_flight == 0:
+            # nothing is being committed, so no company is coming: go at once, in this task
+            self._in_flight += 1
+            try:
+                (result,) = await self._run([(statement, params)])
+            finally:
+                if self._loop is loop:
+                    self._in_flight -= 1
+                    self._kick(loop)
+            return result
         future: asyncio.Future[tuple[Any, ...] | GroupFailed | None] = loop.create_future()
         self._pending.append(_Pending(statement, params, future))
-        if self._in_flight < self.max_in_flight:
+        self._kick(loop)
+        return await future
+
+    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start a flusher for the waiting appends if fewer than ``max_in_flight`` run."""
+        if self._pending and self._in_flight < self.max_in_flight:
             self._in_flight += 1
             flusher = loop.create_task(self._flush(loop))
             self._flushers.add(flusher)  # held until done: the loop keeps weak references
             flusher.add_done_callback(self._flushers.discard)
-        return await future
 
     async def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             while self._pending and self._loop is loop:
                 batch = self._pending[:self.max_batch]
                 del self._pending[:self.max_batch]
-                await self._commit(batch)
+                try:
+                    results = await self._run([(p.statement, p.params) for p in batch])
+                except BaseException as exc:  # cancelled (the loop is closing) or a bug
+                    for pending in batch:
+                        if not pending.future.done():
+                            pending.future.set_exception(
+                                exc if isinstance(exc, Exception) else asyncio.CancelledError())
+                    raise
+                for pending, result in zip(batch, results, strict=True):
+                    if not pending.future.done():
+                        pending.future.set_result(result)
         finally:
             if self._loop is loop:
                 self._in_flight -= 1
 
-    async def _commit(self, batch: list[_Pending]) -> None:
+    async def _run(self, batch: list[tuple[sql.Composed, dict[str, Any]]]
+                   ) -> list[tuple[Any, ...] | GroupFailed | None]:
+        """One transaction for the batch: each statement's first row, or ``GroupFailed`` for
+        all of them if it did not commit."""
         try:
             async with self._pool().connection() as conn:
                 if len(batch) == 1:  # alone: one statement, its own implicit transaction
-                    cursors = [await conn.execute(batch[0].statement, batch[0].params)]
+                    cursors = [await conn.execute(*batch[0])]
                 else:
                     async with conn.pipeline(), conn.transaction():
-                        cursors = [await conn.execute(p.statement, p.params) for p in batch]
+                        cursors = [await conn.execute(statement, params)
+                                   for statement, params in batch]
                 rows = [await cursor.fetchone() for cursor in cursors]
         except psycopg.Error as exc:
             broken = isinstance(exc, psycopg.OperationalError) and not isinstance(
                 exc, PoolTimeout)
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_result(GroupFailed(exc, broken))
-            return
-        except BaseException as exc:  # cancelled (the loop is closing) or a bug: tell them
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(exc if isinstance(exc, Exception)
-                                                 else asyncio.CancelledError())
-            raise
+            return [GroupFailed(exc, broken)] * len(batch)
         self.batches += 1
         self.grouped += len(batch)
-        for pending, row in zip(batch, rows, strict=True):
-            if not pending.future.done():
-                pending.future.set_result(row)
+        return list(rows)
