@@ -496,13 +496,7 @@ async def memory(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
     busy = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n), TOREN_SCRIPTED_DELAY="600")
     before = busy.rss_mb()
     await create_runs(db.url, crew, n)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        started = db.scalar("SELECT count(*) FROM agent_bench.events "
-                            "WHERE type = 'ModelCallStarted'")
-        if started >= n:
-            break
-        await asyncio.sleep(0.5)
+    await wait_started(db, n, timeout_s=300)
     await asyncio.sleep(2)
     during = busy.rss_mb()
     busy.stop(signal.SIGKILL)
