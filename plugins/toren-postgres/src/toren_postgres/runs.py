@@ -91,9 +91,10 @@ class PostgresRunLog(PostgresConnection, RunLog):
         params = {"run_id": run_id, "stream": stream, "holder": holder, "ttl_s": ttl_s,
                   "with_finished": with_finished}
         async with self.pool.connection() as conn:
-            # two statements, one round trip: the read needs a snapshot taken after the
-            # lease is ours (see load_for_work in queries.sql)
-            async with conn.pipeline():
+            # two statements, one round trip, one transaction: the read needs a snapshot
+            # taken after the lease is ours (see load_for_work in queries.sql), which a
+            # second statement of a READ COMMITTED transaction takes
+            async with conn.pipeline(), conn.transaction():
                 acquired = await conn.execute(query("acquire_lease"), params)
                 loaded = await conn.execute(
                     agent_query("load_for_work", schema_name_for(agent)), params)
