@@ -142,7 +142,7 @@ class ConnectionSampler:
 
     def __init__(self, db: BenchDatabase) -> None:
         self.db = db
-        self.peak_open = self.peak_busy = self.samples = 0
+        self.peak_open = self.peak_busy = self.samples = self.busy_total = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -163,6 +163,7 @@ class ConnectionSampler:
                     "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
                 ).fetchone()
                 self.samples += 1
+                self.busy_total += busy
                 self.peak_open, self.peak_busy = max(self.peak_open, opened), max(
                     self.peak_busy, busy)
                 self._stop.wait(0.02)
@@ -532,14 +533,17 @@ async def inflight(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
         await create_runs(db.url, crew, n, callers=8)
         await wait_started(db, n, timeout_s=1200)
         await asyncio.sleep(STATS_SETTLE_S)
+        x0 = db.xact_commits()
+        await asyncio.sleep(args.idle_seconds)
+        x1 = db.xact_commits()
+        # then the connections, apart (the sampler's own statements are transactions too)
         with ConnectionSampler(db) as sampler:
-            x0 = db.xact_commits()
-            await asyncio.sleep(args.idle_seconds)
-            x1 = db.xact_commits()
+            await asyncio.sleep(args.idle_seconds / 2)
         level["waiting"] = {
-            "xacts_per_s": round((x1 - x0 - 1 - sampler.samples) / (args.idle_seconds + 1.2), 2),
+            "xacts_per_s": round((x1 - x0 - 1) / (args.idle_seconds + 1.2), 2),
             "connections_peak_open": sampler.peak_open,
             "connections_peak_busy": sampler.peak_busy,
+            "connections_busy_mean": round(sampler.busy_total / max(1, sampler.samples), 3),
             "rss_idle_mb": round(rss_idle, 1), "rss_mb": round(busy.rss_mb(), 1)}
         level["waiting"]["xacts_per_s_per_run"] = round(level["waiting"]["xacts_per_s"] / n, 5)
         busy.stop(signal.SIGKILL)
