@@ -373,6 +373,7 @@ TRACKED = (
     ("x DBOS", "durable operations/s (1 worker process", "ratio"),
     ("x raw, same connections", "durable operations/s vs raw commits/s at Toren's", "ratio"),
     ("xacts/op", "Postgres transactions per operation", "value"),
+    ("CPU ms/op", "worker CPU per durable operation", "value"),
     ("ms/op p50", "ms per durable operation, p50", "value"),
     ("x raw p50", "ms per durable operation, p50", "ratio"),
     ("queue c=1 x procrastinate", "no-op jobs/s at concurrency 1", "ratio"),
