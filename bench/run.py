@@ -423,6 +423,9 @@ def parse_args() -> argparse.Namespace:
                         help="names the run in bench/history/ (e.g. before-group-commit)")
     parser.add_argument("--toren-env", action="append", default=[], metavar="KEY=VALUE",
                         help="a TOREN_* setting for Toren's side (e.g. TOREN_GROUP_COMMIT=0)")
+    parser.add_argument("--toren-arg", action="append", default=[], metavar="ARG",
+                        help="an argument for toren_bench.py, e.g. --toren-arg=--size=1000000 "
+                             "(recorded with the run)")
     parser.add_argument("--render", type=Path, nargs="+", default=None, metavar="HISTORY_JSON",
                         help="write the Markdown from recorded runs, running nothing (several "
                              "files: their figures together, repetition by repetition, the "
@@ -497,7 +500,7 @@ def main() -> int:
         meta: dict[str, Any] = {
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "repetitions": reps_n,
             "label": args.label or ("smoke" if args.smoke else ""), "toren_env": toren_env,
-            "commit": git_commit(), "figures": only,
+            "commit": git_commit(), "figures": only, "toren_args": args.toren_arg,
             "machine": {
                 "cpus": os.cpu_count(), "platform": platform.platform(),
                 "python": platform.python_version(), "toren": version("toren"),
@@ -515,7 +518,7 @@ def main() -> int:
                 for figure in only:
                     log(f"repetition {rep}/{reps_n}: toren {figure}")
                     command = [sys.executable, str(BENCH / "toren_bench.py"), figure,
-                               "--server-url", server_url, *smoke]
+                               "--server-url", server_url, *smoke, *args.toren_arg]
                     results[f"toren_{figure}"] = run_json(command, toren_env_full,
                                                           timeout=3600)
                     if figure == "recovery":
