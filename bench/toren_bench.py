@@ -522,63 +522,78 @@ async def inflight(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
     out: dict[str, Any] = {"model_latency_s": args.model_latency, "steps_per_run": 3,
                            "levels": {}}
     for n in args.inflight_levels:
-        level: dict[str, Any] = {}
-        with psycopg.connect(db.url, autocommit=True) as conn:
-            conn.execute("TRUNCATE agent_bench.runs, agent_bench.events, toren_control.queue, "
-                         "toren_control.leases")
-        # waiting
-        busy = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n), TOREN_SCRIPTED_DELAY="600",
-                             TOREN_POOL_SIZE="10")
-        rss_idle = busy.rss_mb()
-        await create_runs(db.url, crew, n, callers=8)
-        await wait_started(db, n, timeout_s=1200)
-        await asyncio.sleep(STATS_SETTLE_S)
-        x0 = db.xact_commits()
-        await asyncio.sleep(args.idle_seconds)
-        x1 = db.xact_commits()
-        # then the connections, apart (the sampler's own statements are transactions too)
-        with ConnectionSampler(db) as sampler:
-            await asyncio.sleep(args.idle_seconds / 2)
-        level["waiting"] = {
-            "xacts_per_s": round((x1 - x0 - 1) / (args.idle_seconds + 1.2), 2),
-            "connections_peak_open": sampler.peak_open,
-            "connections_peak_busy": sampler.peak_busy,
-            "connections_busy_mean": round(sampler.busy_total / max(1, sampler.samples), 3),
-            "rss_idle_mb": round(rss_idle, 1), "rss_mb": round(busy.rss_mb(), 1)}
-        level["waiting"]["xacts_per_s_per_run"] = round(level["waiting"]["xacts_per_s"] / n, 5)
-        busy.stop(signal.SIGKILL)
-        with psycopg.connect(db.url, autocommit=True) as conn:
-            conn.execute("TRUNCATE agent_bench.runs, agent_bench.events, toren_control.queue, "
-                         "toren_control.leases, toren_control.workers")
-        # working
-        await create_runs(db.url, crew, n, callers=8)
-        worker = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n),
-                               TOREN_SCRIPTED_DELAY=str(args.model_latency))
-        rss_peak = 0.0
-        deadline = time.monotonic() + 1800
-        while time.monotonic() < deadline:
-            rss_peak = max(rss_peak, worker.rss_mb())
-            done = db.scalar("SELECT count(*) FROM agent_bench.runs WHERE status = ANY(%s)",
-                             [list(TERMINAL)])
-            if done >= n:
-                break
-            await asyncio.sleep(0.5)
-        worker.stop()
-        with psycopg.connect(db.url) as conn:
-            first, last, calls = conn.execute(
-                "SELECT min(created_at) FILTER (WHERE type = 'ModelCallStarted'), "
-                "max(created_at) FILTER (WHERE type = 'ModelCallCompleted'), "
-                "count(*) FILTER (WHERE type = 'ModelCallCompleted') "
-                "FROM agent_bench.events").fetchone()
-        seconds = (last - first).total_seconds()
-        ideal = n / args.model_latency
-        level["working"] = {
-            "model_calls": calls, "seconds": round(seconds, 2),
-            "model_calls_per_s": round(calls / seconds, 1), "ideal_per_s": round(ideal, 1),
-            "efficiency": round(calls / seconds / ideal, 3), "rss_peak_mb": round(rss_peak, 1)}
-        out["levels"][str(n)] = level
-        log(f"inflight {n}: {level}")
+        try:
+            out["levels"][str(n)] = await inflight_level(db, args, crew, n)
+        except Exception as exc:  # a level that failed does not lose the others
+            log(f"inflight {n} failed: {exc!r}")
+            out["levels"][str(n)] = {"error": repr(exc)[:300]}
     return out
+
+
+def reset_tables(db: BenchDatabase) -> None:
+    """Empty the agent's tables; first end any backend a killed worker left behind (it may
+    still hold locks the TRUNCATE waits for)."""
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        conn.execute("TRUNCATE agent_bench.runs, agent_bench.events, toren_control.queue, "
+                     "toren_control.leases, toren_control.workers")
+
+
+async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path,
+                         n: int) -> dict[str, Any]:
+    level: dict[str, Any] = {}
+    reset_tables(db)
+    # waiting
+    busy = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n), TOREN_SCRIPTED_DELAY="600",
+                         TOREN_POOL_SIZE="10")
+    rss_idle = busy.rss_mb()
+    await create_runs(db.url, crew, n, callers=8)
+    await wait_started(db, n, timeout_s=1200)
+    await asyncio.sleep(STATS_SETTLE_S)
+    x0 = db.xact_commits()
+    await asyncio.sleep(args.idle_seconds)
+    x1 = db.xact_commits()
+    # then the connections, apart (the sampler's own statements are transactions too)
+    with ConnectionSampler(db) as sampler:
+        await asyncio.sleep(args.idle_seconds / 2)
+    level["waiting"] = {
+        "xacts_per_s": round((x1 - x0 - 1) / (args.idle_seconds + 1.2), 2),
+        "connections_peak_open": sampler.peak_open,
+        "connections_peak_busy": sampler.peak_busy,
+        "connections_busy_mean": round(sampler.busy_total / max(1, sampler.samples), 3),
+        "rss_idle_mb": round(rss_idle, 1), "rss_mb": round(busy.rss_mb(), 1)}
+    level["waiting"]["xacts_per_s_per_run"] = round(level["waiting"]["xacts_per_s"] / n, 5)
+    busy.stop(signal.SIGKILL)
+    reset_tables(db)
+    # working
+    await create_runs(db.url, crew, n, callers=8)
+    worker = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n),
+                           TOREN_SCRIPTED_DELAY=str(args.model_latency))
+    rss_peak = 0.0
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        rss_peak = max(rss_peak, worker.rss_mb())
+        done = db.scalar("SELECT count(*) FROM agent_bench.runs WHERE status = ANY(%s)",
+                         [list(TERMINAL)])
+        if done >= n:
+            break
+        await asyncio.sleep(0.5)
+    worker.stop()
+    with psycopg.connect(db.url) as conn:
+        first, last, calls = conn.execute(
+            "SELECT min(created_at) FILTER (WHERE type = 'ModelCallStarted'), "
+            "max(created_at) FILTER (WHERE type = 'ModelCallCompleted'), "
+            "count(*) FILTER (WHERE type = 'ModelCallCompleted') "
+            "FROM agent_bench.events").fetchone()
+    seconds = (last - first).total_seconds()
+    ideal = n / args.model_latency
+    level["working"] = {
+        "model_calls": calls, "seconds": round(seconds, 2),
+        "model_calls_per_s": round(calls / seconds, 1), "ideal_per_s": round(ideal, 1),
+        "efficiency": round(calls / seconds / ideal, 3), "rss_peak_mb": round(rss_peak, 1)}
+    log(f"inflight {n}: {level}")
+    return level
 
 
 async def wait_started(db: BenchDatabase, n: int, timeout_s: float) -> None:
