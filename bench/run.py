@@ -37,10 +37,15 @@ PEERS = BENCH / "peers"
 PEERS_VENV = ROOT / ".venv-peers"
 console = Console(stderr=True)
 
+HISTORY = BENCH / "history"
 TOREN_FIGURES = ("throughput", "latency", "queue", "resume", "memory", "scaleout", "recovery",
-                 "fanout")
+                 "inflight", "growth", "fanout")
 #: Figures --smoke leaves out unless --only names them (they take more than a few seconds).
-NOT_IN_SMOKE = ("fanout",)
+NOT_IN_SMOKE = ("fanout", "inflight")
+#: Figures a full run leaves out unless --only names them (minutes each: agent scale).
+NOT_BY_DEFAULT = ("inflight", "growth")
+#: Connection counts raw Postgres is measured at (Toren is compared at the one it used).
+RAW_CONNECTIONS = (1, 2, 4, 8, 12)
 
 
 def log(message: str) -> None:
@@ -128,108 +133,197 @@ def toren_queue_at(result: dict[str, Any], concurrency: int) -> float | None:
     return None
 
 
+def raw_at(result: dict[str, Any], connections: int | None, field: str = "commits_per_s"
+           ) -> tuple[int, float] | None:
+    """Raw Postgres at the smallest measured connection count >= ``connections`` (the largest
+    measured if none is): ``(count, value)``."""
+    modes = sorted((m for m in result.get("modes", []) if m.get("synchronous_commit") == "on"),
+                   key=lambda m: m["connections"])
+    if not modes or connections is None:
+        return None
+    mode = next((m for m in modes if m["connections"] >= connections), modes[-1])
+    return int(mode["connections"]), mode[field]
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):g}-{max(values):g}" if len(values) > 1 else ""
+
+
 def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Headline figures: the median over repetitions, the peer, the ratio, the target."""
+    """Headline figures: the median over repetitions, the peer, the median of the per-pair
+    ratios (Toren and the peer of the same repetition) and their spread, the target."""
 
-    def m(name: str, *path: str | int) -> float | None:
-        return median([dig(rep.get(name, {}), *path) for rep in reps])
-
-    def mq(name: str, picker: Any, concurrency: int) -> float | None:
-        return median([picker(rep.get(name, {}), concurrency) for rep in reps])
+    def each(name: str, *path: str | int) -> list[float | None]:
+        return [dig(rep.get(name, {}), *path) for rep in reps]
 
     rows: list[dict[str, Any]] = []
 
-    def add(figure: str, name: str, value: float | None, unit: str, *,
-            peer: float | None = None, peer_name: str = "", target: str = "",
-            ok: bool | None = None, ratio: float | None = None) -> None:
-        if ratio is None and value is not None and peer:
-            ratio = round(value / peer, 2)
+    def add(figure: str, name: str, mine: list[float | None], unit: str, *,
+            theirs: list[float | None] | None = None, peer_name: str = "", target: str = "",
+            check: Any = None, invert: bool = False) -> None:
+        """``mine``/``theirs``: one value per repetition; ratios are taken per pair.
+        ``check(value, ratio)`` says whether the target is met."""
+        value = median(mine)
+        peer = median(theirs) if theirs else None
+        ratios = [round((b / a) if invert else (a / b), 3)
+                  for a, b in zip(mine, theirs or [], strict=False)
+                  if a is not None and b]
+        ratio = round(statistics.median(ratios), 2) if ratios else None
+        met = None
+        if check is not None and value is not None and (theirs is None or ratio is not None):
+            met = bool(check(value, ratio))
         rows.append({"figure": figure, "name": name, "value": value, "unit": unit,
-                     "peer": peer, "peer_name": peer_name, "ratio": ratio, "target": target,
-                     "met": ok})
+                     "peer": peer, "peer_name": peer_name, "ratio": ratio,
+                     "ratio_spread": spread(ratios), "pairs": len(ratios), "target": target,
+                     "met": met})
 
-    ops = m("toren_throughput", "operations_per_s")
-    dbos = m("dbos", "steps_per_s")
-    raw1 = m("pg_raw", "commits_per_s_1conn")
-    add("1 throughput", "durable operations/s (1 worker process)", ops, "ops/s", peer=dbos,
-        peer_name="DBOS steps/s", target=">= 3x DBOS",
-        ok=None if not (ops and dbos) else ops >= 3 * dbos)
-    add("1 throughput", "durable operations/s vs raw commits/s (1 conn)", ops, "ops/s",
-        peer=raw1, peer_name="raw INSERT+COMMIT/s", target=">= 0.5x raw",
-        ok=None if not (ops and raw1) else ops >= 0.5 * raw1)
-    add("1 throughput", "events/s", m("toren_throughput", "events_per_s"), "events/s")
-    add("1 throughput", "Postgres transactions per operation",
-        m("toren_throughput", "pg_xacts_per_operation"), "xacts",
-        peer=m("dbos", "sequential", "pg_xacts_per_step_approx"),
-        peer_name="DBOS xacts/step")
-    op_p50 = m("toren_latency", "ms_per_operation_p50")
-    raw_p50 = median([dig(rep.get("pg_raw", {}), "modes", 0, "latency_ms_p50") for rep in reps])
-    add("2 per-step overhead", "ms per durable operation, p50", op_p50, "ms", peer=raw_p50,
-        peer_name="raw commit p50 ms", target="<= 2x raw",
-        ok=None if not (op_p50 and raw_p50) else op_p50 <= 2 * raw_p50)
+    ops = each("toren_throughput", "operations_per_s")
+    # connections Toren had in use at once (statements running or in a transaction), at peak;
+    # the pool may hold more open and idle
+    conns = each("toren_throughput", "connections_peak_busy")
+    shape = median(each("toren_throughput", "operations_per_run"))
+    add("1 throughput", f"durable operations/s (1 worker process, {shape or 0:g} per run, "
+        "run creation in the window)", ops, "ops/s",
+        theirs=each("dbos", "steps_per_s"), peer_name="DBOS steps/s, same shape",
+        target=">= 3x DBOS", check=lambda v, r: r >= 3)
+    raws = [raw_at(rep.get("pg_raw", {}), None if c is None else int(c))
+            for rep, c in zip(reps, conns, strict=True)]
+    at = sorted({r[0] for r in raws if r})
+    add("1 throughput", f"durable operations/s vs raw commits/s at Toren's connection count "
+        f"({'/'.join(map(str, at)) or '?'})", ops, "ops/s",
+        theirs=[r[1] if r else None for r in raws], peer_name="raw INSERT+COMMIT/s",
+        target=">= 1.0x raw", check=lambda v, r: r >= 1.0)
+    add("1 throughput", "durable operations/s vs raw commits/s (1 connection)", ops, "ops/s",
+        theirs=each("pg_raw", "commits_per_s_1conn"), peer_name="raw INSERT+COMMIT/s")
+    add("1 throughput", "agent steps/s (model call + tool call)",
+        each("toren_throughput", "steps_per_s"), "steps/s",
+        theirs=[None if v is None else v / 2 for v in each("dbos", "steps_per_s")],
+        peer_name="DBOS steps/s / 2")
+    add("1 throughput", "runs/s", each("toren_throughput", "runs_per_s"), "runs/s",
+        theirs=each("dbos", "workflows_per_s"), peer_name="DBOS workflows/s")
+    add("1 throughput", "events/s", each("toren_throughput", "events_per_s"), "events/s")
+    add("1 throughput", "Postgres transactions per operation, run creation included",
+        each("toren_throughput", "pg_xacts_per_operation"), "xacts",
+        theirs=each("dbos", "sequential", "pg_xacts_per_step_approx"),
+        peer_name="DBOS xacts/step", target="<= 1.0", check=lambda v, r: v <= 1.0)
+    add("1 throughput", "worker CPU per durable operation", each("toren_throughput",
+        "cpu_ms_per_operation"), "ms")
+    add("1 throughput", "connections in use at once (peak)", conns, "conns")
+    add("1 throughput", "connections open at once (peak)",
+        each("toren_throughput", "connections_peak_open"), "conns")
+    op_p50 = each("toren_latency", "ms_per_operation_p50")
+    add("2 per-step overhead", "ms per durable operation, p50", op_p50, "ms",
+        theirs=each("pg_raw", "modes", 0, "latency_ms_p50"), peer_name="raw commit p50 ms",
+        target="<= 2x raw", check=lambda v, r: r <= 2)
     add("2 per-step overhead", "ms per durable operation, p99",
-        m("toren_latency", "ms_per_operation_p99"), "ms",
-        peer=median([dig(rep.get("pg_raw", {}), "modes", 0, "latency_ms_p99") for rep in reps]),
-        peer_name="raw commit p99 ms")
-    add("2 per-step overhead", "ms per step (model call + tool call), p50",
-        m("toren_latency", "ms_per_step_p50"), "ms")
+        each("toren_latency", "ms_per_operation_p99"), "ms",
+        theirs=each("pg_raw", "modes", 0, "latency_ms_p99"), peer_name="raw commit p99 ms")
+    add("2 per-step overhead", "worker CPU per durable operation (concurrency 1)",
+        each("toren_latency", "cpu_ms_per_operation"), "ms")
+    add("2 per-step overhead", "ms per agent step (model call + tool call), p50",
+        each("toren_latency", "ms_per_step_p50"), "ms")
     for level in (1, 10):
-        mine = mq("toren_queue", toren_queue_at, level)
-        theirs = mq("procrastinate", procrastinate_at, level)
-        add("3 queue", f"no-op jobs/s at concurrency {level}", mine, "jobs/s", peer=theirs,
+        add("3 queue", f"no-op jobs/s at concurrency {level} (worker started and stopped in "
+            "the window)", [toren_queue_at(rep.get("toren_queue", {}), level) for rep in reps],
+            "jobs/s", theirs=[procrastinate_at(rep.get("procrastinate", {}), level)
+                              for rep in reps],
             peer_name=f"procrastinate c={level}", target=">= 2x procrastinate",
-            ok=None if not (mine and theirs) else mine >= 2 * theirs)
-    p50 = m("toren_queue", "wakeup", "p50_ms")
-    p99 = m("toren_queue", "wakeup", "p99_ms")
-    add("3 queue", "wake-up latency p50 (idle worker)", p50, "ms", target="<= 5 ms",
-        ok=None if p50 is None else p50 <= 5)
-    add("3 queue", "wake-up latency p99 (idle worker)", p99, "ms", target="<= 50 ms",
-        ok=None if p99 is None else p99 <= 50)
+            check=lambda v, r: r >= 2)
+    add("3 queue", "wake-up latency p50 (idle worker)", each("toren_queue", "wakeup", "p50_ms"),
+        "ms", target="<= 5 ms", check=lambda v, r: v <= 5)
+    add("3 queue", "wake-up latency p99 (idle worker)", each("toren_queue", "wakeup", "p99_ms"),
+        "ms", target="<= 50 ms", check=lambda v, r: v <= 50)
     lengths = sorted({int(k) for rep in reps
                       for k in dig(rep.get("toren_resume", {}), "lengths") or {}})
     for length in lengths:
-        value = median([dig(rep.get("toren_resume", {}), "lengths", str(length)) for rep in reps])
         big = length >= 10000
-        add("4 resume", f"load + fold + continue, {length} events", value, "ms",
-            target="<= 100 ms" if big else "",
-            ok=(value <= 100) if big and value is not None else None)
-    idle = m("toren_memory", "idle_rss_mb")
-    per = m("toren_memory", "added_mb_per_1000_runs")
-    add("5 memory", "idle worker RSS", idle, "MB", target="<= 120 MB",
-        ok=None if idle is None else idle <= 120)
-    add("5 memory", "added RSS per 1,000 runs in flight", per, "MB", target="<= 50 MB",
-        ok=None if per is None else per <= 50)
+        add("4 resume", f"load + fold + continue, {length} events",
+            each("toren_resume", "lengths", str(length)), "ms",
+            target="<= 100 ms" if big else "", check=(lambda v, r: v <= 100) if big else None)
+    add("5 memory", "idle worker RSS", each("toren_memory", "idle_rss_mb"), "MB",
+        target="<= 120 MB", check=lambda v, r: v <= 120)
+    add("5 memory", "added RSS per 1,000 runs in flight",
+        each("toren_memory", "added_mb_per_1000_runs"), "MB", target="<= 50 MB",
+        check=lambda v, r: v <= 50)
     for processes in ("1", "2", "4"):
         add("6 scale-out", f"durable operations/s, {processes} worker process(es)",
-            m("toren_scaleout", "processes", processes, "operations_per_s"), "ops/s")
+            each("toren_scaleout", "processes", processes, "operations_per_s"), "ops/s")
         add("6 scale-out", f"transactions per operation, {processes} process(es)",
-            m("toren_scaleout", "processes", processes, "pg_xacts_per_operation"), "xacts")
-    rec = m("toren_recovery", "recovery_s_median")
-    add("7 crash recovery", "SIGKILL to progress on a new worker (default settings)", rec, "s",
-        target="<= 10 s", ok=None if rec is None else rec <= 10)
-    fast = m("toren_recovery_ttl2", "recovery_s_median")
-    add("7 crash recovery", "same, TOREN_LEASE_TTL=2", fast, "s", target="configurable")
-    viewers = m("toren_fanout", "streams")
-    per_viewer = m("toren_fanout", "xacts_per_s_per_idle_viewer")
+            each("toren_scaleout", "processes", processes, "pg_xacts_per_operation"), "xacts")
+    add("7 crash recovery", "SIGKILL to progress on a new worker (default settings)",
+        each("toren_recovery", "recovery_s_median"), "s", target="<= 10 s",
+        check=lambda v, r: v <= 10)
+    add("7 crash recovery", "same, TOREN_LEASE_TTL=2",
+        each("toren_recovery_ttl2", "recovery_s_median"), "s", target="configurable")
+    viewers = median(each("toren_fanout", "streams"))
     add("8 stream fan-out", f"Postgres transactions/s per idle SSE viewer ({viewers or 0:g} "
-        "viewers)", per_viewer, "xacts/s", target="<= 0.5",
-        ok=None if per_viewer is None else per_viewer <= 0.5)
+        "viewers)", each("toren_fanout", "xacts_per_s_per_idle_viewer"), "xacts/s",
+        target="<= 0.5", check=lambda v, r: v <= 0.5)
     add("8 stream fan-out", "message sent to viewer receiving it, p50",
-        m("toren_fanout", "wakeup_ms_p50"), "ms")
+        each("toren_fanout", "wakeup_ms_p50"), "ms")
+    levels = sorted({int(k) for rep in reps
+                     for k in dig(rep.get("toren_inflight", {}), "levels") or {}})
+    for n in levels:
+        key = str(n)
+        goal = 0.9 if n <= 1000 else 0.75
+        add("9 in flight", f"{n:,} runs: model calls/s against N / latency (efficiency)",
+            each("toren_inflight", "levels", key, "working", "efficiency"), "",
+            target=f">= {goal:.0%}", check=lambda v, r, goal=goal: v >= goal)
+        add("9 in flight", f"{n:,} runs waiting: Postgres transactions/s (all of them)",
+            each("toren_inflight", "levels", key, "waiting", "xacts_per_s"), "xacts/s",
+            target="O(workers), not O(runs)")
+        add("9 in flight", f"{n:,} runs waiting: Postgres transactions/s per run",
+            each("toren_inflight", "levels", key, "waiting", "xacts_per_s_per_run"), "xacts/s")
+        add("9 in flight", f"{n:,} runs waiting: connections busy, time average (the "
+            "worker's own heartbeat and guardian statements; none per run)",
+            each("toren_inflight", "levels", key, "waiting", "connections_busy_mean"), "conns",
+            target="0 per run", check=lambda v, r: v < 1)
+        add("9 in flight", f"{n:,} runs waiting: connections busy (peak) / open (peak)",
+            each("toren_inflight", "levels", key, "waiting", "connections_peak_busy"), "conns",
+            theirs=each("toren_inflight", "levels", key, "waiting", "connections_peak_open"),
+            peer_name="open")
+        add("9 in flight", f"{n:,} runs waiting: worker RSS",
+            each("toren_inflight", "levels", key, "waiting", "rss_mb"), "MB",
+            target="<= 600 MB" if n >= 10000 else "",
+            check=(lambda v, r: v <= 600) if n >= 10000 else None)
+    size = median(each("toren_growth", "size_events"))
+    add("10 cost growth", f"durable operations/s with {size or 0:,.0f} events and "
+        f"{(size or 0) / 10:,.0f} finished runs in the tables, against empty tables",
+        each("toren_growth", "loaded", "operations_per_s"), "ops/s",
+        theirs=each("toren_growth", "empty", "operations_per_s"), peer_name="empty tables",
+        target="within 15%", check=lambda v, r: r >= 0.85)
+    add("10 cost growth", "claim latency p50, same tables against empty",
+        each("toren_growth", "loaded", "claim_ms_p50"), "ms",
+        theirs=each("toren_growth", "empty", "claim_ms_p50"), peer_name="empty tables",
+        target="within 15%", check=lambda v, r: r <= 1.15)
+    backlog = median(each("toren_growth", "backlog"))
+    add("10 cost growth", f"claim latency p50 with {backlog or 0:,.0f} ready messages waiting",
+        each("toren_growth", "backlog_claim", "claim_ms_p50"), "ms",
+        theirs=each("toren_growth", "empty", "claim_ms_p50"), peer_name="empty queue",
+        target="<= 2x empty", check=lambda v, r: r <= 2)
     return rows
 
 
 def render(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="Toren vs peers (median of repetitions)")
-    for column in ("figure", "measure", "Toren", "peer", "ratio", "target", "met"):
+    for column in ("figure", "measure", "Toren", "peer", "ratio (spread)", "target", "met"):
         table.add_column(column)
     for row in rows:
-        value = "n/a" if row["value"] is None else f"{row['value']:g} {row['unit']}"
-        peer = "" if row["peer"] is None else f"{row['peer']:g} ({row['peer_name']})"
+        if row["value"] is None:
+            continue
         met = {True: "[green]yes[/]", False: "[red]no[/]", None: ""}[row["met"]]
-        table.add_row(row["figure"], row["name"], value, peer,
-                      "" if row["ratio"] is None else f"{row['ratio']:g}x", row["target"], met)
+        table.add_row(row["figure"], row["name"], *cells(row)[:3], row["target"], met)
     return table
+
+
+def cells(row: dict[str, Any]) -> tuple[str, str, str]:
+    """Toren's value, the peer's, and the ratio with its per-pair spread, as text."""
+    value = "n/a" if row["value"] is None else f"{row['value']:g} {row['unit']}".strip()
+    peer = "" if row["peer"] is None else f"{row['peer']:g} ({row['peer_name']})"
+    ratio = "" if row["ratio"] is None else f"{row['ratio']:g}x"
+    if ratio and row.get("ratio_spread"):
+        ratio += f" ({row['ratio_spread']})"
+    return value, peer, ratio
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
@@ -237,9 +331,12 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
     lines = [
         "# Benchmark results",
         "",
-        f"Generated by `bench/run.py` on {meta['date']}; every figure is the median of "
-        f"{meta['repetitions']} repetition(s), Toren and the peers in one invocation against "
-        "the same Postgres.",
+        f"Generated by `bench/run.py` on {meta['date']} from the raw results in "
+        f"`{meta.get('history', 'bench/history/')}`; every figure is the median of its "
+        f"repetitions ({meta['repetitions']} for the first file), Toren and the peers in one "
+        "invocation against the same Postgres, interleaved (ABAB, the order alternating by "
+        "repetition). A ratio is the median of the per-repetition ratios (Toren and the "
+        "peer of the same repetition), the range after it their spread.",
         "",
         "## Machine and versions",
         "",
@@ -247,19 +344,20 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
         "",
         "## Figures",
         "",
-        "| figure | measure | Toren | peer | ratio | target | met |",
+        "| figure | measure | Toren | peer | ratio (spread) | target | met |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
-        value = "n/a" if row["value"] is None else f"{row['value']:g} {row['unit']}"
-        peer = "" if row["peer"] is None else f"{row['peer']:g} ({row['peer_name']})"
-        ratio = "" if row["ratio"] is None else f"{row['ratio']:g}x"
+        if row["value"] is None:
+            continue
+        value, peer, ratio = cells(row)
         met = {True: "yes", False: "**no**", None: ""}[row["met"]]
         lines.append(f"| {row['figure']} | {row['name']} | {value} | {peer} | {ratio} | "
                      f"{row['target']} | {met} |")
-    history = BENCH / "history.md"
-    if history.exists():
-        lines += ["", history.read_text().strip()]
+    lines += before_after()
+    notes = BENCH / "history.md"
+    if notes.exists():
+        lines += ["", notes.read_text().strip()]
     lines += ["", "## Raw results", "", "One JSON object per benchmark and repetition.", "",
               "```json"]
     for index, rep in enumerate(reps, 1):
@@ -267,6 +365,46 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
             lines.append(json.dumps({"repetition": index, "name": name} | result))
     lines += ["```", ""]
     return "\n".join(lines)
+
+
+#: The measures the before-and-after table follows across recorded runs (name prefix).
+TRACKED = (
+    ("ops/s", "durable operations/s (1 worker process", "value"),
+    ("x DBOS", "durable operations/s (1 worker process", "ratio"),
+    ("x raw, same connections", "durable operations/s vs raw commits/s at Toren's", "ratio"),
+    ("xacts/op", "Postgres transactions per operation", "value"),
+    ("CPU ms/op", "worker CPU per durable operation", "value"),
+    ("ms/op p50", "ms per durable operation, p50", "value"),
+    ("x raw p50", "ms per durable operation, p50", "ratio"),
+    ("queue c=1 x procrastinate", "no-op jobs/s at concurrency 1", "ratio"),
+)
+
+
+def before_after() -> list[str]:
+    """A row per recorded run in bench/history/ (its label, settings and headline figures),
+    generated from the raw JSON kept there, oldest first."""
+    recorded = sorted(HISTORY.glob("*.json")) if HISTORY.exists() else []
+    if not recorded:
+        return []
+    lines = ["", "## Before and after (from bench/history/)", "",
+             "Each row is one recorded invocation of `bench/run.py` (the file under "
+             "`bench/history/` holds its raw JSON); ratios are medians of per-repetition pairs.",
+             "", "| recorded | label | Toren settings | reps | "
+             + " | ".join(title for title, _, _ in TRACKED) + " |",
+             "| --- | --- | --- | --- | " + " | ".join("---" for _ in TRACKED) + " |"]
+    for path in recorded:
+        data = json.loads(path.read_text())
+        rows = data.get("rows", [])
+        values = []
+        for _title, prefix, field in TRACKED:
+            row = next((r for r in rows if r["name"].startswith(prefix)
+                        and r.get(field) is not None), None)
+            values.append("" if row is None else f"{row[field]:g}")
+        env = " ".join(f"{k}={v}" for k, v in sorted(data["meta"].get("toren_env", {}).items()))
+        lines.append(f"| [{path.name}](history/{path.name}) | {data['meta'].get('label', '')} | "
+                     f"{env or 'defaults'} | {data['meta']['repetitions']} | "
+                     + " | ".join(values) + " |")
+    return lines
 
 
 def parse_args() -> argparse.Namespace:
@@ -281,7 +419,33 @@ def parse_args() -> argparse.Namespace:
                         help="comma-separated Toren figures to run (default: all; --smoke "
                              f"leaves out {', '.join(NOT_IN_SMOKE)})")
     parser.add_argument("--out", type=Path, default=None, help="where to write the Markdown")
+    parser.add_argument("--label", default=None,
+                        help="names the run in bench/history/ (e.g. before-group-commit)")
+    parser.add_argument("--toren-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="a TOREN_* setting for Toren's side (e.g. TOREN_GROUP_COMMIT=0)")
+    parser.add_argument("--toren-arg", action="append", default=[], metavar="ARG",
+                        help="an argument for toren_bench.py, e.g. --toren-arg=--size=1000000 "
+                             "(recorded with the run)")
+    parser.add_argument("--render", type=Path, nargs="+", default=None, metavar="HISTORY_JSON",
+                        help="write the Markdown from recorded runs, running nothing (several "
+                             "files: their figures together, repetition by repetition, the "
+                             "first file's machine and settings)")
     return parser.parse_args()
+
+
+def write_markdown(out: Path, record: dict[str, Any]) -> None:
+    rows = figures(record["reps"])
+    record["rows"] = rows
+    Console(width=max(160, Console().width)).print(render(rows))
+    for row in rows:
+        if row["value"] is not None:
+            print(json.dumps({"figure": row["figure"], "measure": row["name"]}
+                             | {k: row[k] for k in ("value", "unit", "peer", "peer_name",
+                                                    "ratio", "ratio_spread", "target",
+                                                    "met")}), flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(markdown(rows, record["meta"], record["reps"]))
+    log(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 
 
 def main() -> int:
@@ -289,46 +453,81 @@ def main() -> int:
     reps_n = args.reps or (1 if args.smoke else 3)
     out = args.out or (BENCH / "out" / "RESULTS.smoke.md" if args.smoke
                        else BENCH / "RESULTS.md")
+    if args.render is not None:
+        records = [json.loads(path.read_text()) for path in args.render]
+        record = records[0]
+        for other in records[1:]:
+            for index, rep in enumerate(other["reps"]):
+                if index < len(record["reps"]):
+                    record["reps"][index] |= rep
+                else:
+                    record["reps"].append(rep)
+        record["meta"]["history"] = ", ".join(
+            str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT)
+            else str(path) for path in args.render)
+        write_markdown(out, record)
+        return 0
     if args.only is None:
-        only = [f for f in TOREN_FIGURES if not (args.smoke and f in NOT_IN_SMOKE)]
+        only = [f for f in TOREN_FIGURES if f not in (NOT_IN_SMOKE if args.smoke
+                                                       else NOT_BY_DEFAULT)]
     else:
         only = [f for f in args.only.split(",") if f]
+    toren_env = dict(item.split("=", 1) for item in args.toren_env)
+    if any(not key.startswith("TOREN_") for key in toren_env):
+        raise SystemExit("--toren-env takes TOREN_* settings only")
     server_url, server, source = start_postgres()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOREN_")}
     env["DATABASE_URL"] = server_url
+    toren_env_full = env | toren_env
     peer_python = None if args.no_peers else peers_python()
     smoke = ["--smoke"] if args.smoke else []
+    raw_levels = ",".join(map(str, RAW_CONNECTIONS))
     peer_commands: dict[str, list[str]] = {
         "pg_raw": [str(peer_python or sys.executable), str(PEERS / "bench_pg_raw.py"),
-                   "--seconds", "1" if args.smoke else "5"],
+                   "--seconds", "1" if args.smoke else "3", "--connections", raw_levels],
     }
     if peer_python is not None:
+        # the same shape as Toren's runs: 2 * steps + 1 durable operations per workflow
+        # (toren_bench.py: 5 steps full, 3 smoke), from 8 client threads (Toren: 8 pollers)
         peer_commands["dbos"] = [str(peer_python), str(PEERS / "bench_dbos.py"),
-                                 *(["-n", "20", "-k", "5"] if args.smoke else [])]
+                                 *(["-n", "20", "-k", "7"] if args.smoke
+                                   else ["-n", "200", "-k", "11", "-c", "8"])]
         peer_commands["procrastinate"] = [str(peer_python), str(PEERS / "bench_procrastinate.py"),
                                           *(["-m", "100"] if args.smoke else [])]
     reps: list[dict[str, dict[str, Any]]] = []
     failures = 0
     try:
-        meta = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "repetitions": reps_n,
-                "machine": {
-                    "cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(), "toren": version("toren"),
-                    "psycopg": version("psycopg"), "postgres": source,
-                    **server_facts(server_url)}}
+        meta: dict[str, Any] = {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "repetitions": reps_n,
+            "label": args.label or ("smoke" if args.smoke else ""), "toren_env": toren_env,
+            "commit": git_commit(), "figures": only, "toren_args": args.toren_arg,
+            "machine": {
+                "cpus": os.cpu_count(), "platform": platform.platform(),
+                "python": platform.python_version(), "toren": version("toren"),
+                "psycopg": version("psycopg"), "postgres": source,
+                "load_average_at_start": os.getloadavg()[0], **server_facts(server_url)}}
         for rep in range(1, reps_n + 1):
             results: dict[str, dict[str, Any]] = {}
-            for name, command in peer_commands.items():
-                log(f"repetition {rep}/{reps_n}: {name}")
-                results[name] = run_json(command, env, timeout=1800)
-            for figure in only:
-                log(f"repetition {rep}/{reps_n}: toren {figure}")
-                command = [sys.executable, str(BENCH / "toren_bench.py"), figure,
-                           "--server-url", server_url, *smoke]
-                results[f"toren_{figure}"] = run_json(command, env, timeout=1800)
-                if figure == "recovery":
-                    results["toren_recovery_ttl2"] = run_json(
-                        [*command, "--lease-ttl", "2"], env, timeout=1800)
+
+            def peers(rep: int = rep, results: dict[str, dict[str, Any]] = results) -> None:
+                for name, command in peer_commands.items():
+                    log(f"repetition {rep}/{reps_n}: {name}")
+                    results[name] = run_json(command, env, timeout=1800)
+
+            def toren(rep: int = rep, results: dict[str, dict[str, Any]] = results) -> None:
+                for figure in only:
+                    log(f"repetition {rep}/{reps_n}: toren {figure}")
+                    command = [sys.executable, str(BENCH / "toren_bench.py"), figure,
+                               "--server-url", server_url, *smoke, *args.toren_arg]
+                    results[f"toren_{figure}"] = run_json(command, toren_env_full,
+                                                          timeout=3600)
+                    if figure == "recovery":
+                        results["toren_recovery_ttl2"] = run_json(
+                            [*command, "--lease-ttl", "2"], toren_env_full, timeout=1800)
+
+            # ABAB: the peers first in odd repetitions, Toren first in even ones
+            for part in ((peers, toren) if rep % 2 else (toren, peers)):
+                part()
             for name, result in results.items():
                 if not result.get("ok"):
                     failures += 1
@@ -341,21 +540,29 @@ def main() -> int:
                                         f"print(v('{dist}'))"],
                                        capture_output=True, text=True, check=False)
                 meta["machine"][peer] = probe.stdout.strip() or "?"
-        rows = figures(reps)
-        Console(width=max(160, Console().width)).print(render(rows))
-        for row in rows:
-            print(json.dumps({"figure": row["figure"], "measure": row["name"],
-                              "value": row["value"], "unit": row["unit"], "peer": row["peer"],
-                              "peer_name": row["peer_name"], "ratio": row["ratio"],
-                              "target": row["target"], "met": row["met"]}), flush=True)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(markdown(rows, meta, reps))
-        log(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+        record = {"meta": meta, "reps": reps}
+        if not args.smoke:
+            HISTORY.mkdir(exist_ok=True)
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M")
+            path = HISTORY / f"{stamp}-{args.label or 'run'}.json"
+            meta["history"] = str(path.relative_to(ROOT))
+            record["rows"] = figures(reps)
+            path.write_text(json.dumps(record, indent=1) + "\n")
+            log(f"recorded {path.relative_to(ROOT)}")
+            write_markdown(out, record)
+        else:
+            write_markdown(out, record)
     finally:
         if server is not None:
             server.cleanup()
             shutil.rmtree(Path(server.pgdata).parent, ignore_errors=True)
     return 1 if failures else 0
+
+
+def git_commit() -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "?"
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 
     python bench/toren_bench.py FIGURE --server-url URL [--smoke]
 
-FIGURE is one of: throughput, latency, queue, resume, memory, scaleout, recovery, fanout.
+FIGURE is one of: throughput, latency, queue, resume, memory, inflight, growth, scaleout,
+recovery, fanout.
 Each invocation creates a fresh database on the server at URL (the role needs CREATEDB) and
 drops it afterwards. Logs go to stderr. ``bench/run.py`` runs every figure beside the peers.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import datetime
 import itertools
 import json
 import os
@@ -94,7 +96,9 @@ def bench_crew(root: Path, steps: int) -> Path:
 
 
 def settings(url: str, **overrides: Any) -> Settings:
-    return dataclasses.replace(Settings(database_url=url, load_plugins=()), **overrides)
+    """Defaults, plus any ``TOREN_*`` variable ``run.py --toren-env`` passed, plus overrides."""
+    return dataclasses.replace(Settings.from_env(os.environ), database_url=url,
+                               load_plugins=(), **overrides)
 
 
 async def wait_terminal(db: BenchDatabase, count: int, timeout_s: float = 600) -> int:
@@ -112,48 +116,105 @@ async def wait_terminal(db: BenchDatabase, count: int, timeout_s: float = 600) -
     raise TimeoutError(f"runs did not finish within {timeout_s}s")
 
 
-def window(db: BenchDatabase) -> dict[str, Any]:
-    """First TaskStarted to last RunFinished, by the database clock; and event counts."""
+def window(db: BenchDatabase, since: Any = None) -> dict[str, Any]:
+    """From the first run's creation to the last RunFinished, by the database clock (the
+    window includes creating the runs, as DBOS's includes starting its workflows); and
+    event counts. ``since``: only runs and events from then on (a preloaded history is not
+    counted)."""
+    since = since or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
     with psycopg.connect(db.url) as conn:
         first, last, events, completed = conn.execute(
-            "SELECT min(created_at) FILTER (WHERE type = 'TaskStarted'), "
+            "SELECT (SELECT min(created_at) FROM agent_bench.runs WHERE created_at >= %(s)s), "
             "max(created_at) FILTER (WHERE type = 'RunFinished'), count(*), "
             "count(*) FILTER (WHERE type IN ('ModelCallCompleted', 'ToolCallCompleted')) "
-            "FROM agent_bench.events").fetchone()
+            "FROM agent_bench.events WHERE created_at >= %(s)s", {"s": since}).fetchone()
         failed = conn.execute("SELECT count(*) FROM agent_bench.runs "
-                              "WHERE status <> 'completed'").fetchone()[0]
+                              "WHERE status <> 'completed' AND created_at >= %s",
+                              [since]).fetchone()[0]
     return {"seconds": (last - first).total_seconds(), "events": events,
             "operations": completed, "not_completed": failed}
+
+
+class ConnectionSampler:
+    """Samples the database's connections every 20 ms in a thread: the most open at once and
+    the most busy at once (running a statement or inside a transaction). Its own samples are
+    transactions too: ``samples`` says how many to subtract."""
+
+    def __init__(self, db: BenchDatabase) -> None:
+        self.db = db
+        self.peak_open = self.peak_busy = self.samples = self.busy_total = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ConnectionSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with psycopg.connect(self.db.url, autocommit=True) as conn:
+            while not self._stop.is_set():
+                opened, busy = conn.execute(
+                    "SELECT count(*), count(*) FILTER (WHERE state <> 'idle') "
+                    "FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                ).fetchone()
+                self.samples += 1
+                self.busy_total += busy
+                self.peak_open, self.peak_busy = max(self.peak_open, opened), max(
+                    self.peak_busy, busy)
+                self._stop.wait(0.02)
 
 
 # -- 1. durable step throughput ------------------------------------------------------------
 
 
 async def throughput(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """``runs`` runs of ``steps`` agent steps (2 * steps + 1 durable operations each), created
+    inside the window by ``concurrency`` concurrent callers while one worker process with
+    ``concurrency`` pollers works them: the shape of DBOS's concurrent phase."""
     n, k, w = args.runs, args.steps, args.concurrency
     crew = bench_crew(work, k)
-    creator = Runtime([crew], settings=settings(db.url))
-    await creator.start(workers=False)
-    for _ in range(n):
-        await creator.start_run("bench", "go")
-    await creator.stop()
+    await create_runs(db.url, crew, 0)  # migrate, outside the window
     x0 = db.xact_commits()
     worker = Runtime([crew], settings=settings(db.url, concurrency=w))
-    await worker.start(workers=True)
-    polls = await wait_terminal(db, n)
-    await worker.stop()
+    with ConnectionSampler(db) as sampler:
+        cpu0 = time.process_time()
+        await worker.start(workers=True)
+        pending = iter(range(n))
+
+        async def creator() -> None:
+            for _ in pending:
+                await worker.start_run("bench", "go")
+
+        await asyncio.gather(*(creator() for _ in range(w)))
+        polls = await wait_terminal(db, n)
+        await worker.stop()
+        cpu = time.process_time() - cpu0
     x1 = db.xact_commits()
     span = window(db)
     ops = span["operations"]
-    xacts = x1 - x0 - polls - 2  # minus our own polls and the two counter reads
+    xacts = x1 - x0 - polls - sampler.samples - 1  # minus our polls, samples, counter read
     return {
-        "runs": n, "steps_per_run": k, "concurrency": w, "worker_processes": 1,
+        "runs": n, "steps_per_run": k, "operations_per_run": ops / n if n else 0,
+        "concurrency": w, "worker_processes": 1,
         "seconds": round(span["seconds"], 3),
         "operations_per_s": round(ops / span["seconds"], 1),
         "steps_per_s": round(n * k / span["seconds"], 1),
+        "runs_per_s": round(n / span["seconds"], 1),
         "events_per_s": round(span["events"] / span["seconds"], 1),
         "pg_xacts_per_operation": round(xacts / ops, 3),
         "pg_xacts_per_step": round(xacts / (n * k), 3),
+        "pg_xacts_per_run": round(xacts / n, 2),
+        "connections_peak_open": sampler.peak_open,
+        "connections_peak_busy": sampler.peak_busy,
+        # the process's CPU (creating the runs and working them; the sampler thread's share
+        # is small): what a durable operation costs the worker, however loaded the machine
+        "cpu_ms_per_operation": round(1000 * cpu / ops, 3),
+        "group_commit": worker.settings.group_commit,
         "not_completed": span["not_completed"],
     }
 
@@ -162,15 +223,17 @@ async def throughput(db: BenchDatabase, args: argparse.Namespace, work: Path) ->
 
 
 async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    k = args.steps * 10
+    k = args.latency_steps
     crew = bench_crew(work, k)
     runtime = Runtime([crew], settings=settings(db.url, concurrency=1))
     await runtime.start(workers=True)
     stamps: list[float] = []
     worker = runtime.workers.worker  # type: ignore[union-attr]
     worker.observers.append(lambda *_: stamps.append(time.perf_counter()))
+    cpu0 = time.process_time()
     run_id = await runtime.start_run("bench", "go")
     await runtime.wait_for_run(run_id, poll_s=0.25)
+    cpu = time.process_time() - cpu0
     await runtime.stop()
     # appends: start, then one per operation (2 per step), then finish and the run tick;
     # the gaps between consecutive operation appends are the per-operation cost
@@ -182,6 +245,8 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
         "ms_per_operation_p99": round(percentile(gaps, 0.99), 3),
         "ms_per_step_p50": round(statistics.median(steps), 3),
         "ms_per_step_p99": round(percentile(steps, 0.99), 3),
+        # client CPU per operation (the worker's own share of the gap, whatever the load)
+        "cpu_ms_per_operation": round(1000 * cpu / max(1, len(stamps) - 2), 3),
     }
 
 
@@ -194,31 +259,48 @@ def percentile(values: list[float], p: float) -> float:
 
 
 async def queue(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """No-op messages through the real worker path, as procrastinate's worker takes them:
+    ``jobs`` messages enqueued one by one, then a worker started, left to claim (up to
+    TOREN_CONCURRENCY messages per claim statement), dispatch each to its handler and
+    acknowledge it, and stopped once the queue is empty; the window runs from the start to
+    the stop. The handler is the worker's own for a message kind it does not run (it
+    acknowledges it): the no-op job."""
+    import logging
+
+    logging.getLogger("toren.host.worker").setLevel(logging.CRITICAL)  # one line per no-op
     crew = bench_crew(work, 1)
-    runtime = Runtime([crew], settings=settings(db.url, pool_size=12))
-    await runtime.start(workers=False)
-    q = runtime.queue
+    enqueuer = Runtime([crew], settings=settings(db.url, pool_size=12))
+    await enqueuer.start(workers=False)
+    q = enqueuer.queue
     assert q is not None
-    worker_id = "bench-consumer"
-    results: dict[str, Any] = {"jobs": args.jobs, "runs": []}
+    results: dict[str, Any] = {"jobs": args.jobs, "runs": [], "path": "worker"}
     for level in (1, 10):
         started = time.perf_counter()
         for i in range(args.jobs):
             await q.enqueue("bench", None, OutgoingMessage("noop", {"i": i}))
         defer_s = time.perf_counter() - started
+        x0 = await asyncio.to_thread(db.xact_commits)
         started = time.perf_counter()
-        done = 0
-        while done < args.jobs:
-            claimed, _dead = await q.claim(["bench"], worker_id, level, 30, 100)
-            if not claimed:
-                break
-            await asyncio.gather(*(q.ack(m, worker_id) for m in claimed))
-            done += len(claimed)
+        polls = 0
+        async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as watch:
+            worker = Runtime([crew], settings=settings(db.url, concurrency=level))
+            await worker.start(workers=True)
+            while True:  # as procrastinate's wait=False worker: stop once it is drained
+                polls += 1
+                cursor = await watch.execute("SELECT EXISTS (SELECT 1 FROM toren_control.queue "
+                                             "WHERE kind = 'noop')")
+                if not (await cursor.fetchone() or (False,))[0]:
+                    break
+                await asyncio.sleep(0.005)
+            await worker.stop()
         drain_s = time.perf_counter() - started
+        x1 = await asyncio.to_thread(db.xact_commits) - polls - 1
         results["runs"].append({"concurrency": level, "defer_per_s": round(args.jobs / defer_s, 1),
-                                "jobs_per_s": round(done / drain_s, 1), "completed": done})
-    results["wakeup"] = await wakeup_latency(db, runtime, args.wakeups)
-    await runtime.stop()
+                                "jobs_per_s": round(args.jobs / drain_s, 1),
+                                "completed": args.jobs,
+                                "pg_xacts_per_job_approx": round((x1 - x0) / args.jobs, 2)})
+    results["wakeup"] = await wakeup_latency(db, enqueuer, args.wakeups)
+    await enqueuer.stop()
     best = max(results["runs"], key=lambda r: r["jobs_per_s"])
     results["jobs_per_s"] = best["jobs_per_s"]
     return results
@@ -389,10 +471,17 @@ class WorkerProcess:
         self.proc.wait(timeout=60)
 
 
-async def create_runs(url: str, crew: Path, n: int) -> list[str]:
+async def create_runs(url: str, crew: Path, n: int, callers: int = 1) -> list[str]:
     creator = Runtime([crew], settings=settings(url))
     await creator.start(workers=False)
-    ids = [await creator.start_run("bench", "go") for _ in range(n)]
+    ids: list[str] = []
+    todo = iter(range(n))
+
+    async def create() -> None:
+        for _ in todo:
+            ids.append(await creator.start_run("bench", "go"))
+
+    await asyncio.gather(*(create() for _ in range(callers)))
     await creator.stop()
     return ids
 
@@ -408,19 +497,208 @@ async def memory(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
     busy = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n), TOREN_SCRIPTED_DELAY="600")
     before = busy.rss_mb()
     await create_runs(db.url, crew, n)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        started = db.scalar("SELECT count(*) FROM agent_bench.events "
-                            "WHERE type = 'ModelCallStarted'")
-        if started >= n:
-            break
-        await asyncio.sleep(0.5)
+    await wait_started(db, n, timeout_s=300)
     await asyncio.sleep(2)
     during = busy.rss_mb()
     busy.stop(signal.SIGKILL)
     return {"idle_rss_mb": round(idle_mb, 1), "inflight_runs": n,
             "rss_before_mb": round(before, 1), "rss_inflight_mb": round(during, 1),
             "added_mb_per_1000_runs": round((during - before) * 1000 / n, 1)}
+
+
+async def inflight(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Agent scale: N runs in flight on one ``toren worker`` process (TOREN_CONCURRENCY=N),
+    each of ``3`` agent steps whose model call takes ``--model-latency`` seconds (the offline
+    model with TOREN_SCRIPTED_DELAY). Two phases per N:
+
+    - waiting: every run inside a model call that does not return (TOREN_SCRIPTED_DELAY=600):
+      Postgres transactions per second per in-flight run over ``--idle-seconds``,
+      connections open and busy (target: none busy), the worker's RSS;
+    - working: the same N runs with the model latency: model calls completed per second from
+      the first ``ModelCallStarted`` to the last ``ModelCallCompleted``, against the ideal
+      N / latency (Little's law), as an efficiency."""
+    crew = bench_crew(work, 3)
+    await create_runs(db.url, crew, 0)  # migrate
+    out: dict[str, Any] = {"model_latency_s": args.model_latency, "steps_per_run": 3,
+                           "levels": {}}
+    for n in args.inflight_levels:
+        try:
+            out["levels"][str(n)] = await inflight_level(db, args, crew, n)
+        except Exception as exc:  # a level that failed does not lose the others
+            log(f"inflight {n} failed: {exc!r}")
+            out["levels"][str(n)] = {"error": repr(exc)[:300]}
+    return out
+
+
+def reset_tables(db: BenchDatabase) -> None:
+    """Empty the agent's tables; first end any backend a killed worker left behind (it may
+    still hold locks the TRUNCATE waits for)."""
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        conn.execute("TRUNCATE agent_bench.runs, agent_bench.events, toren_control.queue, "
+                     "toren_control.leases, toren_control.workers")
+
+
+async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path,
+                         n: int) -> dict[str, Any]:
+    level: dict[str, Any] = {}
+    reset_tables(db)
+    # waiting
+    busy = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n), TOREN_SCRIPTED_DELAY="600",
+                         TOREN_POOL_SIZE="10")
+    rss_idle = busy.rss_mb()
+    await create_runs(db.url, crew, n, callers=8)
+    await wait_started(db, n, timeout_s=1200)
+    await asyncio.sleep(STATS_SETTLE_S)
+    x0 = db.xact_commits()
+    await asyncio.sleep(args.idle_seconds)
+    x1 = db.xact_commits()
+    # then the connections, apart (the sampler's own statements are transactions too)
+    with ConnectionSampler(db) as sampler:
+        await asyncio.sleep(args.idle_seconds / 2)
+    level["waiting"] = {
+        "xacts_per_s": round((x1 - x0 - 1) / (args.idle_seconds + 1.2), 2),
+        "connections_peak_open": sampler.peak_open,
+        "connections_peak_busy": sampler.peak_busy,
+        "connections_busy_mean": round(sampler.busy_total / max(1, sampler.samples), 3),
+        "rss_idle_mb": round(rss_idle, 1), "rss_mb": round(busy.rss_mb(), 1)}
+    level["waiting"]["xacts_per_s_per_run"] = round(level["waiting"]["xacts_per_s"] / n, 5)
+    busy.stop(signal.SIGKILL)
+    reset_tables(db)
+    # working
+    await create_runs(db.url, crew, n, callers=8)
+    worker = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n),
+                           TOREN_SCRIPTED_DELAY=str(args.model_latency))
+    rss_peak = 0.0
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        rss_peak = max(rss_peak, worker.rss_mb())
+        done = db.scalar("SELECT count(*) FROM agent_bench.runs WHERE status = ANY(%s)",
+                         [list(TERMINAL)])
+        if done >= n:
+            break
+        await asyncio.sleep(0.5)
+    worker.stop()
+    with psycopg.connect(db.url) as conn:
+        first, last, calls = conn.execute(
+            "SELECT min(created_at) FILTER (WHERE type = 'ModelCallStarted'), "
+            "max(created_at) FILTER (WHERE type = 'ModelCallCompleted'), "
+            "count(*) FILTER (WHERE type = 'ModelCallCompleted') "
+            "FROM agent_bench.events").fetchone()
+    seconds = (last - first).total_seconds()
+    ideal = n / args.model_latency
+    level["working"] = {
+        "model_calls": calls, "seconds": round(seconds, 2),
+        "model_calls_per_s": round(calls / seconds, 1), "ideal_per_s": round(ideal, 1),
+        "efficiency": round(calls / seconds / ideal, 3), "rss_peak_mb": round(rss_peak, 1)}
+    log(f"inflight {n}: {level}")
+    return level
+
+
+async def wait_started(db: BenchDatabase, n: int, timeout_s: float) -> None:
+    """Until ``n`` runs are inside their first model call."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        started = db.scalar("SELECT count(*) FROM agent_bench.events "
+                            "WHERE type = 'ModelCallStarted'")
+        if started >= n:
+            return
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"{n} runs were not all in a model call within {timeout_s}s")
+
+
+async def growth(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Cost growth: durable operations/s (``runs`` runs, as figure 1) and the latency of a
+    one-message claim, on empty tables and then with ``--size`` synthetic events in
+    ``--size / 10`` finished runs already in the agent's tables (loaded server-side with
+    generate_series, then ANALYZE); and claim latency with ``--backlog`` ready messages
+    waiting in the queue, against an empty queue."""
+    crew = bench_crew(work, args.steps)
+    await create_runs(db.url, crew, 0)  # migrate
+    out: dict[str, Any] = {"size_events": args.size, "size_runs": args.size // 10,
+                           "backlog": args.backlog}
+    out["empty"] = await growth_sample(db, crew, args)
+    started = time.perf_counter()
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO agent_bench.runs (id, status, input, output, stop_reason, created_at, "
+            "updated_at, finished_at) SELECT gen_random_uuid(), 'completed', '\"go\"', "
+            "'\"done\"', 'end_turn', t, t, t FROM generate_series(1, %s) AS g, "
+            "LATERAL (SELECT now() - interval '30 days' + g * interval '1 ms' AS t) AS at",
+            [args.size // 10])
+        conn.execute(
+            "INSERT INTO agent_bench.events (run_id, stream, seq, type, data, created_at) "
+            "SELECT r.id, CASE WHEN s <= 2 THEN 'run' ELSE 'task:main' END, s, "
+            "'ModelCallStarted', '{\"step\": 1, \"epoch\": 1}', r.created_at "
+            "FROM agent_bench.runs r, generate_series(1, 10) AS s WHERE r.status = 'completed' "
+            "AND r.created_at < now() - interval '1 day'")
+        conn.execute("ANALYZE agent_bench.runs")
+        conn.execute("ANALYZE agent_bench.events")
+        out["loaded_events"] = conn.execute(
+            "SELECT count(*) FROM agent_bench.events").fetchone()[0]
+    out["load_s"] = round(time.perf_counter() - started, 1)
+    out["loaded"] = await growth_sample(db, crew, args)
+    out["ops_ratio_loaded_to_empty"] = round(
+        out["loaded"]["operations_per_s"] / out["empty"]["operations_per_s"], 3)
+    out["claim_ratio_loaded_to_empty"] = round(
+        out["loaded"]["claim_ms_p50"] / out["empty"]["claim_ms_p50"], 3)
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        conn.execute("INSERT INTO toren_control.queue (agent, kind, payload) "
+                     "SELECT 'bench', 'noop', '{}' FROM generate_series(1, %s)", [args.backlog])
+        conn.execute("ANALYZE toren_control.queue")
+    out["backlog_claim"] = await claim_latency(db, crew, args.claims, enqueue=False)
+    out["claim_ratio_backlog_to_empty"] = round(
+        out["backlog_claim"]["claim_ms_p50"] / out["empty"]["claim_ms_p50"], 3)
+    return out
+
+
+async def growth_sample(db: BenchDatabase, crew: Path, args: argparse.Namespace
+                        ) -> dict[str, Any]:
+    since = db.scalar("SELECT now()")
+    worker = Runtime([crew], settings=settings(db.url, concurrency=args.concurrency))
+    await worker.start(workers=True)
+    pending = iter(range(args.runs))
+
+    async def creator() -> None:
+        for _ in pending:
+            await worker.start_run("bench", "go")
+
+    await asyncio.gather(*(creator() for _ in range(args.concurrency)))
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        done = await asyncio.to_thread(
+            db.scalar, "SELECT count(*) FROM agent_bench.runs WHERE created_at >= %s "
+            "AND status = ANY(%s)", [since, list(TERMINAL)])
+        if done >= args.runs:
+            break
+        await asyncio.sleep(0.25)
+    await worker.stop()
+    span = window(db, since)
+    return {"operations_per_s": round(span["operations"] / span["seconds"], 1),
+            "not_completed": span["not_completed"]} | await claim_latency(
+        db, crew, args.claims, enqueue=True)
+
+
+async def claim_latency(db: BenchDatabase, crew: Path, samples: int, *, enqueue: bool
+                        ) -> dict[str, Any]:
+    """The worker's claim statement for one message, ``samples`` times (each acknowledged)."""
+    runtime = Runtime([crew], settings=settings(db.url))
+    await runtime.start(workers=False)
+    q = runtime.queue
+    assert q is not None
+    timings = []
+    for i in range(samples):
+        if enqueue:
+            await q.enqueue("bench", None, OutgoingMessage("noop", {"i": i}))
+        t0 = time.perf_counter()
+        claimed, _ = await q.claim(["bench"], "bench-claimer", 1, 30, 100)
+        timings.append(1000 * (time.perf_counter() - t0))
+        for message in claimed:
+            await q.ack(message, "bench-claimer")
+    await runtime.stop()
+    return {"claim_ms_p50": round(statistics.median(timings), 3),
+            "claim_ms_p99": round(percentile(timings, 0.99), 3)}
 
 
 async def scaleout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -591,7 +869,9 @@ async def fanout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
 
 FIGURES: dict[str, Callable[..., Any]] = {
     "throughput": throughput, "latency": latency, "queue": queue, "resume": resume,
-    "memory": memory, "scaleout": scaleout, "recovery": recovery, "fanout": fanout,
+    "memory": memory, "inflight": inflight, "growth": growth, "scaleout": scaleout,
+    "recovery": recovery,
+    "fanout": fanout,
 }
 
 
@@ -602,7 +882,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--server-url", required=True)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks it runs")
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=5,
+                        help="agent steps per run (2 * steps + 1 durable operations)")
+    parser.add_argument("--latency-steps", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--wakeups", type=int, default=200)
@@ -610,14 +892,25 @@ def parse_args() -> argparse.Namespace:
                         default=[100, 1000, 10000])
     parser.add_argument("--inflight", type=int, default=1000)
     parser.add_argument("--recoveries", type=int, default=3)
+    parser.add_argument("--inflight-levels", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[1000, 10000])
+    parser.add_argument("--model-latency", type=float, default=2.0)
+    parser.add_argument("--size", type=int, default=10_000_000,
+                        help="growth: synthetic events preloaded (in size / 10 finished runs)")
+    parser.add_argument("--backlog", type=int, default=100_000,
+                        help="growth: ready messages waiting in the queue")
+    parser.add_argument("--claims", type=int, default=200)
     parser.add_argument("--lease-ttl", type=float, default=None)
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     args = parser.parse_args()
     if args.smoke:
         args.runs, args.steps, args.jobs, args.wakeups = 10, 3, 50, 10
+        args.latency_steps = 20
         args.lengths, args.inflight, args.recoveries = [100, 500], 50, 1
         args.streams, args.idle_seconds = 20, 2.0
+        args.inflight_levels, args.model_latency = [20], 0.5
+        args.size, args.backlog, args.claims = 10_000, 1_000, 20
     return args
 
 

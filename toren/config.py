@@ -76,6 +76,9 @@ class Settings:
     #: Cross-agent calls one chain may nest (A asks B asks C ...); a call beyond is refused
     #: with a tool error, which bounds cycles such as A asks B asks A.
     max_call_depth: int = 5
+    #: Appends of concurrent tasks share one transaction (one commit), each still checked
+    #: against its own lease and sequence numbers (see toren_postgres.group_commit).
+    group_commit: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -119,12 +122,25 @@ class Settings:
             idle_timeout_s=positive_number(env, "TOREN_IDLE_TIMEOUT", 75.0, float),
             max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
             max_call_depth=positive_number(env, "TOREN_MAX_CALL_DEPTH", 5, int),
+            group_commit=switch(env, "TOREN_GROUP_COMMIT", True),
         )
 
     def crash_point(self, name: str) -> None:
         """A named crash point (``toren.crashpoints``): nothing unless TOREN_CRASH_AT names it."""
         if self.crash_at:
             crashpoints.reach(self.crash_at, self.crash_once, name)
+
+
+def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """An on/off setting: ``1``/``true``/``on``/``yes`` or ``0``/``false``/``off``/``no``."""
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise ConfigError(f"{name}={env[name]!r} is not on or off: use 1 or 0")
 
 
 def positive_number(env: Mapping[str, str], name: str, default: T,

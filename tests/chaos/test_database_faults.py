@@ -127,6 +127,33 @@ async def test_a_commit_whose_answer_was_lost_is_recognised_not_doubled(
     assert len(await store.load_stream("a", run_id, "task:main")) == 3
 
 
+@pytest.mark.parametrize("mode", ["after_commit", "before_send"])
+async def test_a_grouped_commit_whose_answer_was_lost_is_recognised_by_each_append(
+        proxy: FaultProxy, make_runtime, tmp_path: Path, mode: str) -> None:
+    """Group commit: the connection breaks with a batch of appends in flight, after its
+    commit or before it was sent; each append finds out from the log, none is doubled or
+    lost."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False,
+                                 database_url=proxy.url)
+    store = runtime.store
+    leases = []
+    for _ in range(6):
+        run_id = await runtime.start_run("a", "x")
+        lease = await store.acquire_lease(run_id, "task:main", "worker-1", 30)
+        assert lease is not None
+        leases.append(lease)
+    # the batch runs in a transaction of its own (a lone append does not say BEGIN)
+    proxy.arm(mode, match=b"BEGIN")
+    await asyncio.gather(*(store.append("a", lease, 1, [started(lease.epoch)], ttl_s=30)
+                           for lease in leases))
+    assert proxy.broken == 1
+    for lease in leases:
+        events = await store.load_stream("a", lease.run_id, "task:main")
+        assert [(e.seq, e.type) for e in events] == [(1, "TaskStarted")]
+        await store.append("a", lease, 2, [NewEvent("ModelCallStarted", {
+            "step": 1, "epoch": lease.epoch})], ttl_s=30)
+
+
 async def test_a_claim_whose_answer_was_lost_hands_its_messages_back_uncounted(
         proxy: FaultProxy, make_runtime, tmp_path: Path, database_url: str) -> None:
     # no workers: this test claims by hand, as a worker's poll loop does

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.durable import check_log, types
 from toren.errors import ProviderError
@@ -318,3 +319,46 @@ async def test_checkpoints_let_a_resume_read_only_the_tail_of_the_log(
     _lease, loaded = found
     assert loaded[0].type == "TaskCheckpoint" and loaded[0].seq == checkpoints[-1]
     assert len(loaded) == len(task) - checkpoints[-1] + 1
+
+
+@pytest.mark.slow
+async def test_many_claimed_runs_start_a_few_at_a_time_and_none_fails(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    """A worker with far more slots than pool connections (TOREN_CONCURRENCY 60, pool 2):
+    claimed handlers take their streams at most pool_size / 2 at a time, rather than all
+    queueing for the pool at once (those that waited past the pool timeout used to fail), and
+    every run reaches its model call, where waiting holds no connection."""
+    model = ScriptedModel(delay=30)
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", model="test/m")],
+                                 models={"m": model}, concurrency=60, pool_size=2,
+                                 pool_timeout_s=1.0)
+    worker = runtime.workers.worker
+    most = 0
+
+    def watch() -> None:
+        nonlocal most
+        most = max(most, len(worker._starting))
+
+    creator = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", model="test/m")],
+                                 models={"m": model}, workers=False)
+    run_ids = [await creator.start_run("a", f"run {i}") for i in range(40)]
+
+    async def in_model_calls() -> bool:
+        watch()
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            cursor = await conn.execute("SELECT count(*) FROM agent_a.events "
+                                        "WHERE type = 'ModelCallStarted'")
+            row = await cursor.fetchone()
+        return row is not None and row[0] >= len(run_ids)
+
+    for _ in range(2400):
+        if await in_model_calls():
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("40 runs were not all in a model call within 2 minutes")
+    assert most <= 1
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute("SELECT count(*) FROM agent_a.runs WHERE status = 'failed'")
+        row = await cursor.fetchone()
+    assert row == (0,)

@@ -26,3 +26,15 @@ def test_provider_timeouts_use_the_same_rules(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(ConfigError, match="TOREN_OPENAI_TIMEOUT='nan' must be greater than zero"):
         openai_timeout()
     assert Settings.from_env({}).lease_ttl_s == 5.0  # unset: the default
+
+
+@pytest.mark.parametrize(("raw", "on"), [(None, True), ("1", True), ("0", False),
+                                          ("off", False), ("false", False)])
+def test_group_commit_is_on_unless_turned_off(raw: str | None, on: bool) -> None:
+    env = {} if raw is None else {"TOREN_GROUP_COMMIT": raw}
+    assert Settings.from_env(env).group_commit is on
+
+
+def test_a_group_commit_switch_that_is_neither_on_nor_off_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="TOREN_GROUP_COMMIT='maybe' is not on or off"):
+        Settings.from_env({"TOREN_GROUP_COMMIT": "maybe"})

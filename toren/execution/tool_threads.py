@@ -11,15 +11,23 @@ else hostage:
   thread runs on, holding its slot, until the function returns;
 - the threads are daemons, so a stopping process does not wait for them: a SIGTERM finishes
   within ``TOREN_SHUTDOWN_GRACE`` whatever tools are doing.
+
+A thread whose call returned waits (up to ``IDLE_THREAD_S``) for the next call rather than
+exiting: starting a thread per call was a measurable share of a tool call's cost on the hot
+path (bench/README.md, figure 2).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
+
+#: Seconds an idle tool thread waits for another call before it exits.
+IDLE_THREAD_S = 60.0
 
 
 class ToolNotStarted(Exception):
@@ -34,6 +42,9 @@ class ToolThreads:
         self._slots: asyncio.Semaphore | None = None
         #: Threads whose function has not returned (including ones nobody waits for now).
         self.running = 0
+        #: Threads waiting for a call, each on its own hand-over queue.
+        self._idle: list[queue.SimpleQueue[tuple[Callable[[], None], str]]] = []
+        self._idle_lock = threading.Lock()
 
     async def run(self, function: Callable[[], Any], *, name: str,
                   wanted: Callable[[], bool] = lambda: True) -> Any:
@@ -71,5 +82,33 @@ class ToolThreads:
                 loop.call_soon_threadsafe(settle, error, value)
 
         self.running += 1
-        threading.Thread(target=body, name=f"toren-tool-{name}", daemon=True).start()
+        self._start(body, name)
         return await outcome
+
+    def _start(self, body: Callable[[], None], name: str) -> None:
+        """``body`` on an idle thread if one waits, else on a new daemon thread (at most
+        ``size`` are busy: the slots bound them)."""
+        with self._idle_lock:
+            handover = self._idle.pop() if self._idle else None
+        if handover is not None:
+            handover.put((body, name))
+            return
+        threading.Thread(target=self._serve, args=(body,), name=f"toren-tool-{name}",
+                         daemon=True).start()
+
+    def _serve(self, body: Callable[[], None]) -> None:
+        handover: queue.SimpleQueue[tuple[Callable[[], None], str]] = queue.SimpleQueue()
+        job = body
+        while True:
+            job()
+            with self._idle_lock:
+                self._idle.append(handover)
+            try:
+                job, name = handover.get(timeout=IDLE_THREAD_S)
+            except queue.Empty:
+                with self._idle_lock:
+                    if handover in self._idle:
+                        self._idle.remove(handover)
+                        return
+                job, name = handover.get()  # handed a call just as the wait ran out
+            threading.current_thread().name = f"toren-tool-{name}"

@@ -68,6 +68,13 @@ class Worker:
         self._skew_checked = float("-inf")
         self._skew_logged = float("-inf")
         self._skewed = False
+        #: Handlers claimed but not yet past taking their stream (``acquire``): each needs a
+        #: pool connection for that, so at most ``_max_starting`` start at once. Claiming
+        #: 1,000 messages and starting them all together had 1,000 handlers queue for 10
+        #: connections; those that waited past TOREN_POOL_TIMEOUT failed (bench figure 9).
+        self._starting: set[int] = set()
+        self._max_starting = max(1, self.settings.pool_size // 2)
+        self._start_done = asyncio.Event()
         #: A claim failed: it may have committed unseen (see ``Queue.return_unknown``).
         self._claims_unknown = False
         #: What execution is handed to work a message (``toren.execution.ports``).
@@ -240,9 +247,14 @@ class Worker:
             if returned:
                 log.info("handed back %d message(s) claimed by a claim whose answer was lost",
                          returned)
-        claimed, dead = await queue.claim(self.agent_names, self.id, free,
+        while len(self._starting) >= self._max_starting:
+            self._start_done.clear()
+            await self._start_done.wait()
+        room = min(free, self._max_starting - len(self._starting))
+        claimed, dead = await queue.claim(self.agent_names, self.id, room,
                                           self.settings.lease_ttl_s, self.settings.max_deliveries)
         for message in claimed:
+            self._starting.add(message.id)
             task = asyncio.create_task(self._handle(message), name=f"toren-msg-{message.id}")
             self.inflight[message.id] = task
         for message in dead:
@@ -271,6 +283,7 @@ class Worker:
             log.exception("message %s (%s, run %s) failed", message.id, message.kind,
                           message.run_id)
         finally:
+            self._started(message.id)
             lease = self.leases.pop(message.id, None)
             if lease is not None:
                 # normally the handler's last append released it; after an abort, let the
@@ -286,14 +299,23 @@ class Worker:
         message is then handed back until just after that lease expires (a dead worker's
         lease), or is renewed (a live one, and the message comes back again)."""
         assert message.run_id is not None
-        found = await self.run_log.acquire_and_load(
-            message.agent, message.run_id, stream, self.id, self.settings.lease_ttl_s,
-            with_finished=with_finished)
+        try:
+            found = await self.run_log.acquire_and_load(
+                message.agent, message.run_id, stream, self.id, self.settings.lease_ttl_s,
+                with_finished=with_finished)
+        finally:
+            self._started(message.id)
         if isinstance(found, LeaseBusy):
             await self.queue.defer(message, self.id, found.retry_in_s + 0.05)
             return None
         self.leases[message.id] = found[0]
         return found
+
+    def _started(self, message_id: int) -> None:
+        """The handler of ``message_id`` no longer waits to start: let another claim in."""
+        if message_id in self._starting:
+            self._starting.discard(message_id)
+            self._start_done.set()
 
     async def _record_dead_letter(self, message: QueueMessage) -> None:
         reason = (f"message {message.id} ({message.kind}) was delivered {message.attempts} times "

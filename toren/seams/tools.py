@@ -50,8 +50,9 @@ class Tool:
     #: Each call waits for a person's approval (``@tool(requires_approval=True)``).
     requires_approval: bool = False
 
-    @property
+    @cached_property
     def spec(self) -> ToolSpec:
+        """What the model is told about the tool (built once: every model call sends it)."""
         return ToolSpec(self.name, self.description, self.parameters)
 
     @cached_property

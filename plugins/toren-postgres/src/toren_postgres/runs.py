@@ -18,9 +18,13 @@ from toren.core.runs import KEEP, ChildLink, RunRecord, RunUpdate
 from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled
 from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage
 from toren.seams.store import RunLog
+from toren_postgres.group_commit import GroupCommit, GroupFailed
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query, query
 from toren_postgres.reader import find_run
+
+#: The row of an append found committed after its connection broke (lease held, appended).
+_COMMITTED = (1, 1, 0)
 
 
 def _messages_json(messages: Sequence[OutgoingMessage]) -> Jsonb:
@@ -103,9 +107,10 @@ class PostgresRunLog(PostgresConnection, RunLog):
         params = {"run_id": run_id, "stream": stream, "holder": holder, "ttl_s": ttl_s,
                   "with_finished": with_finished}
         async with self.pool.connection() as conn:
-            # two statements, one round trip: the read needs a snapshot taken after the
-            # lease is ours (see load_for_work in queries.sql)
-            async with conn.pipeline():
+            # two statements, one round trip, one transaction: the read needs a snapshot
+            # taken after the lease is ours (see load_for_work in queries.sql), which a
+            # second statement of a READ COMMITTED transaction takes
+            async with conn.pipeline(), conn.transaction():
                 acquired = await conn.execute(query("acquire_lease"), params)
                 loaded = await conn.execute(
                     agent_query("load_for_work", schema_name_for(agent)), params)
@@ -141,12 +146,41 @@ class PostgresRunLog(PostgresConnection, RunLog):
             "progress_id": progress.id if progress is not None and progress is not ack else None,
             **_run_update_params(run_update),
         }
+        statement = agent_query("append", schema)
+        row: tuple[Any, ...] | None
+        if self.settings.group_commit:
+            grouped = await self._group_commit().execute(statement, params)
+            if not isinstance(grouped, GroupFailed):
+                row = grouped
+            elif grouped.broken and await self._append_outcome(
+                    schema, lease, expected_seq, events, grouped.error) == "committed":
+                return
+            else:  # the batch did not commit: this append alone, as if never grouped
+                row = await self._append_alone(statement, params, schema, lease, expected_seq,
+                                               events)
+        else:
+            row = await self._append_alone(statement, params, schema, lease, expected_seq,
+                                           events)
+        if row is None or row[0] == 0:
+            await self._explain_rejection(schema, lease)
+
+    def _group_commit(self) -> GroupCommit:
+        group: GroupCommit | None = getattr(self, "_group", None)
+        if group is None:
+            group = self._group = GroupCommit(lambda: self.pool)
+        return group
+
+    async def _append_alone(self, statement: Any, params: dict[str, Any], schema: str,
+                            lease: Lease, expected_seq: int, events: Sequence[NewEvent]
+                            ) -> tuple[Any, ...] | None:
+        """One append in its own transaction (how every append ran before group commit, and
+        how one runs again when its batch failed): the statement's row, ``_COMMITTED`` when a
+        broken connection turns out to have committed it."""
         for attempt in (1, 2):
             try:
                 async with self.pool.connection() as conn:
-                    cursor = await conn.execute(agent_query("append", schema), params)
-                    row = await cursor.fetchone()
-                break
+                    cursor = await conn.execute(statement, params)
+                    return await cursor.fetchone()
             except psycopg.errors.UniqueViolation:
                 raise LeaseLost(f"stream {lease.stream} of run {lease.run_id} already has event "
                                 f"{expected_seq}: another worker wrote it") from None
@@ -158,12 +192,11 @@ class PostgresRunLog(PostgresConnection, RunLog):
                 # Find out from the log itself before doing anything else.
                 outcome = await self._append_outcome(schema, lease, expected_seq, events, exc)
                 if outcome == "committed":
-                    return
+                    return _COMMITTED
                 if attempt == 2:
                     raise DatabaseUnavailable(f"append to run {lease.run_id} failed twice: "
                                               f"{exc}") from exc
-        if row is None or row[0] == 0:
-            await self._explain_rejection(schema, lease)
+        raise AssertionError("unreachable")
 
     async def _append_outcome(self, schema: str, lease: Lease, expected_seq: int,
                               events: Sequence[NewEvent], error: Exception) -> str:

@@ -362,6 +362,8 @@ WITH dead AS (
         SELECT id FROM toren_control.queue
         WHERE agent = ANY(%(agents)s) AND available_at <= now()
           AND attempts >= %(max_deliveries)s
+          -- implied (max_deliveries >= 1): lets the planner use queue_redelivered_idx
+          AND attempts > 0
         FOR UPDATE SKIP LOCKED
     )
     RETURNING *

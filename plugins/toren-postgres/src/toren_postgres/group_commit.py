@@ -1,0 +1,143 @@
+"""Group commit: the appends of concurrent tasks share one transaction (one WAL flush).
+
+``PostgresRunLog.append`` hands its statement to a ``GroupCommit`` of its store. An append that
+finds nothing being committed goes out at once, alone, in its own task, exactly as before
+grouping (so concurrency 1 pays nothing for it). While a batch is being committed, the appends
+that arrive meanwhile wait in a list, and the next batch takes them all (up to ``MAX_BATCH``;
+at most ``MAX_IN_FLIGHT`` batches at once): under load one commit carries many appends. A
+batch is one round trip: ``BEGIN``, each append's own statement, ``COMMIT``, pipelined.
+
+Each append keeps its own compare-and-swap: the statement is the one an append runs alone
+(lease held at its epoch, events' primary key), so an append whose lease is gone simply writes
+nothing and learns so from its own row. A statement that *fails* (another writer took the
+sequence number: a unique violation; a deadlock; a broken connection) aborts the batch's
+transaction, so nothing of the batch is committed; each of its appends is then told
+``GroupFailed`` and runs again alone, where a conflict fails only its own append and the
+others commit as if they had never been grouped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+#: Appends in one transaction at most (a bigger batch waits for the next one).
+MAX_BATCH = 64
+#: Batches in flight at once per store: while they commit, new appends gather for the next.
+MAX_IN_FLIGHT = 2
+
+
+@dataclass(frozen=True)
+class GroupFailed:
+    """The batch an append was in did not commit (nothing of it did): run the append alone.
+
+    ``broken`` is set when the connection broke with the batch in flight; the batch may then
+    have committed, so the caller must look at the log before writing again."""
+
+    error: Exception
+    broken: bool
+
+
+@dataclass
+class _Pending:
+    statement: sql.Composed
+    params: dict[str, Any]
+    future: asyncio.Future[tuple[Any, ...] | GroupFailed | None] = field(repr=False)
+
+
+class GroupCommit:
+    """Coalesces concurrent append statements into shared transactions (see the module).
+
+    Created by ``PostgresRunLog`` for its pool; ``execute`` is called once per append, from
+    any number of tasks of one event loop.
+    """
+
+    def __init__(self, pool: Callable[[], AsyncConnectionPool], *, max_batch: int = MAX_BATCH,
+                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        self._pool = pool
+        self.max_batch = max_batch
+        self.max_in_flight = max_in_flight
+        self._pending: list[_Pending] = []
+        self._in_flight = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flushers: set[asyncio.Task[None]] = set()
+        #: Batches committed and appends they carried (for tests and the benchmarks).
+        self.batches = 0
+        self.grouped = 0
+
+    async def execute(self, statement: sql.Composed, params: dict[str, Any]
+                      ) -> tuple[Any, ...] | GroupFailed | None:
+        """Run one append statement in the next batch: its first row (``None`` if none), or
+        ``GroupFailed`` if the batch did not commit."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a new event loop (tests, harnesses): start afresh
+            self._loop, self._pending, self._in_flight = loop, [], 0
+        if self._in_flight == 0:
+            # nothing is being committed, so no company is coming: go at once, in this task
+            self._in_flight += 1
+            try:
+                (result,) = await self._run([(statement, params)])
+            finally:
+                if self._loop is loop:
+                    self._in_flight -= 1
+                    self._kick(loop)
+            return result
+        future: asyncio.Future[tuple[Any, ...] | GroupFailed | None] = loop.create_future()
+        self._pending.append(_Pending(statement, params, future))
+        self._kick(loop)
+        return await future
+
+    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start a flusher for the waiting appends if fewer than ``max_in_flight`` run."""
+        if self._pending and self._in_flight < self.max_in_flight:
+            self._in_flight += 1
+            flusher = loop.create_task(self._flush(loop))
+            self._flushers.add(flusher)  # held until done: the loop keeps weak references
+            flusher.add_done_callback(self._flushers.discard)
+
+    async def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            while self._pending and self._loop is loop:
+                batch = self._pending[:self.max_batch]
+                del self._pending[:self.max_batch]
+                try:
+                    results = await self._run([(p.statement, p.params) for p in batch])
+                except BaseException as exc:  # cancelled (the loop is closing) or a bug
+                    for pending in batch:
+                        if not pending.future.done():
+                            pending.future.set_exception(
+                                exc if isinstance(exc, Exception) else asyncio.CancelledError())
+                    raise
+                for pending, result in zip(batch, results, strict=True):
+                    if not pending.future.done():
+                        pending.future.set_result(result)
+        finally:
+            if self._loop is loop:
+                self._in_flight -= 1
+
+    async def _run(self, batch: list[tuple[sql.Composed, dict[str, Any]]]
+                   ) -> list[tuple[Any, ...] | GroupFailed | None]:
+        """One transaction for the batch: each statement's first row, or ``GroupFailed`` for
+        all of them if it did not commit."""
+        try:
+            async with self._pool().connection() as conn:
+                if len(batch) == 1:  # alone: one statement, its own implicit transaction
+                    cursors = [await conn.execute(*batch[0])]
+                else:
+                    async with conn.pipeline(), conn.transaction():
+                        cursors = [await conn.execute(statement, params)
+                                   for statement, params in batch]
+                rows = [await cursor.fetchone() for cursor in cursors]
+        except psycopg.Error as exc:
+            broken = isinstance(exc, psycopg.OperationalError) and not isinstance(
+                exc, PoolTimeout)
+            return [GroupFailed(exc, broken)] * len(batch)
+        self.batches += 1
+        self.grouped += len(batch)
+        return list(rows)

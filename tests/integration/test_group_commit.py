@@ -1,0 +1,122 @@
+"""Group commit: concurrent appends share one transaction, each keeps its own compare-and-swap."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from toren.core.events import NewEvent
+from toren.errors import LeaseLost
+from toren.seams.shapes import Lease
+from toren.testing import write_agent_dir
+
+
+def started(epoch: int) -> NewEvent:
+    return NewEvent("TaskStarted", {
+        "task_id": "main", "subagent": None, "model": "toren/scripted", "input": "x",
+        "limits": {}, "tools": [], "prompt_sha256": "0", "epoch": epoch})
+
+
+async def leased_runs(runtime: Any, count: int) -> list[Lease]:
+    leases = []
+    for _ in range(count):
+        run_id = await runtime.start_run("a", "x")
+        lease = await runtime.store.acquire_lease(run_id, "task:main", "w", 60)
+        assert lease is not None
+        leases.append(lease)
+    return leases
+
+
+async def writing_transactions(database_url: str, run_ids: list[str]) -> int:
+    """How many transactions wrote these runs' events (each row's ``xmin``)."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cursor = await conn.execute("SELECT count(DISTINCT xmin::text) FROM agent_a.events "
+                                    "WHERE run_id = ANY(%s) AND stream = 'task:main'",
+                                    [run_ids])
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_concurrent_appends_share_commits_and_all_land(
+        make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    leases = await leased_runs(runtime, 16)
+    group = store._group_commit()
+    batches_before, grouped_before = group.batches, group.grouped
+    await asyncio.gather(*(store.append("a", lease, 1, [started(1)], ttl_s=60)
+                           for lease in leases))
+    # 16 appends, at most MAX_IN_FLIGHT alone: the rest rode in shared transactions
+    assert group.grouped - grouped_before == 16
+    assert group.batches - batches_before < 16
+    for lease in leases:
+        events = await store.load_stream("a", lease.run_id, "task:main")
+        assert [(e.seq, e.type) for e in events] == [(1, "TaskStarted")]
+
+
+@pytest.mark.parametrize("group_commit", [True, False], ids=["grouped", "alone"])
+async def test_a_conflict_in_a_group_fails_only_its_own_append(
+        make_runtime, tmp_path: Path, group_commit: bool) -> None:
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False,
+                                 group_commit=group_commit)
+    store = runtime.store
+    leases = await leased_runs(runtime, 7)
+    contested = leases[3]
+    # two appends of sequence number 1 to one stream, among six appends to other streams: the
+    # primary key lets one of the two commit; the six others all commit
+    appends = [*(store.append("a", lease, 1, [started(1)], ttl_s=60) for lease in leases),
+               store.append("a", contested, 1, [started(1)], ttl_s=60)]
+    results = await asyncio.gather(*appends, return_exceptions=True)
+    failed = [r for r in results if r is not None]
+    assert len(failed) == 1 and isinstance(failed[0], LeaseLost), results
+    assert "already has event 1" in str(failed[0])
+    for lease in leases:
+        events = await store.load_stream("a", lease.run_id, "task:main")
+        assert [(e.seq, e.type) for e in events] == [(1, "TaskStarted")]
+
+
+async def test_a_lost_lease_in_a_group_fails_only_its_own_append(
+        make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    leases = await leased_runs(runtime, 6)
+    stale = leases[2]
+    # another worker takes the stream over: the stale holder's append writes nothing
+    await store.release_lease(stale)
+    taken = await store.acquire_lease(stale.run_id, "task:main", "w2", 60)
+    assert taken is not None and taken.epoch == 2
+    group = store._group_commit()
+    batches_before = group.batches
+    results = await asyncio.gather(
+        *(store.append("a", lease, 1, [started(1)], ttl_s=60) for lease in leases),
+        return_exceptions=True)
+    # a rejected lease is no error in the transaction: the batch still committed the others
+    assert group.batches - batches_before < len(leases)
+    assert isinstance(results[2], LeaseLost) and "held by w2 at epoch 2" in str(results[2])
+    assert [r for i, r in enumerate(results) if i != 2] == [None] * 5
+    assert await store.load_stream("a", stale.run_id, "task:main") == []
+    for lease in leases[:2] + leases[3:]:
+        assert len(await store.load_stream("a", lease.run_id, "task:main")) == 1
+    await store.append("a", taken, 1, [started(2)], ttl_s=60)
+
+
+async def test_grouped_appends_take_fewer_transactions(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    """What group commit is for: under concurrency, fewer commits than appends; with it off,
+    one commit per append."""
+    for group_commit in (True, False):
+        runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False,
+                                     group_commit=group_commit)
+        leases = await leased_runs(runtime, 32)
+        await asyncio.gather(*(runtime.store.append("a", lease, 1, [started(1)], ttl_s=60)
+                               for lease in leases))
+        transactions = await writing_transactions(database_url, [x.run_id for x in leases])
+        if group_commit:
+            assert transactions < 32 / 4
+        else:
+            assert transactions == 32
