@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CodeType
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ToolCallContext:
     """The call being executed. ``idempotency_key`` is stable across retries and crashes:
-    pass it to external systems (payment APIs, e-mail senders) to deduplicate side effects."""
+    pass it to external systems (payment APIs, e-mail senders) to deduplicate side effects.
+
+    ``max_output_bytes`` is the agent's ``limits.maxToolOutputBytes``: output beyond it is cut,
+    so a tool that can page (documents, query results) sizes its pages to fit. ``env_names``
+    maps the variables the tool declared (``requires_env``) to the ones this agent set instead.
+    """
 
     agent: str
     run_id: str
@@ -25,6 +31,16 @@ class ToolCallContext:
     step: int
     call_id: str
     idempotency_key: str
+    max_output_bytes: int = 65536
+    env_names: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def env_var(self, declared: str) -> str:
+        """The variable this agent gives the tool for ``declared`` (itself unless renamed)."""
+        return self.env_names.get(declared, declared)
+
+    def getenv(self, declared: str) -> str | None:
+        """The value of a variable the tool declared, read under this agent's name for it."""
+        return os.environ.get(self.env_var(declared)) or None
 
 
 _current: ContextVar[ToolCallContext | None] = ContextVar("toren_tool_call", default=None)

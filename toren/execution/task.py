@@ -424,7 +424,9 @@ class TaskRunner:
             return self.tool_error(pending.step, call, "unknown_tool",
                                    f"Error: there is no tool named {call.name!r} any more.")
         context = ToolCallContext(self.agent.name, self.run_id, self.task_id, pending.step,
-                                  call.id, pending.idempotency_key)
+                                  call.id, pending.idempotency_key,
+                                  max_output_bytes=self.spec.limits.max_tool_output_bytes,
+                                  env_names=tool.env_names)
         started = time.perf_counter()
         timeout_s = self.spec.limits.tool_timeout_s
         try:
