@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -39,3 +40,9 @@ def snapshot(url: str) -> tuple[object, ...]:
                               "WHERE schemaname NOT IN ('pg_catalog', 'information_schema', "
                               "'toren_control')").fetchone()
         return rows, sequence, tables, Path("/tmp/toren-sql-pwned").exists()
+
+
+@pytest.fixture
+def table_snapshot() -> Callable[[str], tuple[object, ...]]:
+    """``table_snapshot(url)``: what a write could change, to compare before and after."""
+    return snapshot

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +22,10 @@ MakeRuntime = Callable[..., Awaitable[Runtime]]
 
 
 @pytest.fixture
-async def make_runtime(database_url: str, tmp_path: Path) -> AsyncIterator[MakeRuntime]:
-    made: list[Runtime] = []
-
+def make_runtime(toren_runtime: MakeRuntime) -> MakeRuntime:
     async def make(dirs: list[Path]) -> Runtime:
-        settings = dataclasses.replace(
-            Settings(database_url=database_url, home=tmp_path / "home",
-                     load_plugins=("toren-sql",)), lease_ttl_s=1.0, poll_interval_s=0.2)
-        runtime = Runtime(dirs, settings=settings)
-        made.append(runtime)
-        await runtime.start()
-        return runtime
-
-    yield make
-    for runtime in made:
-        await runtime.stop()
+        return await toren_runtime(dirs, load_plugins=("toren-sql",))
+    return make
 
 
 async def tool_outputs(runtime: Runtime, agent: str, text: str) -> list[dict[str, Any]]:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import snapshot
 from toren_sql.query import run_readonly_query
 
 from toren.errors import ToolError
+
+Snapshot = Callable[[str], tuple[object, ...]]
 
 
 async def query(url: str, text: str, *, max_rows: int = 100, max_bytes: int = 65536,
@@ -65,7 +67,8 @@ HOSTILE = {
 
 @pytest.mark.parametrize("text,reason", list(HOSTILE.values()), ids=list(HOSTILE))
 async def test_hostile_queries_are_refused_and_the_table_is_unchanged(
-        sql_database: str, text: str, reason: str) -> None:
+        sql_database: str, text: str, reason: str, table_snapshot: Snapshot) -> None:
+    snapshot = table_snapshot
     before = snapshot(sql_database)
     with pytest.raises(ToolError) as info:
         await query(sql_database, text)
@@ -74,7 +77,8 @@ async def test_hostile_queries_are_refused_and_the_table_is_unchanged(
 
 
 async def test_turning_off_default_read_only_does_not_open_a_later_call(
-        sql_database: str) -> None:
+        sql_database: str, table_snapshot: Snapshot) -> None:
+    snapshot = table_snapshot
     before = snapshot(sql_database)
     # allowed (it only sets a default for later transactions of this session) ...
     first = await query(sql_database, "SELECT set_config('default_transaction_read_only', "
