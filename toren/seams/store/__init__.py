@@ -11,13 +11,15 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``Guardian`` (``guardian``): the sweep that heals runs with no message;
 - ``KeyStore`` (``keys``): API keys;
 - ``Outbox`` (``outbox``): claims and acknowledgements of the outbox relay;
-- ``PromptStore`` (``prompts``): the text of every system prompt, once per distinct prompt.
+- ``PromptStore`` (``prompts``): the text of every system prompt, once per distinct prompt;
+- ``FileStore`` (``files``): uploaded files, content-addressed.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
 
 from __future__ import annotations
 
+from toren.seams.store.files import FileStore
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
 from toren.seams.store.lifecycle import StoreLifecycle
@@ -28,12 +30,12 @@ from toren.seams.store.reader import RunReader
 from toren.seams.store.runlog import RunLog
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["Guardian", "KeyStore", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
-           "Store", "StoreLifecycle", "WorkerRegistry"]
+__all__ = ["FileStore", "Guardian", "KeyStore", "Migrator", "Outbox", "PromptStore", "RunLog",
+           "RunReader", "Store", "StoreLifecycle", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
-            Outbox, PromptStore):
+            Outbox, PromptStore, FileStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

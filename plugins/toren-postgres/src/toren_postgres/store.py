@@ -4,8 +4,8 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresConnection``): ``PostgresMigrator`` (``migrations``), ``PostgresRunLog`` (``runs``),
 ``PostgresRunReader`` (``reader``), ``PostgresWorkerRegistry`` (``workers``),
 ``PostgresGuardian`` (``guardian``), ``PostgresKeyStore`` (``keys``), ``PostgresOutbox``
-(``outbox``) and ``PostgresPromptStore`` (``prompts``). ``PostgresStore`` is all of them over
-one connection pool.
+(``outbox``), ``PostgresPromptStore`` (``prompts``) and ``PostgresFileStore`` (``files``).
+``PostgresStore`` is all of them over one connection pool.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
 
 from toren.errors import DatabaseUnavailable
 from toren.seams.store import Store
+from toren_postgres.files import PostgresFileStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.migrations import PostgresMigrator
@@ -77,7 +78,7 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 @_translating_unreachable
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
-                    Store):
+                    PostgresFileStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

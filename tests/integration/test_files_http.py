@@ -1,0 +1,130 @@
+"""Files over real HTTP (an in-process server on a real socket, real Postgres): upload, list,
+show, delete, content addressing, and hostile uploads that leave the server healthy."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psycopg
+import pytest
+from aiohttp import web
+
+from toren.host.runtime import Runtime
+from toren.server.app import create_app
+from toren.testing import write_agent_dir
+
+MakeRuntime = Callable[..., Awaitable[Runtime]]
+
+
+@pytest.fixture
+async def server(toren_runtime: MakeRuntime, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    monkeypatch.setenv("TOREN_MAX_FILE_BYTES", str(1024 * 1024))
+    runtime = await toren_runtime([write_agent_dir(tmp_path, "reader")])
+    runner = web.AppRunner(create_app(runtime, require_keys=False))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+async def upload(url: str, name: str, data: Any,
+                 content_type: str = "application/octet-stream") -> tuple[int, dict[str, Any]]:
+    form = aiohttp.FormData()
+    form.add_field("file", data, filename=name, content_type=content_type)
+    async with aiohttp.ClientSession() as http, http.post(f"{url}/files", data=form) as answer:
+        return answer.status, await answer.json()
+
+
+async def call(url: str, method: str = "GET") -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as http, http.request(method, url) as answer:
+        return answer.status, await answer.json()
+
+
+def blob_count(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM toren_control.file_blobs").fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_upload_list_show_delete_with_content_addressing(server: str,
+                                                               database_url: str) -> None:
+    text = b"# Notes\n\nQuarterly revenue grew 12%.\n"
+    status, first = await upload(server, "../../etc/notes.md", text)
+    assert status == 201
+    assert (first["name"], first["content_type"], first["size_bytes"]) == (
+        "notes.md", "text/markdown", len(text))
+    assert first["sha256"] == hashlib.sha256(text).hexdigest()
+    assert first["uploaded_by"] == "http"
+    status, second = await upload(server, "copy.md", text)
+    assert status == 201 and second["id"] != first["id"] and second["sha256"] == first["sha256"]
+    assert blob_count(database_url) == 1  # one stored copy for the same content
+
+    status, listed = await call(f"{server}/files")
+    assert [f["id"] for f in listed["files"]] == [second["id"], first["id"]]
+    assert (await call(f"{server}/files/{first['id']}")) == (200, first)
+
+    assert (await call(f"{server}/files/{first['id']}", "DELETE")) == (
+        200, {"id": first["id"], "deleted": True})
+    assert blob_count(database_url) == 1  # still used by the copy
+    await call(f"{server}/files/{second['id']}", "DELETE")
+    assert blob_count(database_url) == 0
+    for method in ("GET", "DELETE"):
+        status, missing = await call(f"{server}/files/{first['id']}", method)
+        assert status == 404 and missing["error"]["code"] == "file_not_found"
+        status, _ = await call(f"{server}/files/not-a-uuid", method)
+        assert status == 404
+
+
+@pytest.mark.parametrize("name,data,code", [
+    ("report.pdf", b"just text, not a PDF", "bad_file"),
+    ("sheet.xlsx", b"%PDF-1.7 a PDF in disguise", "bad_file"),
+    ("notes.txt", b"\x00\x01\x02binary\x00", "bad_file"),
+    ("empty.txt", b"", "bad_file"),
+])
+async def test_misnamed_and_empty_uploads_are_refused(server: str, name: str, data: bytes,
+                                                      code: str) -> None:
+    status, body = await upload(server, name, data)
+    assert (status, body["error"]["code"]) == (415, code)
+    assert name in body["error"]["message"]
+    assert (await call(f"{server}/files"))[1] == {"files": []}
+
+
+async def test_a_body_that_is_not_multipart_or_has_no_file_part(server: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{server}/files", json={"file": "x"}) as answer:
+            assert answer.status == 415
+        form = aiohttp.FormData()
+        form.add_field("other", b"x", filename="a.txt")
+        async with http.post(f"{server}/files", data=form) as answer:
+            assert answer.status == 400 and "no part named 'file'" in (
+                await answer.json())["error"]["message"]
+
+
+async def test_a_two_gigabyte_upload_is_refused_without_being_read(server: str) -> None:
+    sent = 0
+
+    async def two_gigabytes() -> AsyncIterator[bytes]:
+        nonlocal sent
+        chunk = b"x" * (1024 * 1024)
+        for _ in range(2048):
+            sent += len(chunk)
+            yield chunk
+
+    status: int | None = None
+    try:
+        status, body = await upload(server, "huge.txt", two_gigabytes())
+        assert body["error"]["code"] == "file_too_large"
+    except aiohttp.ClientError:
+        pass  # the server may close the connection while the client is still sending
+    assert status in (413, None)
+    assert sent < 64 * 1024 * 1024  # stopped long before 2 GB
+    assert (await call(f"{server}/healthz"))[0] == 200
+    status, stored = await upload(server, "after.txt", b"the server still works")
+    assert status == 201
