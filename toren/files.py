@@ -117,7 +117,9 @@ def sniff_type(head: bytes, name: str, open_zip: Any = None) -> str:
     if head.startswith(b"%PDF-"):
         sniffed = PDF
     elif head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
-        sniffed = _zip_kind(open_zip) if open_zip is not None else ZIP
+        kind = _zip_kind(open_zip) if open_zip is not None else ZIP
+        # a damaged archive keeps the type its name claims: reading it says it is damaged
+        sniffed = kind or BINARY_TYPES.get(extension, ZIP)
     elif _looks_like_text(head):
         sniffed = TEXT_TYPES.get(extension, "text/plain")
     else:
@@ -150,12 +152,13 @@ def _looks_like_text(head: bytes) -> bool:
     return True
 
 
-def _zip_kind(open_zip: Any) -> str:
+def _zip_kind(open_zip: Any) -> str | None:
+    """DOCX, XLSX or ZIP by the archive's entries; ``None`` when it cannot be opened."""
     try:
         with open_zip() as raw, zipfile.ZipFile(raw) as archive:
             names = set(archive.namelist())
-    except (zipfile.BadZipFile, OSError, ValueError):
-        return ZIP  # a corrupt archive: read_document says so when it is read
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return None
     if "word/document.xml" in names:
         return DOCX
     if "xl/workbook.xml" in names:

@@ -126,5 +126,5 @@ async def test_a_two_gigabyte_upload_is_refused_without_being_read(server: str) 
     assert status in (413, None)
     assert sent < 64 * 1024 * 1024  # stopped long before 2 GB
     assert (await call(f"{server}/healthz"))[0] == 200
-    status, stored = await upload(server, "after.txt", b"the server still works")
+    status, _ = await upload(server, "after.txt", b"the server still works")
     assert status == 201

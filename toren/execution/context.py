@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -12,7 +12,11 @@ from types import CodeType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from toren.files import StoredFile
     from toren.seams.tools import Tool
+
+#: Reads an uploaded file by id: its record and content, or ``None`` if there is none.
+ReadFile = Callable[[str], Awaitable["tuple[StoredFile, bytes] | None"]]
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class ToolCallContext:
     idempotency_key: str
     max_output_bytes: int = 65536
     env_names: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: Reads an uploaded file (``POST /files``, ``toren files add``) by id; ``None`` where
+    #: the host has no file store.
+    read_file: ReadFile | None = field(default=None, hash=False, compare=False)
 
     def env_var(self, declared: str) -> str:
         """The variable this agent gives the tool for ``declared`` (itself unless renamed)."""

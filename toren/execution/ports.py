@@ -15,7 +15,7 @@ from toren.core.events import Event, NewEvent
 from toren.execution.tool_threads import ToolThreads
 from toren.seams.model import Model
 from toren.seams.shapes import Lease, QueueMessage
-from toren.seams.store import PromptStore, RunLog
+from toren.seams.store import FileStore, PromptStore, RunLog
 
 #: Take a stream's lease and read it from its latest checkpoint on, for the message being
 #: worked: ``(message, stream, with_finished)`` -> the lease and events, or ``None`` when another
@@ -45,3 +45,5 @@ class ExecutionPorts:
     tool_threads: ToolThreads
     #: Keeps the text of each system prompt a task starts with (the audit trail).
     prompts: PromptStore
+    #: Uploaded files, which tools read through ``ToolCallContext.read_file``.
+    files: FileStore | None = None

@@ -426,7 +426,9 @@ class TaskRunner:
         context = ToolCallContext(self.agent.name, self.run_id, self.task_id, pending.step,
                                   call.id, pending.idempotency_key,
                                   max_output_bytes=self.spec.limits.max_tool_output_bytes,
-                                  env_names=tool.env_names)
+                                  env_names=tool.env_names,
+                                  read_file=self.ports.files.read_file
+                                  if self.ports.files is not None else None)
         started = time.perf_counter()
         timeout_s = self.spec.limits.tool_timeout_s
         try:

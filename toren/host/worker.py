@@ -75,7 +75,8 @@ class Worker:
             model=lambda model_id, base_url: runtime.model(model_id, base_url=base_url),
             acquire=self.acquire, appended=self.observe_append,
             crash_point=self.settings.crash_point,
-            tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store)
+            tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store,
+            files=runtime.store)
 
     @property
     def agent_names(self) -> list[str]:
