@@ -128,3 +128,36 @@ async def test_a_two_gigabyte_upload_is_refused_without_being_read(server: str) 
     assert (await call(f"{server}/healthz"))[0] == 200
     status, _ = await upload(server, "after.txt", b"the server still works")
     assert status == 201
+
+
+async def post_json(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as http, http.post(url, json=body) as answer:
+        return answer.status, await answer.json()
+
+
+async def test_files_attach_to_a_run_and_to_a_session_message(server: str) -> None:
+    _, stored = await upload(server, "brief.md", b"# Brief\n")
+    status, run = await post_json(f"{server}/runs", {"agent": "reader", "input": "Summarise",
+                                                     "files": [stored["id"]]})
+    assert status == 201
+    _, events = await call(f"{server}/runs/{run['id']}/events")
+    created = events["events"][0]["data"]
+    assert created["input"] == ("Summarise\n\nAttached files (read them with read_document, "
+                                "passing the id):\n"
+                                f"- brief.md (text/markdown, 8 bytes): id {stored['id']}")
+
+    status, missing = await post_json(f"{server}/runs", {"agent": "reader", "input": "x",
+                                                         "files": ["nope"]})
+    assert (status, missing["error"]["code"]) == (404, "file_not_found")
+    status, bad = await post_json(f"{server}/runs", {"agent": "reader", "input": {"a": 1},
+                                                     "files": [stored["id"]]})
+    assert status == 400 and "text input" in bad["error"]["message"]
+
+    _, session = await post_json(f"{server}/sessions", {"agent": "reader"})
+    messages = f"{server}/sessions/{session['id']}/messages"
+    status, _ = await post_json(messages, {"text": "Read this", "files": [stored["id"]]})
+    assert status == 202
+    _, transcript = await call(f"{server}/sessions/{session['id']}")
+    assert stored["id"] in transcript["transcript"][0]["text"]
+    status, _ = await post_json(messages, {"close": True, "files": [stored["id"]]})
+    assert status == 400
