@@ -161,3 +161,27 @@ async def test_files_attach_to_a_run_and_to_a_session_message(server: str) -> No
     assert stored["id"] in transcript["transcript"][0]["text"]
     status, _ = await post_json(messages, {"close": True, "files": [stored["id"]]})
     assert status == 400
+
+
+async def test_the_client_uploads_lists_attaches_and_deletes(server: str, tmp_path: Path) -> None:
+    from toren.client import TorenAPIError, TorenClient
+
+    sheet = tmp_path / "data.csv"
+    sheet.write_text("a,b\n1,2\n")
+    async with TorenClient(server) as client:
+        stored = await client.upload_file(sheet)
+        assert (stored["name"], stored["content_type"]) == ("data.csv", "text/csv")
+        assert [f["id"] for f in await client.list_files()] == [stored["id"]]
+        assert await client.get_file(stored["id"]) == stored
+        run = await client.create_run("reader", "Sum the columns", files=[stored["id"]])
+        events = await client.events(run["id"])
+        assert stored["id"] in events["events"][0]["data"]["input"]
+        assert await client.delete_file(stored["id"]) == {"id": stored["id"], "deleted": True}
+        with pytest.raises(TorenAPIError) as info:
+            await client.get_file(stored["id"])
+        assert (info.value.status, info.value.code) == (404, "file_not_found")
+        misnamed = tmp_path / "x.pdf"
+        misnamed.write_text("text")
+        with pytest.raises(TorenAPIError) as info:
+            await client.upload_file(misnamed)
+        assert info.value.status == 415
