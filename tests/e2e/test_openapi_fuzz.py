@@ -34,8 +34,8 @@ AGENTS = ("crew", "slow")
 @pytest.fixture(params=[False, True], ids=["no-keys", "keys-required"])
 def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cli: TorenCli,
         tmp_path: Path) -> dict[str, Any]:
-    """The server's ``url``, the ``headers`` its clients send, the ids of ended ``runs`` and
-    of a ``session`` awaiting input."""
+    """The server's ``url``, the ``headers`` its clients send, the ids of ended ``runs``, of a
+    ``session`` awaiting input and of an uploaded ``file``."""
     env, headers = {}, {}
     if request.param:
         created = toren_cli("keys", "create", "fuzz", "--json", env={"DATABASE_URL": database_url})
@@ -51,7 +51,12 @@ def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cl
     for run_id in runs:
         assert wait_until(lambda run_id=run_id: finished(url, run_id, headers), 60)
     session = call(f"{url}/sessions", "POST", {"agent": "crew"}, headers)[1]["id"]
-    return {"url": url, "headers": headers, "runs": runs, "session": session}
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n")
+    added = toren_cli("files", "add", str(notes), "--json", env={"DATABASE_URL": database_url})
+    assert added.returncode == 0, added.stderr
+    file_id = json.loads(added.stdout)["id"]
+    return {"url": url, "headers": headers, "runs": runs, "session": session, "file": file_id}
 
 
 event_cursors = st.dictionaries(st.sampled_from(["run", "task:main"]) | st.text(),
@@ -74,6 +79,10 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
         path["session_id"] = api["session"]
     if "name" in path:
         path["name"] = draw(st.sampled_from(AGENTS))
+    if "file_id" in path:
+        path["file_id"] = api["file"]
+    if isinstance(body, dict) and isinstance(body.get("files"), list):
+        body["files"] = [api["file"]]
     if isinstance(body, dict) and isinstance(body.get("agent"), str):
         body["agent"] = draw(st.sampled_from(AGENTS))
     if "agent" in query:
