@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from toren_postgres.files import PostgresFileStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.lifecycle import PostgresConnection
@@ -21,6 +22,7 @@ from toren_postgres.workers import PostgresWorkerRegistry
 from toren.config import Settings
 from toren.seams.queue import Queue
 from toren.seams.store import (
+    FileStore,
     Guardian,
     KeyStore,
     Migrator,
@@ -36,7 +38,7 @@ from toren.seams.store import (
 PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog: PostgresRunLog,
           RunReader: PostgresRunReader, WorkerRegistry: PostgresWorkerRegistry,
           Guardian: PostgresGuardian, KeyStore: PostgresKeyStore, Outbox: PostgresOutbox,
-          PromptStore: PostgresPromptStore}
+          PromptStore: PostgresPromptStore, FileStore: PostgresFileStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:
