@@ -3,6 +3,8 @@ where toren is installed, so plugin authors get them without a conftest.
 
 - ``scripted_model``: a fresh ``toren.testing.ScriptedModel``.
 - ``make_agent_dir``: writes an agent directory under the test's ``tmp_path``.
+- ``output_processes``: a list to append ``toren.testing.OutputProcess`` objects to; each is
+  stopped at teardown (crash tests that start workers and fake servers).
 - ``toren_runtime``: ``await toren_runtime([agent_dir], load_plugins=("toren-sql",))`` -> a
   started ``toren.Runtime`` with workers on this test's database (needs toren-postgres's
   ``database_url`` fixture), stopped at teardown; for tool plugins' end-to-end tests.
@@ -13,7 +15,7 @@ They live apart from ``toren.testing`` so that module imports without pytest.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import pytest
 
 from toren.config import Settings
 from toren.host.runtime import Runtime
-from toren.testing import ScriptedModel, write_agent_dir
+from toren.testing import OutputProcess, ScriptedModel, write_agent_dir
 
 
 @pytest.fixture
@@ -61,3 +63,12 @@ async def toren_runtime(database_url: str, tmp_path: Path
     yield make
     for runtime in reversed(made):
         await runtime.stop()
+
+
+@pytest.fixture
+def output_processes() -> Iterator[list[OutputProcess]]:
+    """Append ``OutputProcess`` objects; each is stopped when the test ends."""
+    started: list[OutputProcess] = []
+    yield started
+    for process in started:
+        process.stop()

@@ -185,3 +185,23 @@ async def test_the_client_uploads_lists_attaches_and_deletes(server: str, tmp_pa
         with pytest.raises(TorenAPIError) as info:
             await client.upload_file(misnamed)
         assert info.value.status == 415
+
+
+async def test_malformed_multipart_bodies_are_client_errors(server: str) -> None:
+    boundary = "b0undary"
+    bodies = [
+        # a first part whose name has control and odd characters (schemathesis found a 500)
+        (f"--{boundary}\r\nContent-Disposition: form-data; name=\"\u008a\U000b8e20\x01;"
+         f"\U000d9bb0\x07\u00b3\"\r\n\r\n-4.07e+16\r\n--{boundary}\r\nContent-Disposition: "
+         f"form-data; name=\"file\"; filename=\"file\"\r\n\r\n\r\n--{boundary}--\r\n"
+         ).encode(),
+        b"--b0undary\r\nno headers end",
+        b"not multipart at all",
+        b"",
+    ]
+    async with aiohttp.ClientSession() as http:
+        for body in bodies:
+            async with http.post(f"{server}/files", data=body, headers={
+                    "Content-Type": f"multipart/form-data; boundary={boundary}"}) as answer:
+                assert 400 <= answer.status < 500, (body, await answer.text())
+        assert (await call(f"{server}/healthz"))[0] == 200

@@ -45,6 +45,12 @@ def read_upload(path: Path, limit: int) -> bytes:
     return data
 
 
+def _found(stored: StoredFile | None, file_id: str) -> StoredFile:
+    if stored is None:
+        raise FileNotFound(f"no file has the id {file_id!r}; see `toren files list`")
+    return stored
+
+
 def _row(stored: StoredFile) -> list[str]:
     return [stored.id, safe(stored.name), stored.content_type, f"{stored.size_bytes:,}",
             stored.created_at.strftime("%Y-%m-%d %H:%M"), safe(stored.uploaded_by or "")]
@@ -97,9 +103,7 @@ def list_files(as_json: JsonOption = False) -> None:
 @app.command("show")
 def show(file_id: FileId, as_json: JsonOption = False) -> None:
     """Show one file's record (name, type, size, SHA-256, who uploaded it)."""
-    stored = with_database(lambda rt: rt.store.get_file(file_id))
-    if stored is None:
-        raise FileNotFound(f"no file has the id {file_id!r}; see `toren files list`")
+    stored = _found(with_database(lambda rt: rt.store.get_file(file_id)), file_id)
     if as_json:
         print_json(stored.to_json())
         return
@@ -110,9 +114,7 @@ def show(file_id: FileId, as_json: JsonOption = False) -> None:
 @app.command("rm")
 def remove(file_id: FileId, as_json: JsonOption = False) -> None:
     """Delete a file (its content goes once no other file shares it)."""
-    stored = with_database(lambda rt: rt.store.delete_file(file_id))
-    if stored is None:
-        raise FileNotFound(f"no file has the id {file_id!r}; see `toren files list`")
+    stored = _found(with_database(lambda rt: rt.store.delete_file(file_id)), file_id)
     if as_json:
         print_json({"id": stored.id, "deleted": True})
         return

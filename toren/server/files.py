@@ -7,6 +7,7 @@ import logging
 from urllib.parse import unquote
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from toren.files import FileNotFound, FileTooLarge, check_upload, max_file_bytes
 from toren.server.auth import API_KEY
@@ -64,8 +65,9 @@ async def upload_file(request: web.Request) -> web.Response:
                                                       f"{timeout_s:g} seconds (TOREN_BODY_TIMEOUT)")
         response.force_close()
         return response
-    except ValueError as exc:  # a malformed multipart body
-        return json_error(400, "invalid_body", f"the multipart body cannot be read: {exc}")
+    except (ValueError, HttpProcessingError) as exc:  # a malformed multipart body
+        return json_error(400, "invalid_body", "the multipart body cannot be read: "
+                                               f"{type(exc).__name__}")
     upload = check_upload(name or "upload", bytes(data), max_bytes=limit)
     key = request.get(API_KEY)
     stored = await runtime.store.add_file(

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import psycopg
@@ -41,17 +41,10 @@ async def test_the_example_agent_searches_and_the_results_are_recorded(
     assert len(fake.requests) == 2  # the 429, then the search
 
 
-@pytest.fixture
-def processes() -> Iterator[list[OutputProcess]]:
-    started: list[OutputProcess] = []
-    yield started
-    for process in started:
-        process.stop()
-
-
 @pytest.mark.slow
 def test_a_worker_killed_after_the_search_resumes_without_searching_again(
-        database_url: str, tmp_path: Path, processes: list[OutputProcess]) -> None:
+        database_url: str, tmp_path: Path, output_processes: list[OutputProcess]) -> None:
+    processes = output_processes
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("TOREN_", "TAVILY_")) and key != "DATABASE_URL"}
     env |= {"DATABASE_URL": database_url, "TAVILY_API_KEY": TEST_KEY,

@@ -34,25 +34,24 @@ class PostgresFileStore(PostgresConnection, FileStore):
             return [_file_record(row) for row in await cursor.fetchall()]
 
     async def get_file(self, file_id: str) -> StoredFile | None:
-        canonical = parse_file_id(file_id)
-        if canonical is None:
-            return None
-        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(query("get_file"), {"id": canonical})
-            row = await cursor.fetchone()
+        row = await self._file_row("get_file", file_id)
         return None if row is None else _file_record(row)
 
     async def read_file(self, file_id: str) -> tuple[StoredFile, bytes] | None:
-        canonical = parse_file_id(file_id)
-        if canonical is None:
-            return None
-        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(query("read_file"), {"id": canonical})
-            row = await cursor.fetchone()
+        row = await self._file_row("read_file", file_id)
         if row is None:
             return None
         data = bytes(row.pop("data"))
         return _file_record(row), data
+
+    async def _file_row(self, query_name: str, file_id: str) -> dict[str, Any] | None:
+        """The row a query by file id returns; ``None`` for no row or an id that is no UUID."""
+        canonical = parse_file_id(file_id)
+        if canonical is None:
+            return None
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(query(query_name), {"id": canonical})
+            return await cursor.fetchone()
 
     async def delete_file(self, file_id: str) -> StoredFile | None:
         canonical = parse_file_id(file_id)
