@@ -103,8 +103,16 @@ async def test_a_body_that_is_not_multipart_or_has_no_file_part(server: str) -> 
         form = aiohttp.FormData()
         form.add_field("other", b"x", filename="a.txt")
         async with http.post(f"{server}/files", data=form) as answer:
-            assert answer.status == 400 and "no part named 'file'" in (
+            assert answer.status == 400 and "exactly one part, named 'file'" in (
                 await answer.json())["error"]["message"]
+        form.add_field("file", b"x", filename="a.txt")
+        async with http.post(f"{server}/files", data=form) as answer:
+            assert answer.status == 400  # the part before the file
+        two = aiohttp.FormData()
+        two.add_field("file", b"x", filename="a.txt")
+        two.add_field("file", b"y", filename="b.txt")
+        async with http.post(f"{server}/files", data=two) as answer:
+            assert answer.status == 400
 
 
 async def test_a_two_gigabyte_upload_is_refused_without_being_read(server: str) -> None:

@@ -15,6 +15,8 @@ from toren.server.context import RUNTIME
 from toren.server.errors import json_error
 
 log = logging.getLogger(__name__)
+ONE_PART = ("the form has exactly one part, named 'file', holding the file (its filename is "
+            "the file's name), e.g. curl -F file=@report.pdf")
 #: Bytes read from the request per chunk while streaming an upload.
 CHUNK_BYTES = 256 * 1024
 
@@ -42,11 +44,8 @@ async def upload_file(request: web.Request) -> web.Response:
     try:
         reader = await request.multipart()
         part = await asyncio.wait_for(reader.next(), timeout_s)
-        while part is not None and (not isinstance(part, BodyPartReader) or part.name != "file"):
-            part = await asyncio.wait_for(reader.next(), timeout_s)
-        if part is None:
-            return json_error(400, "invalid_body", "no part named 'file' in the form")
-        assert isinstance(part, BodyPartReader)
+        if not isinstance(part, BodyPartReader) or part.name != "file":
+            return json_error(400, "invalid_body", ONE_PART)
         # percent-encoded by some clients (aiohttp's); directories are dropped by check_upload
         name = unquote(part.filename or "")
         data = bytearray()
@@ -55,6 +54,8 @@ async def upload_file(request: web.Request) -> web.Response:
             if len(data) > limit:
                 raise FileTooLarge(f"{name or 'the upload'} is larger than {limit:,} bytes, the "
                                    "most an upload may be (TOREN_MAX_FILE_BYTES)")
+        if await asyncio.wait_for(reader.next(), timeout_s) is not None:
+            return json_error(400, "invalid_body", ONE_PART)
     except FileTooLarge as exc:
         # the rest of the body is not read: close the connection rather than drain it
         response = json_error(413, exc.code, exc.message)
