@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any, NotRequired, TypedDict, TypeVar, cast
 from urllib.parse import quote
@@ -170,6 +171,18 @@ class Session(TypedDict):
     background_runs: list[dict[str, Any]]
 
 
+class StoredFile(TypedDict):
+    id: str
+    name: str
+    content_type: str
+    size_bytes: int
+    sha256: str
+    created_at: str
+    uploaded_by: str | None
+    agent: str | None
+    run_id: str | None
+
+
 class Health(TypedDict):
     """``status`` and ``version_skew`` for anyone; the rest only with a valid API key (or,
     without keys, from this machine)."""
@@ -254,8 +267,10 @@ class TorenClient:
                        headers: dict[str, str] | None = None) -> Any:
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
         try:
+            form = isinstance(body, aiohttp.FormData)
             async with self._http().request(
-                    method, self.base_url + path, json=body, params=query,
+                    method, self.base_url + path, json=None if form else body,
+                    data=body if form else None, params=query,
                     headers=self._headers(headers), timeout=self.timeout) as response:
                 payload = await response.json(content_type=None)
                 if response.status >= 400:
@@ -277,11 +292,12 @@ class TorenClient:
         return list(result["agents"])
 
     async def create_run(self, agent: str, input: Any, *,
-                         idempotency_key: str | None = None) -> Created:
+                         idempotency_key: str | None = None,
+                         files: list[str] | None = None) -> Created:
+        """Start a run; ``files`` are ids of uploaded files to attach to a text input."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        result: Created = await self._request("POST", "/runs", body={"agent": agent,
-                                                                     "input": input},
-                                              headers=headers)
+        body = {"agent": agent, "input": input} | ({"files": files} if files else {})
+        result: Created = await self._request("POST", "/runs", body=body, headers=headers)
         return result
 
     async def get_run(self, run_id: str) -> RunDetail:
@@ -356,13 +372,44 @@ class TorenClient:
         return result
 
     async def send_message(self, session_id: str, text: str, *,
-                           idempotency_key: str | None = None) -> TurnAccepted:
+                           idempotency_key: str | None = None,
+                           files: list[str] | None = None) -> TurnAccepted:
         """Start the agent's turn. ``TorenAPIError`` with status 409 and code
         ``session_busy`` while it is mid-turn, ``session_ended`` after the session ended.
-        Resending with the same ``idempotency_key`` answers with the turn it started."""
+        Resending with the same ``idempotency_key`` answers with the turn it started.
+        ``files`` are ids of uploaded files to attach to the message."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        body: dict[str, Any] = {"text": text} | ({"files": files} if files else {})
         result: TurnAccepted = await self._request(
-            "POST", f"/sessions/{session_id}/messages", body={"text": text}, headers=headers)
+            "POST", f"/sessions/{session_id}/messages", body=body, headers=headers)
+        return result
+
+    async def upload_file(self, path: str | Path) -> StoredFile:
+        """Upload a file (streamed from disk) for agents to read; its record, with the id."""
+        path = Path(path)
+        try:
+            handle = await asyncio.to_thread(path.open, "rb")
+        except OSError as exc:
+            raise TorenError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+        try:
+            form = aiohttp.FormData()
+            form.add_field("file", handle, filename=path.name,
+                           content_type="application/octet-stream")
+            result: StoredFile = await self._request("POST", "/files", body=form)
+        finally:
+            handle.close()
+        return result
+
+    async def list_files(self) -> list[StoredFile]:
+        result = await self._request("GET", "/files")
+        return list(result["files"])
+
+    async def get_file(self, file_id: str) -> StoredFile:
+        result: StoredFile = await self._request("GET", f"/files/{file_id}")
+        return result
+
+    async def delete_file(self, file_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("DELETE", f"/files/{file_id}")
         return result
 
     async def close_session(self, session_id: str) -> TurnAccepted:
@@ -530,8 +577,10 @@ class SyncTorenClient:
         return self._run(lambda c: c.agents())
 
     def create_run(self, agent: str, input: Any, *,
-                   idempotency_key: str | None = None) -> Created:
-        return self._run(lambda c: c.create_run(agent, input, idempotency_key=idempotency_key))
+                   idempotency_key: str | None = None,
+                   files: list[str] | None = None) -> Created:
+        return self._run(lambda c: c.create_run(agent, input, idempotency_key=idempotency_key,
+                                                files=files))
 
     def get_run(self, run_id: str) -> RunDetail:
         return self._run(lambda c: c.get_run(run_id))
@@ -577,9 +626,22 @@ class SyncTorenClient:
         return self._run(lambda c: c.get_session(session_id))
 
     def send_message(self, session_id: str, text: str, *,
-                     idempotency_key: str | None = None) -> TurnAccepted:
+                     idempotency_key: str | None = None,
+                     files: list[str] | None = None) -> TurnAccepted:
         return self._run(lambda c: c.send_message(session_id, text,
-                                                  idempotency_key=idempotency_key))
+                                                  idempotency_key=idempotency_key, files=files))
+
+    def upload_file(self, path: str | Path) -> StoredFile:
+        return self._run(lambda c: c.upload_file(path))
+
+    def list_files(self) -> list[StoredFile]:
+        return self._run(lambda c: c.list_files())
+
+    def get_file(self, file_id: str) -> StoredFile:
+        return self._run(lambda c: c.get_file(file_id))
+
+    def delete_file(self, file_id: str) -> dict[str, Any]:
+        return self._run(lambda c: c.delete_file(file_id))
 
     def close_session(self, session_id: str) -> TurnAccepted:
         return self._run(lambda c: c.close_session(session_id))

@@ -3,6 +3,8 @@
 - ``ScriptedModel`` / ``ScriptedProvider``: the offline model, with a per-call ``delay``, a call
   counter (``calls``, and ``call_log`` for a counter outside the process) and an optional script.
 - ``write_agent_dir``: writes an agent directory from a few keyword arguments.
+- ``tool_call``: a context in which ``toren.current_tool_call()`` works, to call a tool's
+  function directly in a test.
 - ``OutputProcess``: a subprocess (a ``toren worker``, a fake provider server) whose stdout
   lines can be awaited with a timeout; for crash tests that SIGKILL real processes.
 
@@ -20,14 +22,30 @@ import subprocess
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from toren.default_plugins.scripted import ScriptedModel, ScriptedProvider, respond_with_tools
+from toren.execution.context import ToolCallContext, _current
 
-__all__ = ["OutputProcess", "ScriptedModel", "ScriptedProvider", "respond_with_tools", "wait_for",
-           "write_agent_dir"]
+__all__ = ["OutputProcess", "ScriptedModel", "ScriptedProvider", "respond_with_tools",
+           "tool_call", "wait_for", "write_agent_dir"]
+
+
+@contextmanager
+def tool_call(**fields: Any) -> Iterator[ToolCallContext]:
+    """Run a tool's function as Toren would: ``toren.current_tool_call()`` returns a context
+    made of ``fields`` (``max_output_bytes=``, ``env_names=``...) over test defaults."""
+    context = ToolCallContext(**{"agent": "test-agent", "run_id": "test-run", "task_id": "main",
+                                 "step": 1, "call_id": "call_1", "idempotency_key": "test-key",
+                                 **fields})
+    token = _current.set(context)
+    try:
+        yield context
+    finally:
+        _current.reset(token)
 
 
 def write_agent_dir(

@@ -36,8 +36,8 @@ AGENTS = ("crew", "slow", "desk")
 def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cli: TorenCli,
         tmp_path: Path) -> dict[str, Any]:
     """The server's ``url``, the ``headers`` its clients send, the ids of ended ``runs``, of a
-    ``session`` awaiting input and of ``approvals`` (of runs of ``desk``, whose ``lookup``
-    waits for one)."""
+    ``session`` awaiting input, of ``approvals`` (of runs of ``desk``, whose ``lookup``
+    waits for one) and of an uploaded ``file``."""
     env, headers = {}, {}
     if request.param:
         created = toren_cli("keys", "create", "fuzz", "--json", env={"DATABASE_URL": database_url})
@@ -54,6 +54,11 @@ def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cl
     for run_id in runs:
         assert wait_until(lambda run_id=run_id: finished(url, run_id, headers), 60)
     session = call(f"{url}/sessions", "POST", {"agent": "crew"}, headers)[1]["id"]
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n")
+    added = toren_cli("files", "add", str(notes), "--json", env={"DATABASE_URL": database_url})
+    assert added.returncode == 0, added.stderr
+    file_id = json.loads(added.stdout)["id"]
     parked = [call(f"{url}/runs", "POST", {"agent": "desk", "input": topic}, headers)[1]["id"]
               for topic in ("a", "b")]
     for run_id in parked:
@@ -61,7 +66,7 @@ def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cl
                           ["pending_approvals"], 60)
     approvals = [a["id"] for a in call(f"{url}/approvals", headers=headers)[1]["approvals"]]
     return {"url": url, "headers": headers, "runs": [*runs, *parked], "session": session,
-            "approvals": approvals}
+            "approvals": approvals, "file": file_id}
 
 
 event_cursors = st.dictionaries(st.sampled_from(["run", "task:main"]) | st.text(),
@@ -88,6 +93,10 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
         path["approval_id"] = draw(st.sampled_from(api["approvals"]))
     if "run" in query:
         query["run"] = draw(st.sampled_from(api["runs"]))
+    if "file_id" in path:
+        path["file_id"] = api["file"]
+    if isinstance(body, dict) and isinstance(body.get("files"), list):
+        body["files"] = [api["file"]]
     if isinstance(body, dict) and isinstance(body.get("agent"), str):
         body["agent"] = draw(st.sampled_from(AGENTS))
     if "agent" in query:

@@ -8,6 +8,7 @@ import inspect
 import pytest
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.budgets import PostgresBudgetLedger
+from toren_postgres.files import PostgresFileStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.lifecycle import PostgresConnection
@@ -27,6 +28,7 @@ from toren.seams.queue import Queue
 from toren.seams.store import (
     ApprovalStore,
     BudgetLedger,
+    FileStore,
     Guardian,
     KeyStore,
     Migrator,
@@ -46,7 +48,8 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           Guardian: PostgresGuardian, KeyStore: PostgresKeyStore, Outbox: PostgresOutbox,
           PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore,
           ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore,
-          BudgetLedger: PostgresBudgetLedger}
+          BudgetLedger: PostgresBudgetLedger,
+          FileStore: PostgresFileStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

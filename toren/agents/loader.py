@@ -70,6 +70,8 @@ class AgentSpec:
     limits: Limits = field(default_factory=Limits)
     tools: dict[str, Tool] = field(default_factory=dict)
     env: tuple[str, ...] = ()
+    #: For variables required by plugin tools: which tool needs each, enabled where.
+    env_sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
     subagents: dict[str, SubagentSpec] = field(default_factory=dict)
     base_url: str | None = None
     pricing: dict[str, Pricing] = field(default_factory=dict)
@@ -223,7 +225,11 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
             check_inside(directory, directory / code_file, allow_outside)
     crew_tools = load_tools_file(directory / "tools.py", name, timeout_s=timeout_s)
     enabled = dict(crew_tools)
-    for index, tool_name in enumerate(data.get("tools", [])):
+    env = list(data.get("env", ()))
+    env_sources: dict[str, list[str]] = {}
+    for index, entry in enumerate(data.get("tools", [])):
+        tool_name = entry if isinstance(entry, str) else entry["name"]
+        line = located.line_of(("tools", index))
         available = tools or {}
         group = [tool for tool in available.values() if tool.group == tool_name]
         if tool_name not in available and group:  # a group: every tool in it
@@ -244,19 +250,30 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
             raise AgentDefinitionError(
                 f"unknown tool {tool_name!r} in tools:{_suggest(tool_name, available)}; "
                 f"installed plugin tools: {_tool_choices(available)}",
-                path=str(yaml_path), line=located.line_of(("tools", index)))
+                path=str(yaml_path), line=line)
         if tool_name in crew_tools:
             raise AgentDefinitionError(
                 f"tool {tool_name!r} is defined in tools.py and also enabled from "
                 f"{available[tool_name].source}; rename the function in tools.py",
-                path=str(yaml_path), line=located.line_of(("tools", index)))
-        enabled[tool_name] = available[tool_name]
+                path=str(yaml_path), line=line)
+        if tool_name in enabled:
+            raise AgentDefinitionError(f"tool {tool_name!r} is enabled twice in tools:",
+                                       path=str(yaml_path), line=line)
+        enabled[tool_name] = _configure_tool(available[tool_name], entry, located, index,
+                                             str(yaml_path))
+        # the tool's variables join the agent's required env, so startup checks them
+        for var in enabled[tool_name].env_vars:
+            if var not in env:
+                env.append(var)
+            where = f"{yaml_path}:{line}" if line else str(yaml_path)
+            env_sources.setdefault(var, []).append(f"tool {tool_name} enabled at {where}")
     _add_child_tools(enabled, data, located, str(yaml_path))
     limits = Limits.from_yaml(data.get("limits"))
     agent = AgentSpec(
         name=name, directory=directory, model=model, prompt=prompt,
         description=data.get("description", ""), limits=limits, tools=enabled,
-        env=tuple(data.get("env", ())), base_url=data.get("baseUrl"),
+        env=tuple(env), env_sources={var: tuple(who) for var, who in env_sources.items()},
+        base_url=data.get("baseUrl"),
         pricing={model_id: Pricing.from_yaml(price)
                  for model_id, price in data.get("pricing", {}).items()},
         compaction=Compaction.from_yaml(data.get("compaction")),
@@ -313,6 +330,22 @@ def _add_child_tools(enabled: dict[str, Tool], data: dict[str, Any], located: Lo
                 f"of that name from {other.source or 'tools.py'}; rename that tool",
                 path=path, line=located.line_of(at))
         enabled[tool.name] = tool
+
+
+def _configure_tool(tool: Tool, entry: str | dict[str, Any], located: LocatedYaml,
+                    index: int, path: str) -> Tool:
+    """The agent's copy of a plugin tool: ``{name, env}`` renames the variables it reads."""
+    if isinstance(entry, str) or not entry.get("env"):
+        return tool
+    renames: dict[str, str] = entry["env"]
+    for declared in renames:
+        if declared not in tool.required_env:
+            raise AgentDefinitionError(
+                f"tools[{index}].env: tool {tool.name!r} reads no variable {declared!r}"
+                f"{_suggest(declared, tool.required_env)}; it reads "
+                f"{', '.join(tool.required_env) or 'no variables'}", path=path,
+                line=located.line_of(("tools", index, "env", declared), key=True))
+    return tool.with_env_names(renames)
 
 
 def check_agent_name(name: str, *, where: str) -> None:
@@ -766,9 +799,18 @@ def missing_env(agents: Iterable[AgentSpec], extra: Mapping[str, Iterable[str]] 
 def check_env(agents: Iterable[AgentSpec], extra: Mapping[str, Iterable[str]] | None = None,
               env: Mapping[str, str] | None = None) -> None:
     """Raise ``MissingEnvError`` listing every missing variable (and who needs it) at once."""
+    agents = list(agents)
     missing = missing_env(agents, extra, env)
     if missing:
-        listed = "; ".join(f"{var} (needed by {', '.join(names)})"
+        sources = {(agent.name, var): who for agent in agents
+                   for var, who in agent.env_sources.items()}
+
+        def needed_by(var: str, names: list[str]) -> str:
+            return ", ".join(
+                f"{name}: {'; '.join(sources[(name, var)])}" if (name, var) in sources else name
+                for name in names)
+
+        listed = "; ".join(f"{var} (needed by {needed_by(var, names)})"
                            for var, names in sorted(missing.items()))
         raise MissingEnvError(f"missing environment variables: {listed}. Set them, e.g. "
                               f"export {sorted(missing)[0]}=...")

@@ -14,6 +14,7 @@ from toren.cli import (
     chat,
     db,
     dev,
+    files,
     init,
     jobs,
     keys,
@@ -64,6 +65,7 @@ app.add_typer(db.app, name="db")
 app.add_typer(keys.app, name="keys")
 app.add_typer(approvals.app, name="approvals")
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(files.app, name="files")
 
 
 def _add_plugin_commands() -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -11,8 +12,12 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from toren.files import StoredFile
     from toren.seams.store import ToolStateStore
     from toren.seams.tools import Tool
+
+#: Reads an uploaded file by id: its record and content, or ``None`` if there is none.
+ReadFile = Callable[[str], Awaitable["tuple[StoredFile, bytes] | None"]]
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,9 @@ class ToolCallContext:
     or a restarted one, takes the task over). ``state`` is where a tool may keep durable state
     beside the run (``toren.seams.store.ToolStateStore``; ``None`` where the host gives none).
     ``agent_config`` holds the agent.yaml sections that configure plugin tools (``sandbox:``).
+    ``max_output_bytes`` is the agent's ``limits.maxToolOutputBytes``: output beyond it is cut,
+    so a tool that can page (documents, query results) sizes its pages to fit. ``env_names``
+    maps the variables the tool declared (``requires_env``) to the ones this agent set instead.
     """
 
     agent: str
@@ -35,6 +43,19 @@ class ToolCallContext:
     epoch: int = 0
     state: ToolStateStore | None = field(default=None, compare=False, repr=False)
     agent_config: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    max_output_bytes: int = 65536
+    env_names: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: Reads an uploaded file (``POST /files``, ``toren files add``) by id; ``None`` where
+    #: the host has no file store.
+    read_file: ReadFile | None = field(default=None, hash=False, compare=False)
+
+    def env_var(self, declared: str) -> str:
+        """The variable this agent gives the tool for ``declared`` (itself unless renamed)."""
+        return self.env_names.get(declared, declared)
+
+    def getenv(self, declared: str) -> str | None:
+        """The value of a variable the tool declared, read under this agent's name for it."""
+        return os.environ.get(self.env_var(declared)) or None
 
 
 _current: ContextVar[ToolCallContext | None] = ContextVar("toren_tool_call", default=None)

@@ -17,7 +17,14 @@ from toren.core.runs import ChildLink
 from toren.execution.tool_threads import ToolThreads
 from toren.seams.model import Model
 from toren.seams.shapes import Lease, QueueMessage, TextDelta
-from toren.seams.store import ApprovalStore, BudgetLedger, PromptStore, RunLog, ToolStateStore
+from toren.seams.store import (
+    ApprovalStore,
+    BudgetLedger,
+    FileStore,
+    PromptStore,
+    RunLog,
+    ToolStateStore,
+)
 
 #: Take a stream's lease and read it from its latest checkpoint on, for the message being
 #: worked: ``(message, stream, with_finished)`` -> the lease and events, or ``None`` when another
@@ -94,3 +101,5 @@ class ExecutionPorts:
     #: Where the pieces of model text go as they are generated (``toren.host.live``); by
     #: default nowhere.
     text_delta: PublishText = field(default=lambda delta: None)
+    #: Uploaded files, which tools read through ``ToolCallContext.read_file``.
+    files: FileStore | None = None

@@ -597,7 +597,11 @@ class TaskRunner:
         context = ToolCallContext(self.agent.name, self.run_id, self.task_id, pending.step,
                                   call.id, pending.idempotency_key, epoch=self.lease.epoch,
                                   state=self.ports.tool_state,
-                                  agent_config=self.agent.tool_config)
+                                  agent_config=self.agent.tool_config,
+                                  max_output_bytes=self.spec.limits.max_tool_output_bytes,
+                                  env_names=tool.env_names,
+                                  read_file=self.ports.files.read_file
+                                  if self.ports.files is not None else None)
         started = time.perf_counter()
         timeout_s = self.spec.limits.tool_timeout_s
         try:

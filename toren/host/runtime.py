@@ -35,6 +35,7 @@ from toren.errors import (
     UnstorableValue,
 )
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
+from toren.files import FileNotFound
 from toren.host.approvals import ApprovalsApi
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.relay import OutboxRelay
@@ -259,14 +260,42 @@ class Runtime(ApprovalsApi):
 
     # -- runs ----------------------------------------------------------------------------------
 
+    async def attach_files(self, text: Any, file_ids: Sequence[str] | None) -> Any:
+        """``text`` with a note listing uploaded files (name, type, size, id) appended, so
+        the agent can read them with ``read_document``; ``text`` itself without files.
+
+        Raises ``FileNotFound`` for an unknown id and ``ConfigError`` when ``text`` is not a
+        string (files attach to a text input or message).
+        """
+        if not file_ids:
+            return text
+        if not isinstance(text, str):
+            raise ConfigError("files can be attached to a text input or message only; "
+                              "send the input as a string")
+        if not isinstance(file_ids, list | tuple) or not all(
+                isinstance(file_id, str) for file_id in file_ids) or len(file_ids) > 100:
+            raise ConfigError("'files' is a list of at most 100 file ids (strings)")
+        lines = ["Attached files (read them with read_document, passing the id):"]
+        for file_id in dict.fromkeys(file_ids):
+            stored = await self.store.get_file(file_id)
+            if stored is None:
+                raise FileNotFound(f"no file has the id {file_id!r}; upload it first "
+                                   "(POST /files, toren files add)")
+            lines.append(f"- {stored.name} ({stored.content_type}, {stored.size_bytes:,} "
+                         f"bytes): id {stored.id}")
+        return f"{text}\n\n" + "\n".join(lines)
+
     async def start_run(self, agent: str, input: Any, *,
-                        idempotency_key: str | None = None) -> str:
+                        idempotency_key: str | None = None,
+                        files: Sequence[str] | None = None) -> str:
         """Create a run of ``agent`` and queue its first task; return the run id.
 
         With an ``idempotency_key`` already used for this agent, returns that run's id instead.
+        ``files`` are ids of uploaded files to attach to a text input (``attach_files``).
         """
 
         self.check_served(agent)
+        input = await self.attach_files(input, files)
         _check_storable(input, "input")
         _check_storable(idempotency_key, "idempotency key")
         new = self._new_run(agent, input, idempotency_key)
@@ -545,17 +574,20 @@ class Runtime(ApprovalsApi):
         return found
 
     async def send_message(self, session_id: str, text: str, *,
-                           idempotency_key: str | None = None) -> int:
+                           idempotency_key: str | None = None,
+                           files: Sequence[str] | None = None) -> int:
         """Give the session the user's next message and start the agent's turn; return the
         turn's number.
 
         Raises ``SessionBusy`` while the agent is still answering (wait for
         ``awaiting_input``), ``SessionEnded`` once the session is over, ``SessionNotFound``.
         A message with an ``idempotency_key`` the session already took is not taken again:
-        the turn it started is returned (a client's retry after a lost answer).
+        the turn it started is returned (a client's retry after a lost answer). ``files``
+        are ids of uploaded files attached to the message (``attach_files``).
         """
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("a message needs non-empty text")
+        text = await self.attach_files(text, files)
         if len(text) > MAX_MESSAGE_CHARS:
             raise ConfigError(f"a message may be at most {MAX_MESSAGE_CHARS} characters; this "
                               f"one has {len(text)}")

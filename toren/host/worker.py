@@ -87,7 +87,8 @@ class Worker:
             approvals=runtime.store, budgets=runtime.store, tool_state=runtime.store,
             text_delta=runtime.live.publish,
             children=HostChildRuns(runtime.store, self.settings, runtime.agents),
-            session_notice=runtime.notify_channels)
+            session_notice=runtime.notify_channels,
+            files=runtime.store)
 
     @property
     def agent_names(self) -> list[str]:

@@ -13,8 +13,8 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, overload
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import jsonschema
 
 TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The attribute ``@tool`` sets on a function, holding its options.
 TOOL_MARK = "__toren_tool__"
 
@@ -38,6 +39,10 @@ class Tool:
     ``source`` says where it came from (a plugin's name or a ``tools.py`` path). ``group`` names
     the set a plugin registered it in (``sandbox``): ``tools: [sandbox]`` in agent.yaml enables
     every tool of the group.
+    ``required_env`` are the environment variables the tool reads (``@tool(requires_env=...)``):
+    an agent enabling it needs them set at startup, never mid-run. ``env_names`` maps each of
+    them to the variable this agent's copy reads instead (``tools: [{name, env}]`` in
+    agent.yaml); the tool reads its variables through ``ToolCallContext.getenv``.
     """
 
     name: str
@@ -49,6 +54,28 @@ class Tool:
     group: str | None = None
     #: Each call waits for a person's approval (``@tool(requires_approval=True)``).
     requires_approval: bool = False
+    required_env: tuple[str, ...] = ()
+    env_names: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def env_var(self, declared: str) -> str:
+        """The variable this copy of the tool reads for ``declared`` (renamed or itself)."""
+        return self.env_names.get(declared, declared)
+
+    @property
+    def env_vars(self) -> tuple[str, ...]:
+        """The variables this copy of the tool needs, after any renaming."""
+        return tuple(self.env_var(name) for name in self.required_env)
+
+    def with_env_names(self, env_names: Mapping[str, str]) -> Tool:
+        """A copy reading renamed variables; ``ToolError`` for a name it does not declare."""
+        for declared, actual in env_names.items():
+            if declared not in self.required_env:
+                raise ToolError(f"tool {self.name!r} reads no variable {declared!r}; it reads "
+                                f"{', '.join(self.required_env) or 'none'}")
+            if not isinstance(actual, str) or not ENV_NAME.match(actual):
+                raise ToolError(f"{actual!r} is not an environment variable name (letters, "
+                                "digits and '_', not starting with a digit)")
+        return replace(self, env_names=dict(env_names))
 
     @cached_property
     def spec(self) -> ToolSpec:
@@ -84,14 +111,20 @@ def tool(
     description: str | None = None,
     idempotent: bool = False,
     requires_approval: bool = False,
+    requires_env: tuple[str, ...] = (),
 ) -> Any:
     """Mark a function as a tool and set options: ``@tool`` or ``@tool(idempotent=True)``.
 
     Undecorated public functions in a crew's ``tools.py`` are tools too; the decorator only adds
-    options such as ``idempotent=True``, a different ``name``, or ``requires_approval=True``
+    options such as ``idempotent=True``, a different ``name``, ``requires_approval=True``
     (each call waits for a person: see docs/guides/approvals.md; agent.yaml's ``approvals:``
-    can name who may approve and when a request expires).
+    can name who may approve and when a request expires), or ``requires_env``: the
+    environment variables the tool reads (through ``toren.current_tool_call().getenv``), which
+    become required at startup for every agent that enables the tool.
     """
+    for var in requires_env:
+        if not isinstance(var, str) or not ENV_NAME.match(var):
+            raise ToolError(f"requires_env: {var!r} is not an environment variable name")
 
     def mark(func: Callable[..., Any]) -> Callable[..., Any]:
         if not inspect.isfunction(func):
@@ -100,7 +133,7 @@ def tool(
                             f"{getattr(func, '__qualname__', None) or _short_repr(func)}")
         setattr(func, TOOL_MARK,
                 {"name": name, "description": description, "idempotent": idempotent,
-                 "requires_approval": requires_approval})
+                 "requires_approval": requires_approval, "requires_env": tuple(requires_env)})
         return func
 
     return mark(function) if function is not None else mark
@@ -131,6 +164,7 @@ def tool_from_function(function: Callable[..., Any], *, source: str = "",
         source=source,
         group=group,
         requires_approval=bool(options.get("requires_approval")),
+        required_env=tuple(options.get("requires_env", ())),
     )
 
 

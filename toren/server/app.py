@@ -10,7 +10,7 @@ from aiohttp import web
 import toren
 from toren.errors import DatabaseUnavailable
 from toren.schemas import load_schema
-from toren.server import approvals, console, runs, schedules, sessions
+from toren.server import approvals, console, files, runs, schedules, sessions
 from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME, TRUSTED
 from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
@@ -52,6 +52,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     app.router.add_get("/agents/{name}", get_agent)
     runs.routes(app)
     sessions.routes(app)
+    files.routes(app)
     approvals.routes(app)
     schedules.routes(app)
     console.routes(app)

@@ -107,9 +107,10 @@ def _bad_request(code: str, message: str) -> web.HTTPClientError:
     return _client_error(web.HTTPBadRequest, code, message)
 
 
-async def read_agent_body(request: web.Request, fields: tuple[str, ...]) -> dict[str, Any]:
+async def read_agent_body(request: web.Request, fields: tuple[str, ...],
+                          optional: tuple[str, ...] = ()) -> dict[str, Any]:
     """A body ``{"agent", *fields}`` naming a served agent: exactly those fields (400 for a
-    missing or unknown one), the agent served here (404)."""
+    missing or unknown one; ``optional`` ones may be there), the agent served here (404)."""
     body = await read_json_object(request)
     agent = body.get("agent")
     if not isinstance(agent, str) or not agent:
@@ -118,7 +119,7 @@ async def read_agent_body(request: web.Request, fields: tuple[str, ...]) -> dict
     for name in fields:
         if name not in body:
             raise _bad_request("invalid_body", f"{name!r} is required; the body is {{{shape}}}")
-    unknown = set(body) - {"agent", *fields}
+    unknown = set(body) - {"agent", *fields, *optional}
     if unknown:
         raise _bad_request("invalid_body", f"unknown field(s): {', '.join(sorted(unknown))}; "
                                            f"the body is {{{shape}}}")
@@ -132,9 +133,10 @@ async def read_agent_body(request: web.Request, fields: tuple[str, ...]) -> dict
 
 async def create_run(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    body = await read_agent_body(request, ("input",))
+    body = await read_agent_body(request, ("input",), ("files",))
     run_id = await runtime.start_run(body["agent"], body["input"],
-                                     idempotency_key=idempotency_key(request))
+                                     idempotency_key=idempotency_key(request),
+                                     files=body.get("files"))
     record = await runtime.get_run(run_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)
 

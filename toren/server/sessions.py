@@ -41,11 +41,14 @@ async def post_message(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     session_id = request.match_info["session_id"]
     body = await read_json_object(request)
-    unknown = set(body) - {"text", "close"}
+    unknown = set(body) - {"text", "close", "files"}
     if unknown or ("text" in body) == ("close" in body):
         return json_error(400, "invalid_body", "the body is {\"text\": \"...\"} to send a "
                                                "message or {\"close\": true} to close the session")
     if "close" in body:
+        if "files" in body:
+            return json_error(400, "invalid_body", "files are attached to a message, not to "
+                                                   "closing a session")
         if body["close"] is not True:
             return json_error(400, "invalid_body", "'close' must be true")
         await runtime.close_session(session_id, "closed over HTTP")
@@ -57,6 +60,6 @@ async def post_message(request: web.Request) -> web.Response:
     if len(text) > MAX_MESSAGE_CHARS:
         return json_error(400, "invalid_body", f"'text' may be at most {MAX_MESSAGE_CHARS} "
                                                f"characters; this has {len(text)}")
-    turn = await runtime.send_message(session_id, text,
+    turn = await runtime.send_message(session_id, text, files=body.get("files"),
                                       idempotency_key=idempotency_key(request))
     return web.json_response({"id": session_id, "status": "running", "turn": turn}, status=202)

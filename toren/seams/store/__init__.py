@@ -17,6 +17,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``ScheduleStore`` (``schedules``): schedules, and the claim that fires each slot once.
 - ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
 - ``BudgetLedger`` (``budgets``): reservations of model-call cost against run and daily budgets.
+- ``FileStore`` (``files``): uploaded files, content-addressed.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from toren.seams.store.approvals import ApprovalStore
 from toren.seams.store.budgets import BudgetLedger
+from toren.seams.store.files import FileStore
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
 from toren.seams.store.lifecycle import StoreLifecycle
@@ -38,7 +40,7 @@ from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["ApprovalStore", "BudgetLedger", "Guardian", "KeyStore", "LiveText",
+__all__ = ["ApprovalStore", "BudgetLedger", "FileStore", "Guardian", "KeyStore", "LiveText",
            "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
            "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
            "WorkerRegistry"]
@@ -46,7 +48,7 @@ __all__ = ["ApprovalStore", "BudgetLedger", "Guardian", "KeyStore", "LiveText",
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
-            BudgetLedger):
+            BudgetLedger, FileStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

@@ -6,8 +6,9 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresGuardian`` (``guardian``), ``PostgresKeyStore`` (``keys``), ``PostgresOutbox``
 (``outbox``), ``PostgresPromptStore`` (``prompts``), ``PostgresToolStateStore``
 (``tool_state``), ``PostgresApprovalStore`` (``approvals``), ``PostgresScheduleStore``
-(``schedules``), ``PostgresLiveText`` (``live_text``) and ``PostgresBudgetLedger``
-(``budgets``). ``PostgresStore`` is all of them over one connection pool.
+(``schedules``), ``PostgresLiveText`` (``live_text``), ``PostgresBudgetLedger``
+(``budgets``) and ``PostgresFileStore`` (``files``). ``PostgresStore`` is all of them over one
+connection pool.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from toren.errors import DatabaseUnavailable
 from toren.seams.store import Store
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.budgets import PostgresBudgetLedger
+from toren_postgres.files import PostgresFileStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.live_text import PostgresLiveText
@@ -85,7 +87,7 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
-                    PostgresLiveText, PostgresBudgetLedger, Store):
+                    PostgresLiveText, PostgresBudgetLedger, PostgresFileStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

@@ -776,3 +776,40 @@ VALUES (%(scope)s,
         %(run_id)s::uuid)
 ON CONFLICT DO NOTHING
 RETURNING scope;
+-- add_file --
+-- The content is written once per distinct SHA-256; the row is new for every upload.
+WITH blob AS (
+    INSERT INTO toren_control.file_blobs (sha256, size_bytes, data)
+    VALUES (%(sha256)s, %(size_bytes)s, %(data)s)
+    ON CONFLICT (sha256) DO NOTHING
+)
+INSERT INTO toren_control.files (agent, run_id, name, content_type, size_bytes, sha256,
+                                 uploaded_by)
+VALUES (%(agent)s, %(run_id)s, %(name)s, %(content_type)s, %(size_bytes)s, %(sha256)s,
+        %(uploaded_by)s)
+RETURNING id, agent, run_id, name, content_type, size_bytes, sha256, uploaded_by, created_at;
+
+-- list_files --
+SELECT id, agent, run_id, name, content_type, size_bytes, sha256, uploaded_by, created_at
+FROM toren_control.files ORDER BY created_at DESC, id LIMIT %(limit)s;
+
+-- get_file --
+SELECT id, agent, run_id, name, content_type, size_bytes, sha256, uploaded_by, created_at
+FROM toren_control.files WHERE id = %(id)s;
+
+-- read_file --
+SELECT f.id, f.agent, f.run_id, f.name, f.content_type, f.size_bytes, f.sha256, f.uploaded_by,
+       f.created_at, coalesce(b.data, f.data) AS data
+FROM toren_control.files f LEFT JOIN toren_control.file_blobs b ON b.sha256 = f.sha256
+WHERE f.id = %(id)s;
+
+-- delete_file --
+DELETE FROM toren_control.files WHERE id = %(id)s
+RETURNING id, agent, run_id, name, content_type, size_bytes, sha256, uploaded_by, created_at;
+
+-- delete_orphan_blob --
+-- The content goes with its last file. An upload of the same content racing this holds a key
+-- lock on the blob through the files_blob foreign key: the delete then fails (foreign key
+-- violation) instead of taking the content from under it, and the blob stays.
+DELETE FROM toren_control.file_blobs b WHERE b.sha256 = %(sha256)s
+AND NOT EXISTS (SELECT 1 FROM toren_control.files f WHERE f.sha256 = b.sha256);

@@ -1,0 +1,1 @@
+"""toren-files: the ``read_document`` tool over the files uploaded to Toren."""

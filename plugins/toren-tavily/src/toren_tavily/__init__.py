@@ -1,0 +1,1 @@
+"""toren-tavily: the ``web_search`` tool, through the Tavily search API."""
