@@ -96,12 +96,14 @@ _Function = TypeVar("_Function", bound=Callable[..., Any])
 
 @overload
 def tool(function: _Function, *, name: str | None = None, description: str | None = None,
-         idempotent: bool = False) -> _Function: ...
+         idempotent: bool = False, requires_approval: bool = False,
+         requires_env: tuple[str, ...] = ()) -> _Function: ...
 
 
 @overload
 def tool(function: None = None, *, name: str | None = None, description: str | None = None,
-         idempotent: bool = False) -> Callable[[_Function], _Function]: ...
+         idempotent: bool = False, requires_approval: bool = False,
+         requires_env: tuple[str, ...] = ()) -> Callable[[_Function], _Function]: ...
 
 
 def tool(

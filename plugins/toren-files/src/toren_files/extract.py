@@ -67,9 +67,9 @@ def _pdf(data: bytes, name: str, pages: str | None) -> tuple[str, str]:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             try:  # many "encrypted" PDFs only restrict printing: their user password is empty
-                opened = reader.decrypt("")
+                opened = bool(reader.decrypt(""))
             except Exception:  # an unsupported algorithm, say: still just encrypted
-                opened = 0
+                opened = False
             if not opened:
                 raise ToolError(f"{name} is an encrypted PDF that needs a password; upload a "
                                 "copy without the password")
@@ -155,7 +155,7 @@ def _xlsx(data: bytes, name: str, sheet: str | None,
             bounds = {"min_col": min_col, "min_row": min_row, "max_col": max_col,
                       "max_row": max_row}
         lines = ["\t".join("" if value is None else str(value) for value in row)
-                 for row in worksheet.iter_rows(values_only=True, **bounds)]  # type: ignore[arg-type]
+                 for row in worksheet.iter_rows(values_only=True, **bounds)]
     except ToolError:
         raise
     except Exception as exc:

@@ -97,7 +97,7 @@ async def run_readonly_query(url: str, query: str, *, max_rows: int, max_bytes: 
             await cursor.execute("SELECT set_config('statement_timeout', %s, true)",
                                  (f"{max(1, round(timeout_s * 1000))}ms",))
             declare = sql.SQL("DECLARE {} NO SCROLL CURSOR FOR {}").format(
-                sql.Identifier(CURSOR), sql.SQL(text))  # type: ignore[arg-type]
+                sql.Identifier(CURSOR), sql.SQL(text))
             await cursor.execute(declare, prepare=True)
             return await _fetch(cursor, max_rows, max_bytes)
     except errors.QueryCanceled:
