@@ -17,7 +17,8 @@ import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, NotRequired, TypedDict, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
+from urllib.parse import quote
 
 import aiohttp
 
@@ -45,16 +46,74 @@ class Run(TypedDict):
     created_at: str | None
     updated_at: str | None
     finished_at: str | None
+    #: The schedule that started the run, if one did.
+    schedule: NotRequired[str | None]
+    #: For a child run: ``{"agent", "run_id", "task_id", "kind"}`` of what started it.
+    parent: dict[str, Any] | None
+    depth: int
+
+
+class Approval(TypedDict):
+    """A tool call waiting for a person (``status`` ``pending``), or decided."""
+
+    id: str
+    agent: str
+    run_id: str
+    task_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    status: str
+    approvers: list[str]
+    requested_at: str | None
+    expires_at: str | None
+    decided_by: str | None
+    decided_at: str | None
+    reason: str | None
+
+
+class ApprovalList(TypedDict):
+    approvals: list[Approval]
 
 
 class RunDetail(Run):
     why: str
     totals: dict[str, Any]
+    pending_approvals: list[Approval]
+    #: Spend against ``limits.maxBudgetUsd`` (``run``) and ``limits.dailyBudgetUsd``
+    #: (``daily``), with ``held_usd`` still reserved; ``None`` for an agent without a budget.
+    budget: dict[str, Any] | None
 
 
 class RunList(TypedDict):
     runs: list[Run]
     next_cursor: str | None
+
+
+class Schedule(TypedDict):
+    """A schedule (``schedules:`` in agent.yaml) and its state: active, paused or removed."""
+
+    agent: str
+    name: str
+    cron: str
+    timezone: str
+    input: Any
+    missed: str
+    catchupLimit: int
+    state: str
+    next_fire_at: str | None
+    last_fired_at: str | None
+    last_slot_at: str | None
+    skipped_slots: int
+    fires: list[dict[str, Any]]
+
+
+class ScheduleTriggered(TypedDict):
+    agent: str
+    schedule: str
+    run_id: str
+    slot_at: str
+    trigger: str
 
 
 class Event(TypedDict):
@@ -65,6 +124,17 @@ class Event(TypedDict):
     data: dict[str, Any]
     created_at: str | None
     cursor: str
+
+
+class TextPiece(TypedDict):
+    """A piece of a model's text as it was generated (an SSE ``text_delta`` event): the call
+    is the ``ModelCallCompleted`` of stream ``task:<task_id>`` with this ``step``."""
+
+    run_id: str
+    task_id: str
+    step: int
+    index: int
+    text: str
 
 
 class EventList(TypedDict):
@@ -94,6 +164,10 @@ class Session(TypedDict):
     turns: int
     turns_ended: int
     totals: dict[str, Any]
+    pending_approvals: list[Approval]
+    #: Background runs the session started: ``{"run_id", "agent", "status", "reported",
+    #: "started_at"}``.
+    background_runs: list[dict[str, Any]]
 
 
 class Health(TypedDict):
@@ -113,12 +187,16 @@ class TorenAPIError(TorenError):
 
     code = "api_error"
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str,
+                 body: dict[str, Any] | None = None) -> None:
         super().__init__(f"{message} (HTTP {status}, {code})")
         self.status = status
         self.code = code
         self.reason = message
         self.retryable = status >= 500 or status == 429
+        #: The whole error body (a 409 ``approval_decided`` has the first decision under
+        #: ``approval``).
+        self.body = body or {}
 
 
 class TorenUnreachable(TorenError):
@@ -184,7 +262,8 @@ class TorenClient:
                     error = (payload or {}).get("error", {}) if isinstance(payload, dict) else {}
                     raise TorenAPIError(response.status, error.get("code", "http_error"),
                                         error.get("message", response.reason or
-                                                  "request failed"))
+                                                  "request failed"),
+                                        payload if isinstance(payload, dict) else None)
                 return payload
         except aiohttp.ClientConnectorError as exc:
             raise _unreachable(self.base_url, exc) from exc
@@ -209,11 +288,43 @@ class TorenClient:
         result: RunDetail = await self._request("GET", f"/runs/{run_id}")
         return result
 
+    async def children(self, run_id: str) -> list[Run]:
+        """The runs the run's tasks started: peer calls and background runs, oldest first."""
+        result: dict[str, list[Run]] = await self._request("GET", f"/runs/{run_id}/children")
+        return result["children"]
+
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, cursor: str | None = None,
-                        kind: str | None = None) -> RunList:
+                        kind: str | None = None, schedule: str | None = None) -> RunList:
+        """Newest first; ``schedule``: only the runs that schedule started."""
         result: RunList = await self._request("GET", "/runs", params={
-            "agent": agent, "status": status, "limit": limit, "cursor": cursor, "kind": kind})
+            "agent": agent, "status": status, "limit": limit, "cursor": cursor, "kind": kind,
+            "schedule": schedule})
+        return result
+
+    async def list_schedules(self, *, agent: str | None = None) -> list[Schedule]:
+        """The schedules of the agents the server serves (removed ones too)."""
+        result = await self._request("GET", "/schedules", params={"agent": agent})
+        return list(result["schedules"])
+
+    async def get_schedule(self, agent: str, name: str) -> Schedule:
+        """One schedule with its most recent fires."""
+        result: Schedule = await self._request("GET", _schedule_path(agent, name))
+        return result
+
+    async def pause_schedule(self, agent: str, name: str) -> Schedule:
+        result: Schedule = await self._request("POST", _schedule_path(agent, name, "pause"))
+        return result
+
+    async def resume_schedule(self, agent: str, name: str) -> Schedule:
+        """Fire again from the next slot; slots that passed while paused are skipped."""
+        result: Schedule = await self._request("POST", _schedule_path(agent, name, "resume"))
+        return result
+
+    async def trigger_schedule(self, agent: str, name: str) -> ScheduleTriggered:
+        """Start a run of the schedule now (even while paused)."""
+        result: ScheduleTriggered = await self._request(
+            "POST", _schedule_path(agent, name, "trigger"))
         return result
 
     async def events(self, run_id: str, *, after: str | None = None) -> EventList:
@@ -266,12 +377,49 @@ class TorenClient:
                            (*_TERMINAL, "awaiting_input"), poll_s, timeout_s,
                            f"session {session_id}")
 
+    async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
+                             status: str | None = None, limit: int = 50) -> list[Approval]:
+        """Approvals, newest request first; ``status="pending"``: the ones waiting."""
+        result: ApprovalList = await self._request("GET", "/approvals", params={
+            "agent": agent, "run": run_id, "status": status, "limit": limit})
+        return result["approvals"]
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        result: Approval = await self._request("GET", f"/approvals/{approval_id}")
+        return result
+
+    async def approve(self, approval_id: str, reason: str | None = None) -> Approval:
+        """Let the call run (exactly once). ``TorenAPIError`` 409 ``approval_decided`` if it
+        was decided before (``.body["approval"]`` is the first decision), 403 if this key is
+        not one of the tool's approvers."""
+        result: Approval = await self._request(
+            "POST", f"/approvals/{approval_id}/approve",
+            body={"reason": reason} if reason is not None else None)
+        return result
+
+    async def deny(self, approval_id: str, reason: str | None = None) -> Approval:
+        """Refuse the call; the model reads the refusal and ``reason``. Errors as ``approve``."""
+        result: Approval = await self._request(
+            "POST", f"/approvals/{approval_id}/deny",
+            body={"reason": reason} if reason is not None else None)
+        return result
+
     async def stream_events(self, run_id: str, *, after: str | None = None,
                             reconnects: int = 5) -> AsyncIterator[Event]:
         """The run's events live (Server-Sent Events) until it ends, each once.
 
         A dropped connection is resumed from the last event received (``Last-Event-ID``), up
         to ``reconnects`` times in a row.
+        """
+        async for item in self.stream_live(run_id, after=after, reconnects=reconnects):
+            if "cursor" in item:
+                yield cast(Event, item)
+
+    async def stream_live(self, run_id: str, *, after: str | None = None,
+                          reconnects: int = 5) -> AsyncIterator[Event | TextPiece]:
+        """``stream_events``, with the pieces of model text as they are generated in between
+        (``TextPiece``: no ``cursor``; best-effort, never replayed on reconnecting). A call's
+        pieces come before its ``ModelCallCompleted``, whose ``text`` is the whole of it.
         """
         last = after
         failures = 0
@@ -295,6 +443,10 @@ class TorenClient:
                             return
                         if frame.get("event") == "error":  # e.g. the stream's key was revoked
                             raise _stream_error(frame.get("data", "{}"))
+                        if frame.get("event") == "text_delta":
+                            piece: TextPiece = json.loads(frame.get("data", "{}"))
+                            yield piece
+                            continue
                         if "id" in frame:
                             last = frame["id"]
                         event: Event = json.loads(frame.get("data", "{}"))
@@ -384,10 +536,29 @@ class SyncTorenClient:
     def get_run(self, run_id: str) -> RunDetail:
         return self._run(lambda c: c.get_run(run_id))
 
+    def children(self, run_id: str) -> list[Run]:
+        return self._run(lambda c: c.children(run_id))
+
     def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                  limit: int = 50, cursor: str | None = None, kind: str | None = None) -> RunList:
+                  limit: int = 50, cursor: str | None = None, kind: str | None = None,
+                  schedule: str | None = None) -> RunList:
         return self._run(lambda c: c.list_runs(agent=agent, status=status, limit=limit,
-                                               cursor=cursor, kind=kind))
+                                               cursor=cursor, kind=kind, schedule=schedule))
+
+    def list_schedules(self, *, agent: str | None = None) -> list[Schedule]:
+        return self._run(lambda c: c.list_schedules(agent=agent))
+
+    def get_schedule(self, agent: str, name: str) -> Schedule:
+        return self._run(lambda c: c.get_schedule(agent, name))
+
+    def pause_schedule(self, agent: str, name: str) -> Schedule:
+        return self._run(lambda c: c.pause_schedule(agent, name))
+
+    def resume_schedule(self, agent: str, name: str) -> Schedule:
+        return self._run(lambda c: c.resume_schedule(agent, name))
+
+    def trigger_schedule(self, agent: str, name: str) -> ScheduleTriggered:
+        return self._run(lambda c: c.trigger_schedule(agent, name))
 
     def events(self, run_id: str, *, after: str | None = None) -> EventList:
         return self._run(lambda c: c.events(run_id, after=after))
@@ -417,3 +588,21 @@ class SyncTorenClient:
                       timeout_s: float | None = None) -> Session:
         return self._run(lambda c: c.wait_for_turn(session_id, poll_s=poll_s,
                                                    timeout_s=timeout_s))
+
+    def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
+                       status: str | None = None, limit: int = 50) -> list[Approval]:
+        return self._run(lambda c: c.list_approvals(agent=agent, run_id=run_id, status=status,
+                                                    limit=limit))
+
+    def get_approval(self, approval_id: str) -> Approval:
+        return self._run(lambda c: c.get_approval(approval_id))
+
+    def approve(self, approval_id: str, reason: str | None = None) -> Approval:
+        return self._run(lambda c: c.approve(approval_id, reason))
+
+    def deny(self, approval_id: str, reason: str | None = None) -> Approval:
+        return self._run(lambda c: c.deny(approval_id, reason))
+
+def _schedule_path(agent: str, name: str, action: str | None = None) -> str:
+    path = f"/schedules/{quote(agent, safe='')}/{quote(name, safe='')}"
+    return f"{path}/{action}" if action else path

@@ -38,6 +38,9 @@ class Settings:
     #: Fallback poll when no notification arrives (delayed messages, lost notifications).
     poll_interval_s: float = 1.0
     guardian_interval_s: float = 5.0
+    #: Longest a worker waits between looks for due schedules (it wakes sooner for a slot it
+    #: knows of).
+    schedule_interval_s: float = 5.0
     #: Deliveries of one message without completion before it is dead-lettered.
     max_deliveries: int = 5
     retry_base_s: float = 1.0
@@ -70,6 +73,9 @@ class Settings:
     body_timeout_s: float = 30.0
     idle_timeout_s: float = 75.0
     max_connections: int = 1000
+    #: Cross-agent calls one chain may nest (A asks B asks C ...); a call beyond is refused
+    #: with a tool error, which bounds cycles such as A asks B asks A.
+    max_call_depth: int = 5
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -92,6 +98,7 @@ class Settings:
             lease_ttl_s=positive_number(env, "TOREN_LEASE_TTL", 5.0, float),
             poll_interval_s=positive_number(env, "TOREN_POLL_INTERVAL", 1.0, float),
             guardian_interval_s=positive_number(env, "TOREN_GUARDIAN_INTERVAL", 5.0, float),
+            schedule_interval_s=positive_number(env, "TOREN_SCHEDULE_INTERVAL", 5.0, float),
             max_deliveries=positive_number(env, "TOREN_MAX_DELIVERIES", 5, int),
             retry_base_s=positive_number(env, "TOREN_RETRY_BASE", 1.0, float),
             retry_max_delay_s=positive_number(env, "TOREN_RETRY_MAX_DELAY", 300.0, float),
@@ -111,6 +118,7 @@ class Settings:
             body_timeout_s=positive_number(env, "TOREN_BODY_TIMEOUT", 30.0, float),
             idle_timeout_s=positive_number(env, "TOREN_IDLE_TIMEOUT", 75.0, float),
             max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
+            max_call_depth=positive_number(env, "TOREN_MAX_CALL_DEPTH", 5, int),
         )
 
     def crash_point(self, name: str) -> None:

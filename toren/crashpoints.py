@@ -24,6 +24,10 @@ POINTS = {
     "after_tool": "tool calls ran; their results are not appended yet",
     "mid_compaction": "the summary of a compaction came back; it is not appended yet",
     "mid_wave_dispatch": "a workflow started a wave; its tasks are not scheduled yet",
+    "after_approval": "a worker read an approval's decision; it is not recorded (nor the "
+                      "approved call run) yet",
+    "after_child_run": "a peer call or background run created its run; the task has not "
+                       "recorded it yet",
 }
 _reached: Counter[str] = Counter()
 

@@ -57,6 +57,21 @@ class PluginError(TorenError):
     code = "plugin_error"
 
 
+class PluginUnavailable(PluginError):
+    """An installed plugin cannot work on this machine, so it registered nothing.
+
+    Raised by a plugin's hook (e.g. toren-sandbox's ``register_tools`` where bubblewrap is
+    missing) with ``names``, the tools (or tool groups) it would have registered: Toren loads
+    without them, logs the message, and an agent that enables one of them fails to load with it.
+    """
+
+    code = "plugin_unavailable"
+
+    def __init__(self, message: str | None = None, *, names: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.names = names
+
+
 class DatabaseUnavailable(TorenError):
     """The database cannot be reached."""
 
@@ -90,13 +105,22 @@ class ProviderError(TorenError):
     """
 
     code = "provider_error"
+    #: The kind of failure when the provider does not say (see ``reason``).
+    default_reason = "provider_error"
 
     def __init__(self, message: str | None = None, *, retryable: bool = False,
-                 retry_after_s: float | None = None, status: int | None = None) -> None:
+                 retry_after_s: float | None = None, status: int | None = None,
+                 reason: str | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
         self.status = status
+        #: What kind of failure, classified by the provider from the SDK's exception:
+        #: ``overloaded``, ``model_not_found``, ``context_window_exceeded``, ``rate_limited``,
+        #: ``server_error``, ``timeout``, ``connection``, ``auth``, ``quota``,
+        #: ``invalid_request``. The task loop falls back to the agent's ``fallbacks:`` on it
+        #: (``overloaded`` at once, other retryable kinds once retries are exhausted).
+        self.reason = reason or self.default_reason
 
 
 class ContextWindowExceeded(ProviderError):
@@ -106,12 +130,21 @@ class ContextWindowExceeded(ProviderError):
     """
 
     code = "context_window_exceeded"
+    default_reason = "context_window_exceeded"
 
 
 class ToolError(TorenError):
     """A tool failed or was called incorrectly."""
 
     code = "tool_error"
+
+
+class CallRefused(ToolError):
+    """A cross-agent call or background run was refused: consent is missing on one side, the
+    agent is unknown, or the chain of calls is too deep. The model gets it as the tool's error
+    result; nothing was started."""
+
+    code = "call_refused"
 
 
 class ChannelError(TorenError):
@@ -169,4 +202,43 @@ class SessionEnded(TorenError):
     """The session has ended (closed, failed or cancelled) and takes no more messages."""
 
     code = "session_ended"
+    http_status = 409
+
+
+class ApprovalNotFound(TorenError):
+    """No such approval."""
+
+    code = "approval_not_found"
+    http_status = 404
+
+
+class ApprovalAlreadyDecided(TorenError):
+    """The approval was decided before (or expired, or its run ended): it is decided once.
+    ``approval`` holds it as it is, with the first decision."""
+
+    code = "approval_decided"
+    http_status = 409
+
+    def __init__(self, message: str | None = None, approval: dict[str, object] | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.approval = approval or {}
+
+
+class NotAnApprover(TorenError):
+    """Whoever asked may not decide this approval (agent.yaml's ``approvals.TOOL.approvers``)."""
+
+    code = "not_an_approver"
+    http_status = 403
+class ScheduleNotFound(TorenError):
+    """No such schedule."""
+
+    code = "schedule_not_found"
+    http_status = 404
+
+
+class ScheduleRemoved(TorenError):
+    """The schedule is no longer in its agent.yaml."""
+
+    code = "schedule_removed"
     http_status = 409

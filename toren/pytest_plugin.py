@@ -3,19 +3,21 @@ where toren is installed, so plugin authors get them without a conftest.
 
 - ``scripted_model``: a fresh ``toren.testing.ScriptedModel``.
 - ``make_agent_dir``: writes an agent directory under the test's ``tmp_path``.
+- ``output_processes``: a list to put started ``OutputProcess`` es in; each is stopped at
+  teardown (crash tests start ``toren worker`` processes and SIGKILL some).
 
 They live apart from ``toren.testing`` so that module imports without pytest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from toren.testing import ScriptedModel, write_agent_dir
+from toren.testing import OutputProcess, ScriptedModel, write_agent_dir
 
 
 @pytest.fixture
@@ -32,3 +34,13 @@ def make_agent_dir(tmp_path: Path) -> Callable[..., Path]:
         return write_agent_dir(tmp_path, name, **kwargs)
 
     return make
+
+
+@pytest.fixture
+def output_processes() -> Iterator[list[OutputProcess]]:
+    """Append each ``OutputProcess`` a test starts; those still running are stopped at
+    teardown."""
+    started: list[OutputProcess] = []
+    yield started
+    for process in started:
+        process.stop()

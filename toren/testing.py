@@ -19,13 +19,14 @@ import signal
 import subprocess
 import textwrap
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from toren.default_plugins.scripted import ScriptedModel, ScriptedProvider, respond_with_tools
 
-__all__ = ["OutputProcess", "ScriptedModel", "ScriptedProvider", "respond_with_tools",
+__all__ = ["OutputProcess", "ScriptedModel", "ScriptedProvider", "respond_with_tools", "wait_for",
            "write_agent_dir"]
 
 
@@ -121,3 +122,13 @@ class OutputProcess:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
+
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.2) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds passed; whether it became
+    true (checked once more at the deadline). For tests that watch other processes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())

@@ -149,7 +149,8 @@ def test_the_chat_resume_line_names_the_embedded_database() -> None:
 COMMANDS = [[], ["version"], ["plugins"], ["init"], ["dev"], ["serve"], ["worker"], ["run"],
             ["chat"], ["jobs"], ["jobs", "list"], ["jobs", "show"], ["jobs", "receipt"],
             ["jobs", "cancel"], ["keys", "create"], ["keys", "list"], ["keys", "revoke"],
-            ["db", "migrate"]]
+            ["db", "migrate"], ["schedules"], ["schedules", "list"], ["schedules", "show"],
+            ["schedules", "pause"], ["schedules", "resume"], ["schedules", "trigger"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "toren")

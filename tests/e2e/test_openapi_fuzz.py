@@ -19,8 +19,9 @@ from schemathesis import GenerationMode
 from schemathesis.checks import CheckFunction
 
 from tests.conftest import TorenCli, wait_until
-from tests.e2e.test_http_api import call, finished, start_server
+from tests.e2e.test_http_api import TOOLS, call, finished, start_server
 from toren.server.cursors import encode_event_cursor, encode_page_cursor
+from toren.testing import write_agent_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -28,20 +29,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 MAX_EXAMPLES = 60
 #: The schemathesis console script installed next to this interpreter.
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
-AGENTS = ("crew", "slow")
+AGENTS = ("crew", "slow", "desk")
 
 
 @pytest.fixture(params=[False, True], ids=["no-keys", "keys-required"])
 def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cli: TorenCli,
         tmp_path: Path) -> dict[str, Any]:
-    """The server's ``url``, the ``headers`` its clients send, the ids of ended ``runs`` and
-    of a ``session`` awaiting input."""
+    """The server's ``url``, the ``headers`` its clients send, the ids of ended ``runs``, of a
+    ``session`` awaiting input and of ``approvals`` (of runs of ``desk``, whose ``lookup``
+    waits for one)."""
     env, headers = {}, {}
     if request.param:
         created = toren_cli("keys", "create", "fuzz", "--json", env={"DATABASE_URL": database_url})
         assert created.returncode == 0, created.stderr
         env["TOREN_REQUIRE_KEYS"] = "1"
         headers["Authorization"] = f"Bearer {json.loads(created.stdout)['key']}"
+    write_agent_dir(tmp_path / "crews", "desk", tools_py=TOOLS, approvals={"lookup": {}})
     url = start_server(start_toren, database_url, tmp_path, **env)["url"]
     runs = [call(f"{url}/runs", "POST", {"agent": "crew", "input": topic}, headers)[1]["id"]
             for topic in ("postgres", "sqs")]
@@ -51,7 +54,14 @@ def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cl
     for run_id in runs:
         assert wait_until(lambda run_id=run_id: finished(url, run_id, headers), 60)
     session = call(f"{url}/sessions", "POST", {"agent": "crew"}, headers)[1]["id"]
-    return {"url": url, "headers": headers, "runs": runs, "session": session}
+    parked = [call(f"{url}/runs", "POST", {"agent": "desk", "input": topic}, headers)[1]["id"]
+              for topic in ("a", "b")]
+    for run_id in parked:
+        assert wait_until(lambda run_id=run_id: call(f"{url}/runs/{run_id}", headers=headers)[1]
+                          ["pending_approvals"], 60)
+    approvals = [a["id"] for a in call(f"{url}/approvals", headers=headers)[1]["approvals"]]
+    return {"url": url, "headers": headers, "runs": [*runs, *parked], "session": session,
+            "approvals": approvals}
 
 
 event_cursors = st.dictionaries(st.sampled_from(["run", "task:main"]) | st.text(),
@@ -74,6 +84,10 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
         path["session_id"] = api["session"]
     if "name" in path:
         path["name"] = draw(st.sampled_from(AGENTS))
+    if "approval_id" in path:
+        path["approval_id"] = draw(st.sampled_from(api["approvals"]))
+    if "run" in query:
+        query["run"] = draw(st.sampled_from(api["runs"]))
     if isinstance(body, dict) and isinstance(body.get("agent"), str):
         body["agent"] = draw(st.sampled_from(AGENTS))
     if "agent" in query:

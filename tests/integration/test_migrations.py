@@ -19,6 +19,13 @@ from toren.testing import write_agent_dir
 
 pytestmark = pytest.mark.timeout(120)
 
+#: The tables of an agent's schema (tool_* keep tools' durable state: toren-sandbox).
+AGENT_TABLES = {"runs", "events", "prompts", "tool_blobs", "tool_manifests"}
+
+
+#: The tables of each agent's schema.
+AGENT_TABLES = {"runs", "events", "prompts", "budget_reservations", "budget_warnings"}
+
 
 def agent(parent: Path, name: str, directory: str | None = None) -> AgentSpec:
     """A loaded agent named ``name`` (in a directory named ``directory``, default the name)."""
@@ -80,7 +87,7 @@ async def test_agent_schema_has_runs_and_events(database_url: str, tmp_path: Pat
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await migrate(conn, [crew])
 
-    assert tables(database_url, "agent_my_crew") == {"runs", "events", "prompts"}
+    assert tables(database_url, "agent_my_crew") == AGENT_TABLES
     with psycopg.connect(database_url) as conn:
         registered = conn.execute("SELECT schema_name, name, directory, model "
                                   "FROM toren_control.agents").fetchall()
@@ -105,7 +112,7 @@ async def test_several_agents_get_one_schema_each(database_url: str, tmp_path: P
         assert await migrate(conn, crews) == []
 
     for name in ("agent_alpha", "agent_beta"):
-        assert tables(database_url, name) == {"runs", "events", "prompts"}
+        assert tables(database_url, name) == AGENT_TABLES
 
 
 def test_concurrent_boots_apply_each_migration_once(empty_database: tuple[str, str],
@@ -179,7 +186,7 @@ def test_printed_sql_is_a_script_a_dba_can_run(empty_database: tuple[str, str],
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(printed.stdout.encode())
-    assert tables(url, "agent_crew") == {"runs", "events", "prompts"}
+    assert tables(url, "agent_crew") == AGENT_TABLES
 
     again = toren_cli("db", "migrate", "--dir", str(crew), "--print",
                       env={"DATABASE_URL": url})

@@ -96,11 +96,13 @@ async def test_budget_cap_starts_no_call_once_spent(make_runtime, tmp_path: Path
         models={"priced": model})
     record, events = await run_to_end(runtime, "calc", "hi")
     assert (record.status, record.stop_reason) == ("stopped", "budget_exhausted")
-    # 0.00 and 0.01 and 0.02 were under the cap when each call started; 0.03 is not
-    assert model.calls == 3
-    assert types(events).count("ModelCallStarted") == 3
+    # a hard cap: each call reserves its worst case (0.01, the flat price) first; the third
+    # would take spend to 0.03 > 0.025, so it is not made
+    assert model.calls == 2
+    assert types(events).count("ModelCallStarted") == 2
     receipt = await runtime.receipt(record.id)
-    assert receipt["totals"]["cost_usd"] == 0.03
+    assert receipt["totals"]["cost_usd"] == 0.02
+    assert record.error is not None and record.error["code"] == "budget_exhausted"
 
 
 def script(*responses: ModelResponse) -> ScriptedModel:

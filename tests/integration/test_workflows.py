@@ -151,7 +151,10 @@ async def workflow(ctx):
     spender = await make_runtime(dirs=[budget], models={"priced": ScriptedModel(cost_usd=0.01)})
     record, events = await finish(spender, "spender")
     assert (record.status, record.stop_reason) == ("stopped", "budget_exhausted")
-    assert types(events, "run").count("WaveStarted") == 3  # 0.00, 0.01, 0.02 < 0.025
+    # waves 1 and 2 spend 0.02; wave 3's call would pass 0.025, so the ledger refuses it, and
+    # no wave starts after a refusal
+    assert types(events, "run").count("WaveStarted") == 3
+    assert "had no room" in record.error["message"]
 
 
 async def test_a_wave_of_fifty_runs_each_task_once_across_two_workers(make_runtime,

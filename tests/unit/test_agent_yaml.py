@@ -435,6 +435,47 @@ def test_plugin_tools_are_enabled_after_crew_tools(make_agent_dir: MakeAgentDir)
     assert agent.tools["web_search"] is PLUGIN_TOOLS["web_search"]
 
 
+
+def _grouped(name: str) -> Tool:
+    def function(x: str) -> str:
+        """A grouped tool."""
+        return x
+    return tool_from_function(function, source="plugin box", name=name, group="box")
+
+
+GROUPED = {name: _grouped(name) for name in ("box_run", "box_read")}
+
+
+def test_a_group_name_enables_every_tool_of_the_group(make_agent_dir: MakeAgentDir) -> None:
+    directory = make_agent_dir(agent_yaml="model: toren/scripted\ntools: [box]\n")
+    assert list(load_agent(directory, GROUPED).tools) == ["box_run", "box_read"]
+    single = make_agent_dir("single", agent_yaml="model: toren/scripted\ntools: [box_read]\n")
+    assert list(load_agent(single, GROUPED).tools) == ["box_read"]
+
+
+def test_a_group_clashing_with_tools_py_and_an_unknown_name_list_the_groups(
+        make_agent_dir: MakeAgentDir) -> None:
+    clash = make_agent_dir(agent_yaml="model: toren/scripted\ntools: [box]\n",
+                           tools_py="def box_run(x: str) -> str:\n    return x\n")
+    error = load_error(clash, GROUPED)
+    assert error.line == 2 and "group 'box'" in error.message
+    unknown = make_agent_dir("unknown", agent_yaml="model: toren/scripted\ntools: [boxes]\n")
+    assert "box (group)" in load_error(unknown, GROUPED).message
+
+
+def test_the_sandbox_section_reaches_tools_and_bad_keys_are_named(
+        make_agent_dir: MakeAgentDir) -> None:
+    good = make_agent_dir(agent_yaml="model: toren/scripted\nsandbox:\n  network: true\n"
+                                     "  snapshotEvery: 5\n")
+    assert load_agent(good).tool_config == {"sandbox": {"network": True, "snapshotEvery": 5}}
+    bad = make_agent_dir("bad", agent_yaml="model: toren/scripted\nsandbox:\n  netwrk: true\n")
+    error = load_error(bad)
+    assert error.line == 3 and "did you mean 'network'" in error.message
+    zero = make_agent_dir("zero", agent_yaml="model: toren/scripted\nsandbox:\n"
+                                             "  snapshotEvery: 0\n")
+    assert "snapshotEvery" in load_error(zero).message
+
+
 # -- models --------------------------------------------------------------------------------------
 
 

@@ -203,3 +203,13 @@ def test_scripted_is_a_builtin_plugin_registered_through_the_hooks() -> None:
         host.provider_for("scripted")
     with pytest.raises(ConfigError, match="install toren-openai"):
         host.provider_for("openai/gpt-4o")
+
+
+async def test_an_input_with_tool_calls_makes_exactly_those_calls_in_order() -> None:
+    plan = json.dumps({"toolCalls": [
+        {"name": "rate", "arguments": {"score": 1}},
+        {"name": "lookup_topic", "arguments": {"topic": "x", "depth": 3}}]})
+    responses, _ = await run_turn(ScriptedModel(), plan)
+    calls = [(c.name, c.arguments) for r in responses for c in r.tool_calls]
+    assert calls == [("rate", {"score": 1}), ("lookup_topic", {"topic": "x", "depth": 3})]
+    assert not responses[-1].tool_calls

@@ -6,6 +6,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from toren_postgres.approvals import PostgresApprovalStore
+from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.lifecycle import PostgresConnection
@@ -15,12 +17,16 @@ from toren_postgres.prompts import PostgresPromptStore
 from toren_postgres.queue import PostgresQueue
 from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
+from toren_postgres.schedules import PostgresScheduleStore
 from toren_postgres.store import PostgresStore
+from toren_postgres.tool_state import PostgresToolStateStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 from toren.config import Settings
 from toren.seams.queue import Queue
 from toren.seams.store import (
+    ApprovalStore,
+    BudgetLedger,
     Guardian,
     KeyStore,
     Migrator,
@@ -28,15 +34,19 @@ from toren.seams.store import (
     PromptStore,
     RunLog,
     RunReader,
+    ScheduleStore,
     Store,
     StoreLifecycle,
+    ToolStateStore,
     WorkerRegistry,
 )
 
 PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog: PostgresRunLog,
           RunReader: PostgresRunReader, WorkerRegistry: PostgresWorkerRegistry,
           Guardian: PostgresGuardian, KeyStore: PostgresKeyStore, Outbox: PostgresOutbox,
-          PromptStore: PostgresPromptStore}
+          PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore,
+          ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore,
+          BudgetLedger: PostgresBudgetLedger}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -230,3 +230,39 @@ def test_unresolvable_type_hint_is_a_tool_error() -> None:
         tool_from_function(namespace["broken"], source="tools.py")
     assert "broken" in info.value.message
     assert "NoSuchType" in info.value.message
+
+
+def test_tool_groups_belong_to_one_plugin_and_never_share_a_tool_name() -> None:
+    from toren import hookimpl
+    from toren.errors import PluginError
+    from toren.seams.plugins import PluginHost
+
+    def first(x: str) -> str:
+        """One."""
+        return x
+
+    def second(x: str) -> str:
+        """Two."""
+        return x
+
+    class Grouped:
+        def __init__(self, group: str, *functions: Any) -> None:
+            self.group, self.functions = group, functions
+
+        @hookimpl
+        def register_tools(self, register: Any) -> None:
+            for function in self.functions:
+                register(function, group=self.group)
+
+    host = PluginHost(load=())
+    host.add_plugin(Grouped("box", first, second), "box")
+    assert {host.tools[n].group for n in ("first", "second")} == {"box"}
+    with pytest.raises(PluginError, match="tool group 'box' is registered by two plugins"):
+        host.add_plugin(Grouped("box", lambda_like), "other")
+    with pytest.raises(PluginError, match="has the name of a tool"):
+        host.add_plugin(Grouped("first", lambda_like), "third")
+
+
+def lambda_like(y: str) -> str:
+    """Another tool."""
+    return y

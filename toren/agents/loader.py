@@ -16,10 +16,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from toren.agents.children import background_tool, peer_tool
+from toren.agents.schedules import load_schedules
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
+from toren.core.approvals import ApprovalPolicy
 from toren.core.limits import Compaction, Limits
 from toren.core.pricing import Pricing
+from toren.core.schedules import ScheduleSpec
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
 from toren.schemas import load_schema
 from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
@@ -74,6 +78,22 @@ class AgentSpec:
     workflow: Callable[..., Any] | None = None
     #: ``allowOutsideFiles``: definition files may be symbolic links out of the directory.
     allow_outside_files: bool = False
+    #: agent.yaml sections read by plugin tools (``sandbox:``), handed to each tool call as
+    #: ``ToolCallContext.agent_config``.
+    tool_config: dict[str, Any] = field(default_factory=dict)
+    #: Tools whose calls wait for a person's approval (``approvals:`` and
+    #: ``@tool(requires_approval=True)``), by name; subagents' calls of them too.
+    approvals: dict[str, ApprovalPolicy] = field(default_factory=dict)
+    #: ``schedules:``: runs started on a timetable (``toren.core.schedules``).
+    schedules: tuple[ScheduleSpec, ...] = ()
+    #: ``fallbacks:``: models tried in order when a task's model fails (``ModelFellBack``).
+    fallbacks: tuple[str, ...] = ()
+    #: ``peers:``: agents this one may call (an ``ask_<peer>`` tool each).
+    peers: tuple[str, ...] = ()
+    #: ``acceptsFrom:``: agents that may call this one (or start it in the background).
+    accepts_from: tuple[str, ...] = ()
+    #: ``background:``: agents a session of this one may start in the background.
+    background: tuple[str, ...] = ()
 
     @property
     def schema_name(self) -> str:
@@ -81,8 +101,9 @@ class AgentSpec:
 
     @property
     def model_ids(self) -> list[str]:
-        """The agent's model and its subagents' models, each once."""
-        return list(dict.fromkeys([self.model, *(s.model for s in self.subagents.values())]))
+        """The agent's model, its subagents' models and its fallbacks, each once."""
+        return list(dict.fromkeys([self.model, *(s.model for s in self.subagents.values()),
+                                   *self.fallbacks]))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +115,11 @@ class AgentSpec:
                           for name, sub in self.subagents.items()},
             "baseUrl": self.base_url, "workflow": self.workflow is not None,
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
+            "approvals": {name: policy.to_json() for name, policy in self.approvals.items()},
+            "schedules": [schedule.to_json() for schedule in self.schedules],
+            "fallbacks": list(self.fallbacks),
+            "peers": list(self.peers), "acceptsFrom": list(self.accepts_from),
+            "background": list(self.background),
         }
 
 
@@ -128,18 +154,21 @@ def discover_agent_dirs(dirs: Sequence[Path] | None = None) -> list[Path]:
 
 def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
                 known_models: ModelCheck | None = None, *,
+                unavailable: Mapping[str, str] | None = None,
                 import_timeout_s: float | None = None) -> list[AgentSpec]:
     """Load every agent directory; names must map to distinct schema names.
 
     ``tools`` are the plugin-registered tools agents may enable; ``known_models``, if given, is
     called with each model id and raises ``ConfigError`` for one no provider serves.
     ``import_timeout_s`` bounds the import of each ``tools.py`` and ``workflow.py`` (default:
-    ``TOREN_IMPORT_TIMEOUT``, else 10 s).
+    ``TOREN_IMPORT_TIMEOUT``, else 10 s). ``unavailable`` maps tool names that installed
+    plugins could not register on this machine to why (``PluginHost.unavailable_tools``).
     """
     agents: list[AgentSpec] = []
     by_schema: dict[str, AgentSpec] = {}
     for directory in dirs:
-        agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s)
+        agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s,
+                           unavailable=unavailable)
         other = by_schema.get(agent.schema_name)
         if other is not None:
             raise AgentDefinitionError(
@@ -154,7 +183,8 @@ def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
 
 def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                known_models: ModelCheck | None = None, *,
-               import_timeout_s: float | None = None) -> AgentSpec:
+               import_timeout_s: float | None = None,
+               unavailable: Mapping[str, str] | None = None) -> AgentSpec:
     """Load and validate one agent directory, or raise ``AgentDefinitionError``."""
     directory = directory.resolve()
     timeout_s = import_timeout() if import_timeout_s is None else import_timeout_s
@@ -175,6 +205,16 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     if known_models is not None:
         _check_model(known_models, model, str(yaml_path), located.line_of(("model",)))
 
+    fallbacks = tuple(data.get("fallbacks", ()))
+    for index, fallback in enumerate(fallbacks):
+        line = located.line_of(("fallbacks", index))
+        if fallback == model:
+            raise AgentDefinitionError(
+                f"fallbacks: {fallback!r} is the agent's own model; list other models, tried "
+                "in order when the model fails", path=str(yaml_path), line=line)
+        if known_models is not None:
+            _check_model(known_models, fallback, str(yaml_path), line, "fallbacks")
+
     allow_outside = bool(data.get("allowOutsideFiles", False))
     prompt_file = data.get("prompt", "prompt.md")
     prompt = _read_prompt(directory, prompt_file, yaml_path, located, allow_outside)
@@ -185,10 +225,25 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     enabled = dict(crew_tools)
     for index, tool_name in enumerate(data.get("tools", [])):
         available = tools or {}
+        group = [tool for tool in available.values() if tool.group == tool_name]
+        if tool_name not in available and group:  # a group: every tool in it
+            for tool in group:
+                if tool.name in crew_tools:
+                    raise AgentDefinitionError(
+                        f"tool {tool.name!r} is defined in tools.py and also enabled by the "
+                        f"group {tool_name!r} from {tool.source}; rename the function in "
+                        "tools.py", path=str(yaml_path), line=located.line_of(("tools", index)))
+                enabled[tool.name] = tool
+            continue
+        if tool_name not in available and tool_name in (unavailable or {}):
+            raise AgentDefinitionError(
+                f"tool {tool_name!r} cannot be used on this machine: "
+                f"{(unavailable or {})[tool_name]}",
+                path=str(yaml_path), line=located.line_of(("tools", index)))
         if tool_name not in available:
             raise AgentDefinitionError(
                 f"unknown tool {tool_name!r} in tools:{_suggest(tool_name, available)}; "
-                f"installed plugin tools: {', '.join(sorted(available)) or 'none'}",
+                f"installed plugin tools: {_tool_choices(available)}",
                 path=str(yaml_path), line=located.line_of(("tools", index)))
         if tool_name in crew_tools:
             raise AgentDefinitionError(
@@ -196,6 +251,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                 f"{available[tool_name].source}; rename the function in tools.py",
                 path=str(yaml_path), line=located.line_of(("tools", index)))
         enabled[tool_name] = available[tool_name]
+    _add_child_tools(enabled, data, located, str(yaml_path))
     limits = Limits.from_yaml(data.get("limits"))
     agent = AgentSpec(
         name=name, directory=directory, model=model, prompt=prompt,
@@ -205,10 +261,58 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                  for model_id, price in data.get("pricing", {}).items()},
         compaction=Compaction.from_yaml(data.get("compaction")),
         workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
-        allow_outside_files=allow_outside,
+        allow_outside_files=allow_outside, fallbacks=fallbacks,
+        tool_config={key: data[key] for key in TOOL_CONFIG_KEYS if key in data},
+        approvals=_approvals(data, enabled, located, str(yaml_path)),
+        schedules=load_schedules(located, str(yaml_path)),
+        peers=tuple(data.get("peers", ())), accepts_from=tuple(data.get("acceptsFrom", ())),
+        background=tuple(data.get("background", ())),
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
+
+
+#: agent.yaml sections that configure plugin tools (validated by agent.schema.json).
+TOOL_CONFIG_KEYS = ("sandbox",)
+
+
+def _tool_choices(available: Mapping[str, Tool]) -> str:
+    """The tool names and groups that ``tools:`` accepts, for an error message."""
+    groups = sorted({f"{tool.group} (group)" for tool in available.values() if tool.group})
+    return ", ".join([*sorted(available), *groups]) or "none"
+
+
+def _approvals(data: dict[str, Any], tools: Mapping[str, Tool], located: LocatedYaml,
+               path: str) -> dict[str, ApprovalPolicy]:
+    """``approvals:`` of agent.yaml, plus every tool marked ``requires_approval=True``."""
+    policies = {name: ApprovalPolicy() for name, tool in tools.items() if tool.requires_approval}
+    for tool_name, entry in (data.get("approvals") or {}).items():
+        if tool_name not in tools:
+            raise AgentDefinitionError(
+                f"approvals: the agent has no tool {tool_name!r}"
+                f"{_suggest(tool_name, tools)}; its tools: {', '.join(tools) or 'none'}",
+                path=path, line=located.line_of(("approvals", tool_name), key=True))
+        policies[tool_name] = ApprovalPolicy.from_yaml(entry)
+    return policies
+
+
+def _add_child_tools(enabled: dict[str, Tool], data: dict[str, Any], located: LocatedYaml,
+                     path: str) -> None:
+    """``ask_<peer>`` per ``peers:`` entry and ``start_background_run`` for ``background:``;
+    a name clash with another tool is an error at the line of the entry."""
+    added: list[tuple[Tool, tuple[str | int, ...]]] = [
+        (peer_tool(peer), ("peers", index)) for index, peer in
+             enumerate(data.get("peers", ()))]
+    if data.get("background"):
+        added.append((background_tool(data["background"]), ("background",)))
+    for tool, at in added:
+        other = enabled.get(tool.name)
+        if other is not None:
+            raise AgentDefinitionError(
+                f"{'.'.join(map(str, at))}: the tool {tool.name!r} it adds clashes with the tool "
+                f"of that name from {other.source or 'tools.py'}; rename that tool",
+                path=path, line=located.line_of(at))
+        enabled[tool.name] = tool
 
 
 def check_agent_name(name: str, *, where: str) -> None:
@@ -259,7 +363,7 @@ def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
             f"agent name {_short(error.instance)} cannot be mapped to a database schema name: use "
             "lowercase letters, digits, '-' and '_', starting with a letter, at most 57 "
             "characters (my-crew becomes schema agent_my_crew)")
-    if error.validator == "pattern" and at and at[-1] == "model":
+    if error.validator == "pattern" and at and (at[-1] == "model" or at[0] == "fallbacks"):
         return located.line_of(at), (f"{field_name}: {_short(error.instance)} is not a provider "
                                      "prefix and a model name; write '<provider>/<model>', "
                                      "e.g. toren/scripted")
@@ -296,11 +400,12 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _check_model(known_models: ModelCheck, model: str, path: str, line: int | None) -> None:
+def _check_model(known_models: ModelCheck, model: str, path: str, line: int | None,
+                 key: str = "model") -> None:
     try:
         known_models(model)
     except TorenError as exc:
-        raise AgentDefinitionError(f"model: {exc.message}", path=path, line=line) from exc
+        raise AgentDefinitionError(f"{key}: {exc.message}", path=path, line=line) from exc
 
 
 def import_timeout(env: Mapping[str, str] | None = None) -> float:

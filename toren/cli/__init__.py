@@ -9,7 +9,21 @@ from typing import Annotated, Any
 
 import typer
 
-from toren.cli import chat, db, dev, init, jobs, keys, plugins, run, serve, version, worker
+from toren.cli import (
+    approvals,
+    chat,
+    db,
+    dev,
+    init,
+    jobs,
+    keys,
+    plugins,
+    run,
+    schedules,
+    serve,
+    version,
+    worker,
+)
 from toren.cli.output import err_console, print_error
 from toren.errors import TorenError
 
@@ -48,6 +62,8 @@ app.command("chat")(chat.chat)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(db.app, name="db")
 app.add_typer(keys.app, name="keys")
+app.add_typer(approvals.app, name="approvals")
+app.add_typer(schedules.app, name="schedules")
 
 
 def _add_plugin_commands() -> None:

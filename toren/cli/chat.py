@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -36,11 +36,16 @@ from toren.cli.output import (
     safe,
     toren_command,
 )
-from toren.cli.render import event_line
+from toren.cli.render import LiveTextPrinter, event_line
 from toren.core import events as ev
+from toren.core.approvals import waiting_text
 from toren.core.events import Event
 from toren.errors import ConfigError
 from toren.host.runtime import Runtime
+from toren.seams.shapes import TextDelta
+
+if TYPE_CHECKING:
+    from toren.client import Event as ClientEvent
 
 HELP = ("Type a message and press Enter. /exit leaves (the session stays open: resume it "
         "later), /close ends the session, /help shows this.")
@@ -105,8 +110,9 @@ class Backend(abc.ABC):
         """End the session: the agent is not called again."""
 
     @abc.abstractmethod
-    def events(self) -> AsyncIterator[Event]:
-        """The session's events after the last one seen, live, each once."""
+    def events(self) -> AsyncIterator[Event | TextDelta]:
+        """The session's events after the last one seen, live, each once, with the pieces of
+        the model's text as it is generated in between (best-effort)."""
 
     @abc.abstractmethod
     async def aclose(self) -> None:
@@ -132,10 +138,11 @@ class LocalBackend(Backend):
     async def close_session(self) -> None:
         await self.runtime.close_session(self.session_id, "closed from toren chat")
 
-    async def events(self) -> AsyncIterator[Event]:
-        async for event in self.runtime.follow(self.session_id, after=self.position):
-            self.position[event.stream] = max(self.position.get(event.stream, 0), event.seq)
-            yield event
+    async def events(self) -> AsyncIterator[Event | TextDelta]:
+        async for item in self.runtime.follow_live(self.session_id, after=self.position):
+            if isinstance(item, Event):
+                self.position[item.stream] = max(self.position.get(item.stream, 0), item.seq)
+            yield item
 
     async def aclose(self) -> None:
         await stop_runtime(self.runtime)
@@ -160,10 +167,15 @@ class RemoteBackend(Backend):
     async def close_session(self) -> None:
         await self.client.close_session(self.session_id)
 
-    async def events(self) -> AsyncIterator[Event]:
-        async for item in self.client.stream_events(self.session_id, after=self.cursor):
-            self.cursor = item["cursor"]
-            yield Event(item["run_id"], item["stream"], item["seq"], item["type"], item["data"])
+    async def events(self) -> AsyncIterator[Event | TextDelta]:
+        async for item in self.client.stream_live(self.session_id, after=self.cursor):
+            if "cursor" not in item:
+                yield TextDelta.from_json(dict(item))
+                continue
+            event = cast("ClientEvent", item)
+            self.cursor = event["cursor"]
+            yield Event(event["run_id"], event["stream"], event["seq"], event["type"],
+                        event["data"])
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -180,7 +192,10 @@ async def _chat(backend: Backend, agent: str, session_id: str | None, resume: st
                               f"{found['agent']} --session {backend.session_id}`")
         _show_transcript(found, as_json)
         status = found["status"]
-        if status in ("queued", "running"):
+        if not as_json:
+            for approval in found.get("pending_approvals", []):
+                _show_waiting(approval["tool"], approval["id"])
+        if status in ("queued", "running", "awaiting_approval", "waiting"):
             status = await _follow_turn(backend, as_json)
         while status not in ev.TERMINAL_STATUSES:
             if not as_json:
@@ -214,10 +229,15 @@ async def _chat(backend: Backend, agent: str, session_id: str | None, resume: st
 
 async def _follow_turn(backend: Backend, as_json: bool) -> str:
     """Show the agent's turn as it happens; return the session's status when it is over."""
+    printer = LiveTextPrinter(prefix="[bold green]agent>[/] ", style="")
     async for event in backend.events():
+        if isinstance(event, TextDelta):
+            if not as_json:
+                printer.piece(event)  # the model's text as it is generated
+            continue
         if as_json:
             print_json(event.to_json())
-        else:
+        elif not printer.completed(event):
             _show_event(event)
         if event.type in _TURN_OVER:
             if event.type == ev.TURN_ENDED:
@@ -236,13 +256,35 @@ def _show_event(event: Event) -> None:
         console.print("[bold green]agent>[/] ", end="")
         console.print(plain(data["text"]), markup=False)
         return
+    if event.type == ev.BACKGROUND_RUN_FINISHED:
+        _show_background(ev.background_notice(data["agent"], data["run_id"], data["status"],
+                                              data.get("output"), data.get("error")))
+        return
     if event.type == ev.TURN_ENDED and data["stop_reason"] == "max_steps":
         console.print(f"[yellow]The turn used its {data['steps']} steps (limits.maxSteps); "
                       "say \"go on\" to continue.[/]")
         return
+    if event.type == ev.APPROVAL_REQUESTED:
+        _show_waiting(data["name"], data["approval_id"])
+        return
     line = event_line(event)
     if line and event.type != ev.MODEL_CALL_COMPLETED and event.type != ev.TASK_STARTED:
         console.print(line)
+
+
+def _show_waiting(tool: str, approval_id: str) -> None:
+    """Say that the turn waits for a person, and how to decide (from another terminal)."""
+    console.print(f"[yellow]The agent is {safe(waiting_text(tool, approval_id))}. Approve it "
+                  f"with `toren approvals approve {safe(approval_id)}` or deny it with "
+                  f"`toren approvals deny {safe(approval_id)} --reason ...`; the turn "
+                  "continues here once it is decided (Ctrl-C leaves; the session stays "
+                  "open).[/]")
+
+
+def _show_background(text: str) -> None:
+    """A background run's notice (docs/guides/background-runs.md)."""
+    console.print("[bold magenta]background>[/] ", end="")
+    console.print(plain(text), markup=False)
 
 
 def _show_transcript(found: dict[str, Any], as_json: bool) -> None:
@@ -265,6 +307,8 @@ def _show_transcript(found: dict[str, Any], as_json: bool) -> None:
         elif entry["role"] == "assistant" and not entry["tool_calls"]:
             console.print("[bold green]agent>[/] ", end="")
             console.print(plain(entry["text"]), markup=False)
+        elif entry["role"] == "background":
+            _show_background(entry["text"])
         elif entry["role"] == "tool":
             colour = "red" if entry["is_error"] else "green"
             output = " ".join(entry["output"].split())

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from toren.cli.common import with_database
 from toren.cli.output import JSON_OPTION_HELP, console, plain, print_json, print_table, safe
-from toren.cli.render import receipt_tables, run_summary, run_tree
+from toren.cli.render import children_tree, receipt_tables, run_summary, run_tree
 from toren.core.runs import RunRecord
 from toren.errors import RunNotFound, TorenError
 from toren.host.runtime import Runtime
@@ -80,24 +80,27 @@ def list_runs(
                                               help="Only this agent's runs.")] = None,
     status: Annotated[str | None, typer.Option(
         metavar="STATUS",
-        help="Only runs with this status (queued, running, completed, stopped, failed, "
-             "cancelled).")] = None,
+        help="Only runs with this status (queued, running, awaiting_input, "
+             "awaiting_approval, completed, stopped, failed, cancelled).")] = None,
     limit: Annotated[int, typer.Option(metavar="N", min=1, max=1000,
                                        help="At most this many.")] = 50,
+    schedule: Annotated[str | None, typer.Option(
+        metavar="NAME", help="Only runs this schedule started (see `toren schedules`).")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List runs, newest first."""
-    runs = with_database(lambda rt: rt.list_runs(agent=agent, status=status, limit=limit))
+    """List runs, newest first, with the schedule that started each (if one did)."""
+    runs = with_database(lambda rt: rt.list_runs(agent=agent, status=status, limit=limit,
+                                                 schedule=schedule))
     if as_json:
         print_json({"runs": [run.to_json() for run in runs]})
         return
     table = Table()
     table.add_column("run", no_wrap=True)
-    for column in ("agent", "status", "stop reason", "created"):
+    for column in ("agent", "status", "stop reason", "schedule", "created"):
         table.add_column(column)
     for run in runs:
         table.add_row(safe(run.id), safe(run.agent), run.status, run.stop_reason or "",
-                      _created(run))
+                      safe(run.schedule or ""), _created(run))
     print_table(table)
 
 
@@ -111,12 +114,20 @@ def show(run_id: RunArgument, as_json: JsonOption = False,
     """A run: status, stop reason, output, steps, tokens, cost, latest error; as a tree."""
 
     async def read(runtime: Runtime) -> dict[str, Any]:
-        return await runtime.receipt(await resolve_run_id(runtime, run_id))
+        found = await resolve_run_id(runtime, run_id)
+        children = [child.to_json() for child in await runtime.children(found)]
+        return await runtime.receipt(found) | {"children": children}
 
     receipt: dict[str, Any] = with_database(read)
+    costs = {call["run_id"]: call["cost_usd"] for call in receipt["peer_calls"]}
+    for child in receipt["children"]:
+        child["cost_usd"] = costs.get(child["id"])
     if as_json:
         print_json(receipt["run"] | {"totals": receipt["totals"], "why": receipt["why"],
-                                     "tasks": [_task_brief(t) for t in receipt["tasks"]]}
+                                     "budget": receipt["budget"],
+                                     "tasks": [_task_brief(t) for t in receipt["tasks"]],
+                                     "peer_calls": receipt["peer_calls"],
+                                     "children": receipt["children"]}
                    | ({"prompts": receipt["prompts"]} if prompts else {}))
         return
     print_table(run_summary(receipt))
@@ -125,6 +136,9 @@ def show(run_id: RunArgument, as_json: JsonOption = False,
         console.print(plain(receipt["run"]["output"]), markup=False)
     console.print()
     console.print(run_tree(receipt))
+    if receipt["children"]:
+        console.print()
+        console.print(children_tree(receipt["run"]["id"], receipt["children"]))
     if prompts:
         for digest, tasks in _tasks_by_prompt(receipt).items():
             console.print()

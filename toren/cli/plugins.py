@@ -32,6 +32,8 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
                 registers.append(f"{kind}: {', '.join(info[kind])}")
         extra = [h for h in info["hooks"] if h == "register_commands"]
         registers += ["CLI commands"] if extra else []
+        if "unavailable" in info:
+            registers = [f"nothing: unavailable: {info['unavailable']}"]
         name = safe(info["name"]) + (" (built-in)" if info["default"] else "")
         table.add_row(name, safe(info["distribution"]), safe(info["version"]),
                       safe("; ".join(registers) or "-"))

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
-from toren.cli.output import safe
+from toren.cli.output import console, safe
 from toren.core import events as ev
 from toren.core.events import Event
+from toren.seams.shapes import TextDelta
 
 
 def _short(text: str | None, limit: int = 100) -> str:
@@ -44,6 +46,15 @@ def event_line(event: Event) -> str | None:
     if event.type == ev.RETRY_SCHEDULED:
         return (f"  [yellow]⟳ retry {d['attempt']} in {d['delay_s']:.1f}s:[/] "
                 f"{safe(d['error']['message'])}")
+    if event.type == ev.APPROVAL_REQUESTED:
+        return (f"  [yellow]⏸ waiting for approval of {safe(d['name'])} (id "
+                f"{safe(d['approval_id'])}):[/] approve with `toren approvals approve "
+                f"{safe(d['approval_id'])}` or deny with `toren approvals deny "
+                f"{safe(d['approval_id'])} --reason ...`")
+    if event.type == ev.APPROVAL_DECIDED:
+        colour = "green" if d["outcome"] == "approved" else "red"
+        why = f": {safe(d['reason'])}" if d.get("reason") else ""
+        return f"  [{colour}]✓ {d['outcome']} by {safe(d['decided_by'])}{why}[/]"
     if event.type == ev.TASK_FINISHED:
         return f"[bold]■ task {safe(task)}[/] {d['status']} ({d['stop_reason']})"
     if event.type == ev.RUN_CANCELLED:
@@ -76,6 +87,14 @@ def run_summary(receipt: dict[str, Any]) -> Table:
                   + (f" + {unknown} call(s) of unknown cost" if unknown else ""))
     if totals["repeated_calls"]:
         table.add_row("repeated calls", f"{totals['repeated_calls']} (in flight at a crash)")
+    budget = receipt.get("budget")
+    for scope, label in (("run", "budget"), ("daily", "daily budget")):
+        spend = budget.get(scope) if budget else None
+        if spend and spend["budget_usd"] is not None:
+            table.add_row(label, f"${spend['spent_usd']:.4f} of ${spend['budget_usd']:g} "
+                                 f"(${spend['remaining_usd']:.4f} left)")
+    if budget and budget["held_usd"]:
+        table.add_row("reserved", f"${budget['held_usd']:.4f} held by calls in flight")
     return table
 
 
@@ -115,6 +134,18 @@ def run_tree(receipt: dict[str, Any]) -> Tree:
     return tree
 
 
+def children_tree(run_id: str, children: list[dict[str, Any]]) -> Tree:
+    """The runs a run's tasks started: peer calls and background runs, with their cost."""
+    tree = Tree(f"[bold]child runs of {safe(run_id)}[/]")
+    for child in children:
+        cost = child.get("cost_usd")
+        tree.add(f"{safe(child['parent']['kind'])} {safe(child['agent'])} run "
+                 f"{safe(child['id'])} {child['status']}"
+                 + (f" · {_cost(cost)}" if cost is not None else "")
+                 + f" · depth {child['depth']}")
+    return tree
+
+
 def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
     """Every model call and tool call of a run."""
     calls = Table(title="Model calls")
@@ -146,3 +177,38 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
                           f"${totals['cost_usd']:.4f}" + (f" + {unknown} unknown" if unknown
                                                           else ""))
     return [calls, tools, subagents]
+
+
+class LiveTextPrinter:
+    """Prints the pieces of a model's text as they arrive (``TextDelta``s), each call's after
+    ``prefix``; ``completed`` then ends the line, and says whether the call's text was shown
+    (so the caller does not print it twice)."""
+
+    def __init__(self, prefix: str = "  ", style: str = "dim") -> None:
+        self.prefix = prefix
+        self.style = style
+        self.open: tuple[str, int] | None = None
+        self.shown: set[tuple[str, int]] = set()
+
+    def piece(self, delta: TextDelta) -> None:
+        call = (delta.task_id, delta.step)
+        if call != self.open:
+            self.close_line()
+            console.print(self.prefix, end="")
+            self.open = call
+            self.shown.add(call)
+        console.print(Text(delta.text, style=self.style), end="", soft_wrap=True)
+
+    def close_line(self) -> None:
+        if self.open is not None:
+            console.print()
+            self.open = None
+
+    def completed(self, event: Event) -> bool:
+        """For any event: end a line of text in progress; for a ``ModelCallCompleted``,
+        whether its text was already shown piece by piece."""
+        self.close_line()
+        if event.type != ev.MODEL_CALL_COMPLETED:
+            return False
+        call = (event.stream.removeprefix("task:"), int(event.data["step"]))
+        return call in self.shown

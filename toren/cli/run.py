@@ -17,9 +17,10 @@ from toren.cli.output import (
     print_table,
     safe,
 )
-from toren.cli.render import event_line, run_summary
+from toren.cli.render import LiveTextPrinter, event_line, run_summary
 from toren.core import events as ev
 from toren.host.runtime import Runtime
+from toren.seams.shapes import TextDelta
 
 
 def run(
@@ -59,10 +60,17 @@ async def _run(runtime: Runtime, agent: str, text: str, *, follow: bool, key: st
             return
         if not as_json:
             err_console.print(f"run {run_id} ({agent}) on {safe(runtime.store.description)}")
+        printer = LiveTextPrinter()
         try:
-            async for event in runtime.follow(run_id):
-                line = event_line(event)
-                if line and not as_json:
+            async for item in runtime.follow_live(run_id):
+                if as_json:
+                    continue
+                if isinstance(item, TextDelta):
+                    printer.piece(item)  # the model's text as it is generated
+                    continue
+                printer.completed(item)
+                line = event_line(item)
+                if line:
                     console.print(line)
         except asyncio.CancelledError:
             if not as_json:

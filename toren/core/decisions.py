@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from toren.core import events as ev
 from toren.core.events import StopReason
 from toren.core.fold import PendingToolCall, TaskState
 from toren.core.limits import Limits
@@ -34,6 +35,13 @@ class RunTools:
 
 
 @dataclass(frozen=True)
+class AwaitApprovals:
+    """Tool calls wait for a person: take in decisions already made, else park the task."""
+
+    requests: tuple[ev.ApprovalRequested, ...]
+
+
+@dataclass(frozen=True)
 class Finish:
     """End the task with a stop reason from ``toren.core.events.STOP_REASONS``."""
 
@@ -56,7 +64,7 @@ class Done:
     """The task already finished; nothing to do."""
 
 
-TaskAction = CallModel | RunTools | Finish | EndTurn | Done
+TaskAction = CallModel | RunTools | AwaitApprovals | Finish | EndTurn | Done
 
 
 def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction:
@@ -65,6 +73,8 @@ def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction
         return Done()
     if state.pending_tools:
         return RunTools(tuple(state.pending_tools))
+    if state.pending_approvals:  # after the step's other calls ran: they need no person
+        return AwaitApprovals(tuple(state.pending_approvals))
     last = state.messages[-1] if state.messages else None
     partial = state.last_assistant.text if state.last_assistant else None
     if state.session:

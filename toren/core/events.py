@@ -29,9 +29,11 @@ StopReason = Literal["end_turn", "max_steps", "max_waves", "budget_exhausted", "
 #: The outcome a stop reason implies (``status_for``).
 TaskStatus = Literal["completed", "stopped", "failed", "cancelled"]
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
-#: Run statuses; the last four are terminal. ``awaiting_input``: a session waits for a message.
-RUN_STATUSES = ("queued", "running", "awaiting_input", "completed", "stopped", "failed",
-                "cancelled")
+#: Run statuses; the last four are terminal. ``awaiting_input``: a session waits for a message;
+#: ``awaiting_approval``: a task waits for a person to approve or deny a tool call;
+#: ``waiting``: a task waits for the peer runs it asked (cross-agent calls), holding nothing.
+RUN_STATUSES = ("queued", "running", "awaiting_input", "awaiting_approval", "waiting",
+                "completed", "stopped", "failed", "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "stopped", "failed", "cancelled"})
 
 Epoch = Annotated[int, msgspec.Meta(
@@ -52,6 +54,17 @@ Purpose = Annotated[Literal["compaction"] | None, msgspec.Meta(
 
 def task_stream(task_id: str) -> str:
     return f"task:{task_id}"
+
+
+def background_notice(agent: str, run_id: str, status: str, output: str | None,
+                      error: dict[str, Any] | None) -> str:
+    """The message a session gets when a background run it started ends."""
+    head = f"[background run {run_id} of agent {agent} {status}]"
+    if output:
+        return f"{head}\n{output}"
+    if error:
+        return f"{head}\nerror: {error.get('message', error)}"
+    return head
 
 
 def status_for(stop_reason: str) -> TaskStatus:
@@ -84,6 +97,10 @@ class RunCreated(EventData, frozen=True):
     input: AnyJson
     idempotency_key: str | None
     session: SessionFlag = False
+    caller: Annotated[str | None, msgspec.Meta(
+        description="The agent whose task started this run (a cross-agent call or a "
+                    "background run); absent otherwise. The run's own fleet refuses it unless "
+                    "the agent's acceptsFrom lists the caller.")] = None
 
 
 class TaskScheduled(EventData, frozen=True):
@@ -280,7 +297,8 @@ class ToolCallStarted(EventData, frozen=True):
 
 
 ToolErrorKind = Literal["unknown_tool", "invalid_arguments", "exception", "interrupted",
-                        "timeout", "abandoned"]
+                        "timeout", "abandoned", "approval_denied", "approval_expired",
+                        "refused"]
 
 
 class ToolCallCompleted(EventData, frozen=True):
@@ -380,12 +398,215 @@ class CloseRequested(EventData, frozen=True):
     reason: str
 
 
+# -- approvals: a person between an agent and a tool call (docs/guides/approvals.md) ----------
+
+ApprovalOutcome = Literal["approved", "denied", "expired"]
+
+
+class ApprovalRequested(EventData, frozen=True):
+    """The model called a tool that needs approval. Recorded instead of ``ToolCallStarted``
+    (with the model response that asked for it); the task parks as ``awaiting_approval`` once
+    the step's other tool calls have run, and nothing runs the call until it is approved."""
+
+    stream = "task"
+    step: Step
+    approval_id: Annotated[str, msgspec.Meta(
+        description="The approval's id (a UUID derived from idempotency_key): what "
+                    "`toren approvals approve ID` and POST /approvals/{id}/approve take.")]
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    idempotency_key: str
+    epoch: Epoch
+    approvers: Annotated[tuple[str, ...], msgspec.Meta(
+        description="Who may decide (API key names, or cli:<os user>); empty: anyone who may "
+                    "use the API or the CLI.")] = ()
+    expires_after_s: Annotated[Annotated[float, msgspec.Meta(gt=0)] | None, msgspec.Meta(
+        description="Seconds after the request after which it expires (the model is told "
+                    "the call was not run); absent: it waits until someone decides.")] = None
+
+
+class ApprovalDecided(EventData, frozen=True):
+    """A person approved or denied the call, or it expired. The decision is made once, in the
+    approvals table, by the API or the CLI; the worker that takes the task up again copies it
+    here (under its lease) before acting on it. Approved: ``ToolCallStarted`` follows in the
+    same append and the call runs; denied or expired: its ``ToolCallCompleted`` carries the
+    reason to the model."""
+
+    stream = "task"
+    approval_id: str
+    call_id: str
+    outcome: ApprovalOutcome
+    decided_by: Annotated[str, msgspec.Meta(
+        description="The API key's name, cli:<os user>, or toren (expiry).")]
+    decided_at: Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+    epoch: Epoch
+    reason: str | None = None
+# -- schedules (schedules: in agent.yaml) ------------------------------------------------------
+
+class ScheduleFired(EventData, frozen=True):
+    """A schedule started this run: written right after RunCreated, in the transaction that
+    claimed the slot (one run per agent, schedule and slot)."""
+
+    stream = "run"
+    schedule: Annotated[str, msgspec.Meta(description="The schedule's name in agent.yaml.")]
+    slot: Annotated[str, msgspec.Meta(
+        description="The slot fired, ISO 8601 in UTC (for a manual trigger: when it was "
+                    "triggered).")]
+    trigger: Annotated[Literal["cron", "catchup", "manual"], msgspec.Meta(
+        description="cron: the slot came due; catchup: a slot missed while no worker ran, "
+                    "fired under missed: catchup; manual: toren schedules trigger.")]
+    timezone: Annotated[str, msgspec.Meta(
+        description="The IANA time zone the cron expression is read in.")]
+
+
+# -- hard budgets and model fallbacks (issue 16) -----------------------------------------------
+
+BudgetScopeName = Annotated[Literal["run", "daily"], msgspec.Meta(
+    description="run: limits.maxBudgetUsd over all tasks of the run; daily: "
+                "limits.dailyBudgetUsd over all runs of the agent in the UTC day.")]
+ReservationId = Annotated[int, msgspec.Meta(
+    ge=1, description="The reservation's id in the budget ledger.")]
+
+
+class BudgetSpendInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One budgeted scope as the ledger saw it: committed spend (settled, held and expired
+    reservations) against the budget."""
+
+    scope: BudgetScopeName
+    spent_usd: float
+    budget_usd: float
+    remaining_usd: float
+
+
+class BudgetReserved(EventData, frozen=True):
+    """The ledger reserved the worst-case cost of the model call about to be made (appended
+    with its ModelCallStarted). The reservation holds against the run's and the day's budget
+    until it is settled, or reconciled once the task's lease is gone."""
+
+    stream = "task"
+    step: Step
+    model: str
+    reservation_id: ReservationId
+    reserved_usd: float
+    spend: tuple[BudgetSpendInfo, ...]
+    epoch: Epoch
+    purpose: Purpose = None
+
+
+class BudgetSettled(EventData, frozen=True):
+    """A reservation was replaced by the call's actual cost (settled_usd), or released
+    (settled_usd null: the provider answered with an error, so the call was not billed)."""
+
+    stream = "task"
+    step: Step
+    reservation_id: ReservationId
+    reserved_usd: float
+    settled_usd: float | None
+    epoch: Epoch
+    purpose: Purpose = None
+
+
+class BudgetWarning(EventData, frozen=True):
+    """A reservation took a budget past 80%: recorded once per run (scope run) and once per
+    agent and UTC day (scope daily, on the task whose reservation crossed it)."""
+
+    stream = "task"
+    scope: BudgetScopeName
+    spent_usd: float
+    budget_usd: float
+    epoch: Epoch
+
+
+FallbackReason = Annotated[str, msgspec.Meta(
+    description="The provider error's kind: overloaded, model_not_found, "
+                "context_window_exceeded, rate_limited, server_error, timeout, connection, "
+                "auth, quota, invalid_request, or retries_exhausted.")]
+
+
+class ModelFellBack(EventData, frozen=True):
+    """The task's model failed and the next model of fallbacks: takes over, for this call and
+    the rest of the task (a resume reads it from the log and does not try the failed model
+    again)."""
+
+    stream = "task"
+    step: Step
+    from_model: str
+    to_model: str
+    reason: FallbackReason
+    error: ErrorInfo
+    epoch: Epoch
+
+
+# -- cross-agent calls and background runs (docs/guides/cross-agent-calls.md,
+# -- docs/guides/background-runs.md) ----------------------------------------------------------
+
+ChildRunId = Annotated[str, msgspec.Meta(description="The id of the run that was started.")]
+
+
+class PeerCallStarted(EventData, frozen=True):
+    """An ``ask_<peer>`` tool call created a run of the peer agent (or found the one its
+    idempotency key already made); the task waits for it without holding a worker."""
+
+    stream = "task"
+    step: Step
+    call_id: str
+    peer: str
+    run_id: ChildRunId
+    depth: Annotated[int, msgspec.Meta(ge=1, description="The peer run's call depth.")]
+    epoch: Epoch
+
+
+class PeerCallFinished(EventData, frozen=True):
+    """The peer run ended; recorded with the ``ToolCallCompleted`` that gives the caller its
+    answer. ``cost_usd`` is the peer run's own cost (its receipt has the details)."""
+
+    stream = "task"
+    step: Step
+    call_id: str
+    peer: str
+    run_id: ChildRunId
+    status: TaskStatus
+    cost_usd: Annotated[float, msgspec.Meta(ge=0)]
+    epoch: Epoch
+
+
+class BackgroundRunStarted(EventData, frozen=True):
+    """A session's ``start_background_run`` tool call started a run of an agent; the session
+    goes on at once and is told when it ends (``BackgroundRunFinished``)."""
+
+    stream = "task"
+    step: Step
+    call_id: str
+    agent: str
+    run_id: ChildRunId
+    epoch: Epoch
+
+
+class BackgroundRunFinished(EventData, frozen=True):
+    """A background run the session started ended: posted into the transcript (and the
+    conversation the model sees) once, between turns."""
+
+    stream = "task"
+    agent: str
+    run_id: ChildRunId
+    status: TaskStatus
+    output: str | None
+    error: ErrorInfo | None
+    cost_usd: Annotated[float, msgspec.Meta(ge=0)]
+    epoch: Epoch
+
+
 #: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
 EVENT_CLASSES: tuple[type[EventData], ...] = (
     RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
     WaveStarted, ValueRecorded, TimerStarted, TimerFired, WorkflowLogged,
     TaskStarted, ModelCallStarted, ModelCallCompleted, ToolCallStarted, ToolCallCompleted,
     RetryScheduled, TaskFinished, Compacted, UserMessage, TurnEnded, CloseRequested,
+    ApprovalRequested, ApprovalDecided,
+    ScheduleFired,
+    BudgetReserved, BudgetSettled, BudgetWarning, ModelFellBack,
+    PeerCallStarted, PeerCallFinished, BackgroundRunStarted, BackgroundRunFinished,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -412,6 +633,17 @@ COMPACTED = Compacted.__name__
 USER_MESSAGE = UserMessage.__name__
 TURN_ENDED = TurnEnded.__name__
 CLOSE_REQUESTED = CloseRequested.__name__
+APPROVAL_REQUESTED = ApprovalRequested.__name__
+APPROVAL_DECIDED = ApprovalDecided.__name__
+SCHEDULE_FIRED = ScheduleFired.__name__
+BUDGET_RESERVED = BudgetReserved.__name__
+BUDGET_SETTLED = BudgetSettled.__name__
+BUDGET_WARNING = BudgetWarning.__name__
+MODEL_FELL_BACK = ModelFellBack.__name__
+PEER_CALL_STARTED = PeerCallStarted.__name__
+PEER_CALL_FINISHED = PeerCallFinished.__name__
+BACKGROUND_RUN_STARTED = BackgroundRunStarted.__name__
+BACKGROUND_RUN_FINISHED = BackgroundRunFinished.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

@@ -65,6 +65,16 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     #: The current turn ended; the session waits for the user's next message.
     awaiting_input: bool = False
     close_requested: ev.CloseRequested | None = None
+    #: Tool calls that wait for a person's decision, in the order they were requested.
+    pending_approvals: list[ev.ApprovalRequested] = msgspec.field(default_factory=list)
+    #: The model of ``fallbacks:`` that took over after the task's own model failed
+    #: (``ModelFellBack``); ``None`` while the task's own model answers.
+    model: str | None = None
+    #: Peer calls waiting for their run, by tool call id.
+    peer_calls: dict[str, ev.PeerCallStarted] = msgspec.field(default_factory=dict)
+    #: Background runs this session started, by run id, and the ones it has been told about.
+    background: dict[str, ev.BackgroundRunStarted] = msgspec.field(default_factory=dict)
+    background_told: list[str] = msgspec.field(default_factory=list)
 
     def snapshot(self) -> TaskCheckpoint:
         """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
@@ -149,6 +159,11 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
                 state.consecutive_invalid_calls += 1
             else:
                 state.consecutive_invalid_calls = 0
+        case ev.ApprovalRequested():
+            state.pending_approvals.append(event)
+        case ev.ApprovalDecided():
+            state.pending_approvals = [a for a in state.pending_approvals
+                                       if a.approval_id != event.approval_id]
         case ev.Compacted():
             state.messages = compacted(state.messages, event.replaced, event.summary)
             state.compactions += 1
@@ -158,6 +173,20 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.model_call_pending = None
         case ev.TaskFinished():
             state.finished = event
+        case ev.ModelFellBack():
+            state.model = event.to_model
+            state.model_call_pending = None
+            state.retry = None  # the fallback gets its own retries
+        case ev.PeerCallStarted():
+            state.peer_calls[event.call_id] = event
+        case ev.PeerCallFinished():
+            state.peer_calls.pop(event.call_id, None)
+        case ev.BackgroundRunStarted():
+            state.background[event.run_id] = event
+        case ev.BackgroundRunFinished():
+            state.background_told.append(event.run_id)
+            state.messages.append(Message(role="user", text=ev.background_notice(
+                event.agent, event.run_id, event.status, event.output, event.error)))
 
 
 def _apply_model_call(state: TaskState, event: ev.ModelCallCompleted) -> None:
@@ -192,6 +221,8 @@ class RunState(msgspec.Struct, kw_only=True):
     next_seq: int = 1
     agent: str = ""
     input: Any = None
+    #: The agent whose task started the run (``RunCreated.caller``), if one did.
+    caller: str | None = None
     scheduled: dict[str, ev.TaskScheduled] = msgspec.field(default_factory=dict)
     absorbed: dict[str, ev.TaskAbsorbed] = msgspec.field(default_factory=dict)
     finished: ev.RunFinished | ev.RunDeadLettered | None = None
@@ -218,6 +249,7 @@ def apply_run_event(state: RunState, event: ev.EventData) -> None:
         case ev.RunCreated():
             state.agent = event.agent
             state.input = event.input
+            state.caller = event.caller
         case ev.TaskScheduled():
             state.scheduled[event.task_id] = event
         case ev.TaskAbsorbed():

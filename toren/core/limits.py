@@ -14,6 +14,8 @@ class Limits:
 
     max_steps: int = 50
     max_budget_usd: float | None = None
+    #: ``dailyBudgetUsd``: all runs of the agent in one UTC day (read from agent.yaml only).
+    daily_budget_usd: float | None = None
     max_tool_output_bytes: int = 65536
     max_waves: int | None = None
     #: Seconds a tool call may take before Toren stops waiting for it (``timeout`` error).
@@ -26,6 +28,7 @@ class Limits:
         return cls(
             max_steps=data.get("maxSteps", base.max_steps),
             max_budget_usd=data.get("maxBudgetUsd", base.max_budget_usd),
+            daily_budget_usd=data.get("dailyBudgetUsd", base.daily_budget_usd),
             max_tool_output_bytes=data.get("maxToolOutputBytes", base.max_tool_output_bytes),
             max_waves=data.get("maxWaves", base.max_waves),
             tool_timeout_s=data.get("toolTimeoutSeconds", base.tool_timeout_s),
@@ -33,6 +36,7 @@ class Limits:
 
     def to_json(self) -> dict[str, Any]:
         return {"maxSteps": self.max_steps, "maxBudgetUsd": self.max_budget_usd,
+                "dailyBudgetUsd": self.daily_budget_usd,
                 "maxToolOutputBytes": self.max_tool_output_bytes, "maxWaves": self.max_waves,
                 "toolTimeoutSeconds": self.tool_timeout_s}
 

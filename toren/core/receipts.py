@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from toren.core import events as ev
+from toren.core.approvals import waiting_text
 from toren.core.events import Event
 from toren.core.runs import RunRecord
 
@@ -13,7 +14,8 @@ STOP_REASON_TEXT = {
     "end_turn": "the model gave its final answer",
     "max_steps": "the step cap (limits.maxSteps) was reached",
     "max_waves": "the wave cap (limits.maxWaves) was reached",
-    "budget_exhausted": "the budget (limits.maxBudgetUsd) was spent",
+    "budget_exhausted": "the budget (limits.maxBudgetUsd or limits.dailyBudgetUsd) had no room "
+                        "for the next model call",
     "cancelled": "the run was cancelled",
     "error": "an error stopped it",
 }
@@ -24,8 +26,22 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
     finished = next((e.data for e in events if e.type == ev.TASK_FINISHED), None)
     epochs = sorted({e.data["epoch"] for e in events if "epoch" in e.data})
     last_epoch = epochs[-1] if epochs else None
-    model_calls = []
+    model_calls: list[dict[str, Any]] = []
+    fallbacks = [{"step": e.data["step"], "from_model": e.data["from_model"],
+                  "to_model": e.data["to_model"], "reason": e.data["reason"],
+                  "message": e.data["error"].get("message")}
+                 for e in events if e.type == ev.MODEL_FELL_BACK]
+    fell_back: dict[str, Any] | None = None
     for e in events:
+        if e.type == ev.MODEL_FELL_BACK:
+            fell_back = e.data
+            continue
+        if e.type == ev.BUDGET_SETTLED and model_calls and e.data.get("settled_usd") is not None \
+                and model_calls[-1]["step"] == e.data["step"] \
+                and model_calls[-1]["purpose"] == e.data.get("purpose", "step"):
+            model_calls[-1]["reserved_usd"] = e.data["reserved_usd"]
+            model_calls[-1]["settled_usd"] = e.data["settled_usd"]
+            continue
         if e.type != ev.MODEL_CALL_COMPLETED:
             continue
         usage = e.data["usage"]
@@ -42,7 +58,11 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             # paid once by an earlier worker; the worker that resumed read it from the log
             "replayed": last_epoch is not None and e.data["epoch"] < last_epoch,
             "at": e.created_at.isoformat() if e.created_at else None,
+            # the model that answered took over from a failed one (``ModelFellBack``)
+            "fell_back_from": fell_back["from_model"] if fell_back else None,
+            "fallback_reason": fell_back["reason"] if fell_back else None,
         })
+        fell_back = None
     tool_calls = [{
         "step": e.data["step"], "name": e.data["name"], "call_id": e.data["call_id"],
         "is_error": e.data["is_error"], "error_kind": e.data.get("error_kind"),
@@ -52,6 +72,16 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             if e.type == ev.TOOL_CALL_STARTED}
     for call in tool_calls:
         call["idempotency_key"] = keys.get(call["call_id"])
+    decisions = {e.data["approval_id"]: e.data for e in events
+                 if e.type == ev.APPROVAL_DECIDED}
+    approvals = [{
+        "approval_id": e.data["approval_id"], "step": e.data["step"], "name": e.data["name"],
+        "call_id": e.data["call_id"],
+        "outcome": decisions.get(e.data["approval_id"], {}).get("outcome", "pending"),
+        "decided_by": decisions.get(e.data["approval_id"], {}).get("decided_by"),
+        "decided_at": decisions.get(e.data["approval_id"], {}).get("decided_at"),
+        "reason": decisions.get(e.data["approval_id"], {}).get("reason"),
+    } for e in events if e.type == ev.APPROVAL_REQUESTED]
     retries = [{"step": e.data["step"], "attempt": e.data["attempt"], "error": e.data["error"],
                 "delay_s": e.data["delay_s"]} for e in events if e.type == ev.RETRY_SCHEDULED]
     known = [c["cost_usd"] for c in model_calls if c["cost_usd"] is not None]
@@ -65,6 +95,7 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
         "compactions": sum(1 for e in events if e.type == ev.COMPACTED),
         "resumes": max(0, len(epochs) - 1),
         "model_calls": model_calls, "tool_calls": tool_calls, "retries": retries,
+        "approvals": approvals, "fallbacks": fallbacks, "budget": _task_budget(events),
         "totals": {
             "model_calls": len(model_calls), "tool_calls": len(tool_calls),
             "input_tokens": sum(c["input_tokens"] for c in model_calls),
@@ -73,6 +104,24 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             "cost_unknown_calls": len(model_calls) - len(known),
             "repeated_calls": sum(1 for c in model_calls if c["repeated"]),
         },
+    }
+
+
+def _task_budget(events: Sequence[Event]) -> dict[str, Any]:
+    """What the task reserved and settled in the budget ledger, from its events."""
+    reserved = [e.data for e in events if e.type == ev.BUDGET_RESERVED]
+    settled = [e.data for e in events if e.type == ev.BUDGET_SETTLED]
+    done = {s["reservation_id"] for s in settled}
+    return {
+        "reservations": len(reserved),
+        "reserved_usd": round(sum(r["reserved_usd"] for r in reserved), 10),
+        "settled_usd": round(sum(s["settled_usd"] or 0.0 for s in settled), 10),
+        "released": sum(1 for s in settled if s["settled_usd"] is None),
+        # reserved by a worker that stopped before settling: the ledger reconciles them
+        "unsettled": sum(1 for r in reserved if r["reservation_id"] not in done),
+        "warnings": [{"scope": e.data["scope"], "spent_usd": e.data["spent_usd"],
+                      "budget_usd": e.data["budget_usd"]}
+                     for e in events if e.type == ev.BUDGET_WARNING],
     }
 
 
@@ -89,9 +138,11 @@ def prompt_hashes(events: Iterable[Event]) -> list[str]:
 
 
 def build_receipt(record: RunRecord, events: Sequence[Event],
-                  prompts: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The receipt of a run from its row, every event of every stream and the text of its
-    prompts (SHA-256 -> text, as the store keeps them)."""
+                  prompts: Mapping[str, str] | None = None,
+                  budget: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The receipt of a run from its row, every event of every stream, the text of its
+    prompts (SHA-256 -> text, as the store keeps them) and its budget status as the ledger
+    has it (``BudgetLedger.spend``; ``None`` for an agent without a budget)."""
     by_stream: dict[str, list[Event]] = {}
     for event in events:
         by_stream.setdefault(event.stream, []).append(event)
@@ -115,10 +166,16 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
         for key in ("model_calls", "input_tokens", "output_tokens", "cost_unknown_calls"):
             who[key] += task["totals"][key]
         who["cost_usd"] = round(who["cost_usd"] + task["totals"]["cost_usd"], 10)
+    peer_calls = _peer_calls(events)
+    totals["peer_cost_usd"] = round(sum(c["cost_usd"] or 0.0 for c in peer_calls), 10)
     reason = record.stop_reason
     why = STOP_REASON_TEXT.get(reason or "", "it has not stopped yet")
     if record.status == "awaiting_input":
         why = "the session is waiting for the user's next message"
+    elif record.status == "awaiting_approval":
+        waiting = [waiting_text(a["name"], a["approval_id"]) for task in tasks
+                   for a in task["approvals"] if a["outcome"] == "pending"]
+        why = "; ".join(waiting) or "waiting for approval of a tool call"
     elif record.kind == "session" and reason == "end_turn":
         why = "the session was closed"
     if reason == "end_turn" and any(e.type == ev.WAVE_STARTED for e in events):
@@ -127,4 +184,21 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
         why = f"{why}: {record.error['message']}"
     return {"run": record.to_json(), "status": record.status, "stop_reason": reason,
             "why": why, "tasks": tasks, "totals": totals, "by_subagent": by_subagent,
-            "prompts": dict(prompts or {})}
+            "peer_calls": peer_calls, "prompts": dict(prompts or {}),
+            "budget": dict(budget) if budget else None}
+
+
+def _peer_calls(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """The run's cross-agent calls: each links to the peer's run (whose own receipt has the
+    details) with its status and cost; ``status`` is ``None`` while the caller waits."""
+    calls: dict[str, dict[str, Any]] = {}
+    for e in sorted(events, key=lambda e: (e.stream, e.seq)):
+        if e.type == ev.PEER_CALL_STARTED:
+            calls[e.data["run_id"]] = {
+                "task_id": e.stream.removeprefix("task:"), "call_id": e.data["call_id"],
+                "agent": e.data["peer"], "run_id": e.data["run_id"], "depth": e.data["depth"],
+                "status": None, "cost_usd": None}
+        elif e.type == ev.PEER_CALL_FINISHED and e.data["run_id"] in calls:
+            calls[e.data["run_id"]] |= {"status": e.data["status"],
+                                        "cost_usd": e.data["cost_usd"]}
+    return list(calls.values())

@@ -38,18 +38,51 @@ class RunRecord:
     finished_at: datetime | None = None
     #: ``run`` (one task to its end) or ``session`` (a conversation that takes turns).
     kind: str = "run"
+    #: The schedule (``schedules:`` in agent.yaml) that started the run, if one did.
+    schedule: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: For a child run (started by another run's task): the agent, run and task that started
+    #: it, and ``peer`` (a cross-agent call the parent waits for) or ``background``.
+    parent_agent: str | None = None
+    parent_run_id: str | None = None
+    parent_task: str | None = None
+    child_kind: str | None = None
+    #: Cross-agent calls above this run (0 for a run started by a person or a program).
+    depth: int = 0
+
+    @property
+    def parent(self) -> dict[str, Any] | None:
+        """``{"agent", "run_id", "task_id", "kind"}`` of the run that started this one."""
+        if self.parent_run_id is None:
+            return None
+        return {"agent": self.parent_agent, "run_id": self.parent_run_id,
+                "task_id": self.parent_task, "kind": self.child_kind}
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "agent": self.agent, "kind": self.kind, "status": self.status,
             "input": self.input,
             "output": self.output, "stop_reason": self.stop_reason, "error": self.error,
-            "idempotency_key": self.idempotency_key,
+            "idempotency_key": self.idempotency_key, "schedule": self.schedule,
             "created_at": self.created_at.isoformat() if self.created_at else None,
             "updated_at": self.updated_at.isoformat() if self.updated_at else None,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "parent": self.parent, "depth": self.depth,
         }
 
 
-__all__ = ["KEEP", "RunRecord", "RunUpdate"]
+@dataclass(frozen=True)
+class ChildLink:
+    """What a child run records about the task that started it (``RunLog.create_run``): the
+    task is woken when the child ends, and cancelling the parent cancels the child."""
+
+    agent: str
+    run_id: str
+    task_id: str
+    #: ``peer`` (the parent's task waits for the answer) or ``background`` (it does not).
+    kind: str
+    #: The child's depth: the parent's plus one.
+    depth: int
+
+
+__all__ = ["KEEP", "ChildLink", "RunRecord", "RunUpdate"]

@@ -52,6 +52,13 @@ def transcript(events: Iterable[Event]) -> dict[str, Any]:
             entries.append({"role": "tool", "turn": turn, "call_id": data["call_id"],
                             "name": data["name"], "output": data["output"],
                             "is_error": data["is_error"], "at": at})
+        elif event.type == ev.BACKGROUND_RUN_FINISHED:
+            entries.append({"role": "background", "turn": turn, "agent": data["agent"],
+                            "run_id": data["run_id"], "status": data["status"],
+                            "text": ev.background_notice(data["agent"], data["run_id"],
+                                                         data["status"], data.get("output"),
+                                                         data.get("error")),
+                            "at": at})
         elif event.type == ev.TURN_ENDED:
             turns_ended += 1
     return {"transcript": entries, "turns": turn, "turns_ended": turns_ended,

@@ -2,6 +2,8 @@
 
 With no script it behaves like a diligent agent: it calls each of the agent's tools once, in
 order, with arguments made from the user's input, then answers with what the tools returned.
+An input that is a JSON object with ``toolCalls`` (a list of ``{"name": ..., "arguments":
+{...}}``) makes it call exactly those tools, one per step, in that order, instead.
 Environment knobs (read when the model is made): ``TOREN_SCRIPTED_DELAY`` (seconds per call),
 ``TOREN_SCRIPTED_CALL_LOG`` (a file that gets one JSON line per call, a counter that lives
 outside the database for crash tests) and ``TOREN_SCRIPTED_COST_USD`` (cost of each call).
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +27,7 @@ from toren.seams.model import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
+    OnText,
     ToolCall,
     ToolSpec,
     Usage,
@@ -62,6 +66,27 @@ class ScriptedModel(Model):
         self.calls = 0
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        response = await self._answer(request)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return response
+
+    async def stream(self, request: ModelRequest, on_text: OnText) -> ModelResponse:
+        """The answer's text in pieces of a word or so: half of ``delay`` passes before the
+        first piece (the time to first token), the other half is spread between the pieces."""
+        response = await self._answer(request)
+        pieces = text_pieces(response.text)
+        if self.delay:
+            await asyncio.sleep(self.delay / 2)
+        for piece in pieces:
+            on_text(piece)
+            # a real stream's pieces arrive in separate reads: let watchers see each one
+            await asyncio.sleep(self.delay / 2 / len(pieces) if self.delay else 0)
+        if self.delay and not pieces:
+            await asyncio.sleep(self.delay / 2)
+        return response
+
+    async def _answer(self, request: ModelRequest) -> ModelResponse:
         index = self.calls
         self.calls += 1
         if self.call_log is not None:
@@ -70,8 +95,6 @@ class ScriptedModel(Model):
             line = json.dumps({"pid": os.getpid(), "model": self.model_id, "call": index,
                                "messages": len(request.messages), "at": time.time()})
             await asyncio.to_thread(_append_line, self.call_log, line)
-        if self.delay:
-            await asyncio.sleep(self.delay)
         if self.script is None:
             response = respond_with_tools(request)
         elif callable(self.script):
@@ -83,6 +106,18 @@ class ScriptedModel(Model):
             usage=response.usage if response.usage != Usage() else _usage(request, response),
             model=self.model_id, cost_usd=self.cost_usd,
         )
+
+
+    def worst_case_cost_usd(self, request: ModelRequest) -> float | None:
+        """Every call costs exactly ``cost_usd`` (free by default): a budget reserves that much
+        unless the agent sets ``pricing:`` for the model."""
+        return self.cost_usd
+
+
+def text_pieces(text: str) -> list[str]:
+    """``text`` cut after each run of whitespace (a word and the space after it), as a model
+    streams it; the pieces joined are ``text``."""
+    return re.findall(r"\S*\s+|\S+$", text) if text else []
 
 
 def _append_line(path: Path, line: str) -> None:
@@ -104,7 +139,12 @@ def respond_with_tools(request: ModelRequest) -> ModelResponse:
     user_text = request.messages[turn_start].text if turn_start >= 0 else ""
     turn = request.messages[turn_start + 1:]
     called = sum(1 for m in turn if m.role == "assistant" and m.tool_calls)
-    if called < len(request.tools):
+    planned = planned_calls(user_text)
+    if planned is not None and called < len(planned):
+        name, arguments = planned[called]
+        call = ToolCall(id=f"call_{turn_start + 1}_{called}", name=name, arguments=arguments)
+        return ModelResponse(text=f"Calling {name}.", tool_calls=(call,), stop_reason="tool_use")
+    if planned is None and called < len(request.tools):
         spec = request.tools[called]
         call = ToolCall(id=f"call_{turn_start + 1}_{called}", name=spec.name,
                         arguments=example_arguments(spec, user_text))
@@ -120,6 +160,20 @@ def respond_with_tools(request: ModelRequest) -> ModelResponse:
         lines.append(f"- {names.get(message.tool_call_id or '', 'tool')}{marker}: "
                      f"{message.text}")
     return ModelResponse(text="\n".join(lines))
+
+
+def planned_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
+    """The calls an input of the form ``{"toolCalls": [{"name", "arguments"}, ...]}`` asks
+    for, or ``None`` for any other input."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    calls = data.get("toolCalls") if isinstance(data, dict) else None
+    if not isinstance(calls, list):
+        return None
+    return [(str(call.get("name", "")), dict(call.get("arguments") or {}))
+            for call in calls if isinstance(call, dict)]
 
 
 def example_arguments(spec: ToolSpec, text: str) -> dict[str, Any]:

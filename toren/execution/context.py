@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CodeType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from toren.seams.store import ToolStateStore
     from toren.seams.tools import Tool
 
 
 @dataclass(frozen=True)
 class ToolCallContext:
     """The call being executed. ``idempotency_key`` is stable across retries and crashes:
-    pass it to external systems (payment APIs, e-mail senders) to deduplicate side effects."""
+    pass it to external systems (payment APIs, e-mail senders) to deduplicate side effects.
+
+    ``epoch`` is the task lease's epoch the call runs under (it grows each time another worker,
+    or a restarted one, takes the task over). ``state`` is where a tool may keep durable state
+    beside the run (``toren.seams.store.ToolStateStore``; ``None`` where the host gives none).
+    ``agent_config`` holds the agent.yaml sections that configure plugin tools (``sandbox:``).
+    """
 
     agent: str
     run_id: str
@@ -25,6 +32,9 @@ class ToolCallContext:
     step: int
     call_id: str
     idempotency_key: str
+    epoch: int = 0
+    state: ToolStateStore | None = field(default=None, compare=False, repr=False)
+    agent_config: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 _current: ContextVar[ToolCallContext | None] = ContextVar("toren_tool_call", default=None)

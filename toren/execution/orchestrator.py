@@ -1,6 +1,7 @@
 """The orchestrator: the holder of a run's lease absorbs finished tasks and finishes the run.
 
-A run tick (queue message kind ``run``) is sent when a run is created (workflows), when a task
+A run tick (queue message kind ``run``) is sent when a run is created (workflows, and runs that
+another agent's task started), when a task
 finishes, when a durable timer is due, and by the guardians for a run that lost its messages;
 a guardian's tick re-sends the message of any unfinished task or unfired timer that has none.
 """
@@ -62,8 +63,20 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
         record(ev.TimerFired(timer=timer))
     messages: list[OutgoingMessage] = []
     outcome: ev.RunFinished | None = None
-    if agent.workflow is None:
-        if not state.unfinished_tasks:
+    if state.caller is not None and state.caller not in agent.accepts_from and not (
+            state.scheduled or state.waves):
+        # the caller checked consent in the registry; this fleet's agent.yaml has the last word
+        outcome = ev.RunFinished(status="failed", stop_reason="error", output=None, error={
+            "code": "call_refused",
+            "message": f"agent {agent.name!r} does not accept calls from {state.caller!r}: "
+                       f"add {state.caller} to acceptsFrom: in its agent.yaml"})
+    elif agent.workflow is None:
+        if MAIN_TASK not in state.scheduled:
+            # created by another agent's task (a peer call or a background run), which cannot
+            # know whether this agent runs a workflow: its first tick schedules the task
+            record(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None, input=state.input))
+            messages = [task_message(MAIN_TASK, None, state.input)]
+        elif not state.unfinished_tasks:
             outcome = run_outcome(state.absorbed)
     else:
         executed = await execute(agent.workflow, state, message.run_id, agent)

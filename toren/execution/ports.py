@@ -8,14 +8,16 @@ plugin host; a test can hand it ports of its own.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 from toren.config import Settings
 from toren.core.events import Event, NewEvent
+from toren.core.runs import ChildLink
 from toren.execution.tool_threads import ToolThreads
 from toren.seams.model import Model
-from toren.seams.shapes import Lease, QueueMessage
-from toren.seams.store import PromptStore, RunLog
+from toren.seams.shapes import Lease, QueueMessage, TextDelta
+from toren.seams.store import ApprovalStore, BudgetLedger, PromptStore, RunLog, ToolStateStore
 
 #: Take a stream's lease and read it from its latest checkpoint on, for the message being
 #: worked: ``(message, stream, with_finished)`` -> the lease and events, or ``None`` when another
@@ -25,8 +27,43 @@ from toren.seams.store import PromptStore, RunLog
 Acquire = Callable[[QueueMessage, str, bool], Awaitable[tuple[Lease, list[Event]] | None]]
 #: Told after every successful append: ``(agent, stream, first_seq, events)``.
 AppendObserver = Callable[[str, str, int, Sequence[NewEvent]], None]
+#: Told each piece of a model's text as it is generated (live watchers; never blocks).
+PublishText = Callable[[TextDelta], None]
 #: Resolve a model id (``anthropic/...``) for an agent's ``baseUrl`` (or ``None``).
 ResolveModel = Callable[[str, str | None], Model]
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """How a child run ended: its status, answer (or error) and its own cost."""
+
+    status: Literal["completed", "stopped", "failed", "cancelled"]
+    stop_reason: str | None
+    output: str | None
+    error: dict[str, Any] | None
+    cost_usd: float
+
+
+class ChildRuns(Protocol):
+    """Runs a task starts in other agents (``ask_<peer>``, ``start_background_run``); made by
+    the host (``toren.host.children``), called by the task loop (``toren.execution.children``)."""
+
+    async def start(self, *, caller: str, parent: ChildLink, agent: str, request: str,
+                    idempotency_key: str) -> tuple[str, int]:
+        """Create the run of ``agent`` (or find the one ``idempotency_key`` already made);
+        return its id and call depth. ``CallRefused`` when consent is missing on either side,
+        the agent is not registered, or the chain of calls is too deep. ``parent.depth`` is
+        ignored: the host computes it from the caller's run."""
+        ...
+
+    async def outcome(self, agent: str, run_id: str) -> ChildOutcome | None:
+        """How the run ended, or ``None`` while it has not."""
+        ...
+
+
+#: Told after a background run's notice is committed to a session: ``(agent, session id,
+#: text)``; the host hands it to the channels running in this process (``Channel.notify``).
+SessionNotice = Callable[[str, str, str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -45,3 +82,15 @@ class ExecutionPorts:
     tool_threads: ToolThreads
     #: Keeps the text of each system prompt a task starts with (the audit trail).
     prompts: PromptStore
+    #: Starts and reads runs of other agents for peer calls and background runs.
+    children: ChildRuns
+    session_notice: SessionNotice
+    #: Reservations of model-call cost against run and daily budgets (``limits:``).
+    budgets: BudgetLedger
+    #: Keeps the approvals a task waits for, and reads their decisions.
+    approvals: ApprovalStore
+    #: Where tools keep durable state beside a run (``ToolCallContext.state``); ``None``: none.
+    tool_state: ToolStateStore | None = None
+    #: Where the pieces of model text go as they are generated (``toren.host.live``); by
+    #: default nowhere.
+    text_delta: PublishText = field(default=lambda delta: None)

@@ -11,20 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
 import hashlib
 import inspect
+import itertools
 import json
 import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from toren.agents import AgentSpec, Limits, SubagentSpec
+from toren.agents.children import BACKGROUND_TOOL
 from toren.core import events as ev
+from toren.core.approvals import ApprovalPolicy, ApprovalRecord, approval_id, decision_text
 from toren.core.catalog import decode_events
 from toren.core.compaction import (
     boundary,
@@ -34,6 +38,7 @@ from toren.core.compaction import (
     summary_request,
 )
 from toren.core.decisions import (
+    AwaitApprovals,
     CallModel,
     Done,
     EndTurn,
@@ -54,19 +59,34 @@ from toren.core.fold import (
     checkpoint_due,
     fold_task,
 )
+from toren.core.pricing import Pricing
 from toren.core.runs import RunUpdate
 from toren.errors import ContextWindowExceeded, ProviderError, RunCancelled, TorenError
+from toren.execution.budget_guard import BudgetGuard, Reservation
+from toren.execution.children import (
+    advance_child_calls,
+    child_call,
+    tell_background_outcomes,
+)
 from toren.execution.context import ToolCallContext, _current, running_async_tool
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
 from toren.execution.tool_threads import ToolNotStarted, ToolThreads
 from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
-from toren.seams.shapes import Lease, OutgoingMessage, QueueMessage
+from toren.seams.shapes import (
+    TEXT_DELTA_MAX_CHARS,
+    Lease,
+    OutgoingMessage,
+    QueueMessage,
+    TextDelta,
+)
 from toren.seams.tools import Tool
 
 log = logging.getLogger(__name__)
 #: Models already warned about for having no known price (one warning per process).
 _UNPRICED: set[str] = set()
+#: ``invoke``'s answer when the call failed and a model of ``fallbacks:`` takes over.
+FELL_BACK: Literal["fell_back"] = "fell_back"
 
 
 def idempotency_key(run_id: str, task_id: str, step: int, index: int) -> str:
@@ -83,16 +103,19 @@ class TaskSpec:
     prompt: str
     tools: dict[str, Tool]
     limits: Limits
+    #: Tools that need a person's approval before each call, by name.
+    approvals: dict[str, ApprovalPolicy] = dataclasses.field(default_factory=dict)
 
 
 def task_spec(agent: AgentSpec, subagent: str | None) -> TaskSpec:
     if subagent is None:
-        return TaskSpec(None, agent.model, agent.prompt, agent.tools, agent.limits)
+        return TaskSpec(None, agent.model, agent.prompt, agent.tools, agent.limits,
+                        agent.approvals)
     sub: SubagentSpec | None = agent.subagents.get(subagent)
     if sub is None:
         raise TorenError(f"agent {agent.name!r} has no subagent {subagent!r} "
                          f"(subagents/{subagent}.md); it may have been removed")
-    return TaskSpec(sub.name, sub.model, sub.prompt, sub.tools, sub.limits)
+    return TaskSpec(sub.name, sub.model, sub.prompt, sub.tools, sub.limits, agent.approvals)
 
 
 class TaskRunner:
@@ -114,6 +137,7 @@ class TaskRunner:
         self.pending: list[NewEvent] = []
         #: A change to the run's row that goes with the next flush (e.g. clearing an error).
         self.pending_update: RunUpdate | None = None
+        self.budget = BudgetGuard(ports.budgets, agent, self.run_id, lease.stream)
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -139,6 +163,7 @@ class TaskRunner:
         self.pending = []
         self.pending_update = None
         self.ports.crash_point("after_append")
+        await self.budget.write()
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -149,12 +174,20 @@ class TaskRunner:
             self.spec = TaskSpec(self.subagent, self.agent.model, "", {}, self.agent.limits)
             await self.finish("error", None, {"code": exc.code, "message": exc.message})
             return
+        if not self.state.session and BACKGROUND_TOOL in self.spec.tools:
+            # background runs report to a session; a one-shot run has no one to tell
+            self.spec = replace(self.spec, tools={name: tool for name, tool in
+                                                  self.spec.tools.items()
+                                                  if name != BACKGROUND_TOOL})
         if self.state.started is None:
             await self.start()
         while True:
             action = next_task_action(self.state, self.spec.limits, self.lease.epoch)
             if isinstance(action, Done):
+                told = (await tell_background_outcomes(self)
+                        if self.state.awaiting_input and self.state.finished is None else [])
                 await self.flush(done=True)
+                await self.notify_session(told)
                 return
             if isinstance(action, Finish):
                 await self.finish(action.stop_reason, action.output, action.error)
@@ -164,7 +197,12 @@ class TaskRunner:
                 return
             if isinstance(action, RunTools):
                 await self.flush()
-                await self.run_tools(action.calls)
+                if not await self.run_tools(action.calls):
+                    return  # parked until the peer runs it asked end
+                continue
+            if isinstance(action, AwaitApprovals):
+                if not await self.await_approvals(action.requests):
+                    return
                 continue
             assert isinstance(action, CallModel)
             if not await self.call_model(action):
@@ -182,10 +220,23 @@ class TaskRunner:
             prompt_sha256=digest,
             epoch=self.lease.epoch, session=self.state.session))
 
+    @property
+    def model_id(self) -> str:
+        """The model this task calls: its own, or the fallback that took over."""
+        return self.state.model or self.spec.model
+
+    def next_fallback(self) -> str | None:
+        """The model of ``fallbacks:`` after the one in use, if any."""
+        chain = tuple(dict.fromkeys((self.spec.model, *self.agent.fallbacks)))
+        if self.model_id not in chain:
+            return None
+        index = chain.index(self.model_id) + 1
+        return chain[index] if index < len(chain) else None
+
     async def call_model(self, action: CallModel) -> bool:
         """Make one model call (compacting first if the context is too large); ``False`` when
         the task must stop here (finished, or a retry scheduled)."""
-        model = self.ports.model(self.spec.model, self.agent.base_url)
+        model = self.ports.model(self.model_id, self.agent.base_url)
         repeated = action.repeated
         if not self.state.compacted_since_call and needs_compaction(
                 self.agent.compaction, model.context_window, self.spec.prompt,
@@ -194,17 +245,25 @@ class TaskRunner:
                 return False
             repeated = False
         while True:
+            model = self.ports.model(self.model_id, self.agent.base_url)
+            request = ModelRequest(
+                model=self.model_id, system=self.spec.prompt,
+                messages=tuple(self.state.messages),
+                tools=tuple(tool.spec for tool in self.spec.tools.values()))
+            reservation = await self.reserve(action.step, None, model, request)
+            if reservation is False:
+                return False
             self.record(ev.ModelCallStarted(step=action.step, epoch=self.lease.epoch))
             if self.state.steps == 0:
                 self.pending_update = RunUpdate(status="running")
             await self.flush()
-            request = ModelRequest(
-                model=self.spec.model, system=self.spec.prompt,
-                messages=tuple(self.state.messages),
-                tools=tuple(tool.spec for tool in self.spec.tools.values()))
             try:
-                result = await self.invoke(model, request, action.step)
+                result = await self.invoke(model, request, action.step, reservation,
+                                           fallback=True, live=True)
             except ContextWindowExceeded as exc:
+                self.settle(reservation, None)
+                if self.fall_back(action.step, exc):
+                    continue
                 # compact and retry once; a second overflow right after compacting is final
                 if self.state.compacted_since_call or boundary(
                         self.state.messages, self.agent.compaction.keep_recent_messages) is None:
@@ -213,37 +272,108 @@ class TaskRunner:
                 if not await self.compact(action.step, model, "context_window_exceeded", False):
                     return False
                 continue
+            if result == FELL_BACK:
+                continue
             if result is None:
                 return False
             self.ports.crash_point("after_model_response")
             response, latency_ms = result
-            self.record_response(action.step, response, latency_ms, repeated, model)
+            self.record_response(action.step, response, latency_ms, repeated, model,
+                                 reservation=reservation)
             return True
 
-    async def invoke(self, model: Model, request: ModelRequest, step: int
-                     ) -> tuple[ModelResponse, float] | None:
-        """Call the model; on failure end the task or schedule a retry and return ``None``.
+    async def reserve(self, step: int, purpose: Literal["compaction"] | None, model: Model,
+                      request: ModelRequest) -> Reservation | Literal[False] | None:
+        """Reserve the call's worst case in the budget ledger; ``False`` if the task stopped
+        (the reservation did not fit), ``None`` when the agent has no budget."""
+        reserved = await self.budget.reserve(
+            step=step, purpose=purpose, model=model, model_id=self.model_id,
+            pricing=self.pricing(model),
+            request=request, epoch=self.lease.epoch)
+        if reserved.refusal is not None:
+            partial = self.state.last_assistant.text if self.state.last_assistant else None
+            await self.finish("budget_exhausted", partial, reserved.refusal)
+            return False
+        for event in reserved.events:
+            self.record(event)
+        return reserved.reservation
+
+    def settle(self, reservation: Reservation | None, cost_usd: float | None) -> None:
+        """Record the end of a reserved call: its cost, or ``None`` (not billed)."""
+        settled = self.budget.settlement(reservation, cost_usd, self.lease.epoch)
+        if settled is not None:
+            self.record(settled)
+
+    def fall_back(self, step: int, exc: ProviderError) -> bool:
+        """Hand the call to the next model of ``fallbacks:`` if the failure warrants it:
+        a non-retryable error or an overloaded model at once, other retryable errors once
+        their retries are exhausted. Records ``ModelFellBack`` (the fold switches models)."""
+        target = self.next_fallback()
+        if target is None:
+            return False
+        reason = exc.reason
+        if exc.retryable and reason != "overloaded":
+            attempt = (self.state.retry.attempt if self.state.retry is not None else 0) + 1
+            if attempt <= self.settings.retry_max_attempts:
+                return False
+            reason = "retries_exhausted"
+        log.warning("%s failed (%s); falling back to %s", self.model_id, reason, target)
+        self.record(ev.ModelFellBack(
+            step=step, from_model=self.model_id, to_model=target, reason=reason,
+            error={"code": exc.code, "message": exc.message, "reason": exc.reason},
+            epoch=self.lease.epoch))
+        return True
+
+    async def invoke(self, model: Model, request: ModelRequest, step: int,
+                     reservation: Reservation | None = None, *, fallback: bool = False,
+                     live: bool = False
+                     ) -> tuple[ModelResponse, float] | Literal["fell_back"] | None:
+        """Call the model; on failure fall back (``FELL_BACK``, with ``fallback``), or end the
+        task or schedule a retry and return ``None``. With ``live``, its text goes to live
+        watchers as it is generated (``Model.stream``).
 
         ``ContextWindowExceeded`` propagates: the caller decides whether to compact.
         """
         started = time.perf_counter()
         try:
-            response = await model.complete(request)
+            if live:
+                response = await model.stream(request, self.text_sink(step))
+            else:
+                response = await model.complete(request)
         except ContextWindowExceeded:
             raise
         except ProviderError as exc:
+            # answered with an error: not billed; no answer (timeout): it may have been
+            self.settle(reservation, None if exc.status is not None else
+                        reservation.amount_usd if reservation is not None else None)
+            if fallback and self.fall_back(step, exc):
+                return FELL_BACK
             if exc.retryable:
                 await self.schedule_retry(step, exc)
             else:
                 await self.finish("error", None, {"code": exc.code, "message": exc.message})
             return None
         except Exception as exc:  # a provider plugin bug must not loop through redeliveries
-            log.exception("model %s raised", self.spec.model)
+            log.exception("model %s raised", self.model_id)
+            self.settle(reservation, reservation.amount_usd if reservation else None)
             await self.finish("error", None, {
                 "code": "provider_error",
-                "message": f"model {self.spec.model} raised {type(exc).__name__}: {exc}"})
+                "message": f"model {self.model_id} raised {type(exc).__name__}: {exc}"})
             return None
         return response, round((time.perf_counter() - started) * 1000, 3)
+
+    def text_sink(self, step: int) -> Callable[[str], None]:
+        """What ``Model.stream`` tells the pieces of this step's text: numbered, to the host's
+        live fan-out (``ExecutionPorts.text_delta``), never to the log."""
+        counter = itertools.count()
+
+        def publish(text: str) -> None:
+            for start in range(0, len(text), TEXT_DELTA_MAX_CHARS):
+                self.ports.text_delta(TextDelta(
+                    self.run_id, self.task_id, step, next(counter),
+                    text[start:start + TEXT_DELTA_MAX_CHARS]))
+
+        return publish
 
     async def compact(self, step: int, model: Model,
                       reason: Literal["threshold", "context_window_exceeded"],
@@ -253,22 +383,27 @@ class TaskRunner:
         cut = boundary(messages, self.agent.compaction.keep_recent_messages)
         if cut is None:
             return True
+        request = summary_request(self.model_id, messages, cut)
+        reservation = await self.reserve(step, "compaction", model, request)
+        if reservation is False:
+            return False
         self.record(ev.ModelCallStarted(step=step, epoch=self.lease.epoch, purpose="compaction"))
         await self.flush()
         before = estimate_tokens(self.spec.prompt, messages)
         try:
-            result = await self.invoke(model, summary_request(self.spec.model, messages, cut),
-                                       step)
+            result = await self.invoke(model, request, step, reservation)
         except ContextWindowExceeded as exc:
+            self.settle(reservation, None)
             await self.finish("error", None, {
                 "code": exc.code,
                 "message": f"the conversation is too large even to summarise: {exc.message}"})
             return False
-        if result is None:
+        if result is None or result == FELL_BACK:
             return False
         self.ports.crash_point("mid_compaction")
         response, latency_ms = result
-        self.record_response(step, response, latency_ms, repeated, model, purpose="compaction")
+        self.record_response(step, response, latency_ms, repeated, model, purpose="compaction",
+                             reservation=reservation)
         self.record(ev.Compacted(
             step=step, summary=response.text, replaced=cut, reason=reason,
             tokens_before=before, epoch=self.lease.epoch,
@@ -276,30 +411,37 @@ class TaskRunner:
                                          compacted(messages, cut, response.text))))
         return True
 
+    def pricing(self, model: Model) -> Pricing | None:
+        """The price of the model in use: the agent's ``pricing:`` for it, else the
+        provider's table."""
+        return self.agent.pricing.get(self.model_id) or model.pricing
+
     def cost(self, response: ModelResponse, model: Model) -> float | None:
         """The call's cost: the agent's ``pricing:`` for the model, else the provider's table,
         else what the provider reported; ``None`` (unknown, warned about once) otherwise."""
-        pricing = self.agent.pricing.get(self.spec.model) or model.pricing
+        pricing = self.pricing(model)
         if pricing is not None:
             return pricing.cost(response.usage)
-        if response.cost_usd is None and self.spec.model not in _UNPRICED:
-            _UNPRICED.add(self.spec.model)
+        if response.cost_usd is None and self.model_id not in _UNPRICED:
+            _UNPRICED.add(self.model_id)
             log.warning("no price is known for %s: its calls are recorded with an unknown cost; "
-                        "set pricing: in agent.yaml to record it", self.spec.model)
+                        "set pricing: in agent.yaml to record it", self.model_id)
         return response.cost_usd
 
     def record_response(self, step: int, response: ModelResponse, latency_ms: float,
                         repeated: bool, model: Model,
-                        purpose: Literal["compaction"] | None = None) -> None:
+                        purpose: Literal["compaction"] | None = None,
+                        reservation: Reservation | None = None) -> None:
         had_error = self.state.retry is not None
         tool_calls = normalize_calls(
             response.tool_calls,
             (c.id for m in self.state.messages if m.role == "assistant" for c in m.tool_calls),
             step)
         usage = response.usage
+        cost_usd = self.cost(response, model)
         self.record(ev.ModelCallCompleted(
             step=step, epoch=self.lease.epoch,
-            model=response.model or self.spec.model, text=clean_text(response.text),
+            model=response.model or self.model_id, text=clean_text(response.text),
             tool_calls=() if purpose is not None else tuple(
                 ev.RecordedToolCall(id=c.id, name=c.name, arguments=c.arguments,
                                     arguments_error=c.arguments_error) for c in tool_calls),
@@ -308,9 +450,12 @@ class TaskRunner:
                                 output_tokens=usage.output_tokens,
                                 cache_read_tokens=usage.cache_read_tokens,
                                 cache_write_tokens=usage.cache_write_tokens),
-            cost_usd=self.cost(response, model), latency_ms=latency_ms, repeated=repeated,
+            cost_usd=cost_usd, latency_ms=latency_ms, repeated=repeated,
             purpose=purpose,
             provider_data=response.provider_data if purpose is None else None))
+        # unknown cost with a reservation: charge the worst case reserved (budgets need prices)
+        self.settle(reservation, cost_usd if cost_usd is not None
+                    else reservation.amount_usd if reservation is not None else None)
         if had_error:
             self.pending_update = RunUpdate(error=None)  # recovered: the latest error clears
         if purpose is not None:
@@ -321,10 +466,17 @@ class TaskRunner:
                 kind, text = problem
                 self.record(self.tool_error(step, call, kind, text))
                 continue
+            key = idempotency_key(self.run_id, self.task_id, step, index)
+            policy = self.spec.approvals.get(call.name)
+            if policy is not None:  # recorded instead of started: a person decides first
+                self.record(ev.ApprovalRequested(
+                    step=step, approval_id=approval_id(key), call_id=call.id, name=call.name,
+                    arguments=call.arguments, idempotency_key=key, approvers=policy.approvers,
+                    expires_after_s=policy.expires_after_s, epoch=self.lease.epoch))
+                continue
             self.record(ev.ToolCallStarted(
                 step=step, call_id=call.id, name=call.name, arguments=call.arguments,
-                idempotency_key=idempotency_key(self.run_id, self.task_id, step, index),
-                epoch=self.lease.epoch))
+                idempotency_key=key, epoch=self.lease.epoch))
 
     def tool_error(self, step: int, call: ToolCall, kind: ev.ToolErrorKind,
                    text: str) -> ev.ToolCallCompleted:
@@ -356,7 +508,26 @@ class TaskRunner:
                 f"Expected JSON Schema: {json.dumps(tool.parameters, sort_keys=True)}")
         return None
 
-    async def run_tools(self, calls: Sequence[PendingToolCall]) -> None:
+    async def run_tools(self, calls: Sequence[PendingToolCall]) -> bool:
+        """Run the calls and record their results; ``False`` when the task parked to wait for
+        peer runs (``toren.execution.children``)."""
+        children = [c for c in calls if child_call(self.agent, c.call.name) is not None]
+        plain = [c for c in calls if child_call(self.agent, c.call.name) is None]
+        if plain:
+            await self.run_plain_tools(plain)
+        return await advance_child_calls(self, children) if children else True
+
+    async def notify_session(self, notices: Sequence[str]) -> None:
+        """Hand committed background-run notices to the channels (best effort: the
+        transcript already holds them)."""
+        for text in notices:
+            try:
+                await self.ports.session_notice(self.agent.name, self.run_id, text)
+            except Exception:
+                log.exception("a channel failed to take the notice for session %s",
+                              self.run_id)
+
+    async def run_plain_tools(self, calls: Sequence[PendingToolCall]) -> None:
         """Run the calls at once and record their results; if the run is cancelled meanwhile,
         stop waiting (calls not started yet never start) and end the task's work at once."""
         cancelled = asyncio.Event()
@@ -424,7 +595,9 @@ class TaskRunner:
             return self.tool_error(pending.step, call, "unknown_tool",
                                    f"Error: there is no tool named {call.name!r} any more.")
         context = ToolCallContext(self.agent.name, self.run_id, self.task_id, pending.step,
-                                  call.id, pending.idempotency_key)
+                                  call.id, pending.idempotency_key, epoch=self.lease.epoch,
+                                  state=self.ports.tool_state,
+                                  agent_config=self.agent.tool_config)
         started = time.perf_counter()
         timeout_s = self.spec.limits.tool_timeout_s
         try:
@@ -444,6 +617,62 @@ class TaskRunner:
             step=pending.step, call_id=call.id, name=call.name, output=text, is_error=is_error,
             error_kind="exception" if is_error else None, truncated=truncated,
             original_bytes=size, duration_ms=duration_ms, epoch=self.lease.epoch)
+
+    async def await_approvals(self, requests: Sequence[ev.ApprovalRequested]) -> bool:
+        """Take in the decisions made on ``requests`` (``True``: go on), or park the task as
+        ``awaiting_approval`` and free it (``False``): no lease, no message, no connection is
+        held while a person decides. A decision queues the task's message again."""
+        await self.flush()  # the requests are in the log before their approvals exist
+        payload = self.message.payload
+        wake = task_message(self.task_id, payload.get("subagent"), payload.get("input"))
+        approvals = self.ports.approvals
+        records = await approvals.open_approvals(self.agent.name, self.run_id, self.task_id,
+                                                 requests, wake)
+        for index, record in enumerate(records):
+            if record.pending and record.extra.get("due"):  # expired before anyone decided
+                decided = await approvals.decide_approval(
+                    record.id, "expired", "toren", "nobody decided before its expiry")
+                if decided is not None:
+                    records[index] = decided[0]
+        by_id = {record.id: record for record in records}
+        decided_now = [(request, by_id[request.approval_id]) for request in requests
+                       if request.approval_id in by_id and not by_id[request.approval_id].pending]
+        if decided_now:
+            self.ports.crash_point("after_approval")
+            for request, record in decided_now:
+                self.record_decision(request, record)
+            self.pending_update = RunUpdate(status="running")
+            return True
+        expiries = [r.expires_at for r in records if r.expires_at is not None]
+        messages = []
+        if expiries:  # a nudge at the earliest expiry, which then expires it
+            delay = (min(expiries) - datetime.now(UTC)).total_seconds()
+            messages.append(task_message(self.task_id, payload.get("subagent"),
+                                         payload.get("input"), delay_s=max(delay, 0.0) + 0.05))
+        await self.flush(messages=messages, run_update=RunUpdate(status="awaiting_approval"),
+                         done=True)
+        return False
+
+    def record_decision(self, request: ev.ApprovalRequested, record: ApprovalRecord) -> None:
+        """Copy a decision into the log; an approved call starts, any other gets its result."""
+        outcome = record.status if record.status in ("approved", "denied") else "expired"
+        decided_at = (record.decided_at or datetime.now(UTC)).isoformat()
+        self.record(ev.ApprovalDecided(
+            approval_id=request.approval_id, call_id=request.call_id,
+            outcome=outcome,  # type: ignore[arg-type]
+            decided_by=record.decided_by or "toren", decided_at=decided_at,
+            reason=record.reason, epoch=self.lease.epoch))
+        if outcome == "approved":
+            self.record(ev.ToolCallStarted(
+                step=request.step, call_id=request.call_id, name=request.name,
+                arguments=request.arguments, idempotency_key=request.idempotency_key,
+                epoch=self.lease.epoch))
+            return
+        call = ToolCall(id=request.call_id, name=request.name, arguments=request.arguments)
+        kind: ev.ToolErrorKind = "approval_denied" if outcome == "denied" else "approval_expired"
+        text = decision_text(request.name, record.status, record.decided_by or "toren",
+                             record.reason)
+        self.record(self.tool_error(request.step, call, kind, text))
 
     async def schedule_retry(self, step: int, exc: ProviderError) -> None:
         attempt = (self.state.retry.attempt if self.state.retry is not None else 0) + 1
@@ -474,8 +703,10 @@ class TaskRunner:
             turn=self.state.turns, stop_reason=stop_reason, output=output,
             steps=self.state.steps - self.state.turn_first_step,
             cost_usd=round(self.state.cost_usd, 10), epoch=self.lease.epoch))
+        told = await tell_background_outcomes(self)  # those that ended during the turn
         await self.flush(run_update=RunUpdate(status="awaiting_input", output=output, error=None),
                          done=True)
+        await self.notify_session(told)
 
     async def finish(self, stop_reason: ev.StopReason, output: str | None,
                      error: dict[str, Any] | None) -> None:

@@ -155,6 +155,15 @@ class WorkflowContext:
             raise StopRun("budget_exhausted",
                           f"the run's budget (limits.maxBudgetUsd = {limits.max_budget_usd}) "
                           f"was spent (${spent:.4f}) before wave {number}")
+        for task_id, absorbed in self._state.absorbed.items():
+            # the ledger refused a task's next call: no room left for another wave's calls
+            if absorbed.stop_reason == "budget_exhausted" and (absorbed.error or {}).get(
+                    "code") == "budget_exhausted":
+                scope = (absorbed.error or {}).get("scope", "run")
+                which = "limits.dailyBudgetUsd" if scope == "daily" else "limits.maxBudgetUsd"
+                raise StopRun("budget_exhausted",
+                              f"the budget ({which}) had no room for a model call of task "
+                              f"{task_id} before wave {number}")
 
         tasks = tuple(ev.WaveTask(task_id=f"w{number}-{index}", subagent=spec["subagent"],
                                   input=spec["input"]) for index, spec in enumerate(asked))

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from toren.core.runs import RunRecord, RunUpdate
+from toren.core.runs import ChildLink, RunRecord, RunUpdate
 from toren.seams.queue import Queue
 from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
 from toren.seams.store import Outbox, RunLog
@@ -134,10 +134,11 @@ class QueueAcknowledgingLog(RunLog):
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
                          messages: Sequence[OutgoingMessage], kind: str = "run",
-                         status: str = "queued") -> tuple[str, bool]:
+                         status: str = "queued",
+                         parent: ChildLink | None = None) -> tuple[str, bool]:
         return await self.log.create_run(agent, run_id, input, idempotency_key=idempotency_key,
                                          events=events, messages=messages, kind=kind,
-                                         status=status)
+                                         status=status, parent=parent)
 
     async def session_input(self, agent: str, run_id: str, stream: str,
                             events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],

@@ -8,6 +8,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,12 +20,14 @@ from toren.core.decisions import unstorable
 from toren.core.events import Event, NewEvent
 from toren.core.receipts import build_receipt, prompt_hashes
 from toren.core.runs import RunRecord
+from toren.core.schedules import RECENT_FIRES, ScheduleRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
     ConfigError,
     MissingEnvError,
     ProviderError,
     RunNotFound,
+    ScheduleNotFound,
     SessionBusy,
     SessionEnded,
     SessionNotFound,
@@ -32,6 +35,8 @@ from toren.errors import (
     UnstorableValue,
 )
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
+from toren.host.approvals import ApprovalsApi
+from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.relay import OutboxRelay
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
@@ -39,14 +44,15 @@ from toren.seams.drivers import driver_class
 from toren.seams.model import Model
 from toren.seams.plugins import PluginHost
 from toren.seams.queue import Queue
-from toren.seams.shapes import Migration
+from toren.seams.shapes import Migration, TextDelta
 from toren.seams.store import Store
+from toren.seams.store.schedules import FiredSlot, NewRun, SlotToFire
 from toren.seams.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
 
-class Runtime:
+class Runtime(ApprovalsApi):
     """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
 
     Construction loads and validates everything that needs no database (plugins, agent
@@ -74,7 +80,8 @@ class Runtime:
         self._watchdog: LoopWatchdog | None = None
         self.plugins = plugins or PluginHost(self.settings.load_plugins)
         if agents is None:
-            agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model)
+            agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model,
+                                 unavailable=self.plugins.unavailable_tools)
         self.agents: dict[str, AgentSpec] = {agent.name: agent for agent in agents}
         for agent in self.agents.values():
             for model_id in agent.model_ids:
@@ -87,6 +94,8 @@ class Runtime:
         self.workers: WorkerRuntime | None = None
         #: Feeds the queue from the store's outbox when the queue does not read it.
         self.relay: OutboxRelay | None = None
+        #: Pieces of model text as they are generated, for live watchers (never durable).
+        self.live = LiveTextHub(self.store)
         self.started = False
 
     def check_model(self, model_id: str) -> object:
@@ -137,6 +146,7 @@ class Runtime:
                                          poll_interval_s=self.settings.poll_interval_s)
                 await self.relay.start()
             if workers:
+                await self.sync_schedules()
                 self.workers = self._runtime_class(self.settings)
                 await self.workers.start(self)
         except BaseException:
@@ -177,6 +187,16 @@ class Runtime:
             await channel.start(self)
             self._channels.append(channel)
 
+    async def notify_channels(self, agent: str, session_id: str, text: str) -> None:
+        """Offer a notice committed to a session (a background run's result) to every channel
+        started in this process (``Channel.notify``); a channel's failure is logged."""
+        for channel in self._channels:
+            try:
+                await channel.notify(session_id, agent, text)
+            except Exception:
+                log.exception("channel %s failed to take a notice for session %s",
+                              channel.name, session_id)
+
     async def stop_channels(self) -> None:
         for channel in reversed(self._channels):
             try:
@@ -202,6 +222,7 @@ class Runtime:
         if self.queue is not None:
             await self.queue.close()
             self.queue = None
+        await self.live.close()
         await self.store.close()
         if self._watchdog is not None:
             await self._watchdog.stop()
@@ -248,19 +269,27 @@ class Runtime:
         self.check_served(agent)
         _check_storable(input, "input")
         _check_storable(idempotency_key, "idempotency key")
-        run_id = str(uuid.uuid4())
+        new = self._new_run(agent, input, idempotency_key)
+        found, _created = await self.store.create_run(
+            agent, new.run_id, input, idempotency_key=idempotency_key, events=new.events,
+            messages=new.messages)
+        return found
+
+    def _new_run(self, agent: str, input: Any, idempotency_key: str | None,
+                 fired: ev.ScheduleFired | None = None) -> NewRun:
+        """The id, first events and first message of a new run of ``agent``."""
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=input,
                                             idempotency_key=idempotency_key))]
+        if fired is not None:
+            events.append(NewEvent.of(fired))
         if self.agents[agent].workflow is None:
             events.append(NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None,
                                                        input=input)))
             first = task_message(MAIN_TASK, None, input)
         else:
             first = run_tick("created")  # the orchestrator runs workflow.py
-        found, _created = await self.store.create_run(
-            agent, run_id, input, idempotency_key=idempotency_key, events=events,
-            messages=[first])
-        return found
+        return NewRun(run_id=str(uuid.uuid4()), input=input, idempotency_key=idempotency_key,
+                      events=events, messages=[first])
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's current row; ``RunNotFound`` if no registered agent has it."""
@@ -304,19 +333,69 @@ class Runtime:
             await asyncio.sleep(poll_s)
             record = await self.get_run(run_id)
 
+    async def follow_live(self, run_id: str, *, after: Mapping[str, int] | None = None,
+                          poll_s: float = 0.1) -> AsyncIterator[Event | TextDelta]:
+        """``follow``, with the pieces of model text (``TextDelta``) as they are generated in
+        between: a call's pieces come before its ``ModelCallCompleted`` (pieces of a call
+        already completed are skipped). Pieces are best-effort (see ``toren.host.live``);
+        the events are all there, each once.
+        """
+        position = dict(after or {})
+        record = await self.get_run(run_id)
+        order = LiveOrder()
+        with self.live.watch(run_id) as pieces:
+            while True:
+                terminal = record.status in ev.TERMINAL_STATUSES
+                for event in await self.store.load_events(record.agent, run_id, position):
+                    position[event.stream] = max(position.get(event.stream, 0), event.seq)
+                    yield event
+                    for piece in order.saw(event):
+                        yield piece
+                if terminal:
+                    return
+                deadline = time.monotonic() + poll_s
+                while (remaining := deadline - time.monotonic()) > 0:
+                    try:
+                        async with asyncio.timeout(remaining):
+                            piece = await pieces.get()
+                    except TimeoutError:
+                        break
+                    admitted = order.admit(piece)
+                    if admitted == "now":
+                        yield piece
+                    elif admitted == "held":
+                        break  # its call's start is committed: read it now
+                record = await self.get_run(run_id)
+
     async def cancel_run(self, run_id: str, reason: str = "cancelled by request") -> RunRecord:
         """Retire the run now: status ``cancelled``; queued work and retries become no-ops."""
         record = await self.store.cancel_run(run_id, reason)
         if record is None:
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
+        if record.status == "cancelled":
+            await self.store.cancel_approvals(run_id)
+        # the runs its tasks started (peer calls, background runs) go with it, depth first
+        for child in await self.store.child_runs(record.id):
+            if child.status not in ev.TERMINAL_STATUSES:
+                await self.cancel_run(child.id, f"its caller {record.agent} run {record.id} "
+                                                f"was cancelled")
         return record
 
+    async def children(self, run_id: str) -> list[RunRecord]:
+        """The runs that this run's tasks started: its peer calls (``child_kind`` ``peer``)
+        and background runs (``background``), oldest first, in every agent's schema."""
+        record = await self.get_run(run_id)
+        return await self.store.child_runs(record.id)
+
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                        limit: int = 50, kind: str | None = None) -> list[RunRecord]:
-        """Newest first; ``kind`` is ``run`` or ``session`` (``None``: both)."""
+                        limit: int = 50, kind: str | None = None,
+                        schedule: str | None = None) -> list[RunRecord]:
+        """Newest first; ``kind`` is ``run`` or ``session`` (``None``: both); ``schedule``:
+        only runs that schedule started."""
         if status is not None and status not in ev.RUN_STATUSES:
             raise ConfigError(f"unknown status {status!r}; one of {', '.join(ev.RUN_STATUSES)}")
-        return await self.store.list_runs(agent=agent, status=status, limit=limit, kind=kind)
+        return await self.store.list_runs(agent=agent, status=status, limit=limit, kind=kind,
+                                          schedule=schedule)
 
     async def receipt(self, run_id: str) -> dict[str, Any]:
         """What the run did and cost: every model and tool call, totals, why it stopped, and
@@ -324,7 +403,91 @@ class Runtime:
         record = await self.get_run(run_id)
         events = await self.store.load_events(record.agent, run_id)
         prompts = await self.store.load_prompts(record.agent, prompt_hashes(events))
-        return build_receipt(record, events, prompts)
+        return build_receipt(record, events, prompts, await self.budget(record, events))
+
+    async def budget(self, record: RunRecord,
+                     events: Sequence[Event] = ()) -> dict[str, Any] | None:
+        """The run's spend against ``limits.maxBudgetUsd`` and its agent's spend today against
+        ``limits.dailyBudgetUsd``, from the budget ledger; ``None`` when the agent has neither.
+
+        The budgets come from the agent's definition when this runtime serves it, else from
+        the run's ``BudgetReserved`` events (``toren jobs show`` loads no agent directory).
+        """
+        spec = self.agents.get(record.agent)
+        if spec is not None:
+            run_budget = spec.limits.max_budget_usd
+            daily_budget = spec.limits.daily_budget_usd
+        else:
+            budgets = {s["scope"]: s["budget_usd"] for e in events
+                       if e.type == ev.BUDGET_RESERVED for s in e.data["spend"]}
+            run_budget, daily_budget = budgets.get("run"), budgets.get("daily")
+        if run_budget is None and daily_budget is None:
+            return None
+        return await self.store.spend(record.agent, record.id, run_budget, daily_budget)
+
+    # -- schedules -----------------------------------------------------------------------------
+
+    @property
+    def has_schedules(self) -> bool:
+        """Whether any served agent lists ``schedules:`` (else workers never look)."""
+        return any(agent.schedules for agent in self.agents.values())
+
+    async def sync_schedules(self) -> None:
+        """Write the ``schedules:`` of every served agent to the database (workers do at start):
+        new entries start firing, changed ones restart from their next slot, removed ones stop.
+        """
+        for agent in self.agents.values():
+            await self.store.sync_schedules(agent.name, agent.schedules)
+
+    def _scheduled_run(self, slot: SlotToFire) -> NewRun:
+        """The run a claimed slot starts (called by the store inside the claiming transaction).
+        """
+        slot_iso = slot.slot_at.astimezone(UTC).isoformat()
+        fired = ev.ScheduleFired(schedule=slot.schedule, slot=slot_iso,
+                                 trigger=slot.trigger,  # type: ignore[arg-type]
+                                 timezone=slot.timezone)
+        return self._new_run(slot.agent, slot.input, f"schedule:{slot.schedule}:{slot_iso}",
+                             fired)
+
+    async def fire_due_schedules(self) -> list[FiredSlot]:
+        """Fire every due slot of the served agents' schedules, each exactly once (whatever
+        the number of processes calling this at once); return the slots this call fired.
+        Workers call it in their schedule loop; call it yourself when embedding without
+        workers."""
+        return await self.store.fire_due_schedules(list(self.agents), self._scheduled_run)
+
+    async def list_schedules(self, agent: str | None = None) -> list[ScheduleRecord]:
+        """The schedules of ``agent``, else of the served agents (with none served, as in
+        ``toren schedules list``: of every agent in the database), removed ones included."""
+        agents = ([agent] if agent else list(self.agents)
+                  or sorted(await self.store.registered_agents()))
+        return await self.store.list_schedules(agents)
+
+    async def get_schedule(self, agent: str, name: str) -> ScheduleRecord:
+        """One schedule with its most recent fires; ``ScheduleNotFound`` if there is none.
+
+        Like pause and resume, it reads the database: the agent need not be served here."""
+        found = await self.store.list_schedules([agent], name, fires=RECENT_FIRES)
+        if not found:
+            raise ScheduleNotFound(f"agent {agent!r} has no schedule {name!r} (see `toren "
+                                   "schedules list`)")
+        return found[0]
+
+    async def pause_schedule(self, agent: str, name: str) -> ScheduleRecord:
+        """Stop ``name`` from firing until ``resume_schedule`` (kept across restarts)."""
+        return await self.store.set_schedule_paused(agent, name, True)
+
+    async def resume_schedule(self, agent: str, name: str) -> ScheduleRecord:
+        """Fire ``name`` again from its next slot after now (paused slots are skipped)."""
+        return await self.store.set_schedule_paused(agent, name, False)
+
+    async def trigger_schedule(self, agent: str, name: str) -> FiredSlot:
+        """Start a run of ``name`` now, as its next slot would (even while paused). The agent
+        must be served here: its run is built from its directory, whose schedules: are
+        written to the database first (so a schedule no worker has synced yet can fire)."""
+        spec = self.check_served(agent)
+        await self.store.sync_schedules(agent, spec.schedules)
+        return await self.store.trigger_schedule(agent, name, self._scheduled_run)
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -358,11 +521,28 @@ class Runtime:
         stream = await self.store.load_stream(record.agent, record.id,
                                               ev.task_stream(MAIN_TASK))
         return {"id": record.id, "agent": record.agent, "status": record.status,
+                "background_runs": await self._background_runs(stream),
                 "stop_reason": record.stop_reason, "error": record.error,
                 "created_at": record.created_at.isoformat() if record.created_at else None,
                 "updated_at": record.updated_at.isoformat() if record.updated_at else None,
                 "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+                "pending_approvals": await self.pending_approvals(record.id),
                 } | transcript(stream)
+
+    async def _background_runs(self, stream: Sequence[Event]) -> list[dict[str, Any]]:
+        """The background runs a session started, with their status now."""
+        told = {e.data["run_id"] for e in stream if e.type == ev.BACKGROUND_RUN_FINISHED}
+        found = []
+        for event in stream:
+            if event.type != ev.BACKGROUND_RUN_STARTED:
+                continue
+            child = await self.store.get_run(event.data["run_id"], event.data["agent"])
+            found.append({"run_id": event.data["run_id"], "agent": event.data["agent"],
+                          "status": child.status if child else "unknown",
+                          "reported": event.data["run_id"] in told,
+                          "started_at": event.created_at.isoformat()
+                          if event.created_at else None})
+        return found
 
     async def send_message(self, session_id: str, text: str, *,
                            idempotency_key: str | None = None) -> int:
@@ -398,7 +578,7 @@ class Runtime:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             record = await self._session(session_id)
-            if record.status not in ("queued", "running"):
+            if record.status not in ("queued", "running", "waiting"):
                 return await self.get_session(session_id)
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"session {session_id} is still {record.status} after "
@@ -422,6 +602,10 @@ class Runtime:
             return turn
         if status in ev.TERMINAL_STATUSES:
             raise SessionEnded(f"session {session_id} has ended ({status}); start a new one")
+        if status == "awaiting_approval":
+            raise SessionBusy(f"session {session_id} is waiting for approval of a tool call; "
+                              "approve or deny it (`toren approvals list`), then send the "
+                              "message again once its status is awaiting_input")
         raise SessionBusy(f"session {session_id} is busy: the agent is taking its turn. Wait "
                           "until its status is awaiting_input, then send the message again")
 

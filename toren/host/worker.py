@@ -25,6 +25,7 @@ from toren.execution.orchestrator import tick_run
 from toren.execution.ports import AppendObserver, ExecutionPorts
 from toren.execution.task import work_task
 from toren.execution.tool_threads import ToolThreads
+from toren.host.children import HostChildRuns
 from toren.host.relay import QueueAcknowledgingLog
 from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
 from toren.seams.store import Guardian, RunLog, WorkerRegistry
@@ -75,7 +76,11 @@ class Worker:
             model=lambda model_id, base_url: runtime.model(model_id, base_url=base_url),
             acquire=self.acquire, appended=self.observe_append,
             crash_point=self.settings.crash_point,
-            tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store)
+            tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store,
+            approvals=runtime.store, budgets=runtime.store, tool_state=runtime.store,
+            text_delta=runtime.live.publish,
+            children=HostChildRuns(runtime.store, self.settings, runtime.agents),
+            session_notice=runtime.notify_channels)
 
     @property
     def agent_names(self) -> list[str]:
@@ -94,6 +99,7 @@ class Worker:
                                 name="toren-heartbeat"),
             asyncio.create_task(self._every(self.settings.guardian_interval_s, self._guard),
                                 name="toren-guardian"),
+            asyncio.create_task(self._schedule_loop(), name="toren-schedules"),
         ]
         log.info("worker %s serving %s", self.id, ", ".join(self.agent_names))
 
@@ -174,6 +180,35 @@ class Worker:
         if nudged:
             log.info("guardian re-nudged %d run(s) with no pending message: %s", len(nudged),
                      ", ".join(nudged))
+
+    async def _schedule_loop(self) -> None:
+        """Fire due schedule slots. Every worker runs this; the store's claim makes each slot
+        start one run. Idle, it costs one indexed read per wake-up: it sleeps until the next
+        slot it knows of, at most ``TOREN_SCHEDULE_INTERVAL`` (a schedule added, resumed or
+        changed by another process is seen within that)."""
+        interval = self.settings.schedule_interval_s
+        while not self._stopping.is_set():
+            wait = interval
+            try:
+                if self.runtime.has_schedules:
+                    wait = await self._fire_schedules(interval)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a database blip must not end the loop
+                log.warning("firing schedules failed: %s", exc or type(exc).__name__)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), max(wait, 0.05))
+
+    async def _fire_schedules(self, interval: float) -> float:
+        """Fire what is due; return seconds until the next look."""
+        until = await self.runtime.store.seconds_to_next_slot(self.agent_names)
+        if until is not None and until <= 0:
+            fired = await self.runtime.fire_due_schedules()
+            for slot in fired:
+                log.info("schedule %s of %s fired slot %s (%s): run %s", slot.schedule,
+                         slot.agent, slot.slot_at.isoformat(), slot.trigger, slot.run_id)
+            until = await self.runtime.store.seconds_to_next_slot(self.agent_names)
+        return interval if until is None else min(interval, max(until, 0.0))
 
     async def _poll_loop(self) -> None:
         while not self._stopping.is_set():

@@ -27,3 +27,14 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     async def stop(self) -> None:
         """Stop serving and release every resource ``start`` took."""
+
+    async def notify(self, session_id: str, agent: str, text: str) -> None:
+        """Push ``text`` to the person on the other end of session ``session_id``, if this
+        channel owns that session; otherwise do nothing (the default).
+
+        Called by the worker in the same process (``toren dev``) right after it committed a
+        notice to the session's transcript, such as a background run's result
+        (docs/guides/background-runs.md). The transcript is the record: a channel that misses a
+        notice (another process recorded it, or this one crashed first) finds it there.
+        """
+        return None

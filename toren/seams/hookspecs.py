@@ -50,8 +50,10 @@ def register_tools(register: Callable[..., None]) -> None:
 
     Called once when plugins load. Call ``register(function)`` for a plain (sync or async)
     function, optionally decorated with ``toren.tool(...)``; its JSON Schema comes from the
-    signature and docstring. ``register(function, name="other_name")`` renames it. Tool names
-    are what the model sees, so a name registered by two plugins is an error naming both.
+    signature and docstring. ``register(function, name="other_name")`` renames it;
+    ``register(function, group="sandbox")`` also puts it in a group that ``tools: [sandbox]``
+    enables at once. Tool names are what the model sees, so a name registered by two plugins is
+    an error naming both (and so is a group two plugins share).
     """
 
 

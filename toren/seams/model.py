@@ -8,6 +8,7 @@ can be replayed by another.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from toren.core.pricing import Pricing
 
 Role = Literal["user", "assistant", "tool"]
+#: Told each piece of the model's text as it is generated (``Model.stream``); never blocks.
+OnText = Callable[[str], None]
 StopReason = Literal["end_turn", "tool_use", "max_tokens"]
 
 
@@ -143,6 +146,29 @@ class Model(abc.ABC):
     @abc.abstractmethod
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one model call; raise ``toren.errors.ProviderError`` (retryable or not)."""
+
+    async def stream(self, request: ModelRequest, on_text: OnText) -> ModelResponse:
+        """Run one model call, telling ``on_text`` each piece of text as it is generated.
+
+        The task loop calls this (not ``complete``) for every call of an agent's turn; what
+        ``on_text`` hears goes to live watchers only (never to the event log: the durable
+        record is the ``ModelResponse`` returned). The pieces joined are the response's text.
+        The default makes one ``complete`` call and tells the whole text at once; providers
+        whose API streams override it.
+        """
+        response = await self.complete(request)
+        if response.text:
+            on_text(response.text)
+        return response
+
+    def worst_case_cost_usd(self, request: ModelRequest) -> float | None:
+        """The most ``request`` can cost, for a model without ``pricing`` per token (a flat
+        price per call, a provider that reports costs itself); ``None``: unknown.
+
+        The task loop calls it before each model call of an agent with a budget when no
+        price per token is known; with neither, a budgeted task stops (``unknown_cost``).
+        """
+        return None
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release connections (HTTP clients); ``Runtime.stop`` calls it once per model.

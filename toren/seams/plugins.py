@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as metadata
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import Any
 
 import pluggy
 
-from toren.errors import ConfigError, PluginError, ToolError, TorenError
+from toren.errors import ConfigError, PluginError, PluginUnavailable, ToolError, TorenError
 from toren.seams import hookspecs
 from toren.seams.channels import Channel
 from toren.seams.model import ModelProvider
@@ -22,6 +23,8 @@ ENTRY_POINT_GROUP = "toren"
 
 #: Built-ins register through the same hooks as third-party plugins (llm's DEFAULT_PLUGINS).
 DEFAULT_PLUGINS: dict[str, str] = {"scripted": "toren.default_plugins.scripted"}
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -36,13 +39,18 @@ class PluginInfo:
     tools: list[str] = field(default_factory=list)
     channels: list[str] = field(default_factory=list)
     default: bool = False
+    #: Why the plugin registered nothing on this machine (``PluginUnavailable``), if it did not.
+    unavailable: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "name": self.name, "distribution": self.distribution, "version": self.version,
             "default": self.default, "hooks": self.hooks, "models": self.models,
             "tools": self.tools, "channels": self.channels,
         }
+        if self.unavailable is not None:
+            data["unavailable"] = self.unavailable
+        return data
 
 
 class PluginHost:
@@ -58,6 +66,8 @@ class PluginHost:
         self.info: dict[str, PluginInfo] = {}
         self.providers: dict[str, ModelProvider] = {}
         self.tools: dict[str, Tool] = {}
+        #: Tool and group names that an unavailable plugin would have registered -> why not.
+        self.unavailable_tools: dict[str, str] = {}
         self.channels: dict[str, Channel] = {}
         self._owner: dict[tuple[str, str], str] = {}
         for name, module_name in DEFAULT_PLUGINS.items():
@@ -138,6 +148,11 @@ class PluginHost:
         """Call one hook implementation; its failures name the plugin and the hook."""
         try:
             impl.function(**arguments)
+        except PluginUnavailable as exc:
+            self.info[impl.plugin_name].unavailable = exc.message
+            self.unavailable_tools.update(dict.fromkeys(exc.names, exc.message))
+            log.warning("plugin %s is unavailable: %s", self._describe(impl.plugin_name),
+                        exc.message)
         except TorenError:
             raise
         except Exception as exc:
@@ -159,6 +174,12 @@ class PluginHost:
             )
         self._owner[(kind, key)] = plugin
 
+    def _claim_group(self, group: str, plugin: str) -> None:
+        """A tool group belongs to the first plugin that registers a tool in it."""
+        owner = self._owner.setdefault(("tool group", group), plugin)
+        if owner != plugin:
+            self._claim("tool group", group, plugin)  # raises, naming both plugins
+
     def _describe(self, plugin: str) -> str:
         info = self.info[plugin]
         return f"{plugin} ({info.distribution} {info.version})"
@@ -174,11 +195,22 @@ class PluginHost:
         return register
 
     def _tool_registrar(self, plugin: str) -> Callable[..., None]:
-        def register(function: Callable[..., Any], name: str | None = None) -> None:
+        def register(function: Callable[..., Any], name: str | None = None,
+                     group: str | None = None) -> None:
             try:
-                tool = tool_from_function(function, source=f"plugin {plugin}", name=name)
+                tool = tool_from_function(function, source=f"plugin {plugin}", name=name,
+                                          group=group)
             except ToolError as exc:
                 raise PluginError(f"plugin {self._describe(plugin)}: {exc.message}") from exc
+            if group is not None and group in self.tools:
+                raise PluginError(f"plugin {self._describe(plugin)}: tool group {group!r} has "
+                                  "the name of a tool; tools: in agent.yaml could not tell them "
+                                  "apart")
+            if tool.name in {t.group for t in self.tools.values()}:
+                raise PluginError(f"plugin {self._describe(plugin)}: tool {tool.name!r} has the "
+                                  "name of a tool group")
+            if group is not None:
+                self._claim_group(group, plugin)
             self._claim("tool", tool.name, plugin)
             self.tools[tool.name] = tool
             self.info[plugin].tools.append(tool.name)

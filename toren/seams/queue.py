@@ -89,3 +89,10 @@ class Queue(abc.ABC):
     @abc.abstractmethod
     async def wait(self, timeout_s: float) -> None:
         """Return when a message may be ready (a notification) or after ``timeout_s``."""
+
+    async def depth(self, agents: Sequence[str]) -> dict[str, dict[str, int]] | None:
+        """Messages per agent: ``ready`` (claimable now), ``in_flight`` (claimed by a worker)
+        and ``delayed`` (retries and wake-ups not due yet); ``None`` when the queue cannot
+        count them cheaply. ``GET /healthz`` shows it to trusted callers (the console's
+        fleet page); the default says nothing."""
+        return None

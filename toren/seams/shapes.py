@@ -87,3 +87,34 @@ class OutboxEntry:
     def message(self) -> OutgoingMessage:
         """The message to send (due now: its delay was spent in the outbox)."""
         return OutgoingMessage(self.kind, self.payload)
+
+
+#: The longest ``TextDelta.text``: longer pieces are cut (a piece must fit in one notification,
+#: e.g. Postgres NOTIFY's 8000 bytes, even with every character escaped in JSON).
+TEXT_DELTA_MAX_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of a model's text as it is generated, for live watchers only: never written to
+    the event log (the durable record is the completed call's ``ModelCallCompleted``), so a
+    watcher may miss some (best-effort) and renders the completed text when that arrives.
+
+    ``task_id`` and ``step`` name the call: the ``ModelCallCompleted`` with the same pair ends
+    it. ``index`` counts the call's pieces from 0, so a watcher can tell a gap.
+    """
+
+    run_id: str
+    task_id: str
+    step: int
+    index: int
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "task_id": self.task_id, "step": self.step,
+                "index": self.index, "text": self.text}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TextDelta:
+        return cls(str(data["run_id"]), str(data["task_id"]), int(data["step"]),
+                   int(data["index"]), str(data["text"]))

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, overload
 
 from toren.errors import ToolError
 from toren.seams.model import ToolSpec
@@ -35,7 +35,9 @@ class Tool:
 
     ``idempotent`` tools may be re-run after a crash left their call without a recorded result;
     non-idempotent ones are surfaced instead (DESIGN.md, durability rule 4).
-    ``source`` says where it came from (a plugin's name or a ``tools.py`` path).
+    ``source`` says where it came from (a plugin's name or a ``tools.py`` path). ``group`` names
+    the set a plugin registered it in (``sandbox``): ``tools: [sandbox]`` in agent.yaml enables
+    every tool of the group.
     """
 
     name: str
@@ -44,6 +46,9 @@ class Tool:
     function: Callable[..., Any]
     idempotent: bool = False
     source: str = ""
+    group: str | None = None
+    #: Each call waits for a person's approval (``@tool(requires_approval=True)``).
+    requires_approval: bool = False
 
     @property
     def spec(self) -> ToolSpec:
@@ -58,17 +63,33 @@ class Tool:
         return cls(self.parameters)
 
 
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+@overload
+def tool(function: _Function, *, name: str | None = None, description: str | None = None,
+         idempotent: bool = False) -> _Function: ...
+
+
+@overload
+def tool(function: None = None, *, name: str | None = None, description: str | None = None,
+         idempotent: bool = False) -> Callable[[_Function], _Function]: ...
+
+
 def tool(
     function: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
     description: str | None = None,
     idempotent: bool = False,
+    requires_approval: bool = False,
 ) -> Any:
     """Mark a function as a tool and set options: ``@tool`` or ``@tool(idempotent=True)``.
 
     Undecorated public functions in a crew's ``tools.py`` are tools too; the decorator only adds
-    options such as ``idempotent=True`` or a different ``name``.
+    options such as ``idempotent=True``, a different ``name``, or ``requires_approval=True``
+    (each call waits for a person: see docs/guides/approvals.md; agent.yaml's ``approvals:``
+    can name who may approve and when a request expires).
     """
 
     def mark(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -77,17 +98,19 @@ def tool(
             raise ToolError(f"@tool decorates functions (def or async def), not the {kind} "
                             f"{getattr(func, '__qualname__', None) or _short_repr(func)}")
         setattr(func, TOOL_MARK,
-                {"name": name, "description": description, "idempotent": idempotent})
+                {"name": name, "description": description, "idempotent": idempotent,
+                 "requires_approval": requires_approval})
         return func
 
     return mark(function) if function is not None else mark
 
 
 def tool_from_function(function: Callable[..., Any], *, source: str = "",
-                       name: str | None = None) -> Tool:
+                       name: str | None = None, group: str | None = None) -> Tool:
     """Build a ``Tool`` from a function's signature, type hints and docstring.
 
-    ``name`` overrides both the function's name and a name given to ``@tool``.
+    ``name`` overrides both the function's name and a name given to ``@tool``; ``group`` puts
+    it in a named set of tools that agent.yaml can enable at once.
     """
     options = getattr(function, TOOL_MARK, {})
     name = name or options.get("name") or function.__name__
@@ -105,6 +128,8 @@ def tool_from_function(function: Callable[..., Any], *, source: str = "",
         function=function,
         idempotent=bool(options.get("idempotent")),
         source=source,
+        group=group,
+        requires_approval=bool(options.get("requires_approval")),
     )
 
 

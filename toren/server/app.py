@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from aiohttp import web
@@ -9,12 +10,14 @@ from aiohttp import web
 import toren
 from toren.errors import DatabaseUnavailable
 from toren.schemas import load_schema
-from toren.server import runs, sessions
+from toren.server import approvals, console, runs, schedules, sessions
 from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME, TRUSTED
 from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
 from toren.server.guard import allowed_host_names, browser_guard_middleware
 from toren.server.streams import STREAMS, StreamHub
+
+log = logging.getLogger(__name__)
 
 #: Request bodies larger than this are refused with 413 before they are read.
 MAX_BODY_BYTES = 1024 * 1024
@@ -37,7 +40,8 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
                      auth_middleware(runtime.store, enabled=require_keys)],
         client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
-    app[STREAMS] = StreamHub(runtime.store, max_per_key=runtime.settings.max_streams_per_key)
+    app[STREAMS] = StreamHub(runtime.store, runtime.live,
+                             max_per_key=runtime.settings.max_streams_per_key)
     # live event streams never end by themselves: end them first, so that stopping waits for
     # no open request (aiohttp awaits on_shutdown before it waits for handlers to finish)
     app.on_shutdown.append(_end_streams)
@@ -48,6 +52,9 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     app.router.add_get("/agents/{name}", get_agent)
     runs.routes(app)
     sessions.routes(app)
+    approvals.routes(app)
+    schedules.routes(app)
+    console.routes(app)
     return app
 
 
@@ -84,17 +91,34 @@ async def healthz(request: web.Request) -> web.Response:
     if request.get(TRUSTED):
         body |= {"version": toren.__version__, "database": database, "workers": workers,
                  "versions": versions}
+        queue = await _queue_depth(runtime) if healthy else None
+        if queue is not None:
+            body["queue"] = queue
     if healthy:
         return web.json_response(body)
     return web.json_response(body, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
+async def _queue_depth(runtime: toren.Runtime) -> dict[str, dict[str, int]] | None:
+    """Messages per served agent, or ``None`` if the queue cannot say (or is unreachable)."""
+    if runtime.queue is None:
+        return None
+    try:
+        return await runtime.queue.depth(list(runtime.agents))
+    except Exception as exc:  # health must answer even when the count fails
+        log.debug("could not count the queue: %s", exc)
+        return None
+
+
 async def index(request: web.Request) -> web.Response:
-    """What is served here: where the API is described, and where health is. (The console,
-    a web page, will be served at ``/``; until then this points a browser at the API.)"""
+    """The console (a web page) for a browser (``Accept: text/html``); for anyone else,
+    what is served here: where the API is described, and where health is."""
+    if console.wants_html(request):
+        return console.console_page()
     return web.json_response({
         "name": "toren", "version": toren.__version__,
         "api": "/openapi.json", "health": "/healthz",
+        "console": "/",
         "message": "This is a Toren API server. The API is described at /openapi.json; "
                    "requests other than these need Authorization: Bearer <key> when keys "
                    "are required (see docs/guides/http-api.md).",

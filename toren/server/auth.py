@@ -24,6 +24,13 @@ log = logging.getLogger(__name__)
 #: Paths anyone may read: load balancers probe the first, clients fetch the second. A valid
 #: key is optional on them; ``/healthz`` shows its details only with one.
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/openapi.json"})
+#: Paths under this prefix are public too: the console's scripts and styles (no data).
+PUBLIC_PREFIX = "/console/"
+
+
+def is_public(path: str) -> bool:
+    """Whether ``path`` is served without a key (``PUBLIC_PATHS``, the console's assets)."""
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX)
 #: How long a verified key is trusted without asking the database again; also the longest a
 #: revoked key keeps working on a running server.
 CACHE_TTL_S = 5.0
@@ -175,7 +182,7 @@ def auth_middleware(store: KeyStore, *, enabled: bool = True,
             request[TRUSTED] = request.get(BROWSER_CHECKS_PASSED, True)
             return await handler(request)
         header = request.headers.get("Authorization", "")
-        if request.path in PUBLIC_PATHS:
+        if is_public(request.path):
             # a key is optional here: a valid one shows what only operators should see
             key = await optional_key(header) if header else None
             if key is not None:

@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from yarl import URL
 
-from toren.server.auth import PUBLIC_PATHS, is_loopback
+from toren.server.auth import is_loopback, is_public
 from toren.server.context import BROWSER_CHECKS_PASSED
 from toren.server.errors import json_error
 
@@ -108,7 +108,7 @@ def browser_guard_middleware(*, keys_required: bool,
     async def refuse_cross_site(request: web.Request, handler: Handler) -> web.StreamResponse:
         problem = refusal(request, keys_required=keys_required, allowed_hosts=allowed_hosts)
         request[BROWSER_CHECKS_PASSED] = problem is None
-        if problem is None or request.path in PUBLIC_PATHS:
+        if problem is None or is_public(request.path):
             return await handler(request)
         code, message = problem
         log.info("refused %s %s: %s (Host %r, Origin %r)", request.method, request.path,

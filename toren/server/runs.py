@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -26,6 +27,8 @@ from toren.server.errors import json_error
 from toren.server.streams import event_json, stream_events
 
 log = logging.getLogger(__name__)
+#: A schedule's name as agent.yaml allows it (``$defs.schedule`` of agent.schema.json).
+SCHEDULE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 MAX_PAGE = 200
 #: What the run log stores: integers in JSON of 64 bits (signed or not), event numbers of 32.
 MAX_SEQ = 2**31 - 1
@@ -36,6 +39,7 @@ def routes(app: web.Application) -> None:
     app.router.add_get("/runs", list_runs)
     app.router.add_get("/runs/{run_id}", get_run)
     app.router.add_get("/runs/{run_id}/events", run_events)
+    app.router.add_get("/runs/{run_id}/children", run_children)
     app.router.add_post("/runs/{run_id}/cancel", cancel_run)
 
 
@@ -164,31 +168,45 @@ async def _served_run(request: web.Request) -> RunRecord:
     return record
 
 
-async def list_runs(request: web.Request) -> web.Response:
-    runtime = request.app[RUNTIME]
+def list_filters(request: web.Request, statuses: tuple[str, ...], max_page: int
+                 ) -> tuple[str | None, str | None, int]:
+    """A listing's ``agent`` (404 unless served here), ``status`` (400 unless one of
+    ``statuses``) and ``limit`` (400 unless 1 to ``max_page``; default 50) query parameters."""
     query = request.query
     agent = query.get("agent")
-    if agent is not None and agent not in runtime.agents:
-        return json_error(404, "agent_not_found", f"no agent named {agent!r} is served here")
+    if agent is not None and agent not in request.app[RUNTIME].agents:
+        raise _client_error(web.HTTPNotFound, "agent_not_found",
+                            f"no agent named {agent!r} is served here")
     status = query.get("status")
-    if status is not None and status not in ev.RUN_STATUSES:
-        return json_error(400, "invalid_status",
-                          f"status must be one of {', '.join(ev.RUN_STATUSES)}")
-    kind = query.get("kind")
-    if kind is not None and kind not in ("run", "session"):
-        return json_error(400, "invalid_kind", "kind must be run or session")
+    if status is not None and status not in statuses:
+        raise _bad_request("invalid_status", f"status must be one of {', '.join(statuses)}")
     try:
         limit = int(query.get("limit", "50"))
     except ValueError:
-        return json_error(400, "invalid_limit", "limit must be an integer")
-    if not 1 <= limit <= MAX_PAGE:
-        return json_error(400, "invalid_limit", f"limit must be between 1 and {MAX_PAGE}")
+        raise _bad_request("invalid_limit", "limit must be an integer") from None
+    if not 1 <= limit <= max_page:
+        raise _bad_request("invalid_limit", f"limit must be between 1 and {max_page}")
+    return agent, status, limit
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    query = request.query
+    agent, status, limit = list_filters(request, ev.RUN_STATUSES, MAX_PAGE)
+    kind = query.get("kind")
+    if kind is not None and kind not in ("run", "session"):
+        return json_error(400, "invalid_kind", "kind must be run or session")
+    schedule = query.get("schedule")
+    if schedule is not None and not SCHEDULE_NAME.match(schedule):
+        return json_error(400, "invalid_schedule", "schedule must be a schedule's name: "
+                          "lowercase letters, digits, - and _, starting with a letter")
     before = decode_page_cursor(query.get("cursor"))
-    if before is not None and not _is_uuid(before[1]):
+    if before is not None and not is_uuid(before[1]):
         raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
                             "Toren returned")
     runs = await runtime.store.list_runs(agent=agent, status=status, limit=limit + 1,
-                                         agents=list(runtime.agents), before=before, kind=kind)
+                                         agents=list(runtime.agents), before=before, kind=kind,
+                                         schedule=schedule)
     page, more = runs[:limit], len(runs) > limit
     next_cursor = None
     if more and page and page[-1].created_at is not None:
@@ -203,10 +221,19 @@ async def get_run(request: web.Request) -> web.Response:
     receipt = await runtime.receipt(record.id)
     totals = receipt["totals"]
     return web.json_response(record.to_json() | {
-        "why": receipt["why"],
+        "why": receipt["why"], "budget": receipt["budget"],
         "totals": {key: totals[key] for key in ("model_calls", "tool_calls", "input_tokens",
                                                 "output_tokens", "cost_usd",
-                                                "cost_unknown_calls", "retries")}})
+                                                "cost_unknown_calls", "retries",
+                                                "peer_cost_usd")},
+        "pending_approvals": await runtime.pending_approvals(record.id)})
+
+
+async def run_children(request: web.Request) -> web.Response:
+    """The runs a run's tasks started (peer calls, background runs), of any agent."""
+    record = await _served_run(request)
+    children = await request.app[RUNTIME].children(record.id)
+    return web.json_response({"children": [child.to_json() for child in children]})
 
 
 async def cancel_run(request: web.Request) -> web.Response:
@@ -223,7 +250,7 @@ async def cancel_run(request: web.Request) -> web.Response:
     return web.json_response(cancelled.to_json())
 
 
-def _is_uuid(text: str) -> bool:
+def is_uuid(text: str) -> bool:
     try:
         uuid.UUID(text)
     except ValueError:

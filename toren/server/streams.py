@@ -9,7 +9,7 @@ import json
 import logging
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +18,8 @@ from toren.core import events as ev
 from toren.core.events import Event
 from toren.core.runs import RunRecord
 from toren.errors import RunNotFound
+from toren.host.live import LiveOrder, LiveTextHub
+from toren.seams.shapes import TextDelta
 from toren.seams.store import RunReader
 from toren.server.auth import API_KEY, KEY_CHECK, KeyCheck
 from toren.server.cursors import encode_event_cursor
@@ -53,16 +55,32 @@ class ClientGone(Exception):
 
 
 class StreamSlot:
-    """One open stream: the event its run's notices set."""
+    """One open stream: woken by its run's notices (``notice``) and, in between, by pieces of
+    its run's model text (``text``)."""
 
     def __init__(self, hub: StreamHub, run_id: str) -> None:
         self.hub = hub
         self.run_id = run_id
-        self.wake = asyncio.Event()
+        self.signal = asyncio.Event()
+        self.noticed = False
+        self.text_waiting = False
 
-    async def wait(self, timeout_s: float, request: web.Request) -> bool:
-        """Wait for a notice (``True``) or ``timeout_s`` (``False``); ``ClientGone`` as soon as
-        the client has disconnected (checked every ``SSE_CLIENT_CHECK_S``, in memory)."""
+    def notice(self) -> None:
+        """The run may have new events."""
+        self.noticed = True
+        self.signal.set()
+
+    def text(self) -> None:
+        """Pieces of the run's model text are waiting."""
+        self.text_waiting = True
+        self.signal.set()
+
+    async def wait(self, timeout_s: float, request: web.Request,
+                   write_text: Callable[[], Awaitable[bool]] | None = None) -> bool:
+        """Wait for a notice (``True``) or ``timeout_s`` (``False``), calling ``write_text``
+        whenever model text is waiting meanwhile (``True`` when it says the run's events must
+        be read first); ``ClientGone`` as soon as the client has disconnected (checked every
+        ``SSE_CLIENT_CHECK_S``, in memory)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
@@ -71,14 +89,20 @@ class StreamSlot:
                 return False
             try:
                 async with asyncio.timeout(min(remaining, SSE_CLIENT_CHECK_S)):
-                    await self.wake.wait()
+                    await self.signal.wait()
             except TimeoutError:
                 transport = request.transport
                 if transport is None or transport.is_closing():
                     raise ClientGone from None
                 continue
-            self.wake.clear()
-            return True
+            self.signal.clear()
+            if self.text_waiting:
+                self.text_waiting = False
+                if write_text is not None and await write_text():
+                    self.noticed = True
+            if self.noticed:
+                self.noticed = False
+                return True
 
 
 class StreamHub:
@@ -90,8 +114,10 @@ class StreamHub:
     ``open`` counts streams per API key (``max_per_key``); ``close`` ends them all at shutdown.
     """
 
-    def __init__(self, store: RunReader, *, max_per_key: int) -> None:
+    def __init__(self, store: RunReader, live: LiveTextHub, *, max_per_key: int) -> None:
         self.store = store
+        #: Pieces of model text as they are generated (``text_delta`` events between events).
+        self.live = live
         self.max_per_key = max_per_key
         self.closing = False
         self._slots: dict[str, set[StreamSlot]] = {}
@@ -124,7 +150,7 @@ class StreamHub:
     def _wake_all(self) -> None:
         for slots in self._slots.values():
             for slot in slots:
-                slot.wake.set()
+                slot.notice()
 
     async def _watch(self) -> None:
         while True:
@@ -141,7 +167,7 @@ class StreamHub:
                 continue
             for run_id in found:
                 for slot in self._slots.get(run_id, ()):
-                    slot.wake.set()
+                    slot.notice()
 
     async def close(self) -> None:
         """End every open stream (each sends a comment saying why, then closes) and stop
@@ -164,6 +190,11 @@ def event_json(event: Event, cursor: str) -> dict[str, Any]:
     return event.to_json() | {"cursor": cursor}
 
 
+def _text_frame(piece: TextDelta) -> str:
+    """A piece of model text as an SSE event without ``id:`` (it is never replayed)."""
+    return f"event: text_delta\ndata: {json.dumps(piece.to_json(), ensure_ascii=False)}\n\n"
+
+
 def too_many_streams(hub: StreamHub, keyed: bool) -> web.Response:
     whose = "this API key has" if keyed else "this server has"
     response = json_error(
@@ -178,20 +209,29 @@ def too_many_streams(hub: StreamHub, keyed: bool) -> web.Response:
 async def stream_events(request: web.Request, store: RunReader, record: RunRecord,
                         position: dict[str, int]) -> web.StreamResponse:
     """Server-Sent Events: every event once, in order, each with an ``id:`` a client sends
-    back as ``Last-Event-ID`` to continue exactly where it left; comments as heartbeats; an
-    ``end`` event when the run has ended; an ``error`` event when the stream's API key was
+    back as ``Last-Event-ID`` to continue exactly where it left; comments as heartbeats;
+    ``text_delta`` events (no ``id:``, best-effort, never replayed) with pieces of a model's
+    text as it is generated, before that call's ``ModelCallCompleted``; an ``end`` event
+    when the run has ended; an ``error`` event when the stream's API key was
     revoked; a comment when the server shuts down. 429 over the per-key cap."""
     hub = request.app[STREAMS]
     key = request.get(API_KEY)
     with hub.open(record.id, key.id if key is not None else "") as slot:
         if slot is None:
             return too_many_streams(hub, key is not None)
+        with hub.live.watch(record.id, slot.text) as pieces:
+            return await _respond(request, store, record, position, slot, pieces)
+
+
+async def _respond(request: web.Request, store: RunReader, record: RunRecord,
+                   position: dict[str, int], slot: StreamSlot,
+                   pieces: asyncio.Queue[TextDelta]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache",
                                                "X-Accel-Buffering": "no"})
         try:
             await response.prepare(request)
-            await _pump(request, response, slot, store, record, position)
+            await _pump(request, response, slot, store, record, position, pieces)
             await response.write_eof()
         except (ConnectionResetError, ClientGone):
             # a client going away is how streams usually end
@@ -200,11 +240,30 @@ async def stream_events(request: web.Request, store: RunReader, record: RunRecor
 
 
 async def _pump(request: web.Request, response: web.StreamResponse, slot: StreamSlot,
-                store: RunReader, record: RunRecord, position: dict[str, int]) -> None:
+                store: RunReader, record: RunRecord, position: dict[str, int],
+                pieces: asyncio.Queue[TextDelta]) -> None:
     loop = asyncio.get_running_loop()
     hub = slot.hub
-    key_check = request.get(KEY_CHECK)
+    order = LiveOrder()  # pieces go after the events before them, never after their call
     last_write = next_key_check = loop.time()
+
+    async def write_text() -> bool:
+        """Write the pieces waiting; whether one waits for its call's start to be read."""
+        nonlocal last_write
+        frames = []
+        held = False
+        while not pieces.empty():
+            piece = pieces.get_nowait()
+            admitted = order.admit(piece)
+            if admitted == "now":
+                frames.append(_text_frame(piece))
+            held = held or admitted == "held"
+        if frames:
+            await response.write("".join(frames).encode())
+            last_write = loop.time()
+        return held
+
+    key_check = request.get(KEY_CHECK)
     failing_since: float | None = None
     full_read = True  # the run's row and its new events; else only a look for new events
     while True:
@@ -229,7 +288,7 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
                 # end without an `end` event: the client reconnects with Last-Event-ID
                 log.warning("ending the event stream of run %s: %s", record.id, exc)
                 return
-            await slot.wait(SSE_RETRY_S, request)
+            await slot.wait(SSE_RETRY_S, request, write_text)
             full_read = True
             continue
         failing_since = None
@@ -238,8 +297,9 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
                 position[event.stream] = max(position.get(event.stream, 0), event.seq)
                 cursor = encode_event_cursor(position)
                 payload = json.dumps(event_json(event, cursor), default=str)
+                released = "".join(_text_frame(piece) for piece in order.saw(event))
                 await response.write(f"id: {cursor}\nevent: {event.type}\ndata: {payload}\n\n"
-                                     .encode())
+                                     f"{released}".encode())
                 last_write = loop.time()
             if current.status in ev.TERMINAL_STATUSES:
                 end = json.dumps({"status": current.status,
@@ -261,7 +321,7 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
                      last_write + SSE_HEARTBEAT_S - now)
         if key_check is not None:
             wait_s = min(wait_s, next_key_check - now)
-        full_read = await slot.wait(max(wait_s, 0.0), request)
+        full_read = await slot.wait(max(wait_s, 0.0), request, write_text)
 
 
 async def _key_revoked(key_check: KeyCheck, record: RunRecord) -> bool:

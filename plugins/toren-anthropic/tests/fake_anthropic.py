@@ -16,7 +16,9 @@ import argparse
 import asyncio
 import itertools
 import json
+import re
 import signal
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -161,12 +163,17 @@ class FakeAnthropic:
         models_reply: if set, what ``GET /v1/models`` answers to a request with a valid key
             (an outage: ``server_error()``; a gateway without the list: a 404).
         models_delay: seconds to wait before each ``/v1/models`` answer (a hung API).
+        stream_delay: seconds between the deltas of a streamed answer.
     """
 
     def __init__(self, script: Sequence[ScriptItem] = (), *, responder: Responder | None = None,
                  delay: float = 0.0, api_key: str | None = None,
-                 models_reply: Reply | None = None, models_delay: float = 0.0) -> None:
+                 models_reply: Reply | None = None, models_delay: float = 0.0,
+                 stream_delay: float = 0.0) -> None:
         self.script = list(script)
+        self.stream_delay = stream_delay
+        #: ``time.monotonic()`` of each streamed delta as it was written.
+        self.deltas_sent_at: list[float] = []
         self.models_reply = models_reply
         self.models_delay = models_delay
         self.responder = responder
@@ -230,7 +237,25 @@ class FakeAnthropic:
             reply = invalid(problem) if problem else self._next(body)
         if reply.status == 200 and reply.body.get("model") is None:
             reply = Reply(200, {**reply.body, "model": body["model"]}, reply.headers)
+        if reply.status == 200 and body.get("stream"):
+            return await self._stream(request, reply)
         return web.json_response(reply.body, status=reply.status, headers=reply.headers)
+
+    async def _stream(self, request: web.Request, reply: Reply) -> web.StreamResponse:
+        """The message as the API streams it (server-sent events): ``message_start``, per
+        content block a start, deltas (text a word at a time, tool input in two halves) and a
+        stop, then ``message_delta`` and ``message_stop``; ``stream_delay`` between events."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               **reply.headers})
+        await response.prepare(request)
+        for name, data in stream_events(reply.body):
+            await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            if name == "content_block_delta":
+                self.deltas_sent_at.append(time.monotonic())
+                if self.stream_delay:
+                    await asyncio.sleep(self.stream_delay)
+        await response.write_eof()
+        return response
 
     def _next(self, body: Body) -> Reply:
         if self.script:
@@ -256,6 +281,45 @@ class FakeAnthropic:
 
     async def stats(self, request: web.Request) -> web.Response:
         return web.json_response(dict(self.counts))
+
+
+def stream_events(message_body: Body) -> list[tuple[str, Body]]:
+    """The server-sent events that stream ``message_body`` (a ``Message``'s JSON)."""
+    usage = dict(message_body["usage"])
+    start = {**message_body, "content": [], "stop_reason": None,
+             "usage": {**usage, "output_tokens": 1}}
+    events: list[tuple[str, Body]] = [("message_start", {"type": "message_start",
+                                                         "message": start})]
+    for index, block in enumerate(message_body["content"]):
+        kind = block["type"]
+        deltas: list[Body] = []
+        if kind == "text":
+            opening: Body = {"type": "text", "text": ""}
+            words = re.findall(r"\S*\s+|\S+$", block["text"]) or [""]
+            deltas = [{"type": "text_delta", "text": word} for word in words]
+        elif kind == "tool_use":
+            opening = {**block, "input": {}}
+            raw = json.dumps(block["input"])
+            deltas = [{"type": "input_json_delta", "partial_json": part}
+                      for part in (raw[:len(raw) // 2], raw[len(raw) // 2:])]
+        elif kind == "thinking":
+            opening = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
+                      {"type": "signature_delta", "signature": block.get("signature", "")}]
+        else:
+            opening = block
+        events.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                               "content_block": opening}))
+        events += [("content_block_delta", {"type": "content_block_delta", "index": index,
+                                             "delta": delta}) for delta in deltas]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(("message_delta", {
+        "type": "message_delta",
+        "delta": {"stop_reason": message_body["stop_reason"],
+                  "stop_sequence": message_body.get("stop_sequence")},
+        "usage": {"output_tokens": usage["output_tokens"]}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
 
 
 #: The ``fake_anthropic`` fixture: ``await make(script, **options)`` -> a started fake.

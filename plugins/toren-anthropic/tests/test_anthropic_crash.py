@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import psycopg
 import pytest
 
 from toren.core.catalog import validate_event
-from toren.testing import OutputProcess, write_agent_dir
+from toren.testing import OutputProcess, wait_for, write_agent_dir
 
 TOREN = Path(sys.executable).parent / "toren"
 FAKE = Path(__file__).parent / "fake_anthropic.py"
@@ -33,14 +32,6 @@ def step(n: int) -> str:
     """Do step number n."""
     return f"step {n} done"
 '''
-
-
-@pytest.fixture
-def processes() -> Iterator[list[OutputProcess]]:
-    started: list[OutputProcess] = []
-    yield started
-    for process in started:
-        process.stop()
 
 
 def clean_env(database_url: str, home: Path) -> dict[str, str]:
@@ -65,23 +56,14 @@ def run_state(database_url: str, run_id: str) -> tuple[str, Any, list[tuple[str,
     return status, output, [(kind, data) for _stream, kind, data in events]
 
 
-def wait_for(predicate: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return predicate()
-
-
 @pytest.mark.slow
 def test_sigkill_mid_run_repays_at_most_the_call_in_flight(
-        database_url: str, tmp_path: Path, processes: list[OutputProcess]) -> None:
+        database_url: str, tmp_path: Path, output_processes: list[OutputProcess]) -> None:
     env = clean_env(database_url, tmp_path / "toren-home")
     server = OutputProcess(
         [sys.executable, str(FAKE), "--tool-steps", str(STEPS), "--delay", "0.3"], env=env,
         stderr_path=tmp_path / "fake.stderr")
-    processes.append(server)
+    output_processes.append(server)
     url = f"http://127.0.0.1:{server.next_json(timeout=30)['port']}"
     directory = write_agent_dir(tmp_path, "crashy-claude", model="anthropic/claude-sonnet-4-6",
                                 baseUrl=url, tools_py=TOOLS)
@@ -95,7 +77,7 @@ def test_sigkill_mid_run_repays_at_most_the_call_in_flight(
     def start_worker(index: int) -> OutputProcess:
         worker = OutputProcess([str(TOREN), "worker", "--dir", str(directory), "--json"],
                                env=env, stderr_path=tmp_path / f"worker-{index}.stderr")
-        processes.append(worker)
+        output_processes.append(worker)
         assert worker.next_json()["event"] == "ready", worker.stderr
         return worker
 

@@ -7,6 +7,7 @@ import logging
 import socket
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import Any
 
 import anthropic
 import fake_anthropic as fake
@@ -236,3 +237,25 @@ def test_the_entry_point_registers_the_provider() -> None:
         "anthropic", ("ANTHROPIC_API_KEY",), True)
     assert host.info["anthropic"].distribution == "toren-anthropic"
     assert host.info["anthropic"].models == ["anthropic/*"]
+
+
+@pytest.mark.parametrize(("reply", "retryable", "reason"), [
+    (fake.overloaded(), True, "overloaded"),
+    (fake.server_error(), True, "server_error"),
+    (fake.rate_limited(1), True, "rate_limited"),
+    (fake.error(404, "not_found_error", "model: claude-nonexistent"), False, "model_not_found"),
+    (fake.unauthorized(), False, "auth"),
+    (fake.invalid("temperature: range"), False, "invalid_request"),
+    (fake.prompt_too_long(), False, "context_window_exceeded"),
+])
+async def test_errors_are_classified_for_fallbacks(fake_anthropic: FakeFactory, reply: Any,
+                                                   retryable: bool, reason: str) -> None:
+    # the kind decides whether the task falls back to the agent's next model (fallbacks:)
+    server = await fake_anthropic([reply])
+    model = AnthropicModel(MODEL, base_url=server.url)
+    try:
+        with pytest.raises(ProviderError) as failed:
+            await model.complete(REQUEST)
+    finally:
+        await model.aclose()
+    assert (failed.value.retryable, failed.value.reason) == (retryable, reason)

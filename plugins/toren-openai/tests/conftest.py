@@ -15,6 +15,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from fake_openai import FakeOpenAI
+from toren_openai.model import OpenAIModel
+from toren_openai.provider import OpenAIProvider
 
 from toren.config import Settings
 from toren.host.runtime import Runtime
@@ -84,3 +86,19 @@ async def start_runtime(database_url: str, tmp_path: Path
     for runtime in reversed(started):
         await runtime.stop()
         await close_models(runtime)
+
+
+@pytest.fixture
+async def make_model() -> AsyncIterator[Callable[..., OpenAIModel]]:
+    """``make_model(model_id, base_url)`` -> an ``OpenAIModel`` closed after the test."""
+    made: list[OpenAIModel] = []
+
+    def make(model_id: str = "openai/gpt-4o-mini", base_url: str | None = None) -> OpenAIModel:
+        model = OpenAIProvider().get_model(model_id, base_url=base_url)
+        assert isinstance(model, OpenAIModel)
+        made.append(model)
+        return model
+
+    yield make
+    for model in made:
+        await model.aclose()

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import time
 import uuid
 from collections import Counter
@@ -89,6 +90,40 @@ def completion(text: str | None = None, tool_calls: Iterable[Mapping[str, Any]] 
     }
 
 
+def completion_chunks(answer: Mapping[str, Any], *, include_usage: bool
+                      ) -> list[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects that stream ``answer`` (a completion): the role,
+    the content a word at a time, each tool call (its arguments in two halves), the finish
+    reason, and the usage when asked for."""
+    if not answer.get("choices"):
+        return [dict(answer)]  # not a completion (a proxy's error): sent as it is
+    choice = answer["choices"][0]
+    message = choice.get("message") or {}
+    base = {"id": answer.get("id", "chatcmpl-fake"), "object": "chat.completion.chunk",
+            "created": answer.get("created", 0), "model": answer.get("model", ""),
+            "system_fingerprint": "fp_fake"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                     "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    for word in re.findall(r"\S*\s+|\S+$", message.get("content") or ""):
+        chunks.append(chunk({"content": word}))
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        arguments = call["function"].get("arguments") or ""
+        chunks.append(chunk({"tool_calls": [{
+            "index": index, "id": call["id"], "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        for part in (arguments[:len(arguments) // 2], arguments[len(arguments) // 2:]):
+            chunks.append(chunk({"tool_calls": [{"index": index,
+                                                 "function": {"arguments": part}}]}))
+    chunks.append(chunk({}, choice.get("finish_reason")))
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": answer.get("usage")})
+    return chunks
+
+
 Answer = dict[str, Any] | Fail
 Responder = Callable[[dict[str, Any]], Answer]
 
@@ -135,14 +170,18 @@ class FakeOpenAI:
             503 for an outage).
         models_delay_s: seconds to wait before each ``GET /v1/models`` answer (a hung server).
         models: ids ``GET /v1/models`` lists.
+        stream_delay_s: seconds between the content chunks of a streamed answer.
     """
 
     def __init__(self, script: Iterable[Answer | Responder] = (), *,
                  responder: Responder = call_each_tool, delay_s: float = 0.0,
                  max_prompt_chars: int | None = None, models_status: int = 200,
                  models: Iterable[str] = ("gpt-4o-mini", "gpt-4o"),
-                 models_delay_s: float = 0.0) -> None:
+                 models_delay_s: float = 0.0, stream_delay_s: float = 0.0) -> None:
         self.script: list[Answer | Responder] = list(script)
+        self.stream_delay_s = stream_delay_s
+        #: ``time.monotonic()`` of each streamed content chunk as it was written.
+        self.first_content_at: list[float] = []
         self.responder = responder
         self.delay_s = delay_s
         self.max_prompt_chars = max_prompt_chars
@@ -203,7 +242,28 @@ class FakeOpenAI:
         if callable(answer):
             answer = answer(body)
         self.statuses.append(answer.status if isinstance(answer, Fail) else 200)
+        if body.get("stream") and not isinstance(answer, Fail):
+            return await self._stream(request, answer, body)
         return self._respond(answer)
+
+    async def _stream(self, request: web.Request, answer: dict[str, Any],
+                      body: dict[str, Any]) -> web.StreamResponse:
+        """``answer`` as OpenAI streams it: ``chat.completion.chunk`` events (``data:`` lines),
+        usage last when ``stream_options.include_usage`` asks, then ``data: [DONE]``;
+        ``stream_delay_s`` between content chunks."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        for chunk in completion_chunks(answer, include_usage=include_usage):
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            choices = chunk.get("choices") or [{}]
+            if choices[0].get("delta", {}).get("content"):
+                self.first_content_at.append(time.monotonic())
+                if self.stream_delay_s:
+                    await asyncio.sleep(self.stream_delay_s)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def list_models(self, request: web.Request) -> web.Response:
         self.counts[MODELS_PATH] += 1

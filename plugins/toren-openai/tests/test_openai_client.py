@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from fake_openai import CHAT_PATH, MODELS_PATH, Fail, completion, rate_limited, tool_call, usage
-from toren_openai.model import OpenAIModel
-from toren_openai.provider import OpenAIProvider
 
 from toren.errors import ContextWindowExceeded, ProviderError
 from toren.seams.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
@@ -18,22 +15,6 @@ from toren.seams.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
 REQUEST = ModelRequest(model="openai/gpt-4o-mini", system="Be brief.",
                        messages=(Message("user", "2+3?"),),
                        tools=(ToolSpec("add", "Add.", {"type": "object", "properties": {}}),))
-
-
-@pytest.fixture
-async def make_model() -> AsyncIterator[Callable[..., OpenAIModel]]:
-    """``make_model(model_id, base_url)`` -> an ``OpenAIModel`` closed after the test."""
-    made: list[OpenAIModel] = []
-
-    def make(model_id: str = "openai/gpt-4o-mini", base_url: str | None = None) -> OpenAIModel:
-        model = OpenAIProvider().get_model(model_id, base_url=base_url)
-        assert isinstance(model, OpenAIModel)
-        made.append(model)
-        return model
-
-    yield make
-    for model in made:
-        await model.aclose()
 
 
 async def test_a_call_round_trips_through_the_sdk(make_fake: Any, make_model: Any) -> None:
@@ -181,3 +162,33 @@ async def test_preflight_warns_about_a_model_the_server_does_not_list(
     with caplog.at_level(logging.WARNING, logger="toren_openai"):
         await make_model("openai/llama3.1", base_url=fake.url).preflight()
     assert "does not list llama3.1" in caplog.text
+
+
+@pytest.mark.parametrize(("answer", "retryable", "reason"), [
+    (Fail(503, "The engine is currently overloaded, please try again later",
+          type="server_error"), True, "overloaded"),
+    (Fail(500, "The server had an error", type="server_error"), True, "server_error"),
+    (rate_limited("1"), True, "rate_limited"),
+    (Fail(429, "You exceeded your current quota", code="insufficient_quota",
+          type="insufficient_quota"), False, "quota"),
+    (Fail(404, "The model `gpt-9` does not exist", code="model_not_found"), False,
+     "model_not_found"),
+    (Fail(401, "Incorrect API key provided", code="invalid_api_key"), False, "auth"),
+    (Fail(400, "Invalid value for 'temperature'"), False, "invalid_request"),
+])
+async def test_errors_are_classified_for_fallbacks(make_fake: Any, make_model: Any,
+                                                   answer: Fail, retryable: bool,
+                                                   reason: str) -> None:
+    # the kind decides whether the task falls back to the agent's next model (fallbacks:)
+    fake = await make_fake([answer])
+    with pytest.raises(ProviderError) as failed:
+        await make_model(base_url=fake.url).complete(REQUEST)
+    assert (failed.value.retryable, failed.value.reason) == (retryable, reason)
+
+
+async def test_a_context_overflow_is_classified_for_fallbacks(make_fake: Any,
+                                                              make_model: Any) -> None:
+    fake = await make_fake(max_prompt_chars=10)
+    with pytest.raises(ContextWindowExceeded) as failed:
+        await make_model(base_url=fake.url).complete(REQUEST)
+    assert failed.value.reason == "context_window_exceeded"

@@ -11,29 +11,42 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``Guardian`` (``guardian``): the sweep that heals runs with no message;
 - ``KeyStore`` (``keys``): API keys;
 - ``Outbox`` (``outbox``): claims and acknowledgements of the outbox relay;
-- ``PromptStore`` (``prompts``): the text of every system prompt, once per distinct prompt.
+- ``PromptStore`` (``prompts``): the text of every system prompt, once per distinct prompt;
+- ``ToolStateStore`` (``tool_state``): blobs and manifests tools keep beside a run.
+- ``ApprovalStore`` (``approvals``): tool calls waiting for a person, decided once.
+- ``ScheduleStore`` (``schedules``): schedules, and the claim that fires each slot once.
+- ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
+- ``BudgetLedger`` (``budgets``): reservations of model-call cost against run and daily budgets.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
 
 from __future__ import annotations
 
+from toren.seams.store.approvals import ApprovalStore
+from toren.seams.store.budgets import BudgetLedger
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
 from toren.seams.store.lifecycle import StoreLifecycle
+from toren.seams.store.live import LiveText
 from toren.seams.store.migrations import Migrator
 from toren.seams.store.outbox import Outbox
 from toren.seams.store.prompts import PromptStore
 from toren.seams.store.reader import RunReader
 from toren.seams.store.runlog import RunLog
+from toren.seams.store.schedules import ScheduleStore
+from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["Guardian", "KeyStore", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
-           "Store", "StoreLifecycle", "WorkerRegistry"]
+__all__ = ["ApprovalStore", "BudgetLedger", "Guardian", "KeyStore", "LiveText",
+           "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
+           "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
+           "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
-            Outbox, PromptStore):
+            Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
+            BudgetLedger):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

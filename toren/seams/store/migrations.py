@@ -35,3 +35,10 @@ class Migrator(abc.ABC):
     @abc.abstractmethod
     async def registered_agents(self) -> dict[str, str]:
         """Agent name -> schema of every agent ever registered in this database."""
+
+    @abc.abstractmethod
+    async def accepted_callers(self, name: str) -> list[str] | None:
+        """Whom the agent ``name`` accepts cross-agent calls from (its ``acceptsFrom:``, as
+        its fleet registered it at its last start); ``None`` if no agent of that name is
+        registered in this database. Called by the task loop before a peer call or a
+        background run creates the run (``toren.host.children``)."""

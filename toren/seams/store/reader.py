@@ -31,9 +31,17 @@ class RunReader(abc.ABC):
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, agents: Sequence[str] | None = None,
                         before: tuple[datetime, str] | None = None,
-                        kind: str | None = None) -> list[RunRecord]:
-        """Newest runs first, optionally filtered by agent(s), status and kind; ``before`` is
-        the ``(created_at, id)`` of the last run of the previous page (keyset pagination)."""
+                        kind: str | None = None, schedule: str | None = None
+                        ) -> list[RunRecord]:
+        """Newest runs first, optionally filtered by agent(s), status, kind and the schedule
+        that started them; ``before`` is the ``(created_at, id)`` of the last run of the
+        previous page (keyset pagination)."""
+
+    @abc.abstractmethod
+    async def child_runs(self, run_id: str) -> list[RunRecord]:
+        """The runs that ``run_id``'s tasks started (peer calls, background runs), in every
+        registered agent's schema, oldest first. Called by ``Runtime.children`` (``toren jobs
+        show``, ``GET /runs/{id}/children``) and ``Runtime.cancel_run``, which cancels them."""
 
     @abc.abstractmethod
     async def load_events(self, agent: str, run_id: str,

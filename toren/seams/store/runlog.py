@@ -6,7 +6,7 @@ import abc
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from toren.core.runs import RunRecord, RunUpdate
+from toren.core.runs import ChildLink, RunRecord, RunUpdate
 from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
 
 if TYPE_CHECKING:
@@ -31,13 +31,18 @@ class RunLog(abc.ABC):
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
                          messages: Sequence[OutgoingMessage], kind: str = "run",
-                         status: str = "queued") -> tuple[str, bool]:
+                         status: str = "queued",
+                         parent: ChildLink | None = None) -> tuple[str, bool]:
         """Insert the run, its first ``run``-stream events and messages in one transaction.
 
-        Called by ``Runtime.start_run`` and ``Runtime.start_session``. Returns
+        Called by ``Runtime.start_run`` and ``Runtime.start_session``, and by the task loop
+        (through ``toren.host.children``) for a peer call or a background run. Returns
         ``(run_id, created)``; with an ``idempotency_key`` already used for this agent,
         returns the existing run's id and ``False`` and writes nothing. ``kind`` is ``run`` or
-        ``session`` (which starts ``awaiting_input``).
+        ``session`` (which starts ``awaiting_input``). A ``parent`` makes it a child run: when
+        it becomes terminal (finished, cancelled or dead-lettered), a ``task`` message for the
+        parent's agent wakes the parent's task in the same transaction (payload
+        ``child_run_id``), so the wake-up is never lost.
         """
 
     @abc.abstractmethod

@@ -29,11 +29,11 @@ def provider_error(exc: anthropic.AnthropicError, *, model_id: str, endpoint: st
     if isinstance(exc, anthropic.APITimeoutError):
         waited = f" within {timeout_s:g}s ({TIMEOUT_VAR})" if timeout_s else ""
         return ProviderError(f"the Anthropic API at {endpoint} did not answer {model_id}"
-                             f"{waited}", retryable=True)
+                             f"{waited}", retryable=True, reason="timeout")
     if isinstance(exc, anthropic.APIConnectionError):
         cause = one_line(str(exc.__cause__ or exc.message))
         return ProviderError(f"cannot reach the Anthropic API at {endpoint}: {cause}",
-                             retryable=True)
+                             retryable=True, reason="connection")
     if isinstance(exc, anthropic.APIStatusError):
         return status_error(exc, model_id=model_id, endpoint=endpoint)
     return ProviderError(f"the Anthropic SDK failed calling {model_id} at {endpoint}: "
@@ -47,19 +47,33 @@ def status_error(exc: anthropic.APIStatusError, *, model_id: str,
     what = f"Anthropic API {status} {exc.type or 'error'} for {model_id}: {detail}"
     retry_after = retry_after_s(exc.response.headers)
     if status in _RETRYABLE or status >= 500:
-        return ProviderError(what, retryable=True, retry_after_s=retry_after, status=status)
+        return ProviderError(what, retryable=True, retry_after_s=retry_after, status=status,
+                             reason=retryable_reason(exc))
     if status == 413 or (status == 400 and _CONTEXT_OVERFLOW.search(detail)):
         return ContextWindowExceeded(what, status=status)
     if status == 401:
         return ProviderError(f"{what}; {endpoint} rejected the key: set a valid {KEY_VAR}",
-                             status=status)
+                             status=status, reason="auth")
     if status == 403:
         return ProviderError(f"{what}; check that the key in {KEY_VAR} may use {model_id}",
-                             status=status)
+                             status=status, reason="auth")
     if status == 404:
         return ProviderError(f"{what}; check the model id in agent.yaml and the base URL "
-                             f"{endpoint}", status=status)
-    return ProviderError(what, status=status)
+                             f"{endpoint}", status=status, reason="model_not_found")
+    return ProviderError(what, status=status, reason="invalid_request")
+
+
+def retryable_reason(exc: anthropic.APIStatusError) -> str:
+    """The kind of a retryable status: the API says ``overloaded_error`` (HTTP 529) when it has
+    no capacity for the model, which a fallback model may have."""
+    status = exc.status_code
+    if status == 529 or exc.type == "overloaded_error":
+        return "overloaded"
+    if status == 429:
+        return "rate_limited"
+    if status == 408:
+        return "timeout"
+    return "server_error"
 
 
 def api_detail(exc: anthropic.APIStatusError) -> str:

@@ -12,7 +12,7 @@ import logging
 import anthropic
 
 from toren.errors import ProviderError
-from toren.seams.model import Model, ModelRequest, ModelResponse
+from toren.seams.model import Model, ModelRequest, ModelResponse, OnText
 from toren_anthropic import wire
 from toren_anthropic.errors import api_detail, one_line, provider_error
 from toren_anthropic.prices import price_for
@@ -81,6 +81,22 @@ class AnthropicModel(Model):
         try:
             # an explicit timeout also stops the SDK from refusing large max_tokens unstreamed
             message = await client.messages.create(**params, timeout=self.timeout)
+        except anthropic.AnthropicError as exc:
+            raise provider_error(exc, model_id=self.model_id, endpoint=self.endpoint,
+                                 timeout_s=self.timeout_s) from exc
+        return wire.model_response(message, model_id=self.model_id, price=self.price,
+                                   asked=params)
+
+    async def stream(self, request: ModelRequest, on_text: OnText) -> ModelResponse:
+        """The same call through the SDK's streaming API (``messages.stream``): each text
+        delta goes to ``on_text`` as it arrives; the final message is what is recorded."""
+        client = self.client()
+        params = wire.request_params(request, model=self.api_model)
+        try:
+            async with client.messages.stream(**params, timeout=self.timeout) as stream:
+                async for text in stream.text_stream:
+                    on_text(text)
+                message = await stream.get_final_message()
         except anthropic.AnthropicError as exc:
             raise provider_error(exc, model_id=self.model_id, endpoint=self.endpoint,
                                  timeout_s=self.timeout_s) from exc

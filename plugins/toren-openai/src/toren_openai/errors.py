@@ -20,6 +20,7 @@ MAX_RETRY_AFTER_S = 86_400.0
 _CONTEXT_WORDS = re.compile(
     r"context[ _-]?(length|window|size)|maximum context|prompt is too long|too many tokens|"
     r"exceeds? the (available )?context", re.IGNORECASE)
+_OVERLOADED = re.compile(r"overloaded|over capacity|no capacity", re.IGNORECASE)
 _REJECTED_WORDS = re.compile(
     r"unsupported|not supported|unrecognized|extra (inputs|fields)|not permitted", re.IGNORECASE)
 
@@ -34,12 +35,13 @@ def translate(exc: openai.OpenAIError, *, model_id: str, endpoint: str) -> Provi
     """
     if isinstance(exc, openai.APITimeoutError):
         return ProviderError(f"{model_id}: no answer from {endpoint} within the timeout "
-                             "(TOREN_OPENAI_TIMEOUT); will retry", retryable=True)
+                             "(TOREN_OPENAI_TIMEOUT); will retry", retryable=True,
+                             reason="timeout")
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         why = f": {cause}" if cause and str(cause) else ""
         return ProviderError(f"{model_id}: cannot connect to {endpoint}{why}; will retry",
-                             retryable=True)
+                             retryable=True, reason="connection")
     if not isinstance(exc, openai.APIStatusError):
         return ProviderError(f"{model_id}: {exc}")
     status = exc.status_code
@@ -51,24 +53,38 @@ def translate(exc: openai.OpenAIError, *, model_id: str, endpoint: str) -> Provi
             return ProviderError(
                 f"{model_id}: the account of OPENAI_API_KEY has no quota left ({said}: "
                 f"{message}); this does not pass by retrying: check the plan and billing",
-                status=status)
+                status=status, reason="quota")
         return ProviderError(f"{model_id}: rate limited ({said}: {message})", retryable=True,
-                             retry_after_s=retry_after(exc.response.headers), status=status)
+                             retry_after_s=retry_after(exc.response.headers), status=status,
+                             reason="rate_limited")
     if status >= 500 or status in (408, 409):
         return ProviderError(f"{model_id}: {said}: {message}", retryable=True,
-                             retry_after_s=retry_after(exc.response.headers), status=status)
+                             retry_after_s=retry_after(exc.response.headers), status=status,
+                             reason=_retryable_reason(status, code, message))
     if status in (400, 413) and is_context_overflow(exc):
         return ContextWindowExceeded(f"{model_id}: the request does not fit the context window "
                                      f"({said}: {message})", status=status)
     if status in (401, 403):
         return ProviderError(f"{model_id}: {said}: {message}. Check OPENAI_API_KEY (and that "
                              f"its project may use {model_id.partition('/')[2]})",
-                             status=status)
+                             status=status, reason="auth")
     if status == 404:
         return ProviderError(f"{model_id}: not found at {endpoint} ({said}: {message}); check "
                              "the model name and the base URL (baseUrl / OPENAI_BASE_URL, which "
-                             "usually ends in /v1)", status=status)
-    return ProviderError(f"{model_id}: {said}: {message}", status=status)
+                             "usually ends in /v1)", status=status, reason="model_not_found")
+    return ProviderError(f"{model_id}: {said}: {message}", status=status,
+                         reason="invalid_request")
+
+
+def _retryable_reason(status: int, code: str | None, message: str) -> str:
+    """``overloaded`` when the server says it has no capacity (OpenAI answers 503 "The engine
+    is currently overloaded"; compatible servers say so in words), which a fallback model may
+    have; ``timeout`` for 408; else ``server_error``."""
+    if status == 408:
+        return "timeout"
+    if (code or "").lower() in ("overloaded", "server_overloaded") or _OVERLOADED.search(message):
+        return "overloaded"
+    return "server_error"
 
 
 def error_code(exc: openai.APIStatusError) -> str | None:

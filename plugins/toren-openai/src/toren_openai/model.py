@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import Any
 
 import openai
 
 from toren.errors import ProviderError
-from toren.seams.model import Model, ModelRequest, ModelResponse
+from toren.seams.model import Model, ModelRequest, ModelResponse, OnText
 from toren_openai import errors, prices, wire
 from toren_openai.provider import (
     BASE_URL_VAR,
@@ -59,6 +60,9 @@ class OpenAIModel(Model):
         #: rejects the one sent gets the other from then on.
         self.token_field = (wire.MAX_COMPLETION_TOKENS if is_openai_endpoint(base_url)
                             else wire.MAX_TOKENS)
+        #: Whether to ask for usage in a stream's last chunk (a server that rejects
+        #: ``stream_options`` is asked without it from then on).
+        self.stream_usage = True
         self._client: openai.AsyncOpenAI | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -86,22 +90,56 @@ class OpenAIModel(Model):
         client = self.client()
         params = wire.chat_request(request, self.model_name, token_field=self.token_field)
         try:
+            completion = await self._create_adapting(client, params)
+        except openai.OpenAIError as exc:
+            raise errors.translate(exc, model_id=self.model_id, endpoint=self.endpoint) from exc
+        return wire.model_response(completion.to_dict(warnings=False), self.model_id)
+
+    async def stream(self, request: ModelRequest, on_text: OnText) -> ModelResponse:
+        """The same call streamed (``stream=True``, usage in the last chunk): each text delta
+        goes to ``on_text`` as it arrives; the chunks put together are what is recorded."""
+        client = self.client()
+        params = wire.chat_request(request, self.model_name, token_field=self.token_field)
+        params |= {"stream": True}
+        if self.stream_usage:
+            params["stream_options"] = {"include_usage": True}
+        streamed = wire.StreamedCompletion()
+        try:
+            chunks = await self._create_adapting(client, params)
+            async for chunk in chunks:
+                text = streamed.add(chunk.to_dict(warnings=False))
+                if text:
+                    on_text(text)
+        except openai.OpenAIError as exc:
+            raise errors.translate(exc, model_id=self.model_id, endpoint=self.endpoint) from exc
+        return wire.model_response(streamed.completion(), self.model_id)
+
+    async def _create_adapting(self, client: openai.AsyncOpenAI, params: dict[str, Any]
+                               ) -> Any:
+        """``chat.completions.create``; a 400 rejecting the output-limit field or
+        ``stream_options`` (costing nothing) switches the field or drops the option, and asks
+        again, remembering it for later calls."""
+        switched = False
+        while True:
             try:
-                completion = await client.chat.completions.create(**params)
+                return await client.chat.completions.create(**params)
             except openai.APIStatusError as exc:
-                if not errors.rejects_parameter(exc, self.token_field):
+                if "stream_options" in params and errors.rejects_parameter(exc,
+                                                                           "stream_options"):
+                    log.info("%s rejects stream_options; streaming without usage",
+                             self.endpoint)
+                    del params["stream_options"]
+                    self.stream_usage = False
+                    continue
+                if switched or not errors.rejects_parameter(exc, self.token_field):
                     raise
-                # A 400 costs nothing: switch the output-limit field and ask again, once.
                 other = (wire.MAX_TOKENS if self.token_field == wire.MAX_COMPLETION_TOKENS
                          else wire.MAX_COMPLETION_TOKENS)
                 log.info("%s rejects %s; using %s instead", self.endpoint, self.token_field,
                          other)
                 params[other] = params.pop(self.token_field)
                 self.token_field = other
-                completion = await client.chat.completions.create(**params)
-        except openai.OpenAIError as exc:
-            raise errors.translate(exc, model_id=self.model_id, endpoint=self.endpoint) from exc
-        return wire.model_response(completion.to_dict(warnings=False), self.model_id)
+                switched = True
 
     async def preflight(self) -> None:
         """``GET /models`` with the configured key, within ``PREFLIGHT_TIMEOUT_S`` and without

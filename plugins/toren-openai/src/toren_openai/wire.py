@@ -168,3 +168,61 @@ def _json_type(value: Any) -> str:
 
 def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+class StreamedCompletion:
+    """A streamed completion put back together: ``add`` each chunk's JSON (it returns the
+    chunk's text, if any); ``completion()`` is the completion's JSON as ``model_response``
+    reads it. Tool call arguments arrive in fragments keyed by the call's index."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Mapping[str, Any] | None = None
+        self.chunks = 0
+
+    def add(self, chunk: Mapping[str, Any]) -> str:
+        self.chunks += 1
+        if isinstance(chunk.get("usage"), Mapping):
+            self.usage = chunk["usage"]  # the last chunk, with stream_options.include_usage
+        said = ""
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                said += delta["content"]
+            if isinstance(delta.get("refusal"), str):
+                self.refusal.append(delta["refusal"])
+            for fragment in delta.get("tool_calls") or ():
+                self._add_call(fragment)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        if said:
+            self.text.append(said)
+        return said
+
+    def _add_call(self, fragment: Mapping[str, Any]) -> None:
+        entry = self.calls.setdefault(int(fragment.get("index") or 0), {
+            "id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if fragment.get("id"):
+            entry["id"] = fragment["id"]
+        function = fragment.get("function") or {}
+        if function.get("name") and not entry["function"]["name"]:
+            entry["function"]["name"] = function["name"]
+        if function.get("arguments"):
+            entry["function"]["arguments"] += function["arguments"]
+
+    def completion(self) -> dict[str, Any]:
+        if not self.chunks:
+            return {}
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": "".join(self.text) if self.text else None,
+                                   "refusal": "".join(self.refusal) or None}
+        if self.calls:
+            message["tool_calls"] = [self.calls[index] for index in sorted(self.calls)]
+        return {"choices": [{"index": 0, "message": message,
+                             "finish_reason": self.finish_reason}],
+                "usage": self.usage}

@@ -159,7 +159,8 @@ async def register_agents(conn: psycopg.AsyncConnection, agents: Sequence[AgentS
     for agent in agents:
         await conn.execute(query("register_agent"), {
             "schema_name": agent.schema_name, "name": agent.name,
-            "directory": str(agent.directory), "model": agent.model})
+            "directory": str(agent.directory), "model": agent.model,
+            "accepts_from": list(getattr(agent, "accepts_from", ()))})
 
 
 def render(migrations: Sequence[Migration]) -> str:
@@ -198,3 +199,11 @@ class PostgresMigrator(PostgresConnection, Migrator):
 
     async def registered_agents(self) -> dict[str, str]:
         return await registered_agents(self.pool)
+
+    async def accepted_callers(self, name: str) -> list[str] | None:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(query("agent_consent"), {"name": name})
+            row = await cursor.fetchone()
+        if row is None:
+            return None
+        return list(row[0] or [])

@@ -42,21 +42,29 @@ class QueueNotifications:
         self._wakeup.clear()
 
     async def _listen(self) -> None:
-        delay = 0.5
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(self._url(), autocommit=True)
-                async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    delay = 0.5
-                    self._wakeup.set()  # messages may have arrived while we were not listening
-                    async for _ in conn.notifies():
-                        self._wakeup.set()
-            except asyncio.CancelledError:
-                raise
-            except psycopg.Error as exc:
-                log.warning("%s lost its connection (%s); retrying in %.1fs", self._name, exc,
-                            delay)
-                self._wakeup.set()  # fall back to polling meanwhile
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+        await listen_forever(self._url, CHANNEL, lambda payload: self._wakeup.set(),
+                             self._wakeup.set, self._name)
+
+
+async def listen_forever(url: Callable[[], str], channel: str, deliver: Callable[[str], None],
+                         on_gap: Callable[[], None], name: str) -> None:
+    """LISTEN on ``channel`` over a dedicated connection, handing ``deliver`` each payload,
+    until cancelled; reconnect with backoff when the connection is lost. ``on_gap`` is called
+    when listening starts and when the connection is lost: notifications may have been missed."""
+    delay = 0.5
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(url(), autocommit=True)
+            async with conn:
+                await conn.execute(f"LISTEN {channel}")
+                delay = 0.5
+                on_gap()  # notifications may have come while we were not listening
+                async for notice in conn.notifies():
+                    deliver(notice.payload)
+        except asyncio.CancelledError:
+            raise
+        except psycopg.Error as exc:
+            log.warning("%s lost its connection (%s); retrying in %.1fs", name, exc, delay)
+            on_gap()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)

@@ -29,8 +29,13 @@ def query(name: str) -> str:
 
 @cache
 def agent_query(name: str, schema: str) -> sql.Composed:
-    """A named query with ``{runs}``/``{events}``/``{prompts}`` bound to one agent's schema
+    """A named query with ``{runs}``, ``{events}``, ``{prompts}``, ``{tool_blobs}``,
+    ``{tool_manifests}``, ``{budgets}`` and ``{budget_warnings}`` bound to one agent's schema
     (cached)."""
     return sql.SQL(query(name)).format(
         runs=sql.Identifier(schema, "runs"), events=sql.Identifier(schema, "events"),
-        prompts=sql.Identifier(schema, "prompts"))
+        prompts=sql.Identifier(schema, "prompts"),
+        tool_blobs=sql.Identifier(schema, "tool_blobs"),
+        tool_manifests=sql.Identifier(schema, "tool_manifests"),
+        budgets=sql.Identifier(schema, "budget_reservations"),
+        budget_warnings=sql.Identifier(schema, "budget_warnings"))

@@ -99,6 +99,15 @@ class PostgresQueue(Queue):
                 "agent": agent, "run_id": run_id, "kind": message.kind,
                 "payload": Jsonb(message.payload), "delay_s": message.delay_s})
 
+    async def depth(self, agents: Sequence[str]) -> dict[str, dict[str, int]] | None:
+        async with self.pg_store.pool.connection() as conn:
+            cursor = await conn.execute(query("queue_depth"), {"agents": list(agents)})
+            rows = await cursor.fetchall()
+        found = {agent: {"ready": 0, "in_flight": 0, "delayed": 0} for agent in agents}
+        for agent, ready, in_flight, delayed in rows:
+            found[agent] = {"ready": ready, "in_flight": in_flight, "delayed": delayed}
+        return found
+
 
 def _message(row: tuple) -> QueueMessage:  # type: ignore[type-arg]
     message_id, agent, run_id, kind, payload, attempts = row

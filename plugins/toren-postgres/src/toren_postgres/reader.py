@@ -71,9 +71,10 @@ class PostgresRunReader(PostgresConnection, RunReader):
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, agents: Sequence[str] | None = None,
                         before: tuple[datetime, str] | None = None,
-                        kind: str | None = None) -> list[RunRecord]:
+                        kind: str | None = None, schedule: str | None = None
+                        ) -> list[RunRecord]:
         names = [agent] if agent else list(agents or await registered_agents(self.pool))
-        params = {"status": status, "limit": limit, "kind": kind,
+        params = {"status": status, "limit": limit, "kind": kind, "schedule": schedule,
                   "before_at": before[0] if before else None,
                   "before_id": before[1] if before else None}
         found: list[RunRecord] = []
@@ -86,6 +87,20 @@ class PostgresRunReader(PostgresConnection, RunReader):
         found.sort(key=lambda run: (run.created_at is not None, run.created_at, run.id),
                    reverse=True)
         return found[:limit]
+
+    async def child_runs(self, run_id: str) -> list[RunRecord]:
+        found: list[RunRecord] = []
+        for name in await registered_agents(self.pool):
+            async with (self.pool.connection() as conn,
+                        conn.cursor(row_factory=dict_row) as cursor):
+                try:
+                    await cursor.execute(agent_query("child_runs", schema_name_for(name)),
+                                         {"run_id": run_id})
+                except psycopg.DataError:
+                    return []  # not a UUID
+                found += [_record(name, row) for row in await cursor.fetchall()]
+        found.sort(key=lambda run: (run.created_at is not None, run.created_at, run.id))
+        return found
 
     async def load_events(self, agent: str, run_id: str,
                           after: Mapping[str, int] | None = None) -> list[Event]:

@@ -14,7 +14,7 @@ from psycopg_pool import PoolTimeout
 from toren.agents import schema_name_for
 from toren.core import events as ev
 from toren.core.events import Event, NewEvent
-from toren.core.runs import KEEP, RunRecord, RunUpdate
+from toren.core.runs import KEEP, ChildLink, RunRecord, RunUpdate
 from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled
 from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage
 from toren.seams.store import RunLog
@@ -50,6 +50,21 @@ def _run_update_params(update: RunUpdate | None) -> dict[str, Any]:
     }
 
 
+def create_run_params(agent: str, run_id: str, input: Any, *, idempotency_key: str | None,
+                      events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
+                      kind: str = "run", status: str = "queued",
+                      parent: ChildLink | None = None) -> dict[str, Any]:
+    """The parameters of the ``create_run`` statement (also run by the schedule claim)."""
+    return {"run_id": run_id, "input": Jsonb(input), "idempotency_key": idempotency_key,
+            "events": _events_json(events), "messages": _messages_json(messages),
+            "agent": agent, "kind": kind, "status": status,
+            "parent_agent": parent.agent if parent else None,
+            "parent_run_id": parent.run_id if parent else None,
+            "parent_task": parent.task_id if parent else None,
+            "child_kind": parent.kind if parent else None,
+            "depth": parent.depth if parent else 0}
+
+
 class PostgresRunLog(PostgresConnection, RunLog):
     """The ``RunLog`` of the Postgres store. Its outbox is ``toren_control.queue``: every
     statement that sends messages inserts them there itself, so they commit with it."""
@@ -57,11 +72,12 @@ class PostgresRunLog(PostgresConnection, RunLog):
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
                          messages: Sequence[OutgoingMessage], kind: str = "run",
-                         status: str = "queued") -> tuple[str, bool]:
+                         status: str = "queued",
+                         parent: ChildLink | None = None) -> tuple[str, bool]:
         statement = agent_query("create_run", schema_name_for(agent))
-        params = {"run_id": run_id, "input": Jsonb(input), "idempotency_key": idempotency_key,
-                  "events": _events_json(events), "messages": _messages_json(messages),
-                  "agent": agent, "kind": kind, "status": status}
+        params = create_run_params(agent, run_id, input, idempotency_key=idempotency_key,
+                                   events=events, messages=messages, kind=kind, status=status,
+                                   parent=parent)
         # A concurrent create with the same key may commit after this statement's snapshot:
         # then neither branch returns a row, and a second try sees the winner.
         for _ in range(3):

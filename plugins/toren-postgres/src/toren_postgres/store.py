@@ -4,8 +4,10 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresConnection``): ``PostgresMigrator`` (``migrations``), ``PostgresRunLog`` (``runs``),
 ``PostgresRunReader`` (``reader``), ``PostgresWorkerRegistry`` (``workers``),
 ``PostgresGuardian`` (``guardian``), ``PostgresKeyStore`` (``keys``), ``PostgresOutbox``
-(``outbox``) and ``PostgresPromptStore`` (``prompts``). ``PostgresStore`` is all of them over
-one connection pool.
+(``outbox``), ``PostgresPromptStore`` (``prompts``), ``PostgresToolStateStore``
+(``tool_state``), ``PostgresApprovalStore`` (``approvals``), ``PostgresScheduleStore``
+(``schedules``), ``PostgresLiveText`` (``live_text``) and ``PostgresBudgetLedger``
+(``budgets``). ``PostgresStore`` is all of them over one connection pool.
 """
 
 from __future__ import annotations
@@ -20,13 +22,18 @@ from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
 
 from toren.errors import DatabaseUnavailable
 from toren.seams.store import Store
+from toren_postgres.approvals import PostgresApprovalStore
+from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
+from toren_postgres.live_text import PostgresLiveText
 from toren_postgres.migrations import PostgresMigrator
 from toren_postgres.outbox import PostgresOutbox
 from toren_postgres.prompts import PostgresPromptStore
 from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
+from toren_postgres.schedules import PostgresScheduleStore
+from toren_postgres.tool_state import PostgresToolStateStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 _Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
@@ -77,7 +84,8 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 @_translating_unreachable
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
-                    Store):
+                    PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
+                    PostgresLiveText, PostgresBudgetLedger, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

@@ -24,10 +24,11 @@ INSERT INTO toren_control.migrations (scope, version, name) VALUES (%(scope)s, %
 SELECT name FROM toren_control.agents WHERE schema_name = %(schema_name)s;
 
 -- register_agent --
-INSERT INTO toren_control.agents (schema_name, name, directory, model)
-VALUES (%(schema_name)s, %(name)s, %(directory)s, %(model)s)
+INSERT INTO toren_control.agents (schema_name, name, directory, model, accepts_from)
+VALUES (%(schema_name)s, %(name)s, %(directory)s, %(model)s, %(accepts_from)s)
 ON CONFLICT (schema_name) DO UPDATE
-SET directory = EXCLUDED.directory, model = EXCLUDED.model, updated_at = now()
+SET directory = EXCLUDED.directory, model = EXCLUDED.model,
+    accepts_from = EXCLUDED.accepts_from, updated_at = now()
 WHERE toren_control.agents.name = EXCLUDED.name;
 
 -- server_facts --
@@ -41,8 +42,10 @@ SELECT current_setting('server_version') AS server_version, current_database() A
 -- One statement, one transaction: the run row, its first events, its first messages.
 -- With a repeated idempotency key the INSERT does nothing and neither does anything else.
 WITH run AS (
-    INSERT INTO {runs} (id, kind, status, input, idempotency_key)
-    VALUES (%(run_id)s, %(kind)s, %(status)s, %(input)s, %(idempotency_key)s)
+    INSERT INTO {runs} (id, kind, status, input, idempotency_key, parent_agent, parent_run_id,
+                        parent_task, child_kind, depth)
+    VALUES (%(run_id)s, %(kind)s, %(status)s, %(input)s, %(idempotency_key)s,
+            %(parent_agent)s, %(parent_run_id)s, %(parent_task)s, %(child_kind)s, %(depth)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id
 ), appended AS (
@@ -246,15 +249,29 @@ LIMIT 1;
 
 -- get_run --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
-       finished_at
+       finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind,
+       depth
 FROM {runs} WHERE id = %(run_id)s;
+
+-- child_runs --
+-- The runs a run's tasks started (peer calls and background runs), oldest first.
+SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
+       finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind, depth
+FROM {runs} WHERE parent_run_id = %(run_id)s
+ORDER BY created_at, id;
+
+-- agent_consent --
+-- Whether an agent is registered, and whom it accepts calls from (acceptsFrom:).
+SELECT accepts_from FROM toren_control.agents WHERE name = %(name)s;
 
 -- list_runs --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at,
-       updated_at, finished_at
+       updated_at, finished_at, schedule, parent_agent, parent_run_id::text, parent_task,
+       child_kind, depth
 FROM {runs}
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(schedule)s::text IS NULL OR schedule = %(schedule)s)
   -- keyset pagination: strictly older than the last run of the previous page
   AND (%(before_at)s::timestamptz IS NULL
        OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
@@ -268,6 +285,9 @@ SELECT stream, seq, type, data, created_at FROM {events}
 WHERE run_id = %(run_id)s
   AND seq > COALESCE((%(after)s::jsonb ->> stream)::int, 0)
 ORDER BY created_at, stream, seq;
+
+-- tag_scheduled_run --
+UPDATE {runs} SET schedule = %(schedule)s WHERE id = %(run_id)s;
 
 -- live_workers --
 SELECT id, version, agents, hostname, pid, started_at, heartbeat_at
@@ -480,3 +500,277 @@ WITH renewed AS (
 )
 -- (not this process's own expired rows: one statement must not both update and delete a row)
 DELETE FROM toren_control.watched_runs WHERE expires_at < now() AND watcher <> %(watcher)s;
+
+-- missing_tool_blobs --
+SELECT wanted FROM unnest(%(digests)s::text[]) AS wanted
+WHERE NOT EXISTS (SELECT 1 FROM {tool_blobs} b WHERE b.sha256 = wanted);
+
+-- save_tool_blobs --
+-- Content-addressed: a blob already stored is not written again.
+INSERT INTO {tool_blobs} (sha256, content)
+SELECT * FROM unnest(%(digests)s::text[], %(contents)s::bytea[])
+ON CONFLICT (sha256) DO NOTHING;
+
+-- load_tool_blobs --
+SELECT sha256, content FROM {tool_blobs} WHERE sha256 = ANY(%(digests)s);
+
+-- save_tool_manifest --
+INSERT INTO {tool_manifests} (run_id, scope, seq, parent_seq, step, epoch, call_id, full_state,
+                              entries, removed, total_bytes)
+VALUES (%(run_id)s, %(scope)s, %(seq)s, %(parent_seq)s, %(step)s, %(epoch)s, %(call_id)s,
+        %(full)s, %(entries)s, %(removed)s, %(total_bytes)s);
+
+-- load_tool_manifests --
+-- With headers_only, the entries are left out: a restore reads every header to choose its
+-- state, then the entries of only the manifests on that state's chain.
+SELECT seq, parent_seq, step, epoch, call_id, full_state,
+       CASE WHEN %(headers_only)s THEN jsonb_build_object() ELSE entries END,
+       CASE WHEN %(headers_only)s THEN jsonb_build_array() ELSE removed END, total_bytes
+FROM {tool_manifests}
+WHERE run_id = %(run_id)s AND scope = %(scope)s
+  AND (%(seqs)s::integer[] IS NULL OR seq = ANY(%(seqs)s::integer[]))
+ORDER BY seq;
+
+-- unfinished_runs --
+SELECT id::text FROM {runs}
+WHERE id = ANY(%(run_ids)s::uuid[])
+  AND status NOT IN ('completed', 'stopped', 'failed', 'cancelled');
+-- open_approvals --
+-- The task loop keeps what its log requested (again after a crash: nothing changes then).
+INSERT INTO toren_control.approvals
+    (id, agent, run_id, task_id, call_id, tool, arguments, approvers, wake, expires_at)
+SELECT (r->>'approval_id')::uuid, %(agent)s, %(run_id)s, %(task_id)s, r->>'call_id', r->>'name',
+       r->'arguments', ARRAY(SELECT jsonb_array_elements_text(COALESCE(r->'approvers', '[]'))),
+       %(wake)s, now() + (r->>'expires_after_s')::float8 * interval '1 second'
+FROM jsonb_array_elements(%(requests)s) AS r
+ON CONFLICT (id) DO NOTHING;
+
+-- get_approvals --
+SELECT id, agent, run_id, task_id, call_id, tool, arguments, status, approvers, requested_at,
+       expires_at, decided_by, decided_at, reason, expires_at <= now() AS due
+FROM toren_control.approvals WHERE id = ANY(%(ids)s::uuid[]);
+
+-- list_approvals --
+SELECT id, agent, run_id, task_id, call_id, tool, arguments, status, approvers, requested_at,
+       expires_at, decided_by, decided_at, reason, expires_at <= now() AS due
+FROM toren_control.approvals
+WHERE (%(agents)s::text[] IS NULL OR agent = ANY(%(agents)s))
+  AND (%(agent)s::text IS NULL OR agent = %(agent)s)
+  AND (%(run_id)s::uuid IS NULL OR run_id = %(run_id)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+ORDER BY requested_at DESC, id
+LIMIT %(limit)s;
+
+-- decide_approval --
+-- One statement: the decision (only while pending; approve and deny only before the expiry,
+-- expire only after it), the run back to running if it waits for approval, and the message
+-- that takes the task up again. A pending approval whose run has ended is cancelled instead.
+WITH target AS (
+    SELECT a.id, a.run_id, r.status AS run_status,
+           r.status IN ('completed', 'stopped', 'failed', 'cancelled') AS ended
+    FROM toren_control.approvals a JOIN {runs} r ON r.id = a.run_id
+    WHERE a.id = %(id)s AND a.status = 'pending'
+), decided AS (
+    UPDATE toren_control.approvals a SET
+        status = CASE WHEN target.ended THEN 'cancelled' ELSE %(outcome)s END,
+        decided_by = CASE WHEN target.ended THEN 'toren' ELSE %(decided_by)s END,
+        reason = CASE WHEN target.ended
+                      THEN 'the run ended (' || target.run_status || ') before a decision'
+                      ELSE %(reason)s END,
+        decided_at = now()
+    FROM target
+    -- re-checked on the row as the winner of a race left it (READ COMMITTED re-reads it)
+    WHERE a.id = target.id AND a.status = 'pending' AND (target.ended OR CASE
+        WHEN %(outcome)s = 'expired' THEN a.expires_at <= now()
+        ELSE a.expires_at IS NULL OR a.expires_at > now() END)
+    RETURNING a.agent, a.run_id, a.wake, a.status
+), woken AS (
+    UPDATE {runs} r SET status = 'running', updated_at = now()
+    FROM decided WHERE r.id = decided.run_id AND r.status = 'awaiting_approval'
+), enqueued AS (
+    INSERT INTO toren_control.queue (agent, run_id, kind, payload)
+    SELECT decided.agent, decided.run_id, decided.wake->>'kind', decided.wake->'payload'
+    FROM decided WHERE decided.status <> 'cancelled'
+)
+SELECT status FROM decided;
+
+-- cancel_approvals --
+UPDATE toren_control.approvals
+SET status = 'cancelled', decided_by = 'toren', decided_at = now(),
+    reason = 'the run was cancelled before a decision'
+WHERE run_id = %(run_id)s AND status = 'pending';
+-- Schedules (toren_postgres.schedules). Slot times are computed in Python from the cron
+-- expression, always against the database clock (now()), never a worker's.
+
+-- database_now --
+SELECT now();
+
+-- sync_schedule --
+-- A schedule as agent.yaml has it now. A new or changed timetable (or an entry that comes
+-- back) starts at the next slot computed from now; an unchanged one keeps its next slot.
+-- pause is the operator's, never reset here.
+INSERT INTO toren_control.schedules AS s
+    (agent, name, spec, timezone, input, missed, catchup_limit, next_fire_at, enabled)
+VALUES (%(agent)s, %(name)s, %(cron)s, %(timezone)s, %(input)s, %(missed)s, %(catchup_limit)s,
+        %(next_fire_at)s, true)
+ON CONFLICT (agent, name) DO UPDATE SET
+    spec = EXCLUDED.spec, timezone = EXCLUDED.timezone, input = EXCLUDED.input,
+    missed = EXCLUDED.missed, catchup_limit = EXCLUDED.catchup_limit, enabled = true,
+    updated_at = now(),
+    next_fire_at = CASE WHEN s.spec <> EXCLUDED.spec OR s.timezone <> EXCLUDED.timezone
+                             OR NOT s.enabled
+                        THEN EXCLUDED.next_fire_at ELSE s.next_fire_at END
+WHERE (s.spec, s.timezone, s.input, s.missed, s.catchup_limit, s.enabled)
+      IS DISTINCT FROM (EXCLUDED.spec, EXCLUDED.timezone, EXCLUDED.input, EXCLUDED.missed,
+                        EXCLUDED.catchup_limit, true);
+
+-- retire_schedules --
+-- Entries no longer in agent.yaml stop firing; their row and history stay.
+UPDATE toren_control.schedules SET enabled = false, updated_at = now()
+WHERE agent = %(agent)s AND enabled AND NOT (name = ANY(%(names)s));
+
+-- next_due_schedule --
+-- The idle path of every worker's schedule loop: one index scan. Seconds until the earliest
+-- slot of the agents served (negative: due now), or NULL if none is scheduled.
+-- The first entry of schedules_due_idx per agent: one index probe each, however many schedules.
+SELECT extract(epoch FROM min(s.next_fire_at) - now())::float8
+FROM unnest(%(agents)s::text[]) AS a(agent)
+CROSS JOIN LATERAL (
+    SELECT next_fire_at FROM toren_control.schedules
+    WHERE agent = a.agent AND enabled AND NOT paused
+    ORDER BY next_fire_at LIMIT 1) s;
+
+-- claim_due_schedules --
+-- In the transaction that fires them: the row lock is the claim (other workers skip it), the
+-- schedule_fires key the guarantee.
+SELECT id, agent, name, spec, timezone, input, missed, catchup_limit, next_fire_at, now() AS now
+FROM toren_control.schedules
+WHERE agent = ANY(%(agents)s) AND enabled AND NOT paused AND next_fire_at <= now()
+ORDER BY next_fire_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- lock_schedule --
+SELECT id, agent, name, spec, timezone, input, missed, catchup_limit, next_fire_at, now() AS now,
+       enabled, paused
+FROM toren_control.schedules WHERE agent = %(agent)s AND name = %(name)s
+FOR UPDATE;
+
+-- record_fire --
+INSERT INTO toren_control.schedule_fires (agent, schedule, slot_at, run_id, trigger)
+VALUES (%(agent)s, %(schedule)s, %(slot_at)s, %(run_id)s, %(trigger)s)
+ON CONFLICT DO NOTHING
+RETURNING slot_at;
+
+-- advance_schedule --
+UPDATE toren_control.schedules SET
+    next_fire_at = %(next_fire_at)s,
+    last_fired_at = CASE WHEN %(fired)s THEN now() ELSE last_fired_at END,
+    last_slot_at = COALESCE(%(last_slot_at)s, last_slot_at),
+    skipped_slots = skipped_slots + %(skipped)s
+WHERE id = %(id)s;
+
+-- set_schedule_paused --
+UPDATE toren_control.schedules SET paused = %(paused)s, updated_at = now(),
+    next_fire_at = COALESCE(%(next_fire_at)s, next_fire_at)
+WHERE id = %(id)s;
+
+-- list_schedules --
+SELECT agent, name, spec, timezone, input, missed, catchup_limit, next_fire_at, last_fired_at,
+       last_slot_at, paused, enabled, skipped_slots
+FROM toren_control.schedules
+WHERE agent = ANY(%(agents)s) AND (%(name)s::text IS NULL OR name = %(name)s)
+ORDER BY agent, name;
+
+-- schedule_fires --
+SELECT slot_at, run_id, trigger, fired_at FROM toren_control.schedule_fires
+WHERE agent = %(agent)s AND schedule = %(name)s
+ORDER BY slot_at DESC LIMIT %(limit)s;
+-- publish_text --
+-- Pieces of a model's text for the live event streams of other processes (toren.host.live):
+-- sent only if a server process watches the run (watch_runs); returns how many were sent.
+-- Each payload is distinct (it carries its index), so NOTIFY's folding of identical
+-- payloads within a transaction never drops one.
+SELECT count(*) FROM (
+    SELECT pg_notify('toren_text', p.payload)
+    FROM unnest(%(payloads)s::text[]) AS p(payload)
+    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
+                  WHERE w.run_id = %(run_id)s::uuid AND w.expires_at > now())
+) AS sent;
+
+-- queue_depth --
+-- Messages per agent for GET /healthz (the console's fleet page). A claimed message is hidden
+-- by moving its available_at forward, so it counts as in flight until then.
+SELECT agent,
+       count(*) FILTER (WHERE available_at <= now()) AS ready,
+       count(*) FILTER (WHERE available_at > now() AND claimed_by IS NOT NULL) AS in_flight,
+       count(*) FILTER (WHERE available_at > now() AND claimed_by IS NULL) AS delayed
+FROM toren_control.queue
+WHERE agent = ANY(%(agents)s)
+GROUP BY agent;
+-- budget_lock --
+-- Reservations of one agent are serialised (transaction-scoped; released at commit), so that
+-- the sum each one checks cannot change under it: parallel tasks never over-reserve together.
+SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0));
+
+-- reconcile_budget --
+-- Held reservations whose task lease is gone (the worker died between reserve and settle):
+-- settled at the cost the task's log recorded for that call if its response was recorded, else
+-- charged at the worst case reserved ('expired'; the provider may have billed the call).
+UPDATE {budgets} r
+SET status = CASE WHEN found.cost IS NULL THEN 'expired' ELSE 'settled' END,
+    settled_usd = COALESCE(found.cost, r.reserved_usd), settled_at = now()
+FROM (
+    SELECT h.id,
+           (SELECT (e.data->>'cost_usd')::float8 FROM {events} e
+            WHERE e.run_id = h.run_id AND e.stream = h.stream AND e.type = 'ModelCallCompleted'
+              AND (e.data->>'epoch')::int = h.epoch AND (e.data->>'step')::int = h.step
+              AND COALESCE(e.data->>'purpose', 'step') = h.purpose
+            ORDER BY e.seq DESC LIMIT 1) AS cost
+    FROM {budgets} h
+    WHERE h.status = 'held'
+      AND NOT EXISTS (SELECT 1 FROM toren_control.leases l
+                      WHERE l.run_id = h.run_id AND l.stream = h.stream AND l.epoch = h.epoch
+                        AND l.expires_at > now())
+) found
+WHERE r.id = found.id
+RETURNING r.id;
+
+-- budget_committed --
+-- What the run and the agent's UTC day have committed: settled and expired spend plus held
+-- reservations (released ones cost nothing).
+SELECT
+    COALESCE(sum(CASE status WHEN 'held' THEN reserved_usd WHEN 'released' THEN 0
+                             ELSE settled_usd END)
+             FILTER (WHERE run_id = %(run_id)s), 0) AS run_committed,
+    COALESCE(sum(CASE status WHEN 'held' THEN reserved_usd WHEN 'released' THEN 0
+                             ELSE settled_usd END)
+             FILTER (WHERE day = (now() AT TIME ZONE 'UTC')::date), 0) AS day_committed,
+    COALESCE(sum(reserved_usd) FILTER (WHERE status = 'held' AND run_id = %(run_id)s), 0)
+        AS run_held,
+    count(*) FILTER (WHERE status = 'expired' AND run_id = %(run_id)s) AS run_expired
+FROM {budgets}
+WHERE run_id = %(run_id)s OR day = (now() AT TIME ZONE 'UTC')::date;
+
+-- insert_reservation --
+INSERT INTO {budgets} (run_id, stream, epoch, step, purpose, model, reserved_usd)
+VALUES (%(run_id)s, %(stream)s, %(epoch)s, %(step)s, %(purpose)s, %(model)s, %(amount)s)
+RETURNING id;
+
+-- settle_reservation --
+-- Only a held reservation: one already reconciled (its lease expired first) keeps its charge.
+UPDATE {budgets}
+SET status = CASE WHEN %(cost)s::float8 IS NULL THEN 'released' ELSE 'settled' END,
+    settled_usd = COALESCE(%(cost)s::float8, 0), settled_at = now()
+WHERE id = %(id)s AND status = 'held';
+
+-- budget_warn --
+-- The first reservation of a run (or of a UTC day) past 80 percent of its budget claims the warning;
+-- later ones find it taken and say nothing.
+INSERT INTO {budget_warnings} (scope, key, run_id)
+VALUES (%(scope)s,
+        CASE %(scope)s WHEN 'daily' THEN ((now() AT TIME ZONE 'UTC')::date)::text
+                       ELSE %(run_id)s::text END,
+        %(run_id)s::uuid)
+ON CONFLICT DO NOTHING
+RETURNING scope;

@@ -1,0 +1,143 @@
+"""Live model text: the pieces of a model's text reach watchers while the call is running, in
+this process and (through Postgres NOTIFY) in another one, over the SSE event stream and the
+client; they are never written to the log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp.test_utils import TestServer
+from toren_postgres.store import PostgresStore
+
+from toren.client import TorenClient
+from toren.config import Settings
+from toren.core import events as ev
+from toren.core.catalog import EVENT_TYPES
+from toren.core.events import Event
+from toren.default_plugins.scripted import ScriptedModel, text_pieces
+from toren.host.live import LiveTextHub
+from toren.seams.model import ModelResponse
+from toren.seams.shapes import TEXT_DELTA_MAX_CHARS, TextDelta
+from toren.server.app import create_app
+from toren.testing import write_agent_dir
+
+ANSWER = "Postgres keeps the log; every piece of this answer streams before it is recorded."
+
+
+def slow_model(delay: float = 0.8) -> ScriptedModel:
+    return ScriptedModel(script=[ModelResponse(text=ANSWER)], delay=delay)
+
+
+def test_the_offline_model_streams_its_text_in_word_pieces() -> None:
+    assert text_pieces("one two  three\n") == ["one ", "two  ", "three\n"]
+    assert "".join(text_pieces(ANSWER)) == ANSWER
+    assert text_pieces("") == []
+
+
+async def test_a_runs_text_reaches_a_watcher_in_pieces_before_its_completed_call(
+        make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "talker", model="test/slow")],
+                                 models={"slow": slow_model()})
+    run_id = await runtime.start_run("talker", "hello")
+    seen: list[Event | TextDelta] = [item async for item in runtime.follow_live(run_id)]
+
+    pieces = [item for item in seen if isinstance(item, TextDelta)]
+    completed = [item for item in seen if isinstance(item, Event)
+                 and item.type == ev.MODEL_CALL_COMPLETED]
+    assert len(completed) == 1 and completed[0].data["text"] == ANSWER
+    assert len(pieces) == len(text_pieces(ANSWER)) > 5
+    assert "".join(piece.text for piece in pieces) == ANSWER
+    assert [piece.index for piece in pieces] == list(range(len(pieces)))
+    assert {(piece.task_id, piece.step) for piece in pieces} == {("main", 1)}
+    assert seen.index(pieces[-1]) < seen.index(completed[0])
+    # the log holds the completed call only: no event carries a piece
+    log = await runtime.events(run_id)
+    assert {event.type for event in log} <= set(EVENT_TYPES)
+    assert not any(event.type == ev.MODEL_CALL_COMPLETED and event.data["text"] != ANSWER
+                   for event in log)
+
+
+async def open_store(database_url: str, tmp_path: Path) -> PostgresStore:
+    store = PostgresStore(Settings(database_url=database_url, home=tmp_path / "home",
+                                   load_plugins=()))
+    await store.open()
+    return store
+
+
+async def test_text_crosses_processes_through_notify_for_watched_runs_only(
+        database_url: str, tmp_path: Path, make_runtime) -> None:
+    await make_runtime(dirs=[write_agent_dir(tmp_path, "talker")])  # migrates the database
+    worker_store = await open_store(database_url, tmp_path)
+    server_store = await open_store(database_url, tmp_path)
+    worker, server = LiveTextHub(worker_store), LiveTextHub(server_store)
+    watched, unwatched = str(uuid.uuid4()), str(uuid.uuid4())
+    try:
+        with server.watch(watched) as heard, server.watch(unwatched) as not_heard, \
+                worker.watch(watched) as own:
+            await server_store.wait_for_appends({watched}, 0.1)  # an open SSE stream's watch
+            await asyncio.sleep(0.5)  # the listeners are connected
+            # the longest piece, every character escaped in JSON: still within NOTIFY's limit
+            texts = ["one ", "two ", "\x01" * TEXT_DELTA_MAX_CHARS, "é🙂 end"]
+            for index, text in enumerate(texts):
+                worker.publish(TextDelta(watched, "main", 0, index, text))
+                worker.publish(TextDelta(unwatched, "main", 0, index, text))
+            got = [await asyncio.wait_for(heard.get(), 10) for _ in texts]
+            assert [piece.text for piece in got] == texts
+            await asyncio.sleep(0.5)
+            assert not_heard.empty()
+            # the worker's own watcher had each piece once, in-process (its NOTIFY is skipped)
+            assert [own.get_nowait().text for _ in texts] == texts and own.empty()
+    finally:
+        await worker.close()
+        await server.close()
+        await worker_store.close()
+        await server_store.close()
+
+
+async def sse_frames(url: str, run_id: str) -> list[dict[str, str]]:
+    frames: list[dict[str, str]] = []
+    async with aiohttp.ClientSession() as http, http.get(
+            f"{url}/runs/{run_id}/events", headers={"Accept": "text/event-stream"}) as response:
+        assert response.status == 200
+        frame: dict[str, str] = {}
+        async for raw in response.content:
+            line = raw.decode().rstrip("\n")
+            if not line:
+                if frame:
+                    frames.append(frame)
+                    if frame.get("event") == "end":
+                        return frames
+                frame = {}
+            elif not line.startswith(":"):
+                name, _, value = line.partition(": ")
+                frame[name] = value
+    return frames
+
+
+async def test_the_sse_stream_carries_text_from_a_worker_in_another_runtime(
+        make_runtime, tmp_path: Path) -> None:
+    directory = write_agent_dir(tmp_path, "talker", model="test/slow")
+    await make_runtime(dirs=[directory], models={"slow": slow_model(1.5)})  # the worker
+    api = await make_runtime(dirs=[directory], models={"slow": slow_model()}, workers=False)
+    async with TestServer(create_app(api, require_keys=False)) as server:
+        url = str(server.make_url("")).rstrip("/")
+        run_id = await api.start_run("talker", "hello")
+        frames = await sse_frames(url, run_id)
+        async with TorenClient(url) as client:
+            replayed: list[Any] = [item async for item in client.stream_live(run_id)]
+
+    kinds = [frame["event"] for frame in frames]
+    deltas = [json.loads(f["data"]) for f in frames if f["event"] == "text_delta"]
+    assert deltas, kinds
+    assert all("id" not in f for f in frames if f["event"] == "text_delta")
+    assert "".join(d["text"] for d in deltas) == ANSWER
+    assert kinds.index("text_delta") < kinds.index(ev.MODEL_CALL_COMPLETED)
+    assert max(i for i, k in enumerate(kinds) if k == "text_delta") < kinds.index(
+        ev.MODEL_CALL_COMPLETED)
+    # pieces are never replayed: a stream opened after the run ended has only events
+    assert replayed and all("cursor" in item for item in replayed)

@@ -1,0 +1,67 @@
+"""Approvals: tool calls that wait for a person, and the decisions that let them run (or not)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from toren.core.approvals import ApprovalRecord
+from toren.seams.shapes import OutgoingMessage
+
+if TYPE_CHECKING:
+    from toren.core.events import ApprovalRequested
+
+
+class ApprovalStore(abc.ABC):
+    """Where approvals wait and are decided, once (``docs/guides/approvals.md``).
+
+    The task loop opens the approvals its log requested before it parks; the host API
+    (``Runtime.decide_approval``, behind the CLI and ``POST /approvals/{id}/approve``)
+    decides them; both read them. A decision wakes the parked task in the same transaction.
+    """
+
+    @abc.abstractmethod
+    async def open_approvals(self, agent: str, run_id: str, task_id: str,
+                             requests: Sequence[ApprovalRequested],
+                             wake: OutgoingMessage) -> list[ApprovalRecord]:
+        """Keep each requested approval unless it is kept already; return them all, in the
+        order of ``requests``, as they are now (pending or decided).
+
+        Called by the task loop when a task's only work left is approvals, before it parks
+        (and again each time it is taken up until they are decided). Idempotent: a worker that
+        died after recording the requests opens the same approvals again. ``wake`` is the
+        queue message a decision sends to take the task up again; the expiry of each is its
+        ``expires_after_s`` from the first open, by the database clock.
+        """
+
+    @abc.abstractmethod
+    async def decide_approval(self, approval_id: str, outcome: str, decided_by: str,
+                              reason: str | None) -> tuple[ApprovalRecord, bool] | None:
+        """Decide a pending approval (``approved``, ``denied``, or ``expired`` once its
+        expiry has passed), in one transaction with waking its task: the run becomes
+        ``running`` if it was ``awaiting_approval`` and the task's message is queued.
+
+        Called by ``Runtime.decide_approval`` and by the task loop (for expiry). Returns the
+        approval as it is now and whether this call decided it (``False``: it was decided
+        before, and the record carries that first decision; or it cannot be decided, as when
+        it expired or its run ended). ``None`` when there is no such approval. A pending
+        approval whose run has ended becomes ``cancelled``.
+        """
+
+    @abc.abstractmethod
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        """One approval by id (``None``: none, or the id is no UUID)."""
+
+    @abc.abstractmethod
+    async def list_approvals(self, *, agents: Sequence[str] | None, agent: str | None = None,
+                             run_id: str | None = None, status: str | None = None,
+                             limit: int = 50) -> list[ApprovalRecord]:
+        """Approvals of ``agents`` (the agents served; ``None``: every agent's), newest request
+        first, filtered by
+        agent, run and status. Called by ``GET /approvals`` and ``toren approvals list``."""
+
+    @abc.abstractmethod
+    async def cancel_approvals(self, run_id: str) -> int:
+        """Mark the run's pending approvals ``cancelled`` (its run was cancelled); return
+        how many. Called by ``Runtime.cancel_run``."""

@@ -1,0 +1,33 @@
+"""Live text across processes: pieces of model text published by workers, heard by servers."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Callable, Sequence
+
+
+class LiveText(abc.ABC):  # noqa: B024 - every method has a default (publish and hear nothing)
+    """A best-effort channel for what is never written to the log: the pieces of a model's
+    text as it is generated (``toren.seams.shapes.TextDelta``, encoded by the host).
+
+    The host's live fan-out (``toren.host.live.LiveTextHub``) calls ``publish_text`` from the
+    worker that makes a model call, and runs ``listen_text`` in a server process that has a
+    watcher of a run (an open event stream), so a watcher in another process than the worker
+    sees the text too. Payloads may be lost (a listener reconnecting); readers render the
+    completed call from the log in any case.
+
+    The defaults publish nothing and hear nothing: with a store that cannot notify, only
+    watchers in the worker's own process see text live. The ``postgres`` store uses NOTIFY
+    (each payload must stay under its 8000-byte limit).
+    """
+
+    async def publish_text(self, run_id: str, payloads: Sequence[str]) -> bool:
+        """Send ``payloads`` (in order) to the listeners of other processes if anyone watches
+        ``run_id`` (a live event stream is open); return whether someone did."""
+        return False
+
+    async def listen_text(self, deliver: Callable[[str], None]) -> None:
+        """Call ``deliver`` with every payload published (by any process) until cancelled;
+        reconnect by itself when the connection is lost."""
+        await asyncio.Event().wait()

@@ -1,0 +1,57 @@
+// Fleet: the live workers and their versions (a version other than the server's is
+// highlighted), and the queue's depth per agent; refreshed every three seconds.
+"use strict";
+
+Toren.page({
+  id: "fleet",
+  title: "Fleet",
+  nav: true,
+  order: 90,
+  path: /^\/fleet\/?$/,
+  async render(root, _params, ctx) {
+    const { el, api } = Toren;
+    const summary = el("div", { id: "fleet-summary" });
+    const workers = el("tbody", { id: "workers-body" });
+    const queue = el("tbody", { id: "queue-body" });
+    root.append(el("h1", {}, "Fleet"), summary,
+      el("h2", {}, "Workers"),
+      el("table", { class: "list" }, el("thead", {}, el("tr", {},
+        ["Worker", "Version", "Host", "PID", "Agents", "Started", "Last heartbeat"]
+          .map((h) => el("th", {}, h)))), workers),
+      el("h2", {}, "Queue"),
+      el("table", { class: "list" }, el("thead", {}, el("tr", {},
+        ["Agent", "Ready", "In flight", "Delayed"].map((h) => el("th", {}, h)))), queue));
+    async function refresh() {
+      let health;
+      try {
+        health = await api("GET", "/healthz");
+      } catch (error) {
+        if (!(error instanceof Toren.ApiError) || error.status !== 503) throw error;
+        health = { status: "degraded" };
+      }
+      if (health.version === undefined) {
+        summary.replaceChildren(el("p", { class: "muted" }, "Enter an API key to see the fleet."));
+        return;
+      }
+      const versions = health.versions || [];
+      summary.replaceChildren(el("p", {}, "Server ", el("code", {}, health.version), " · ",
+        Toren.status(health.status), " · database ",
+        health.database && health.database.reachable ? "reachable" : "unreachable"),
+      health.version_skew ? el("p", { class: "warn", id: "version-skew", role: "status" },
+        "Version skew: workers run " + versions.join(", ")) : null);
+      workers.replaceChildren(...(health.workers || []).map((w) => el("tr", {
+        class: w.version !== health.version || health.version_skew ? "skew" : "" },
+      el("td", {}, w.id), el("td", { class: "version" }, w.version), el("td", {}, w.hostname),
+      el("td", {}, String(w.pid)), el("td", {}, w.agents.join(", ")),
+      el("td", {}, Toren.when(w.started_at)), el("td", {}, Toren.when(w.last_heartbeat)))));
+      if (!(health.workers || []).length) {
+        workers.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No live workers.")));
+      }
+      queue.replaceChildren(...Object.entries(health.queue || {}).map(([agent, depth]) =>
+        el("tr", {}, el("td", {}, agent), el("td", {}, String(depth.ready)),
+          el("td", {}, String(depth.in_flight)), el("td", {}, String(depth.delayed)))));
+    }
+    await refresh();
+    Toren.every(3000, () => refresh().catch(() => {}), ctx);
+  },
+});

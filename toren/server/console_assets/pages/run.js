@@ -1,0 +1,67 @@
+// One run: its status, why it stopped, totals and receipt figures, its tree built live from
+// its event stream (with the model's text as it is generated), and a cancel button.
+"use strict";
+
+Toren.page({
+  id: "run",
+  section: "runs",
+  title: "Run",
+  path: /^\/runs\/([0-9a-fA-F-]{36})$/,
+  async render(root, [runId], ctx) {
+    const { el, api, money } = Toren;
+    const header = el("div", { class: "run-header", id: "run-header" });
+    const tree = el("div", { class: "tree", id: "run-tree" });
+    root.append(el("h1", {}, "Run ", el("code", {}, runId)), header,
+      el("h2", {}, "Timeline"), tree);
+    const terminal = ["completed", "stopped", "failed", "cancelled"];
+
+    async function refresh() {
+      const run = await api("GET", "/runs/" + encodeURIComponent(runId));
+      const t = run.totals;
+      const cancel = el("button", { id: "cancel-run", type: "button",
+        disabled: terminal.includes(run.status) }, "Cancel run");
+      cancel.addEventListener("click", async () => {
+        cancel.disabled = true;
+        try {
+          await api("POST", "/runs/" + encodeURIComponent(runId) + "/cancel", {});
+        } catch (error) {
+          Toren.showError(header, error);
+        }
+        refresh();
+      });
+      header.replaceChildren(
+        el("dl", { class: "facts" },
+          el("dt", {}, "Agent"), el("dd", {}, run.agent),
+          el("dt", {}, "Status"), el("dd", { id: "run-status" }, Toren.status(run.status)),
+          el("dt", {}, "Why"), el("dd", { id: "run-why" }, run.why || ""),
+          el("dt", {}, "Model calls"), el("dd", {}, String(t.model_calls)),
+          el("dt", {}, "Tool calls"), el("dd", {}, String(t.tool_calls)),
+          el("dt", {}, "Tokens"), el("dd", {}, t.input_tokens + " in, " + t.output_tokens +
+            " out"),
+          el("dt", {}, "Cost"), el("dd", { id: "run-cost" }, money(t.cost_usd) +
+            (t.cost_unknown_calls ? " (+" + t.cost_unknown_calls + " calls of unknown cost)"
+              : "")),
+          el("dt", {}, "Retries"), el("dd", {}, String(t.retries)),
+          run.error ? el("dt", {}, "Latest error") : null,
+          run.error ? el("dd", { class: "error", id: "run-error" },
+            run.error.code + ": " + run.error.message) : null,
+          run.output !== null ? el("dt", {}, "Output") : null,
+          run.output !== null ? el("dd", { id: "run-output" }, Toren.folded(run.output)) : null),
+        cancel);
+    }
+
+    await refresh();
+    const timeline = Toren.timeline(tree);
+    let pending = null;
+    const later = () => {  // one header refresh per burst of events
+      if (!pending) pending = setTimeout(() => { pending = null; refresh().catch(() => {}); }, 300);
+    };
+    ctx.onLeave(() => clearTimeout(pending));
+    ctx.onLeave(Toren.follow(runId, {
+      onEvent: (event) => { timeline.event(event); later(); },
+      onText: (piece) => timeline.text(piece),
+      onEnd: () => refresh().catch(() => {}),
+      onError: (error) => Toren.showError(root, error),
+    }));
+  },
+});

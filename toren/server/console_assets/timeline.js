@@ -1,0 +1,159 @@
+// A run's tree, built from its events as they arrive: waves -> tasks -> steps, each model call
+// with its model, tokens, cost and latency, each tool call with its arguments and result
+// (long values folded), retries with their error; and the model's text as it is generated.
+// Used by the run page and the session page.
+"use strict";
+
+Toren.timeline = (container, options = {}) => {
+  const { el, folded, money } = Toren;
+  const waves = new Map();
+  const tasks = new Map();
+  const steps = new Map();
+  const tools = new Map();
+  const conversation = options.conversation;  // sessions: a chat view beside the tree
+
+  function waveNode(number) {
+    if (!waves.has(number)) {
+      const list = el("div", { class: "wave-tasks" });
+      const node = el("section", { class: "wave", "data-wave": number },
+        el("h3", {}, "Wave " + number), list);
+      container.append(node);
+      waves.set(number, list);
+    }
+    return waves.get(number);
+  }
+
+  function taskNode(taskId, wave) {
+    if (!tasks.has(taskId)) {
+      const head = el("div", { class: "task-head" }, el("strong", {}, "Task " + taskId));
+      const body = el("div", { class: "task-steps" });
+      const node = el("section", { class: "task", "data-task": taskId }, head, body);
+      (wave === undefined || wave === null ? container : waveNode(wave)).append(node);
+      tasks.set(taskId, { node, head, body });
+    }
+    return tasks.get(taskId);
+  }
+
+  function stepNode(taskId, step) {
+    const key = taskId + "/" + step;
+    if (!steps.has(key)) {
+      const live = el("div", { class: "live-text" });
+      const meta = el("div", { class: "step-meta" }, "Step " + step + " · calling the model…");
+      const calls = el("div", { class: "tool-calls" });
+      const node = el("div", { class: "step", "data-step": key }, meta, live, calls);
+      taskNode(taskId).body.append(node);
+      steps.set(key, { node, meta, live, calls, done: false });
+    }
+    return steps.get(key);
+  }
+
+  function taskOf(event) { return event.stream.replace(/^task:/, ""); }
+
+  function text(piece) {
+    const step = stepNode(piece.task_id, piece.step);
+    if (step.done) return;
+    step.live.classList.add("streaming");
+    step.live.append(document.createTextNode(piece.text));
+    if (conversation) conversation.text(piece);
+  }
+
+  function event(e) {
+    const d = e.data;
+    switch (e.type) {
+      case "RunCreated":
+        container.append(el("div", { class: "run-input" }, el("strong", {}, "Input "),
+          folded(d.input)));
+        break;
+      case "WaveStarted":
+        waveNode(d.wave);
+        break;
+      case "TaskScheduled":
+        taskNode(d.task_id, d.wave);
+        break;
+      case "TaskStarted": {
+        const task = taskNode(taskOf(e));
+        task.head.append(" · " + (d.subagent ? "subagent " + d.subagent : "agent") + " · " +
+          d.model);
+        break;
+      }
+      case "ModelCallStarted":
+        if (d.purpose !== "compaction") stepNode(taskOf(e), d.step);
+        break;
+      case "ModelCallCompleted": {
+        if (d.purpose === "compaction") {
+          taskNode(taskOf(e)).body.append(el("div", { class: "note" },
+            "Compacted the conversation (" + d.usage.input_tokens + " tokens in)"));
+          break;
+        }
+        const step = stepNode(taskOf(e), d.step);
+        step.done = true;
+        step.live.classList.remove("streaming");
+        step.live.replaceChildren(d.text ? el("div", { class: "model-text" }, d.text) : "");
+        step.meta.replaceChildren(
+          el("span", { class: "step-no" }, "Step " + d.step), " · ",
+          el("span", { class: "model" }, d.model), " · ",
+          el("span", { class: "tokens" }, d.usage.input_tokens + " → " +
+            d.usage.output_tokens + " tokens"), " · ",
+          el("span", { class: "cost" }, money(d.cost_usd)), " · ",
+          el("span", { class: "latency" }, Number(d.latency_ms).toFixed(1) + " ms"),
+          d.repeated ? el("span", { class: "warn" }, " · repeated after a crash") : "");
+        if (conversation) conversation.completed(e);
+        break;
+      }
+      case "ToolCallStarted": {
+        const step = stepNode(taskOf(e), d.step);
+        const result = el("div", { class: "tool-result muted" }, "running…");
+        const node = el("div", { class: "tool-call", "data-call": d.call_id },
+          el("div", {}, el("strong", {}, d.name), " ",
+            el("span", { class: "muted" }, "key " + d.idempotency_key)),
+          el("div", { class: "args" }, "arguments ", folded(d.arguments)), result);
+        step.calls.append(node);
+        tools.set(d.call_id, result);
+        if (conversation) conversation.toolStarted(e);
+        break;
+      }
+      case "ToolCallCompleted": {
+        let result = tools.get(d.call_id);
+        if (!result) {
+          result = el("div", { class: "tool-result" });
+          stepNode(taskOf(e), d.step).calls.append(el("div", { class: "tool-call" },
+            el("strong", {}, d.name), result));
+        }
+        result.className = "tool-result" + (d.is_error ? " error" : "");
+        result.replaceChildren(
+          (d.is_error ? "error" + (d.error_kind ? " (" + d.error_kind + ")" : "") : "result") +
+            " · " + Number(d.duration_ms).toFixed(1) + " ms" +
+            (d.truncated ? " · truncated from " + d.original_bytes + " bytes" : ""),
+          folded(d.output));
+        if (conversation) conversation.toolCompleted(e);
+        break;
+      }
+      case "RetryScheduled":
+        taskNode(taskOf(e)).body.append(el("div", { class: "retry", role: "status" },
+          "Retry " + d.attempt + " of step " + d.step + " at " + Toren.when(d.next_attempt_at) +
+          " (in " + Number(d.delay_s).toFixed(1) + " s): ",
+          el("span", { class: "error" }, (d.error.code || "") + ": " + (d.error.message || ""))));
+        break;
+      case "TaskFinished":
+        taskNode(taskOf(e)).head.append(" · ", Toren.status(d.status), " (" + d.stop_reason +
+          ", " + d.steps + " steps, " + money(d.cost_usd) + ")");
+        break;
+      case "UserMessage":
+        taskNode(taskOf(e)).body.append(el("div", { class: "user-message" },
+          el("strong", {}, "User (turn " + d.turn + ") "), d.text));
+        if (conversation) conversation.user(e);
+        break;
+      case "TurnEnded":
+        taskNode(taskOf(e)).body.append(el("div", { class: "note" }, "Turn " + d.turn +
+          " ended (" + d.stop_reason + ")"));
+        break;
+      case "WorkflowLogged":
+        container.append(el("div", { class: "note" }, "workflow: " + d.message));
+        break;
+      default:
+        break;
+    }
+  }
+
+  return { event, text };
+};
