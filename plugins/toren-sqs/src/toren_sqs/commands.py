@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -28,10 +29,11 @@ AgentOption = Annotated[list[str] | None, typer.Option(
 PEEK_VISIBILITY_S = 30
 
 
-def _agents(dirs: list[Any] | None, agents: list[str] | None) -> list[str]:
+def _agents(dirs: list[Path] | None, agents: list[str] | None) -> list[str]:
+    """The ``--agent`` names, else every agent of the directories (``--dir``)."""
     if agents:
         return agents
-    return [agent.name for agent in load_runtime(dirs).agents]
+    return sorted(load_runtime(dirs).agents)
 
 
 async def _drain(client: SqsClient, url: str, limit: int) -> list[dict[str, Any]]:
