@@ -7,7 +7,7 @@ from toren_postgres.queue import PostgresQueue
 from toren_postgres.store import PostgresStore
 
 from toren.config import Settings
-from toren.errors import ConfigError, DriverNotFound
+from toren.errors import DriverNotFound
 from toren.host.inprocess import InProcessRuntime
 from toren.seams.drivers import (
     KINDS,
@@ -36,17 +36,9 @@ def test_driver_class_picks_by_name(kind: str, name: str, expected: type, base: 
     assert name in driver_names(kind)
 
 
-def test_a_planned_driver_is_not_yet_available_and_no_package_is_suggested() -> None:
-    with pytest.raises(DriverNotFound) as info:
-        driver_class("queue", "sqs")
-
-    message = info.value.message
-    assert isinstance(info.value, ConfigError)
-    assert info.value.code == "driver_not_found"
-    assert "TOREN_QUEUE=sqs" in message
-    assert "not yet available" in message
-    assert "installed queue driver: postgres (toren-postgres)" in message
-    assert "pip install" not in message
+def test_a_missing_published_driver_names_its_distribution() -> None:
+    message = missing_driver_message(KINDS["queue"], "sqs")
+    assert "TOREN_QUEUE=sqs" in message and message.endswith(": pip install toren-sqs")
 
 
 def test_the_planned_fargate_runtime_names_no_package() -> None:
@@ -77,7 +69,7 @@ def test_only_published_distributions_are_suggested() -> None:
     message = missing_driver_message(KINDS["store"], "postgres")
 
     assert message.endswith(": pip install toren-postgres")
-    assert set(KNOWN_DISTRIBUTIONS.values()) == {"toren", "toren-postgres"}
+    assert set(KNOWN_DISTRIBUTIONS.values()) == {"toren", "toren-postgres", "toren-sqs"}
     assert not set(KNOWN_DISTRIBUTIONS) & set(PLANNED_DRIVERS)
 
 

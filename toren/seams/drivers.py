@@ -35,11 +35,11 @@ KINDS: dict[str, DriverKind] = {
 KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("toren.store", "postgres"): "toren-postgres",
     ("toren.queue", "postgres"): "toren-postgres",
+    ("toren.queue", "sqs"): "toren-sqs",
     ("toren.runtime", "inprocess"): "toren",
 }
 #: Drivers Toren plans but has not published: named as not yet available, never as a package.
 PLANNED_DRIVERS: dict[tuple[str, str], str] = {
-    ("toren.queue", "sqs"): "the SQS queue",
     ("toren.runtime", "fargate"): "the Fargate runtime",
 }
 

@@ -1,0 +1,33 @@
+"""Test helpers: a real SQS API on this machine (moto in server mode), for toren-sqs's tests
+and Toren's own (``moto[server]`` must be installed; requirements/test.txt installs it)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import uuid
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def moto_sqs_server() -> Iterator[str]:
+    """Start moto's server on a free local port; yield its endpoint URL; stop it after."""
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def sqs_test_env(endpoint: str) -> dict[str, str]:
+    """Settings pointing the driver at ``endpoint`` with a queue prefix of its own (so tests
+    sharing one server never share a queue), and fake credentials moto accepts."""
+    return {"TOREN_SQS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+            "TOREN_SQS_PREFIX": f"t{uuid.uuid4().hex[:10]}-", "TOREN_SQS_WAIT_SECONDS": "1"}
