@@ -80,10 +80,17 @@ def test_renaming_a_variable_the_tool_does_not_read_names_file_and_line(
         in info.value.message
 
 
-@pytest.mark.parametrize("entry", [{"env": {}}, {"name": "sql_query", "env": {"A": "not a var"}},
-                                   {"name": "sql_query", "other": 1}])
-def test_malformed_tool_entries_are_errors(make_agent_dir: MakeAgentDir,
-                                           entry: dict[str, object]) -> None:
+@pytest.mark.parametrize(("entry", "line", "words"), [
+    ({"env": {}}, 3, "tools.0: 'name' is a required property"),
+    ({"name": "sql_query", "env": {"A": "not a var"}}, 5,
+     "tools.0.env.A: 'not a var' does not match"),
+    ({"name": "sql_query", "other": 1}, 4,
+     "unknown key 'tools.0.other'; valid keys here: name, env"),
+])
+def test_malformed_tool_entries_are_errors(make_agent_dir: MakeAgentDir, entry: dict[str, object],
+                                           line: int, words: str) -> None:
+    """Each names the part of the entry that is wrong, at its own line."""
     with pytest.raises(AgentDefinitionError) as info:
         load_agent(make_agent_dir(tools=[entry]), TOOLS)
-    assert info.value.line == 3
+    assert info.value.line == line
+    assert words in info.value.message

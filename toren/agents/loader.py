@@ -379,6 +379,14 @@ def validate_against_schema(located: LocatedYaml, schema: dict[str, Any], path: 
 
 def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
                     ) -> tuple[int | None, str]:
+    if error.validator in ("anyOf", "oneOf"):
+        # one of several shapes (a tool is a name or a {name, env} mapping): explain the
+        # failure of the shape the value has, not that it fits none of them
+        fitting = [sub for sub in error.context or () if sub.validator != "type"]
+        if fitting:
+            from jsonschema.exceptions import best_match
+
+            return _describe_error(best_match(fitting), located)
     at = tuple(error.absolute_path)
     field_name = ".".join(str(part) for part in at) or "(top level)"
     if error.validator == "additionalProperties":
