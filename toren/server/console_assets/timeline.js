@@ -143,7 +143,7 @@ Toren.timeline = (container, options = {}) => {
         const result = el("div", { class: "tool-result muted" }, "not run until approved");
         const decision = el("div", { class: "approval-state warn", role: "status" },
           "waiting for approval (id " + d.approval_id + ")" +
-          (d.approvers.length ? " by " + d.approvers.join(", ") : ""));
+          ((d.approvers || []).length ? " by " + d.approvers.join(", ") : ""));
         step.calls.append(el("div", { class: "tool-call", "data-call": d.call_id,
           "data-approval": d.approval_id },
         el("div", {}, el("strong", {}, d.name), " ",
