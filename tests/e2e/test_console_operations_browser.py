@@ -1,7 +1,7 @@
 """The console's operations pages in a real browser against a real `toren dev`: approving and
 denying a parked tool call (and a second decision showing the first), schedules on the fleet
 (pause, resume) and the runs list (filter), a run's schedule, its budget and why a budget
-stopped it.
+stopped it, and a model call that fell back to another model.
 
 Run with ``pytest -m browser`` (see tests/e2e/test_console_browser.py for the browser setup).
 """
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +32,59 @@ PRICING = {"toren/scripted": {"inputPerMTok": 1.0, "outputPerMTok": 10.0}}
 SCHEDULES = [{"name": "nightly-digest", "cron": "0 3 * * *", "input": "the night's news"}]
 
 
+class NoSuchModel(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server that knows no model: every call is a 404."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"error": {"message": "The model `gpt-nope` does not exist",
+                                     "type": "invalid_request_error",
+                                     "code": "model_not_found"}}).encode()
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture
-def dev(start_toren: StartToren, database_url: str, tmp_path: Path) -> str:
+def no_such_model() -> Iterator[str]:
+    """The base URL of an OpenAI-compatible server where every model is missing."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NoSuchModel)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def dev(start_toren: StartToren, database_url: str, tmp_path: Path, no_such_model: str) -> str:
     """``toren dev`` serving the approval desk, a budgeted agent, one with no room in its
-    budget for a call, and one with a schedule."""
+    budget for a call, one with a schedule, and one whose model is missing (its fallback,
+    the offline model, answers)."""
     parent = tmp_path / "crews"
     shutil.copytree(DESK, parent / "approval-desk")
     write_agent_dir(parent, "budgeted", pricing=PRICING,
                     limits={"maxBudgetUsd": 1.0, "dailyBudgetUsd": 20.0})
     write_agent_dir(parent, "broke", pricing=PRICING, limits={"maxBudgetUsd": 0.00001})
     write_agent_dir(parent, "digest", schedules=SCHEDULES)
+    write_agent_dir(parent, "resilient", model="openai/gpt-nope", fallbacks=["toren/scripted"])
     process = start_toren("dev", "--dir", str(parent), "--port", "0", "--json",
-                          env={"DATABASE_URL": database_url,
+                          env={"DATABASE_URL": database_url, "OPENAI_BASE_URL": no_such_model,
+                               "OPENAI_API_KEY": "sk-test", "TOREN_SKIP_PREFLIGHT": "1",
+                               "TOREN_LOAD_PLUGINS": "toren-openai",
                                "REFUNDS_LEDGER": str(tmp_path / "refunds.log")})
-    return str(process.next_json()["url"])
+    started = process.next_json()
+    assert "url" in started, started
+    return str(started["url"])
 
 
 def get(url: str, path: str) -> Any:
@@ -159,3 +200,15 @@ def test_a_run_shows_its_budget_and_that_the_budget_stopped_it(browser: Any,
     wait(browser, lambda d: "stopped" in find(d, "#run-status").text, timeout=60)
     wait(browser, lambda d: find_all(d, "#budget-exhausted"))
     assert "had no room for the next model call" in find(browser, "#run-why").text
+
+
+def test_a_model_call_that_fell_back_names_the_model_it_replaced(browser: Any,
+                                                                  dev: str) -> None:
+    run = post(dev, "/runs", {"agent": "resilient", "input": "fallbacks"})
+    browser.get(dev + "/#/runs/" + run["id"])
+    wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
+    wait(browser, lambda d: find_all(d, ".fell-back"))
+    assert "fell back from openai/gpt-nope (model_not_found)" in find(browser, ".fell-back").text
+    assert find(browser, ".step .model").text == "toren/scripted"
+    assert "openai/gpt-nope failed (model_not_found)" in find(browser, ".fallback").text
+    shoot(browser, "console-run-fallback.png")
