@@ -137,6 +137,8 @@ def test_a_parked_call_is_approved_or_denied_in_the_browser(browser: Any, dev: s
          in find(d, f'[data-approval="{request["id"]}"] .approval-state').text)
     assert "over the limit" in find(browser, f'[data-approval="{request["id"]}"] '
                                              ".tool-result").text
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})",
+                           find(browser, f'[data-approval="{request["id"]}"]'))
     shoot(browser, "console-approval-denied.png")
 
     # someone else decides first: the page says who, and what they decided
