@@ -55,10 +55,11 @@ const Toren = (() => {
 
   // -- the API ------------------------------------------------------------------------------
   class ApiError extends Error {
-    constructor(status, code, message) {
+    constructor(status, code, message, body) {
       super(message);
       this.status = status;
       this.code = code;
+      this.body = body || {};  // the whole JSON error body (a 409's first decision, say)
     }
   }
 
@@ -82,7 +83,7 @@ const Toren = (() => {
       const error = (data && data.error) || {};
       if (response.status === 401) askForKey(error.message);
       throw new ApiError(response.status, error.code || "http_error",
-        error.message || response.statusText);
+        error.message || response.statusText, data);
     }
     return data;
   }

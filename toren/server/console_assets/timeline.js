@@ -10,6 +10,8 @@ Toren.timeline = (container, options = {}) => {
   const tasks = new Map();
   const steps = new Map();
   const tools = new Map();
+  const approvals = new Map();  // call id -> its approval's state line
+  const fellBack = new Map();  // "task/step" -> the ModelFellBack before that step's call
   const conversation = options.conversation;  // sessions: a chat view beside the tree
 
   function waveNode(number) {
@@ -91,7 +93,10 @@ Toren.timeline = (container, options = {}) => {
         step.live.replaceChildren(d.text ? el("div", { class: "model-text" }, d.text) : "");
         step.meta.replaceChildren(
           el("span", { class: "step-no" }, "Step " + d.step), " · ",
-          el("span", { class: "model" }, d.model), " · ",
+          el("span", { class: "model" }, d.model),
+          fellBack.has(taskOf(e) + "/" + d.step) ? el("span", { class: "fell-back warn" },
+            " (fell back from " + fellBack.get(taskOf(e) + "/" + d.step).from_model + " (" +
+            fellBack.get(taskOf(e) + "/" + d.step).reason + "))") : "", " · ",
           el("span", { class: "tokens" }, d.usage.input_tokens + " → " +
             d.usage.output_tokens + " tokens"), " · ",
           el("span", { class: "cost" }, money(d.cost_usd)), " · ",
@@ -101,6 +106,11 @@ Toren.timeline = (container, options = {}) => {
         break;
       }
       case "ToolCallStarted": {
+        if (approvals.has(d.call_id)) {  // an approved call: it runs in its approval's block
+          tools.get(d.call_id).replaceChildren("running…");
+          if (conversation) conversation.toolStarted(e);
+          break;
+        }
         const step = stepNode(taskOf(e), d.step);
         const result = el("div", { class: "tool-result muted" }, "running…");
         const node = el("div", { class: "tool-call", "data-call": d.call_id },
@@ -128,6 +138,40 @@ Toren.timeline = (container, options = {}) => {
         if (conversation) conversation.toolCompleted(e);
         break;
       }
+      case "ApprovalRequested": {
+        const step = stepNode(taskOf(e), d.step);
+        const result = el("div", { class: "tool-result muted" }, "not run until approved");
+        const decision = el("div", { class: "approval-state warn", role: "status" },
+          "waiting for approval (id " + d.approval_id + ")" +
+          ((d.approvers || []).length ? " by " + d.approvers.join(", ") : ""));
+        step.calls.append(el("div", { class: "tool-call", "data-call": d.call_id,
+          "data-approval": d.approval_id },
+        el("div", {}, el("strong", {}, d.name), " ",
+          el("span", { class: "muted" }, "key " + d.idempotency_key)),
+        el("div", { class: "args" }, "arguments ", folded(d.arguments)), decision, result));
+        tools.set(d.call_id, result);
+        approvals.set(d.call_id, decision);
+        break;
+      }
+      case "ApprovalDecided": {
+        const decision = approvals.get(d.call_id);
+        if (!decision) break;
+        decision.className = "approval-state " + (d.outcome === "approved" ? "good" : "error");
+        decision.replaceChildren(d.outcome + " by " + d.decided_by +
+          (d.reason ? ": " + d.reason : "") + " (" + Toren.when(d.decided_at) + ")");
+        break;
+      }
+      case "ModelFellBack":
+        fellBack.set(taskOf(e) + "/" + d.step, d);
+        stepNode(taskOf(e), d.step).calls.before(el("div", { class: "fallback warn" },
+          d.from_model + " failed (" + d.reason + "): " + (d.error.message || "") +
+          "; " + d.to_model + " takes over"));
+        break;
+      case "BudgetWarning":
+        taskNode(taskOf(e)).body.append(el("div", { class: "note warn" },
+          "Budget warning: " + (d.scope === "daily" ? "the agent's day" : "this run") +
+          " has committed " + money(d.spent_usd) + " of " + money(d.budget_usd)));
+        break;
       case "RetryScheduled":
         taskNode(taskOf(e)).body.append(el("div", { class: "retry", role: "status" },
           "Retry " + d.attempt + " of step " + d.step + " at " + Toren.when(d.next_attempt_at) +

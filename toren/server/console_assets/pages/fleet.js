@@ -1,5 +1,6 @@
 // Fleet: the live workers and their versions (a version other than the server's is
-// highlighted), and the queue's depth per agent; refreshed every three seconds.
+// highlighted), the queue's depth per agent, and the schedules (state, next slot, last fired)
+// with pause and resume; refreshed every three seconds.
 "use strict";
 
 Toren.page({
@@ -13,6 +14,48 @@ Toren.page({
     const summary = el("div", { id: "fleet-summary" });
     const workers = el("tbody", { id: "workers-body" });
     const queue = el("tbody", { id: "queue-body" });
+    const schedules = el("tbody", { id: "schedules-body" });
+    const schedulesSection = el("section", { id: "schedules", hidden: true },
+      el("h2", {}, "Schedules"),
+      el("table", { class: "list" }, el("thead", {}, el("tr", {},
+        ["Agent", "Schedule", "Cron", "State", "Next slot", "Last fired", "Runs", ""]
+          .map((h) => el("th", {}, h)))), schedules));
+
+    // Pause or resume one schedule (POST /schedules/{agent}/{name}/pause|resume), then show
+    // the table again; a refusal is shown under the table.
+    async function toggle(schedule, action) {
+      try {
+        await api("POST", "/schedules/" + encodeURIComponent(schedule.agent) + "/" +
+          encodeURIComponent(schedule.name) + "/" + action, {});
+      } catch (error) {
+        Toren.showError(schedulesSection, error);
+      }
+      await refreshSchedules();
+    }
+
+    async function refreshSchedules() {
+      let listed;
+      try {
+        listed = (await api("GET", "/schedules")).schedules;
+      } catch (error) {
+        if (error instanceof Toren.ApiError && error.status === 404) return;  // not served
+        throw error;
+      }
+      schedulesSection.hidden = listed.length === 0;
+      schedules.replaceChildren(...listed.map((s) => el("tr", {
+        "data-schedule": s.agent + "/" + s.name },
+      el("td", {}, s.agent), el("td", {}, s.name),
+      el("td", {}, el("code", {}, s.cron), " " + s.timezone),
+      el("td", { class: "schedule-state" }, Toren.status(s.state)),
+      el("td", { class: "next-slot" }, s.next_fire_at ? Toren.when(s.next_fire_at) : "—"),
+      el("td", { class: "last-fired" }, s.last_fired_at ? Toren.when(s.last_fired_at) : "never"),
+      el("td", {}, el("a", { href: "#/runs?" + new URLSearchParams({ agent: s.agent,
+        schedule: s.name }) }, "runs")),
+      el("td", {}, s.state === "removed" ? "" : el("button", {
+        type: "button", class: "schedule-" + (s.state === "paused" ? "resume" : "pause"),
+        onclick: () => toggle(s, s.state === "paused" ? "resume" : "pause") },
+      s.state === "paused" ? "Resume" : "Pause")))));
+    }
     root.append(el("h1", {}, "Fleet"), summary,
       el("h2", {}, "Workers"),
       el("table", { class: "list" }, el("thead", {}, el("tr", {},
@@ -20,7 +63,8 @@ Toren.page({
           .map((h) => el("th", {}, h)))), workers),
       el("h2", {}, "Queue"),
       el("table", { class: "list" }, el("thead", {}, el("tr", {},
-        ["Agent", "Ready", "In flight", "Delayed"].map((h) => el("th", {}, h)))), queue));
+        ["Agent", "Ready", "In flight", "Delayed"].map((h) => el("th", {}, h)))), queue),
+      schedulesSection);
     async function refresh() {
       let health;
       try {
@@ -52,6 +96,7 @@ Toren.page({
           el("td", {}, String(depth.in_flight)), el("td", {}, String(depth.delayed)))));
     }
     await refresh();
-    Toren.every(3000, () => refresh().catch(() => {}), ctx);
+    await refreshSchedules();
+    Toren.every(3000, () => refresh().then(refreshSchedules).catch(() => {}), ctx);
   },
 });

@@ -15,6 +15,27 @@ Toren.page({
       el("h2", {}, "Timeline"), tree);
     const terminal = ["completed", "stopped", "failed", "cancelled"];
 
+    // The budget (limits.maxBudgetUsd, dailyBudgetUsd): spent of limit per scope, and what
+    // calls in flight hold; nothing for an agent without a budget.
+    function budgetFacts(budget) {
+      if (!budget) return [];
+      const facts = [];
+      for (const [scope, label] of [["run", "Budget"], ["daily", "Daily budget"]]) {
+        const spend = budget[scope];
+        if (!spend || spend.budget_usd === null || spend.budget_usd === undefined) continue;
+        facts.push(el("dt", {}, label), el("dd", { id: "budget-" + scope },
+          money(spend.spent_usd) + " of " + money(spend.budget_usd) + " (" +
+          money(spend.remaining_usd) + " left)"));
+      }
+      if (facts.length) {
+        facts.push(el("dt", {}, "Held"), el("dd", { id: "budget-held" },
+          money(budget.held_usd || 0) + " reserved by calls in flight" +
+          (budget.expired_reservations ? " · " + budget.expired_reservations +
+            " charged at their worst case after a crash" : "")));
+      }
+      return facts;
+    }
+
     async function refresh() {
       const run = await api("GET", "/runs/" + encodeURIComponent(runId));
       const t = run.totals;
@@ -33,7 +54,15 @@ Toren.page({
         el("dl", { class: "facts" },
           el("dt", {}, "Agent"), el("dd", {}, run.agent),
           el("dt", {}, "Status"), el("dd", { id: "run-status" }, Toren.status(run.status)),
-          el("dt", {}, "Why"), el("dd", { id: "run-why" }, run.why || ""),
+          el("dt", {}, "Why"), el("dd", { id: "run-why" },
+            run.stop_reason === "budget_exhausted" ?
+              el("strong", { class: "error", id: "budget-exhausted" }, "Budget exhausted: ") : "",
+            run.why || ""),
+          run.schedule ? el("dt", {}, "Schedule") : null,
+          run.schedule ? el("dd", { id: "run-schedule" }, "started by schedule ",
+            el("a", { href: "#/runs?" + new URLSearchParams({ agent: run.agent,
+              schedule: run.schedule }) }, run.schedule), " of " + run.agent) : null,
+          ...budgetFacts(run.budget),
           el("dt", {}, "Model calls"), el("dd", {}, String(t.model_calls)),
           el("dt", {}, "Tool calls"), el("dd", {}, String(t.tool_calls)),
           el("dt", {}, "Tokens"), el("dd", {}, t.input_tokens + " in, " + t.output_tokens +
