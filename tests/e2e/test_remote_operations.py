@@ -154,6 +154,12 @@ def test_remote_errors_are_clear(deployment: Deployment, toren_cli: TorenCli) ->
     assert error["code"] == "api_unreachable"
     assert "cannot connect to the Toren API at http://127.0.0.1:9" in message
 
+    for bad in ("notaurl", "ftp://x", "http://", "http://[::1", "http://h:port"):
+        message, error = fails("jobs", "list", env={"TOREN_URL": bad})
+        assert error["code"] == "config_error" and "is not the URL of a Toren API" in message
+    message, error = fails("chat", "crew", env={"TOREN_URL": "ftp://x"})
+    assert error["code"] == "config_error"
+
     unknown = "00000000-0000-0000-0000-000000000000"
     for args in (("jobs", "show", unknown), ("jobs", "receipt", unknown),
                  ("jobs", "cancel", unknown)):

@@ -17,12 +17,13 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 import typer
 
 from toren.cli.common import load_runtime, run_async, stop_runtime
 from toren.core.events import Event
-from toren.errors import ApprovalNotFound, RunNotFound, TorenError
+from toren.errors import ApprovalNotFound, ConfigError, RunNotFound, TorenError
 from toren.host.runtime import Runtime
 from toren.seams.shapes import TextDelta
 
@@ -375,6 +376,22 @@ class RemoteOperator(Operator):
         await self.client.aclose()
 
 
+def api_url(url: str) -> str:
+    """``url`` (``--url``/``TOREN_URL``) if it is an http(s) URL with a host, else a
+    ``ConfigError`` saying what one looks like."""
+    try:
+        parts = urlsplit(url.strip())
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # a port that is not a number raises ValueError
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ConfigError(f"--url/TOREN_URL {url!r} is not the URL of a Toren API: give an "
+                          "http(s) URL with a host, such as https://toren.example.com or "
+                          "http://127.0.0.1:8420")
+    return url.strip()
+
+
 def make_operator(url: str | None, *, decided_by: str = "", dirs: list[Path] | None = None,
                   agent: str | None = None, workers: bool = False) -> Operator:
     """The deployment at ``url`` (``TOREN_URL``, with ``TOREN_API_KEY``) or, without one, this
@@ -384,7 +401,7 @@ def make_operator(url: str | None, *, decided_by: str = "", dirs: list[Path] | N
     if url:
         from toren.client import TorenClient  # aiohttp: only against a deployment
 
-        return RemoteOperator(TorenClient(url))
+        return RemoteOperator(TorenClient(api_url(url)))
     runtime = load_runtime(dirs, agent) if agent is not None else Runtime(agents=[])
     return LocalOperator(runtime, decided_by, workers=workers)
 
