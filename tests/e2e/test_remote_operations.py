@@ -37,6 +37,7 @@ class Deployment:
         self.url = url
         self.key = key
         self.cwd = cwd
+        self.crews = cwd
 
     def local(self, *args: str) -> Any:
         done = self.toren_cli(*args, "--json", env=self.local_env)
@@ -75,7 +76,10 @@ def deployment(toren_cli: TorenCli, start_toren, database_url: str,
     url = str(server.next_json()["url"])
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    return Deployment(toren_cli, database_url, url, json.loads(made.stdout)["key"], elsewhere)
+    deployment = Deployment(toren_cli, database_url, url, json.loads(made.stdout)["key"],
+                            elsewhere)
+    deployment.crews = crews
+    return deployment
 
 
 def test_every_operator_command_prints_the_same_json_remotely(deployment: Deployment) -> None:
@@ -136,6 +140,34 @@ def test_every_operator_command_prints_the_same_json_remotely(deployment: Deploy
         assert done.returncode == 0, (args, done.stderr)
         local = d.toren_cli(*args, env=d.local_env)
         assert done.stdout == local.stdout, args
+
+
+def test_chat_prints_the_same_json_remotely_modulo_ids(deployment: Deployment) -> None:
+    d = deployment
+
+    def chat(env: dict[str, str | None], *args: str) -> list[Any]:
+        done = d.toren_cli("chat", "crew", "--json", *args, env=env, cwd=d.cwd,
+                           input="postgres\n/close\n")
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    def shape(lines: list[Any]) -> list[Any]:
+        """What the lines say, without ids, times, cursors and latencies."""
+        kept = []
+        for line in lines:
+            if "type" in line:
+                data = {k: v for k, v in line["data"].items()
+                        if k in ("text", "name", "output", "status", "stop_reason", "step")}
+                kept.append((line["type"], line["stream"], line["seq"], data))
+            else:
+                kept.append({k: v for k, v in line.items() if k not in ("session", "resume")})
+        return kept
+
+    local = chat(d.local_env, "--dir", str(d.crews))
+    remote = chat(d.remote_env)
+    assert shape(remote) == shape(local)
+    assert remote[-1]["status"] == "completed"
+    assert any(line.get("type") == "ToolCallCompleted" for line in remote)
 
 
 def test_remote_errors_are_clear(deployment: Deployment, toren_cli: TorenCli) -> None:
