@@ -304,6 +304,13 @@ class TorenClient:
         result: RunDetail = await self._request("GET", f"/runs/{run_id}")
         return result
 
+    async def receipt(self, run_id: str) -> dict[str, Any]:
+        """What the run did and cost (``GET /runs/{id}/receipt``): ``run``, ``why``,
+        ``totals``, ``budget``, ``tasks`` (every model and tool call with tokens, cost and
+        latency), ``peer_calls`` and ``prompts``; what ``toren jobs receipt --json`` prints."""
+        result: dict[str, Any] = await self._request("GET", f"/runs/{run_id}/receipt")
+        return result
+
     async def children(self, run_id: str) -> list[Run]:
         """The runs the run's tasks started: peer calls and background runs, oldest first."""
         result: dict[str, list[Run]] = await self._request("GET", f"/runs/{run_id}/children")
@@ -584,6 +591,9 @@ class SyncTorenClient:
 
     def get_run(self, run_id: str) -> RunDetail:
         return self._run(lambda c: c.get_run(run_id))
+
+    def receipt(self, run_id: str) -> dict[str, Any]:
+        return self._run(lambda c: c.receipt(run_id))
 
     def children(self, run_id: str) -> list[Run]:
         return self._run(lambda c: c.children(run_id))

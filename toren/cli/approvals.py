@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import getpass
 import json
-import re
-import uuid
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from toren.cli.common import with_database
+from toren.cli.operator import Operator, UrlOption, operate
 from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
-from toren.core.approvals import APPROVAL_STATUSES, ApprovalRecord
-from toren.errors import ApprovalNotFound
-from toren.host.runtime import Runtime
+from toren.core.approvals import APPROVAL_STATUSES
 
 app = typer.Typer(help="Tool calls waiting for a person: list, show, approve, deny.",
                   no_args_is_help=True)
@@ -33,24 +29,6 @@ def cli_identity() -> str:
     return f"cli:{getpass.getuser()}"
 
 
-async def resolve_approval(runtime: Runtime, id_or_prefix: str) -> ApprovalRecord:
-    """The approval whose id is ``id_or_prefix`` or the only one of the latest 200 whose id
-    starts with it; ``ApprovalNotFound`` otherwise."""
-    text = id_or_prefix.strip().lower()
-    try:
-        return await runtime.get_approval(str(uuid.UUID(text)))
-    except ValueError:
-        pass
-    matches = []
-    if re.fullmatch(r"[0-9a-f][0-9a-f-]{0,35}", text):
-        matches = [a for a in await runtime.list_approvals(limit=200) if a.id.startswith(text)]
-    if len(matches) != 1:
-        found = "several approvals' ids start" if matches else "no approval's id starts"
-        raise ApprovalNotFound(f"{found} with {id_or_prefix!r}; give the whole id (see "
-                               "`toren approvals list`)")
-    return matches[0]
-
-
 @app.command("list")
 def list_approvals(
     status: Annotated[str | None, typer.Option(
@@ -62,32 +40,35 @@ def list_approvals(
     limit: Annotated[int, typer.Option(metavar="N", min=1, max=200,
                                        help="At most this many.")] = 50,
     as_json: JsonOption = False,
+    url: UrlOption = None,
 ) -> None:
     """Approvals, newest request first (pending ones unless --status or --all)."""
-    found = with_database(lambda rt: rt.list_approvals(
-        agent=agent, run_id=run, status=None if all_ else status, limit=limit))
+    found = operate(lambda op: op.list_approvals(
+        agent=agent, run_id=run, status=None if all_ else status, limit=limit), url=url)
     if as_json:
-        print_json({"approvals": [a.to_json() for a in found]})
+        print_json({"approvals": found})
         return
     table = Table()
     table.add_column("approval", no_wrap=True)
     for column in ("agent", "run", "tool", "status", "requested", "decided by"):
         table.add_column(column)
     for a in found:
-        table.add_row(safe(a.id), safe(a.agent), safe(a.run_id[:8]), safe(a.tool), a.status,
-                      a.requested_at.strftime("%Y-%m-%d %H:%M:%S") if a.requested_at else "",
-                      safe(a.decided_by or ""))
+        requested = a["requested_at"]
+        table.add_row(safe(a["id"]), safe(a["agent"]), safe(a["run_id"][:8]), safe(a["tool"]),
+                      a["status"], str(requested)[:19].replace("T", " ") if requested else "",
+                      safe(a["decided_by"] or ""))
     print_table(table)
 
 
 @app.command("show")
-def show(approval_id: ApprovalArgument, as_json: JsonOption = False) -> None:
+def show(approval_id: ApprovalArgument, as_json: JsonOption = False,
+         url: UrlOption = None) -> None:
     """One approval: the tool, its arguments, who may decide, the decision."""
-    record = with_database(lambda rt: resolve_approval(rt, approval_id))
+    record = operate(lambda op: op.resolve_approval(approval_id), url=url)
     if as_json:
-        print_json(record.to_json())
+        print_json(record)
         return
-    _print(record.to_json())
+    _print(record)
 
 
 def _print(data: dict[str, Any]) -> None:
@@ -103,29 +84,30 @@ def _print(data: dict[str, Any]) -> None:
     print_table(table)
 
 
-def _decide(approval_id: str, outcome: str, reason: str | None, as_json: bool) -> None:
-    async def decide(runtime: Runtime) -> ApprovalRecord:
-        record = await resolve_approval(runtime, approval_id)
-        return await runtime.decide_approval(record.id, outcome, decided_by=cli_identity(),
-                                             reason=reason)
+def _decide(approval_id: str, outcome: str, reason: str | None, as_json: bool,
+            url: str | None) -> None:
+    async def decide(operator: Operator) -> dict[str, Any]:
+        record = await operator.resolve_approval(approval_id)
+        return await operator.decide_approval(record["id"], outcome, reason)
 
-    record = with_database(decide)
+    record = operate(decide, url=url, decided_by=cli_identity())
     if as_json:
-        print_json(record.to_json())
+        print_json(record)
         return
-    console.print(f"approval {safe(record.id)} of {safe(record.tool)}: {record.status} by "
-                  f"{safe(record.decided_by or '')}; run {safe(record.run_id)} continues")
+    console.print(f"approval {safe(record['id'])} of {safe(record['tool'])}: {record['status']} "
+                  f"by {safe(record['decided_by'] or '')}; run {safe(record['run_id'])} "
+                  "continues")
 
 
 @app.command("approve")
 def approve(approval_id: ApprovalArgument, reason: ReasonOption = None,
-            as_json: JsonOption = False) -> None:
+            as_json: JsonOption = False, url: UrlOption = None) -> None:
     """Let the call run (exactly once); the parked task continues."""
-    _decide(approval_id, "approved", reason, as_json)
+    _decide(approval_id, "approved", reason, as_json, url)
 
 
 @app.command("deny")
 def deny(approval_id: ApprovalArgument, reason: ReasonOption = None,
-         as_json: JsonOption = False) -> None:
+         as_json: JsonOption = False, url: UrlOption = None) -> None:
     """Refuse the call; the model reads the refusal and the reason as the tool's result."""
-    _decide(approval_id, "denied", reason, as_json)
+    _decide(approval_id, "denied", reason, as_json, url)

@@ -1,32 +1,25 @@
 """``toren chat AGENT [--session ID]``: a durable session in the terminal.
 
 Locally the session is worked in this process, on the database ``toren dev`` uses; with
-``TOREN_URL`` (and ``TOREN_API_KEY``) it talks to a deployment through ``toren.client``.
+``TOREN_URL`` (and ``TOREN_API_KEY``) it talks to a deployment through ``toren.client``: the
+two operator backends of ``toren.cli.operator``, as for ``toren jobs``.
 Either way the conversation lives in the event log: resuming replays the whole transcript,
 and leaving prints the command that resumes it.
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
-import os
 import shlex
 import sys
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
 
-from toren.cli.common import (
-    DirsOption,
-    load_runtime,
-    run_interruptible,
-    served_dirs,
-    stop_runtime,
-)
+from toren.cli.common import DirsOption, run_interruptible, served_dirs
+from toren.cli.operator import LocalOperator, Operator, make_operator
 from toren.cli.output import (
     JSON_OPTION_HELP,
     console,
@@ -43,9 +36,6 @@ from toren.core.events import Event
 from toren.errors import ConfigError
 from toren.host.runtime import Runtime
 from toren.seams.shapes import TextDelta
-
-if TYPE_CHECKING:
-    from toren.client import Event as ClientEvent
 
 HELP = ("Type a message and press Enter. /exit leaves (the session stays open: resume it "
         "later), /close ends the session, /help shows this.")
@@ -69,14 +59,11 @@ def chat(
                        ] = False,
 ) -> None:
     """Talk to AGENT in a durable session (resume one with --session)."""
-    backend: Backend
-    if url:
-        backend = RemoteBackend(url, os.environ.get("TOREN_API_KEY"))
-        resume = [toren_command(), "chat", shlex.quote(agent), "--url", shlex.quote(url)]
+    backend = make_operator(url, dirs=dirs, agent=agent, workers=True)
+    if isinstance(backend, LocalOperator):
+        resume = _local_resume(backend.runtime, agent, dirs)
     else:
-        runtime = load_runtime(dirs, agent)
-        backend = LocalBackend(runtime)
-        resume = _local_resume(runtime, agent, dirs)
+        resume = [toren_command(), "chat", shlex.quote(agent), "--url", shlex.quote(url or "")]
     run_interruptible(_chat(backend, agent, session, " ".join(resume), as_json=as_json))
 
 
@@ -92,100 +79,12 @@ def _local_resume(runtime: Runtime, agent: str, dirs: list[Path] | None) -> list
     return words
 
 
-class Backend(abc.ABC):
-    """Where the session lives: this process's runtime, or a deployment over HTTP."""
-
-    session_id: str = ""
-
-    @abc.abstractmethod
-    async def open(self, agent: str, session_id: str | None) -> dict[str, Any]:
-        """Start or find the session; return it (status and transcript)."""
-
-    @abc.abstractmethod
-    async def send(self, text: str) -> None:
-        """Give the session the user's message (the agent's turn starts)."""
-
-    @abc.abstractmethod
-    async def close_session(self) -> None:
-        """End the session: the agent is not called again."""
-
-    @abc.abstractmethod
-    def events(self) -> AsyncIterator[Event | TextDelta]:
-        """The session's events after the last one seen, live, each once, with the pieces of
-        the model's text as it is generated in between (best-effort)."""
-
-    @abc.abstractmethod
-    async def aclose(self) -> None:
-        """Let go of the runtime or the HTTP client."""
-
-
-class LocalBackend(Backend):
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.position: dict[str, int] = {}
-
-    async def open(self, agent: str, session_id: str | None) -> dict[str, Any]:
-        await self.runtime.start(workers=True)
-        self.session_id = session_id or await self.runtime.start_session(agent)
-        found = await self.runtime.get_session(self.session_id)
-        for event in await self.runtime.events(self.session_id):
-            self.position[event.stream] = max(self.position.get(event.stream, 0), event.seq)
-        return found
-
-    async def send(self, text: str) -> None:
-        await self.runtime.send_message(self.session_id, text)
-
-    async def close_session(self) -> None:
-        await self.runtime.close_session(self.session_id, "closed from toren chat")
-
-    async def events(self) -> AsyncIterator[Event | TextDelta]:
-        async for item in self.runtime.follow_live(self.session_id, after=self.position):
-            if isinstance(item, Event):
-                self.position[item.stream] = max(self.position.get(item.stream, 0), item.seq)
-            yield item
-
-    async def aclose(self) -> None:
-        await stop_runtime(self.runtime)
-
-
-class RemoteBackend(Backend):
-    def __init__(self, url: str, api_key: str | None) -> None:
-        from toren.client import TorenClient  # aiohttp: only for a remote chat
-
-        self.client = TorenClient(url, api_key)
-        self.cursor: str | None = None
-
-    async def open(self, agent: str, session_id: str | None) -> dict[str, Any]:
-        self.session_id = session_id or (await self.client.create_session(agent))["id"]
-        found = dict(await self.client.get_session(self.session_id))
-        self.cursor = (await self.client.events(self.session_id))["cursor"]
-        return found
-
-    async def send(self, text: str) -> None:
-        await self.client.send_message(self.session_id, text)
-
-    async def close_session(self) -> None:
-        await self.client.close_session(self.session_id)
-
-    async def events(self) -> AsyncIterator[Event | TextDelta]:
-        async for item in self.client.stream_live(self.session_id, after=self.cursor):
-            if "cursor" not in item:
-                yield TextDelta.from_json(dict(item))
-                continue
-            event = cast("ClientEvent", item)
-            self.cursor = event["cursor"]
-            yield Event(event["run_id"], event["stream"], event["seq"], event["type"],
-                        event["data"])
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-
-async def _chat(backend: Backend, agent: str, session_id: str | None, resume: str, *,
+async def _chat(backend: Operator, agent: str, session_id: str | None, resume: str, *,
                 as_json: bool) -> None:
     lines = _stdin_lines()
     try:
-        found = await backend.open(agent, session_id)
+        await backend.start()
+        found = await backend.open_session(agent, session_id)
         if found["agent"] != agent:
             raise ConfigError(f"session {backend.session_id} is a session with "
                               f"{found['agent']!r}, not {agent!r}; run `toren chat "
@@ -216,7 +115,7 @@ async def _chat(backend: Backend, agent: str, session_id: str | None, resume: st
             if text == "/close":
                 await backend.close_session()
             else:
-                await backend.send(text)
+                await backend.send_message(text)
             status = await _follow_turn(backend, as_json)
         _goodbye(backend.session_id, resume, status, as_json)
     except asyncio.CancelledError:  # Ctrl-C
@@ -227,10 +126,10 @@ async def _chat(backend: Backend, agent: str, session_id: str | None, resume: st
         await backend.aclose()
 
 
-async def _follow_turn(backend: Backend, as_json: bool) -> str:
+async def _follow_turn(backend: Operator, as_json: bool) -> str:
     """Show the agent's turn as it happens; return the session's status when it is over."""
     printer = LiveTextPrinter(prefix="[bold green]agent>[/] ", style="")
-    async for event in backend.events():
+    async for event in backend.session_events():
         if isinstance(event, TextDelta):
             if not as_json:
                 printer.piece(event)  # the model's text as it is generated

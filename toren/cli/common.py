@@ -81,8 +81,8 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
 
 
 def with_database(action: Callable[[Runtime], Awaitable[T]]) -> T:
-    """Run ``action`` with a runtime that serves no agent: the database only (``toren jobs``,
-    ``toren keys``), migrated, no workers."""
+    """Run ``action`` with a runtime that serves no agent: the database only (``toren keys``;
+    the operator commands use ``toren.cli.operator.operate``), migrated, no workers."""
 
     async def go() -> T:
         runtime = Runtime(agents=[])

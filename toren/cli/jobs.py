@@ -2,76 +2,19 @@
 
 from __future__ import annotations
 
-import re
-import uuid
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from toren.cli.common import with_database
+from toren.cli.operator import Operator, UrlOption, created, operate
 from toren.cli.output import JSON_OPTION_HELP, console, plain, print_json, print_table, safe
 from toren.cli.render import children_tree, receipt_tables, run_summary, run_tree
-from toren.core.runs import RunRecord
-from toren.errors import RunNotFound, TorenError
-from toren.host.runtime import Runtime
 
 app = typer.Typer(help="Runs: list, show, receipt, cancel.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
 RunArgument = Annotated[str, typer.Argument(
     metavar="RUN_ID", help="The run's id, or the start of it (unique among the runs).")]
-#: Runs read per query while looking for the runs whose id starts with a prefix.
-_PAGE = 1000
-#: Candidates named in the error for an ambiguous prefix.
-_SHOWN_CANDIDATES = 10
-
-
-class AmbiguousRunId(TorenError):
-    """More than one run's id starts with that prefix."""
-
-    code = "ambiguous_run_id"
-    http_status = 400
-
-
-async def resolve_run_id(runtime: Runtime, id_or_prefix: str) -> str:
-    """The id of the one run whose id is ``id_or_prefix`` or starts with it.
-
-    ``RunNotFound`` if none does, ``AmbiguousRunId`` (listing the candidates) if several do.
-    A whole id is looked up directly; a prefix reads the runs' ids, newest first.
-    """
-    text = id_or_prefix.strip().lower()
-    try:
-        return str(uuid.UUID(text))
-    except ValueError:
-        pass
-    if not re.fullmatch(r"[0-9a-f][0-9a-f-]{0,35}", text):
-        raise RunNotFound(f"{id_or_prefix!r} is not a run id or the start of one (run ids look "
-                          "like ec03889c-c557-...); see `toren jobs list`")
-    matches: list[RunRecord] = []
-    before: tuple[datetime, str] | None = None
-    while True:
-        page = await runtime.store.list_runs(limit=_PAGE, before=before)
-        matches += [run for run in page if run.id.startswith(text)]
-        last = page[-1] if page else None
-        if len(page) < _PAGE or last is None or last.created_at is None:
-            break
-        before = (last.created_at, last.id)
-    if not matches:
-        raise RunNotFound(f"no run id starts with {text!r} in this database "
-                          "(see `toren jobs list`)")
-    if len(matches) > 1:
-        shown = "; ".join(f"{run.id} ({run.agent}, {run.status}, {_created(run)})"
-                          for run in matches[:_SHOWN_CANDIDATES])
-        more = len(matches) - _SHOWN_CANDIDATES
-        raise AmbiguousRunId(f"{len(matches)} runs have ids starting with {text!r}: {shown}"
-                             + (f"; and {more} more" if more > 0 else "")
-                             + ". Give more of the id")
-    return matches[0].id
-
-
-def _created(run: RunRecord) -> str:
-    return run.created_at.strftime("%Y-%m-%d %H:%M:%S") if run.created_at else ""
 
 
 @app.command("list")
@@ -87,20 +30,21 @@ def list_runs(
     schedule: Annotated[str | None, typer.Option(
         metavar="NAME", help="Only runs this schedule started (see `toren schedules`).")] = None,
     as_json: JsonOption = False,
+    url: UrlOption = None,
 ) -> None:
     """List runs, newest first, with the schedule that started each (if one did)."""
-    runs = with_database(lambda rt: rt.list_runs(agent=agent, status=status, limit=limit,
-                                                 schedule=schedule))
+    runs = operate(lambda op: op.list_runs(agent=agent, status=status, limit=limit,
+                                           schedule=schedule), url=url)
     if as_json:
-        print_json({"runs": [run.to_json() for run in runs]})
+        print_json({"runs": runs})
         return
     table = Table()
     table.add_column("run", no_wrap=True)
     for column in ("agent", "status", "stop reason", "schedule", "created"):
         table.add_column(column)
     for run in runs:
-        table.add_row(safe(run.id), safe(run.agent), run.status, run.stop_reason or "",
-                      safe(run.schedule or ""), _created(run))
+        table.add_row(safe(run["id"]), safe(run["agent"]), run["status"],
+                      run["stop_reason"] or "", safe(run.get("schedule") or ""), created(run))
     print_table(table)
 
 
@@ -110,15 +54,15 @@ PromptsOption = Annotated[bool, typer.Option(
 
 @app.command("show")
 def show(run_id: RunArgument, as_json: JsonOption = False,
-         prompts: PromptsOption = False) -> None:
+         prompts: PromptsOption = False, url: UrlOption = None) -> None:
     """A run: status, stop reason, output, steps, tokens, cost, latest error; as a tree."""
 
-    async def read(runtime: Runtime) -> dict[str, Any]:
-        found = await resolve_run_id(runtime, run_id)
-        children = [child.to_json() for child in await runtime.children(found)]
-        return await runtime.receipt(found) | {"children": children}
+    async def read(operator: Operator) -> dict[str, Any]:
+        found = await operator.resolve_run_id(run_id)
+        data = await operator.receipt(found)
+        return data | {"children": await operator.children(found)}
 
-    receipt: dict[str, Any] = with_database(read)
+    receipt: dict[str, Any] = operate(read, url=url)
     costs = {call["run_id"]: call["cost_usd"] for call in receipt["peer_calls"]}
     for child in receipt["children"]:
         child["cost_usd"] = costs.get(child["id"])
@@ -163,13 +107,14 @@ def _task_brief(task: dict[str, Any]) -> dict[str, Any]:
 
 
 @app.command("receipt")
-def receipt(run_id: RunArgument, as_json: JsonOption = False) -> None:
+def receipt(run_id: RunArgument, as_json: JsonOption = False,
+            url: UrlOption = None) -> None:
     """Every model call (tokens, cost, latency, replayed) and tool call of a run, and totals."""
 
-    async def read(runtime: Runtime) -> dict[str, Any]:
-        return await runtime.receipt(await resolve_run_id(runtime, run_id))
+    async def read(operator: Operator) -> dict[str, Any]:
+        return await operator.receipt(await operator.resolve_run_id(run_id))
 
-    data: dict[str, Any] = with_database(read)
+    data: dict[str, Any] = operate(read, url=url)
     if as_json:
         print_json(data)
         return
@@ -184,15 +129,16 @@ def cancel(
     reason: Annotated[str, typer.Option(metavar="TEXT", help="Recorded in the run's log.")] =
         "cancelled from the CLI",
     as_json: JsonOption = False,
+    url: UrlOption = None,
 ) -> None:
     """Cancel a run now; its queued work and retries become no-ops."""
 
-    async def cancel_it(runtime: Runtime) -> RunRecord:
-        return await runtime.cancel_run(await resolve_run_id(runtime, run_id), reason)
+    async def cancel_it(operator: Operator) -> dict[str, Any]:
+        return await operator.cancel_run(await operator.resolve_run_id(run_id), reason)
 
-    record = with_database(cancel_it)
+    record = operate(cancel_it, url=url)
     if as_json:
-        print_json(record.to_json())
+        print_json(record)
     else:
-        console.print(f"run {safe(record.id)}: {record.status}"
-                      + (f" ({record.stop_reason})" if record.stop_reason else ""))
+        console.print(f"run {safe(record['id'])}: {record['status']}"
+                      + (f" ({record['stop_reason']})" if record["stop_reason"] else ""))

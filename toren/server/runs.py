@@ -40,6 +40,7 @@ def routes(app: web.Application) -> None:
     app.router.add_get("/runs/{run_id}", get_run)
     app.router.add_get("/runs/{run_id}/events", run_events)
     app.router.add_get("/runs/{run_id}/children", run_children)
+    app.router.add_get("/runs/{run_id}/receipt", run_receipt)
     app.router.add_post("/runs/{run_id}/cancel", cancel_run)
 
 
@@ -229,6 +230,14 @@ async def get_run(request: web.Request) -> web.Response:
                                                 "cost_unknown_calls", "retries",
                                                 "peer_cost_usd")},
         "pending_approvals": await runtime.pending_approvals(record.id)})
+
+
+async def run_receipt(request: web.Request) -> web.Response:
+    """Every model call (tokens, cost, latency), tool call, peer call and task of a run, the
+    totals, why it stopped and its prompts: what ``toren jobs receipt --json`` prints."""
+    record = await _served_run(request)
+    receipt = await request.app[RUNTIME].receipt(record.id)
+    return web.json_response(receipt, dumps=lambda data: json.dumps(data, default=str))
 
 
 async def run_children(request: web.Request) -> web.Response:

@@ -1,0 +1,422 @@
+"""The operator backend: what ``toren jobs``, ``toren approvals``, ``toren schedules`` and
+``toren chat`` do, behind one interface with two implementations.
+
+``LocalOperator`` works on the database this machine reaches (``DATABASE_URL`` or the embedded
+Postgres) through ``toren.Runtime``; ``RemoteOperator`` works on a deployment's HTTP API through
+``toren.client`` (``TOREN_URL``, with ``TOREN_API_KEY``). Each command has one code path: it
+asks ``operate`` for the backend the environment names and renders what the backend returns,
+so ``--json`` prints the same document either way (the server's JSON is the runtime's JSON).
+``make_operator`` picks the implementation; ``operate`` runs one command's work on it.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
+from urllib.parse import urlsplit
+
+import typer
+
+from toren.cli.common import load_runtime, run_async, stop_runtime
+from toren.core.events import Event
+from toren.errors import ApprovalNotFound, ConfigError, RunNotFound, TorenError
+from toren.host.runtime import Runtime
+from toren.seams.shapes import TextDelta
+
+if TYPE_CHECKING:
+    from toren.client import Event as ClientEvent
+    from toren.client import TorenClient
+
+T = TypeVar("T")
+JsonDict = dict[str, Any]
+
+UrlOption = Annotated[str | None, typer.Option(
+    "--url", envvar="TOREN_URL", metavar="URL",
+    help="A deployment's API to work on (with TOREN_API_KEY) instead of this machine's "
+         "database.")]
+
+#: Runs read per page while looking for the runs whose id starts with a prefix (locally; the
+#: HTTP API pages by at most 200).
+_PAGE = 1000
+_REMOTE_PAGE = 200
+#: Candidates named in the error for an ambiguous prefix.
+_SHOWN_CANDIDATES = 10
+#: Approvals searched for an id prefix (the latest ones).
+_APPROVAL_SEARCH = 200
+_ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]{0,35}")
+
+
+class AmbiguousRunId(TorenError):
+    """More than one run's id starts with that prefix."""
+
+    code = "ambiguous_run_id"
+    http_status = 400
+
+
+class Operator(abc.ABC):
+    """What an operator command can ask of a deployment. Every answer is the JSON the HTTP API
+    gives (``RunRecord.to_json()``, ``runtime.receipt()``, ``ApprovalRecord.to_json()``,
+    ``ScheduleRecord.to_json()``). Called by the ``toren jobs/approvals/schedules`` commands
+    through ``operate``."""
+
+    #: Where the commands act, for messages: "this database" or the deployment's URL.
+    where: str = ""
+    #: The session ``open_session`` started or found (``toren chat``).
+    session_id: str = ""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Get ready (locally: start the runtime, with workers for ``toren chat``)."""
+
+    @abc.abstractmethod
+    async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
+                        schedule: str | None) -> list[JsonDict]:
+        """Runs, newest first."""
+
+    @abc.abstractmethod
+    def run_pages(self) -> AsyncIterator[list[JsonDict]]:
+        """Every run, newest first, a page at a time (to match an id prefix)."""
+
+    @abc.abstractmethod
+    async def receipt(self, run_id: str) -> JsonDict:
+        """What ``toren jobs receipt --json`` prints (``GET /runs/{id}/receipt``)."""
+
+    @abc.abstractmethod
+    async def children(self, run_id: str) -> list[JsonDict]:
+        """The runs the run's tasks started (peer calls, background runs), oldest first."""
+
+    @abc.abstractmethod
+    async def cancel_run(self, run_id: str, reason: str) -> JsonDict:
+        """Cancel the run; the run as it is afterwards."""
+
+    @abc.abstractmethod
+    async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
+                             status: str | None = None, limit: int = 50) -> list[JsonDict]:
+        """Approvals, newest request first."""
+
+    @abc.abstractmethod
+    async def get_approval(self, approval_id: str) -> JsonDict:
+        """One approval by its whole id."""
+
+    @abc.abstractmethod
+    async def decide_approval(self, approval_id: str, outcome: str,
+                              reason: str | None) -> JsonDict:
+        """Approve or deny (``outcome``) as the CLI's user (locally) or the API key (remotely)."""
+
+    @abc.abstractmethod
+    async def list_schedules(self, agent: str | None) -> list[JsonDict]:
+        """Every schedule (removed ones too)."""
+
+    @abc.abstractmethod
+    async def schedule_action(self, action: str, agent: str, name: str) -> JsonDict:
+        """``get``, ``pause``, ``resume`` a schedule (its JSON afterwards) or ``trigger`` it
+        (``{"agent", "schedule", "run_id", "slot_at", "trigger"}``)."""
+
+    @abc.abstractmethod
+    async def open_session(self, agent: str, session_id: str | None) -> JsonDict:
+        """Start a session with ``agent``, or find ``session_id``; return it (status and
+        transcript, as ``GET /sessions/{id}``). Later session calls are about this one."""
+
+    @abc.abstractmethod
+    async def send_message(self, text: str) -> None:
+        """Give the session the user's message (the agent's turn starts)."""
+
+    @abc.abstractmethod
+    async def close_session(self) -> None:
+        """End the session: the agent is not called again."""
+
+    @abc.abstractmethod
+    def session_events(self) -> AsyncIterator[Event | TextDelta]:
+        """The session's events after the last one seen, live, each once, with the pieces of
+        the model's text as it is generated in between (best-effort)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Let go of the runtime or the HTTP client."""
+
+    async def resolve_run_id(self, id_or_prefix: str) -> str:
+        """The id of the one run whose id is ``id_or_prefix`` or starts with it.
+
+        ``RunNotFound`` if none does, ``AmbiguousRunId`` (listing the candidates) if several
+        do. A whole id is returned as it is (the next call says if no run has it).
+        """
+        text = id_or_prefix.strip().lower()
+        try:
+            return str(uuid.UUID(text))
+        except ValueError:
+            pass
+        if not _ID_PREFIX.fullmatch(text):
+            raise RunNotFound(f"{id_or_prefix!r} is not a run id or the start of one (run ids "
+                              "look like ec03889c-c557-...); see `toren jobs list`")
+        matches = [run async for page in self.run_pages() for run in page
+                   if run["id"].startswith(text)]
+        if not matches:
+            raise RunNotFound(f"no run id starts with {text!r} in {self.where} "
+                              "(see `toren jobs list`)")
+        if len(matches) > 1:
+            shown = "; ".join(f"{run['id']} ({run['agent']}, {run['status']}, "
+                              f"{created(run)})" for run in matches[:_SHOWN_CANDIDATES])
+            more = len(matches) - _SHOWN_CANDIDATES
+            raise AmbiguousRunId(f"{len(matches)} runs have ids starting with {text!r}: "
+                                 f"{shown}" + (f"; and {more} more" if more > 0 else "")
+                                 + ". Give more of the id")
+        return str(matches[0]["id"])
+
+    async def resolve_approval(self, id_or_prefix: str) -> JsonDict:
+        """The approval whose id is ``id_or_prefix`` or the only one of the latest 200 whose
+        id starts with it; ``ApprovalNotFound`` otherwise."""
+        text = id_or_prefix.strip().lower()
+        try:
+            return await self.get_approval(str(uuid.UUID(text)))
+        except ValueError:
+            pass
+        matches = []
+        if _ID_PREFIX.fullmatch(text):
+            matches = [a for a in await self.list_approvals(status=None,
+                                                            limit=_APPROVAL_SEARCH)
+                       if a["id"].startswith(text)]
+        if len(matches) != 1:
+            found = "several approvals' ids start" if matches else "no approval's id starts"
+            raise ApprovalNotFound(f"{found} with {id_or_prefix!r}; give the whole id (see "
+                                   "`toren approvals list`)")
+        return matches[0]
+
+
+def created(run: JsonDict) -> str:
+    """A run's ``created_at`` as ``YYYY-MM-DD HH:MM:SS`` (empty when unknown)."""
+    at = run.get("created_at")
+    return str(at)[:19].replace("T", " ") if at else ""
+
+
+class LocalOperator(Operator):
+    """The database through ``toren.Runtime``: without workers, or with them for
+    ``toren chat`` (the session is worked in this process)."""
+
+    where = "this database"
+
+    def __init__(self, runtime: Runtime, decided_by: str = "", *, workers: bool = False
+                 ) -> None:
+        self.runtime = runtime
+        self.decided_by = decided_by
+        self.workers = workers
+        self.position: dict[str, int] = {}
+
+    async def start(self) -> None:
+        await self.runtime.start(workers=self.workers)
+
+    async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
+                        schedule: str | None) -> list[JsonDict]:
+        runs = await self.runtime.list_runs(agent=agent, status=status, limit=limit,
+                                            schedule=schedule)
+        return [run.to_json() for run in runs]
+
+    async def run_pages(self) -> AsyncIterator[list[JsonDict]]:
+        before = None
+        while True:
+            page = await self.runtime.store.list_runs(limit=_PAGE, before=before)
+            yield [run.to_json() for run in page]
+            last = page[-1] if page else None
+            if len(page) < _PAGE or last is None or last.created_at is None:
+                return
+            before = (last.created_at, last.id)
+
+    async def receipt(self, run_id: str) -> JsonDict:
+        return await self.runtime.receipt(run_id)
+
+    async def children(self, run_id: str) -> list[JsonDict]:
+        return [child.to_json() for child in await self.runtime.children(run_id)]
+
+    async def cancel_run(self, run_id: str, reason: str) -> JsonDict:
+        return (await self.runtime.cancel_run(run_id, reason)).to_json()
+
+    async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
+                             status: str | None = None, limit: int = 50) -> list[JsonDict]:
+        found = await self.runtime.list_approvals(agent=agent, run_id=run_id, status=status,
+                                                  limit=limit)
+        return [a.to_json() for a in found]
+
+    async def get_approval(self, approval_id: str) -> JsonDict:
+        return (await self.runtime.get_approval(approval_id)).to_json()
+
+    async def decide_approval(self, approval_id: str, outcome: str,
+                              reason: str | None) -> JsonDict:
+        record = await self.runtime.decide_approval(approval_id, outcome,
+                                                    decided_by=self.decided_by, reason=reason)
+        return record.to_json()
+
+    async def list_schedules(self, agent: str | None) -> list[JsonDict]:
+        return [s.to_json() for s in await self.runtime.list_schedules(agent)]
+
+    async def schedule_action(self, action: str, agent: str, name: str) -> JsonDict:
+        if action == "trigger":
+            fired = await self.runtime.trigger_schedule(agent, name)
+            return {"agent": fired.agent, "schedule": fired.schedule, "run_id": fired.run_id,
+                    "slot_at": fired.slot_at.isoformat(), "trigger": fired.trigger}
+        do = {"get": self.runtime.get_schedule, "pause": self.runtime.pause_schedule,
+              "resume": self.runtime.resume_schedule}[action]
+        return (await do(agent, name)).to_json()
+
+    async def open_session(self, agent: str, session_id: str | None) -> JsonDict:
+        self.session_id = session_id or await self.runtime.start_session(agent)
+        found = await self.runtime.get_session(self.session_id)
+        for event in await self.runtime.events(self.session_id):
+            self.position[event.stream] = max(self.position.get(event.stream, 0), event.seq)
+        return found
+
+    async def send_message(self, text: str) -> None:
+        await self.runtime.send_message(self.session_id, text)
+
+    async def close_session(self) -> None:
+        await self.runtime.close_session(self.session_id, "closed from toren chat")
+
+    async def session_events(self) -> AsyncIterator[Event | TextDelta]:
+        async for item in self.runtime.follow_live(self.session_id, after=self.position):
+            if isinstance(item, Event):
+                self.position[item.stream] = max(self.position.get(item.stream, 0), item.seq)
+            yield item
+
+    async def aclose(self) -> None:
+        # with workers (toren chat), say what stopping waits for when Ctrl-C brought us here
+        await stop_runtime(self.runtime, quiet=not self.workers)
+
+
+class RemoteOperator(Operator):
+    """A deployment's HTTP API through ``toren.client`` (``TOREN_URL``, ``TOREN_API_KEY``)."""
+
+    def __init__(self, client: TorenClient) -> None:
+        self.client = client
+        self.where = f"the runs served at {client.base_url}"
+        self.cursor: str | None = None
+
+    async def start(self) -> None:
+        """Nothing to start: the client connects on the first request."""
+
+    async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
+                        schedule: str | None) -> list[JsonDict]:
+        runs: list[JsonDict] = []
+        cursor = None
+        while len(runs) < limit:
+            page = await self.client.list_runs(agent=agent, status=status, cursor=cursor,
+                                               limit=min(_REMOTE_PAGE, limit - len(runs)),
+                                               schedule=schedule)
+            runs += [dict(run) for run in page["runs"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        return runs
+
+    async def run_pages(self) -> AsyncIterator[list[JsonDict]]:
+        cursor = None
+        while True:
+            page = await self.client.list_runs(limit=_REMOTE_PAGE, cursor=cursor)
+            yield [dict(run) for run in page["runs"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
+
+    async def receipt(self, run_id: str) -> JsonDict:
+        return await self.client.receipt(run_id)
+
+    async def children(self, run_id: str) -> list[JsonDict]:
+        return [dict(child) for child in await self.client.children(run_id)]
+
+    async def cancel_run(self, run_id: str, reason: str) -> JsonDict:
+        return dict(await self.client.cancel_run(run_id, reason))
+
+    async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
+                             status: str | None = None, limit: int = 50) -> list[JsonDict]:
+        found = await self.client.list_approvals(agent=agent, run_id=run_id, status=status,
+                                                 limit=limit)
+        return [dict(a) for a in found]
+
+    async def get_approval(self, approval_id: str) -> JsonDict:
+        return dict(await self.client.get_approval(approval_id))
+
+    async def decide_approval(self, approval_id: str, outcome: str,
+                              reason: str | None) -> JsonDict:
+        decide = self.client.approve if outcome == "approved" else self.client.deny
+        return dict(await decide(approval_id, reason))
+
+    async def list_schedules(self, agent: str | None) -> list[JsonDict]:
+        return [dict(s) for s in await self.client.list_schedules(agent=agent)]
+
+    async def schedule_action(self, action: str, agent: str, name: str) -> JsonDict:
+        do = {"get": self.client.get_schedule, "pause": self.client.pause_schedule,
+              "resume": self.client.resume_schedule,
+              "trigger": self.client.trigger_schedule}[action]
+        return dict(await do(agent, name))
+
+    async def open_session(self, agent: str, session_id: str | None) -> JsonDict:
+        self.session_id = session_id or (await self.client.create_session(agent))["id"]
+        found = dict(await self.client.get_session(self.session_id))
+        self.cursor = (await self.client.events(self.session_id))["cursor"]
+        return found
+
+    async def send_message(self, text: str) -> None:
+        await self.client.send_message(self.session_id, text)
+
+    async def close_session(self) -> None:
+        await self.client.close_session(self.session_id)
+
+    async def session_events(self) -> AsyncIterator[Event | TextDelta]:
+        async for item in self.client.stream_live(self.session_id, after=self.cursor):
+            if "cursor" not in item:
+                yield TextDelta.from_json(dict(item))
+                continue
+            event = cast("ClientEvent", item)
+            self.cursor = event["cursor"]
+            yield Event(event["run_id"], event["stream"], event["seq"], event["type"],
+                        event["data"])
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def api_url(url: str) -> str:
+    """``url`` (``--url``/``TOREN_URL``) if it is an http(s) URL with a host, else a
+    ``ConfigError`` saying what one looks like."""
+    try:
+        parts = urlsplit(url.strip())
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # a port that is not a number raises ValueError
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ConfigError(f"--url/TOREN_URL {url!r} is not the URL of a Toren API: give an "
+                          "http(s) URL with a host, such as https://toren.example.com or "
+                          "http://127.0.0.1:8420")
+    return url.strip()
+
+
+def make_operator(url: str | None, *, decided_by: str = "", dirs: list[Path] | None = None,
+                  agent: str | None = None, workers: bool = False) -> Operator:
+    """The deployment at ``url`` (``TOREN_URL``, with ``TOREN_API_KEY``) or, without one, this
+    machine's database: a runtime that serves no agent, or with ``agent`` the agents in
+    ``dirs``, checked at once to serve it (``toren schedules trigger`` needs the schedule's
+    definition, ``toren chat`` works the session). Not started yet."""
+    if url:
+        from toren.client import TorenClient  # aiohttp: only against a deployment
+
+        return RemoteOperator(TorenClient(api_url(url)))
+    runtime = load_runtime(dirs, agent) if agent is not None else Runtime(agents=[])
+    return LocalOperator(runtime, decided_by, workers=workers)
+
+
+def operate(action: Callable[[Operator], Awaitable[T]], *, url: str | None,
+            decided_by: str = "", dirs: list[Path] | None = None,
+            agent: str | None = None) -> T:
+    """Run one command's ``action`` on ``make_operator(...)``, started, and close it after."""
+    operator = make_operator(url, decided_by=decided_by, dirs=dirs, agent=agent)
+
+    async def go() -> T:
+        await operator.start()
+        try:
+            return await action(operator)
+        finally:
+            await operator.aclose()
+
+    return run_async(go())
