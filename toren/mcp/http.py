@@ -9,7 +9,7 @@ allows exactly what the key allows on the other routes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -87,7 +87,7 @@ class McpEndpoint:
             await asyncio.get_running_loop().create_future()
             return {"type": "http.disconnect"}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             nonlocal response
             if message["type"] == "http.response.start":
                 response = web.StreamResponse(status=message["status"])
