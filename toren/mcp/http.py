@@ -41,10 +41,12 @@ class McpEndpoint:
 
     def __init__(self) -> None:
         server = build_server(_forwarding_client)
-        # stateless: any worker process can answer any request, nothing to lose on restart
-        # (runs are durable; a client reconnecting just calls the tools again)
-        self.manager = StreamableHTTPSessionManager(app=server._lowlevel_server,
-                                                    stateless=True)
+        # stateless: any server process can answer any request, nothing to lose on restart
+        # (runs are durable; a client reconnecting just calls the tools again). The SDK's own
+        # Host/Origin checks stay off (a non-loopback ``host``): the browser guard middleware
+        # already applies Toren's rules to /mcp as to every route.
+        server.streamable_http_app(stateless_http=True, host="0.0.0.0")
+        self.manager: StreamableHTTPSessionManager = server.session_manager
 
     def install(self, app: web.Application) -> None:
         """Add the routes and the session manager's lifetime to ``app``."""
