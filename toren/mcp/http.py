@@ -36,7 +36,7 @@ async def _forwarding_client(ctx: Context) -> AsyncIterator[TorenClient]:
 
 
 class McpEndpoint:
-    """Serves MCP at ``/mcp`` (POST, GET, DELETE). ``create_app`` calls ``install`` once;
+    """Serves MCP at ``POST /mcp``. ``create_app`` calls ``install`` once;
     the session manager runs from the app's start-up to its clean-up."""
 
     def __init__(self) -> None:
@@ -51,8 +51,9 @@ class McpEndpoint:
     def install(self, app: web.Application) -> None:
         """Add the routes and the session manager's lifetime to ``app``."""
         app.cleanup_ctx.append(self._lifetime)
-        for method in ("GET", "POST", "DELETE"):
-            app.router.add_route(method, "/mcp", self.handle)
+        # stateless: no server-to-client stream (GET) and no session to end (DELETE); the
+        # SDK's client takes the 405 for either as the specification allows
+        app.router.add_post("/mcp", self.handle)
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
