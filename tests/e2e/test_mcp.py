@@ -167,3 +167,22 @@ async def test_stdio_mcp_drives_runs_over_the_http_api(served: tuple[str, str]) 
         await mcp.initialize()
         assert "unauthorized" in error_text(await mcp.call_tool("list_agents", {}))
 
+
+
+async def test_http_mcp_on_toren_dev_without_keys(start_toren: Any, database_url: str,
+                                                  tmp_path: Path) -> None:
+    """Local `toren dev` needs no key; a caller cannot redirect the tools' own API calls."""
+    write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
+    dev = start_toren("dev", "--dir", str(tmp_path / "crews"), "--port", "0", "--json",
+                      env={"DATABASE_URL": database_url})
+    url = str(dev.next_json()["url"])
+    forged = {"X-Toren-MCP-Self-URL": "http://127.0.0.1:9"}  # nothing listens there
+    async with streamable_http_client(url + "/mcp", http_client=httpx2.AsyncClient(
+            headers=forged, timeout=60)) as (read, write), ClientSession(read, write) as mcp:
+        await mcp.initialize()
+        agents = data(await mcp.call_tool("list_agents", {}))
+        assert [agent["name"] for agent in agents["agents"]] == ["crew"]
+        started = data(await mcp.call_tool("start_run", {"agent": "crew", "input": "dev"}))
+        run = data(await mcp.call_tool("wait_for_run", {"run_id": started["id"],
+                                                        "timeout_s": 60}))
+        assert run["status"] == "completed"
