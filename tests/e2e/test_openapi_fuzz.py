@@ -147,11 +147,16 @@ def test_every_operation_conforms_to_the_openapi_document(api: dict[str, Any],
         cases = st.one_of(*(operation.as_strategy(generation_mode=mode)
                             for mode in GenerationMode), realistic_case(operation, api))
 
+        # MCP answers a JSON-RPC message it cannot serve (an unknown method, an odd id) with
+        # a JSON-RPC error, as its specification says, not always with an HTTP 4xx
+        skipped = excluded + ([schemathesis.checks.negative_data_rejection]
+                              if operation.path == "/mcp" else [])
+
         @given(case=cases)
         @settings(max_examples=MAX_EXAMPLES, derandomize=True, database=None, deadline=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
         def fuzz(case: schemathesis.Case) -> None:
-            case.call_and_validate(headers=headers, excluded_checks=excluded,
+            case.call_and_validate(headers=headers, excluded_checks=skipped,  # noqa: B023
                                    additional_checks=[positive_data_acceptance],
                                    timeout=30)
 

@@ -18,6 +18,7 @@ from toren.cli import (
     init,
     jobs,
     keys,
+    mcp,
     plugins,
     run,
     schedules,
@@ -59,6 +60,7 @@ app.command("dev")(dev.dev)
 app.command("serve")(serve.serve)
 app.command("worker")(worker.worker)
 app.command("run")(run.run)
+app.command("mcp")(mcp.mcp)
 app.command("chat")(chat.chat)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(db.app, name="db")

@@ -9,6 +9,7 @@ from aiohttp import web
 
 import toren
 from toren.errors import DatabaseUnavailable
+from toren.mcp.http import McpEndpoint
 from toren.schemas import load_schema
 from toren.server import approvals, console, files, runs, schedules, sessions
 from toren.server.auth import auth_middleware
@@ -56,6 +57,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     approvals.routes(app)
     schedules.routes(app)
     console.routes(app)
+    McpEndpoint().install(app)  # MCP for coding agents (docs/channels/mcp.md)
     return app
 
 

@@ -1,0 +1,188 @@
+"""The MCP channel with the real `mcp` client SDK: streamable HTTP at /mcp on `toren serve`
+(with keys) and `toren mcp` on stdio against it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.e2e.test_http_api import TOOLS
+from toren.testing import write_agent_dir
+
+#: the `toren` command of this environment
+TOREN = str(Path(sys.executable).parent / "toren")
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+
+
+@pytest.fixture
+def served(toren_cli: Any, start_toren: Any, database_url: str,
+           tmp_path: Path) -> tuple[str, str]:
+    """A `toren serve --workers` with a key, and slow scripted model calls; (url, key)."""
+    env = {"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": "1.5"}
+    token = json.loads(toren_cli("keys", "create", "mcp", "--json", env=env).stdout)["key"]
+    write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
+    server = start_toren("serve", "--workers", "--dir", str(tmp_path / "crews"), "--port", "0",
+                         "--json", env=env)
+    return str(server.next_json()["url"]), token
+
+
+def http_session(url: str, key: str | None) -> Any:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return streamable_http_client(url + "/mcp",
+                                  http_client=httpx2.AsyncClient(headers=headers, timeout=60))
+
+
+def data(result: Any) -> Any:
+    assert not result.is_error, result.content
+    return json.loads(result.content[0].text)
+
+
+def error_text(result: Any) -> str:
+    assert result.is_error
+    return str(result.content[0].text)
+
+
+async def test_http_mcp_runs_outlive_a_client_that_disconnects_mid_wait(
+        served: tuple[str, str]) -> None:
+    url, key = served
+    async with http_session(url, key) as (read, write), ClientSession(read, write) as mcp:
+        await mcp.initialize()
+        tools = {tool.name for tool in (await mcp.list_tools()).tools}
+        assert {"list_agents", "start_run", "get_run", "wait_for_run", "list_runs",
+                "cancel_run", "get_receipt", "session_start", "session_send", "session_get",
+                "approvals_list", "approve", "deny"} <= tools
+        agents = data(await mcp.call_tool("list_agents", {}))
+        assert [agent["name"] for agent in agents["agents"]] == ["crew"]
+        started = data(await mcp.call_tool("start_run", {"agent": "crew", "input": "postgres",
+                                                         "idempotency_key": "mcp-1"}))
+        again = data(await mcp.call_tool("start_run", {"agent": "crew", "input": "postgres",
+                                                       "idempotency_key": "mcp-1"}))
+        assert again["id"] == started["id"]
+        progress: list[float] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append(value)
+
+        # the client goes away in the middle of a wait
+        waiting = asyncio.ensure_future(mcp.call_tool(
+            "wait_for_run", {"run_id": started["id"], "timeout_s": 60},
+            progress_callback=on_progress))
+        await asyncio.sleep(1.2)
+        assert progress, "no progress notification while waiting"
+        waiting.cancel()
+    # a new connection finds the run still going, then finished
+    async with http_session(url, key) as (read, write), ClientSession(read, write) as mcp:
+        await mcp.initialize()
+        run = data(await mcp.call_tool("wait_for_run", {"run_id": started["id"],
+                                                        "timeout_s": 90}))
+        assert run["finished"] is True and run["status"] == "completed"
+        assert "facts about postgres" in json.dumps(run["output"])
+        receipt = data(await mcp.call_tool("get_receipt", {"run_id": started["id"]}))
+        assert receipt["totals"]["model_calls"] >= 1 and receipt["why"]
+        resource = await mcp.read_resource(f"toren://runs/{started['id']}/receipt")
+        assert json.loads(resource.contents[0].text)["totals"] == receipt["totals"]
+        listed = data(await mcp.call_tool("list_runs", {"agent": "crew"}))
+        assert [r["id"] for r in listed["runs"]] == [started["id"]]
+        assert data(await mcp.call_tool("approvals_list", {}))["approvals"] == []
+
+        # sessions: a turn and its transcript
+        session = data(await mcp.call_tool("session_start", {"agent": "crew"}))
+        replied = data(await mcp.call_tool("session_send", {"session_id": session["id"],
+                                                            "text": "postgres",
+                                                            "wait_s": 90}))
+        assert replied["status"] == "awaiting_input"
+        assert "facts about postgres" in replied["transcript"][-1]["text"]
+        assert data(await mcp.call_tool("session_get", {"session_id": session["id"]}))[
+            "transcript"] == replied["transcript"]
+        transcript = await mcp.read_resource(f"toren://sessions/{session['id']}/transcript")
+        assert json.loads(transcript.contents[0].text)["transcript"] == replied["transcript"]
+
+        # cancel a run started for it
+        doomed = data(await mcp.call_tool("start_run", {"agent": "crew", "input": "x"}))
+        cancelled = data(await mcp.call_tool("cancel_run", {"run_id": doomed["id"],
+                                                            "reason": "not needed"}))
+        assert cancelled["status"] == "cancelled"
+
+        # hostile arguments: clear tool errors, and the server goes on answering
+        for name, arguments, expected in [
+                ("start_run", {"agent": "ghost", "input": "x"}, "agent_not_found"),
+                ("start_run", {"input": "x"}, "agent"),
+                ("get_run", {"run_id": "not-a-run"}, "run_not_found"),
+                ("get_run", {"run_id": "0" * 5000}, "run_id"),
+                ("wait_for_run", {"run_id": started["id"], "timeout_s": -1}, "timeout_s"),
+                ("wait_for_run", {"run_id": started["id"], "timeout_s": 10**9}, "timeout_s"),
+                ("list_runs", {"limit": 0}, "limit"),
+                ("list_runs", {"status": "sleeping"}, "invalid_status"),
+                ("session_send", {"session_id": session["id"], "text": ""}, "text"),
+                ("approve", {"approval_id": "nope"}, "approval_not_found"),
+                ("deny", {"approval_id": 7}, "approval_id")]:
+            assert expected in error_text(await mcp.call_tool(name, arguments)), name
+        assert data(await mcp.call_tool("get_run", {"run_id": started["id"]}))[
+            "status"] == "completed"
+
+
+async def test_http_mcp_needs_a_valid_key(served: tuple[str, str]) -> None:
+    url, _ = served
+    for bad in (None, "wrong"):
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bad}"} if bad
+                                      else {}) as http:
+            response = await http.post(url + "/mcp", json={
+                "jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={"Accept": "application/json, text/event-stream"})
+            assert response.status_code == 401
+            assert response.json()["error"]["code"] == "unauthorized"
+
+
+async def test_stdio_mcp_drives_runs_over_the_http_api(served: tuple[str, str]) -> None:
+    url, key = served
+    params = StdioServerParameters(command=TOREN, args=["mcp"],
+                                   env={"TOREN_URL": url, "TOREN_API_KEY": key})
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as mcp:
+        await mcp.initialize()
+        started = data(await mcp.call_tool("start_run", {"agent": "crew", "input": "stdio"}))
+        waiting = asyncio.ensure_future(mcp.call_tool(
+            "wait_for_run", {"run_id": started["id"], "timeout_s": 60}))
+        await asyncio.sleep(0.5)
+        waiting.cancel()  # the client leaves mid-wait (its process stops the server)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as mcp:
+        await mcp.initialize()
+        run = data(await mcp.call_tool("wait_for_run", {"run_id": started["id"],
+                                                        "timeout_s": 90}))
+        assert run["status"] == "completed" and run["finished"] is True
+        assert "agent_not_found" in error_text(
+            await mcp.call_tool("start_run", {"agent": "ghost", "input": "x"}))
+    wrong = StdioServerParameters(command=TOREN, args=["mcp"],
+                                  env={"TOREN_URL": url, "TOREN_API_KEY": "wrong"})
+    async with stdio_client(wrong) as (read, write), ClientSession(read, write) as mcp:
+        await mcp.initialize()
+        assert "unauthorized" in error_text(await mcp.call_tool("list_agents", {}))
+
+
+
+async def test_http_mcp_on_toren_dev_without_keys(start_toren: Any, database_url: str,
+                                                  tmp_path: Path) -> None:
+    """Local `toren dev` needs no key; a caller cannot redirect the tools' own API calls."""
+    write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
+    dev = start_toren("dev", "--dir", str(tmp_path / "crews"), "--port", "0", "--json",
+                      env={"DATABASE_URL": database_url})
+    url = str(dev.next_json()["url"])
+    forged = {"X-Toren-MCP-Self-URL": "http://127.0.0.1:9"}  # nothing listens there
+    async with streamable_http_client(url + "/mcp", http_client=httpx2.AsyncClient(
+            headers=forged, timeout=60)) as (read, write), ClientSession(read, write) as mcp:
+        await mcp.initialize()
+        agents = data(await mcp.call_tool("list_agents", {}))
+        assert [agent["name"] for agent in agents["agents"]] == ["crew"]
+        started = data(await mcp.call_tool("start_run", {"agent": "crew", "input": "dev"}))
+        run = data(await mcp.call_tool("wait_for_run", {"run_id": started["id"],
+                                                        "timeout_s": 60}))
+        assert run["status"] == "completed"

@@ -1,0 +1,233 @@
+"""``build_server``: the MCP tools and resources over the HTTP API (``toren.client``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from pydantic import Field
+
+import toren
+from toren.client import TorenAPIError, TorenClient, TorenUnreachable
+
+#: The longest one ``wait_for_run`` call waits (MCP clients time tool calls out near a minute
+#: or more); call it again to keep waiting: the run goes on either way.
+MAX_WAIT_S = 300.0
+#: How often ``wait_for_run`` looks at the run (and reports progress).
+POLL_S = 0.5
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+#: Builds the HTTP client a request's tools use: ``toren mcp`` uses ``TOREN_URL`` and
+#: ``TOREN_API_KEY``; ``/mcp`` on the server forwards the caller's own key.
+ClientFactory = Callable[[Context], AbstractAsyncContextManager[TorenClient]]
+
+RunId = Annotated[str, Field(description="The run's id (a UUID), as start_run returned it.",
+                             min_length=1, max_length=100)]
+SessionId = Annotated[str, Field(description="The session's id, as session_start returned it.",
+                                 min_length=1, max_length=100)]
+ApprovalId = Annotated[str, Field(description="The approval's id, from approvals_list.",
+                                  min_length=1, max_length=100)]
+Reason = Annotated[str | None, Field(description="Why (recorded, and shown to the model on "
+                                                 "deny).", max_length=2000)]
+
+
+@asynccontextmanager
+async def env_client(_: Context) -> AsyncIterator[TorenClient]:
+    """The client ``toren mcp`` uses: ``TOREN_URL`` and ``TOREN_API_KEY`` from the
+    environment (default ``http://127.0.0.1:8420``, the local ``toren dev``)."""
+    async with TorenClient() as client:
+        yield client
+
+
+def _tool_error(exc: Exception) -> ToolError:
+    if isinstance(exc, TorenAPIError):
+        return ToolError(f"{exc.code}: {exc.message}")
+    if isinstance(exc, TorenUnreachable):
+        return ToolError(exc.message)
+    return ToolError(str(exc))
+
+
+def build_server(client_for: ClientFactory = env_client) -> MCPServer:
+    """The Toren MCP server. Called once by ``toren mcp`` and once per HTTP app (``/mcp``).
+
+    Every tool and resource opens a client with ``client_for(ctx)`` and does one or a few
+    HTTP API calls; API errors come back as tool errors naming the code and what to do.
+    """
+    server: MCPServer = MCPServer(
+        name="toren", version=toren.__version__,
+        instructions="Toren runs agents durably: start_run returns at once with a run id; the run "
+                     "goes on whatever happens to this connection. Use wait_for_run (bounded; "
+                     "call again to keep waiting) or get_run to see how it ended.")
+
+    @asynccontextmanager
+    async def api(ctx: Context) -> AsyncIterator[TorenClient]:
+        try:
+            async with client_for(ctx) as client:
+                yield client
+        except (TorenAPIError, TorenUnreachable) as exc:
+            raise _tool_error(exc) from exc
+
+    @server.tool()
+    async def list_agents(ctx: Context) -> dict[str, Any]:
+        """The agents served here: name, description, model, tools."""
+        async with api(ctx) as client:
+            return {"agents": await client.agents()}
+
+    @server.tool()
+    async def start_run(
+            agent: Annotated[str, Field(description="The agent's name (see list_agents).",
+                                        min_length=1, max_length=200)],
+            input: Annotated[Any, Field(description="The run's input: text or any JSON.")],
+            ctx: Context,
+            idempotency_key: Annotated[str | None, Field(
+                description="Same key, same run: retrying never starts a second run.",
+                min_length=1, max_length=255)] = None) -> dict[str, Any]:
+        """Start a durable run and return its id at once (it keeps running if this client
+        disconnects). Then wait_for_run or get_run."""
+        async with api(ctx) as client:
+            return dict(await client.create_run(agent, input, idempotency_key=idempotency_key))
+
+    @server.tool()
+    async def get_run(run_id: RunId, ctx: Context) -> dict[str, Any]:
+        """A run's status, output, why it stopped, cost totals and pending approvals."""
+        async with api(ctx) as client:
+            return dict(await client.get_run(run_id))
+
+    @server.tool()
+    async def wait_for_run(
+            run_id: RunId, ctx: Context,
+            timeout_s: Annotated[float, Field(
+                description=f"Wait at most this long (0 to {MAX_WAIT_S:.0f} seconds).",
+                ge=0, le=MAX_WAIT_S)] = 60.0) -> dict[str, Any]:
+        """Wait until the run ends or ``timeout_s`` passes, reporting progress meanwhile;
+        returns the run (as get_run) and ``finished``. Not finished: call again."""
+        started = time.monotonic()
+        async with api(ctx) as client:
+            while True:
+                run = dict(await client.get_run(run_id))
+                elapsed = time.monotonic() - started
+                if run["status"] in _TERMINAL or elapsed >= timeout_s:
+                    return run | {"finished": run["status"] in _TERMINAL}
+                await ctx.report_progress(round(elapsed, 1), timeout_s,
+                                          f"run {run_id} is {run['status']}")
+                await asyncio.sleep(min(POLL_S, max(0.0, timeout_s - elapsed)))
+
+    @server.tool()
+    async def list_runs(
+            ctx: Context,
+            agent: Annotated[str | None, Field(description="Only this agent's runs.",
+                                               max_length=200)] = None,
+            status: Annotated[str | None, Field(description="Only runs in this status.",
+                                                max_length=40)] = None,
+            limit: Annotated[int, Field(ge=1, le=200)] = 20,
+            cursor: Annotated[str | None, Field(description="next_cursor of the last page.",
+                                                max_length=500)] = None) -> dict[str, Any]:
+        """Runs, newest first, a page at a time."""
+        async with api(ctx) as client:
+            return dict(await client.list_runs(agent=agent, status=status, limit=limit,
+                                               cursor=cursor))
+
+    @server.tool()
+    async def cancel_run(run_id: RunId, ctx: Context, reason: Reason = None) -> dict[str, Any]:
+        """Cancel a run (its tasks stop at their next step)."""
+        async with api(ctx) as client:
+            return dict(await client.cancel_run(run_id, reason or "cancelled over MCP"))
+
+    @server.tool()
+    async def get_receipt(run_id: RunId, ctx: Context) -> dict[str, Any]:
+        """What a run did and cost: why it stopped, model and tool calls, tokens, cost,
+        budget."""
+        async with api(ctx) as client:
+            return _receipt(await client.get_run(run_id))
+
+    @server.tool()
+    async def session_start(
+            agent: Annotated[str, Field(min_length=1, max_length=200)], ctx: Context,
+            idempotency_key: Annotated[str | None, Field(min_length=1, max_length=255)] = None,
+    ) -> dict[str, Any]:
+        """Open a conversation with an agent; then session_send."""
+        async with api(ctx) as client:
+            return dict(await client.create_session(agent, idempotency_key=idempotency_key))
+
+    @server.tool()
+    async def session_send(
+            session_id: SessionId,
+            text: Annotated[str, Field(min_length=1)], ctx: Context,
+            wait_s: Annotated[float, Field(description="Wait this long for the reply "
+                                                       "(0: return at once).",
+                                           ge=0, le=MAX_WAIT_S)] = 60.0) -> dict[str, Any]:
+        """Send a message and wait (bounded) for the agent's reply; returns the session
+        (status, transcript)."""
+        async with api(ctx) as client:
+            await client.send_message(session_id, text)
+            if wait_s <= 0:
+                return dict(await client.get_session(session_id))
+            try:
+                return dict(await client.wait_for_turn(session_id, poll_s=POLL_S,
+                                                       timeout_s=wait_s))
+            except TimeoutError:
+                return dict(await client.get_session(session_id))
+
+    @server.tool()
+    async def session_get(session_id: SessionId, ctx: Context) -> dict[str, Any]:
+        """A session's status and transcript."""
+        async with api(ctx) as client:
+            return dict(await client.get_session(session_id))
+
+    @server.tool()
+    async def approvals_list(
+            ctx: Context,
+            status: Annotated[str | None, Field(max_length=40)] = "pending",
+            agent: Annotated[str | None, Field(max_length=200)] = None,
+            run_id: Annotated[str | None, Field(max_length=100)] = None,
+            limit: Annotated[int, Field(ge=1, le=200)] = 50) -> dict[str, Any]:
+        """Tool calls waiting for a person's decision (or, with ``status``, decided ones)."""
+        async with api(ctx) as client:
+            return {"approvals": await client.list_approvals(agent=agent, run_id=run_id,
+                                                             status=status, limit=limit)}
+
+    @server.tool()
+    async def approve(approval_id: ApprovalId, ctx: Context,
+                      reason: Reason = None) -> dict[str, Any]:
+        """Let a waiting tool call run (exactly once)."""
+        async with api(ctx) as client:
+            return dict(await client.approve(approval_id, reason))
+
+    @server.tool()
+    async def deny(approval_id: ApprovalId, ctx: Context, reason: Reason = None
+                   ) -> dict[str, Any]:
+        """Refuse a waiting tool call; the model reads the refusal and the reason."""
+        async with api(ctx) as client:
+            return dict(await client.deny(approval_id, reason))
+
+    @server.resource("toren://runs/{run_id}/receipt", mime_type="application/json")
+    async def receipt_resource(run_id: str, ctx: Context) -> str:
+        """A run's receipt (as get_receipt)."""
+        try:
+            async with client_for(ctx) as client:
+                return json.dumps(_receipt(await client.get_run(run_id)))
+        except (TorenAPIError, TorenUnreachable) as exc:
+            raise ResourceError(str(_tool_error(exc))) from exc
+
+    @server.resource("toren://sessions/{session_id}/transcript", mime_type="application/json")
+    async def transcript_resource(session_id: str, ctx: Context) -> str:
+        """A session's transcript."""
+        try:
+            async with client_for(ctx) as client:
+                return json.dumps(await client.get_session(session_id))
+        except (TorenAPIError, TorenUnreachable) as exc:
+            raise ResourceError(str(_tool_error(exc))) from exc
+
+    return server
+
+
+def _receipt(run: Any) -> dict[str, Any]:
+    keys = ("id", "agent", "status", "why", "totals", "budget", "pending_approvals",
+            "created_at", "updated_at")
+    return {key: run[key] for key in keys if key in run}
