@@ -141,10 +141,10 @@ def build_server(client_for: ClientFactory = env_client) -> MCPServer:
 
     @server.tool()
     async def get_receipt(run_id: RunId, ctx: Context) -> dict[str, Any]:
-        """What a run did and cost: why it stopped, model and tool calls, tokens, cost,
-        budget."""
+        """What a run did and cost, as `toren jobs receipt --json` prints it: why it stopped,
+        every task's model calls (model, tokens, cost, latency) and tool calls, totals, budget."""
         async with api(ctx) as client:
-            return _receipt(await client.get_run(run_id))
+            return dict(await client.receipt(run_id))
 
     @server.tool()
     async def session_start(
@@ -211,7 +211,7 @@ def build_server(client_for: ClientFactory = env_client) -> MCPServer:
         """A run's receipt (as get_receipt)."""
         try:
             async with client_for(ctx) as client:
-                return json.dumps(_receipt(await client.get_run(run_id)))
+                return json.dumps(await client.receipt(run_id))
         except (TorenAPIError, TorenUnreachable) as exc:
             raise ResourceError(str(_tool_error(exc))) from exc
 
@@ -226,8 +226,3 @@ def build_server(client_for: ClientFactory = env_client) -> MCPServer:
 
     return server
 
-
-def _receipt(run: Any) -> dict[str, Any]:
-    keys = ("id", "agent", "status", "why", "totals", "budget", "pending_approvals",
-            "created_at", "updated_at")
-    return {key: run[key] for key in keys if key in run}
