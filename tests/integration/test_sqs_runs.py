@@ -1,38 +1,22 @@
 """Runs on the SQS queue driver (toren-sqs) with real boto3 against moto in server mode: the
 outbox relay feeds SQS after commit, workers claim from their agents' queues, and a message
-delivered too often fails its run with the reason."""
+delivered too often fails its run with the reason. (``sqs_env``: toren-sqs's pytest
+plugin, a moto server.)"""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 from toren_sqs.queue import SqsQueue
-from toren_sqs.testing import moto_sqs_server, sqs_test_env
 
 from tests.durable import check_log
 from toren.host.relay import OutboxRelay
 from toren.testing import write_agent_dir
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "contrib" / "examples"
-
-
-@pytest.fixture(scope="module")
-def sqs_endpoint() -> Iterator[str]:
-    with moto_sqs_server() as endpoint:
-        yield endpoint
-
-
-@pytest.fixture
-def sqs_env(sqs_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    env = sqs_test_env(sqs_endpoint)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return env
 
 
 async def test_a_run_and_a_workflow_complete_on_sqs(sqs_env, make_runtime, database_url: str,

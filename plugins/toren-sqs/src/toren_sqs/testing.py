@@ -1,5 +1,12 @@
 """Test helpers: a real SQS API on this machine (moto in server mode), for toren-sqs's tests
-and Toren's own (``moto[server]`` must be installed; requirements/test.txt installs it)."""
+and Toren's own (``moto[server]`` must be installed; requirements/test.txt installs it).
+
+Also a pytest plugin (entry point ``pytest11``), giving two fixtures:
+
+- ``sqs_endpoint``: a moto server for the test session; its endpoint URL;
+- ``sqs_env``: the environment pointing the driver at it, set for one test, with a queue
+  prefix of the test's own.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,8 @@ import contextlib
 import socket
 import uuid
 from collections.abc import Iterator
+
+import pytest
 
 
 @contextlib.contextmanager
@@ -31,3 +40,20 @@ def sqs_test_env(endpoint: str) -> dict[str, str]:
     return {"TOREN_SQS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
             "TOREN_SQS_PREFIX": f"t{uuid.uuid4().hex[:10]}-", "TOREN_SQS_WAIT_SECONDS": "1"}
+
+
+@pytest.fixture(scope="session")
+def sqs_endpoint() -> Iterator[str]:
+    """A moto server for the whole test session."""
+    with moto_sqs_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def sqs_env(sqs_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The driver's settings pointing at moto, with a queue prefix of this test's own."""
+    env = sqs_test_env(sqs_endpoint)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return env
