@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, MutableMapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
@@ -56,9 +56,27 @@ class McpEndpoint:
         app.router.add_post("/mcp", self.handle)
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            await stack.enter_async_context(self.manager.run())
+        # The manager's anyio task group must be entered and left by one task, and an app's
+        # start-up and clean-up may run in different tasks (pytest fixtures, embedding hosts):
+        # a task of its own holds it from start-up until clean-up says stop.
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with self.manager.run():
+                started.set()
+                await stop.wait()
+
+        holder = asyncio.create_task(hold(), name="toren-mcp-sessions")
+        waiting = asyncio.create_task(started.wait())
+        await asyncio.wait({holder, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set():  # the manager failed to start: say why, at start-up
+            waiting.cancel()
+            await holder
+        try:
             yield
+        finally:
+            stop.set()
+            await holder
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Hand ``request`` to the SDK's ASGI transport and stream back what it sends."""
