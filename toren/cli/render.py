@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from toren.cli.output import console, safe
+from toren.cli.output import console, plain, safe
 from toren.core import events as ev
 from toren.core.events import Event
 from toren.seams.shapes import TextDelta
@@ -197,7 +197,9 @@ class LiveTextPrinter:
             console.print(self.prefix, end="")
             self.open = call
             self.shown.add(call)
-        console.print(Text(delta.text, style=self.style), end="", soft_wrap=True)
+        # a model's text may hold escape sequences: printed as text, never obeyed (a sequence
+        # split across pieces is harmless too: its ESC is dropped with the control characters)
+        console.print(Text(plain(delta.text), style=self.style), end="", soft_wrap=True)
 
     def close_line(self) -> None:
         if self.open is not None:
