@@ -182,24 +182,39 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
 class LiveTextPrinter:
     """Prints the pieces of a model's text as they arrive (``TextDelta``s), each call's after
     ``prefix``; ``completed`` then ends the line, and says whether the call's text was shown
-    (so the caller does not print it twice)."""
+    (so the caller does not print it twice).
+
+    Pieces are best-effort: some may arrive after the call's ``ModelCallCompleted`` (they
+    travel apart from the log) or never. ``completed`` prints whatever the pieces had not
+    shown yet from the recorded text, so the reader always sees the whole text once."""
 
     def __init__(self, prefix: str = "  ", style: str = "dim") -> None:
         self.prefix = prefix
         self.style = style
         self.open: tuple[str, int] | None = None
-        self.shown: set[tuple[str, int]] = set()
+        #: what the pieces showed so far, by call
+        self.shown: dict[tuple[str, int], str] = {}
+        #: calls whose ModelCallCompleted was seen: later pieces of them are dropped
+        self.done: set[tuple[str, int]] = set()
 
     def piece(self, delta: TextDelta) -> None:
         call = (delta.task_id, delta.step)
+        if call in self.done:
+            return
+        self._start(call)
+        self.shown[call] = self.shown.get(call, "") + delta.text
+        self._print(delta.text)
+
+    def _start(self, call: tuple[str, int]) -> None:
         if call != self.open:
             self.close_line()
             console.print(self.prefix, end="")
             self.open = call
-            self.shown.add(call)
+
+    def _print(self, text: str) -> None:
         # a model's text may hold escape sequences: printed as text, never obeyed (a sequence
         # split across pieces is harmless too: its ESC is dropped with the control characters)
-        console.print(Text(plain(delta.text), style=self.style), end="", soft_wrap=True)
+        console.print(Text(plain(text), style=self.style), end="", soft_wrap=True)
 
     def close_line(self) -> None:
         if self.open is not None:
@@ -208,9 +223,20 @@ class LiveTextPrinter:
 
     def completed(self, event: Event) -> bool:
         """For any event: end a line of text in progress; for a ``ModelCallCompleted``,
-        whether its text was already shown piece by piece."""
-        self.close_line()
+        whether its text was shown piece by piece (completing it from the recorded text if
+        pieces were missing at the end)."""
         if event.type != ev.MODEL_CALL_COMPLETED:
+            self.close_line()
             return False
         call = (event.stream.removeprefix("task:"), int(event.data["step"]))
-        return call in self.shown
+        self.done.add(call)
+        shown = self.shown.pop(call, None)
+        text = str(event.data.get("text") or "")
+        if shown is None or not text.startswith(shown):
+            self.close_line()
+            return False
+        if len(text) > len(shown):
+            self._start(call)
+            self._print(text[len(shown):])
+        self.close_line()
+        return True
