@@ -125,6 +125,15 @@ def positive_data_acceptance(ctx: schemathesis.CheckContext, response: schemathe
     return schemathesis.checks.positive_data_acceptance(ctx, response, case)
 
 
+def negative_data_rejection(ctx: schemathesis.CheckContext, response: schemathesis.Response,
+                            case: schemathesis.Case) -> bool | None:
+    """schemathesis' negative_data_rejection, where a 413 (a body over the documented size
+    limit, refused before it is read) is a rejection too."""
+    if response.status_code == 413:
+        return None
+    return schemathesis.checks.negative_data_rejection(ctx, response, case)
+
+
 def test_every_operation_conforms_to_the_openapi_document(api: dict[str, Any],
                                                           subtests: pytest.Subtests) -> None:
     url, headers = api["url"], api["headers"]
@@ -149,15 +158,16 @@ def test_every_operation_conforms_to_the_openapi_document(api: dict[str, Any],
 
         # MCP answers a JSON-RPC message it cannot serve (an unknown method, an odd id) with
         # a JSON-RPC error, as its specification says, not always with an HTTP 4xx
-        skipped = excluded + ([schemathesis.checks.negative_data_rejection]
-                              if operation.path == "/mcp" else [])
+        skipped = [*excluded, schemathesis.checks.negative_data_rejection]
+        added = [positive_data_acceptance] + (
+            [negative_data_rejection] if operation.path != "/mcp" else [])
 
         @given(case=cases)
         @settings(max_examples=MAX_EXAMPLES, derandomize=True, database=None, deadline=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
         def fuzz(case: schemathesis.Case) -> None:
             case.call_and_validate(headers=headers, excluded_checks=skipped,  # noqa: B023
-                                   additional_checks=[positive_data_acceptance],
+                                   additional_checks=added,  # noqa: B023
                                    timeout=30)
 
         with subtests.test(operation.label):
@@ -182,6 +192,10 @@ def test_coverage_and_stateful_phases(api: dict[str, Any], tmp_path: Path) -> No
         excluded.append("ignored_auth")
     args = [str(SCHEMATHESIS), "run", f"{url}/openapi.json", "--url", url,
             "--include-path-regex", "^/", "--phases", "examples,coverage,stateful",
+            # MCP answers a JSON-RPC message it cannot serve with a JSON-RPC error (HTTP 200),
+            # which the CLI's negative-data check cannot be told apart per operation: /mcp is
+            # fuzzed above, with that one check left out
+            "--exclude-path", "/mcp",
             "--checks", "all", "--exclude-checks", ",".join(excluded),
             "--generation-with-security-parameters", "false", "--generation-deterministic",
             "--max-examples", "20", "--request-timeout", "30",

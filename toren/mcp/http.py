@@ -19,6 +19,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from toren.client import TorenClient
 from toren.mcp.server import build_server
+from toren.server.errors import json_error
 
 #: Set by ``McpEndpoint`` on every request it forwards (any such header a caller sent is
 #: dropped): the URL of this server's own HTTP API, for the tools' client.
@@ -79,7 +80,20 @@ class McpEndpoint:
             await holder
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        """Hand ``request`` to the SDK's ASGI transport and stream back what it sends."""
+        """Hand ``request`` to the SDK's ASGI transport and stream back what it sends.
+
+        What the transport would refuse in a shape of its own (plain text) is refused here
+        first, as every other route refuses: a JSON error naming what to send."""
+        if request.content_type != "application/json":
+            return json_error(415, "unsupported_media_type",
+                              "POST /mcp takes one JSON-RPC message: send it with "
+                              "Content-Type: application/json")
+        accepted = {part.split(";")[0].strip().lower()
+                    for part in request.headers.get("Accept", "").split(",")}
+        if not {"application/json", "text/event-stream"} <= accepted:
+            return json_error(406, "not_acceptable",
+                              "an MCP client must accept both application/json and "
+                              "text/event-stream (Accept: application/json, text/event-stream)")
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         host, port = (sockname[0], sockname[1]) if sockname else ("127.0.0.1", 80)
         host = f"[{host}]" if ":" in host else host
