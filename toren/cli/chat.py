@@ -148,9 +148,8 @@ async def _follow_turn(backend: Operator, as_json: bool) -> str:
 def _show_event(event: Event) -> None:
     data = event.data
     if event.type == ev.MODEL_CALL_COMPLETED and data.get("purpose") is None:
-        if data["tool_calls"]:
-            if data["text"]:
-                console.print(f"  [dim]{safe(data['text'])}[/]")
+        # the same line whether or not the text was streamed piece by piece before
+        if not data["text"]:
             return
         console.print("[bold green]agent>[/] ", end="")
         console.print(plain(data["text"]), markup=False)
