@@ -147,13 +147,6 @@ async def _follow_turn(backend: Operator, as_json: bool) -> str:
 
 def _show_event(event: Event) -> None:
     data = event.data
-    if event.type == ev.MODEL_CALL_COMPLETED and data.get("purpose") is None:
-        # the same line whether or not the text was streamed piece by piece before
-        if not data["text"]:
-            return
-        console.print("[bold green]agent>[/] ", end="")
-        console.print(plain(data["text"]), markup=False)
-        return
     if event.type == ev.BACKGROUND_RUN_FINISHED:
         _show_background(ev.background_notice(data["agent"], data["run_id"], data["status"],
                                               data.get("output"), data.get("error")))

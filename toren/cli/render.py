@@ -222,19 +222,23 @@ class LiveTextPrinter:
             self.open = None
 
     def completed(self, event: Event) -> bool:
-        """For any event: end a line of text in progress; for a ``ModelCallCompleted``,
-        whether its text was shown piece by piece (completing it from the recorded text if
-        pieces were missing at the end)."""
+        """For any event: end a line of text in progress; for a ``ModelCallCompleted`` of the
+        agent's own (no ``purpose``), show its recorded text: the rest of it after the pieces
+        already shown, or all of it on a line of its own if the pieces showed none or did not
+        match. Says whether the event was a call whose text this printer now has shown."""
         if event.type != ev.MODEL_CALL_COMPLETED:
             self.close_line()
             return False
         call = (event.stream.removeprefix("task:"), int(event.data["step"]))
         self.done.add(call)
-        shown = self.shown.pop(call, None)
+        shown = self.shown.pop(call, "")
         text = str(event.data.get("text") or "")
-        if shown is None or not text.startswith(shown):
+        if event.data.get("purpose") is not None and not shown:
             self.close_line()
             return False
+        if not text.startswith(shown):
+            self.close_line()  # the pieces went astray: the recorded text, whole
+            shown = ""
         if len(text) > len(shown):
             self._start(call)
             self._print(text[len(shown):])
