@@ -151,8 +151,10 @@ class PluginHost:
         except PluginUnavailable as exc:
             self.info[impl.plugin_name].unavailable = exc.message
             self.unavailable_tools.update(dict.fromkeys(exc.names, exc.message))
-            log.warning("plugin %s is unavailable: %s", self._describe(impl.plugin_name),
-                        exc.message)
+            # said where it matters: by an agent that names the plugin's tools (the loader's
+            # error), and by `toren plugins list`; not as a warning on every command
+            log.info("plugin %s is unavailable: %s", self._describe(impl.plugin_name),
+                     exc.message)
         except TorenError:
             raise
         except Exception as exc:
