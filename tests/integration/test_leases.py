@@ -135,3 +135,36 @@ async def test_many_runs_across_two_workers_each_run_once(make_runtime, tmp_path
         check_log(events)
         assert sum(e.type == "ModelCallCompleted" for e in events) == 2
         assert sum(e.type == "ToolCallCompleted" for e in events) == 1
+
+
+async def test_a_heartbeat_never_waits_for_a_lease_another_transaction_holds(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    """A group commit's transaction locks several leases; a heartbeat that waited for one of
+    them while holding others could deadlock with it (seen under load: 20 parallel tasks).
+    The heartbeat skips what is locked (the append renews it) and renews the rest."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    run_id = await runtime.start_run("a", "x")
+    busy = await store.acquire_lease(run_id, "task:one", "worker-1", 5)
+    free = await store.acquire_lease(run_id, "task:two", "worker-1", 5)
+    assert busy is not None and free is not None
+
+    async def expires(stream: str) -> float:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
+            cursor = await c.execute(
+                "SELECT extract(epoch FROM expires_at - now()) FROM toren_control.leases "
+                "WHERE run_id = %s AND stream = %s", [run_id, stream])
+            row = await cursor.fetchone()
+        assert row is not None
+        return float(row[0])
+
+    async with await psycopg.AsyncConnection.connect(database_url) as locker:
+        await locker.execute("SELECT 1 FROM toren_control.leases WHERE run_id = %s "
+                             "AND stream = 'task:one' FOR UPDATE", [run_id])
+        worker = {"id": "worker-1", "version": "test", "agents": ["a"]}
+        await asyncio.wait_for(store.heartbeat(worker, 600, [], [busy, free]), 5)
+        assert await expires("task:two") > 500  # renewed
+        await locker.rollback()
+    assert await expires("task:one") < 10  # skipped this time, not waited for
+    await asyncio.wait_for(store.heartbeat(worker, 600, [], [busy, free]), 5)
+    assert await expires("task:one") > 500  # the next heartbeat renews it
