@@ -261,6 +261,14 @@ class SqsQueue(Queue):
         wait_s = max(1, min(self.sqs_settings.wait_s, int(timeout_s)))
         self._buffer += await self._receive(agents, limit, visibility_s, wait_s=wait_s)
 
+    async def depth(self, agents: Sequence[str]) -> dict[str, dict[str, int]] | None:
+        """SQS's approximate counts per agent queue (``GetQueueAttributes``): ``ready``
+        (visible), ``in_flight`` (received, not deleted) and ``delayed``. Messages held in the
+        outbox until due are not counted."""
+        urls = [await self.queue_url(agent) for agent in agents]
+        counts = await asyncio.gather(*(self.client.queue_counts(url) for url in urls))
+        return dict(zip(agents, counts, strict=True))
+
     # -- the relay's side -------------------------------------------------------------------
 
     async def enqueue(self, agent: str, run_id: str | None, message: OutgoingMessage) -> None:
