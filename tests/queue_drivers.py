@@ -1,0 +1,30 @@
+"""The queue drivers the queue contract tests run on: ``postgres`` (the outbox is the queue)
+and ``sqs`` (toren-sqs, real boto3 against moto in server mode, fed by the outbox relay).
+
+Import the fixture into a test module (``from tests.queue_drivers import queue_driver``) and
+pass ``queue_driver=queue_driver`` to ``make_runtime``, or ``queue_env`` to a subprocess.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+QUEUE_DRIVERS = ["postgres", "sqs"]
+
+
+@pytest.fixture(params=QUEUE_DRIVERS)
+def queue_driver(request: pytest.FixtureRequest) -> str:
+    """Each queue driver in turn; for ``sqs``, the environment points it at moto with a queue
+    prefix of this test's own (toren-sqs's ``sqs_env``)."""
+    if request.param == "sqs":
+        request.getfixturevalue("sqs_env")
+    return str(request.param)
+
+
+@pytest.fixture
+def queue_env(queue_driver: str, request: pytest.FixtureRequest) -> dict[str, str]:
+    """What a ``toren`` subprocess needs to use ``queue_driver`` (``toren_env`` drops every
+    ``TOREN_*`` variable of this process, so the SQS settings are passed explicitly)."""
+    if queue_driver == "sqs":
+        return {"TOREN_QUEUE": "sqs"} | request.getfixturevalue("sqs_env")
+    return {"TOREN_QUEUE": "postgres"}
