@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.durable import check_log
+from tests.queue_drivers import queue_driver, queue_env  # noqa: F401 - fixtures, by import
 from tests.e2e.test_crash_recovery import create_run, crew, run_events, run_row, start_worker
 from toren.core.events import TERMINAL_STATUSES as TERMINAL
 from toren.core.events import Event
@@ -52,10 +53,12 @@ def completed(events: list[Event], purpose: str | None = None) -> list[Event]:
 
 
 @pytest.fixture
-def env(database_url: str, tmp_path: Path) -> dict[str, str]:
+def env(database_url: str, tmp_path: Path, queue_env: dict[str, str]) -> dict[str, str]:
+    """Every crash point on every queue driver (``queue_env``): on SQS, a crash right after
+    an append committed also leaves the messages it wrote unsent, for another relay."""
     return {"DATABASE_URL": database_url, "TOREN_LEASE_TTL": "1", "TOREN_POLL_INTERVAL": "0.2",
             "TOREN_SCRIPTED_CALL_LOG": str(tmp_path / "calls.jsonl"),
-            "TOREN_MAX_DELIVERIES": "100"}
+            "TOREN_MAX_DELIVERIES": "100"} | queue_env
 
 
 @pytest.mark.parametrize(("point", "repaid", "reexecuted"), [
