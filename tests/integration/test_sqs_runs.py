@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import statistics
 import time
@@ -152,3 +153,19 @@ async def test_the_relay_s_added_latency_commit_to_visible_in_sqs(
         "p99": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, 1),
         "max": round(ordered[-1] * 1000, 1), "against": "moto server on 127.0.0.1"}}))
     assert len(ordered) == 60
+
+
+async def test_the_guardian_leaves_a_run_being_worked_alone_on_sqs(
+        sqs_env, make_runtime, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # relayed messages are in SQS, not in the outbox the guardian reads: without the live
+    # lease check, this run got a tick every sweep of its 6 s model call (10 at 0.5 s)
+    caplog.set_level(logging.INFO, logger="toren.host.worker")
+    slow = ScriptedModel(script=[ModelResponse(text="done", stop_reason="end_turn")], delay=4.0)
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", model="test/slow")],
+                                 models={"slow": slow}, queue_driver="sqs",
+                                 guardian_interval_s=0.5)
+    run_id = await runtime.start_run("a", "hello")
+    record = await runtime.wait_for_run(run_id, timeout_s=60)
+    assert record.status == "completed", record.error
+    assert [r.getMessage() for r in caplog.records if "re-nudged" in r.getMessage()] == []
+    assert slow.calls == 1
