@@ -1,8 +1,9 @@
 """The queue drivers the queue contract tests run on: ``postgres`` (the outbox is the queue)
 and ``sqs`` (toren-sqs, real boto3 against moto in server mode, fed by the outbox relay).
 
-Import the fixture into a test module (``from tests.queue_drivers import queue_driver``) and
-pass ``queue_driver=queue_driver`` to ``make_runtime``, or ``queue_env`` to a subprocess.
+tests/conftest.py registers the fixtures for every test under tests/: a test that asks for
+``queue_driver`` runs once per driver; it passes ``queue_driver=queue_driver`` to
+``make_runtime``, or ``queue_env`` (which implies ``queue_driver``) to a subprocess.
 """
 
 from __future__ import annotations

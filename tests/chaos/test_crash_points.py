@@ -12,7 +12,6 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.durable import check_log
-from tests.queue_drivers import queue_driver, queue_env  # noqa: F401 - fixtures, by import
 from tests.e2e.test_crash_recovery import create_run, crew, run_events, run_row, start_worker
 from toren.core.events import TERMINAL_STATUSES as TERMINAL
 from toren.core.events import Event

@@ -9,7 +9,6 @@ import psycopg
 import pytest
 
 from tests.durable import check_log
-from tests.queue_drivers import queue_driver  # noqa: F401 - a fixture, registered by import
 from toren.core.events import NewEvent
 from toren.errors import LeaseLost
 from toren.testing import write_agent_dir

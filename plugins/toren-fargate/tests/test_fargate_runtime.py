@@ -8,7 +8,6 @@ import asyncio
 import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import aiohttp
 import boto3

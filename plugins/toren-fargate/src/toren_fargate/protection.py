@@ -10,7 +10,6 @@ SIGTERM, then the drain); expiry bounds protection of a worker that hangs.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -79,7 +78,7 @@ class TaskProtection:
                     raise ProtectionError(f"the ECS agent answered {response.status} to task "
                                           f"protection {enabled}: {text[:300]}")
                 answer = await response.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             raise ProtectionError(f"the ECS agent at {self.url} could not set task protection "
                                   f"{enabled}: {exc or type(exc).__name__}") from exc
         # the agent answers 200 with {"protection": {...}}, or with {"failure": {"Reason"}}
