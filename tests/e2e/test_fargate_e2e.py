@@ -171,3 +171,56 @@ def test_sigterm_hands_back_work_that_outlasts_the_grace_and_another_task_finish
     # only the call cut off by the drain was made again
     assert sum(e.type == "ModelCallCompleted" for e in events) == len(
         calls.read_text().splitlines()) - 1
+
+
+TOKEN_TOOLS = '''
+import os
+
+from toren import tool
+
+
+@tool(idempotent=True)
+def read_token(topic: str) -> str:
+    """Say which token this process holds now."""
+    return "token is " + os.environ["CREW_TOKEN"]
+'''
+
+
+@pytest.mark.slow
+def test_a_worker_takes_settings_and_agent_env_from_secrets_manager_and_refreshes_on_sighup(
+        sqs_env: dict[str, str], start_toren, toren_cli, database_url: str,
+        tmp_path: Path) -> None:
+    from toren.testing import write_agent_dir
+
+    endpoint = sqs_env["TOREN_SQS_ENDPOINT_URL"]
+    secrets = boto3.client("secretsmanager", endpoint_url=endpoint, region_name="us-east-1")
+    prefix = sqs_env["TOREN_SQS_PREFIX"]
+    bundle = secrets.create_secret(Name=f"{prefix}crew", SecretString=json.dumps(
+        {"CREW_TOKEN": "first-7c2e91"}))["ARN"]
+    database = secrets.create_secret(Name=f"{prefix}db", SecretString=json.dumps(
+        {"url": database_url}))["ARN"]
+    crew = write_agent_dir(tmp_path, "vault", tools_py=TOKEN_TOOLS, env=["CREW_TOKEN"])
+    # DATABASE_URL and the agent's CREW_TOKEN exist only in Secrets Manager
+    env = sqs_env | {"TOREN_QUEUE": "sqs", "TOREN_SECRETSMANAGER_ENDPOINT_URL": endpoint,
+                     "TOREN_SECRETS": bundle, "DATABASE_URL": f"aws-sm:{database}#url",
+                     "TOREN_LOG_LEVEL": "DEBUG", "TOREN_POLL_INTERVAL": "0.2"}
+    worker = start_worker(start_toren, crew, env)
+
+    def run_output(text: str) -> str:
+        run_id = create_run(toren_cli, crew, "vault", text, env)
+        assert wait_until(lambda: run_row(database_url, "agent_vault", run_id)[0]
+                          == "completed", 60), worker.stderr[-3000:]
+        return json.dumps(run_row(database_url, "agent_vault", run_id)[1])
+
+    assert "token is first-7c2e91" in run_output("one")
+    secrets.put_secret_value(SecretId=bundle, SecretString=json.dumps(
+        {"CREW_TOKEN": "second-4b8d03"}))
+    worker.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: "SIGHUP: refreshed 2 variable(s) from secrets: CREW_TOKEN, DATABASE_URL"
+                      in " ".join(worker.stderr.split()), 15), [
+        line for line in worker.stderr.splitlines() if "SIGHUP" in line or "ecret" in line]
+    assert "token is second-4b8d03" in run_output("two")
+    assert worker.stop() == 0
+    logs = worker.stderr
+    for value in ("first-7c2e91", "second-4b8d03", database_url):
+        assert value not in logs, f"{value} was logged"
