@@ -216,7 +216,8 @@ def test_a_worker_takes_settings_and_agent_env_from_secrets_manager_and_refreshe
     secrets.put_secret_value(SecretId=bundle, SecretString=json.dumps(
         {"CREW_TOKEN": "second-4b8d03"}))
     worker.proc.send_signal(signal.SIGHUP)
-    assert wait_until(lambda: "SIGHUP: refreshed 2 variable(s) from secrets: CREW_TOKEN, DATABASE_URL"
+    refreshed = "SIGHUP: refreshed 2 variable(s) from secrets: CREW_TOKEN, DATABASE_URL"
+    assert wait_until(lambda: refreshed
                       in " ".join(worker.stderr.split()), 15), [
         line for line in worker.stderr.splitlines() if "SIGHUP" in line or "ecret" in line]
     assert "token is second-4b8d03" in run_output("two")
