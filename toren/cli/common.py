@@ -42,11 +42,16 @@ def load_runtime(dirs: list[Path] | None, agent: str | None = None) -> Runtime:
 def refresh_secrets_on_sighup(runtime: Runtime) -> None:
     """On SIGHUP, read the startup's secret references again (``toren.seams.secrets``) and
     make model clients afresh, so a rotated key is used from the next model call. Settings
-    read at startup (DATABASE_URL, TOREN_*) keep their values until a restart."""
+    read at startup (DATABASE_URL, TOREN_*) keep their values until a restart. Without
+    secret references SIGHUP keeps its default action (a closed terminal ends ``toren dev``).
+    """
     import logging
     import os
 
-    from toren.seams.secrets import refresh
+    from toren.seams.secrets import has_startup_references, refresh
+
+    if not has_startup_references():
+        return
 
     log = logging.getLogger("toren.secrets")
     loop = asyncio.get_running_loop()

@@ -74,6 +74,11 @@ def resolve_at_startup(env: MutableMapping[str, str]) -> list[str]:
     return resolve_environment(env, STARTUP_ENVIRONMENT)
 
 
+def has_startup_references() -> bool:
+    """Whether the process started with secret references (else SIGHUP keeps its default)."""
+    return bool(find_references(STARTUP_ENVIRONMENT, installed_schemes()))
+
+
 def refresh(env: MutableMapping[str, str]) -> list[str]:
     """Read the secrets of the startup references again into ``env`` (SIGHUP)."""
     return resolve_environment(env, STARTUP_ENVIRONMENT or None)

@@ -90,3 +90,16 @@ def test_bad_toren_secrets_entries_are_refused(secrets: dict[str, str]) -> None:
 def test_values_that_only_look_like_references_are_left_alone() -> None:
     env = {"URL": "http://x", "NOTE": "vault:abc", "EMPTY": ""}
     assert find_references(env, {"aws-sm"}) == []
+
+
+def test_sighup_is_taken_only_by_a_process_started_with_references(
+        secrets: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from toren.seams import secrets as module
+
+    monkeypatch.setattr(module, "STARTUP_ENVIRONMENT", {"PATH": "/usr/bin"})
+    assert not module.has_startup_references()
+    env = {"TOKEN": f"aws-sm:{secrets['plain']}"}
+    monkeypatch.setattr(module, "STARTUP_ENVIRONMENT", {})
+    assert module.resolve_at_startup(env) == ["TOKEN"]
+    assert module.has_startup_references()
+    assert {"TOKEN": f"aws-sm:{secrets['plain']}"} == module.STARTUP_ENVIRONMENT
