@@ -41,17 +41,30 @@ def cloudwatch(endpoint: str) -> object:
 
 # -- task protection ----------------------------------------------------------------------------
 
-async def test_protection_is_asked_for_when_busy_and_given_up_when_idle(
-        ecs_agent: FakeEcsAgent) -> None:
-    protection = TaskProtection(ecs_agent.url, 30)
+async def test_protection_is_asked_for_when_busy_and_given_up_when_idle_a_while(
+        ecs_agent: FakeEcsAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    protection = TaskProtection(ecs_agent.url, 30, idle_before_release_s=5)
+    clock = [1000.0]
+    monkeypatch.setattr("toren_fargate.protection.time.monotonic", lambda: clock[0])
     try:
         await protection.update(busy=True)
         await protection.update(busy=True)  # still busy, far from expiry: no call
         await protection.update(busy=False)
+        clock[0] += 3
+        await protection.update(busy=True)  # idle 3 s between two messages: kept, no call
         await protection.update(busy=False)
+        clock[0] += 4
+        await protection.update(busy=False)  # idle 4 s: kept
+        clock[0] += 1
+        await protection.update(busy=False)  # idle 5 s: given up
+        await protection.update(busy=False)
+        await protection.update(busy=True)
+        await protection.update(busy=False, now_final=True)  # stopping: at once
     finally:
         await protection.close()
     assert ecs_agent.requests == [{"ProtectionEnabled": True, "ExpiresInMinutes": 30},
+                                  {"ProtectionEnabled": False},
+                                  {"ProtectionEnabled": True, "ExpiresInMinutes": 30},
                                   {"ProtectionEnabled": False}]
 
 

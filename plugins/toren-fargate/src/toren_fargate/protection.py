@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 PATH = "/task-protection/v1/state"
 #: Renew a protection once less than this share of it is left.
 RENEW_AT = 0.5
+#: Seconds idle before protection is given up: a worker taking short messages one after the
+#: other would otherwise call the agent (and ECS's rate-limited UpdateTaskProtection) twice
+#: per message.
+IDLE_BEFORE_RELEASE_S = 5.0
 
 
 class ProtectionError(TorenError):
@@ -41,11 +45,14 @@ class TaskProtection:
         minutes: ``ExpiresInMinutes`` of each protection.
     """
 
-    def __init__(self, agent_uri: str, minutes: int) -> None:
+    def __init__(self, agent_uri: str, minutes: int,
+                 idle_before_release_s: float = IDLE_BEFORE_RELEASE_S) -> None:
         self.url = agent_uri + PATH
         self.minutes = minutes
+        self.idle_before_release_s = idle_before_release_s
         self.enabled = False
         self._expires_at = 0.0
+        self._idle_since: float | None = None
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -53,15 +60,21 @@ class TaskProtection:
             await self._session.close()
             self._session = None
 
-    async def update(self, busy: bool) -> None:
-        """Protect the task while ``busy`` (renewing before it expires), unprotect it when
-        not. Calls the agent only on a change or a renewal."""
+    async def update(self, busy: bool, *, now_final: bool = False) -> None:
+        """Protect the task while ``busy`` (renewing before it expires); unprotect it once it
+        has been idle ``idle_before_release_s`` (at once with ``now_final``: the worker is
+        stopping). Calls the agent only on a change or a renewal."""
         now = time.monotonic()
-        if busy and (not self.enabled
-                     or self._expires_at - now < RENEW_AT * self.minutes * 60):
-            await self._put(True)
-            self.enabled, self._expires_at = True, now + self.minutes * 60
-        elif not busy and self.enabled:
+        if busy:
+            self._idle_since = None
+            if not self.enabled or self._expires_at - now < RENEW_AT * self.minutes * 60:
+                await self._put(True)
+                self.enabled, self._expires_at = True, now + self.minutes * 60
+            return
+        if self._idle_since is None:
+            self._idle_since = now
+        if self.enabled and (now_final
+                             or now - self._idle_since >= self.idle_before_release_s):
             await self._put(False)
             self.enabled = False
 

@@ -102,7 +102,7 @@ class FargateRuntime(WorkerRuntime):
         log.info("drained in %.1f s", time.monotonic() - started)
         if self.protection is not None:
             with contextlib.suppress(Exception):  # a stopped task needs none anyway
-                await self.protection.update(busy=False)
+                await self.protection.update(busy=False, now_final=True)
             await self.protection.close()
         if self.publisher is not None:
             self.publisher.close()
