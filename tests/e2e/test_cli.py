@@ -197,15 +197,15 @@ def test_missing_env_is_reported_before_starting(toren_cli: TorenCli, tmp_path: 
     assert not (tmp_path / "toren-home").exists()  # nothing was started
 
 
-def test_a_planned_runtime_driver_is_not_yet_available(toren_cli: TorenCli,
-                                                        tmp_path: Path) -> None:
+def test_an_unpublished_runtime_driver_is_a_one_line_error(toren_cli: TorenCli,
+                                                            tmp_path: Path) -> None:
     crew = write_agent_dir(tmp_path, "crew")
 
-    result = toren_cli("dev", "--dir", str(crew), env={"TOREN_RUNTIME": "fargate"})
+    result = toren_cli("dev", "--dir", str(crew), env={"TOREN_RUNTIME": "lambda"})
 
     assert result.returncode == 1
     line = one_line(result.stderr)
-    assert "TOREN_RUNTIME=fargate" in line and "not yet available" in line
+    assert "TOREN_RUNTIME=lambda" in line and "no Toren distribution provides it" in line
     assert "pip install" not in line  # not published: anyone could register the name
 
 

@@ -77,6 +77,15 @@ def _add_plugin_commands() -> None:
     PluginHost(Settings.from_env().load_plugins).add_commands(app)
 
 
+def _resolve_secrets() -> None:
+    """Secret references in the environment (``TOREN_SECRETS``, ``VAR=aws-sm:...``) become
+    their values before any setting is read; ``toren worker`` and ``toren serve`` read them
+    again on SIGHUP (``toren.seams.secrets``)."""
+    from toren.seams.secrets import resolve_at_startup
+
+    resolve_at_startup(os.environ)
+
+
 def _tidy_help(command: Any) -> None:
     """One placeholder style in every command's help, plugin commands included: arguments and
     valued options show an upper-case name (``RUN_ID``, ``--port PORT``) instead of a Python
@@ -136,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     as_json = "--json" in args
     _configure_logging()
     try:
+        _resolve_secrets()
         _add_plugin_commands()
         command = typer.main.get_command(app)
         _tidy_help(command)

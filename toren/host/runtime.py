@@ -77,6 +77,7 @@ class Runtime(ApprovalsApi):
     ) -> None:
         self.settings = settings or Settings.from_env()
         self._models: dict[tuple[str, str | None], Model] = {}
+        self._retired_models: list[Model] = []
         self._channels: list[Channel] = []
         self._watchdog: LoopWatchdog | None = None
         self.plugins = plugins or PluginHost(self.settings.load_plugins)
@@ -115,6 +116,13 @@ class Runtime(ApprovalsApi):
                      if base_url is not None else provider.get_model(model_id))
             self._models[(model_id, base_url)] = model
         return model
+
+    async def forget_models(self) -> None:
+        """Make model clients afresh from the next call on, reading the environment again (a
+        key refreshed from secrets on SIGHUP). Calls in flight finish on the old clients,
+        which are closed at ``stop``."""
+        self._retired_models += self._models.values()
+        self._models = {}
 
     def _provider_env(self) -> dict[str, list[str]]:
         needed: dict[str, list[str]] = {}
@@ -215,11 +223,12 @@ class Runtime(ApprovalsApi):
         if self.relay is not None:
             await self.relay.stop()
             self.relay = None
-        for model in self._models.values():
+        for model in [*self._models.values(), *self._retired_models]:
             try:
                 await model.aclose()
             except Exception:
                 log.exception("closing model %s failed", model.model_id)
+        self._retired_models = []
         if self.queue is not None:
             await self.queue.close()
             self.queue = None

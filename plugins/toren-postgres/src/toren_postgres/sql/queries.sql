@@ -306,12 +306,18 @@ WHERE NOT EXISTS (
 
 -- guardian_sweep --
 -- A run that is active but has no message at all was orphaned by a lost message: nudge it.
+-- A run with a live lease is being worked (its holder appends its next messages, or dies and
+-- the lease expires): left alone. With a queue that does not read the outbox (SQS), relayed
+-- messages are not here, and this is what keeps a run in the middle of a long call from
+-- getting a tick every sweep.
 INSERT INTO toren_control.queue (agent, run_id, kind, payload)
 SELECT %(agent)s, r.id, 'run', jsonb_build_object('run_id', r.id::text, 'reason', 'guardian')
 FROM {runs} r
 WHERE r.status IN ('queued', 'running')
   AND r.updated_at < now() - interval '1 second'
   AND NOT EXISTS (SELECT 1 FROM toren_control.queue q WHERE q.run_id = r.id)
+  AND NOT EXISTS (SELECT 1 FROM toren_control.leases l
+                  WHERE l.run_id = r.id AND l.expires_at > now())
 RETURNING run_id;
 
 -- registered_agents --
