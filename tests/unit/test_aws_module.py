@@ -11,11 +11,11 @@ from typing import Any
 
 import hcl2
 import pytest
+from toren_sqs.queue import REDRIVE_MARGIN
+from toren_sqs.settings import SqsSettings
 
 from toren.agents import load_agent
 from toren.config import Settings
-from toren_sqs.queue import REDRIVE_MARGIN
-from toren_sqs.settings import SqsSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "aws"
