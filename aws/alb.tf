@@ -120,7 +120,7 @@ resource "aws_s3_bucket" "access_logs" {
   #checkov:skip=CKV_AWS_144:Access logs are operational data with a retention limit; replicating them to another region is left to the user.
   #checkov:skip=CKV_AWS_145:ALB access logs can only be delivered to buckets encrypted with SSE-S3, not SSE-KMS.
   #checkov:skip=CKV2_AWS_62:Nothing here consumes events of new log objects; they are read on demand.
-  bucket_prefix = "${var.name}-toren-access-logs-"
+  bucket_prefix = "${var.name}-toren-logs-"
   force_destroy = false
   tags          = local.tags
 }

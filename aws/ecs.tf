@@ -157,7 +157,7 @@ resource "aws_ecs_service" "api" {
     rollback = true
   }
 
-  depends_on = [aws_lb_listener.https]
+  depends_on = [aws_lb_listener_rule.from_cloudfront]
 }
 
 resource "aws_ecs_service" "worker" {

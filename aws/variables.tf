@@ -114,7 +114,7 @@ variable "nat_gateway_per_az" {
 # -- image and agents ----------------------------------------------------------------------------
 
 variable "image" {
-  description = "Full image reference to run (registry/repository). null: the ECR repository this module creates."
+  description = "Full image reference to run, without the tag (registry/repository). null: the ECR repository this module creates. The execution role may pull only from that repository: for another private ECR repository, add its ARN to the PullTheImage statement in iam.tf."
   type        = string
   default     = null
 }

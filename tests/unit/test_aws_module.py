@@ -14,7 +14,7 @@ import pytest
 from toren_sqs.queue import REDRIVE_MARGIN
 from toren_sqs.settings import SqsSettings
 
-from toren.agents import load_agent
+from toren.agents import discover_agent_dirs, load_agent
 from toren.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -343,8 +343,10 @@ def test_the_example_uses_the_module_with_agents_that_exist() -> None:
     assert call["source"] == "../.."
     # CloudFront's certificate and web ACL need the us-east-1 provider passed in
     assert "${aws.us_east_1}" in call["providers"].values()
-    shipped = {load_agent(path.parent).name
-               for path in (ROOT / "contrib" / "examples").glob("*/agent.yaml")}
-    assert call["agents"] and set(call["agents"]) <= shipped
+    # the image bakes in contrib/examples (TOREN_DIRS=/agents): each agent it serves needs
+    # its queues, or the workers stop at startup (TOREN_SQS_CREATE_QUEUES=0)
+    served = {load_agent(path).name for path in
+              discover_agent_dirs([ROOT / "contrib" / "examples"])}
+    assert sorted(call["agents"]) == sorted(served)
     required = {name for name, body in load(MODULE)["variable"].items() if "default" not in body}
     assert required <= set(call), required - set(call)
