@@ -259,9 +259,9 @@ variable "worker_min_count" {
 }
 
 variable "worker_max_count" {
-  description = "Most worker tasks autoscaling starts. Keep worker_max_count x TOREN_POOL_SIZE (10) plus the API's connections under the database's max_connections."
+  description = "Most worker tasks autoscaling starts. Each task opens up to TOREN_POOL_SIZE (10) database connections: keep (worker_max_count + api_desired_count) x 10 under the database's max_connections (about 80 usable on db.t4g.micro)."
   type        = number
-  default     = 10
+  default     = 6
 
   validation {
     condition     = var.worker_max_count >= 1 && var.worker_max_count <= 200
