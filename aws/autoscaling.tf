@@ -1,6 +1,6 @@
 # Worker autoscaling on queue depth: target tracking keeps (queue depth / running worker tasks)
 # near worker_target_backlog_per_task. The depth is the metric the fargate runtime publishes
-# (namespace, name and dimensions are variables); the task count comes from Container Insights.
+# (toren-fargate: namespace Toren, QueueDepth, dimension Fleet; variables here); the task count comes from Container Insights.
 
 resource "aws_appautoscaling_target" "worker" {
   service_namespace  = "ecs"
@@ -34,12 +34,9 @@ resource "aws_appautoscaling_policy" "worker_backlog" {
           metric {
             namespace   = var.queue_depth_metric_namespace
             metric_name = var.queue_depth_metric_name
-            dynamic "dimensions" {
-              for_each = local.queue_depth_dimensions
-              content {
-                name  = dimensions.key
-                value = dimensions.value
-              }
+            dimensions {
+              name  = "Fleet"
+              value = local.queue_depth_fleet
             }
           }
         }

@@ -63,7 +63,7 @@ locals {
     mountPoints     = local.scratch_mounts
     linuxParameters = { initProcessEnabled = false, capabilities = { drop = ["ALL"] } }
     healthCheck = {
-      command     = ["CMD", "python3", "-c", "import os, sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ['TOREN_HEALTH_PORT'], timeout=4).status == 200 else 1)"]
+      command     = ["CMD", "python3", "-c", "import os, sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ['TOREN_FARGATE_HEALTH_PORT'], timeout=4).status == 200 else 1)"]
       interval    = 15
       timeout     = 5
       retries     = 3

@@ -24,7 +24,7 @@ locals {
   # hand, plus a margin to hand the rest back and exit (at most 120 s on Fargate).
   stop_timeout_seconds = var.shutdown_grace_seconds + var.stop_timeout_margin_seconds
 
-  queue_depth_dimensions = coalesce(var.queue_depth_metric_dimensions, { Fleet = var.name })
+  queue_depth_fleet = coalesce(var.queue_depth_fleet, var.name)
 
   # Settings of every Toren process here; the user's var.environment comes first so these win.
   common_environment = {
@@ -43,8 +43,11 @@ locals {
     TOREN_PORT = "8420"
   })
   worker_environment = merge(var.environment, local.common_environment, {
-    TOREN_RUNTIME     = "fargate"
-    TOREN_CONCURRENCY = tostring(var.worker_concurrency)
-    TOREN_HEALTH_PORT = tostring(var.worker_health_port)
+    TOREN_RUNTIME                  = "fargate"
+    TOREN_CONCURRENCY              = tostring(var.worker_concurrency)
+    TOREN_FARGATE_STOP_TIMEOUT     = tostring(local.stop_timeout_seconds)
+    TOREN_FARGATE_HEALTH_PORT      = tostring(var.worker_health_port)
+    TOREN_FARGATE_METRIC_NAMESPACE = var.queue_depth_metric_namespace
+    TOREN_FARGATE_FLEET            = local.queue_depth_fleet
   })
 }

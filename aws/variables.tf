@@ -281,9 +281,9 @@ variable "worker_target_backlog_per_task" {
 }
 
 variable "worker_health_port" {
-  description = "Port of the fargate runtime's health endpoint inside the worker container (passed as TOREN_HEALTH_PORT); the container health check asks http://127.0.0.1:<port>/healthz."
+  description = "Port of the fargate runtime's health endpoint in the worker container (TOREN_FARGATE_HEALTH_PORT); the container health check asks http://127.0.0.1:<port>/healthz."
   type        = number
-  default     = 8421
+  default     = 8081
 
   validation {
     condition     = var.worker_health_port >= 1024 && var.worker_health_port <= 65535 && var.worker_health_port != 8420
@@ -303,20 +303,20 @@ variable "shutdown_grace_seconds" {
 }
 
 variable "stop_timeout_margin_seconds" {
-  description = "Seconds added to shutdown_grace_seconds to make the containers' stopTimeout (ECS SIGKILLs after it): time to hand work back and exit."
+  description = "Seconds added to shutdown_grace_seconds to make the containers' stopTimeout (ECS SIGKILLs after it): time to hand work back, sign out and exit. The fargate runtime needs 8 and refuses to start with less (TOREN_FARGATE_STOP_TIMEOUT)."
   type        = number
   default     = 15
 
   validation {
-    condition     = var.stop_timeout_margin_seconds >= 5 && var.stop_timeout_margin_seconds <= 20
-    error_message = "stop_timeout_margin_seconds must be from 5 to 20 (shutdown grace + margin stays within ECS's 120 s)."
+    condition     = var.stop_timeout_margin_seconds >= 10 && var.stop_timeout_margin_seconds <= 20
+    error_message = "stop_timeout_margin_seconds must be from 10 to 20 (the fargate runtime needs 8 s beyond the grace; grace + margin stays within ECS's 120 s)."
   }
 }
 
 # -- queue depth metric (published by the fargate runtime) -----------------------------------------
 
 variable "queue_depth_metric_namespace" {
-  description = "CloudWatch namespace the workers publish their queue depth in; the worker role may PutMetricData in this namespace only."
+  description = "CloudWatch namespace the workers publish their queue depth in (TOREN_FARGATE_METRIC_NAMESPACE); the worker role may PutMetricData in this namespace only."
   type        = string
   default     = "Toren"
 
@@ -327,15 +327,20 @@ variable "queue_depth_metric_namespace" {
 }
 
 variable "queue_depth_metric_name" {
-  description = "Name of the queue depth metric the autoscaling policy follows."
+  description = "Name of the queue depth metric the autoscaling policy follows (the fargate runtime publishes QueueDepth)."
   type        = string
   default     = "QueueDepth"
 }
 
-variable "queue_depth_metric_dimensions" {
-  description = "Dimensions of the queue depth metric (null: { Fleet = <name> }). They must match what the workers publish exactly."
-  type        = map(string)
+variable "queue_depth_fleet" {
+  description = "The Fleet dimension of the queue depth metric (TOREN_FARGATE_FLEET of the workers; null: name). The fargate runtime publishes QueueDepth with Fleet=<this> for the fleet's agents together, which the autoscaling policy follows."
+  type        = string
   default     = null
+
+  validation {
+    condition     = var.queue_depth_fleet == null || can(regex("^[ -~]{1,255}$", var.queue_depth_fleet))
+    error_message = "queue_depth_fleet must be null or 1-255 printable ASCII characters."
+  }
 }
 
 variable "queue_depth_metric_statistic" {

@@ -206,8 +206,11 @@ def test_workers_drain_within_the_stop_timeout(module: dict[str, Any]) -> None:
         "${var.shutdown_grace_seconds + var.stop_timeout_margin_seconds}")
     grace, margin = (variables["shutdown_grace_seconds"], variables["stop_timeout_margin_seconds"])
     assert grace["default"] == Settings().shutdown_grace_s
-    # the validations keep grace + margin within ECS's 120 s and the margin at 5 s or more
-    assert ">= 5" in margin["validation"][0]["condition"]
+    # the validations keep grace + margin within ECS's 120 s
+    # toren-fargate's STOP_MARGIN_S is 8: the runtime refuses to start with less
+    assert ">= 10" in margin["validation"][0]["condition"]
+    assert "TOREN_FARGATE_STOP_TIMEOUT = tostring(local.stop_timeout_seconds)" in (
+        locals_["worker_environment"])
     largest = [re.search(r"<= (\d+)", variable["validation"][0]["condition"])
                for variable in (grace, margin)]
     assert all(largest), largest
@@ -268,8 +271,7 @@ def test_autoscaling_follows_the_published_queue_depth(module: dict[str, Any]) -
     variables = module["variable"]
     assert variables["queue_depth_metric_namespace"]["default"] == "Toren"
     assert variables["queue_depth_metric_name"]["default"] == "QueueDepth"
-    assert module["locals"]["queue_depth_dimensions"] == (
-        "${coalesce(var.queue_depth_metric_dimensions, {Fleet = var.name})}")
+    assert module["locals"]["queue_depth_fleet"] == "${coalesce(var.queue_depth_fleet, var.name)}"
     policy = module["resource"]["aws_appautoscaling_policy"]["worker_backlog"]
     tracking = policy["target_tracking_scaling_policy_configuration"][0]
     metrics = {metric["id"]: metric for metric in
@@ -277,6 +279,11 @@ def test_autoscaling_follows_the_published_queue_depth(module: dict[str, Any]) -
     depth = metrics["depth"]["metric_stat"][0]["metric"][0]
     assert depth["namespace"] == "${var.queue_depth_metric_namespace}"
     assert depth["metric_name"] == "${var.queue_depth_metric_name}"
+    assert depth["dimensions"] == [{"name": "Fleet", "value": "${local.queue_depth_fleet}"}]
+    # the workers publish in the namespace and under the fleet the policy reads
+    worker = module["locals"]["worker_environment"]
+    assert "TOREN_FARGATE_METRIC_NAMESPACE = var.queue_depth_metric_namespace" in worker
+    assert "TOREN_FARGATE_FLEET = local.queue_depth_fleet" in worker
     assert metrics["backlog_per_task"]["expression"] == "depth / tasks"
     assert metrics["backlog_per_task"]["return_data"] is True
 
