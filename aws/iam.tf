@@ -1,8 +1,11 @@
 # IAM, least privilege: each role may call only what its service calls.
 #   execution role  pulls the image and writes the containers' logs (ECS itself uses it)
 #   api task role   toren serve: reads its secret; opens the SQS driver (ListQueues check)
-#   worker task role toren worker: its secret, its queues, the queue depth metric
-# ECS task scale-in protection goes through the ECS agent endpoint inside the task: no IAM.
+#   worker task role toren worker: its secret, its queues, the queue depth metric, and its own
+#                    scale-in protection. The fargate runtime sets protection through the ECS
+#                    agent endpoint inside the task ($ECS_AGENT_URI/task-protection/v1/state),
+#                    but the agent calls ecs:UpdateTaskProtection (and GetTaskProtection) with the
+#                    task role's credentials, so the task role needs them.
 
 data "aws_iam_policy_document" "ecs_tasks_assume" {
   statement {
@@ -127,6 +130,11 @@ data "aws_iam_policy_document" "worker_task" {
       "sqs:SendMessage",
     ]
     resources = local.all_queue_arns
+  }
+  statement {
+    sid       = "ProtectItselfFromScaleIn"
+    actions   = ["ecs:GetTaskProtection", "ecs:UpdateTaskProtection"]
+    resources = ["arn:${local.partition}:ecs:${local.region}:${local.account_id}:task/${aws_ecs_cluster.toren.name}/*"]
   }
   statement {
     sid       = "PublishQueueDepth"

@@ -22,7 +22,7 @@ MODULE = ROOT / "aws"
 EXAMPLE = MODULE / "examples" / "minimal"
 
 #: What each role's service calls, and nothing more. Task scale-in protection goes through the
-#: ECS agent endpoint inside the task and needs no IAM.
+#: ECS agent endpoint inside the task, which calls UpdateTaskProtection with the task role.
 ALLOWED_ACTIONS = {
     # ECS pulls the image and ships the containers' logs with it
     "execution": {"ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability",
@@ -30,10 +30,11 @@ ALLOWED_ACTIONS = {
                   "logs:PutLogEvents"},
     # toren serve: reads its secret, and the SQS driver's startup check lists queues
     "api_task": {"secretsmanager:GetSecretValue", "kms:Decrypt", "sqs:ListQueues"},
-    # toren worker: its secret, its agents' queues, the queue depth metric
+    # toren worker: its secret, its agents' queues, its scale-in protection, the queue depth
     "worker_task": {"secretsmanager:GetSecretValue", "kms:Decrypt", "sqs:ListQueues",
                     "sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage",
                     "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes", "sqs:GetQueueUrl",
+                    "ecs:GetTaskProtection", "ecs:UpdateTaskProtection",
                     "cloudwatch:PutMetricData"},
     "flow_logs": {"logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"},
     "rds_monitoring": set(),  # AWS's AmazonRDSEnhancedMonitoringRole only
@@ -142,6 +143,10 @@ def test_task_roles_reach_only_their_own_secret_queues_and_namespace(
     assert module["locals"]["all_queue_arns"] == (
         "${concat([for queue in aws_sqs_queue.agent : queue.arn], "
         "[for queue in aws_sqs_queue.dead_letters : queue.arn])}")
+    # protection of the cluster's own tasks only
+    assert worker["ecs:UpdateTaskProtection"]["resources"] == [
+        "arn:${local.partition}:ecs:${local.region}:${local.account_id}:task/"
+        "${aws_ecs_cluster.toren.name}/*"]
     metric = blocks(worker["cloudwatch:PutMetricData"], "condition")
     assert metric == [{"test": "StringEquals", "variable": "cloudwatch:namespace",
                        "values": ["${var.queue_depth_metric_namespace}"]}]
