@@ -261,7 +261,7 @@ variable "worker_min_count" {
 variable "worker_max_count" {
   description = "Most worker tasks autoscaling starts. Each task opens up to TOREN_POOL_SIZE (10) database connections: keep (worker_max_count + api_desired_count) x 10 under the database's max_connections (about 80 usable on db.t4g.micro)."
   type        = number
-  default     = 6
+  default     = 5
 
   validation {
     condition     = var.worker_max_count >= 1 && var.worker_max_count <= 200
