@@ -16,6 +16,7 @@ from toren_sqs.settings import SqsSettings
 
 from toren.agents import discover_agent_dirs, load_agent
 from toren.config import Settings
+from toren.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "aws"
@@ -363,3 +364,46 @@ def test_the_example_uses_the_module_with_agents_that_exist() -> None:
     assert sorted(call["agents"]) == sorted(served)
     required = {name for name, body in load(MODULE)["variable"].items() if "default" not in body}
     assert required <= set(call), required - set(call)
+
+
+def validation_regex(module: dict[str, Any], variable: str) -> re.Pattern[str]:
+    condition = module["variable"][variable]["validation"][0]["condition"]
+    found = re.search(r'regex\("(.+?)", ', condition)
+    assert found, condition
+    # HCL string escapes: \\ is one backslash
+    return re.compile(found[1].replace("\\\\", "\\"))
+
+
+@pytest.mark.parametrize("prefix, accepted", [
+    ("toren-", True), ("", True), ("prod_eu-", True), ("x" * 60, True),
+    ("x" * 61, False), ("toren prefix", False), ("toren.", False), ("tören-", False),
+    ("toren-\n", False)])
+def test_sqs_prefix_validation_accepts_what_toren_sqs_accepts(
+        module: dict[str, Any], prefix: str, accepted: bool) -> None:
+    """A prefix Terraform lets through must not stop the workers at startup, and the reverse."""
+    assert bool(validation_regex(module, "sqs_prefix").fullmatch(prefix)) is accepted
+    try:
+        SqsSettings.from_env({"TOREN_SQS_PREFIX": prefix})
+        driver_accepts = True
+    except ConfigError:
+        driver_accepts = False
+    assert driver_accepts is accepted
+
+
+@pytest.mark.parametrize("agent, accepted", [
+    ("research-crew", True), ("a_b", True), ("", False), ("research crew", False),
+    ("crew/../x", False), ("crew.1", False)])
+def test_agent_names_validation_matches_sqs_queue_names(
+        module: dict[str, Any], agent: str, accepted: bool) -> None:
+    assert bool(validation_regex(module, "agents").fullmatch(agent)) is accepted
+    if accepted:  # and the queue toren-sqs derives from it is one SQS takes
+        SqsSettings().queue_name(agent, dead_letters=True)
+
+
+@pytest.mark.parametrize("tag, accepted", [
+    ("0.1.0", True), ("v0.2.0-rc.1", True), ("latest", False), ("", False), ("-x", False),
+    ("a" * 129, False), ("0.1.0 ", False), ("repo:tag", False)])
+def test_image_tag_validation_refuses_moving_and_malformed_tags(
+        module: dict[str, Any], tag: str, accepted: bool) -> None:
+    matches = bool(validation_regex(module, "image_tag").fullmatch(tag))
+    assert (matches and tag != "latest") is accepted
