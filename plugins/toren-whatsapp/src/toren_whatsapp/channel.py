@@ -118,7 +118,8 @@ class WhatsAppChannel(ChatChannel):
         except ValueError:
             return _error(400, "bad_request", "the body is not JSON")
         updates = parse_notification(bot.agent, str(bot.settings["phone_number_id"]), body)
-        for update in updates:
+        # in the order they were sent (Meta's batches need not be), so the turns are too
+        for update in sorted(updates, key=lambda update: update.sort_key):
             await self.receive(update)  # committed before Meta hears 200
         return web.json_response({"received": len(updates)})
 
