@@ -67,5 +67,6 @@ def _check_schema(channel: Channel, channel_name: str, settings: dict[str, Any],
             f"{', '.join(allowed) or 'none'}", path=path,
             line=located.line_of((*at, unknown), key=True))
     where = ".".join(map(str, at))
+    # a missing key is missing from the mapping: point at the mapping's own key
     raise AgentDefinitionError(f"{where}: {error.message[:300]}", path=path,
-                               line=located.line_of(at))
+                               line=located.line_of(at, key=error.validator == "required"))

@@ -33,7 +33,8 @@ def telegram_settings(fake: FakeTelegram, **overrides: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def telegram_agent(fake_telegram: FakeTelegram, toren_runtime: Callable[..., Awaitable[Runtime]],
+async def telegram_agent(fake_telegram: FakeTelegram,
+                         toren_runtime: Callable[..., Awaitable[Runtime]],
                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                          ) -> Callable[..., Awaitable[Runtime]]:
     """``await telegram_agent(**settings)`` -> a started runtime serving agent ``bot`` over

@@ -17,8 +17,8 @@ Agent = Callable[..., Awaitable[Runtime]]
 STRANGER = 999
 
 
-async def until(predicate: Callable[[], object], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
+async def until(predicate: Callable[[], object], within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if predicate():
             return
@@ -91,7 +91,7 @@ async def test_pairing_an_unknown_user_with_the_operators_code(
     await until(lambda: fake_telegram.texts(STRANGER))
     await asyncio.sleep(0.8)
     (offer,) = fake_telegram.texts(STRANGER)
-    code = offer.split("the code ")[1].split(" ")[0]
+    code = offer.split("the code ", 1)[1].split(" ", 1)[0]
     assert await sessions(runtime) == []
     record, decided = await decide_pairing(runtime.store, code.lower(), "approved", "cli:op")
     assert decided and record.user_id == str(STRANGER) and record.status == "approved"
@@ -122,15 +122,15 @@ async def test_429_and_5xx_back_off_and_lose_nothing(fake_telegram: FakeTelegram
     fake_telegram.fail("sendMessage", 500)
     fake_telegram.message(60, FRIEND, "are you there")
     await telegram_agent()
-    await until(lambda: fake_telegram.texts(FRIEND), timeout=30)
+    await until(lambda: fake_telegram.texts(FRIEND), within=30)
     await asyncio.sleep(1.0)
     assert fake_telegram.texts(FRIEND) == ["You said: are you there"]
     sends = [(at, status) for at, method, status in fake_telegram.calls
              if method == "sendMessage"]
     assert [status for _at, status in sends] == [429, 500, 200]
     assert sends[1][0] - sends[0][0] >= 1.0  # retry_after honoured
-    assert [status for _at, method, status in fake_telegram.calls
-            if method == "getUpdates"][0] == 502
+    assert next(status for _at, method, status in fake_telegram.calls
+                if method == "getUpdates") == 502
 
 
 async def test_when_busy_reply_answers_still_working(fake_telegram: FakeTelegram,

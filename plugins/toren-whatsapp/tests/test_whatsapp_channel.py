@@ -13,16 +13,16 @@ import aiohttp
 import psycopg
 from conftest import APP_SECRET, FRIEND, VERIFY_TOKEN
 from fake_graph import PHONE_ID, FakeGraph
+from toren_whatsapp.signature import sign
 
 from toren.host.runtime import Runtime
-from toren_whatsapp.signature import sign
 
 Agent = Callable[..., Awaitable[tuple[Runtime, str]]]
 STRANGER = "15559990000"
 
 
-async def until(predicate: Callable[[], object], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
+async def until(predicate: Callable[[], object], within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if predicate():
             return
@@ -139,7 +139,7 @@ async def test_429_and_5xx_from_the_graph_api_back_off_and_lose_nothing(
     raw = json.dumps(notification(text("wamid.r", FRIEND, "retry me"))).encode()
     async with aiohttp.ClientSession() as http:
         assert await post(http, url, raw, sign(raw, APP_SECRET)) == 200
-    await until(lambda: fake_graph.texts(FRIEND), timeout=30)
+    await until(lambda: fake_graph.texts(FRIEND), within=30)
     await asyncio.sleep(0.5)
     assert fake_graph.texts(FRIEND) == ["You said: retry me"]
     statuses = [status for _at, status in fake_graph.calls]

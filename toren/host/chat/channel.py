@@ -381,8 +381,8 @@ class ChatChannel(Channel):
     async def _allowed_silently(self, bot: ChatBot, user_id: str) -> bool:
         if allow_listed(bot.settings, user_id):
             return True
-        return await self.runtime.store.channel_user_status(self.name, bot.agent,
-                                                            user_id) == "approved"
+        status = await self.runtime.store.channel_user_status(self.name, bot.agent, user_id)
+        return bool(status == "approved")
 
     # -- finished turns -> outbox ----------------------------------------------------------
 
@@ -488,5 +488,5 @@ def _digest(text: str) -> str:
 
 def _backoff(failures: int, retry_after_s: float | None) -> float:
     """Exponential backoff with jitter, at least what the platform asked for."""
-    delay = min(MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 12)) * random.uniform(0.5, 1.0)
+    delay = min(MAX_BACKOFF_S, 0.5 * 2.0 ** min(failures, 12)) * random.uniform(0.5, 1.0)
     return max(delay, retry_after_s or 0.0)

@@ -82,7 +82,7 @@ class TelegramChannel(ChatChannel):
         return names
 
     def polls_for(self, bot: ChatBot) -> bool:
-        return bot.settings.get("mode", "polling") == "polling"
+        return bool(bot.settings.get("mode", "polling") == "polling")
 
     # -- per agent -------------------------------------------------------------------------
 

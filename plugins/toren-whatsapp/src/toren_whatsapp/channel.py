@@ -196,18 +196,20 @@ def _message_update(agent: str, message: Any, names: dict[str, str]) -> ChannelU
         sort_key = int(message.get("timestamp", 0))
     except (TypeError, ValueError):
         sort_key = 0
-    common = {"channel": "whatsapp", "agent": agent, "update_id": str(message["id"])[:200],
-              "chat_id": sender, "user_id": sender, "sort_key": sort_key,
-              "payload": {"name": names.get(sender, "")[:200]}}
+    kind, text = "message", None
     if message.get("type") == "text":
-        text = (message.get("text") or {}).get("body")
-        if isinstance(text, str) and text.strip():
-            return ChannelUpdate(kind="message", text=text[:100_000], **common)
-    if message.get("type") == "interactive":
+        body = (message.get("text") or {}).get("body")
+        if isinstance(body, str) and body.strip():
+            text = body[:100_000]
+    elif message.get("type") == "interactive":
         reply = (message.get("interactive") or {}).get("button_reply") or {}
         if reply.get("id"):
-            return ChannelUpdate(kind="button", text=str(reply["id"])[:200], **common)
-    return None
+            kind, text = "button", str(reply["id"])[:200]
+    if text is None:
+        return None
+    return ChannelUpdate(channel="whatsapp", agent=agent, update_id=str(message["id"])[:200],
+                         chat_id=sender, user_id=sender, kind=kind, text=text,
+                         sort_key=sort_key, payload={"name": names.get(sender, "")[:200]})
 
 
 def _seconds(value: str | None) -> float | None:
