@@ -1,6 +1,6 @@
 """``ChatChannel``: what every chat app shares, so a platform plugin only speaks its wire format.
 
-Per agent listing the channel, one process holds a lease (``ChannelStore``) and is the only
+Per agent listing the channel, one process holds a lease (``ChannelInbox``) and is the only
 one that polls the platform, starts turns and sends. Updates are recorded in the database
 before they are acknowledged (polling) or answered 200 (webhooks), under the platform's
 unique id, so a duplicate never starts a second turn and a crash loses nothing. Replies go

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from toren.errors import ConfigError, PairingNotFound
 from toren.host.chat.access import CODE_LENGTH, normalize_code
-from toren.seams.store.channels import PAIRING_STATUSES, ChannelPairing, ChannelStore
+from toren.seams.store.channels import PAIRING_STATUSES, ChannelChats, ChannelPairing
 
 
-async def list_pairings(store: ChannelStore, status: str | None = "pending"
+async def list_pairings(store: ChannelChats, status: str | None = "pending"
                         ) -> list[ChannelPairing]:
     """Pairings of every chat channel and agent, newest first (``status=None``: all)."""
     if status is not None and status not in PAIRING_STATUSES:
@@ -16,7 +16,7 @@ async def list_pairings(store: ChannelStore, status: str | None = "pending"
     return await store.list_pairings(status)
 
 
-async def decide_pairing(store: ChannelStore, code: str, outcome: str,
+async def decide_pairing(store: ChannelChats, code: str, outcome: str,
                          decided_by: str) -> tuple[ChannelPairing, bool]:
     """Approve or deny the pairing with ``code`` (any case, dashes and spaces ignored);
     return it and whether this call decided it (``False``: it was decided before, and keeps

@@ -80,13 +80,12 @@ class ChannelPairing:
                 "decided_by": self.decided_by}
 
 
-class ChannelStore(abc.ABC):
-    """What ``toren.host.chat.ChatChannel`` keeps in the database, per channel and agent.
+class ChannelInbox(abc.ABC):
+    """The poller lease and the incoming updates of ``toren.host.chat.ChatChannel``, per
+    channel and agent.
 
     The lease holder (one process per channel and agent) calls every method but
-    ``record_channel_update`` and ``enqueue_channel_sends``, which any process may call (a
-    webhook lands on any server; a notice is committed by any worker). ``toren channels pair``
-    calls ``list_pairings`` and ``decide_pairing``.
+    ``record_channel_update``, which any process may call (a webhook lands on any server).
     """
 
     @abc.abstractmethod
@@ -126,6 +125,16 @@ class ChannelStore(abc.ABC):
         """Record ``sends`` in the outbox (each key once) and move the update to ``status``,
         in one transaction: a crash leaves either both or neither."""
 
+
+
+class ChannelChats(abc.ABC):
+    """Which session serves each chat, and who may talk to an agent over a chat channel.
+
+    The lease holder calls every method but ``list_pairings`` and ``decide_pairing``, which
+    ``toren channels pair`` calls; ``session_chat`` is also called by any process that offers a
+    session's notice (``ChatChannel.notify``).
+    """
+
     @abc.abstractmethod
     async def chat_session(self, channel: str, agent: str, chat_id: str) -> str | None:
         """The session that serves ``chat_id``, if one was bound."""
@@ -138,26 +147,6 @@ class ChannelStore(abc.ABC):
     @abc.abstractmethod
     async def session_chat(self, channel: str, session_id: str) -> tuple[str, str] | None:
         """``(agent, chat_id)`` of the chat that ``session_id`` serves on ``channel``."""
-
-    @abc.abstractmethod
-    async def enqueue_channel_sends(self, channel: str, agent: str,
-                                    sends: list[ChannelSend]) -> int:
-        """Record messages to send; a key recorded before is skipped. Returns how many were
-        new."""
-
-    @abc.abstractmethod
-    async def due_channel_sends(self, channel: str, agent: str,
-                                limit: int = 20) -> list[ChannelSend]:
-        """Unsent messages whose retry time has come, oldest first."""
-
-    @abc.abstractmethod
-    async def finish_channel_send(self, channel: str, agent: str, key: str) -> None:
-        """Mark a message sent (after the platform accepted it)."""
-
-    @abc.abstractmethod
-    async def retry_channel_send(self, channel: str, agent: str, key: str, delay_s: float,
-                                 error: str) -> None:
-        """Keep a message for another try after ``delay_s`` seconds, recording ``error``."""
 
     @abc.abstractmethod
     async def channel_user_status(self, channel: str, agent: str, user_id: str) -> str | None:
@@ -177,3 +166,34 @@ class ChannelStore(abc.ABC):
                              decided_by: str) -> ChannelPairing | None:
         """Approve or deny the pending pairing with ``code``; ``None`` if no pairing has that
         code. A decided pairing is returned unchanged."""
+
+
+class ChannelOutbox(abc.ABC):
+    """Messages to send to chats, each recorded under a once-only key before it is sent.
+
+    Any process may call ``enqueue_channel_sends`` (a worker committing a notice); the lease
+    holder claims, sends and finishes them. ``ChannelInbox.answer_channel_update`` writes
+    replies here in the transaction that marks their update answered.
+    """
+
+    @abc.abstractmethod
+    async def enqueue_channel_sends(self, channel: str, agent: str,
+                                    sends: list[ChannelSend]) -> int:
+        """Record messages to send; a key recorded before is skipped. Returns how many were
+        new."""
+
+    @abc.abstractmethod
+    async def due_channel_sends(self, channel: str, agent: str,
+                                limit: int = 20) -> list[ChannelSend]:
+        """Unsent messages whose retry time has come, oldest first, each claimed for a minute
+        (two senders never take the same one); ``finish_channel_send`` or
+        ``retry_channel_send`` settles each."""
+
+    @abc.abstractmethod
+    async def finish_channel_send(self, channel: str, agent: str, key: str) -> None:
+        """Mark a message sent (after the platform accepted it)."""
+
+    @abc.abstractmethod
+    async def retry_channel_send(self, channel: str, agent: str, key: str, delay_s: float,
+                                 error: str) -> None:
+        """Keep a message for another try after ``delay_s`` seconds, recording ``error``."""

@@ -1,4 +1,5 @@
-"""The ``ChannelStore`` in Postgres: ``toren_control.channel_*`` (migration 0011)."""
+"""The chat channels' store interfaces in Postgres: ``toren_control.channel_*`` (migration 0011).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from toren.seams.store import ChannelStore
+from toren.seams.store import ChannelChats, ChannelInbox, ChannelOutbox
 from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import parse_queries
@@ -25,19 +26,21 @@ def _q(name: str) -> str:
     return _queries()[name]
 
 
-class PostgresChannelStore(PostgresConnection, ChannelStore):
-    """The ``ChannelStore`` of the Postgres store.
+class _ChannelQueries(PostgresConnection):
+    async def _fetch(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(_q(name), params)
+            return await cursor.fetchall() if cursor.description else []
+
+
+class PostgresChannelInbox(_ChannelQueries, ChannelInbox):
+    """The ``ChannelInbox`` of the Postgres store.
 
     The lease is a row renewed by its holder and taken over by anyone once ``expires_at`` has
     passed (no session advisory lock: a lock dies with its connection, and a pooled
     connection outlives a hung holder). The inbox's primary key (channel, agent, update id)
     makes recording an update idempotent.
     """
-
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(_q(name), params)
-            return await cursor.fetchall() if cursor.description else []
 
     async def claim_channel_lease(self, channel: str, agent: str, holder: str,
                                   ttl_s: float) -> bool:
@@ -82,6 +85,12 @@ class PostgresChannelStore(PostgresConnection, ChannelStore):
                                                   "update_id": update_id, "status": status,
                                                   "session_id": None, "turn": None})
 
+
+
+class PostgresChannelChats(_ChannelQueries, ChannelChats):
+    """The ``ChannelChats`` of the Postgres store: ``channel_chats`` and ``channel_pairings``.
+    """
+
     async def chat_session(self, channel: str, agent: str, chat_id: str) -> str | None:
         rows = await self._fetch("chat_session", {"channel": channel, "agent": agent,
                                                   "chat_id": chat_id})
@@ -96,6 +105,34 @@ class PostgresChannelStore(PostgresConnection, ChannelStore):
     async def session_chat(self, channel: str, session_id: str) -> tuple[str, str] | None:
         rows = await self._fetch("session_chat", {"channel": channel, "session_id": session_id})
         return (rows[0]["agent"], rows[0]["chat_id"]) if rows else None
+
+    async def channel_user_status(self, channel: str, agent: str, user_id: str) -> str | None:
+        rows = await self._fetch("user_status", {"channel": channel, "agent": agent,
+                                                 "user_id": user_id})
+        return rows[0]["status"] if rows else None
+
+    async def request_pairing(self, pairing: ChannelPairing) -> ChannelPairing:
+        params = {"channel": pairing.channel, "agent": pairing.agent,
+                  "user_id": pairing.user_id, "chat_id": pairing.chat_id,
+                  "code": pairing.code, "display_name": pairing.display_name}
+        await self._fetch("request_pairing", params)
+        return _pairing((await self._fetch("get_pairing", params))[0])
+
+    async def list_pairings(self, status: str | None = None) -> list[ChannelPairing]:
+        return [_pairing(row) for row in await self._fetch("list_pairings", {"status": status})]
+
+    async def decide_pairing(self, code: str, status: str,
+                             decided_by: str) -> ChannelPairing | None:
+        rows = await self._fetch("decide_pairing", {"code": code, "status": status,
+                                                    "decided_by": decided_by})
+        if not rows:
+            rows = await self._fetch("pairing_by_code", {"code": code})
+        return _pairing(rows[0]) if rows else None
+
+
+class PostgresChannelOutbox(_ChannelQueries, ChannelOutbox):
+    """The ``ChannelOutbox`` of the Postgres store: ``channel_sends``, claimed with
+    ``FOR UPDATE SKIP LOCKED``."""
 
     async def enqueue_channel_sends(self, channel: str, agent: str,
                                     sends: list[ChannelSend]) -> int:
@@ -124,29 +161,6 @@ class PostgresChannelStore(PostgresConnection, ChannelStore):
                                  error: str) -> None:
         await self._fetch("retry_send", {"channel": channel, "agent": agent, "key": key,
                                          "delay_s": delay_s, "error": error[:2000]})
-
-    async def channel_user_status(self, channel: str, agent: str, user_id: str) -> str | None:
-        rows = await self._fetch("user_status", {"channel": channel, "agent": agent,
-                                                 "user_id": user_id})
-        return rows[0]["status"] if rows else None
-
-    async def request_pairing(self, pairing: ChannelPairing) -> ChannelPairing:
-        params = {"channel": pairing.channel, "agent": pairing.agent,
-                  "user_id": pairing.user_id, "chat_id": pairing.chat_id,
-                  "code": pairing.code, "display_name": pairing.display_name}
-        await self._fetch("request_pairing", params)
-        return _pairing((await self._fetch("get_pairing", params))[0])
-
-    async def list_pairings(self, status: str | None = None) -> list[ChannelPairing]:
-        return [_pairing(row) for row in await self._fetch("list_pairings", {"status": status})]
-
-    async def decide_pairing(self, code: str, status: str,
-                             decided_by: str) -> ChannelPairing | None:
-        rows = await self._fetch("decide_pairing", {"code": code, "status": status,
-                                                    "decided_by": decided_by})
-        if not rows:
-            rows = await self._fetch("pairing_by_code", {"code": code})
-        return _pairing(rows[0]) if rows else None
 
 
 def _send_params(channel: str, agent: str, send: ChannelSend) -> dict[str, Any]:
