@@ -12,12 +12,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_telegram import TOKEN, FakeTelegram
+from telegram_support import telegram_settings
 
 from toren.host.runtime import Runtime
 from toren.testing import write_agent_dir
-
-#: The user every test allow-lists.
-FRIEND = 111
 
 
 @pytest.fixture
@@ -25,11 +23,6 @@ def fake_telegram() -> Iterator[FakeTelegram]:
     fake = FakeTelegram().start()
     yield fake
     fake.stop()
-
-
-def telegram_settings(fake: FakeTelegram, **overrides: Any) -> dict[str, Any]:
-    return {"bot_token_env": "TEST_TG_TOKEN", "api_url": fake.url, "allow_from": [FRIEND],
-            "poll_timeout_s": 1} | overrides
 
 
 @pytest.fixture

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 
 import psycopg
-from conftest import FRIEND
 from fake_telegram import FakeTelegram
+from telegram_support import FRIEND, until
 
 from toren.host.chat.pairing import decide_pairing
 from toren.host.runtime import Runtime
 
 Agent = Callable[..., Awaitable[Runtime]]
 STRANGER = 999
-
-
-async def until(predicate: Callable[[], object], within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    assert predicate(), "timed out"
 
 
 async def sessions(runtime: Runtime) -> list[str]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import FRIEND, telegram_settings
 from fake_telegram import TOKEN, FakeTelegram
+from telegram_support import FRIEND, telegram_settings
 
 from toren.testing import OutputProcess, wait_for, write_agent_dir
 

@@ -11,9 +11,8 @@ import aiohttp
 import psycopg
 import pytest
 from aiohttp import web
-from conftest import FRIEND, telegram_settings
 from fake_telegram import TOKEN, FakeTelegram
-from test_telegram_channel import until
+from telegram_support import FRIEND, telegram_settings, until
 
 from toren.host.runtime import Runtime
 from toren.server.app import create_app

@@ -12,15 +12,11 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_graph import ACCESS_TOKEN, PHONE_ID, FakeGraph
+from fake_graph import ACCESS_TOKEN, APP_SECRET, FRIEND, PHONE_ID, VERIFY_TOKEN, FakeGraph
 
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
 from toren.testing import write_agent_dir
-
-APP_SECRET = "app-secret-for-tests"
-VERIFY_TOKEN = "verify-me"
-FRIEND = "15550001111"
 
 
 @pytest.fixture

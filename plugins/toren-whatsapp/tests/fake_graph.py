@@ -16,6 +16,10 @@ from aiohttp import web
 
 ACCESS_TOKEN = "EAAG-test-token"
 PHONE_ID = "1098765"
+#: What the tests' agent is configured with, and the number it allow-lists.
+APP_SECRET = "app-secret-for-tests"
+VERIFY_TOKEN = "verify-me"
+FRIEND = "15550001111"
 
 
 class FakeGraph:

@@ -11,8 +11,7 @@ from typing import Any
 
 import aiohttp
 import psycopg
-from conftest import APP_SECRET, FRIEND, VERIFY_TOKEN
-from fake_graph import PHONE_ID, FakeGraph
+from fake_graph import APP_SECRET, FRIEND, PHONE_ID, VERIFY_TOKEN, FakeGraph
 from toren_whatsapp.signature import sign
 
 from toren.host.runtime import Runtime
