@@ -37,7 +37,9 @@ def _inline(text: str) -> str:
 
     text = _INLINE.sub(keep_code, text)
     text = html.escape(text, quote=False)
-    text = _LINK.sub(lambda m: f'<a href="{html.escape(m.group(2))}">{m.group(1)}</a>', text)
+    # the text is escaped already (quotes aside): the URL only needs its quotes escaped
+    text = _LINK.sub(lambda m: f'<a href="{m.group(2).replace(chr(34), "&quot;")}">'
+                               f'{m.group(1)}</a>', text)
     text = _HEADING.sub(r"<b>\1</b>", text)
     text = _BOLD.sub(lambda m: f"<b>{m.group(1) or m.group(2)}</b>", text)
     text = _ITALIC.sub(r"<i>\1</i>", text)
