@@ -109,3 +109,10 @@ def test_bad_settings_name_file_line_and_field(tmp_path: Path, body: str, line: 
     assert exc.path == str(tmp_path / "bot" / "agent.yaml")
     assert exc.line == line, str(exc)
     assert words in str(exc)
+
+
+def test_an_agent_with_a_workflow_cannot_be_served_by_a_channel(tmp_path: Path) -> None:
+    directory = agent(tmp_path, "channels:\n  chatty: {token_env: T}\n")
+    (directory / "workflow.py").write_text("async def workflow(ctx):\n    return None\n")
+    exc = error(directory)
+    assert exc.line == 2 and "runs a workflow" in str(exc)

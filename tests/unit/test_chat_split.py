@@ -55,3 +55,10 @@ def test_no_part_exceeds_the_limit_and_no_word_is_lost(text: str, limit: int) ->
     assert all(0 < len(part) <= limit for part in parts)
     assert "".join(parts).replace(" ", "").replace("\n", "") == \
         text.replace(" ", "").replace("\n", "")
+
+
+def test_storable_text_replaces_what_postgres_cannot_hold() -> None:
+    from toren.core.chat_text import storable_text
+
+    assert storable_text("plain é") == "plain é"
+    assert storable_text("a\x00b\ud800c") == "a\ufffdb\ufffdc"

@@ -295,6 +295,11 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         background=tuple(data.get("background", ())),
         channels=load_channels(located, str(yaml_path), channels),
     )
+    if agent.channels and agent.workflow is not None:
+        raise AgentDefinitionError(
+            "channels: this agent runs a workflow (workflow.py), which takes one input and "
+            "ends; chat channels talk to agents in sessions. Remove channels: or workflow.py",
+            path=str(yaml_path), line=located.line_of(("channels",), key=True))
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
 

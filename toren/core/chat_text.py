@@ -7,6 +7,23 @@ import re
 _FENCE = "```"
 
 
+def storable_text(text: str) -> str:
+    """``text`` as Postgres can store it: NUL and unpaired surrogates (which a platform's
+    JSON may carry) become U+FFFD, so one odd message cannot jam a chat's inbox."""
+    return "".join("\ufffd" if char == "\x00" or "\ud800" <= char <= "\udfff" else char
+                   for char in text) if _needs_cleaning(text) else text
+
+
+def _needs_cleaning(text: str) -> bool:
+    if "\x00" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def split_text(text: str, limit: int) -> list[str]:
     """``text`` cut into parts of at most ``limit`` characters, none empty.
 

@@ -169,3 +169,14 @@ async def test_a_background_notice_is_pushed_into_the_chat(fake_telegram: FakeTe
     await asyncio.sleep(0.5)
     assert fake_telegram.texts(FRIEND)[1] == "[background run x] done: 42"
     assert len(fake_telegram.texts(FRIEND)) == 2
+
+
+async def test_text_postgres_cannot_store_is_cleaned_and_jams_nothing(
+        fake_telegram: FakeTelegram, telegram_agent: Agent) -> None:
+    await telegram_agent()
+    fake_telegram.message(95, FRIEND, "bad \x00 byte")  # Postgres text cannot hold NUL
+    fake_telegram.message(96, FRIEND, "lone \ud800 surrogate")
+    fake_telegram.message(97, FRIEND, "fine")
+    await until(lambda: len(fake_telegram.texts(FRIEND)) == 3)
+    assert fake_telegram.texts(FRIEND) == ["You said: bad \ufffd byte",
+                                           "You said: lone \ufffd surrogate", "You said: fine"]

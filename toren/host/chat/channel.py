@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toren.core import events as ev
-from toren.core.chat_text import split_text
+from toren.core.chat_text import split_text, storable_text
 from toren.errors import (
     ApprovalAlreadyDecided,
     ApprovalNotFound,
@@ -213,7 +214,7 @@ class ChatChannel(Channel):
     async def receive(self, update: ChannelUpdate) -> bool:
         """Record an update (a webhook calls this before answering the platform); ``False``
         for one recorded before. Wakes the lease holder if it is this process."""
-        new = bool(await self.runtime.store.record_channel_update(update))
+        new = bool(await self.runtime.store.record_channel_update(_storable(update)))
         wake = self._wake.get(update.agent)
         if wake is not None:
             wake.set()
@@ -251,7 +252,7 @@ class ChatChannel(Channel):
             try:
                 updates = await self.fetch_updates(bot)
                 for update in updates:
-                    await self.runtime.store.record_channel_update(update)
+                    await self.runtime.store.record_channel_update(_storable(update))
                 # only now, with every update committed, may the platform forget them
                 await self.acknowledge(bot, updates)
                 if updates:
@@ -350,6 +351,17 @@ class ChatChannel(Channel):
                 continue
             except SessionBusy:
                 return False  # another surface took the turn; try again on the next tick
+            except TorenError as exc:
+                if exc.retryable:
+                    raise
+                # a message the session cannot take (unstorable text, too long): say so once
+                # and move on, or it would block the chat's every later message
+                await store.answer_channel_update(
+                    self.name, bot.agent, update.update_id, "handled",
+                    [ChannelSend(key=f"unusable:{update.update_id}", chat_id=update.chat_id,
+                                 text=f"Sorry, I could not take that message: "
+                                      f"{exc.message[:300]}")])
+                return False
             await store.set_channel_update(self.name, bot.agent, update.update_id, "delivered",
                                            session_id=session_id, turn=turn)
             await self._typing(bot, update.chat_id, force=True)
@@ -466,6 +478,16 @@ class ChatChannel(Channel):
                 # the platform asked this bot to slow down: the rest wait for the next tick
                 break
             await store.finish_channel_send(self.name, bot.agent, send.key)
+
+
+def _storable(update: ChannelUpdate) -> ChannelUpdate:
+    """The update with its texts cleaned of what Postgres cannot store (``storable_text``)."""
+    payload = {key: storable_text(value) if isinstance(value, str) else value
+               for key, value in update.payload.items()}
+    return dataclasses.replace(update, text=storable_text(update.text),
+                               chat_id=storable_text(update.chat_id),
+                               user_id=storable_text(update.user_id),
+                               update_id=storable_text(update.update_id), payload=payload)
 
 
 def _reply_text(transcript: list[dict[str, Any]], turn: int) -> str:
