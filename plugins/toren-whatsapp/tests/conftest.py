@@ -37,8 +37,11 @@ async def whatsapp_agent(fake_graph: FakeGraph, toren_runtime: Callable[..., Awa
         monkeypatch.setenv(name, value)
     cleanup: list[Callable[[], Awaitable[None]]] = []
 
-    async def make(**settings: Any) -> tuple[Runtime, str]:
-        directory = write_agent_dir(tmp_path, "bot", channels={"whatsapp": {
+    async def make(*, tools_py: str | None = None, approvals: dict[str, Any] | None = None,
+                   **settings: Any) -> tuple[Runtime, str]:
+        extra = {"approvals": approvals} if approvals else {}
+        directory = write_agent_dir(tmp_path, "bot", tools_py=tools_py, **extra,
+                                    channels={"whatsapp": {
             "phone_number_id": PHONE_ID, "access_token_env": "TEST_WA_TOKEN",
             "app_secret_env": "TEST_WA_SECRET", "verify_token_env": "TEST_WA_VERIFY",
             "api_url": fake_graph.url, "allow_from": [FRIEND]} | settings})
