@@ -302,8 +302,9 @@ class ChatChannel(Channel):
                         [ChannelSend(key=f"busy:{update.update_id}", chat_id=update.chat_id,
                                      text=BUSY_TEXT)])
                 continue  # queued: it becomes the chat's next turn
-            if await self._start_turn(bot, update):
-                busy_chats.add(update.chat_id)
+            await self._start_turn(bot, update)
+            # started, or the session is busy elsewhere: the chat's later messages wait
+            busy_chats.add(update.chat_id)
 
     async def _allowed(self, bot: ChatBot, update: ChannelUpdate) -> bool:
         """Whether the sender may reach the model; if not, the update is refused, with one
@@ -402,6 +403,10 @@ class ChatChannel(Channel):
         store = self.runtime.store
         for update in await store.delivered_channel_updates(self.name, bot.agent):
             assert update.session_id is not None and update.turn is not None
+            record = await store.get_run(update.session_id, bot.agent)
+            if record is not None and record.status in ("queued", "running", "waiting"):
+                await self._typing(bot, update.chat_id)  # the row, not the transcript
+                continue
             try:
                 session = await self.runtime.get_session(update.session_id)
             except SessionNotFound:
