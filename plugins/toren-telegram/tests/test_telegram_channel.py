@@ -180,3 +180,20 @@ async def test_text_postgres_cannot_store_is_cleaned_and_jams_nothing(
     await until(lambda: len(fake_telegram.texts(FRIEND)) == 3)
     assert fake_telegram.texts(FRIEND) == ["You said: bad \ufffd byte",
                                            "You said: lone \ufffd surrogate", "You said: fine"]
+
+
+async def test_a_permanent_refusal_is_given_up_and_the_next_message_still_goes(
+        fake_telegram: FakeTelegram, telegram_agent: Agent, database_url: str) -> None:
+    fake_telegram.fail("sendMessage", 403)  # the user blocked the bot
+    fake_telegram.message(98, FRIEND, "one")
+    await telegram_agent()
+    await until(lambda: any(method == "sendMessage" for _at, method, _s in fake_telegram.calls))
+    fake_telegram.message(99, FRIEND, "two")
+    await until(lambda: fake_telegram.texts(FRIEND))
+    await asyncio.sleep(1.0)
+    assert fake_telegram.texts(FRIEND) == ["You said: two"]
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT key LIKE 'reply:%%:1:0', sent_at IS NOT NULL, "
+                            "last_error LIKE '%%403%%' FROM toren_control.channel_sends "
+                            "ORDER BY seq").fetchall()
+    assert rows == [(True, True, True), (False, True, None)]

@@ -472,8 +472,8 @@ class ChatChannel(Channel):
                 if not exc.retryable:
                     log.error("%s: giving up on message %s to %s: %s", self.name, send.key,
                               send.chat_id, exc.message)
-                    await store.retry_channel_send(self.name, bot.agent, send.key,
-                                                   MAX_BACKOFF_S * 12, exc.message)
+                    await store.finish_channel_send(self.name, bot.agent, send.key,
+                                                    error=exc.message)
                     continue
                 delay = _backoff(send.attempts + 1, exc.retry_after_s)
                 log.warning("%s: sending %s failed (%s); retrying in %.1fs", self.name,

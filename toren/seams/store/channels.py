@@ -190,8 +190,11 @@ class ChannelOutbox(abc.ABC):
         ``retry_channel_send`` settles each."""
 
     @abc.abstractmethod
-    async def finish_channel_send(self, channel: str, agent: str, key: str) -> None:
-        """Mark a message sent (after the platform accepted it)."""
+    async def finish_channel_send(self, channel: str, agent: str, key: str,
+                                  error: str | None = None) -> None:
+        """Settle a message: sent (the platform accepted it), or, with ``error``, given up
+        for good (the platform refused it permanently: a user who blocked the bot). Either
+        way it is never sent again."""
 
     @abc.abstractmethod
     async def retry_channel_send(self, channel: str, agent: str, key: str, delay_s: float,

@@ -154,8 +154,10 @@ class PostgresChannelOutbox(_ChannelQueries, ChannelOutbox):
                             last_error=row["last_error"], sent_at=row["sent_at"])
                 for row in sorted(rows, key=lambda row: row["seq"])]
 
-    async def finish_channel_send(self, channel: str, agent: str, key: str) -> None:
-        await self._fetch("finish_send", {"channel": channel, "agent": agent, "key": key})
+    async def finish_channel_send(self, channel: str, agent: str, key: str,
+                                  error: str | None = None) -> None:
+        await self._fetch("finish_send", {"channel": channel, "agent": agent, "key": key,
+                                          "error": error[:2000] if error else None})
 
     async def retry_channel_send(self, channel: str, agent: str, key: str, delay_s: float,
                                  error: str) -> None:

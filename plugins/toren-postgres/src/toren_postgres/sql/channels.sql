@@ -77,7 +77,9 @@ WHERE send.channel = due.channel AND send.agent = due.agent AND send.key = due.k
 RETURNING send.*;
 
 -- finish_send --
-UPDATE toren_control.channel_sends SET sent_at = now(), attempts = attempts + 1
+-- sent_at settles the message; a last_error set here means it was given up, not delivered
+UPDATE toren_control.channel_sends
+SET sent_at = now(), attempts = attempts + 1, last_error = coalesce(%(error)s, last_error)
 WHERE channel = %(channel)s AND agent = %(agent)s AND key = %(key)s;
 
 -- retry_send --
