@@ -138,6 +138,9 @@ class FakeTelegram:
             with self.lock:
                 self.answered.append(body)
             return self._answer(method, 200, {"ok": True, "result": True})
+        if method == "getMe":
+            return self._answer(method, 200, {"ok": True, "result": {
+                "id": 123456, "is_bot": True, "first_name": "Test", "username": "test_bot"}})
         if method == "setWebhook":
             return self._answer(method, 200, {"ok": True, "result": True})
         return self._answer(method, 404, {"ok": False, "error_code": 404,

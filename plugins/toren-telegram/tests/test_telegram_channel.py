@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import psycopg
+import pytest
 from fake_telegram import FakeTelegram
 from telegram_support import FRIEND, until
 
+from toren.errors import ChannelError
 from toren.host.chat.pairing import decide_pairing
 from toren.host.runtime import Runtime
 
@@ -197,3 +199,13 @@ async def test_a_permanent_refusal_is_given_up_and_the_next_message_still_goes(
                             "last_error LIKE '%%403%%' FROM toren_control.channel_sends "
                             "ORDER BY seq").fetchall()
     assert rows == [(True, True, True), (False, True, None)]
+
+
+async def test_a_wrong_token_stops_startup_naming_the_agent(
+        fake_telegram: FakeTelegram, telegram_agent: Agent,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_TG_TOKEN", "999:revoked")
+    with pytest.raises(ChannelError) as caught:
+        await telegram_agent()
+    assert "telegram channel of agent bot cannot start" in caught.value.message
+    assert "401" in caught.value.message and "revoked" not in caught.value.message

@@ -54,6 +54,7 @@ class FakeGraph:
             self._loop = loop
             app = web.Application()
             app.router.add_post("/v21.0/{phone}/messages", self._messages)
+            app.router.add_get("/v21.0/{phone}", self._number)
             runner = web.AppRunner(app)
             loop.run_until_complete(runner.setup())
             site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -74,6 +75,16 @@ class FakeGraph:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)
+
+    async def _number(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {ACCESS_TOKEN}":
+            return web.json_response({"error": {"message": "Invalid OAuth access token",
+                                                "code": 190}}, status=401)
+        if request.match_info["phone"] != PHONE_ID:
+            return web.json_response({"error": {"message": "Unsupported get request",
+                                                "code": 100}}, status=400)
+        return web.json_response({"id": PHONE_ID, "display_phone_number": "15550000000",
+                                  "verified_name": "Test"})
 
     async def _messages(self, request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != f"Bearer {ACCESS_TOKEN}":

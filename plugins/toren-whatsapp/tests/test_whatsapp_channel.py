@@ -11,9 +11,11 @@ from typing import Any
 
 import aiohttp
 import psycopg
+import pytest
 from fake_graph import APP_SECRET, FRIEND, PHONE_ID, VERIFY_TOKEN, FakeGraph
 from toren_whatsapp.signature import sign
 
+from toren.errors import ChannelError
 from toren.host.runtime import Runtime
 
 Agent = Callable[..., Awaitable[tuple[Runtime, str]]]
@@ -158,3 +160,10 @@ async def test_a_long_reply_is_split_below_the_cloud_api_limit(
     assert all(len(part) <= 4096 for part in parts)
     assert parts[0].endswith(".")  # cut after a sentence
     assert " ".join(parts) == "You said: " + body
+
+
+async def test_a_wrong_phone_number_id_stops_startup(whatsapp_agent: Agent) -> None:
+    with pytest.raises(ChannelError) as caught:
+        await whatsapp_agent(phone_number_id="000")
+    assert "whatsapp channel of agent bot cannot start" in caught.value.message
+    assert "phone number id 000" in caught.value.message

@@ -128,6 +128,12 @@ class ChatChannel(Channel):
         """Send one message of at most ``max_message_chars`` (markdown, which the platform
         converts to what it renders); ``payload["buttons"]`` rows of ``{"text", "data"}``."""
 
+    async def preflight(self, bot: ChatBot) -> None:
+        """One cheap authenticated call (Telegram's getMe), made at start unless
+        ``TOREN_SKIP_PREFLIGHT=1``: a permanent ``ChannelError`` (a revoked token) stops
+        startup; a retryable one is only logged. The default makes none."""
+        return None
+
     def polls_for(self, bot: ChatBot) -> bool:
         """Whether this agent's updates are long-polled (default: ``polls``); a platform with
         an optional webhook mode answers per agent."""
@@ -170,6 +176,8 @@ class ChatChannel(Channel):
             bot = ChatBot(agent=agent, settings=settings)
             await self.open_bot(bot)
             self.bots[agent] = bot
+            if not runtime.settings.skip_preflight:
+                await self._preflight(bot)
             self._wake[agent] = asyncio.Event()
             self._tasks.append(asyncio.create_task(self._lease_loop(bot),
                                                    name=f"{self.name}-lease-{agent}"))
@@ -178,6 +186,19 @@ class ChatChannel(Channel):
             if self.polls_for(bot):
                 self._tasks.append(asyncio.create_task(self._poll_loop(bot),
                                                        name=f"{self.name}-poll-{agent}"))
+
+    async def _preflight(self, bot: ChatBot) -> None:
+        try:
+            await self.preflight(bot)
+        except ChannelError as exc:
+            if exc.retryable:
+                log.warning("%s: preflight of %s failed for now: %s", self.name, bot.agent,
+                            exc.message)
+                return
+            await self.stop()
+            raise ChannelError(f"the {self.name} channel of agent {bot.agent} cannot start: "
+                               f"{exc.message}. Check its credentials, or set "
+                               "TOREN_SKIP_PREFLIGHT=1 to start anyway") from exc
 
     async def stop(self) -> None:
         self._stopping.set()

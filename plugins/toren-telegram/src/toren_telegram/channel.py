@@ -101,6 +101,10 @@ class TelegramChannel(ChatChannel):
             except ChannelError as exc:
                 log.warning("telegram: setWebhook for %s failed: %s", bot.agent, exc.message)
 
+    async def preflight(self, bot: ChatBot) -> None:
+        """``getMe``: a revoked or mistyped token stops startup (401)."""
+        await bot.state["api"].call("getMe", timeout_s=10)
+
     async def close_bot(self, bot: ChatBot) -> None:
         await bot.state["session"].close()
 

@@ -73,8 +73,25 @@ class WhatsAppChannel(ChatChannel):
 
     async def open_bot(self, bot: ChatBot) -> None:
         bot.state["session"] = aiohttp.ClientSession()
-        bot.state["url"] = (f"{bot.settings.get('api_url', DEFAULT_API_URL).rstrip('/')}/"
-                            f"{bot.settings['phone_number_id']}/messages")
+        bot.state["number_url"] = (f"{bot.settings.get('api_url', DEFAULT_API_URL).rstrip('/')}/"
+                                   f"{bot.settings['phone_number_id']}")
+        bot.state["url"] = f"{bot.state['number_url']}/messages"
+
+    async def preflight(self, bot: ChatBot) -> None:
+        """``GET /<phone_number_id>``: a bad token or a number it cannot use stops startup."""
+        token = os.environ.get(bot.settings["access_token_env"], "")
+        try:
+            async with bot.state["session"].get(
+                    bot.state["number_url"], headers={"Authorization": f"Bearer {token}"},
+                    timeout=aiohttp.ClientTimeout(total=10)) as response:
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ChannelError(f"WhatsApp preflight: {type(exc).__name__} (network)",
+                               retryable=True) from None
+        if status >= 400:
+            raise ChannelError(f"the Graph API answered {status} for phone number id "
+                               f"{bot.settings['phone_number_id']}",
+                               retryable=status == 429 or status >= 500, status=status)
 
     async def close_bot(self, bot: ChatBot) -> None:
         await bot.state["session"].close()
