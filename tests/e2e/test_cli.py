@@ -258,10 +258,19 @@ def test_cli_works_with_every_installed_plugin_loaded(toren_cli: TorenCli) -> No
     assert json.loads(result.stdout)["version"] == toren.__version__
 
 
-def test_dev_starts_and_stops_installed_channels(start_toren: StartToren, database_url: str,
-                                                 tmp_path: Path) -> None:
-    crew = write_agent_dir(tmp_path, "crew")
+def test_dev_starts_and_stops_the_channels_agents_list(start_toren: StartToren,
+                                                       database_url: str,
+                                                       tmp_path: Path) -> None:
+    # an agent that lists no channel starts none (installed or not)
+    quiet = write_agent_dir(tmp_path / "quiet", "quiet")
     log = tmp_path / "channel.log"
+    dev = start_toren("dev", "--dir", str(quiet), "--port", "0", "--json",
+                      env={"DATABASE_URL": database_url, "TOREN_LOAD_PLUGINS": "toren-testplugin",
+                           "TOREN_TESTCHANNEL_LOG": str(log)})
+    dev.next_json()
+    assert dev.stop(signal.SIGTERM) == 0
+    assert not log.exists()
+    crew = write_agent_dir(tmp_path, "crew", channels={"testchannel": {}})
     dev = start_toren("dev", "--dir", str(crew), "--port", "0", "--json",
                       env={"DATABASE_URL": database_url, "TOREN_LOAD_PLUGINS": "toren-testplugin",
                            "TOREN_TESTCHANNEL_LOG": str(log)})

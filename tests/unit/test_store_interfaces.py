@@ -8,6 +8,11 @@ import inspect
 import pytest
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.budgets import PostgresBudgetLedger
+from toren_postgres.channels import (
+    PostgresChannelChats,
+    PostgresChannelInbox,
+    PostgresChannelOutbox,
+)
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
@@ -28,6 +33,9 @@ from toren.seams.queue import Queue
 from toren.seams.store import (
     ApprovalStore,
     BudgetLedger,
+    ChannelChats,
+    ChannelInbox,
+    ChannelOutbox,
     FileStore,
     Guardian,
     KeyStore,
@@ -49,7 +57,8 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore,
           ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore,
           BudgetLedger: PostgresBudgetLedger,
-          FileStore: PostgresFileStore}
+          FileStore: PostgresFileStore, ChannelInbox: PostgresChannelInbox,
+          ChannelChats: PostgresChannelChats, ChannelOutbox: PostgresChannelOutbox}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -11,6 +11,7 @@ import typer
 
 from toren.cli import (
     approvals,
+    channels,
     chat,
     db,
     dev,
@@ -68,6 +69,7 @@ app.add_typer(keys.app, name="keys")
 app.add_typer(approvals.app, name="approvals")
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(files.app, name="files")
+app.add_typer(channels.app, name="channels")
 
 
 def _add_plugin_commands() -> None:

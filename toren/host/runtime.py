@@ -83,7 +83,8 @@ class Runtime(ApprovalsApi):
         self.plugins = plugins or PluginHost(self.settings.load_plugins)
         if agents is None:
             agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model,
-                                 unavailable=self.plugins.unavailable_tools)
+                                 unavailable=self.plugins.unavailable_tools,
+                                 channels=self.plugins.channels)
         self.agents: dict[str, AgentSpec] = {agent.name: agent for agent in agents}
         for agent in self.agents.values():
             for model_id in agent.model_ids:
@@ -182,17 +183,30 @@ class Runtime(ApprovalsApi):
                     f"{exc.message}. Fix the credentials, or set TOREN_SKIP_PREFLIGHT=1 to "
                     "start anyway") from exc
 
+    def channel_agents(self, channel: str) -> dict[str, dict[str, Any]]:
+        """The served agents that list ``channel`` under ``channels:``, with their settings."""
+        return {name: dict(agent.channels[channel]) for name, agent in self.agents.items()
+                if channel in agent.channels}
+
+    def listed_channels(self) -> list[Channel]:
+        """The installed channels that at least one served agent lists (the ones to start)."""
+        return [channel for name, channel in self.plugins.channels.items()
+                if self.channel_agents(name)]
+
     async def start_channels(self) -> None:
-        """Start every registered channel (``toren dev``); their env was checked first."""
-        missing = sorted({var for channel in self.plugins.channels.values()
-                          for var in channel.required_env if not os.environ.get(var)})
-        if missing:
-            raise MissingEnvError(
-                "missing environment variables for channels: " + ", ".join(
-                    f"{var} (needed by channel {name})"
-                    for name, channel in self.plugins.channels.items()
-                    for var in channel.required_env if var in missing))
-        for channel in self.plugins.channels.values():
+        """Start every channel a served agent lists (``toren dev``), after checking the
+        environment each needs (its ``required_env`` and what each agent's settings name)."""
+        problems: list[str] = []
+        for channel in self.listed_channels():
+            for agent, settings in self.channel_agents(channel.name).items():
+                for var in (*channel.required_env, *channel.required_env_for(settings)):
+                    if not os.environ.get(var):
+                        problems.append(f"{var} (needed by channel {channel.name} of agent "
+                                        f"{agent})")
+        if problems:
+            raise MissingEnvError("missing environment variables for channels: "
+                                  + ", ".join(dict.fromkeys(problems)))
+        for channel in self.listed_channels():
             await channel.start(self)
             self._channels.append(channel)
 

@@ -18,6 +18,8 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
 - ``BudgetLedger`` (``budgets``): reservations of model-call cost against run and daily budgets.
 - ``FileStore`` (``files``): uploaded files, content-addressed.
+- ``ChannelInbox``, ``ChannelChats``, ``ChannelOutbox`` (``channels``): chat channels' poller
+  lease and incoming updates; chats' sessions and pairing; messages to send.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from toren.seams.store.approvals import ApprovalStore
 from toren.seams.store.budgets import BudgetLedger
+from toren.seams.store.channels import ChannelChats, ChannelInbox, ChannelOutbox
 from toren.seams.store.files import FileStore
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
@@ -40,7 +43,9 @@ from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["ApprovalStore", "BudgetLedger", "FileStore", "Guardian", "KeyStore", "LiveText",
+__all__ = ["ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
+           "ChannelOutbox", "FileStore", "Guardian", "KeyStore",
+           "LiveText",
            "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
            "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
            "WorkerRegistry"]
@@ -48,7 +53,7 @@ __all__ = ["ApprovalStore", "BudgetLedger", "FileStore", "Guardian", "KeyStore",
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
-            BudgetLedger, FileStore):
+            BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup
