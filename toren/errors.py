@@ -242,3 +242,20 @@ class ScheduleRemoved(TorenError):
 
     code = "schedule_removed"
     http_status = 409
+
+
+# -- fork and replay (docs/guides/fork-and-replay.md) -------------------------------------------
+
+class ForkRefused(TorenError):
+    """The run cannot be forked there: it is a session, or the step asked for is not complete
+    in its log yet."""
+
+    code = "fork_refused"
+    http_status = 409
+
+
+class InvalidForkStep(TorenError):
+    """The step to fork at is not one the run has (``--at-step`` takes 0 to the run's steps)."""
+
+    code = "invalid_fork_step"
+    http_status = 400
