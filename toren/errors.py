@@ -259,3 +259,11 @@ class InvalidForkStep(TorenError):
 
     code = "invalid_fork_step"
     http_status = 400
+
+
+class InvalidForkOverride(ConfigError):
+    """The model or prompt to fork with cannot be used: a model no provider serves, or an empty
+    prompt."""
+
+    code = "invalid_fork_override"
+    http_status = 400

@@ -13,7 +13,7 @@ import pytest
 
 from tests.durable import check_catalog
 from toren.agents import schema_name_for
-from toren.errors import ConfigError, ForkRefused, InvalidForkStep, RunNotFound
+from toren.errors import ForkRefused, InvalidForkOverride, InvalidForkStep, RunNotFound
 from toren.seams.model import ModelRequest, ModelResponse
 from toren.testing import ScriptedModel, write_agent_dir
 
@@ -210,9 +210,9 @@ async def test_bad_forks_get_clear_errors_and_write_nothing(make_runtime, calc, 
         await runtime.fork_run(source.id, -1)
     with pytest.raises(RunNotFound):
         await runtime.fork_run("0b5c3c9e-0000-4000-8000-000000000000", 1)
-    with pytest.raises(ConfigError, match="no-such"):
+    with pytest.raises(InvalidForkOverride, match="no-such"):
         await runtime.fork_run(source.id, 1, model="no-such/model")
-    with pytest.raises(ConfigError, match="empty"):
+    with pytest.raises(InvalidForkOverride, match="empty"):
         await runtime.fork_run(source.id, 1, prompt="  \n")
     with pytest.raises(RunNotFound):
         await runtime.diff_runs(source.id, "0b5c3c9e-0000-4000-8000-000000000000")

@@ -17,7 +17,7 @@ from toren.core.decisions import unstorable
 from toren.core.events import NewEvent
 from toren.core.forking import diff_runs, plan_fork
 from toren.core.runs import RunRecord
-from toren.errors import ConfigError, RunNotFound
+from toren.errors import ConfigError, InvalidForkOverride, RunNotFound
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.seams.store import Store
 
@@ -49,14 +49,18 @@ class ForksApi:
 
         Raises ``RunNotFound``, ``InvalidForkStep`` (a step the run does not have),
         ``ForkRefused`` (a session, or a step the run has not completed yet) and
-        ``ConfigError`` (a model no provider serves, an empty or unstorable prompt).
+        ``InvalidForkOverride`` (a model no provider serves, an empty or unstorable prompt).
         """
         source = await self._run(run_id)
         if model is not None:
             if not isinstance(model, str) or not model.strip():
-                raise ConfigError("the model to fork with must be a model id such as "
-                                  "anthropic/claude-sonnet-4-5")
-            self.check_model(model)
+                raise InvalidForkOverride("the model to fork with must be a model id such as "
+                                          "anthropic/claude-sonnet-4-5")
+            try:
+                self.check_model(model)
+            except ConfigError as exc:
+                raise InvalidForkOverride(f"cannot fork with model {model!r}: "
+                                          f"{exc.message}") from exc
         digest = None
         if prompt is not None:
             digest = _check_prompt(prompt)
@@ -101,14 +105,15 @@ class ForksApi:
 
 
 def _check_prompt(prompt: Any) -> str:
-    """The SHA-256 of a fork's system prompt, or a ``ConfigError`` saying what is wrong."""
+    """The SHA-256 of a fork's system prompt, or an ``InvalidForkOverride`` saying what is
+    wrong."""
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ConfigError("the prompt to fork with is empty: give the text of a system prompt "
-                          "(toren jobs fork --prompt FILE)")
+        raise InvalidForkOverride("the prompt to fork with is empty: give the text of a "
+                                  "system prompt (toren jobs fork --prompt FILE)")
     if len(prompt) > MAX_FORK_PROMPT_CHARS:
-        raise ConfigError(f"the prompt to fork with has {len(prompt):,} characters; at most "
-                          f"{MAX_FORK_PROMPT_CHARS:,} are taken")
+        raise InvalidForkOverride(f"the prompt to fork with has {len(prompt):,} characters; "
+                                  f"at most {MAX_FORK_PROMPT_CHARS:,} are taken")
     problem = unstorable(prompt)
     if problem is not None:
-        raise ConfigError(f"the prompt to fork with cannot be stored: {problem}")
+        raise InvalidForkOverride(f"the prompt to fork with cannot be stored: {problem}")
     return hashlib.sha256(prompt.encode()).hexdigest()
