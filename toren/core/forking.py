@@ -129,9 +129,13 @@ def _plan_task(source: RunRecord, streams: dict[str, list[Event]], at_step: int,
     if at_step > available:
         raise InvalidForkStep(f"run {source.id} has {available} step(s): fork it at a step "
                               f"from 0 to {available}, not {at_step}")
-    finished = any(e.type == ev.TASK_FINISHED for e in items)
+    # step N is complete once step N+1 has begun or the task has ended; a run that ended
+    # without its task finishing (cancelled mid-step) ends where its log does: a fork resumes
+    # the tool calls it left without results as a worker resumes after a crash
+    ended = source.status in ev.TERMINAL_STATUSES or any(
+        e.type == ev.TASK_FINISHED for e in items)
     later = any(e.data.get("step", 0) > at_step for e in items)
-    if not items or (not finished and not later):
+    if not items or (not ended and not later):
         raise ForkRefused(f"step {at_step} of run {source.id} is not complete yet (the run is "
                           f"{source.status} and has not started step {at_step + 1}): fork it "
                           "at an earlier step, or wait until it finishes")
