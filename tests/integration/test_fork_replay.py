@@ -287,3 +287,24 @@ async def test_a_workflow_fork_runs_its_new_tasks_on_the_forks_model(make_runtim
     diff = await runtime.diff_runs(source.id, fork.id)
     assert diff["first_difference"] == {"task_id": "w3-0", "step": 1,
                                         "differs": "model_output"}
+
+
+async def test_a_fork_is_running_from_its_first_live_call(make_runtime, tmp_path: Path,
+                                                          database_url: str) -> None:
+    seen: list[str] = []
+
+    def probe(request: ModelRequest) -> ModelResponse:
+        # the run's row as the call is made (committed with its ModelCallStarted)
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute('SELECT status FROM "agent_calc".runs '
+                               "ORDER BY created_at DESC LIMIT 1").fetchone()
+        seen.append(row[0] if row else "")
+        return ModelResponse(text="probed")
+
+    models = {"paid": ScriptedModel(), "probe": ScriptedModel(script=probe)}
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "calc", tools_py=TOOLS,
+                                                       model="test/paid")], models=models)
+    source, _ = await source_run(runtime)
+    fork, _ = await finished(runtime, (await runtime.fork_run(source.id, 2,
+                                                              model="test/probe")).id)
+    assert fork.output == "probed" and seen == ["running"]

@@ -22,6 +22,7 @@ from toren.cli.output import (
     safe,
 )
 from toren.cli.render import event_line, run_summary
+from toren.core import events as ev
 from toren.errors import ConfigError
 from toren.seams.shapes import TextDelta
 
@@ -134,6 +135,10 @@ async def _fork_here(dirs: list[Path], run_id: str, at_step: int, prompt: str | 
             if as_json or isinstance(item, TextDelta):
                 continue
             line = event_line(item)
+            if item.type == ev.TASK_FORKED:
+                line = (f"  ⎘ the {item.data['copied_events']} event(s) above were copied from "
+                        f"run {safe(item.data['source_run_id'])} (no model call, no cost); "
+                        "live from here")
             if line:
                 console.print(line)
         record = await runtime.get_run(fork_id)

@@ -266,7 +266,8 @@ class TaskRunner:
             if reservation is False:
                 return False
             self.record(ev.ModelCallStarted(step=action.step, epoch=self.lease.epoch))
-            if self.state.steps == 0:
+            fork = self.state.fork
+            if self.state.steps == (fork.at_step if fork is not None else 0):  # the first call
                 self.pending_update = RunUpdate(status="running")
             await self.flush()
             try:
