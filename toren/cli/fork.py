@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from toren.cli.common import DirsOption, load_runtime, run_interruptible, stop_runtime
+from toren.cli.common import load_runtime, run_interruptible, stop_runtime
 from toren.cli.operator import LocalOperator, Operator, RemoteOperator, UrlOption, operate
 from toren.cli.output import (
     JSON_OPTION_HELP,
@@ -27,6 +27,14 @@ from toren.errors import ConfigError
 from toren.seams.shapes import TextDelta
 
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
+#: Not ``DirsOption``: no default directory and no TOREN_DIRS, since --dir changes where the
+#: fork is worked (here, followed to its end) rather than only where agents are found.
+ForkDirsOption = Annotated[list[Path] | None, typer.Option(
+    "--dir", "-d", metavar="DIR",
+    help="Work the fork in this process with the agent as DIR defines it now (tools, "
+         "subagents, prompt; an agent directory or a directory of them, repeatable) and "
+         "follow it to its end. Without it the fork is queued for the workers that serve the "
+         "agent (`toren dev`, `toren worker`).")]
 #: Characters of a model's text shown per step in ``toren jobs diff`` (``--json`` has it all).
 SHOWN_CHARS = 400
 
@@ -52,17 +60,13 @@ def fork(
         "--model", metavar="MODEL",
         help="The model the live steps call instead of the agent's, e.g. openai/gpt-4.1.")]
         = None,
-    dirs: DirsOption = None,
+    dirs: ForkDirsOption = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
 ) -> None:
     """Fork RUN_ID at a step: a new run whose first N steps are copied from RUN_ID's log (no
-    model call, no cost), then goes on live with the changed prompt, model or agent directory.
-
-    With --dir the fork is worked in this process by the agent in DIR (its tools, subagents and
-    prompt as they are now) and followed to its end; without it the fork is queued for the
-    workers that serve the agent (`toren dev`, `toren worker`). RUN_ID itself is never changed.
-    """
+    model call, no cost), then go on live with a changed prompt, model or agent directory.
+    RUN_ID itself is never changed."""
     text = _read_prompt(prompt)
     if dirs and url:
         raise ConfigError("--dir works the fork in this process on this machine's database; "
