@@ -156,6 +156,7 @@ def test_fork_and_diff_over_http(database_url: str, start_toren, tmp_path: Path)
         ({"at_step": "1"}, 400, "invalid_body"),
         ({"at_step": True}, 400, "invalid_body"),
         ({"at_step": 1.5}, 400, "invalid_body"),
+        ({"at_step": 9.0}, 400, "invalid_fork_step"),
         ({}, 400, "invalid_body"),
         ({"at_step": 1, "extra": 1}, 400, "invalid_body"),
         ({"at_step": 1, "model": 7}, 400, "invalid_body"),

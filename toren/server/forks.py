@@ -48,6 +48,8 @@ async def fork_run(request: web.Request) -> web.Response:
     if "at_step" not in body:
         return json_error(400, "invalid_body", "'at_step' is required: the step (or wave) to "
                           "fork at, an integer from 0 up")
+    if isinstance(at_step, float) and at_step.is_integer():
+        at_step = int(at_step)  # 2.0 is an integer to JSON Schema, as to JavaScript
     if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0:
         return json_error(400, "invalid_body", f"'at_step' must be {_FORK_FIELDS['at_step']}")
     for name in ("prompt", "model"):
