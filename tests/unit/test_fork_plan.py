@@ -238,3 +238,21 @@ def test_a_diff_names_the_first_step_that_differs() -> None:
     assert diff_runs(record(), a, record(), a)["identical"]
     ended = diff_runs(record(), a, record(status="failed"), a)
     assert ended["first_difference"] == {"task_id": None, "step": None, "differs": "outcome"}
+
+
+def test_a_workflow_forks_overrides_ride_on_its_task_messages() -> None:
+    from toren.execution.forking import new_task_fork, with_fork
+    from toren.execution.messages import run_tick, task_message
+
+    messages = [task_message("w2-0", "echo", "b"), run_tick("x")]
+    plain = ev.RunForked(source_run_id=RUN, at_step=1, unit="wave", copied_events=4)
+    assert with_fork(messages, None) == messages == with_fork(messages, plain)
+    changed = ev.RunForked(source_run_id=RUN, at_step=1, unit="wave", copied_events=4,
+                           model="test/b")
+    task, tick = with_fork(messages, changed)
+    assert tick == messages[1] and task.payload["key"] == "task:w2-0"
+    forked = new_task_fork(task.payload)
+    assert forked == ev.TaskForked(source_run_id=RUN, at_step=0, copied_events=0,
+                                   model="test/b")
+    assert new_task_fork(messages[0].payload) is None
+    assert new_task_fork({"fork": {"source_run_id": 7}}) is None  # not a message Toren made
