@@ -118,7 +118,8 @@ def test_fork_and_diff_from_the_command_line(toren_cli: TorenCli, database_url: 
     assert len(listed) == 3  # the source and the two forks
 
 
-def test_fork_and_diff_over_http(database_url: str, start_toren, tmp_path: Path) -> None:
+def test_fork_and_diff_over_http(database_url: str, start_toren, toren_cli: TorenCli,
+                                 tmp_path: Path) -> None:
     url = start_server(start_toren, database_url, tmp_path)["url"]
     status, created, _ = call(f"{url}/runs", "POST", {"agent": "crew", "input": "postgres"})
     assert status == 201
@@ -186,6 +187,17 @@ def test_fork_and_diff_over_http(database_url: str, start_toren, tmp_path: Path)
     assert (status, answer["error"]["code"]) == (409, "fork_refused")
     status, listed, _ = call(f"{url}/runs?kind=run")
     assert len(listed["runs"]) == 3  # the source and the two forks
+
+    # the CLI against the deployment (TOREN_URL): the same documents
+    remote = toren_cli("jobs", "fork", source[:8], "--at-step", "1", "--url", url, "--json")
+    assert remote.returncode == 0, remote.stderr
+    conforms("Forked", json.loads(remote.stdout))
+    diffed = toren_cli("jobs", "diff", source, fork_id, "--json", env={"TOREN_URL": url})
+    assert diffed.returncode == 0, diffed.stderr
+    assert json.loads(diffed.stdout) == call(f"{url}/runs/{source}/diff/{fork_id}")[1]
+    refused = toren_cli("jobs", "fork", session["id"], "--at-step", "0", "--url", url, "--json")
+    assert refused.returncode == 1
+    assert json.loads(refused.stdout)["error"]["code"] == "fork_refused"
 
 
 def test_fork_routes_need_a_key_when_keys_are_required(database_url: str, start_toren,
