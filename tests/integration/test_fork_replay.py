@@ -161,6 +161,7 @@ async def test_a_fork_with_another_model_and_prompt_diverges_where_the_diff_says
     assert receipt["prompts"][marker.data["prompt_sha256"]] == "Be brief.\n"
     assert [(c["model"], c["copied"]) for c in calls_of(receipt)] == [
         ("test/paid", True), ("test/alt", False)]
+    assert receipt["tasks"][0]["model"] == "test/alt"
     assert receipt["totals"]["cost_usd"] == pytest.approx(0.5)
 
     diff = await runtime.diff_runs(source.id, fork.id)

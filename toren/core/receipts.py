@@ -94,8 +94,13 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
     retries = [{"step": e.data["step"], "attempt": e.data["attempt"], "error": e.data["error"],
                 "delay_s": e.data["delay_s"]} for e in events if e.type == ev.RETRY_SCHEDULED]
     known = [c["cost_usd"] for c in model_calls if c["cost_usd"] is not None]
+    forked = next((e.data for e in reversed(events) if e.type == ev.TASK_FORKED), {})
+    if not any(e.seq > fork_at for e in events):
+        forked = {}  # copied whole: it never ran on the fork's model
     return {
-        "task_id": task_id, "subagent": started.get("subagent"), "model": started.get("model"),
+        "task_id": task_id, "subagent": started.get("subagent"),
+        # a fork's live steps run on its model (the copied TaskStarted names the source's)
+        "model": forked.get("model") or started.get("model"),
         "prompt_sha256": started.get("prompt_sha256"),
         "status": finished["status"] if finished else "running",
         "stop_reason": finished["stop_reason"] if finished else None,
