@@ -4,6 +4,7 @@ its model or prompt, the source run is never written, and diffs say where two ru
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -309,3 +310,35 @@ async def test_a_fork_is_running_from_its_first_live_call(make_runtime, tmp_path
     fork, _ = await finished(runtime, (await runtime.fork_run(source.id, 2,
                                                               model="test/probe")).id)
     assert fork.output == "probed" and seen == ["running"]
+
+
+async def test_a_running_run_forks_at_a_completed_step_only(make_runtime,
+                                                            tmp_path: Path) -> None:
+    """A run waiting for a person to approve step 1's tool call has not completed step 1:
+    forking there is refused, at step 0 it is not; once step 2 has begun, step 1 can be."""
+    directory = write_agent_dir(tmp_path, "gated", tools_py=TOOLS, model="test/paid",
+                                approvals={"add": {}})
+    runtime = await make_runtime(dirs=[directory], models={"paid": ScriptedModel()})
+    run_id = await runtime.start_run("gated", PLAN)
+
+    async def parked(decided: str | None = None) -> list[Any]:
+        """The pending approval once the run waits for one (other than ``decided``)."""
+        while True:
+            if (await runtime.get_run(run_id)).status == "awaiting_approval":
+                pending = await runtime.list_approvals(run_id=run_id, status="pending")
+                if pending and pending[0].id != decided:
+                    return pending
+            await asyncio.sleep(0.05)
+
+    (approval,) = await asyncio.wait_for(parked(), 30)
+    with pytest.raises(ForkRefused, match=r"step 1 .* is not complete yet"):
+        await runtime.fork_run(run_id, 1)
+    early = await runtime.fork_run(run_id, 0)
+    assert early.status == "queued"
+
+    await runtime.decide_approval(approval.id, "approved", decided_by="tester")
+    (approval,) = await asyncio.wait_for(parked(approval.id), 30)  # step 2's call waits
+    forked = await runtime.fork_run(run_id, 1)
+    events = await runtime.events(forked.id)
+    assert [e.data["outcome"] for e in events if e.type == "ApprovalDecided"] == ["approved"]
+    assert (await runtime.get_run(run_id)).status == "awaiting_approval"
