@@ -195,6 +195,13 @@ class Health(TypedDict):
     versions: NotRequired[list[str]]
 
 
+class Forked(TypedDict):
+    """A fork just made (``POST /runs/{id}/fork``): the new run, and what it copied."""
+
+    run: Run
+    fork: dict[str, Any]
+
+
 class TorenAPIError(TorenError):
     """The API answered with an error: ``status`` and the body's ``code`` and ``message``."""
 
@@ -514,6 +521,22 @@ class TorenClient:
                     raise
                 await asyncio.sleep(min(5.0, 0.2 * 2 ** failures))
 
+    async def fork_run(self, run_id: str, at_step: int, *, prompt: str | None = None,
+                       model: str | None = None) -> Forked:
+        """Fork a run at a step (``POST /runs/{id}/fork``): a new run whose first ``at_step``
+        steps (waves, for a workflow run) are copied from this one's log at no cost, then go
+        on live with ``prompt`` (system prompt text) and ``model`` when given."""
+        body = {"at_step": at_step} | ({"prompt": prompt} if prompt is not None else {}) | (
+            {"model": model} if model is not None else {})
+        result: Forked = await self._request("POST", f"/runs/{run_id}/fork", body=body)
+        return result
+
+    async def diff_runs(self, run_a: str, run_b: str) -> dict[str, Any]:
+        """Where two runs diverge (``GET /runs/{a}/diff/{b}``): ``a``, ``b``, ``identical``,
+        ``first_difference`` and every task's ``steps`` side by side."""
+        result: dict[str, Any] = await self._request("GET", f"/runs/{run_a}/diff/{run_b}")
+        return result
+
 
 def _stream_error(data: str) -> TorenAPIError:
     """The error a server ended an event stream with (``event: error``), as the HTTP error it
@@ -674,6 +697,13 @@ class SyncTorenClient:
 
     def deny(self, approval_id: str, reason: str | None = None) -> Approval:
         return self._run(lambda c: c.deny(approval_id, reason))
+
+    def fork_run(self, run_id: str, at_step: int, *, prompt: str | None = None,
+                 model: str | None = None) -> Forked:
+        return self._run(lambda c: c.fork_run(run_id, at_step, prompt=prompt, model=model))
+
+    def diff_runs(self, run_a: str, run_b: str) -> dict[str, Any]:
+        return self._run(lambda c: c.diff_runs(run_a, run_b))
 
 def _schedule_path(agent: str, name: str, action: str | None = None) -> str:
     path = f"/schedules/{quote(agent, safe='')}/{quote(name, safe='')}"

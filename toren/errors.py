@@ -261,3 +261,28 @@ class ScheduleRemoved(TorenError):
 
     code = "schedule_removed"
     http_status = 409
+
+
+# -- fork and replay (docs/guides/fork-and-replay.md) -------------------------------------------
+
+class ForkRefused(TorenError):
+    """The run cannot be forked there: it is a session, or the step asked for is not complete
+    in its log yet."""
+
+    code = "fork_refused"
+    http_status = 409
+
+
+class InvalidForkStep(TorenError):
+    """The step to fork at is not one the run has (``--at-step`` takes 0 to the run's steps)."""
+
+    code = "invalid_fork_step"
+    http_status = 400
+
+
+class InvalidForkOverride(ConfigError):
+    """The model or prompt to fork with cannot be used: a model no provider serves, or an empty
+    prompt."""
+
+    code = "invalid_fork_override"
+    http_status = 400

@@ -150,7 +150,8 @@ COMMANDS = [[], ["version"], ["plugins"], ["init"], ["dev"], ["serve"], ["worker
             ["chat"], ["jobs"], ["jobs", "list"], ["jobs", "show"], ["jobs", "receipt"],
             ["jobs", "cancel"], ["keys", "create"], ["keys", "list"], ["keys", "revoke"],
             ["db", "migrate"], ["schedules"], ["schedules", "list"], ["schedules", "show"],
-            ["schedules", "pause"], ["schedules", "resume"], ["schedules", "trigger"]]
+            ["schedules", "pause"], ["schedules", "resume"], ["schedules", "trigger"],
+            ["jobs", "fork"], ["jobs", "diff"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "toren")

@@ -95,6 +95,8 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
         query["run"] = draw(st.sampled_from(api["runs"]))
     if "file_id" in path:
         path["file_id"] = api["file"]
+    if "other_id" in path:
+        path["other_id"] = draw(st.sampled_from(api["runs"]))
     if isinstance(body, dict) and isinstance(body.get("files"), list):
         body["files"] = [api["file"]]
     if isinstance(body, dict) and isinstance(body.get("agent"), str):
@@ -109,8 +111,10 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
 
 
 #: Error codes of schema-valid requests that the document says (in words) are refused: only
-#: the strings Toren made are cursors, and only JSON the run log can store is a body.
-REFUSED_BEYOND_SCHEMA = frozenset({"invalid_cursor", "unstorable_value"})
+#: the strings Toren made are cursors, and only JSON the run log can store is a body. A fork's
+#: step must be one the run has, and its model one a provider serves.
+REFUSED_BEYOND_SCHEMA = frozenset({"invalid_cursor", "unstorable_value", "invalid_fork_step",
+                                   "invalid_fork_override"})
 
 
 def positive_data_acceptance(ctx: schemathesis.CheckContext, response: schemathesis.Response,

@@ -14,6 +14,7 @@ from toren_postgres.channels import (
     PostgresChannelOutbox,
 )
 from toren_postgres.files import PostgresFileStore
+from toren_postgres.forks import PostgresForkStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.lifecycle import PostgresConnection
@@ -37,6 +38,7 @@ from toren.seams.store import (
     ChannelInbox,
     ChannelOutbox,
     FileStore,
+    ForkStore,
     Guardian,
     KeyStore,
     Migrator,
@@ -58,7 +60,8 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore,
           BudgetLedger: PostgresBudgetLedger,
           FileStore: PostgresFileStore, ChannelInbox: PostgresChannelInbox,
-          ChannelChats: PostgresChannelChats, ChannelOutbox: PostgresChannelOutbox}
+          ChannelChats: PostgresChannelChats, ChannelOutbox: PostgresChannelOutbox,
+          ForkStore: PostgresForkStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -7,12 +7,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from toren.cli import fork
 from toren.cli.operator import Operator, UrlOption, created, operate
 from toren.cli.output import JSON_OPTION_HELP, console, plain, print_json, print_table, safe
 from toren.cli.render import children_tree, receipt_tables, run_summary, run_tree
 
 app = typer.Typer(help="Runs: list, show, receipt, cancel.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
+fork.register(app)  # toren jobs fork, toren jobs diff
 RunArgument = Annotated[str, typer.Argument(
     metavar="RUN_ID", help="The run's id, or the start of it (unique among the runs).")]
 

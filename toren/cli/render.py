@@ -75,6 +75,11 @@ def run_summary(receipt: dict[str, Any]) -> Table:
     table.add_row("agent", safe(run["agent"]))
     table.add_row("status", f"{run['status']} ({run['stop_reason'] or 'not stopped'})")
     table.add_row("why", safe(receipt["why"]))
+    fork = receipt.get("fork")
+    if fork:
+        table.add_row("forked from", safe(
+            f"{fork['source_run_id']} at {fork['unit']} {fork['at_step']} "
+            f"({totals.get('copied_calls', 0)} model call(s) copied, at no cost)"))
     if run["error"] and run["status"] not in ev.TERMINAL_STATUSES:
         next_at = run["error"].get("next_attempt_at")
         table.add_row("latest error", safe(f"{run['error'].get('message')}"
@@ -162,6 +167,7 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
                           str(call["input_tokens"]), str(call["output_tokens"]),
                           f"{call['cache_read_tokens']}/{call['cache_write_tokens']}",
                           _cost(call["cost_usd"]), f"{call['latency_ms']:.1f} ms",
+                          "copied (fork)" if call.get("copied") else
                           "yes" if call["replayed"] else "", "yes" if call["repeated"] else "")
         for tool in task["tool_calls"]:
             result = tool["error_kind"] or "error" if tool["is_error"] else "ok"

@@ -597,6 +597,51 @@ class BackgroundRunFinished(EventData, frozen=True):
     epoch: Epoch
 
 
+# -- fork and replay (issue 26 part 1: docs/guides/fork-and-replay.md) --------------------------
+
+ForkUnit = Annotated[Literal["step", "wave"], msgspec.Meta(
+    description="step: a single-task run forked after its first at_step model calls; wave: a "
+                "workflow run forked after its first at_step waves.")]
+SourceRunId = Annotated[str, msgspec.Meta(description="The run the events were copied from.")]
+ForkModel = Annotated[str | None, msgspec.Meta(
+    description="The model the fork's live steps call instead of the agent's; absent: the "
+                "agent's (or the source fork's).")]
+ForkPrompt = Annotated[str | None, msgspec.Meta(
+    description="The SHA-256 of the system prompt the fork's live steps use instead of the "
+                "agent's (kept by the store like every prompt); absent: the agent's.")]
+
+
+class RunForked(EventData, frozen=True):
+    """This run is a fork: written right after its ``RunCreated``, in the transaction that
+    created it and copied the source run's log up to ``at_step``. The copied events were
+    recorded by the source run: no model call or tool call was made again for them."""
+
+    stream = "run"
+    source_run_id: SourceRunId
+    at_step: Count
+    unit: ForkUnit
+    copied_events: Annotated[int, msgspec.Meta(
+        ge=0, description="Events copied from the source run, over all streams.")]
+    model: ForkModel = None
+    prompt_sha256: ForkPrompt = None
+
+
+class TaskForked(EventData, frozen=True):
+    """On a fork's task stream: the events before this one were copied from the source run's
+    task (free: no model call was made for them, and the receipt shows them as copied at zero
+    cost); the task goes on live from here, with the fork's model and prompt. A task a
+    workflow fork starts afresh begins with it when the fork changes the model or prompt."""
+
+    stream = "task"
+    source_run_id: SourceRunId
+    at_step: Count
+    copied_events: Count
+    source_task_id: Annotated[str | None, msgspec.Meta(
+        description="The task copied; absent for a task the fork started afresh.")] = None
+    model: ForkModel = None
+    prompt_sha256: ForkPrompt = None
+
+
 #: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
 EVENT_CLASSES: tuple[type[EventData], ...] = (
     RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
@@ -607,6 +652,7 @@ EVENT_CLASSES: tuple[type[EventData], ...] = (
     ScheduleFired,
     BudgetReserved, BudgetSettled, BudgetWarning, ModelFellBack,
     PeerCallStarted, PeerCallFinished, BackgroundRunStarted, BackgroundRunFinished,
+    RunForked, TaskForked,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -644,6 +690,8 @@ PEER_CALL_STARTED = PeerCallStarted.__name__
 PEER_CALL_FINISHED = PeerCallFinished.__name__
 BACKGROUND_RUN_STARTED = BackgroundRunStarted.__name__
 BACKGROUND_RUN_FINISHED = BackgroundRunFinished.__name__
+RUN_FORKED = RunForked.__name__
+TASK_FORKED = TaskForked.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

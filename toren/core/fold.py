@@ -75,6 +75,8 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     #: Background runs this session started, by run id, and the ones it has been told about.
     background: dict[str, ev.BackgroundRunStarted] = msgspec.field(default_factory=dict)
     background_told: list[str] = msgspec.field(default_factory=list)
+    #: The task belongs to a fork (``TaskForked``): its overrides, and what it copied.
+    fork: ev.TaskForked | None = None
 
     def snapshot(self) -> TaskCheckpoint:
         """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
@@ -187,6 +189,20 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.background_told.append(event.run_id)
             state.messages.append(Message(role="user", text=ev.background_notice(
                 event.agent, event.run_id, event.status, event.output, event.error)))
+        case ev.TaskForked():
+            _apply_fork(state, event)
+
+
+def _apply_fork(state: TaskState, event: ev.TaskForked) -> None:
+    """The copied steps were paid for by the source run: the fork's cost and tokens start at
+    zero, and a model override replaces a fallback the source had taken."""
+    state.fork = event
+    state.cost_usd = 0.0
+    state.unknown_cost_calls = 0
+    state.input_tokens = 0
+    state.output_tokens = 0
+    if event.model is not None:
+        state.model = None
 
 
 def _apply_model_call(state: TaskState, event: ev.ModelCallCompleted) -> None:
@@ -232,6 +248,8 @@ class RunState(msgspec.Struct, kw_only=True):
     timers: dict[int, ev.TimerStarted] = msgspec.field(default_factory=dict)
     timers_fired: set[int] = msgspec.field(default_factory=set)
     logs: int = 0
+    #: The run is a fork (``RunForked``).
+    fork: ev.RunForked | None = None
 
     @property
     def terminal(self) -> bool:
@@ -268,6 +286,8 @@ def apply_run_event(state: RunState, event: ev.EventData) -> None:
             state.timers_fired.add(event.timer)
         case ev.WorkflowLogged():
             state.logs += 1
+        case ev.RunForked():
+            state.fork = event
 
 
 def fold_run(events: Iterable[ev.EventData]) -> RunState:

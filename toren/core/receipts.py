@@ -24,7 +24,10 @@ STOP_REASON_TEXT = {
 def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
     started = next((e.data for e in events if e.type == ev.TASK_STARTED), {})
     finished = next((e.data for e in events if e.type == ev.TASK_FINISHED), None)
-    epochs = sorted({e.data["epoch"] for e in events if "epoch" in e.data})
+    # a fork's events before its (latest) TaskForked were copied from the source run: made
+    # and paid for there, so they cost nothing here and say so
+    fork_at = max((e.seq for e in events if e.type == ev.TASK_FORKED), default=0)
+    epochs = sorted({e.data["epoch"] for e in events if "epoch" in e.data and e.seq > fork_at})
     last_epoch = epochs[-1] if epochs else None
     model_calls: list[dict[str, Any]] = []
     fallbacks = [{"step": e.data["step"], "from_model": e.data["from_model"],
@@ -53,20 +56,26 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             "output_tokens": usage.get("output_tokens", 0),
             "cache_read_tokens": usage.get("cache_read_tokens", 0),
             "cache_write_tokens": usage.get("cache_write_tokens", 0),
-            "cost_usd": e.data["cost_usd"], "latency_ms": e.data["latency_ms"],
+            "cost_usd": 0.0 if e.seq < fork_at else e.data["cost_usd"],
+            "latency_ms": e.data["latency_ms"],
             "repeated": e.data.get("repeated", False),
             # paid once by an earlier worker; the worker that resumed read it from the log
-            "replayed": last_epoch is not None and e.data["epoch"] < last_epoch,
+            "replayed": e.seq > fork_at and last_epoch is not None
+                        and e.data["epoch"] < last_epoch,
             "at": e.created_at.isoformat() if e.created_at else None,
             # the model that answered took over from a failed one (``ModelFellBack``)
             "fell_back_from": fell_back["from_model"] if fell_back else None,
             "fallback_reason": fell_back["reason"] if fell_back else None,
+            # copied from the source run by a fork (no call made): its cost there
+            "copied": e.seq < fork_at,
+            "source_cost_usd": e.data["cost_usd"] if e.seq < fork_at else None,
         })
         fell_back = None
     tool_calls = [{
         "step": e.data["step"], "name": e.data["name"], "call_id": e.data["call_id"],
         "is_error": e.data["is_error"], "error_kind": e.data.get("error_kind"),
         "truncated": e.data.get("truncated", False), "duration_ms": e.data["duration_ms"],
+        "copied": e.seq < fork_at,
     } for e in events if e.type == ev.TOOL_CALL_COMPLETED]
     keys = {e.data["call_id"]: e.data["idempotency_key"] for e in events
             if e.type == ev.TOOL_CALL_STARTED}
@@ -85,8 +94,13 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
     retries = [{"step": e.data["step"], "attempt": e.data["attempt"], "error": e.data["error"],
                 "delay_s": e.data["delay_s"]} for e in events if e.type == ev.RETRY_SCHEDULED]
     known = [c["cost_usd"] for c in model_calls if c["cost_usd"] is not None]
+    forked = next((e.data for e in reversed(events) if e.type == ev.TASK_FORKED), {})
+    if not any(e.seq > fork_at for e in events):
+        forked = {}  # copied whole: it never ran on the fork's model
     return {
-        "task_id": task_id, "subagent": started.get("subagent"), "model": started.get("model"),
+        "task_id": task_id, "subagent": started.get("subagent"),
+        # a fork's live steps run on its model (the copied TaskStarted names the source's)
+        "model": forked.get("model") or started.get("model"),
         "prompt_sha256": started.get("prompt_sha256"),
         "status": finished["status"] if finished else "running",
         "stop_reason": finished["stop_reason"] if finished else None,
@@ -103,6 +117,7 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             "cost_usd": round(sum(known), 10),
             "cost_unknown_calls": len(model_calls) - len(known),
             "repeated_calls": sum(1 for c in model_calls if c["repeated"]),
+            "copied_calls": sum(1 for c in model_calls if c["copied"]),
         },
     }
 
@@ -132,9 +147,11 @@ def _task_order(task_id: str) -> tuple[int, str]:
 
 
 def prompt_hashes(events: Iterable[Event]) -> list[str]:
-    """The SHA-256 of every system prompt the run's tasks started with, each once."""
+    """The SHA-256 of every system prompt the run's tasks started with (or a fork gave them),
+    each once."""
     return list(dict.fromkeys(e.data["prompt_sha256"] for e in events
-                              if e.type == ev.TASK_STARTED))
+                              if e.type == ev.TASK_STARTED
+                              or (e.type == ev.TASK_FORKED and e.data.get("prompt_sha256"))))
 
 
 def build_receipt(record: RunRecord, events: Sequence[Event],
@@ -157,6 +174,7 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
                           "cost_unknown_calls", "repeated_calls")}
     totals["cost_usd"] = round(sum(task["totals"]["cost_usd"] for task in tasks), 10)
     totals["retries"] = sum(len(task["retries"]) for task in tasks)
+    totals["copied_calls"] = sum(task["totals"]["copied_calls"] for task in tasks)
     by_subagent: dict[str, dict[str, Any]] = {}
     for task in tasks:
         who = by_subagent.setdefault(task["subagent"] or "(agent)", {
@@ -185,7 +203,9 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
     return {"run": record.to_json(), "status": record.status, "stop_reason": reason,
             "why": why, "tasks": tasks, "totals": totals, "by_subagent": by_subagent,
             "peer_calls": peer_calls, "prompts": dict(prompts or {}),
-            "budget": dict(budget) if budget else None}
+            "budget": dict(budget) if budget else None,
+            "fork": next((e.data for e in by_stream.get(ev.RUN_STREAM, [])
+                          if e.type == ev.RUN_FORKED), None)}
 
 
 def _peer_calls(events: Iterable[Event]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from toren.core.catalog import decode, decode_events
 from toren.core.events import NewEvent
 from toren.core.fold import RunState, apply_run_event, fold_run
 from toren.core.runs import RunUpdate
+from toren.execution.forking import with_fork
 from toren.execution.messages import MAIN_TASK, task_message, timer_message
 from toren.execution.ports import ExecutionPorts
 from toren.execution.workflow import execute
@@ -85,6 +86,7 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
         new_events += executed.events
         messages = executed.messages
         outcome = executed.finished
+    messages = with_fork(messages, state.fork)
     update = None
     if outcome is not None:
         new_events.append(NewEvent.of(outcome))
@@ -95,7 +97,8 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
                        run_update=update, ack=message, release=True)
     ports.appended(agent.name, ev.RUN_STREAM, first_seq, new_events)
     if outcome is None and _heals(message):
-        await store.ensure_messages(agent.name, message.run_id, _expected_messages(state))
+        await store.ensure_messages(agent.name, message.run_id,
+                                    with_fork(_expected_messages(state), state.fork))
 
 
 def _heals(message: QueueMessage) -> bool:

@@ -69,6 +69,7 @@ from toren.execution.children import (
     tell_background_outcomes,
 )
 from toren.execution.context import ToolCallContext, _current, running_async_tool
+from toren.execution.forking import forked_spec, new_task_fork
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
 from toren.execution.tool_threads import ToolNotStarted, ToolThreads
@@ -179,6 +180,17 @@ class TaskRunner:
             self.spec = replace(self.spec, tools={name: tool for name, tool in
                                                   self.spec.tools.items()
                                                   if name != BACKGROUND_TOOL})
+        fork = self.state.fork or (new_task_fork(self.message.payload)
+                                   if self.state.started is None else None)
+        if fork is not None:  # a fork's live steps use its model and prompt
+            try:
+                self.spec = await forked_spec(self.spec, fork, self.ports.prompts,
+                                              self.agent.name)
+            except TorenError as exc:
+                await self.finish("error", None, {"code": exc.code, "message": exc.message})
+                return
+            if self.state.fork is None:
+                self.record(fork)  # a task the fork started afresh: before its TaskStarted
         if self.state.started is None:
             await self.start()
         while True:
@@ -254,7 +266,8 @@ class TaskRunner:
             if reservation is False:
                 return False
             self.record(ev.ModelCallStarted(step=action.step, epoch=self.lease.epoch))
-            if self.state.steps == 0:
+            fork = self.state.fork
+            if self.state.steps == (fork.at_step if fork is not None else 0):  # the first call
                 self.pending_update = RunUpdate(status="running")
             await self.flush()
             try:

@@ -37,6 +37,7 @@ from toren.errors import (
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.files import FileNotFound
 from toren.host.approvals import ApprovalsApi
+from toren.host.forks import ForksApi
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.relay import OutboxRelay
 from toren.host.watchdog import LoopWatchdog
@@ -53,7 +54,7 @@ from toren.seams.worker_runtime import WorkerRuntime
 log = logging.getLogger(__name__)
 
 
-class Runtime(ApprovalsApi):
+class Runtime(ApprovalsApi, ForksApi):
     """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
 
     Construction loads and validates everything that needs no database (plugins, agent

@@ -20,6 +20,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``FileStore`` (``files``): uploaded files, content-addressed.
 - ``ChannelInbox``, ``ChannelChats``, ``ChannelOutbox`` (``channels``): chat channels' poller
   lease and incoming updates; chats' sessions and pairing; messages to send.
+- ``ForkStore`` (``forks``): a run created with a log copied from another run's.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -30,6 +31,7 @@ from toren.seams.store.approvals import ApprovalStore
 from toren.seams.store.budgets import BudgetLedger
 from toren.seams.store.channels import ChannelChats, ChannelInbox, ChannelOutbox
 from toren.seams.store.files import FileStore
+from toren.seams.store.forks import ForkStore
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
 from toren.seams.store.lifecycle import StoreLifecycle
@@ -44,7 +46,7 @@ from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolSta
 from toren.seams.store.workers import WorkerRegistry
 
 __all__ = ["ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
-           "ChannelOutbox", "FileStore", "Guardian", "KeyStore",
+           "ChannelOutbox", "FileStore", "ForkStore", "Guardian", "KeyStore",
            "LiveText",
            "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
            "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
@@ -53,7 +55,7 @@ __all__ = ["ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
-            BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox):
+            BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

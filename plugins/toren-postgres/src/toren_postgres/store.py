@@ -7,9 +7,9 @@ One class per interface, each in its module and each usable alone (they share
 (``outbox``), ``PostgresPromptStore`` (``prompts``), ``PostgresToolStateStore``
 (``tool_state``), ``PostgresApprovalStore`` (``approvals``), ``PostgresScheduleStore``
 (``schedules``), ``PostgresLiveText`` (``live_text``), ``PostgresBudgetLedger``
-(``budgets``), ``PostgresFileStore`` (``files``) and ``PostgresChannelInbox``,
-``PostgresChannelChats`` and ``PostgresChannelOutbox`` (``channels``). ``PostgresStore`` is all
-of them over one connection pool.
+(``budgets``), ``PostgresFileStore`` (``files``), ``PostgresChannelInbox``,
+``PostgresChannelChats`` and ``PostgresChannelOutbox`` (``channels``) and ``PostgresForkStore``
+(``forks``). ``PostgresStore`` is all of them over one connection pool.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from toren_postgres.channels import (
     PostgresChannelOutbox,
 )
 from toren_postgres.files import PostgresFileStore
+from toren_postgres.forks import PostgresForkStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.live_text import PostgresLiveText
@@ -94,7 +95,8 @@ class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, Postgre
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
                     PostgresLiveText, PostgresBudgetLedger, PostgresFileStore,
-                    PostgresChannelInbox, PostgresChannelChats, PostgresChannelOutbox, Store):
+                    PostgresChannelInbox, PostgresChannelChats, PostgresChannelOutbox,
+                    PostgresForkStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

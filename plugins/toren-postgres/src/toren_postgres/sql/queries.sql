@@ -831,3 +831,23 @@ RETURNING id, agent, run_id, name, content_type, size_bytes, sha256, uploaded_by
 -- violation) instead of taking the content from under it, and the blob stays.
 DELETE FROM toren_control.file_blobs b WHERE b.sha256 = %(sha256)s
 AND NOT EXISTS (SELECT 1 FROM toren_control.files f WHERE f.sha256 = b.sha256);
+
+-- create_fork --
+-- A fork (toren jobs fork): the run row, the events copied from the source run into each of
+-- its streams (numbered from 1 per stream, in the order given) and its first messages, in one
+-- statement, so a fork exists whole or not at all. The source run is only ever read.
+WITH run AS (
+    INSERT INTO {runs} (id, kind, status, input)
+    VALUES (%(run_id)s, 'run', 'queued', %(input)s)
+    RETURNING id
+), appended AS (
+    INSERT INTO {events} (run_id, stream, seq, type, data)
+    SELECT run.id, e.doc->>'stream', (e.doc->>'seq')::int, e.doc->>'type', e.doc->'data'
+    FROM run, json_array_elements(%(events)s) AS e(doc)
+), enqueued AS (
+    INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
+    SELECT %(agent)s, run.id, m->>'kind', m->'payload',
+           now() + (m->>'delay_s')::float8 * interval '1 second'
+    FROM run, jsonb_array_elements(%(messages)s) AS m
+)
+SELECT id FROM run;

@@ -1,0 +1,37 @@
+"""The ``ForkStore`` of the Postgres store: a fork's run row, copied log and first messages in
+one statement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from psycopg.types.json import Json, Jsonb
+
+from toren.agents import schema_name_for
+from toren.core.events import NewEvent
+from toren.seams.shapes import OutgoingMessage
+from toren.seams.store import ForkStore
+from toren_postgres.lifecycle import PostgresConnection
+from toren_postgres.queries import agent_query
+
+
+def _events_json(streams: Mapping[str, Sequence[NewEvent]]) -> Json:
+    rows = [{"stream": stream, "seq": seq, "type": event.type, "data": event.data}
+            for stream, events in streams.items() for seq, event in enumerate(events, start=1)]
+    return Json(rows, dumps=lambda value: orjson.dumps(value).decode())
+
+
+class PostgresForkStore(PostgresConnection, ForkStore):
+    """Forks in the agent's own ``runs`` and ``events`` tables (no schema of their own)."""
+
+    async def create_fork(self, agent: str, run_id: str, input: Any, *,
+                          streams: Mapping[str, Sequence[NewEvent]],
+                          messages: Sequence[OutgoingMessage]) -> None:
+        params = {"run_id": run_id, "input": Jsonb(input), "agent": agent,
+                  "events": _events_json(streams),
+                  "messages": Jsonb([{"kind": m.kind, "payload": m.payload,
+                                      "delay_s": m.delay_s} for m in messages])}
+        async with self.pool.connection() as conn:
+            await conn.execute(agent_query("create_fork", schema_name_for(agent)), params)
