@@ -75,6 +75,10 @@ def run_summary(receipt: dict[str, Any]) -> Table:
     table.add_row("agent", safe(run["agent"]))
     table.add_row("status", f"{run['status']} ({run['stop_reason'] or 'not stopped'})")
     table.add_row("why", safe(receipt["why"]))
+    if run.get("agent_version"):
+        human = run.get("agent_human_version")
+        table.add_row("version", run["agent_version"][:12] + (f" ({safe(human)})" if human
+                                                              else ""))
     if run["error"] and run["status"] not in ev.TERMINAL_STATUSES:
         next_at = run["error"].get("next_attempt_at")
         table.add_row("latest error", safe(f"{run['error'].get('message')}"

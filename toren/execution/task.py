@@ -205,8 +205,21 @@ class TaskRunner:
                     return
                 continue
             assert isinstance(action, CallModel)
+            if not await self.version_still_current():
+                return
             if not await self.call_model(action):
                 return
+
+    async def version_still_current(self) -> bool:
+        """``False`` (after handing the message back) when the run moved to another version
+        of its agent: the next handler takes the step on that version's definition."""
+        check = self.ports.version_current
+        if check is None or await check(self.agent, self.run_id):
+            return True
+        payload = self.message.payload
+        await self.flush(messages=[task_message(self.task_id, payload.get("subagent"),
+                                                payload.get("input"))], done=True)
+        return False
 
     async def start(self) -> None:
         payload = self.message.payload

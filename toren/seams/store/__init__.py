@@ -18,6 +18,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
 - ``BudgetLedger`` (``budgets``): reservations of model-call cost against run and daily budgets.
 - ``FileStore`` (``files``): uploaded files, content-addressed.
+- ``AgentVersionStore`` (``versions``): agent definitions by version, and each run's version.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -38,17 +39,19 @@ from toren.seams.store.reader import RunReader
 from toren.seams.store.runlog import RunLog
 from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
+from toren.seams.store.versions import AgentVersionStore, VersionSummary
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["ApprovalStore", "BudgetLedger", "FileStore", "Guardian", "KeyStore", "LiveText",
+__all__ = ["AgentVersionStore",
+           "ApprovalStore", "BudgetLedger", "FileStore", "Guardian", "KeyStore", "LiveText",
            "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
            "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
-           "WorkerRegistry"]
+           "VersionSummary", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
-            BudgetLedger, FileStore):
+            BudgetLedger, FileStore, AgentVersionStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup
