@@ -21,11 +21,13 @@ from toren_postgres.runs import PostgresRunLog
 from toren_postgres.schedules import PostgresScheduleStore
 from toren_postgres.store import PostgresStore
 from toren_postgres.tool_state import PostgresToolStateStore
+from toren_postgres.versions import PostgresAgentVersionStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 from toren.config import Settings
 from toren.seams.queue import Queue
 from toren.seams.store import (
+    AgentVersionStore,
     ApprovalStore,
     BudgetLedger,
     FileStore,
@@ -49,7 +51,8 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore,
           ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore,
           BudgetLedger: PostgresBudgetLedger,
-          FileStore: PostgresFileStore}
+          FileStore: PostgresFileStore,
+          AgentVersionStore: PostgresAgentVersionStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

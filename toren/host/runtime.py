@@ -323,15 +323,15 @@ class Runtime(ApprovalsApi):
                                             idempotency_key=idempotency_key))]
         if fired is not None:
             events.append(NewEvent.of(fired))
-        pinned = self.versions.pin_event(agent)
-        if pinned is not None:
-            events.append(pinned)
         if self.agents[agent].workflow is None:
             events.append(NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None,
                                                        input=input)))
             first = task_message(MAIN_TASK, None, input)
         else:
             first = run_tick("created")  # the orchestrator runs workflow.py
+        pinned = self.versions.pin_event(agent)
+        if pinned is not None:  # last, so the run's first events read as they always did
+            events.append(pinned)
         return NewRun(run_id=str(uuid.uuid4()), input=input, idempotency_key=idempotency_key,
                       events=events, messages=[first])
 
@@ -555,9 +555,9 @@ class Runtime(ApprovalsApi):
         pinned = self.versions.pin_event(agent)
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=None,
                                             idempotency_key=idempotency_key, session=True)),
-                  *([pinned] if pinned is not None else []),
                   NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None, input=None,
-                                               session=True))]
+                                               session=True)),
+                  *([pinned] if pinned is not None else [])]
         found, _created = await self.store.create_run(
             agent, session_id, None, idempotency_key=idempotency_key, events=events,
             messages=[], kind="session", status="awaiting_input")
