@@ -236,3 +236,28 @@ def test_two_workers_with_different_directories_run_each_run_on_its_own_version(
     listed = versions_json(toren_cli, env)
     assert sorted((v["human_version"], v["runs"]) for v in listed["versions"]) == [
         ("1.0", 3), ("2.0", 3)]
+
+
+def test_the_version_commands_refuse_bad_input_in_one_line(
+        toren_cli: TorenCli, database_url: str, tmp_path: Path) -> None:
+    env = env_for(database_url, 0.0)
+    directory = write_version(tmp_path / "crew", 1, tools=("alpha",))
+    run_id = create_run(toren_cli, directory, AGENT, "one", env)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    checks = [
+        (("agents", "versions", "nobody"), "no agent 'nobody' in this database"),
+        (("jobs", "upgrade", "zz-not-an-id", "--dir", str(directory)), "not a run id"),
+        (("jobs", "upgrade", run_id, "--dir", str(empty)), "no agent.yaml"),
+        (("jobs", "upgrade", run_id, "--dir", str(directory), "--url", "ftp://x"),
+         "is not the URL of a Toren API"),
+    ]
+    for args, message in checks:
+        done = toren_cli(*args, env=env)
+        assert done.returncode != 0, args
+        assert message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    other = write_version(tmp_path / "other", 1, tools=("alpha",))
+    (other / "agent.yaml").write_text("name: other\nmodel: toren/scripted\n")
+    served = toren_cli("jobs", "upgrade", run_id, "--dir", str(other), env=env)
+    assert served.returncode == 1 and "agent 'crew' is not served here" in served.stderr
