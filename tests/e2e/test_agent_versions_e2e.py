@@ -171,6 +171,13 @@ def test_jobs_upgrade_switches_a_running_task_at_its_next_step(
     assert (event.data["reason"], event.data["version"]) == ("requested", result["version"])
     assert event.data["requested_by"].startswith("cli:")
     assert event.data["from_version"] == result["from_version"]
+    # the task took its later steps with version 2's prompt, and says so (once)
+    [changed] = of_type(database_url, run_id, "TaskPromptChanged")
+    v2_prompt = b"You are version 2.\n"
+    assert changed.data["prompt_sha256"] == hashlib.sha256(v2_prompt).hexdigest()
+    assert changed.data["version"] == result["version"]
+    shown = toren_cli("jobs", "show", run_id, "--prompts", "--json", env=env)
+    assert v2_prompt.decode() in json.loads(shown.stdout)["prompts"].values()
 
     again = toren_cli("jobs", "upgrade", run_id, "--dir", str(directory), env=env)
     assert again.returncode == 1

@@ -636,6 +636,19 @@ class AgentVersionUpgraded(EventData, frozen=True):
     ] = None
 
 
+
+class TaskPromptChanged(EventData, frozen=True):
+    """A task continued with another system prompt than it started with, because its run was
+    moved to another version of its agent (``AgentVersionUpgraded``): the steps after it are
+    made with this prompt, kept (like TaskStarted's) under ``prompt_sha256``."""
+
+    stream = "task"
+    prompt_sha256: Annotated[str, msgspec.Meta(
+        description="SHA-256 of the prompt the task continues with (its text is kept).")]
+    version: AgentVersionHash
+    epoch: Epoch
+    human_version: HumanVersion = None
+
 #: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
 EVENT_CLASSES: tuple[type[EventData], ...] = (
     RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
@@ -646,7 +659,7 @@ EVENT_CLASSES: tuple[type[EventData], ...] = (
     ScheduleFired,
     BudgetReserved, BudgetSettled, BudgetWarning, ModelFellBack,
     PeerCallStarted, PeerCallFinished, BackgroundRunStarted, BackgroundRunFinished,
-    AgentVersionPinned, AgentVersionUpgraded,
+    AgentVersionPinned, AgentVersionUpgraded, TaskPromptChanged,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -686,6 +699,7 @@ BACKGROUND_RUN_STARTED = BackgroundRunStarted.__name__
 BACKGROUND_RUN_FINISHED = BackgroundRunFinished.__name__
 AGENT_VERSION_PINNED = AgentVersionPinned.__name__
 AGENT_VERSION_UPGRADED = AgentVersionUpgraded.__name__
+TASK_PROMPT_CHANGED = TaskPromptChanged.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

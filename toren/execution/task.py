@@ -181,6 +181,8 @@ class TaskRunner:
                                                   if name != BACKGROUND_TOOL})
         if self.state.started is None:
             await self.start()
+        else:
+            await self.note_prompt_change()
         while True:
             action = next_task_action(self.state, self.spec.limits, self.lease.epoch)
             if isinstance(action, Done):
@@ -220,6 +222,18 @@ class TaskRunner:
         await self.flush(messages=[task_message(self.task_id, payload.get("subagent"),
                                                 payload.get("input"))], done=True)
         return False
+
+    async def note_prompt_change(self) -> None:
+        """Record (once) that the task continues with another prompt than the state names:
+        its run was moved to another version of the agent. The prompt is kept first, as
+        ``start`` keeps it, so every prompt the log names can be read back."""
+        started, version = self.state.started, self.agent.version
+        digest = hashlib.sha256(self.spec.prompt.encode()).hexdigest()
+        if started is None or version is None or digest == started.prompt_sha256:
+            return
+        await self.ports.prompts.save_prompt(self.agent.name, digest, self.spec.prompt)
+        self.record(ev.TaskPromptChanged(prompt_sha256=digest, version=version.hash,
+                                         human_version=version.human, epoch=self.lease.epoch))
 
     async def start(self) -> None:
         payload = self.message.payload
