@@ -52,6 +52,9 @@ class Run(TypedDict):
     #: For a child run: ``{"agent", "run_id", "task_id", "kind"}`` of what started it.
     parent: dict[str, Any] | None
     depth: int
+    #: The version of its agent's definition the run executes, and its ``version:``.
+    agent_version: NotRequired[str | None]
+    agent_human_version: NotRequired[str | None]
 
 
 class Approval(TypedDict):
@@ -200,6 +203,36 @@ class Forked(TypedDict):
 
     run: Run
     fork: dict[str, Any]
+
+
+class AgentVersion(TypedDict):
+    """One version of an agent's definition (``GET /agents/{name}/versions``)."""
+
+    hash: str
+    human_version: str | None
+    first_seen: str | None
+    runs: int
+    active_runs: int
+    files: dict[str, str]
+    current: bool
+
+
+class AgentVersions(TypedDict):
+    agent: str
+    #: The version the deployment serves now.
+    current: str | None
+    versions: list[AgentVersion]
+
+
+class RunUpgrade(TypedDict):
+    """What ``POST /runs/{id}/upgrade`` did."""
+
+    run_id: str
+    agent: str
+    from_version: str | None
+    version: str
+    human_version: str | None
+    upgraded: bool
 
 
 class TorenAPIError(TorenError):
@@ -537,6 +570,21 @@ class TorenClient:
         result: dict[str, Any] = await self._request("GET", f"/runs/{run_a}/diff/{run_b}")
         return result
 
+    # -- agent versions (issue 26 part 2) --------------------------------------------------
+
+    async def agent_versions(self, agent: str) -> AgentVersions:
+        """The versions of an agent's definition kept by the deployment, newest first, with
+        how many runs are on each (``GET /agents/{name}/versions``)."""
+        result: AgentVersions = await self._request(
+            "GET", f"/agents/{quote(agent, safe='')}/versions")
+        return result
+
+    async def upgrade_run(self, run_id: str) -> RunUpgrade:
+        """Move an unfinished run to the version of its agent the deployment serves
+        (``POST /runs/{id}/upgrade``); recorded in the run's log."""
+        result: RunUpgrade = await self._request("POST", f"/runs/{run_id}/upgrade", body={})
+        return result
+
 
 def _stream_error(data: str) -> TorenAPIError:
     """The error a server ended an event stream with (``event: error``), as the HTTP error it
@@ -697,6 +745,12 @@ class SyncTorenClient:
 
     def deny(self, approval_id: str, reason: str | None = None) -> Approval:
         return self._run(lambda c: c.deny(approval_id, reason))
+    def agent_versions(self, agent: str) -> AgentVersions:
+        return self._run(lambda c: c.agent_versions(agent))
+
+    def upgrade_run(self, run_id: str) -> RunUpgrade:
+        return self._run(lambda c: c.upgrade_run(run_id))
+
 
     def fork_run(self, run_id: str, at_step: int, *, prompt: str | None = None,
                  model: str | None = None) -> Forked:

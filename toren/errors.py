@@ -286,3 +286,25 @@ class InvalidForkOverride(ConfigError):
 
     code = "invalid_fork_override"
     http_status = 400
+
+
+# -- agent versions (issue 26 part 2) ----------------------------------------------------------
+
+class RunNotUpgradable(TorenError):
+    """The run cannot be upgraded: it has ended, or it is a session between versions."""
+
+    code = "run_not_upgradable"
+    http_status = 409
+
+
+class AgentVersionMissing(TorenError):
+    """A run is pinned to a version of its agent that the database does not hold."""
+
+    code = "agent_version_missing"
+
+
+class AgentNotRegistered(TorenError):
+    """No agent of that name has a schema in this database."""
+
+    code = "agent_not_found"
+    http_status = 404

@@ -58,7 +58,8 @@ async def test_a_session_takes_turns_and_keeps_the_whole_transcript(make_runtime
     assert closed["status"] == "completed" and closed["stop_reason"] == "end_turn"
     events = await runtime.events(session_id)
     check_log(events)
-    assert types(events, "run") == ["RunCreated", "TaskScheduled", "TaskAbsorbed", "RunFinished"]
+    assert types(events, "run") == ["RunCreated", "TaskScheduled", "AgentVersionPinned",
+                                    "TaskAbsorbed", "RunFinished"]
     task = types(events)
     assert task.count("UserMessage") == 2 and task.count("TurnEnded") == 2
     assert task[-2:] == ["CloseRequested", "TaskFinished"]

@@ -57,7 +57,8 @@ async def test_offline_model_calls_each_tool_then_answers(make_runtime, tmp_path
     record, events = await run_to_end(runtime, "calc", "hello")
     assert record.status == "completed" and record.stop_reason == "end_turn"
     streams = check_log(events)
-    assert types(events, "run") == ["RunCreated", "TaskScheduled", "TaskAbsorbed", "RunFinished"]
+    assert types(events, "run") == ["RunCreated", "TaskScheduled", "AgentVersionPinned",
+                                    "TaskAbsorbed", "RunFinished"]
     task = types(events)
     assert task[0] == "TaskStarted" and task[-1] == "TaskFinished"
     assert task.count("ModelCallCompleted") == 5  # four tools, then the answer

@@ -92,25 +92,39 @@ async def workflow(ctx):
     return "done"
 ''')
     runtime = await make_runtime(dirs=[directory])
-    run_id = await runtime.start_run("flow", "go")
+    pinned_id = await runtime.start_run("flow", "go")
+    upgraded_id = await runtime.start_run("flow", "go")
     for _ in range(200):
-        if "TimerStarted" in types(await runtime.events(run_id), "run"):
+        waiting = [("TimerStarted" in types(await runtime.events(run_id), "run"))
+                   for run_id in (pinned_id, upgraded_id)]
+        if all(waiting):
             break
         await asyncio.sleep(0.05)
     await runtime.stop()
-    # a deploy changes the code while the run waits on its timer
+    # a deploy changes the code while the runs wait on their timers
     (directory / "workflow.py").write_text('''
 async def workflow(ctx):
     await ctx.task("echo", "two")
     await ctx.sleep(0.5)
     return "done"
 ''')
-    changed = await make_runtime(dirs=[directory])
-    record = await changed.wait_for_run(run_id, timeout_s=30)
+    changed = await make_runtime(dirs=[directory], workers=False)
+    # one run is moved to the new code explicitly; the other stays on its own version
+    moved = await changed.upgrade_run(upgraded_id, requested_by="test")
+    assert moved["upgraded"] is True
+    await changed.stop()
+    worker = await make_runtime(dirs=[directory])
+    record = await worker.wait_for_run(upgraded_id, timeout_s=30)
     assert (record.status, record.stop_reason) == ("failed", "error")
     assert record.error["code"] == "non_determinism"
-    assert 'wave 1, task 0: input was "one" when recorded' in record.error["message"]
-    assert "two" in record.error["message"]
+    message = record.error["message"]
+    assert 'wave 1, task 0: input was "one" when recorded' in message
+    assert "two" in message and "(workflow.py:3)" in message
+    assert f"upgraded from version {moved['from_version'][:12]} to {moved['version'][:12]}" \
+        in message
+    pinned = await worker.wait_for_run(pinned_id, timeout_s=30)
+    assert (pinned.status, pinned.output) == ("completed", "done")
+    assert "AgentVersionUpgraded" not in types(await worker.events(pinned_id), "run")
 
 
 async def test_the_durable_timer_fires_once(make_runtime, tmp_path: Path) -> None:

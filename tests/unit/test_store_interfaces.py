@@ -27,11 +27,13 @@ from toren_postgres.runs import PostgresRunLog
 from toren_postgres.schedules import PostgresScheduleStore
 from toren_postgres.store import PostgresStore
 from toren_postgres.tool_state import PostgresToolStateStore
+from toren_postgres.versions import PostgresAgentVersionStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 from toren.config import Settings
 from toren.seams.queue import Queue
 from toren.seams.store import (
+    AgentVersionStore,
     ApprovalStore,
     BudgetLedger,
     ChannelChats,
@@ -61,7 +63,7 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           BudgetLedger: PostgresBudgetLedger,
           FileStore: PostgresFileStore, ChannelInbox: PostgresChannelInbox,
           ChannelChats: PostgresChannelChats, ChannelOutbox: PostgresChannelOutbox,
-          ForkStore: PostgresForkStore}
+          ForkStore: PostgresForkStore, AgentVersionStore: PostgresAgentVersionStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from toren.agents.channels import load_channels
 from toren.agents.children import background_tool, peer_tool
 from toren.agents.schedules import load_schedules
+from toren.agents.versions import AgentVersion, snapshot
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
 from toren.core.approvals import ApprovalPolicy
@@ -101,6 +102,11 @@ class AgentSpec:
     #: ``channels:``: the channels (chat apps) serving this agent, each with its settings
     #: (validated by the channel's ``settings_schema`` and ``check_settings``).
     channels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The definition files as loaded and their hash (``toren.agents.versions``).
+    version: AgentVersion | None = None
+    #: ``onChange:``: what a worker serving this definition does with runs pinned to another
+    #: version of the agent: ``continue`` them on theirs, or ``upgrade`` them to this one.
+    on_change: str = "continue"
 
     @property
     def schema_name(self) -> str:
@@ -127,6 +133,9 @@ class AgentSpec:
             "fallbacks": list(self.fallbacks),
             "peers": list(self.peers), "acceptsFrom": list(self.accepts_from),
             "background": list(self.background), "channels": sorted(self.channels),
+            "version": self.version.hash if self.version else None,
+            "humanVersion": self.version.human if self.version else None,
+            "onChange": self.on_change,
         }
 
 
@@ -195,8 +204,12 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                known_models: ModelCheck | None = None, *,
                import_timeout_s: float | None = None,
                unavailable: Mapping[str, str] | None = None,
-               channels: Mapping[str, Channel] | None = None) -> AgentSpec:
-    """Load and validate one agent directory, or raise ``AgentDefinitionError``."""
+               channels: Mapping[str, Channel] | None = None, attempt: int = 1) -> AgentSpec:
+    """Load and validate one agent directory, or raise ``AgentDefinitionError``.
+
+    The spec carries the ``version`` of what was loaded: if a definition file changes during
+    the load, it is loaded again (``attempt`` counts the tries).
+    """
     directory = directory.resolve()
     timeout_s = import_timeout() if import_timeout_s is None else import_timeout_s
     yaml_path = directory / AGENT_FILE
@@ -228,6 +241,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
 
     allow_outside = bool(data.get("allowOutsideFiles", False))
     prompt_file = data.get("prompt", "prompt.md")
+    before = _snapshot_or_none(directory, prompt_file, data.get("version"))
     prompt = _read_prompt(directory, prompt_file, yaml_path, located, allow_outside)
     for code_file in ("tools.py", "workflow.py"):
         if (directory / code_file).is_file():
@@ -301,7 +315,26 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
             "ends; chat channels talk to agents in sessions. Remove channels: or workflow.py",
             path=str(yaml_path), line=located.line_of(("channels",), key=True))
     subagents = load_subagents(agent, known_models)
-    return AgentSpec(**{**agent.__dict__, "subagents": subagents})
+    version = snapshot(directory, prompt_file, data.get("version"))
+    if version != before:
+        # a file changed while the directory was loaded: what was loaded may mix both
+        if attempt >= 3:
+            raise AgentDefinitionError("the agent directory kept changing while it was "
+                                       "loaded; try again once it is written",
+                                       path=str(directory))
+        return load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s,
+                          unavailable=unavailable, channels=channels, attempt=attempt + 1)
+    return AgentSpec(**{**agent.__dict__, "subagents": subagents, "version": version,
+                        "on_change": data.get("onChange", "continue")})
+
+
+def _snapshot_or_none(directory: Path, prompt_file: str,
+                      human: str | None) -> AgentVersion | None:
+    """The version before loading; ``None`` when a file cannot be read (the load says why)."""
+    try:
+        return snapshot(directory, prompt_file, human)
+    except (AgentDefinitionError, ValueError):
+        return None
 
 
 #: agent.yaml sections that configure plugin tools (validated by agent.schema.json).

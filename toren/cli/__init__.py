@@ -25,6 +25,7 @@ from toren.cli import (
     schedules,
     serve,
     version,
+    versions,
     worker,
 )
 from toren.cli.output import err_console, print_error
@@ -70,6 +71,8 @@ app.add_typer(approvals.app, name="approvals")
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(files.app, name="files")
 app.add_typer(channels.app, name="channels")
+jobs.app.command("upgrade")(versions.upgrade)
+app.add_typer(versions.agents_app, name="agents")
 
 
 def _add_plugin_commands() -> None:

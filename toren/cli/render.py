@@ -80,6 +80,10 @@ def run_summary(receipt: dict[str, Any]) -> Table:
         table.add_row("forked from", safe(
             f"{fork['source_run_id']} at {fork['unit']} {fork['at_step']} "
             f"({totals.get('copied_calls', 0)} model call(s) copied, at no cost)"))
+    if run.get("agent_version"):
+        human = run.get("agent_human_version")
+        table.add_row("version", run["agent_version"][:12] + (f" ({safe(human)})" if human
+                                                              else ""))
     if run["error"] and run["status"] not in ev.TERMINAL_STATUSES:
         next_at = run["error"].get("next_attempt_at")
         table.add_row("latest error", safe(f"{run['error'].get('message')}"

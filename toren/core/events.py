@@ -641,6 +641,58 @@ class TaskForked(EventData, frozen=True):
     model: ForkModel = None
     prompt_sha256: ForkPrompt = None
 
+# -- agent versions (issue 26 part 2) ----------------------------------------------------------
+
+AgentVersionHash = Annotated[str, msgspec.Meta(
+    pattern="^[0-9a-f]{64}$",
+    description="The agent version: SHA-256 over the definition files (agent.yaml, the "
+                "prompt, tools.py, workflow.py, subagents/*.md), kept in the database.")]
+HumanVersion = Annotated[str | None, msgspec.Meta(
+    description="The version: string of agent.yaml, if it has one.")]
+
+
+class AgentVersionPinned(EventData, frozen=True):
+    """The run is pinned to this version of its agent's definition: written with RunCreated
+    by the process that created the run, or by the first worker to take a run whose creator
+    could not know the definition (a peer call, a background run). Every worker runs the run
+    on this version, loaded from the database, whatever its own directory holds."""
+
+    stream = "run"
+    version: AgentVersionHash
+    human_version: HumanVersion = None
+
+
+class AgentVersionUpgraded(EventData, frozen=True):
+    """The run was moved to another version of its agent's definition: by ``toren jobs
+    upgrade`` (POST /runs/{id}/upgrade) or by ``onChange: upgrade`` in the agent.yaml a
+    worker serves. Later steps run on the new version; a workflow replays under its code."""
+
+    stream = "run"
+    version: AgentVersionHash
+    reason: Annotated[Literal["requested", "on_change"], msgspec.Meta(
+        description="requested: toren jobs upgrade / POST /runs/{id}/upgrade; on_change: the "
+                    "onChange: upgrade policy of the definition the worker serves.")]
+    human_version: HumanVersion = None
+    from_version: Annotated[str | None, msgspec.Meta(
+        description="The version the run was on (absent for a run that had none).")] = None
+    requested_by: Annotated[str | None, msgspec.Meta(
+        description="Who asked for it (an API key's name, cli:<os user>, a worker id).")
+    ] = None
+
+
+
+class TaskPromptChanged(EventData, frozen=True):
+    """A task continued with another system prompt than it started with, because its run was
+    moved to another version of its agent (``AgentVersionUpgraded``): the steps after it are
+    made with this prompt, kept (like TaskStarted's) under ``prompt_sha256``."""
+
+    stream = "task"
+    prompt_sha256: Annotated[str, msgspec.Meta(
+        description="SHA-256 of the prompt the task continues with (its text is kept).")]
+    version: AgentVersionHash
+    epoch: Epoch
+    human_version: HumanVersion = None
+
 
 #: Every event class but ``TaskCheckpoint`` (which is the task state itself: ``toren.core.fold``).
 EVENT_CLASSES: tuple[type[EventData], ...] = (
@@ -653,6 +705,7 @@ EVENT_CLASSES: tuple[type[EventData], ...] = (
     BudgetReserved, BudgetSettled, BudgetWarning, ModelFellBack,
     PeerCallStarted, PeerCallFinished, BackgroundRunStarted, BackgroundRunFinished,
     RunForked, TaskForked,
+    AgentVersionPinned, AgentVersionUpgraded, TaskPromptChanged,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -692,6 +745,9 @@ BACKGROUND_RUN_STARTED = BackgroundRunStarted.__name__
 BACKGROUND_RUN_FINISHED = BackgroundRunFinished.__name__
 RUN_FORKED = RunForked.__name__
 TASK_FORKED = TaskForked.__name__
+AGENT_VERSION_PINNED = AgentVersionPinned.__name__
+AGENT_VERSION_UPGRADED = AgentVersionUpgraded.__name__
+TASK_PROMPT_CHANGED = TaskPromptChanged.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

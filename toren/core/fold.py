@@ -133,6 +133,10 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.session = state.session or event.session
             if not event.session:
                 state.messages.append(Message(role="user", text=input_text(event.input)))
+        case ev.TaskPromptChanged() if state.started is not None:
+            # later steps are made with this prompt: the state names it as the task's own
+            state.started = msgspec.structs.replace(state.started,
+                                                    prompt_sha256=event.prompt_sha256)
         case ev.UserMessage():
             state.session = True
             state.turns = event.turn

@@ -147,10 +147,10 @@ def _task_order(task_id: str) -> tuple[int, str]:
 
 
 def prompt_hashes(events: Iterable[Event]) -> list[str]:
-    """The SHA-256 of every system prompt the run's tasks started with (or a fork gave them),
-    each once."""
+    """The SHA-256 of every system prompt the run's tasks started with (or a fork gave them,
+    or, after an upgrade, continued with), each once."""
     return list(dict.fromkeys(e.data["prompt_sha256"] for e in events
-                              if e.type == ev.TASK_STARTED
+                              if e.type in (ev.TASK_STARTED, ev.TASK_PROMPT_CHANGED)
                               or (e.type == ev.TASK_FORKED and e.data.get("prompt_sha256"))))
 
 

@@ -49,6 +49,11 @@ class RunRecord:
     child_kind: str | None = None
     #: Cross-agent calls above this run (0 for a run started by a person or a program).
     depth: int = 0
+    #: The version of its agent's definition the run executes (``toren.agents.versions``):
+    #: the one it started with, or the one it was upgraded to; ``None`` before it has one.
+    agent_version: str | None = None
+    #: That version's ``version:`` from agent.yaml, if it has one.
+    agent_human_version: str | None = None
 
     @property
     def parent(self) -> dict[str, Any] | None:
@@ -68,6 +73,8 @@ class RunRecord:
             "updated_at": self.updated_at.isoformat() if self.updated_at else None,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "parent": self.parent, "depth": self.depth,
+            "agent_version": self.agent_version,
+            "agent_human_version": self.agent_human_version,
         }
 
 

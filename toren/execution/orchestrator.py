@@ -11,7 +11,7 @@ from __future__ import annotations
 from toren.agents import AgentSpec
 from toren.core import events as ev
 from toren.core.catalog import decode, decode_events
-from toren.core.events import NewEvent
+from toren.core.events import Event, NewEvent
 from toren.core.fold import RunState, apply_run_event, fold_run
 from toren.core.runs import RunUpdate
 from toren.execution.forking import with_fork
@@ -85,7 +85,7 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
             ports.crash_point("mid_wave_dispatch")
         new_events += executed.events
         messages = executed.messages
-        outcome = executed.finished
+        outcome = _explain_divergence(executed.finished, loaded)
     messages = with_fork(messages, state.fork)
     update = None
     if outcome is not None:
@@ -99,6 +99,27 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
     if outcome is None and _heals(message):
         await store.ensure_messages(agent.name, message.run_id,
                                     with_fork(_expected_messages(state), state.fork))
+
+
+def _explain_divergence(outcome: ev.RunFinished | None,
+                        loaded: list[Event]) -> ev.RunFinished | None:
+    """A non-determinism error of a run that was moved to another version of its agent says
+    so: the workflow code changed mid-run (the step that diverged is already named)."""
+    if outcome is None or (outcome.error or {}).get("code") != "non_determinism":
+        return outcome
+    upgrades = [e for e in loaded if e.type == ev.AGENT_VERSION_UPGRADED]
+    if not upgrades:
+        return outcome
+    last = upgrades[-1].data
+    before = (last.get("from_version") or "none")[:12]
+    after = last["version"][:12] + (f" ({last['human_version']})"
+                                    if last.get("human_version") else "")
+    message = (f"{outcome.error['message']}; workflow.py changed mid-run: the run was "  # type: ignore[index]
+               f"upgraded from version {before} to {after}, whose workflow replays the "
+               "recorded steps differently. The run stops here rather than diverge")
+    return ev.RunFinished(status=outcome.status, stop_reason=outcome.stop_reason,
+                          output=outcome.output,
+                          error={**(outcome.error or {}), "message": message})
 
 
 def _heals(message: QueueMessage) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from toren.config import Settings
 from toren.core.events import Event, NewEvent
@@ -25,6 +25,9 @@ from toren.seams.store import (
     RunLog,
     ToolStateStore,
 )
+
+if TYPE_CHECKING:
+    from toren.agents import AgentSpec
 
 #: Take a stream's lease and read it from its latest checkpoint on, for the message being
 #: worked: ``(message, stream, with_finished)`` -> the lease and events, or ``None`` when another
@@ -73,6 +76,10 @@ class ChildRuns(Protocol):
 SessionNotice = Callable[[str, str, str], Awaitable[None]]
 
 
+#: See ``ExecutionPorts.version_current``.
+VersionCurrent = Callable[["AgentSpec", str], Awaitable[bool]]
+
+
 @dataclass(frozen=True)
 class ExecutionPorts:
     """The capabilities a task loop or a run tick uses, made by the host."""
@@ -103,3 +110,8 @@ class ExecutionPorts:
     text_delta: PublishText = field(default=lambda delta: None)
     #: Uploaded files, which tools read through ``ToolCallContext.read_file``.
     files: FileStore | None = None
+    #: Whether a task may take its next step on the definition it was handed:
+    #: ``(agent, run_id)`` -> ``False`` once the run was upgraded to another version (or the
+    #: served definition's ``onChange: upgrade`` wants it moved); the task then hands its
+    #: message back so the next handler runs the version now due. By default always ``True``.
+    version_current: VersionCurrent | None = None

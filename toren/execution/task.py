@@ -193,6 +193,8 @@ class TaskRunner:
                 self.record(fork)  # a task the fork started afresh: before its TaskStarted
         if self.state.started is None:
             await self.start()
+        else:
+            await self.note_prompt_change()
         while True:
             action = next_task_action(self.state, self.spec.limits, self.lease.epoch)
             if isinstance(action, Done):
@@ -217,8 +219,33 @@ class TaskRunner:
                     return
                 continue
             assert isinstance(action, CallModel)
+            if not await self.version_still_current():
+                return
             if not await self.call_model(action):
                 return
+
+    async def version_still_current(self) -> bool:
+        """``False`` (after handing the message back) when the run moved to another version
+        of its agent: the next handler takes the step on that version's definition."""
+        check = self.ports.version_current
+        if check is None or await check(self.agent, self.run_id):
+            return True
+        payload = self.message.payload
+        await self.flush(messages=[task_message(self.task_id, payload.get("subagent"),
+                                                payload.get("input"))], done=True)
+        return False
+
+    async def note_prompt_change(self) -> None:
+        """Record (once) that the task continues with another prompt than the state names:
+        its run was moved to another version of the agent. The prompt is kept first, as
+        ``start`` keeps it, so every prompt the log names can be read back."""
+        started, version = self.state.started, self.agent.version
+        digest = hashlib.sha256(self.spec.prompt.encode()).hexdigest()
+        if started is None or version is None or digest == started.prompt_sha256:
+            return
+        await self.ports.prompts.save_prompt(self.agent.name, digest, self.spec.prompt)
+        self.record(ev.TaskPromptChanged(prompt_sha256=digest, version=version.hash,
+                                         human_version=version.human, epoch=self.lease.epoch))
 
     async def start(self) -> None:
         payload = self.message.payload

@@ -134,7 +134,8 @@ class WorkflowContext:
             raise Suspend
         recorded_specs = [{"subagent": t.subagent, "input": t.input} for t in recorded.tasks]
         if recorded_specs != asked:
-            raise NonDeterminismError(_describe_difference(number, recorded_specs, asked))
+            raise NonDeterminismError(_describe_difference(number, recorded_specs, asked)
+                                      + _caller_line())
         ids = [t.task_id for t in recorded.tasks]
         if not all(task_id in self._state.absorbed for task_id in ids):
             raise Suspend
@@ -188,7 +189,7 @@ class WorkflowContext:
             if recorded.kind != kind:
                 raise NonDeterminismError(
                     f"recorded value {index} was ctx.{recorded.kind}(), the workflow now "
-                    f"calls ctx.{kind}() at that point")
+                    f"calls ctx.{kind}() at that point{_caller_line()}")
             return recorded.value
         value = make()
         self._record(ev.ValueRecorded(n=index, kind=kind, value=value))
@@ -215,7 +216,8 @@ class WorkflowContext:
             raise Suspend
         if started.seconds != seconds:
             raise NonDeterminismError(f"timer {number} was recorded as sleep({started.seconds}),"
-                                      f" the workflow now calls sleep({seconds})")
+                                      f" the workflow now calls sleep({seconds})"
+                                      f"{_caller_line()}")
         if number not in self._state.timers_fired:
             raise Suspend
 
@@ -252,6 +254,11 @@ async def execute(function: WorkflowFunction, state: RunState, run_id: str, agen
         outcome.finished = _ended("failed", "error", None, "workflow_error",
                                   f"workflow.py{where} raised {type(exc).__name__}: {exc}")
     else:
+        unreplayed = _unreplayed(context, state)
+        if unreplayed is not None:
+            outcome.finished = _ended("failed", "error", None, NonDeterminismError.code,
+                                      unreplayed)
+            return outcome
         outcome.finished = ev.RunFinished(
             status="completed", stop_reason="end_turn", error=None,
             output=output if isinstance(output, str | None) else json.dumps(output, default=str))
@@ -270,3 +277,36 @@ def _user_line(exc: BaseException) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if f.filename.endswith("workflow.py") and "/toren/" not in f.filename]
     return f":{frames[-1].lineno}" if frames else ""
+
+
+def _unreplayed(context: WorkflowContext, state: RunState) -> str | None:
+    """What the log recorded that a workflow which returned never asked for again (code that
+    changed mid-run and now ends earlier, or skips a wave, timer or value), or ``None``."""
+    asked_waves = context._waves
+    if len(state.waves) > asked_waves:
+        wave = state.waves[asked_waves + 1]
+        names = ", ".join(str(task.subagent) for task in wave.tasks)
+        return (f"the workflow returned after {asked_waves} wave(s), but wave {wave.wave} "
+                f"({names}) was recorded: workflow.py no longer asks for it")
+    if len(state.timers) > context._timers:
+        return (f"the workflow returned without sleeping at timer {context._timers + 1}, "
+                "which was recorded: workflow.py no longer calls that ctx.sleep()")
+    if len(state.values) > context._values:
+        recorded = state.values[context._values]
+        return (f"the workflow returned without asking for value {recorded.n} "
+                f"(ctx.{recorded.kind}()), which was recorded: workflow.py no longer calls it")
+    return None
+
+
+def _caller_line() -> str:
+    """`` (workflow.py:LINE)``: the line of workflow code that made the ``ctx`` call in
+    progress, to name the step that diverged; empty when no such frame is on the stack."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.endswith("workflow.py") and "/toren/" not in name.replace("\\", "/"):
+            return f" (workflow.py:{frame.f_lineno})"
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""

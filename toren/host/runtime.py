@@ -23,10 +23,12 @@ from toren.core.runs import RunRecord
 from toren.core.schedules import RECENT_FIRES, ScheduleRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
+    AgentNotRegistered,
     ConfigError,
     MissingEnvError,
     ProviderError,
     RunNotFound,
+    RunNotUpgradable,
     ScheduleNotFound,
     SessionBusy,
     SessionEnded,
@@ -40,6 +42,7 @@ from toren.host.approvals import ApprovalsApi
 from toren.host.forks import ForksApi
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.relay import OutboxRelay
+from toren.host.versions import AgentVersions
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
 from toren.seams.drivers import driver_class
@@ -100,6 +103,11 @@ class Runtime(ApprovalsApi, ForksApi):
         self.relay: OutboxRelay | None = None
         #: Pieces of model text as they are generated, for live watchers (never durable).
         self.live = LiveTextHub(self.store)
+        #: Which version of its agent's definition each run executes (``toren.host.versions``).
+        self.versions = AgentVersions(
+            self.store, self.agents, self.plugins.tools, self.plugins.unavailable_tools,
+            recheck_s=max(0.2, min(2.0, self.settings.lease_ttl_s / 3)),
+            known_models=self.check_model)
         self.started = False
 
     def check_model(self, model_id: str) -> object:
@@ -149,6 +157,8 @@ class Runtime(ApprovalsApi, ForksApi):
                              migration.name)
             self.queue = self._queue_class(self.settings, self.store)
             await self.queue.open()
+            if migrate:
+                await self.versions.save_served()
             if workers and not self.settings.skip_preflight:
                 await self.preflight()
             if workers and not self.queue.reads_outbox:
@@ -248,6 +258,7 @@ class Runtime(ApprovalsApi, ForksApi):
             await self.queue.close()
             self.queue = None
         await self.live.close()
+        self.versions.close()
         await self.store.close()
         if self._watchdog is not None:
             await self._watchdog.stop()
@@ -322,6 +333,7 @@ class Runtime(ApprovalsApi, ForksApi):
         input = await self.attach_files(input, files)
         _check_storable(input, "input")
         _check_storable(idempotency_key, "idempotency key")
+        await self.versions.save(agent)  # kept before the run that names it
         new = self._new_run(agent, input, idempotency_key)
         found, _created = await self.store.create_run(
             agent, new.run_id, input, idempotency_key=idempotency_key, events=new.events,
@@ -341,6 +353,9 @@ class Runtime(ApprovalsApi, ForksApi):
             first = task_message(MAIN_TASK, None, input)
         else:
             first = run_tick("created")  # the orchestrator runs workflow.py
+        pinned = self.versions.pin_event(agent)
+        if pinned is not None:  # last, so the run's first events read as they always did
+            events.append(pinned)
         return NewRun(run_id=str(uuid.uuid4()), input=input, idempotency_key=idempotency_key,
                       events=events, messages=[first])
 
@@ -507,6 +522,7 @@ class Runtime(ApprovalsApi, ForksApi):
         the number of processes calling this at once); return the slots this call fired.
         Workers call it in their schedule loop; call it yourself when embedding without
         workers."""
+        await self.versions.save_served()  # the runs fired name them (a no-op once kept)
         return await self.store.fire_due_schedules(list(self.agents), self._scheduled_run)
 
     async def list_schedules(self, agent: str | None = None) -> list[ScheduleRecord]:
@@ -540,6 +556,7 @@ class Runtime(ApprovalsApi, ForksApi):
         written to the database first (so a schedule no worker has synced yet can fire)."""
         spec = self.check_served(agent)
         await self.store.sync_schedules(agent, spec.schedules)
+        await self.versions.save(agent)
         return await self.store.trigger_schedule(agent, name, self._scheduled_run)
 
     # -- sessions ------------------------------------------------------------------------------
@@ -558,10 +575,13 @@ class Runtime(ApprovalsApi, ForksApi):
                               "Start a run instead")
         _check_storable(idempotency_key, "idempotency key")
         session_id = str(uuid.uuid4())
+        await self.versions.save(agent)
+        pinned = self.versions.pin_event(agent)
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=None,
                                             idempotency_key=idempotency_key, session=True)),
                   NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None, input=None,
-                                               session=True))]
+                                               session=True)),
+                  *([pinned] if pinned is not None else [])]
         found, _created = await self.store.create_run(
             agent, session_id, None, idempotency_key=idempotency_key, events=events,
             messages=[], kind="session", status="awaiting_input")
@@ -672,6 +692,57 @@ class Runtime(ApprovalsApi, ForksApi):
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         await self.stop()
+
+    # -- agent versions (issue 26 part 2) ------------------------------------------------------
+
+    async def upgrade_run(self, run_id: str, *, requested_by: str | None = None
+                          ) -> dict[str, Any]:
+        """Move an unfinished run to the version of its agent this runtime serves (its
+        directory now), recorded as ``AgentVersionUpgraded``: later steps run on it, a task
+        in flight switches before its next model call, a workflow replays under its code.
+
+        Returns ``{"run_id", "from_version", "version", "human_version", "upgraded"}``
+        (``upgraded`` is ``False`` when the run was on that version already). Raises
+        ``RunNotFound``, ``ConfigError`` when the agent is not served here (the new version
+        comes from a directory), ``RunNotUpgradable`` for a finished run.
+        """
+        record = await self.get_run(run_id)
+        spec = self.check_served(record.agent)
+        version = await self.versions.save(record.agent)
+        if version is None:
+            raise ConfigError(f"agent {record.agent!r} has no version to upgrade to")
+        for _ in range(5):
+            found, current = await self.store.run_agent_version(record.agent, record.id)
+            status = (await self.get_run(record.id)).status
+            if not found or status in ev.TERMINAL_STATUSES:
+                raise RunNotUpgradable(f"run {record.id} has ended ({status}); only a run "
+                                       "that has not finished can be upgraded")
+            result = {"run_id": record.id, "agent": spec.name, "from_version": current,
+                      "version": version.hash, "human_version": version.human,
+                      "upgraded": False}
+            if current == version.hash:
+                return result
+            event = ev.AgentVersionUpgraded(version=version.hash, human_version=version.human,
+                                            from_version=current, reason="requested",
+                                            requested_by=requested_by)
+            if await self.store.set_run_version(record.agent, record.id, current,
+                                                [NewEvent.of(event)]):
+                return result | {"upgraded": True}
+        raise RunNotUpgradable(f"the version of run {record.id} kept changing; try again")
+
+    async def agent_versions(self, agent: str) -> dict[str, Any]:
+        """Every version of ``agent`` kept in the database, newest first, with how many runs
+        are on each (``active_runs``: not finished); ``current`` is the version this runtime
+        serves (``None`` when it does not serve the agent). ``AgentNotRegistered`` if no
+        agent of that name has a schema here."""
+        if agent not in await self.store.registered_agents():
+            raise AgentNotRegistered(f"no agent {agent!r} in this database (its schema is "
+                                     "created when a process serving it starts)")
+        spec = self.agents.get(agent)
+        current = spec.version.hash if spec is not None and spec.version else None
+        versions = await self.store.list_agent_versions(agent)
+        return {"agent": agent, "current": current,
+                "versions": [v.to_json() | {"current": v.hash == current} for v in versions]}
 
 
 def _check_storable(value: Any, name: str) -> None:

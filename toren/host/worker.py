@@ -88,7 +88,7 @@ class Worker:
             text_delta=runtime.live.publish,
             children=HostChildRuns(runtime.store, self.settings, runtime.agents),
             session_notice=runtime.notify_channels,
-            files=runtime.store)
+            files=runtime.store, version_current=runtime.versions.current)
 
     @property
     def agent_names(self) -> list[str]:
@@ -267,6 +267,10 @@ class Worker:
     async def _handle(self, message: QueueMessage) -> None:
         try:
             agent = self.runtime.agents[message.agent]
+            if message.run_id is not None and message.kind in ("task", "run"):
+                # the run's own version of the definition, not necessarily the directory's
+                agent = await self.runtime.versions.spec_for_run(message.agent, message.run_id,
+                                                                 self.id)
             if message.kind == "task":
                 await work_task(self.ports, agent, message)
             elif message.kind == "run":

@@ -11,7 +11,7 @@ import toren
 from toren.errors import DatabaseUnavailable
 from toren.mcp.http import McpEndpoint
 from toren.schemas import load_schema
-from toren.server import approvals, console, files, forks, runs, schedules, sessions
+from toren.server import approvals, console, files, forks, runs, schedules, sessions, versions
 from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME, TRUSTED
 from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
@@ -57,6 +57,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     approvals.routes(app)
     schedules.routes(app)
     forks.routes(app)
+    versions.routes(app)
     console.routes(app)
     McpEndpoint().install(app)  # MCP for coding agents (docs/channels/mcp.md)
     for channel in runtime.listed_channels():  # webhooks of chat apps (docs/channels/)

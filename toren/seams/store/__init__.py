@@ -21,6 +21,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``ChannelInbox``, ``ChannelChats``, ``ChannelOutbox`` (``channels``): chat channels' poller
   lease and incoming updates; chats' sessions and pairing; messages to send.
 - ``ForkStore`` (``forks``): a run created with a log copied from another run's.
+- ``AgentVersionStore`` (``versions``): agent definitions by version, and each run's version.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -43,19 +44,21 @@ from toren.seams.store.reader import RunReader
 from toren.seams.store.runlog import RunLog
 from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
+from toren.seams.store.versions import AgentVersionStore, VersionSummary
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
+__all__ = ["AgentVersionStore", "ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
            "ChannelOutbox", "FileStore", "ForkStore", "Guardian", "KeyStore",
            "LiveText",
            "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
            "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
-           "WorkerRegistry"]
+           "VersionSummary", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
-            BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore):
+            BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore,
+            AgentVersionStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

@@ -43,6 +43,7 @@ from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
 from toren_postgres.schedules import PostgresScheduleStore
 from toren_postgres.tool_state import PostgresToolStateStore
+from toren_postgres.versions import PostgresAgentVersionStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 _Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
@@ -96,7 +97,7 @@ class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, Postgre
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
                     PostgresLiveText, PostgresBudgetLedger, PostgresFileStore,
                     PostgresChannelInbox, PostgresChannelChats, PostgresChannelOutbox,
-                    PostgresForkStore, Store):
+                    PostgresForkStore, PostgresAgentVersionStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

@@ -250,13 +250,13 @@ LIMIT 1;
 -- get_run --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
        finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind,
-       depth
+       depth, agent_version, agent_human_version
 FROM {runs} WHERE id = %(run_id)s;
 
 -- child_runs --
 -- The runs a run's tasks started (peer calls and background runs), oldest first.
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
-       finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind, depth
+       finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind, depth, agent_version, agent_human_version
 FROM {runs} WHERE parent_run_id = %(run_id)s
 ORDER BY created_at, id;
 
@@ -267,7 +267,7 @@ SELECT accepts_from FROM toren_control.agents WHERE name = %(name)s;
 -- list_runs --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at,
        updated_at, finished_at, schedule, parent_agent, parent_run_id::text, parent_task,
-       child_kind, depth
+       child_kind, depth, agent_version, agent_human_version
 FROM {runs}
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)

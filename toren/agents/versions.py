@@ -1,0 +1,118 @@
+"""Agent versions: the definition files of an agent directory, content-hashed and restorable."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from toren.errors import AgentDefinitionError
+
+#: What ``onChange:`` in agent.yaml may say about runs pinned to an older version.
+ON_CHANGE_POLICIES = ("continue", "upgrade")
+#: The files of a directory that make up its definition besides the prompt and subagents.
+CODE_FILES = ("tools.py", "workflow.py")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class AgentVersion:
+    """One version of an agent's definition: its files' bytes and the hash that names them.
+
+    ``hash`` is the SHA-256 over the sorted manifest (relative path, SHA-256 of the bytes), so
+    it changes when any definition file changes, is added or removed, and only then.
+    ``human`` is agent.yaml's ``version:`` (part of agent.yaml, so it is in the hash too).
+    """
+
+    hash: str
+    human: str | None
+    files: Mapping[str, bytes] = field(repr=False)
+
+    @property
+    def short(self) -> str:
+        """The first 12 hex digits, as the CLI shows a version."""
+        return self.hash[:12]
+
+    @property
+    def manifest(self) -> dict[str, str]:
+        """Relative path -> SHA-256 of the file's bytes."""
+        return {path: sha256_hex(data) for path, data in sorted(self.files.items())}
+
+    @classmethod
+    def of(cls, files: Mapping[str, bytes], human: str | None) -> AgentVersion:
+        """The version of these files (relative POSIX path -> bytes)."""
+        return cls(hash=manifest_hash({path: sha256_hex(data) for path, data in files.items()}),
+                   human=human, files=dict(files))
+
+    def to_json(self) -> dict[str, object]:
+        return {"hash": self.hash, "human_version": self.human, "files": self.manifest}
+
+
+def manifest_hash(manifest: Mapping[str, str]) -> str:
+    """The version hash of a manifest (relative path -> SHA-256 of the bytes)."""
+    lines = "".join(f"{path}\0{digest}\n" for path, digest in sorted(manifest.items()))
+    return sha256_hex(lines.encode())
+
+
+def definition_paths(directory: Path, prompt_file: str) -> list[str]:
+    """The definition files of ``directory`` that exist, as relative POSIX paths: agent.yaml,
+    the prompt file, tools.py, workflow.py and subagents/*.md."""
+    paths = ["agent.yaml", PurePosixPath(Path(prompt_file).as_posix()).as_posix()]
+    paths += [name for name in CODE_FILES if (directory / name).is_file()]
+    folder = directory / "subagents"
+    if folder.is_dir():
+        paths += [f"subagents/{path.name}" for path in sorted(folder.glob("*.md"))
+                  if path.is_file()]
+    return list(dict.fromkeys(paths))
+
+
+def snapshot(directory: Path, prompt_file: str, human: str | None) -> AgentVersion:
+    """The version ``directory`` holds now (its files were validated by the loader)."""
+    files: dict[str, bytes] = {}
+    for relative in definition_paths(directory, prompt_file):
+        try:
+            files[relative] = (directory / relative).read_bytes()
+        except OSError as exc:
+            raise AgentDefinitionError(f"cannot be read: {exc.strerror or exc}",
+                                       path=str(directory / relative)) from None
+    return AgentVersion.of(files, human)
+
+
+def materialize(version: AgentVersion, root: Path, name: str) -> Path:
+    """Write the version's files under ``root/<hash>/<name>/`` (once) and return that
+    directory, which ``load_agent`` then loads like any agent directory.
+
+    The directory is named after the agent so that an agent.yaml without ``name:`` loads
+    under the same name. It is written beside and renamed into place, so a concurrent reader
+    never sees half of it.
+    """
+    target = root / version.hash / name
+    if target.is_dir():
+        return target
+    for relative in version.files:
+        parts = PurePosixPath(relative).parts
+        if PurePosixPath(relative).is_absolute() or ".." in parts or not parts:
+            raise AgentDefinitionError(f"the stored version {version.short} names the file "
+                                       f"{relative!r}, which is not inside an agent directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    try:
+        for relative, data in version.files.items():
+            path = staging / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not target.is_dir():  # another loader won the rename: theirs is the same
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -1,0 +1,192 @@
+"""Which definition of its agent a run executes: its pinned version, loaded from the database.
+
+A worker serves the definitions its directories hold now. A run is pinned to the version it
+started with (``AgentVersionPinned``); when that is not what the worker serves, the worker
+runs it on the stored version (files restored under a temporary directory and loaded like any
+agent directory, once per version and process), unless the served definition says
+``onChange: upgrade`` (the run is moved to it, recorded as ``AgentVersionUpgraded``). A run is
+never switched without that event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from toren.agents import AgentSpec, load_agent
+from toren.agents.versions import AgentVersion, materialize
+from toren.core import events as ev
+from toren.core.events import NewEvent
+from toren.errors import AgentVersionMissing
+from toren.seams.store import AgentVersionStore
+from toren.seams.tools import Tool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    """A run's version as a handler last read it, and when (monotonic seconds)."""
+
+    version: str | None
+    read_at: float
+
+
+class AgentVersions:
+    """Resolve a run to the ``AgentSpec`` it executes; keep served versions in the store.
+
+    Args:
+        store: where versions and each run's version live.
+        served: the definitions this process loaded from its directories, by agent name.
+        tools: plugin tools, for loading a stored version (as for a directory).
+        unavailable: tools plugins could not register here, by name, with why.
+        recheck_s: how old a run's version may be when a task checks it between steps.
+    """
+
+    def __init__(self, store: AgentVersionStore, served: Mapping[str, AgentSpec],
+                 tools: Mapping[str, Tool], unavailable: Mapping[str, str] | None = None,
+                 *, recheck_s: float = 2.0,
+                 known_models: Callable[[str], object] | None = None) -> None:
+        self.store = store
+        self.served = served
+        self.tools = tools
+        self.unavailable = unavailable
+        self.known_models = known_models
+        self.recheck_s = recheck_s
+        self._loaded: dict[tuple[str, str], AgentSpec] = {}
+        self._loading: dict[tuple[str, str], asyncio.Lock] = {}
+        self._checks: dict[str, VersionCheck] = {}
+        self._root: Path | None = None
+
+    # -- keeping versions ----------------------------------------------------------------------
+
+    async def save(self, agent: str) -> AgentVersion | None:
+        """Keep the served definition of ``agent`` (before a run of it is created)."""
+        spec = self.served.get(agent)
+        if spec is None or spec.version is None:
+            return None
+        await self.store.save_agent_version(agent, spec.version)
+        return spec.version
+
+    async def save_served(self) -> None:
+        for agent in self.served:
+            await self.save(agent)
+
+    def pin_event(self, agent: str) -> NewEvent | None:
+        """The ``AgentVersionPinned`` that goes with a new run of ``agent`` served here."""
+        version = self.served[agent].version
+        if version is None:
+            return None
+        return NewEvent.of(ev.AgentVersionPinned(version=version.hash, human_version=version.human))
+
+    # -- resolving a run -----------------------------------------------------------------------
+
+    async def spec_for_run(self, agent: str, run_id: str, worker: str) -> AgentSpec:
+        """The definition the run executes now. A run with no version yet (created by another
+        agent's task, or before versions were kept) is pinned to the served one; a run on
+        another version is upgraded to the served one if it says ``onChange: upgrade``."""
+        serving = self.served[agent]
+        if serving.version is None:
+            return serving
+        for _ in range(5):  # each pass loses at most one race to another setter
+            found, pinned = await self.store.run_agent_version(agent, run_id)
+            if not found:
+                return serving  # the handler finds no run and says so
+            self._checks[run_id] = VersionCheck(pinned, time.monotonic())
+            if pinned == serving.version.hash:
+                return serving
+            if pinned is None:
+                await self.save(agent)
+                event = self.pin_event(agent)
+                assert event is not None
+                if await self.store.set_run_version(agent, run_id, None, [event]):
+                    self._checks[run_id] = VersionCheck(serving.version.hash, time.monotonic())
+                    return serving
+                continue
+            if serving.on_change == "upgrade":
+                await self.save(agent)
+                upgraded = ev.AgentVersionUpgraded(
+                    version=serving.version.hash, human_version=serving.version.human,
+                    from_version=pinned, reason="on_change", requested_by=worker)
+                if await self.store.set_run_version(agent, run_id, pinned,
+                                                    [NewEvent.of(upgraded)]):
+                    log.info("run %s of %s upgraded from version %s to %s (onChange: upgrade)",
+                             run_id, agent, pinned[:12], serving.version.short)
+                    self._checks[run_id] = VersionCheck(serving.version.hash, time.monotonic())
+                    return serving
+                # the run ended, or someone else moved it: read it again
+                found, now = await self.store.run_agent_version(agent, run_id)
+                if now == pinned:
+                    return await self.load(agent, pinned)  # ended on its own version
+                continue
+            return await self.load(agent, pinned)
+        raise AgentVersionMissing(f"the version of run {run_id} kept changing while a worker "
+                                  "read it")
+
+    async def current(self, spec: AgentSpec, run_id: str) -> bool:
+        """Whether a task of ``run_id`` handed ``spec`` may take its next step on it: the
+        run's version (read at most every ``recheck_s``) is still ``spec``'s, and the served
+        definition does not want it upgraded."""
+        if spec.version is None:
+            return True
+        serving = self.served.get(spec.name)
+        if (serving is not None and serving.version is not None
+                and serving.on_change == "upgrade"
+                and serving.version.hash != spec.version.hash):
+            return False
+        check = self._checks.get(run_id)
+        if check is None or time.monotonic() - check.read_at >= self.recheck_s:
+            _found, pinned = await self.store.run_agent_version(spec.name, run_id)
+            check = VersionCheck(pinned, time.monotonic())
+            self._checks[run_id] = check
+            if len(self._checks) > 10_000:  # forget the oldest reads
+                for old in list(self._checks)[:5_000]:
+                    self._checks.pop(old, None)
+        return check.version in (None, spec.version.hash)
+
+    async def load(self, agent: str, version_hash: str) -> AgentSpec:
+        """The stored version as an ``AgentSpec`` (loaded once per process and version)."""
+        key = (agent, version_hash)
+        spec = self._loaded.get(key)
+        if spec is not None:
+            return spec
+        lock = self._loading.setdefault(key, asyncio.Lock())
+        async with lock:
+            spec = self._loaded.get(key)
+            if spec is not None:
+                return spec
+            version = await self.store.load_agent_version(agent, version_hash)
+            if version is None:
+                raise AgentVersionMissing(
+                    f"a run of {agent} is pinned to version {version_hash[:12]}, which this "
+                    "database does not hold (its files are kept when a process serving that "
+                    "definition creates a run); upgrade the run with `toren jobs upgrade`")
+            directory = materialize(version, self._cache_root(), agent)
+            # importing tools.py / workflow.py waits on a thread: keep the event loop free
+            spec = await asyncio.to_thread(
+                load_agent, directory, self.tools, self.known_models,
+                unavailable=self.unavailable)
+            if spec.name != agent:
+                raise AgentVersionMissing(f"version {version_hash[:12]} of {agent} names the "
+                                          f"agent {spec.name!r}")
+            log.info("loaded version %s of %s from the database", version.short, agent)
+            self._loaded[key] = spec
+            return spec
+
+    def _cache_root(self) -> Path:
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="toren-versions-"))
+        return self._root
+
+    def close(self) -> None:
+        """Remove the restored files (their modules stay imported)."""
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+        self._loaded.clear()
