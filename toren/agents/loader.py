@@ -96,6 +96,9 @@ class AgentSpec:
     accepts_from: tuple[str, ...] = ()
     #: ``background:``: agents a session of this one may start in the background.
     background: tuple[str, ...] = ()
+    #: ``retention:``: how long the agent's finished runs stay in the hot tables before they
+    #: are archived (``30d``, ``never``); ``None`` takes ``TOREN_RETENTION``.
+    retention: str | None = None
 
     @property
     def schema_name(self) -> str:
@@ -121,7 +124,7 @@ class AgentSpec:
             "schedules": [schedule.to_json() for schedule in self.schedules],
             "fallbacks": list(self.fallbacks),
             "peers": list(self.peers), "acceptsFrom": list(self.accepts_from),
-            "background": list(self.background),
+            "background": list(self.background), "retention": self.retention,
         }
 
 
@@ -284,6 +287,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         schedules=load_schedules(located, str(yaml_path)),
         peers=tuple(data.get("peers", ())), accepts_from=tuple(data.get("acceptsFrom", ())),
         background=tuple(data.get("background", ())),
+        retention=data.get("retention"),
     )
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})

@@ -39,6 +39,7 @@ from toren.files import FileNotFound
 from toren.host.approvals import ApprovalsApi
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.relay import OutboxRelay
+from toren.host.retention import RetentionApi, is_archived
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
 from toren.seams.drivers import driver_class
@@ -53,7 +54,7 @@ from toren.seams.worker_runtime import WorkerRuntime
 log = logging.getLogger(__name__)
 
 
-class Runtime(ApprovalsApi):
+class Runtime(ApprovalsApi, RetentionApi):
     """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
 
     Construction loads and validates everything that needs no database (plugins, agent
@@ -224,6 +225,7 @@ class Runtime(ApprovalsApi):
             await self.queue.close()
             self.queue = None
         await self.live.close()
+        await self.close_archive()
         await self.store.close()
         if self._watchdog is not None:
             await self._watchdog.stop()
@@ -321,8 +323,13 @@ class Runtime(ApprovalsApi):
                       events=events, messages=[first])
 
     async def get_run(self, run_id: str) -> RunRecord:
-        """The run's current row; ``RunNotFound`` if no registered agent has it."""
+        """The run's current row; ``RunNotFound`` if no registered agent has it. An archived
+        run's row comes from the archive index (``record.extra["archive"]``)."""
         record = await self.store.get_run(run_id)
+        if record is None or record.status in ev.TERMINAL_STATUSES:
+            # indexed but not yet purged (a pass died mid-purge): the archive is the whole run
+            archived = await self.archived_run(run_id, record.agent if record else None)
+            record = archived or record
         if record is None:
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
         return record
@@ -341,8 +348,17 @@ class Runtime(ApprovalsApi):
 
     async def events(self, run_id: str) -> list[Event]:
         """Every event of the run, all streams, in commit order."""
-        record = await self.get_run(run_id)
-        return await self.store.load_events(record.agent, run_id)
+        return await self.run_events(await self.get_run(run_id))
+
+    async def run_events(self, record: RunRecord,
+                         after: Mapping[str, int] | None = None) -> list[Event]:
+        """The events of the run ``record`` is the row of (``after``: stream -> last seq
+        seen), from the hot tables or, for an archived run, its archive object."""
+        if is_archived(record):
+            position = dict(after or {})
+            return [e for e in await self.archived_events(record)
+                    if e.seq > position.get(e.stream, 0)]
+        return await self.store.load_events(record.agent, record.id, after)
 
     async def follow(self, run_id: str, *, after: Mapping[str, int] | None = None,
                      poll_s: float = 0.1) -> AsyncIterator[Event]:
@@ -354,7 +370,7 @@ class Runtime(ApprovalsApi):
         record = await self.get_run(run_id)
         while True:
             terminal = record.status in ev.TERMINAL_STATUSES
-            for event in await self.store.load_events(record.agent, run_id, position):
+            for event in await self.run_events(record, position):
                 position[event.stream] = max(position.get(event.stream, 0), event.seq)
                 yield event
             if terminal:
@@ -375,7 +391,7 @@ class Runtime(ApprovalsApi):
         with self.live.watch(run_id) as pieces:
             while True:
                 terminal = record.status in ev.TERMINAL_STATUSES
-                for event in await self.store.load_events(record.agent, run_id, position):
+                for event in await self.run_events(record, position):
                     position[event.stream] = max(position.get(event.stream, 0), event.seq)
                     yield event
                     for piece in order.saw(event):
@@ -430,7 +446,7 @@ class Runtime(ApprovalsApi):
         """What the run did and cost: every model and tool call, totals, why it stopped, and
         the text of every system prompt its tasks ran with (``prompts``, by SHA-256)."""
         record = await self.get_run(run_id)
-        events = await self.store.load_events(record.agent, run_id)
+        events = await self.run_events(record)
         prompts = await self.store.load_prompts(record.agent, prompt_hashes(events))
         return build_receipt(record, events, prompts, await self.budget(record, events))
 

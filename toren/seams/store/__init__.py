@@ -18,6 +18,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
 - ``BudgetLedger`` (``budgets``): reservations of model-call cost against run and daily budgets.
 - ``FileStore`` (``files``): uploaded files, content-addressed.
+- ``RunArchiveIndex`` (``archive``): finished runs archived out of the hot tables.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -25,6 +26,7 @@ Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``
 from __future__ import annotations
 
 from toren.seams.store.approvals import ApprovalStore
+from toren.seams.store.archive import RunArchiveIndex
 from toren.seams.store.budgets import BudgetLedger
 from toren.seams.store.files import FileStore
 from toren.seams.store.guardian import Guardian
@@ -41,14 +43,14 @@ from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolSta
 from toren.seams.store.workers import WorkerRegistry
 
 __all__ = ["ApprovalStore", "BudgetLedger", "FileStore", "Guardian", "KeyStore", "LiveText",
-           "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
-           "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
-           "WorkerRegistry"]
+           "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunArchiveIndex", "RunLog",
+           "RunReader", "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest",
+           "ToolStateStore", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
-            BudgetLedger, FileStore):
+            BudgetLedger, FileStore, RunArchiveIndex):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

@@ -7,7 +7,8 @@ One class per interface, each in its module and each usable alone (they share
 (``outbox``), ``PostgresPromptStore`` (``prompts``), ``PostgresToolStateStore``
 (``tool_state``), ``PostgresApprovalStore`` (``approvals``), ``PostgresScheduleStore``
 (``schedules``), ``PostgresLiveText`` (``live_text``), ``PostgresBudgetLedger``
-(``budgets``) and ``PostgresFileStore`` (``files``). ``PostgresStore`` is all of them over one
+(``budgets``), ``PostgresFileStore`` (``files``) and ``PostgresRunArchive``
+(``archive``). ``PostgresStore`` is all of them over one
 connection pool.
 """
 
@@ -24,6 +25,7 @@ from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
 from toren.errors import DatabaseUnavailable
 from toren.seams.store import Store
 from toren_postgres.approvals import PostgresApprovalStore
+from toren_postgres.archive import PostgresRunArchive
 from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.guardian import PostgresGuardian
@@ -87,7 +89,8 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
-                    PostgresLiveText, PostgresBudgetLedger, PostgresFileStore, Store):
+                    PostgresLiveText, PostgresBudgetLedger, PostgresFileStore,
+                    PostgresRunArchive, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.
