@@ -106,8 +106,8 @@ class RetentionApi:
             for agent in self.agents:
                 age = retentions.get(agent)
                 counts: dict[str, Any] = {"retention_s": age, "archived": 0, "events": 0,
-                                          "bytes": 0,
-                          "skipped_referenced": 0, "resumed_purges": 0}
+                                          "bytes": 0, "skipped_referenced": 0,
+                                          "resumed_purges": 0}
                 report["agents"][agent] = counts
                 if age is None:
                     continue
