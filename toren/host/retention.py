@@ -9,6 +9,7 @@ so ``toren jobs show`` and the HTTP run routes read an archived run as they read
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import datetime
@@ -168,10 +169,11 @@ class RetentionApi:
         if exported is None:
             return None
         record, events, manifests = exported
-        data = encode_archive(record, events, manifests)
+        # compressing a long run takes a while: off the event loop, which serves live work
+        data = await asyncio.to_thread(encode_archive, record, events, manifests)
         location = await backend.put(archive_key(record), data)
         # read back what was stored before anything leaves the hot tables
-        stored = decode_archive(await backend.get(location))
+        stored = await asyncio.to_thread(decode_archive, await backend.get(location))
         if stored.events != events:
             raise ArchiveUnavailable(f"the archive of run {run_id} at {location} does not read "
                                      "back as written; nothing was deleted")
@@ -193,7 +195,7 @@ class RetentionApi:
         location = record.extra["archive"]["location"]
         try:
             data = await self.archive_backend().get(location)
-            return decode_archive(data).events
+            return (await asyncio.to_thread(decode_archive, data)).events
         except ArchiveFormatError as exc:
             raise ArchiveUnavailable(f"the archive of run {record.id} at {location} is "
                                      f"damaged: {exc}") from exc
