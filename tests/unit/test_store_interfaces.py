@@ -7,6 +7,7 @@ import inspect
 
 import pytest
 from toren_postgres.approvals import PostgresApprovalStore
+from toren_postgres.archive import PostgresRunArchive
 from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.guardian import PostgresGuardian
@@ -34,6 +35,7 @@ from toren.seams.store import (
     Migrator,
     Outbox,
     PromptStore,
+    RunArchiveIndex,
     RunLog,
     RunReader,
     ScheduleStore,
@@ -49,7 +51,7 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore,
           ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore,
           BudgetLedger: PostgresBudgetLedger,
-          FileStore: PostgresFileStore}
+          FileStore: PostgresFileStore, RunArchiveIndex: PostgresRunArchive}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:
