@@ -41,14 +41,15 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from toren.config import Settings  # noqa: E402
-from toren.core import events as ev  # noqa: E402
-from toren.core.events import NewEvent  # noqa: E402
-from toren.host.runtime import Runtime  # noqa: E402
-from toren.testing import write_agent_dir  # noqa: E402
+from toren.config import Settings
+from toren.core import events as ev
+from toren.core.events import NewEvent
+from toren.host.runtime import Runtime
+from toren.testing import write_agent_dir
 
 SCHEMA = "agent_bench"
-EVENT_DATA = "json_build_object('n', n, 'message', repeat('step output ', 12), 'fields', '{}'::json)"
+EVENT_DATA = ("json_build_object('n', n, 'message', repeat('step output ', 12), "
+              "'fields', '{}'::json)")
 
 
 def log(message: str) -> None:
@@ -104,6 +105,26 @@ def seed(conn: psycopg.Connection, table: str, runs: int, per_run: int,
         log(f"seeded {start + count}/{runs} runs into {table}")
 
 
+def seed_toren(url: str, runs: int, per_run: int) -> dict[str, int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        seed(conn, f"{SCHEMA}.events", runs, per_run, True)
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.events")
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.runs")
+        return sizes(conn, f"{SCHEMA}.events", f"{SCHEMA}.runs")
+
+
+def refill(url: str, runs: int, per_run: int
+           ) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Sizes after the pass, after VACUUM, and after appending as many events again."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        after = sizes(conn, f"{SCHEMA}.events", f"{SCHEMA}.runs")
+        conn.execute(f"VACUUM {SCHEMA}.events")
+        vacuumed = sizes(conn, f"{SCHEMA}.events")
+        log("appending as many events again, to see whether the space is reused")
+        seed(conn, f"{SCHEMA}.events", runs // 2, per_run, True)
+        return after, vacuumed, sizes(conn, f"{SCHEMA}.events")
+
+
 async def toren_side(url: str, home: Path, runs: int, per_run: int,
                      samples: int) -> dict[str, Any]:
     agents = home / "agents"
@@ -116,11 +137,7 @@ async def toren_side(url: str, home: Path, runs: int, per_run: int,
     await runtime.start(workers=False)
     await appender.start(workers=False, migrate=False)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            seed(conn, f"{SCHEMA}.events", runs, per_run, True)
-            conn.execute(f"VACUUM ANALYZE {SCHEMA}.events")
-            conn.execute(f"VACUUM ANALYZE {SCHEMA}.runs")
-            before = sizes(conn, f"{SCHEMA}.events", f"{SCHEMA}.runs")
+        before = await asyncio.to_thread(seed_toren, url, runs, per_run)
         live = await runtime.start_run("bench", "live")
 
         async def append() -> float:
@@ -138,14 +155,8 @@ async def toren_side(url: str, home: Path, runs: int, per_run: int,
             during.append(await append())
         report = task.result()
         idle_after = [await append() for _ in range(samples)]
-        with psycopg.connect(url, autocommit=True) as conn:
-            after = sizes(conn, f"{SCHEMA}.events", f"{SCHEMA}.runs")
-            conn.execute(f"VACUUM {SCHEMA}.events")
-            vacuumed = sizes(conn, f"{SCHEMA}.events")
-            archived_events = report["agents"]["bench"]["events"]
-            log("appending as many events again, to see whether the space is reused")
-            seed(conn, f"{SCHEMA}.events", runs // 2, per_run, True)
-            refilled = sizes(conn, f"{SCHEMA}.events")
+        after, vacuumed, refilled = await asyncio.to_thread(refill, url, runs, per_run)
+        archived_events = report["agents"]["bench"]["events"]
         counts = report["agents"]["bench"]
         return {
             "events_seeded": runs * per_run, "runs_seeded": runs,
