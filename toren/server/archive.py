@@ -75,6 +75,8 @@ async def archive(request: web.Request) -> web.Response:
     if not isinstance(dry_run, bool):
         return json_error(400, "invalid_body", "'dry_run' must be true or false")
     max_runs = body.get("max_runs")
+    if isinstance(max_runs, float) and max_runs.is_integer():
+        max_runs = int(max_runs)  # JSON has one number type: 5.0 is the integer 5
     if max_runs is not None and (not isinstance(max_runs, int) or isinstance(max_runs, bool)
                                  or not 1 <= max_runs <= MAX_RUNS_PER_REQUEST):
         return json_error(400, "invalid_body", "'max_runs' must be an integer from 1 to "
