@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -147,14 +148,27 @@ async def toren_side(url: str, home: Path, runs: int, per_run: int,
                 [NewEvent.of(ev.WorkflowLogged(n=0, message="live", fields={}))])
             return (time.perf_counter() - started) * 1000
 
+        # a second process appends all along: the database's side alone, without sharing
+        # this process's CPU and event loop with the pass
+        out, stop = home / "appends.json", home / "stop"
+        child = subprocess.Popen([sys.executable, __file__, "--append-loop", url, live,
+                                  str(out), str(stop)])
+        await asyncio.sleep(3)
         idle = [await append() for _ in range(samples)]
-        log("archiving (appends continue from a second pool)")
+        log("archiving (appends continue from a second pool and a second process)")
         during: list[float] = []
+        pass_started = time.time()
         task = asyncio.create_task(runtime.archive_runs())
         while not task.done():
             during.append(await append())
+        pass_ended = time.time()
         report = task.result()
         idle_after = [await append() for _ in range(samples)]
+        stop.touch()
+        await asyncio.to_thread(child.wait, 60)
+        external = json.loads(out.read_text())
+        ext_idle = [ms for at, ms in external if at < pass_started]
+        ext_during = [ms for at, ms in external if pass_started <= at <= pass_ended]
         after, vacuumed, refilled = await asyncio.to_thread(refill, url, runs, per_run)
         archived_events = report["agents"]["bench"]["events"]
         counts = report["agents"]["bench"]
@@ -165,6 +179,10 @@ async def toren_side(url: str, home: Path, runs: int, per_run: int,
             "archived_events_per_s": round(archived_events / max(report["duration_s"], 1e-9)),
             "append_idle": percentiles(idle), "append_during_pass": percentiles(during),
             "append_idle_after": percentiles(idle_after),
+            "other_process_append_idle": percentiles(ext_idle),
+            "other_process_append_during_pass": percentiles(ext_during),
+            "other_process_during_over_idle_p50": round(
+                statistics.median(ext_during) / statistics.median(ext_idle), 3),
             "during_over_idle_p50": round(statistics.median(during) / statistics.median(idle),
                                           3),
             "events_table_bytes": {"before": before[f"{SCHEMA}.events"],
@@ -252,7 +270,31 @@ def partitioned_side(url: str, runs: int, per_run: int, samples: int) -> dict[st
         return result
 
 
+async def append_loop(url: str, run_id: str, out: Path, stop: Path) -> None:
+    """``--append-loop``: append to ``run_id`` until ``stop`` exists; write ``[[time, ms]]``."""
+    from toren_postgres.store import PostgresStore
+
+    store = PostgresStore(Settings(database_url=url, load_plugins=(), pool_size=2))
+    await store.open()
+    samples = []
+    try:
+        while not stop.exists():
+            started = time.perf_counter()
+            assert await store.append_unleased(
+                "bench", run_id, ev.RUN_STREAM,
+                [NewEvent.of(ev.WorkflowLogged(n=0, message="other", fields={}))])
+            samples.append((time.time(), (time.perf_counter() - started) * 1000))
+            await asyncio.sleep(0.01)
+    finally:
+        await store.close()
+    out.write_text(json.dumps(samples))
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--append-loop"]:
+        url, run_id, out, stop = sys.argv[2:6]
+        asyncio.run(append_loop(url, run_id, Path(out), Path(stop)))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2_000_000, help="events to seed")
     parser.add_argument("--per-run", type=int, default=1000, help="events per run")
