@@ -151,8 +151,8 @@ async def toren_side(url: str, home: Path, runs: int, per_run: int,
         # a second process appends all along: the database's side alone, without sharing
         # this process's CPU and event loop with the pass
         out, stop = home / "appends.json", home / "stop"
-        child = subprocess.Popen([sys.executable, __file__, "--append-loop", url, live,
-                                  str(out), str(stop)])
+        child = subprocess.Popen([sys.executable, __file__, "--append-loop",  # noqa: ASYNC220
+                                  url, live, str(out), str(stop)])
         await asyncio.sleep(3)
         idle = [await append() for _ in range(samples)]
         log("archiving (appends continue from a second pool and a second process)")
@@ -166,7 +166,7 @@ async def toren_side(url: str, home: Path, runs: int, per_run: int,
         idle_after = [await append() for _ in range(samples)]
         stop.touch()
         await asyncio.to_thread(child.wait, 60)
-        external = json.loads(out.read_text())
+        external = json.loads(out.read_text())  # noqa: ASYNC240
         ext_idle = [ms for at, ms in external if at < pass_started]
         ext_during = [ms for at, ms in external if pass_started <= at <= pass_ended]
         after, vacuumed, refilled = await asyncio.to_thread(refill, url, runs, per_run)
@@ -278,7 +278,7 @@ async def append_loop(url: str, run_id: str, out: Path, stop: Path) -> None:
     await store.open()
     samples = []
     try:
-        while not stop.exists():
+        while not stop.exists():  # noqa: ASYNC240
             started = time.perf_counter()
             assert await store.append_unleased(
                 "bench", run_id, ev.RUN_STREAM,
@@ -287,7 +287,7 @@ async def append_loop(url: str, run_id: str, out: Path, stop: Path) -> None:
             await asyncio.sleep(0.01)
     finally:
         await store.close()
-    out.write_text(json.dumps(samples))
+    out.write_text(json.dumps(samples))  # noqa: ASYNC240
 
 
 def main() -> None:
