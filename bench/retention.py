@@ -166,7 +166,7 @@ async def toren_side(url: str, home: Path, runs: int, per_run: int,
         idle_after = [await append() for _ in range(samples)]
         stop.touch()
         await asyncio.to_thread(child.wait, 60)
-        external = json.loads(out.read_text())  # noqa: ASYNC240
+        external = json.loads(out.read_text())
         ext_idle = [ms for at, ms in external if at < pass_started]
         ext_during = [ms for at, ms in external if pass_started <= at <= pass_ended]
         after, vacuumed, refilled = await asyncio.to_thread(refill, url, runs, per_run)
