@@ -112,6 +112,24 @@ async def test_archived_runs_leave_the_hot_tables_and_read_back_identical(
     assert again["agents"]["keeper"]["archived"] == 0
 
 
+async def test_an_archived_session_reads_its_transcript_and_cancels_as_a_no_op(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    runtime = await make_runtime(dirs=[agent_dir(tmp_path)],
+                                 archive_url=(tmp_path / "archive").as_uri())
+    session_id = await runtime.start_session("keeper")
+    await runtime.send_message(session_id, "postgres")
+    await runtime.wait_for_turn(session_id, timeout_s=60)
+    await runtime.close_session(session_id)
+    await runtime.wait_for_run(session_id, timeout_s=60)
+    age_runs(database_url, [session_id])
+    before = await runtime.get_session(session_id)
+    assert (await runtime.archive_runs())["agents"]["keeper"]["archived"] == 1
+    assert hot_counts(database_url, session_id) == (0, 0)
+    assert await runtime.get_session(session_id) == before
+    cancelled = await runtime.cancel_run(session_id)
+    assert cancelled.status == "completed" and cancelled.extra["archive"]
+
+
 async def test_runs_still_referred_to_are_kept(make_runtime, tmp_path: Path,
                                                database_url: str) -> None:
     runtime = await make_runtime(dirs=[agent_dir(tmp_path)],

@@ -416,6 +416,10 @@ class Runtime(ApprovalsApi, RetentionApi):
         """Retire the run now: status ``cancelled``; queued work and retries become no-ops."""
         record = await self.store.cancel_run(run_id, reason)
         if record is None:
+            # an archived run ended long ago: there is nothing left to cancel
+            record = await self.archived_run(run_id)
+            if record is not None:
+                return record
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
         if record.status == "cancelled":
             await self.store.cancel_approvals(run_id)
@@ -563,8 +567,11 @@ class Runtime(ApprovalsApi, RetentionApi):
         """The session's status and full transcript (``toren.core.sessions.transcript``)."""
 
         record = await self._session(session_id)
-        stream = await self.store.load_stream(record.agent, record.id,
-                                              ev.task_stream(MAIN_TASK))
+        main = ev.task_stream(MAIN_TASK)
+        stream = (sorted((e for e in await self.run_events(record) if e.stream == main),
+                         key=lambda e: e.seq)
+                  if is_archived(record) else
+                  await self.store.load_stream(record.agent, record.id, main))
         return {"id": record.id, "agent": record.agent, "status": record.status,
                 "background_runs": await self._background_runs(stream),
                 "stop_reason": record.stop_reason, "error": record.error,
@@ -634,7 +641,7 @@ class Runtime(ApprovalsApi, RetentionApi):
             await asyncio.sleep(poll_s)
 
     async def _session(self, session_id: str) -> RunRecord:
-        record = await self.store.get_run(session_id)
+        record = await self.store.get_run(session_id) or await self.archived_run(session_id)
         if record is None or record.kind != "session" or record.agent not in self.agents:
             raise SessionNotFound(f"no session {session_id!r} of an agent served here")
         return record
