@@ -73,6 +73,14 @@ def test_db_archive_then_jobs_list_archived_and_show(toren_cli: TorenCli, databa
     text = toren_cli("jobs", "show", run_id, env=env)
     assert "Here is what I found for 'postgres'" in text.stdout
 
+    restored = toren_cli("db", "restore", run_id[:8], "--json", env=env)
+    assert restored.returncode == 0, restored.stderr
+    assert json.loads(restored.stdout)["id"] == run_id
+    assert [r["id"] for r in json.loads(toren_cli("jobs", "list", "--json",
+                                                   env=env).stdout)["runs"]] == [run_id]
+    gone = toren_cli("db", "restore", run_id, env=env)
+    assert gone.returncode == 1 and "no archived run" in gone.stderr
+
     missing = toren_cli("db", "archive", "--dir", str(crew), env=env | {"TOREN_ARCHIVE": None})
     assert missing.returncode == 1 and "TOREN_ARCHIVE" in missing.stderr
     bad = toren_cli("db", "archive", "--dir", str(crew),

@@ -111,6 +111,16 @@ async def test_archived_runs_leave_the_hot_tables_and_read_back_identical(
     again = await runtime.archive_runs()
     assert again["agents"]["keeper"]["archived"] == 0
 
+    # restorable: back into the hot tables, whole
+    restored = await runtime.restore_run(old[0])
+    assert restored.to_json() == before[old[0]][0].to_json() and not restored.extra
+    assert hot_counts(database_url, old[0]) == (1, len(before[old[0]][1]))
+    assert await runtime.events(old[0]) == before[old[0]][1]
+    assert await runtime.receipt(old[0]) == before[old[0]][2]
+    assert {run.id for run in await runtime.list_archived_runs()} == {old[1]}
+    with pytest.raises(RunNotFound, match="no archived run"):
+        await runtime.restore_run(old[0])
+
 
 async def test_an_archived_session_reads_its_transcript_and_cancels_as_a_no_op(
         make_runtime, tmp_path: Path, database_url: str) -> None:

@@ -1,7 +1,8 @@
-"""``toren db archive``: one archive pass by hand (docs/guides/retention.md)."""
+"""``toren db archive`` and ``toren db restore``: retention by hand (docs/guides/retention.md)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 import typer
@@ -9,6 +10,7 @@ from rich.table import Table
 
 from toren.cli.common import DirsOption, load_runtime, run_async
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, print_table, safe
+from toren.errors import RunNotFound
 from toren.host.runtime import Runtime
 
 
@@ -54,6 +56,41 @@ async def _archive(runtime: Runtime, *, dry_run: bool, max_runs: int | None) -> 
         report = await runtime.archive_runs(dry_run=dry_run, max_runs=max_runs)
         report["hot_tables"] = await runtime.store.hot_table_sizes(list(runtime.agents))
         return report
+    finally:
+        await runtime.stop()
+
+
+def restore(
+    run_id: Annotated[str, typer.Argument(
+        metavar="RUN_ID", help="The archived run's id, or the start of it.")],
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
+) -> None:
+    """Put an archived run back into the hot tables, whole, from TOREN_ARCHIVE (the archive
+    object stays). A run older than its retention is archived again by the next pass."""
+    record = run_async(_restore(Runtime(agents=[]), run_id))
+    if as_json:
+        print_json(record)
+    else:
+        console.print(f"run {safe(record['id'])} ({safe(record['agent'])}, {record['status']}) "
+                      "is back in the hot tables")
+
+
+async def _restore(runtime: Runtime, id_or_prefix: str) -> dict[str, Any]:
+    await runtime.start(workers=False)
+    try:
+        text = id_or_prefix.strip().lower()
+        try:
+            run_id = str(uuid.UUID(text))
+        except ValueError:
+            matches = [run.id for run in await runtime.list_archived_runs(limit=1000)
+                       if run.id.startswith(text)] if text else []
+            if len(matches) != 1:
+                found = "several archived runs' ids start" if matches else (
+                    "no archived run's id starts")
+                raise RunNotFound(f"{found} with {id_or_prefix!r}; give the whole id (see "
+                                  "`toren jobs list --archived`)") from None
+            run_id = matches[0]
+        return (await runtime.restore_run(run_id)).to_json()
     finally:
         await runtime.stop()
 

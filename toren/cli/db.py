@@ -60,3 +60,4 @@ def _describe(migration: object) -> dict[str, object]:
 
 
 app.command("archive")(archive.archive)
+app.command("restore")(archive.restore)

@@ -26,7 +26,7 @@ from toren.core.retention import (
     parse_age,
 )
 from toren.core.runs import RunRecord
-from toren.errors import ArchiveNotConfigured, ArchiveUnavailable, ConfigError
+from toren.errors import ArchiveNotConfigured, ArchiveUnavailable, ConfigError, RunNotFound
 from toren.seams.archive import ArchiveBackend, archive_scheme
 from toren.seams.drivers import driver_class
 from toren.seams.store import Store
@@ -209,6 +209,29 @@ class RetentionApi:
             raise ConfigError("limit must be between 1 and 1000")
         agents = [agent] if agent else (list(self.agents) or None)
         return await self.store.list_archived_runs(agents=agents, limit=limit, before=before)
+
+    async def restore_run(self, run_id: str) -> RunRecord:
+        """Put an archived run back into the hot tables, whole, from its archive object (the
+        object stays where it is). ``RunNotFound`` if the run is not archived. A restored run
+        older than its retention is archived again by the next pass."""
+        record = await self.archived_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no archived run {run_id!r} in this database (see `toren jobs "
+                              "list --archived`)")
+        location = record.extra["archive"]["location"]
+        try:
+            data = await asyncio.to_thread(decode_archive,
+                                           await self.archive_backend().get(location))
+        except ArchiveFormatError as exc:
+            raise ArchiveUnavailable(f"the archive of run {run_id} at {location} is "
+                                     f"damaged: {exc}") from exc
+        restored = await self.store.restore_archived_run(record.agent, data.record,
+                                                         data.events, data.tool_manifests)
+        if not restored:
+            raise RunNotFound(f"run {run_id!r} was restored meanwhile")
+        found = await self.store.get_run(run_id, record.agent)
+        assert found is not None
+        return found
 
     async def close_archive(self) -> None:
         """Let go of the archive backend's clients (``Runtime.stop``)."""

@@ -79,6 +79,15 @@ class RunArchiveIndex(abc.ABC):
         ``before`` is the ``(created_at, id)`` of the previous page's last run."""
 
     @abc.abstractmethod
+    async def restore_archived_run(self, agent: str, record: RunRecord,
+                                   events: Sequence[Event],
+                                   tool_manifests: Sequence[dict[str, Any]]) -> bool:
+        """Put an archived run back into the hot tables as its archive object holds it (row,
+        events, tool manifests) and drop its index row, in one transaction (replacing whatever
+        a died purge left); ``False`` if the index has no such run. Called by
+        ``Runtime.restore_run`` (``toren db restore``)."""
+
+    @abc.abstractmethod
     async def hot_table_sizes(self, agents: Sequence[str]) -> dict[str, dict[str, int]]:
         """Per agent: rows and bytes (with indexes and TOAST) of its runs and events tables,
         as the database estimates them (``toren db archive --json`` reports them)."""

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json, Jsonb
 
 from toren.agents import schema_name_for
 from toren.core.events import Event
@@ -166,6 +166,27 @@ class PostgresRunArchive(PostgresConnection, RunArchiveIndex):
         found.sort(key=lambda run: (run.created_at is not None, run.created_at, run.id),
                    reverse=True)
         return found[:limit]
+
+    async def restore_archived_run(self, agent: str, record: RunRecord,
+                                   events: Sequence[Event],
+                                   tool_manifests: Sequence[dict[str, Any]]) -> bool:
+        schema = schema_name_for(agent)
+        row = {k: v for k, v in run_row(record).items() if k != "agent"}
+        async with self.pool.connection() as conn, conn.transaction():
+            cursor = await conn.execute(archive_query("unindex_archived_run", schema),
+                                        {"run_id": record.id})
+            if await cursor.fetchone() is None:
+                return False
+            await conn.execute(archive_query("clear_hot_run", schema), {"run_id": record.id})
+            await conn.execute(archive_query("restore_run", schema), {"row": Jsonb(row)})
+            await conn.execute(archive_query("restore_events", schema), {
+                "run_id": record.id,
+                "events": Json([{"stream": e.stream, "seq": e.seq, "type": e.type,
+                                 "data": e.data, "created_at": e.created_at.isoformat()
+                                 if e.created_at else None} for e in events])})
+            await conn.execute(archive_query("restore_tool_manifests", schema),
+                               {"run_id": record.id, "manifests": Jsonb(list(tool_manifests))})
+        return True
 
     async def hot_table_sizes(self, agents: Sequence[str]) -> dict[str, dict[str, int]]:
         sizes: dict[str, dict[str, int]] = {}

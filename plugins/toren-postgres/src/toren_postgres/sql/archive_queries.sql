@@ -95,6 +95,38 @@ WHERE (%(before_at)s::timestamptz IS NULL
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
+-- unindex_archived_run --
+DELETE FROM {archived_runs} WHERE id = %(run_id)s RETURNING id;
+
+-- clear_hot_run --
+-- What a died purge left of the run: its events, then its row (tool manifests go with it).
+WITH gone AS (DELETE FROM {events} WHERE run_id = %(run_id)s)
+DELETE FROM {runs} WHERE id = %(run_id)s;
+
+-- restore_run --
+INSERT INTO {runs} (id, kind, status, input, output, stop_reason, error, idempotency_key,
+                    created_at, updated_at, finished_at, schedule, parent_agent, parent_run_id,
+                    parent_task, child_kind, depth)
+SELECT r.id, r.kind, r.status, r.input, r.output, r.stop_reason, r.error, r.idempotency_key,
+       r.created_at, r.updated_at, r.finished_at, r.schedule, r.parent_agent, r.parent_run_id,
+       r.parent_task, r.child_kind, r.depth
+FROM jsonb_populate_record(NULL::{runs}, %(row)s) r;
+
+-- restore_events --
+INSERT INTO {events} (run_id, stream, seq, type, data, created_at)
+SELECT %(run_id)s, e->>'stream', (e->>'seq')::int, e->>'type', e->'data',
+       (e->>'created_at')::timestamptz
+FROM json_array_elements(%(events)s) AS e;
+
+-- restore_tool_manifests --
+INSERT INTO {tool_manifests} (run_id, scope, seq, parent_seq, step, epoch, call_id, full_state,
+                              entries, removed, total_bytes, created_at)
+SELECT %(run_id)s, m.scope, m.seq, m.parent_seq, m.step, m.epoch, m.call_id, m.full_state,
+       m.entries, m.removed, m.total_bytes, m.created_at
+FROM jsonb_to_recordset(%(manifests)s) AS m(scope text, seq integer, parent_seq integer,
+     step integer, epoch integer, call_id text, full_state boolean, entries jsonb,
+     removed jsonb, total_bytes bigint, created_at timestamptz);
+
 -- table_sizes --
 SELECT c.relname, greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
