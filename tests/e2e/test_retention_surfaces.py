@@ -72,6 +72,10 @@ def test_db_archive_then_jobs_list_archived_and_show(toren_cli: TorenCli, databa
         assert json.loads(shown.stdout) == shown_hot
     text = toren_cli("jobs", "show", run_id, env=env)
     assert "Here is what I found for 'postgres'" in text.stdout
+    # reading needs no TOREN_ARCHIVE: the index names each object's location
+    unset = toren_cli("jobs", "show", run_id, "--json", env=env | {"TOREN_ARCHIVE": None})
+    assert unset.returncode == 0, unset.stderr
+    assert json.loads(unset.stdout) == shown_hot
 
     restored = toren_cli("db", "restore", run_id[:8], "--json", env=env)
     assert restored.returncode == 0, restored.stderr

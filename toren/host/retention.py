@@ -190,11 +190,25 @@ class RetentionApi:
         ``agent``'s schema (every registered agent's if ``None``), or ``None``."""
         return await self.store.archived_run(run_id, [agent] if agent else None)
 
+    def _backend_for(self, location: str) -> ArchiveBackend:
+        """The backend that reads ``location``: ``TOREN_ARCHIVE``'s if it has the same scheme,
+        else one made for the location itself, so runs archived before ``TOREN_ARCHIVE``
+        changed (or with it unset, as for ``toren jobs show``) are still read."""
+        scheme = archive_scheme(location)
+        url = self.settings.archive_url
+        if url is not None and archive_scheme(url) == scheme:
+            return self.archive_backend()
+        readers = self.__dict__.setdefault("_archive_readers", {})
+        if scheme not in readers:
+            readers[scheme] = driver_class("archive", scheme)(location, self.settings)
+        reader: ArchiveBackend = readers[scheme]
+        return reader
+
     async def archived_events(self, record: RunRecord) -> list[Event]:
         """Every event of an archived run, read back from its archive object."""
         location = record.extra["archive"]["location"]
         try:
-            data = await self.archive_backend().get(location)
+            data = await self._backend_for(location).get(location)
             return (await asyncio.to_thread(decode_archive, data)).events
         except ArchiveFormatError as exc:
             raise ArchiveUnavailable(f"the archive of run {record.id} at {location} is "
@@ -221,7 +235,7 @@ class RetentionApi:
         location = record.extra["archive"]["location"]
         try:
             data = await asyncio.to_thread(decode_archive,
-                                           await self.archive_backend().get(location))
+                                           await self._backend_for(location).get(location))
         except ArchiveFormatError as exc:
             raise ArchiveUnavailable(f"the archive of run {run_id} at {location} is "
                                      f"damaged: {exc}") from exc
@@ -238,6 +252,8 @@ class RetentionApi:
         if self._archive_backend is not None:
             await self._archive_backend.close()
             self._archive_backend = None
+        for reader in self.__dict__.pop("_archive_readers", {}).values():
+            await reader.close()
 
 
 def is_archived(record: RunRecord) -> bool:
