@@ -94,6 +94,18 @@ class RunList(TypedDict):
     next_cursor: str | None
 
 
+class ArchivedRun(Run):
+    """A run moved to the archive by retention: ``archive`` holds ``location``,
+    ``archived_at`` and ``summary`` (events, model_calls, tool_calls, tokens, cost_usd)."""
+
+    archive: dict[str, Any]
+
+
+class ArchivedRunList(TypedDict):
+    runs: list[ArchivedRun]
+    next_cursor: str | None
+
+
 class Schedule(TypedDict):
     """A schedule (``schedules:`` in agent.yaml) and its state: active, paused or removed."""
 
@@ -585,6 +597,24 @@ class TorenClient:
         result: RunUpgrade = await self._request("POST", f"/runs/{run_id}/upgrade", body={})
         return result
 
+    async def list_archived_runs(self, *, agent: str | None = None, limit: int = 50,
+                                 cursor: str | None = None) -> ArchivedRunList:
+        """Archived runs (retention), newest first (``GET /archived-runs``); each is read in
+        full by ``get_run``, ``receipt`` and ``events`` as a hot run is."""
+        result: ArchivedRunList = await self._request("GET", "/archived-runs", params={
+            "agent": agent, "limit": limit, "cursor": cursor})
+        return result
+
+    async def archive(self, *, dry_run: bool = False,
+                      max_runs: int | None = None) -> dict[str, Any]:
+        """Run one archive pass now (``POST /archive``); what ``toren db archive --json``
+        prints: ``dry_run``, ``archive``, ``agents`` (counts per agent) and ``runs``."""
+        body: dict[str, Any] = {"dry_run": dry_run}
+        if max_runs is not None:
+            body["max_runs"] = max_runs
+        result: dict[str, Any] = await self._request("POST", "/archive", body=body)
+        return result
+
 
 def _stream_error(data: str) -> TorenAPIError:
     """The error a server ended an event stream with (``event: error``), as the HTTP error it
@@ -758,6 +788,14 @@ class SyncTorenClient:
 
     def diff_runs(self, run_a: str, run_b: str) -> dict[str, Any]:
         return self._run(lambda c: c.diff_runs(run_a, run_b))
+
+    def list_archived_runs(self, *, agent: str | None = None, limit: int = 50,
+                           cursor: str | None = None) -> ArchivedRunList:
+        return self._run(lambda c: c.list_archived_runs(agent=agent, limit=limit,
+                                                        cursor=cursor))
+
+    def archive(self, *, dry_run: bool = False, max_runs: int | None = None) -> dict[str, Any]:
+        return self._run(lambda c: c.archive(dry_run=dry_run, max_runs=max_runs))
 
 def _schedule_path(agent: str, name: str, action: str | None = None) -> str:
     path = f"/schedules/{quote(agent, safe='')}/{quote(name, safe='')}"

@@ -79,6 +79,14 @@ class Settings:
     #: Appends of concurrent tasks share one transaction (one commit), each still checked
     #: against its own lease and sequence numbers (see toren_postgres.group_commit).
     group_commit: bool = True
+    #: Retention (docs/guides/retention.md): where archived runs go (``file:///dir`` or
+    #: ``s3://bucket/prefix``; ``None``: nothing is archived), the age after which a finished
+    #: run of an agent without ``retention:`` is archived (``None``: never), seconds between
+    #: the elected worker's archive passes, and events deleted per short transaction.
+    archive_url: str | None = None
+    default_retention_s: float | None = None
+    archive_interval_s: float = 3600.0
+    archive_batch: int = 1000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -123,6 +131,10 @@ class Settings:
             max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
             max_call_depth=positive_number(env, "TOREN_MAX_CALL_DEPTH", 5, int),
             group_commit=switch(env, "TOREN_GROUP_COMMIT", True),
+            archive_url=env.get("TOREN_ARCHIVE", "").strip() or None,
+            default_retention_s=retention_age(env),
+            archive_interval_s=positive_number(env, "TOREN_ARCHIVE_INTERVAL", 3600.0, float),
+            archive_batch=positive_number(env, "TOREN_ARCHIVE_BATCH", 1000, int),
         )
 
     def crash_point(self, name: str) -> None:
@@ -158,3 +170,17 @@ def positive_number(env: Mapping[str, str], name: str, default: T,
     if not value > 0:  # also refuses nan
         raise ConfigError(f"{name}={raw!r} must be greater than zero")
     return value
+
+
+def retention_age(env: Mapping[str, str]) -> float | None:
+    """``TOREN_RETENTION``: the fleet's default retention age in seconds (``30d``, ``12h``;
+    unset or ``never``: ``None``)."""
+    from toren.core.retention import parse_age
+
+    raw = env.get("TOREN_RETENTION", "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_age(raw)
+    except ValueError as exc:
+        raise ConfigError(f"TOREN_RETENTION: {exc}") from None

@@ -308,3 +308,22 @@ class AgentNotRegistered(TorenError):
 
     code = "agent_not_found"
     http_status = 404
+
+
+# -- retention (docs/guides/retention.md) ---------------------------------------------------
+
+
+class ArchiveNotConfigured(ConfigError):
+    """No archive is configured: set TOREN_ARCHIVE to file:///path/to/dir or
+    s3://bucket/prefix."""
+
+    code = "archive_not_configured"
+    http_status = 409
+
+
+class ArchiveUnavailable(TorenError):
+    """An archived run's object cannot be read or written (gone, no access, the service down)."""
+
+    code = "archive_unavailable"
+    http_status = 503
+    retryable = True

@@ -7,6 +7,7 @@ import inspect
 
 import pytest
 from toren_postgres.approvals import PostgresApprovalStore
+from toren_postgres.archive import PostgresRunArchive
 from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.channels import (
     PostgresChannelChats,
@@ -46,6 +47,7 @@ from toren.seams.store import (
     Migrator,
     Outbox,
     PromptStore,
+    RunArchiveIndex,
     RunLog,
     RunReader,
     ScheduleStore,
@@ -63,7 +65,8 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           BudgetLedger: PostgresBudgetLedger,
           FileStore: PostgresFileStore, ChannelInbox: PostgresChannelInbox,
           ChannelChats: PostgresChannelChats, ChannelOutbox: PostgresChannelOutbox,
-          ForkStore: PostgresForkStore, AgentVersionStore: PostgresAgentVersionStore}
+          ForkStore: PostgresForkStore, AgentVersionStore: PostgresAgentVersionStore,
+          RunArchiveIndex: PostgresRunArchive}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

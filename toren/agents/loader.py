@@ -107,6 +107,9 @@ class AgentSpec:
     #: ``onChange:``: what a worker serving this definition does with runs pinned to another
     #: version of the agent: ``continue`` them on theirs, or ``upgrade`` them to this one.
     on_change: str = "continue"
+    #: ``retention:``: how long the agent's finished runs stay in the hot tables before they
+    #: are archived (``30d``, ``never``); ``None`` takes ``TOREN_RETENTION``.
+    retention: str | None = None
 
     @property
     def schema_name(self) -> str:
@@ -135,7 +138,7 @@ class AgentSpec:
             "background": list(self.background), "channels": sorted(self.channels),
             "version": self.version.hash if self.version else None,
             "humanVersion": self.version.human if self.version else None,
-            "onChange": self.on_change,
+            "onChange": self.on_change, "retention": self.retention,
         }
 
 
@@ -308,6 +311,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         peers=tuple(data.get("peers", ())), accepts_from=tuple(data.get("acceptsFrom", ())),
         background=tuple(data.get("background", ())),
         channels=load_channels(located, str(yaml_path), channels),
+        retention=data.get("retention"),
     )
     if agent.channels and agent.workflow is not None:
         raise AgentDefinitionError(

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from toren.cli import archive
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
 from toren.host.runtime import Runtime
@@ -56,3 +57,7 @@ async def _migrate(runtime: Runtime, *, print_sql: bool, as_json: bool) -> None:
 
 def _describe(migration: object) -> dict[str, object]:
     return {key: getattr(migration, key) for key in ("scope", "version", "name")}
+
+
+app.command("archive")(archive.archive)
+app.command("restore")(archive.restore)

@@ -33,8 +33,14 @@ def list_runs(
         metavar="NAME", help="Only runs this schedule started (see `toren schedules`).")] = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
+    archived: Annotated[bool, typer.Option(
+        "--archived", help="List archived runs instead (retention; see `toren db archive`)."
+    )] = False,
 ) -> None:
     """List runs, newest first, with the schedule that started each (if one did)."""
+    if archived:
+        list_archived(agent, limit, as_json, url)
+        return
     runs = operate(lambda op: op.list_runs(agent=agent, status=status, limit=limit,
                                            schedule=schedule), url=url)
     if as_json:
@@ -144,3 +150,21 @@ def cancel(
     else:
         console.print(f"run {safe(record['id'])}: {record['status']}"
                       + (f" ({record['stop_reason']})" if record["stop_reason"] else ""))
+
+
+def list_archived(agent: str | None, limit: int, as_json: bool, url: str | None) -> None:
+    """``toren jobs list --archived``: archived runs, newest first, with their summary."""
+    runs = operate(lambda op: op.list_archived_runs(agent=agent, limit=limit), url=url)
+    if as_json:
+        print_json({"runs": runs})
+        return
+    table = Table()
+    table.add_column("run", no_wrap=True)
+    for column in ("agent", "status", "events", "cost", "created", "archived"):
+        table.add_column(column)
+    for run in runs:
+        archive, summary = run["archive"], run["archive"]["summary"]
+        table.add_row(safe(run["id"]), safe(run["agent"]), run["status"],
+                      str(summary.get("events", "")), f"${summary.get('cost_usd', 0):.4f}",
+                      created(run), str(archive["archived_at"])[:19].replace("T", " "))
+    print_table(table)

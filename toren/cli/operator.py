@@ -154,6 +154,9 @@ class Operator(abc.ABC):
                               "look like ec03889c-c557-...); see `toren jobs list`")
         matches = [run async for page in self.run_pages() for run in page
                    if run["id"].startswith(text)]
+        if not matches:  # an archived run (retention) is found by its prefix too
+            matches = [run for run in await self.list_archived_runs(agent=None, limit=_PAGE)
+                       if run["id"].startswith(text)]
         if not matches:
             raise RunNotFound(f"no run id starts with {text!r} in {self.where} "
                               "(see `toren jobs list`)")
@@ -184,6 +187,11 @@ class Operator(abc.ABC):
             raise ApprovalNotFound(f"{found} with {id_or_prefix!r}; give the whole id (see "
                                    "`toren approvals list`)")
         return matches[0]
+
+    @abc.abstractmethod
+    async def list_archived_runs(self, *, agent: str | None, limit: int) -> list[JsonDict]:
+        """Archived runs, newest first, each with ``archive`` (location, archived_at,
+        summary) (``toren jobs list --archived``, ``GET /archived-runs``)."""
 
 
 def created(run: JsonDict) -> str:
@@ -283,6 +291,10 @@ class LocalOperator(Operator):
         # with workers (toren chat), say what stopping waits for when Ctrl-C brought us here
         await stop_runtime(self.runtime, quiet=not self.workers)
 
+    async def list_archived_runs(self, *, agent: str | None, limit: int) -> list[JsonDict]:
+        return [archived_json(run) for run in
+                await self.runtime.list_archived_runs(agent=agent, limit=limit)]
+
 
 class RemoteOperator(Operator):
     """A deployment's HTTP API through ``toren.client`` (``TOREN_URL``, ``TOREN_API_KEY``)."""
@@ -374,6 +386,23 @@ class RemoteOperator(Operator):
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    async def list_archived_runs(self, *, agent: str | None, limit: int) -> list[JsonDict]:
+        runs: list[JsonDict] = []
+        cursor = None
+        while len(runs) < limit:
+            page = await self.client.list_archived_runs(
+                agent=agent, cursor=cursor, limit=min(_REMOTE_PAGE, limit - len(runs)))
+            runs += [dict(run) for run in page["runs"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        return runs
+
+
+def archived_json(run: Any) -> JsonDict:
+    """An archived ``RunRecord`` as the HTTP API gives it: the run, and ``archive``."""
+    return dict(run.to_json()) | {"archive": run.extra["archive"]}
 
 
 def api_url(url: str) -> str:

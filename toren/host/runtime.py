@@ -42,6 +42,7 @@ from toren.host.approvals import ApprovalsApi
 from toren.host.forks import ForksApi
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.relay import OutboxRelay
+from toren.host.retention import RetentionApi, is_archived
 from toren.host.versions import AgentVersions
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
@@ -57,7 +58,7 @@ from toren.seams.worker_runtime import WorkerRuntime
 log = logging.getLogger(__name__)
 
 
-class Runtime(ApprovalsApi, ForksApi):
+class Runtime(ApprovalsApi, ForksApi, RetentionApi):
     """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
 
     Construction loads and validates everything that needs no database (plugins, agent
@@ -259,6 +260,7 @@ class Runtime(ApprovalsApi, ForksApi):
             self.queue = None
         await self.live.close()
         self.versions.close()
+        await self.close_archive()
         await self.store.close()
         if self._watchdog is not None:
             await self._watchdog.stop()
@@ -360,8 +362,13 @@ class Runtime(ApprovalsApi, ForksApi):
                       events=events, messages=[first])
 
     async def get_run(self, run_id: str) -> RunRecord:
-        """The run's current row; ``RunNotFound`` if no registered agent has it."""
+        """The run's current row; ``RunNotFound`` if no registered agent has it. An archived
+        run's row comes from the archive index (``record.extra["archive"]``)."""
         record = await self.store.get_run(run_id)
+        if record is None or record.status in ev.TERMINAL_STATUSES:
+            # indexed but not yet purged (a pass died mid-purge): the archive is the whole run
+            archived = await self.archived_run(run_id, record.agent if record else None)
+            record = archived or record
         if record is None:
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
         return record
@@ -380,8 +387,17 @@ class Runtime(ApprovalsApi, ForksApi):
 
     async def events(self, run_id: str) -> list[Event]:
         """Every event of the run, all streams, in commit order."""
-        record = await self.get_run(run_id)
-        return await self.store.load_events(record.agent, run_id)
+        return await self.run_events(await self.get_run(run_id))
+
+    async def run_events(self, record: RunRecord,
+                         after: Mapping[str, int] | None = None) -> list[Event]:
+        """The events of the run ``record`` is the row of (``after``: stream -> last seq
+        seen), from the hot tables or, for an archived run, its archive object."""
+        if is_archived(record):
+            position = dict(after or {})
+            return [e for e in await self.archived_events(record)
+                    if e.seq > position.get(e.stream, 0)]
+        return await self.store.load_events(record.agent, record.id, after)
 
     async def follow(self, run_id: str, *, after: Mapping[str, int] | None = None,
                      poll_s: float = 0.1) -> AsyncIterator[Event]:
@@ -393,7 +409,7 @@ class Runtime(ApprovalsApi, ForksApi):
         record = await self.get_run(run_id)
         while True:
             terminal = record.status in ev.TERMINAL_STATUSES
-            for event in await self.store.load_events(record.agent, run_id, position):
+            for event in await self.run_events(record, position):
                 position[event.stream] = max(position.get(event.stream, 0), event.seq)
                 yield event
             if terminal:
@@ -414,7 +430,7 @@ class Runtime(ApprovalsApi, ForksApi):
         with self.live.watch(run_id) as pieces:
             while True:
                 terminal = record.status in ev.TERMINAL_STATUSES
-                for event in await self.store.load_events(record.agent, run_id, position):
+                for event in await self.run_events(record, position):
                     position[event.stream] = max(position.get(event.stream, 0), event.seq)
                     yield event
                     for piece in order.saw(event):
@@ -439,6 +455,10 @@ class Runtime(ApprovalsApi, ForksApi):
         """Retire the run now: status ``cancelled``; queued work and retries become no-ops."""
         record = await self.store.cancel_run(run_id, reason)
         if record is None:
+            # an archived run ended long ago: there is nothing left to cancel
+            record = await self.archived_run(run_id)
+            if record is not None:
+                return record
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
         if record.status == "cancelled":
             await self.store.cancel_approvals(run_id)
@@ -469,7 +489,7 @@ class Runtime(ApprovalsApi, ForksApi):
         """What the run did and cost: every model and tool call, totals, why it stopped, and
         the text of every system prompt its tasks ran with (``prompts``, by SHA-256)."""
         record = await self.get_run(run_id)
-        events = await self.store.load_events(record.agent, run_id)
+        events = await self.run_events(record)
         prompts = await self.store.load_prompts(record.agent, prompt_hashes(events))
         return build_receipt(record, events, prompts, await self.budget(record, events))
 
@@ -591,8 +611,11 @@ class Runtime(ApprovalsApi, ForksApi):
         """The session's status and full transcript (``toren.core.sessions.transcript``)."""
 
         record = await self._session(session_id)
-        stream = await self.store.load_stream(record.agent, record.id,
-                                              ev.task_stream(MAIN_TASK))
+        main = ev.task_stream(MAIN_TASK)
+        stream = (sorted((e for e in await self.run_events(record) if e.stream == main),
+                         key=lambda e: e.seq)
+                  if is_archived(record) else
+                  await self.store.load_stream(record.agent, record.id, main))
         return {"id": record.id, "agent": record.agent, "status": record.status,
                 "background_runs": await self._background_runs(stream),
                 "stop_reason": record.stop_reason, "error": record.error,
@@ -662,7 +685,7 @@ class Runtime(ApprovalsApi, ForksApi):
             await asyncio.sleep(poll_s)
 
     async def _session(self, session_id: str) -> RunRecord:
-        record = await self.store.get_run(session_id)
+        record = await self.store.get_run(session_id) or await self.archived_run(session_id)
         if record is None or record.kind != "session" or record.agent not in self.agents:
             raise SessionNotFound(f"no session {session_id!r} of an agent served here")
         return record

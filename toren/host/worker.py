@@ -2,7 +2,8 @@
 
 One poll loop claims up to the free concurrency, woken by notifications (or the poll interval);
 one heartbeat renews every lease and claimed message this worker holds, in one statement, every
-third of the lease TTL; one guardian re-nudges active runs that lost all their messages.
+third of the lease TTL; one guardian re-nudges active runs that lost all their messages; with
+retention configured, one maintenance loop archives finished runs (on one elected worker).
 """
 
 from __future__ import annotations
@@ -109,6 +110,10 @@ class Worker:
                                 name="toren-guardian"),
             asyncio.create_task(self._schedule_loop(), name="toren-schedules"),
         ]
+        if self.settings.archive_url is not None and self.runtime.retentions():
+            self._loops.append(asyncio.create_task(
+                self._every(self.settings.archive_interval_s, self._archive),
+                name="toren-archive"))
         log.info("worker %s serving %s", self.id, ", ".join(self.agent_names))
 
     async def stop(self) -> None:
@@ -342,3 +347,12 @@ class Worker:
         catalog)."""
         for observer in self.observers:
             observer(agent, stream, first_seq, events)
+
+    async def _archive(self) -> None:
+        """One archive pass (``Runtime.archive_runs``): every worker tries; the one that gets
+        the fleet's archive lock works it, the others find it taken and wait for the next."""
+        report = await self.runtime.archive_runs()
+        archived = sum(counts["archived"] for counts in report["agents"].values())
+        if archived:
+            log.info("archived %d finished run(s) past their retention in %.1fs", archived,
+                     report.get("duration_s", 0.0))

@@ -26,6 +26,8 @@ KINDS: dict[str, DriverKind] = {
     "store": DriverKind("store", "toren.store", "TOREN_STORE", "postgres"),
     "queue": DriverKind("queue", "toren.queue", "TOREN_QUEUE", "postgres"),
     "runtime": DriverKind("runtime", "toren.runtime", "TOREN_RUNTIME", "inprocess"),
+    # picked by the scheme of TOREN_ARCHIVE's URL (toren.seams.archive)
+    "archive": DriverKind("archive", "toren.archive", "TOREN_ARCHIVE", "file"),
 }
 
 #: The distribution that provides each of Toren's own published drivers, for the install hint.
@@ -38,6 +40,8 @@ KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("toren.queue", "sqs"): "toren-sqs",
     ("toren.runtime", "inprocess"): "toren",
     ("toren.runtime", "fargate"): "toren-fargate",
+    ("toren.archive", "file"): "toren",
+    ("toren.archive", "s3"): "toren-s3",
 }
 #: Drivers Toren plans but has not published: named as not yet available, never as a package.
 PLANNED_DRIVERS: dict[tuple[str, str], str] = {}

@@ -12,6 +12,7 @@ from toren.errors import DatabaseUnavailable
 from toren.mcp.http import McpEndpoint
 from toren.schemas import load_schema
 from toren.server import approvals, console, files, forks, runs, schedules, sessions, versions
+from toren.server import archive as archive_routes
 from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME, TRUSTED
 from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
@@ -58,6 +59,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     schedules.routes(app)
     forks.routes(app)
     versions.routes(app)
+    archive_routes.routes(app)
     console.routes(app)
     McpEndpoint().install(app)  # MCP for coding agents (docs/channels/mcp.md)
     for channel in runtime.listed_channels():  # webhooks of chat apps (docs/channels/)

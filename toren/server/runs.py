@@ -15,6 +15,8 @@ from toren.core import events as ev
 from toren.core.decisions import unstorable
 from toren.core.runs import RunRecord
 from toren.errors import RunNotFound
+from toren.host.retention import is_archived
+from toren.seams.store import RunReader
 from toren.server.context import RUNTIME
 from toren.server.cursors import (
     InvalidCursor,
@@ -284,14 +286,24 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     if "text/event-stream" in accept:
         after = request.headers.get("Last-Event-ID") or request.query.get("after")
         # decoded before the stream starts: once it has, an error can no longer be a 400
-        return await stream_events(request, request.app[RUNTIME].store, record,
+        return await stream_events(request, _run_reader(request, record), record,
                                    _event_position(after))
     runtime = request.app[RUNTIME]
     position = _event_position(request.query.get("after"))
-    events = await runtime.store.load_events(record.agent, record.id, position)
+    events = await runtime.run_events(record, position)
     listed = []
     for event in events:
         position[event.stream] = max(position.get(event.stream, 0), event.seq)
         listed.append(event_json(event, encode_event_cursor(position)))
     return web.json_response({"events": listed, "cursor": encode_event_cursor(position),
                               "status": record.status})
+
+
+def _run_reader(request: web.Request, record: RunRecord) -> RunReader:
+    """Where the run's events are read from: the store, or an archived run's object."""
+    runtime = request.app[RUNTIME]
+    if is_archived(record):
+        from toren.server.archive import ArchivedRunReader  # it imports this module
+
+        return ArchivedRunReader(runtime, record)
+    return runtime.store

@@ -22,6 +22,7 @@ with who calls them and when, so a second driver can implement and test one at a
   lease and incoming updates; chats' sessions and pairing; messages to send.
 - ``ForkStore`` (``forks``): a run created with a log copied from another run's.
 - ``AgentVersionStore`` (``versions``): agent definitions by version, and each run's version.
+- ``RunArchiveIndex`` (``archive``): finished runs archived out of the hot tables.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -29,6 +30,7 @@ Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``
 from __future__ import annotations
 
 from toren.seams.store.approvals import ApprovalStore
+from toren.seams.store.archive import RunArchiveIndex
 from toren.seams.store.budgets import BudgetLedger
 from toren.seams.store.channels import ChannelChats, ChannelInbox, ChannelOutbox
 from toren.seams.store.files import FileStore
@@ -50,15 +52,15 @@ from toren.seams.store.workers import WorkerRegistry
 __all__ = ["AgentVersionStore", "ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
            "ChannelOutbox", "FileStore", "ForkStore", "Guardian", "KeyStore",
            "LiveText",
-           "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
-           "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
-           "VersionSummary", "WorkerRegistry"]
+           "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunArchiveIndex", "RunLog",
+           "RunReader", "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest",
+           "ToolStateStore", "VersionSummary", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
             BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore,
-            AgentVersionStore):
+            AgentVersionStore, RunArchiveIndex):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

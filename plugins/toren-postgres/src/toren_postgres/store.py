@@ -8,8 +8,9 @@ One class per interface, each in its module and each usable alone (they share
 (``tool_state``), ``PostgresApprovalStore`` (``approvals``), ``PostgresScheduleStore``
 (``schedules``), ``PostgresLiveText`` (``live_text``), ``PostgresBudgetLedger``
 (``budgets``), ``PostgresFileStore`` (``files``), ``PostgresChannelInbox``,
-``PostgresChannelChats`` and ``PostgresChannelOutbox`` (``channels``) and ``PostgresForkStore``
-(``forks``). ``PostgresStore`` is all of them over one connection pool.
+``PostgresChannelChats`` and ``PostgresChannelOutbox`` (``channels``), ``PostgresForkStore``
+(``forks``), ``PostgresAgentVersionStore`` (``versions``) and ``PostgresRunArchive``
+(``archive``). ``PostgresStore`` is all of them over one connection pool.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
 from toren.errors import DatabaseUnavailable
 from toren.seams.store import Store
 from toren_postgres.approvals import PostgresApprovalStore
+from toren_postgres.archive import PostgresRunArchive
 from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.channels import (
     PostgresChannelChats,
@@ -97,7 +99,7 @@ class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, Postgre
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
                     PostgresLiveText, PostgresBudgetLedger, PostgresFileStore,
                     PostgresChannelInbox, PostgresChannelChats, PostgresChannelOutbox,
-                    PostgresForkStore, PostgresAgentVersionStore, Store):
+                    PostgresForkStore, PostgresAgentVersionStore, PostgresRunArchive, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

@@ -1,9 +1,11 @@
 """Test helpers: a real SQS API on this machine (moto in server mode), for toren-sqs's tests
 and Toren's own (``moto[server]`` must be installed; requirements/test.txt installs it).
 
-Also a pytest plugin (entry point ``pytest11``), giving two fixtures:
+Also a pytest plugin (entry point ``pytest11``), giving three fixtures:
 
-- ``sqs_endpoint``: a moto server for the test session; its endpoint URL;
+- ``moto_endpoint``: a moto server for the test session (every AWS API moto has: SQS, S3,
+  ...); its endpoint URL. toren-s3's tests use it too;
+- ``sqs_endpoint``: the same server, for SQS tests;
 - ``sqs_env``: the environment pointing the driver at it, set for one test, with a queue
   prefix of the test's own.
 """
@@ -19,8 +21,9 @@ import pytest
 
 
 @contextlib.contextmanager
-def moto_sqs_server() -> Iterator[str]:
-    """Start moto's server on a free local port; yield its endpoint URL; stop it after."""
+def moto_server() -> Iterator[str]:
+    """Start moto's server on a free local port; yield its endpoint URL; stop it after. One
+    server speaks every AWS API moto implements (SQS, S3, ...), each at the same URL."""
     from moto.server import ThreadedMotoServer
 
     with socket.socket() as sock:
@@ -34,6 +37,10 @@ def moto_sqs_server() -> Iterator[str]:
         server.stop()
 
 
+#: The name this helper had when SQS was its only user.
+moto_sqs_server = moto_server
+
+
 def sqs_test_env(endpoint: str) -> dict[str, str]:
     """Settings pointing the driver at ``endpoint`` with a queue prefix of its own (so tests
     sharing one server never share a queue), and fake credentials moto accepts."""
@@ -43,10 +50,16 @@ def sqs_test_env(endpoint: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def sqs_endpoint() -> Iterator[str]:
-    """A moto server for the whole test session."""
-    with moto_sqs_server() as endpoint:
+def moto_endpoint() -> Iterator[str]:
+    """A moto server for the whole test session (any AWS API moto has)."""
+    with moto_server() as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def sqs_endpoint(moto_endpoint: str) -> str:
+    """The session's moto server, for SQS."""
+    return moto_endpoint
 
 
 @pytest.fixture

@@ -1,0 +1,93 @@
+"""The ``s3`` archive backend: one object per archived run under ``s3://bucket/prefix``, written
+and read with boto3 in a thread pool of its own (boto3 blocks; the event loop must not)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from toren.config import Settings
+from toren.errors import ArchiveUnavailable, ConfigError
+from toren.seams.archive import ArchiveBackend
+
+T = TypeVar("T")
+
+#: Threads (and HTTP connections) for S3 calls: an archive pass reads and writes one at a time,
+#: concurrent reads of archived runs (the HTTP API) take more.
+POOL_SIZE = 8
+
+
+class S3Archive(ArchiveBackend):
+    """Archived runs as S3 objects ``<prefix>/<agent>/<YYYY>/<MM>/<run>.jsonl.gz``.
+
+    Credentials and region come from boto3's usual chain (``AWS_*``, the task role);
+    ``TOREN_S3_ENDPOINT_URL`` points it at an S3-compatible server (moto, MinIO). The bucket
+    must exist: Toren never creates buckets (their policy and lifecycle rules are the
+    operator's).
+    """
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        super().__init__(url, settings)
+        parts = urlsplit(url)
+        if not parts.netloc or parts.query or parts.fragment:
+            raise ConfigError(f"TOREN_ARCHIVE={url!r}: an S3 archive is s3://bucket or "
+                              "s3://bucket/prefix")
+        self.bucket = parts.netloc
+        self.prefix = parts.path.strip("/")
+        self._executor = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="toren-s3")
+        self._client = boto3.client(
+            "s3", endpoint_url=os.environ.get("TOREN_S3_ENDPOINT_URL") or None,
+            region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            or "us-east-1",
+            config=botocore.config.Config(retries={"mode": "standard", "max_attempts": 4},
+                                          connect_timeout=5, read_timeout=60,
+                                          max_pool_connections=POOL_SIZE))
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    async def _call(self, what: str, method: Callable[..., T], /, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, functools.partial(method, **kwargs))
+        except botocore.exceptions.ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise ArchiveUnavailable(f"S3 {exc.operation_name} of {what} failed: "
+                                     f"{error.get('Code')}: {error.get('Message')}") from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise ArchiveUnavailable(f"S3 is unreachable ({what}): {exc}") from exc
+
+    async def put(self, key: str, data: bytes) -> str:
+        full = self._key(key)
+        where = f"s3://{self.bucket}/{full}"
+        # PutObject is atomic: a reader sees the whole object or none
+        await self._call(where, self._client.put_object, Bucket=self.bucket, Key=full,
+                         Body=data, ContentType="application/x-ndjson",
+                         ContentEncoding="gzip")
+        return where
+
+    async def get(self, location: str) -> bytes:
+        parts = urlsplit(location)
+        if parts.scheme != "s3" or not parts.netloc:
+            raise ArchiveUnavailable(f"{location!r} is not an S3 location (TOREN_ARCHIVE is "
+                                     f"{self.url})")
+        found = await self._call(location, self._client.get_object, Bucket=parts.netloc,
+                                 Key=parts.path.lstrip("/"))
+        body = found["Body"]
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, body.read)
+        finally:
+            body.close()
+
+    async def close(self) -> None:
+        self._client.close()
+        self._executor.shutdown(wait=False)

@@ -1,0 +1,123 @@
+"""Retention over HTTP: archived runs listed, and an archive pass run on request.
+
+An archived run is read through the run routes as a hot one is (``GET /runs/{id}``,
+``/receipt``, ``/events``, ``/children``): ``Runtime.get_run`` finds it in the archive index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from toren.core.events import Event
+from toren.core.runs import RunRecord
+from toren.host.retention import MAX_ARCHIVED_PAGE
+from toren.seams.store import RunReader
+from toren.server.context import RUNTIME
+from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
+from toren.server.errors import json_error
+from toren.server.runs import is_uuid, read_json_object
+
+if TYPE_CHECKING:
+    from toren.host.runtime import Runtime
+
+#: Most runs one ``POST /archive`` may be asked to archive.
+MAX_RUNS_PER_REQUEST = 100_000
+
+
+def routes(app: web.Application) -> None:
+    app.router.add_get("/archived-runs", list_archived_runs)
+    app.router.add_post("/archive", archive)
+
+
+async def list_archived_runs(request: web.Request) -> web.Response:
+    """Archived runs of the served agents, newest first, a page at a time."""
+    runtime = request.app[RUNTIME]
+    query = request.query
+    agent = query.get("agent")
+    if agent is not None and agent not in runtime.agents:
+        return json_error(404, "agent_not_found", f"no agent named {agent!r} is served here")
+    try:
+        limit = int(query.get("limit", "50"))
+    except ValueError:
+        return json_error(400, "invalid_limit", "limit must be an integer")
+    if not 1 <= limit <= MAX_ARCHIVED_PAGE:
+        return json_error(400, "invalid_limit", f"limit must be between 1 and "
+                                                f"{MAX_ARCHIVED_PAGE}")
+    before = decode_page_cursor(query.get("cursor"))
+    if before is not None and not is_uuid(before[1]):
+        raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
+                            "Toren returned")
+    runs = await runtime.store.list_archived_runs(agents=[agent] if agent else
+                                                  list(runtime.agents),
+                                                  limit=limit + 1, before=before)
+    page, more = runs[:limit], len(runs) > limit
+    next_cursor = None
+    if more and page and page[-1].created_at is not None:
+        next_cursor = encode_page_cursor(page[-1].created_at, page[-1].id)
+    return web.json_response({"runs": [archived_json(run) for run in page],
+                              "next_cursor": next_cursor})
+
+
+async def archive(request: web.Request) -> web.Response:
+    """One archive pass over the served agents now (as the elected worker's loop does);
+    body ``{"dry_run": bool, "max_runs": int}`` (both optional)."""
+    runtime = request.app[RUNTIME]
+    body = await read_json_object(request) if request.can_read_body else {}
+    unknown = set(body) - {"dry_run", "max_runs"}
+    if unknown:
+        return json_error(400, "invalid_body", f"unknown field(s): {', '.join(sorted(unknown))}"
+                                               '; the body is {"dry_run", "max_runs"}')
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        return json_error(400, "invalid_body", "'dry_run' must be true or false")
+    max_runs = body.get("max_runs")
+    if isinstance(max_runs, float) and max_runs.is_integer():
+        max_runs = int(max_runs)  # JSON has one number type: 5.0 is the integer 5
+    if max_runs is not None and (not isinstance(max_runs, int) or isinstance(max_runs, bool)
+                                 or not 1 <= max_runs <= MAX_RUNS_PER_REQUEST):
+        return json_error(400, "invalid_body", "'max_runs' must be an integer from 1 to "
+                                               f"{MAX_RUNS_PER_REQUEST}")
+    report = await runtime.archive_runs(dry_run=dry_run, max_runs=max_runs)
+    return web.json_response(report)
+
+
+class ArchivedRunReader(RunReader):
+    """A ``RunReader`` over one archived run, for the live event stream (SSE) of
+    ``GET /runs/{id}/events``: it replays the archived events and ends, as for any finished
+    run. Everything but the run itself is the store's."""
+
+    def __init__(self, runtime: Runtime, record: RunRecord) -> None:
+        self.runtime = runtime
+        self.record = record
+
+    async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
+        return self.record if run_id == self.record.id else await self.runtime.store.get_run(
+            run_id, agent)
+
+    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                        limit: int = 50, agents: Sequence[str] | None = None,
+                        before: tuple[datetime, str] | None = None,
+                        kind: str | None = None, schedule: str | None = None
+                        ) -> list[RunRecord]:
+        return await self.runtime.store.list_runs(agent=agent, status=status, limit=limit,
+                                                  agents=agents, before=before, kind=kind,
+                                                  schedule=schedule)
+
+    async def child_runs(self, run_id: str) -> list[RunRecord]:
+        return await self.runtime.store.child_runs(run_id)
+
+    async def load_events(self, agent: str, run_id: str,
+                          after: Mapping[str, int] | None = None) -> list[Event]:
+        return await self.runtime.run_events(self.record, after)
+
+    async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
+        return [e for e in await self.runtime.run_events(self.record) if e.stream == stream]
+
+
+def archived_json(run: RunRecord) -> dict[str, Any]:
+    """An archived run as the API lists it: the run's JSON and ``archive``."""
+    return run.to_json() | {"archive": run.extra["archive"]}
