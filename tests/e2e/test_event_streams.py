@@ -95,6 +95,10 @@ def start_dev(start_toren: StartToren, database_url: str, tmp_path: Path,
     return dev, dev.next_json()["url"]
 
 
+#: The events of a session just opened (awaiting its first message).
+SESSION_OPENED = ["RunCreated", "TaskScheduled", "AgentVersionPinned"]
+
+
 def open_session(url: str, key: str | None = None) -> str:
     status, created = call(url, "/sessions", "POST", {"agent": "chat"}, key=key)
     assert status == 201, created
@@ -140,7 +144,8 @@ def test_ctrl_c_ends_open_streams_and_exits_within_the_grace(
     readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(2)]
     for reader in readers:
         reader.start()
-    assert wait_until(lambda: all(len(frames) == 2 for frames in received))  # both attached
+    assert wait_until(lambda: all(len(frames) == len(SESSION_OPENED)  # both attached
+                                  for frames in received))
 
     dev.proc.send_signal(signal.SIGINT)
     # behaviour, not a benchmark: it exits, well before aiohttp's default of minutes
@@ -150,7 +155,7 @@ def test_ctrl_c_ends_open_streams_and_exits_within_the_grace(
         assert not reader.is_alive()  # the server closed the stream
         assert any("shutting down" in comment for comment in stream.comments)
         stream.close()
-    assert [frame["event"] for frame in received[0]] == ["RunCreated", "TaskScheduled"]
+    assert [frame["event"] for frame in received[0]] == SESSION_OPENED
     assert "Traceback" not in dev.stderr, dev.stderr
 
 
@@ -166,7 +171,7 @@ def test_a_revoked_key_ends_its_open_streams(
     untouched = Sse(url, f"/runs/{session_id}/events", other["key"])
     assert (stream.status, untouched.status) == (200, 200)
     frames = stream.frames()
-    assert [next(frames)["event"] for _ in range(2)] == ["RunCreated", "TaskScheduled"]
+    assert [next(frames)["event"] for _ in range(3)] == SESSION_OPENED
 
     revoked = toren_cli("keys", "revoke", created["prefix"], env=env)
     assert revoked.returncode == 0, revoked.stderr

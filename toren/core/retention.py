@@ -53,7 +53,9 @@ def run_row(record: RunRecord) -> dict[str, Any]:
             "created_at": _iso(record.created_at), "updated_at": _iso(record.updated_at),
             "finished_at": _iso(record.finished_at), "parent_agent": record.parent_agent,
             "parent_run_id": record.parent_run_id, "parent_task": record.parent_task,
-            "child_kind": record.child_kind, "depth": record.depth}
+            "child_kind": record.child_kind, "depth": record.depth,
+            "agent_version": record.agent_version,
+            "agent_human_version": record.agent_human_version}
 
 
 def record_from_row(row: Mapping[str, Any], extra: dict[str, Any] | None = None) -> RunRecord:

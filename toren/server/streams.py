@@ -176,19 +176,24 @@ class StreamHub:
         self._watcher: asyncio.Task[None] | None = None
         self.reads = SharedReads()
 
-    async def get_run(self, run_id: str, agent: str) -> RunRecord | None:
-        """The run's row, read once for all of its streams asking at the same time."""
+    async def get_run(self, store: RunReader, run_id: str, agent: str) -> RunRecord | None:
+        """The run's row, read once for all of its streams asking at the same time (from the
+        hub's store: a stream reading elsewhere, such as an archived run's, reads alone)."""
+        if store is not self.store:
+            return await store.get_run(run_id, agent)
         return await self.reads.read(("run", run_id), run_id,
-                                     lambda: self.store.get_run(run_id, agent))
+                                     lambda: store.get_run(run_id, agent))
 
-    async def load_events(self, agent: str, run_id: str,
+    async def load_events(self, store: RunReader, agent: str, run_id: str,
                           after: dict[str, int]) -> list[Event]:
         """The run's events after ``after``, read once for all of its streams that have seen
         the same and ask at the same time (the list is shared: read it, never change it)."""
         seen = dict(after)
+        if store is not self.store:
+            return await store.load_events(agent, run_id, seen)
         return await self.reads.read(
             ("events", run_id, frozenset(seen.items())), run_id,
-            lambda: self.store.load_events(agent, run_id, seen))
+            lambda: store.load_events(agent, run_id, seen))
 
     @contextlib.contextmanager
     def open(self, run_id: str, owner: str) -> Iterator[StreamSlot | None]:
@@ -344,14 +349,14 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
             if not full_read:
                 # no notice woke us: look for events a lost notice would have announced. The
                 # run's status never changes without an event, so new events are the only sign
-                full_read = bool(await hub.load_events(record.agent, record.id, position))
+                full_read = bool(await hub.load_events(store, record.agent, record.id, position))
             if full_read:
                 # the row first: if it is terminal, the events read next include its last ones
-                found = await hub.get_run(record.id, record.agent)
+                found = await hub.get_run(store, record.id, record.agent)
                 if found is None:
                     raise RunNotFound(f"run {record.id} is gone")
                 current = found
-                events = await hub.load_events(record.agent, record.id, position)
+                events = await hub.load_events(store, record.agent, record.id, position)
         except Exception as exc:  # the database went away: the response is already started
             failing_since = failing_since or loop.time()
             if loop.time() - failing_since > SSE_GIVE_UP_S:

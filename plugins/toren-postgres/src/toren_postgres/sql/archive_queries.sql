@@ -6,7 +6,8 @@
 -- is never archived"); oldest end first, a page after (after_at, after_id).
 SELECT r.id, r.kind, r.status, r.input, r.output, r.stop_reason, r.error, r.idempotency_key,
        r.created_at, r.updated_at, r.finished_at, r.schedule, r.parent_agent,
-       r.parent_run_id::text, r.parent_task, r.child_kind, r.depth
+       r.parent_run_id::text, r.parent_task, r.child_kind, r.depth, r.agent_version,
+       r.agent_human_version
 FROM {runs} r
 WHERE r.status IN ('completed', 'stopped', 'failed', 'cancelled')
   AND r.finished_at < now() - %(older_than_s)s * interval '1 second'
@@ -37,7 +38,7 @@ LIMIT %(limit)s;
 -- export_run --
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at,
        updated_at, finished_at, schedule, parent_agent, parent_run_id::text, parent_task,
-       child_kind, depth
+       child_kind, depth, agent_version, agent_human_version
 FROM {runs} WHERE id = %(run_id)s;
 
 -- export_events --
@@ -106,10 +107,10 @@ DELETE FROM {runs} WHERE id = %(run_id)s;
 -- restore_run --
 INSERT INTO {runs} (id, kind, status, input, output, stop_reason, error, idempotency_key,
                     created_at, updated_at, finished_at, schedule, parent_agent, parent_run_id,
-                    parent_task, child_kind, depth)
+                    parent_task, child_kind, depth, agent_version, agent_human_version)
 SELECT r.id, r.kind, r.status, r.input, r.output, r.stop_reason, r.error, r.idempotency_key,
        r.created_at, r.updated_at, r.finished_at, r.schedule, r.parent_agent, r.parent_run_id,
-       r.parent_task, r.child_kind, r.depth
+       r.parent_task, r.child_kind, r.depth, r.agent_version, r.agent_human_version
 FROM jsonb_populate_record(NULL::{runs}, %(row)s) r;
 
 -- restore_events --
