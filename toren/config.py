@@ -79,6 +79,15 @@ class Settings:
     #: Appends of concurrent tasks share one transaction (one commit), each still checked
     #: against its own lease and sequence numbers (see toren_postgres.group_commit).
     group_commit: bool = True
+    #: A port for the worker's ``/metrics`` listener (Prometheus); ``None``: no listener.
+    metrics_port: int | None = None
+    #: The interface that listener binds (``0.0.0.0`` in a container).
+    metrics_host: str = "127.0.0.1"
+    #: ``/metrics`` on the API server without an API key (it holds no prompts or secrets).
+    metrics_public: bool = False
+    #: The ``toren.tracer`` driver (``otel``), or ``None`` for no tracing (the default unless
+    #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set).
+    tracer: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -123,12 +132,39 @@ class Settings:
             max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
             max_call_depth=positive_number(env, "TOREN_MAX_CALL_DEPTH", 5, int),
             group_commit=switch(env, "TOREN_GROUP_COMMIT", True),
+            metrics_port=_port(env, "TOREN_METRICS_PORT"),
+            metrics_host=env.get("TOREN_METRICS_HOST") or "127.0.0.1",
+            metrics_public=switch(env, "TOREN_METRICS_PUBLIC", False),
+            tracer=_tracer(env),
         )
 
     def crash_point(self, name: str) -> None:
         """A named crash point (``toren.crashpoints``): nothing unless TOREN_CRASH_AT names it."""
         if self.crash_at:
             crashpoints.reach(self.crash_at, self.crash_once, name)
+
+
+def _port(env: Mapping[str, str], name: str) -> int | None:
+    """A TCP port setting (1-65535), or ``None`` when unset."""
+    if not env.get(name):
+        return None
+    port = positive_number(env, name, 0, int)
+    if port > 65535:
+        raise ConfigError(f"{name}={env[name]!r} is not a TCP port: use 1 to 65535")
+    return port
+
+
+def _tracer(env: Mapping[str, str]) -> str | None:
+    """``TOREN_TRACER`` (``none`` turns tracing off), else ``otel`` when an OTLP endpoint is
+    set in the standard OpenTelemetry variables, else ``None``."""
+    chosen = env.get("TOREN_TRACER", "").strip()
+    if chosen:
+        return None if chosen == "none" else chosen
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return "otel"
+    return None
 
 
 def switch(env: Mapping[str, str], name: str, default: bool) -> bool:

@@ -38,6 +38,7 @@ from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.files import FileNotFound
 from toren.host.approvals import ApprovalsApi
 from toren.host.live import LiveOrder, LiveTextHub
+from toren.host.metrics import Metrics, MetricsListener
 from toren.host.relay import OutboxRelay
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
@@ -48,6 +49,7 @@ from toren.seams.queue import Queue
 from toren.seams.shapes import Migration, TextDelta
 from toren.seams.store import Store
 from toren.seams.store.schedules import FiredSlot, NewRun, SlotToFire
+from toren.seams.telemetry import Tracer
 from toren.seams.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,14 @@ class Runtime(ApprovalsApi):
         self.relay: OutboxRelay | None = None
         #: Pieces of model text as they are generated, for live watchers (never durable).
         self.live = LiveTextHub(self.store)
+        #: Prometheus metrics of this process (``/metrics``; ``toren.host.metrics``).
+        self.metrics = Metrics(self.store, list(self.agents),
+                               live_window_s=max(10.0, 3 * self.settings.lease_ttl_s))
+        #: Spans of runs, tasks, model and tool calls: a no-op unless a ``toren.tracer``
+        #: driver is configured (``TOREN_TRACER``, or an ``OTEL_EXPORTER_OTLP_ENDPOINT``).
+        self.tracer: Tracer = (driver_class("tracer", self.settings.tracer)(self.settings)
+                               if self.settings.tracer else Tracer())
+        self._metrics_listener: MetricsListener | None = None
         self.started = False
 
     def check_model(self, model_id: str) -> object:
@@ -150,6 +160,10 @@ class Runtime(ApprovalsApi):
                 await self.sync_schedules()
                 self.workers = self._runtime_class(self.settings)
                 await self.workers.start(self)
+            if workers and self.settings.metrics_port is not None:
+                self._metrics_listener = MetricsListener(
+                    self.metrics, self.settings.metrics_host, self.settings.metrics_port)
+                await self._metrics_listener.start()
         except BaseException:
             await self.stop()
             raise
@@ -209,6 +223,9 @@ class Runtime(ApprovalsApi):
     async def stop(self) -> None:
         """Stop workers and the outbox relay, then close the queue and the store. Safe to
         call twice."""
+        if self._metrics_listener is not None:
+            await self._metrics_listener.stop()
+            self._metrics_listener = None
         if self.workers is not None:
             await self.workers.stop()
             self.workers = None
@@ -224,6 +241,7 @@ class Runtime(ApprovalsApi):
             await self.queue.close()
             self.queue = None
         await self.live.close()
+        self.tracer.shutdown()
         await self.store.close()
         if self._watchdog is not None:
             await self._watchdog.stop()

@@ -26,6 +26,7 @@ KINDS: dict[str, DriverKind] = {
     "store": DriverKind("store", "toren.store", "TOREN_STORE", "postgres"),
     "queue": DriverKind("queue", "toren.queue", "TOREN_QUEUE", "postgres"),
     "runtime": DriverKind("runtime", "toren.runtime", "TOREN_RUNTIME", "inprocess"),
+    "tracer": DriverKind("tracer", "toren.tracer", "TOREN_TRACER", "none"),
 }
 
 #: The distribution that provides each of Toren's own published drivers, for the install hint.
@@ -37,6 +38,7 @@ KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("toren.queue", "postgres"): "toren-postgres",
     ("toren.queue", "sqs"): "toren-sqs",
     ("toren.runtime", "inprocess"): "toren",
+    ("toren.tracer", "otel"): "toren-otel",
 }
 #: Drivers Toren plans but has not published: named as not yet available, never as a package.
 PLANNED_DRIVERS: dict[tuple[str, str], str] = {

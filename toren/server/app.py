@@ -11,7 +11,15 @@ import toren
 from toren.errors import DatabaseUnavailable
 from toren.mcp.http import McpEndpoint
 from toren.schemas import load_schema
-from toren.server import approvals, console, files, runs, schedules, sessions
+from toren.server import (
+    approvals,
+    console,
+    files,
+    observability,
+    runs,
+    schedules,
+    sessions,
+)
 from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME, TRUSTED
 from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
@@ -38,7 +46,8 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
                                      allowed_hosts=allowed_host_names(bound_host, allowed_hosts))
     app = web.Application(
         middlewares=[error_middleware, guard,
-                     auth_middleware(runtime.store, enabled=require_keys)],
+                     auth_middleware(runtime.store, enabled=require_keys,
+                                     public_paths=observability.public_paths(runtime.settings))],
         client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
     app[STREAMS] = StreamHub(runtime.store, runtime.live,
@@ -58,6 +67,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     schedules.routes(app)
     console.routes(app)
     McpEndpoint().install(app)  # MCP for coding agents (docs/channels/mcp.md)
+    observability.routes(app)  # /metrics, /fleet (docs/guides/observability.md)
     return app
 
 

@@ -18,6 +18,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
 - ``BudgetLedger`` (``budgets``): reservations of model-call cost against run and daily budgets.
 - ``FileStore`` (``files``): uploaded files, content-addressed.
+- ``FleetReader`` (``fleet``): queue, runs and workers at a glance (metrics, ``toren top``).
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 from toren.seams.store.approvals import ApprovalStore
 from toren.seams.store.budgets import BudgetLedger
 from toren.seams.store.files import FileStore
+from toren.seams.store.fleet import FleetReader
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
 from toren.seams.store.lifecycle import StoreLifecycle
@@ -40,15 +42,15 @@ from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["ApprovalStore", "BudgetLedger", "FileStore", "Guardian", "KeyStore", "LiveText",
-           "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
-           "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
-           "WorkerRegistry"]
+__all__ = ["ApprovalStore", "BudgetLedger", "FileStore", "FleetReader", "Guardian", "KeyStore",
+           "LiveText", "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog",
+           "RunReader", "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest",
+           "ToolStateStore", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
-            BudgetLedger, FileStore):
+            BudgetLedger, FileStore, FleetReader):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

@@ -26,6 +26,7 @@ from toren.seams.store import Store
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.files import PostgresFileStore
+from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.live_text import PostgresLiveText
@@ -87,7 +88,8 @@ def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
 class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, PostgresWorkerRegistry,
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
-                    PostgresLiveText, PostgresBudgetLedger, PostgresFileStore, Store):
+                    PostgresLiveText, PostgresBudgetLedger, PostgresFileStore,
+                    PostgresFleetReader, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.
