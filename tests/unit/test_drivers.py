@@ -69,7 +69,8 @@ def test_only_published_distributions_are_suggested() -> None:
     message = missing_driver_message(KINDS["store"], "postgres")
 
     assert message.endswith(": pip install toren-postgres")
-    assert set(KNOWN_DISTRIBUTIONS.values()) == {"toren", "toren-postgres", "toren-sqs"}
+    assert set(KNOWN_DISTRIBUTIONS.values()) == {"toren", "toren-postgres", "toren-sqs",
+                                                 "toren-otel"}
     assert not set(KNOWN_DISTRIBUTIONS) & set(PLANNED_DRIVERS)
 
 

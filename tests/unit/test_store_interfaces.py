@@ -9,6 +9,7 @@ import pytest
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.files import PostgresFileStore
+from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.lifecycle import PostgresConnection
@@ -29,6 +30,7 @@ from toren.seams.store import (
     ApprovalStore,
     BudgetLedger,
     FileStore,
+    FleetReader,
     Guardian,
     KeyStore,
     Migrator,
@@ -49,7 +51,7 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore,
           ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore,
           BudgetLedger: PostgresBudgetLedger,
-          FileStore: PostgresFileStore}
+          FileStore: PostgresFileStore, FleetReader: PostgresFleetReader}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:
