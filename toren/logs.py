@@ -24,6 +24,8 @@ FORMATS = ("rich", "plain", "json")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 #: Toren API keys (``toren_<8 hex>_<secret>``) wherever they appear: the secret part goes.
 _TOREN_KEY = re.compile(r"(toren_[0-9a-f]{8}_)[A-Za-z0-9_\-]{20,}")
+#: ``password=...`` in a libpq key=value connection string.
+_CONNINFO_PASSWORD = re.compile(r"(?:^|\s)password=([^\s']+)")
 #: Shorter values are not masked: they would mask ordinary words.
 MIN_SECRET_CHARS = 8
 MASK = "***"
@@ -38,6 +40,9 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
     for name, value in env.items():
         if _SECRET_NAME.search(name) and len(value) >= MIN_SECRET_CHARS:
             found.add(value)
+        for password in _CONNINFO_PASSWORD.findall(value):  # libpq key=value strings
+            if len(password) >= MIN_SECRET_CHARS:
+                found.add(password)
         if "://" in value:
             try:
                 password = urlsplit(value).password
