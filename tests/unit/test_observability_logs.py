@@ -93,11 +93,13 @@ def test_secrets_are_masked_in_messages_arguments_and_tracebacks(capture) -> Non
 
 
 def test_secret_values_are_read_from_secret_names_and_url_passwords() -> None:
-    found = secret_values({"OPENAI_API_KEY": "sk-proj-12345678", "TELEGRAM_BOT_TOKEN": "123:abcdefgh",
+    found = secret_values({"OPENAI_API_KEY": "sk-proj-12345678",
+                           "TELEGRAM_BOT_TOKEN": "123:abcdefgh",
                            "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
                            "DATABASE_URL": "postgres://u:longpassword@h/d",
                            "PATH": "/usr/bin:/bin",
-                           "PG_CONN": "host=db user=u password=conninfo-secret dbname=d", "TOREN_AUTH_MODE": "on",
+                           "PG_CONN": "host=db user=u password=conninfo-secret dbname=d",
+                           "TOREN_AUTH_MODE": "on",
                            "BROKEN_URL": "http://[::1"})
     assert set(found) == {"sk-proj-12345678", "123:abcdefgh", "wJalrXUtnFEMI/K7MDENG",
                           "longpassword", "conninfo-secret"}
