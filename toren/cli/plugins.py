@@ -38,7 +38,8 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
         table.add_row(name, safe(info["distribution"]), safe(info["version"]),
                       safe("; ".join(registers) or "-"))
     print_table(table)
-    drivers_table = Table(title="Drivers (chosen by TOREN_STORE, TOREN_QUEUE, TOREN_RUNTIME, TOREN_TRACER)")
+    drivers_table = Table(
+        title="Drivers (chosen by TOREN_STORE, TOREN_QUEUE, TOREN_RUNTIME, TOREN_TRACER)")
     for column in ("kind", "name", "distribution", "version"):
         drivers_table.add_column(column)
     for row in drivers:
