@@ -241,7 +241,8 @@ class Runtime(ApprovalsApi):
             await self.queue.close()
             self.queue = None
         await self.live.close()
-        self.tracer.shutdown()
+        # flushing spans may wait on the collector: not on the event loop
+        await asyncio.to_thread(self.tracer.shutdown)
         await self.store.close()
         if self._watchdog is not None:
             await self._watchdog.stop()
