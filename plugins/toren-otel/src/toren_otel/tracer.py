@@ -110,6 +110,7 @@ class OtelTracer(Tracer):
             processor = BatchSpanProcessor(exporter)
         self.provider.add_span_processor(processor)
         self.tracer = self.provider.get_tracer("toren", toren.__version__)
+        self._shut_down = False
 
     @contextlib.contextmanager
     def handling(self, message: QueueMessage, worker_id: str) -> Iterator[None]:
@@ -219,4 +220,6 @@ class OtelTracer(Tracer):
         span.end()
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        if not self._shut_down:  # Runtime.stop may be called twice
+            self._shut_down = True
+            self.provider.shutdown()
