@@ -4,7 +4,7 @@ committed append is timed and told to the metrics and the tracer (one place for 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from toren.core.events import Event, NewEvent
@@ -14,16 +14,22 @@ from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
 from toren.seams.store import RunLog
 from toren.seams.telemetry import Tracer
 
+#: The events that end a run (its root span ends with them).
+_RUN_ENDS = frozenset({"RunFinished", "RunDeadLettered"})
+
 
 class ObservedRunLog(RunLog):
     """``log``, with each committed ``append`` and ``append_unleased`` told to ``metrics``
-    (counters, append latency) and ``tracer`` (model and tool call spans). Nothing is told
-    about an append that failed."""
+    (counters, append latency) and ``tracer`` (model and tool call spans), and, with tracing
+    on, ``run_ended(agent, run_id)`` called when a run's end commits. Nothing is told about an
+    append that failed."""
 
-    def __init__(self, log: RunLog, metrics: Metrics | None, tracer: Tracer) -> None:
+    def __init__(self, log: RunLog, metrics: Metrics | None, tracer: Tracer, *,
+                 run_ended: Callable[[str, str], None] | None = None) -> None:
         self.log = log
         self.metrics = metrics
         self.tracer = tracer
+        self.run_ended = run_ended
 
     def _committed(self, agent: str, run_id: str, stream: str, events: Sequence[NewEvent],
                    seconds: float) -> None:
@@ -31,6 +37,9 @@ class ObservedRunLog(RunLog):
             self.metrics.appended(agent, events, seconds)
         if self.tracer.enabled:
             self.tracer.appended(agent, run_id, stream, events, seconds)
+            if self.run_ended is not None and stream == "run" and any(
+                    event.type in _RUN_ENDS for event in events):
+                self.run_ended(agent, run_id)
 
     async def append(self, agent: str, lease: Lease, expected_seq: int,
                      events: Sequence[NewEvent], *, ttl_s: float,

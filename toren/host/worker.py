@@ -30,7 +30,7 @@ from toren.host.observed import ObservedRunLog
 from toren.host.relay import QueueAcknowledgingLog
 from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
 from toren.seams.store import Guardian, RunLog, WorkerRegistry
-from toren.seams.telemetry import LOG_CONTEXT, log_context
+from toren.seams.telemetry import log_context
 
 if TYPE_CHECKING:
     from toren.host.runtime import Runtime
@@ -63,7 +63,8 @@ class Worker:
         self.metrics = runtime.metrics
         self.tracer = runtime.tracer
         # counters and spans from every committed append, timed (toren.host.observed)
-        self.run_log = ObservedRunLog(self.run_log, self.metrics, self.tracer)
+        self.run_log = ObservedRunLog(self.run_log, self.metrics, self.tracer,
+                                      run_ended=self._end_run_span_soon)
         #: Reads of finished runs' creation times for their root spans (tracing only).
         self._span_reads: set[asyncio.Task[None]] = set()
         self.inflight: dict[int, asyncio.Task[None]] = {}
@@ -360,16 +361,15 @@ class Worker:
     def observe_append(self, agent: str, stream: str, first_seq: int,
                        events: Sequence[NewEvent]) -> None:
         """Tell every observer about an append (tests validate each event against the
-        catalog); with tracing on, end a finished run's root span."""
+        catalog)."""
         for observer in self.observers:
             observer(agent, stream, first_seq, events)
-        if self.tracer.enabled and stream == ev.RUN_STREAM and any(
-                event.type == _RUN_FINISHED for event in events):
-            run_id = _current_run_id()
-            if run_id is not None:
-                read = asyncio.create_task(self._end_run_span(agent, run_id))
-                self._span_reads.add(read)
-                read.add_done_callback(self._span_reads.discard)
+
+    def _end_run_span_soon(self, agent: str, run_id: str) -> None:
+        """The run's end is committed: end its root span once its creation time is read."""
+        read = asyncio.create_task(self._end_run_span(agent, run_id))
+        self._span_reads.add(read)
+        read.add_done_callback(self._span_reads.discard)
 
     async def _end_run_span(self, agent: str, run_id: str) -> None:
         """The run's root span starts when the run was created: read that once, at its end."""
@@ -382,12 +382,7 @@ class Worker:
             self.tracer.run_finished(agent, run_id, record.status, record.created_at)
 
 
-_RUN_FINISHED = ev.RunFinished.__name__
 _IN_FLIGHT = frozenset({ev.ModelCallStarted.__name__, ev.ToolCallStarted.__name__})
-
-
-def _current_run_id() -> str | None:
-    return LOG_CONTEXT.get().get("run_id")
 
 
 def interrupted(events: Sequence[Event], epoch: int) -> bool:
