@@ -27,7 +27,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from toren_bench import TERMINAL, BenchDatabase, bench_crew, create_runs, log, settings
 from toren_otel.tracer import OtelTracer
 
+from toren.config import Settings
+from toren.core.events import NewEvent
 from toren.host.runtime import Runtime
+from toren.seams.shapes import QueueMessage
 from toren.seams.telemetry import Tracer
 
 
@@ -80,6 +83,30 @@ async def one_arm(server_url: str, traced: bool, runs: int, steps: int,
             "spans_exported": exporter.spans}
 
 
+def tracer_cpu(traced: bool, messages: int) -> float:
+    """CPU microseconds the tracer itself costs per durable operation, in isolation: for each
+    message, the work span plus one model call and one tool call appended (2 operations).
+    Load-proof where the end-to-end ratio is not (other work on the machine moves it)."""
+    exporter = DroppingExporter()
+    tracer: Tracer = (OtelTracer(Settings(), processor=BatchSpanProcessor(exporter))
+                      if traced else Tracer())
+    message = QueueMessage(1, "bench", "0e73dd0e-4db7-4cfa-a70f-51bfbd484e69", "task",
+                           {"task_id": "main"}, 1, 0.01)
+    model = [NewEvent("ModelCallCompleted", {
+        "model": "toren/scripted", "step": 1, "latency_ms": 3.0, "cost_usd": 0.0,
+        "usage": {"input_tokens": 100, "output_tokens": 20}, "stop_reason": "tool_use"})]
+    tool = [NewEvent("ToolCallCompleted", {"name": "noop", "call_id": "c1", "step": 1,
+                                           "duration_ms": 1.0})]
+    started = time.process_time()
+    for _ in range(messages):
+        with tracer.handling(message, "bench-worker"):
+            if tracer.enabled:
+                tracer.appended("bench", message.run_id or "", "task:main", model, 0.001)
+                tracer.appended("bench", message.run_id or "", "task:main", tool, 0.001)
+    tracer.shutdown()
+    return 1e6 * (time.process_time() - started) / (2 * messages)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -109,12 +136,20 @@ def main() -> int:
                       "ratio_on_over_off": round(arms[True]["operations_per_s"]
                                                  / arms[False]["operations_per_s"], 3)})
     ratios = [pair["ratio_on_over_off"] for pair in pairs]
+    messages = 200 if args.smoke else 5000
+    isolated = {"off_cpu_us_per_operation": round(tracer_cpu(False, messages), 2),
+                "on_cpu_us_per_operation": round(tracer_cpu(True, messages), 2)}
     result = {"bench": "toren_tracing_overhead", "smoke": args.smoke, "runs": args.runs,
               "steps_per_run": args.steps, "operations_per_run": 2 * args.steps + 1,
               "concurrency": args.concurrency, "pairs": pairs,
               "median_ratio_on_over_off": round(statistics.median(ratios), 3),
               "ratio_spread": [min(ratios), max(ratios)],
-              "slowdown_percent": round(100 * (1 - statistics.median(ratios)), 1)}
+              "slowdown_percent": round(100 * (1 - statistics.median(ratios)), 1),
+              "off_cpu_ms_per_operation": statistics.median(
+                  pair["off"]["cpu_ms_per_operation"] for pair in pairs),
+              "on_cpu_ms_per_operation": statistics.median(
+                  pair["on"]["cpu_ms_per_operation"] for pair in pairs),
+              "tracer_alone": isolated}
     if any(pair["on"]["spans_exported"] == 0 for pair in pairs):
         result["error"] = "the traced arm exported no spans"
         print(json.dumps(result), flush=True)
