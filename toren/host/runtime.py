@@ -24,6 +24,7 @@ from toren.core.schedules import RECENT_FIRES, ScheduleRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
     ConfigError,
+    DriverNotFound,
     MissingEnvError,
     ProviderError,
     RunNotFound,
@@ -104,10 +105,25 @@ class Runtime(ApprovalsApi):
                                live_window_s=max(10.0, 3 * self.settings.lease_ttl_s))
         #: Spans of runs, tasks, model and tool calls: a no-op unless a ``toren.tracer``
         #: driver is configured (``TOREN_TRACER``, or an ``OTEL_EXPORTER_OTLP_ENDPOINT``).
-        self.tracer: Tracer = (driver_class("tracer", self.settings.tracer)(self.settings)
-                               if self.settings.tracer else Tracer())
+        self.tracer: Tracer = self._make_tracer()
         self._metrics_listener: MetricsListener | None = None
         self.started = False
+
+    def _make_tracer(self) -> Tracer:
+        """The configured tracer driver; the no-op one when none is. An OTLP endpoint set for
+        other programs, without toren-otel installed, is a warning, not an error (only an
+        explicit ``TOREN_TRACER`` insists)."""
+        if not self.settings.tracer:
+            return Tracer()
+        try:
+            tracer: Tracer = driver_class("tracer", self.settings.tracer)(self.settings)
+        except DriverNotFound:
+            if os.environ.get("TOREN_TRACER"):
+                raise
+            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but toren-otel is not installed: "
+                        "no traces (pip install toren-otel; TOREN_TRACER=none silences this)")
+            return Tracer()
+        return tracer
 
     def check_model(self, model_id: str) -> object:
         """Resolve a model id to its provider's ``Model``; ``ConfigError`` if none serves it."""

@@ -139,3 +139,17 @@ def test_the_driver_is_found_by_name_and_tracing_is_off_without_an_endpoint() ->
     assert Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
                               "OTEL_SDK_DISABLED": "true"}).tracer is None
     assert Tracer.enabled is False and OtelTracer.enabled is True
+
+
+def test_a_missing_tracer_driver_is_a_warning_unless_asked_for_by_name(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from toren.errors import DriverNotFound
+
+    monkeypatch.delenv("TOREN_TRACER", raising=False)
+    # what OTEL_EXPORTER_OTLP_ENDPOINT does without toren-otel: a driver that is not there
+    runtime = Runtime(agents=[], settings=Settings(load_plugins=(), tracer="jaeger"))
+    assert type(runtime.tracer) is Tracer
+    assert "toren-otel is not installed" in caplog.text
+    monkeypatch.setenv("TOREN_TRACER", "jaeger")
+    with pytest.raises(DriverNotFound, match="no tracer driver named 'jaeger'"):
+        Runtime(agents=[], settings=Settings(load_plugins=(), tracer="jaeger"))
