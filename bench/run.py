@@ -39,7 +39,7 @@ console = Console(stderr=True)
 
 HISTORY = BENCH / "history"
 TOREN_FIGURES = ("throughput", "latency", "queue", "resume", "memory", "scaleout", "recovery",
-                 "inflight", "growth", "fanout")
+                 "inflight", "growth", "fanout", "delivery")
 #: Figures --smoke leaves out unless --only names them (they take more than a few seconds).
 NOT_IN_SMOKE = ("fanout", "inflight")
 #: Figures a full run leaves out unless --only names them (minutes each: agent scale).
@@ -261,6 +261,17 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         target="<= 0.5", check=lambda v, r: v <= 0.5)
     add("8 stream fan-out", "message sent to viewer receiving it, p50",
         each("toren_fanout", "wakeup_ms_p50"), "ms")
+    subscribers = median(each("toren_delivery", "subscribers"))
+    add("8 stream fan-out", f"{subscribers or 0:,.0f} SSE subscribers to running runs: append "
+        "to delivery, p99", each("toren_delivery", "append_to_delivery_ms_p99"), "ms",
+        target="<= 100 ms", check=lambda v, r: v <= 100)
+    add("8 stream fan-out", "same, p50", each("toren_delivery", "append_to_delivery_ms_p50"),
+        "ms")
+    add("8 stream fan-out", "same: subscribers missing an event or seeing one out of order",
+        each("toren_delivery", "subscribers_missing_or_misordered"), "",
+        target="0", check=lambda v, r: v == 0)
+    add("8 stream fan-out", "same: API process RSS, peak",
+        each("toren_delivery", "server_rss_mb_peak"), "MB")
     levels = sorted({int(k) for rep in reps
                      for k in dig(rep.get("toren_inflight", {}), "levels") or {}})
     for n in levels:

@@ -4,7 +4,7 @@
     python bench/toren_bench.py FIGURE --server-url URL [--smoke]
 
 FIGURE is one of: throughput, latency, queue, resume, memory, inflight, growth, scaleout,
-recovery, fanout.
+recovery, fanout, delivery.
 Each invocation creates a fresh database on the server at URL (the role needs CREATEDB) and
 drops it afterwards. Logs go to stderr. ``bench/run.py`` runs every figure beside the peers.
 """
@@ -867,11 +867,111 @@ async def fanout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
             "wakeup_ms_max": round(max(latencies), 1) if latencies else None}
 
 
+async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Live fan-out: ``--subscribers`` SSE subscribers on one API process, spread over
+    ``--watched-runs`` runs that one ``toren worker`` process works while they watch (each
+    run ``--steps`` agent steps, the model taking ``--model-latency`` seconds). For every
+    event a subscriber receives: the time from its append (the event's ``created_at``, the
+    database clock of the same machine) to its arrival; then every subscriber's events are
+    checked against the log (none missing, none twice, in order). The API process's RSS is
+    sampled while it serves."""
+    import aiohttp
+
+    runs, n = max(1, min(args.watched_runs, args.subscribers)), args.subscribers
+    crew = bench_crew(work, args.steps)
+    await create_runs(db.url, crew, 0)  # migrate
+    server = ServeProcess(crew, db.url, TOREN_MAX_STREAMS_PER_KEY=str(n + 10))
+    worker = None
+    try:
+        ids = await create_runs(db.url, crew, runs)
+        received: list[list[tuple[str, int, float, float]]] = [[] for _ in range(n)]
+        attached = asyncio.Semaphore(0)
+
+        async def subscribe(index: int, http: aiohttp.ClientSession) -> None:
+            run_id = ids[index % runs]
+            async with http.get(f"{server.url}/runs/{run_id}/events",
+                                headers={"Accept": "text/event-stream"}) as response:
+                response.raise_for_status()
+                attached.release()
+                kind = ""
+                async for raw in response.content:
+                    line = raw.decode()
+                    if line.startswith("event: "):
+                        kind = line[7:].strip()
+                    elif line.startswith("data: ") and kind not in ("text_delta", "end"):
+                        now = time.time()
+                        event = json.loads(line[6:])
+                        created = datetime.datetime.fromisoformat(event["created_at"])
+                        received[index].append((event["stream"], event["seq"],
+                                                created.timestamp(), now))
+                    elif line.startswith("data: ") and kind == "end":
+                        return
+
+        rss: list[float] = []
+
+        status = Path(f"/proc/{server.proc.pid}/status")
+
+        async def sample_rss() -> None:
+            while True:
+                text = await asyncio.to_thread(status.read_text)
+                rss.extend(int(line.split()[1]) / 1024 for line in text.splitlines()
+                           if line.startswith("VmRSS:"))
+                await asyncio.sleep(0.5)
+
+        async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=60)) as http:
+            rss_before = None
+            sampler = asyncio.create_task(sample_rss())
+            await asyncio.sleep(0.6)
+            rss_before = rss[-1]
+            viewers = [asyncio.create_task(subscribe(i, http)) for i in range(n)]
+            for _ in range(n):
+                await asyncio.wait_for(attached.acquire(), 300)
+            started, live_from = time.perf_counter(), time.time()
+            worker = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(runs),
+                                   TOREN_SCRIPTED_DELAY=str(args.model_latency))
+            await asyncio.wait_for(asyncio.gather(*viewers), 900)
+            elapsed = time.perf_counter() - started
+            sampler.cancel()
+        with psycopg.connect(db.url) as conn:
+            logged: dict[str, dict[str, list[int]]] = {}
+            for run_id, stream, seq in conn.execute(
+                    "SELECT run_id::text, stream, seq FROM agent_bench.events "
+                    "ORDER BY run_id, stream, seq"):
+                logged.setdefault(run_id, {}).setdefault(stream, []).append(seq)
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
+    # the runs' first events were read as history when the subscribers attached: not counted
+    latencies = [(arrived - created) * 1000 for got in received
+                 for _, _, created, arrived in got if created >= live_from]
+
+    def by_stream(got: list[tuple[str, int, float, float]]) -> dict[str, list[int]]:
+        streams: dict[str, list[int]] = {}
+        for stream, seq, _, _ in got:  # in the order received: each stream's must be its log's
+            streams.setdefault(stream, []).append(seq)
+        return streams
+
+    incomplete = sum(1 for index, got in enumerate(received)
+                     if by_stream(got) != logged[ids[index % runs]])
+    return {"subscribers": n, "runs": runs, "steps_per_run": args.steps,
+            "model_latency_s": args.model_latency, "seconds": round(elapsed, 1),
+            "deliveries": len(latencies),
+            "append_to_delivery_ms_p50": round(percentile(latencies, 0.5), 1),
+            "append_to_delivery_ms_p99": round(percentile(latencies, 0.99), 1),
+            "append_to_delivery_ms_max": round(max(latencies), 1),
+            "subscribers_missing_or_misordered": incomplete,
+            "server_rss_mb_before": round(rss_before or 0, 1),
+            "server_rss_mb_peak": round(max(rss), 1)}
+
+
 FIGURES: dict[str, Callable[..., Any]] = {
     "throughput": throughput, "latency": latency, "queue": queue, "resume": resume,
     "memory": memory, "inflight": inflight, "growth": growth, "scaleout": scaleout,
     "recovery": recovery,
-    "fanout": fanout,
+    "fanout": fanout, "delivery": delivery,
 }
 
 
@@ -903,12 +1003,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lease-ttl", type=float, default=None)
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--subscribers", type=int, default=1000,
+                        help="delivery: SSE subscribers, spread over --watched-runs runs")
+    parser.add_argument("--watched-runs", type=int, default=50)
     args = parser.parse_args()
     if args.smoke:
         args.runs, args.steps, args.jobs, args.wakeups = 10, 3, 50, 10
         args.latency_steps = 20
         args.lengths, args.inflight, args.recoveries = [100, 500], 50, 1
         args.streams, args.idle_seconds = 20, 2.0
+        args.subscribers, args.watched_runs = 10, 2
         args.inflight_levels, args.model_latency = [20], 0.5
         args.size, args.backlog, args.claims = 10_000, 1_000, 20
     return args

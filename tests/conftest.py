@@ -24,6 +24,7 @@ from psycopg import sql
 from toren_postgres.testing import create_database, drop_database
 
 from tests.durable import make_runtime  # noqa: F401 - a fixture, registered by import
+from tests.queue_drivers import queue_driver, queue_env  # noqa: F401 - fixtures, by import
 from toren.testing import OutputProcess
 
 #: The console script installed next to this interpreter (there is no ``python -m toren``).

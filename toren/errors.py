@@ -148,9 +148,28 @@ class CallRefused(ToolError):
 
 
 class ChannelError(TorenError):
-    """A channel (CLI, HTTP, chat integrations) failed."""
+    """A channel (CLI, HTTP, chat integrations) failed.
+
+    Chat channels raise it at their platform boundary: ``retryable`` for 429, 5xx, timeouts
+    and connection errors (the channel backs off, at least ``retry_after_s`` when the platform
+    said so), permanent for a refused token, an unknown chat and the like.
+    """
 
     code = "channel_error"
+
+    def __init__(self, message: str | None = None, *, retryable: bool = False,
+                 retry_after_s: float | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+        self.status = status
+
+
+class PairingNotFound(TorenError):
+    """No chat-channel pairing has this code."""
+
+    code = "pairing_not_found"
+    http_status = 404
 
 
 class NonDeterminismError(TorenError):

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -322,9 +322,13 @@ class Chaos:
 
 
 def run_soak(config: SoakConfig, database_url: str, workdir: Path,
-             say: Callable[[str], None] = lambda _: None) -> SoakResult:
+             say: Callable[[str], None] = lambda _: None,
+             worker_extra_env: Mapping[str, str] | None = None) -> SoakResult:
     """The soak, on ``database_url`` (an empty or freshly migrated database), with its files
-    (agent directory, call log, effects, worker stderr, kills.jsonl) under ``workdir``."""
+    (agent directory, call log, effects, worker stderr, kills.jsonl) under ``workdir``.
+    ``worker_extra_env`` is added to the workers' environment (``TOREN_QUEUE=sqs`` and its
+    settings: runs are created in the outbox either way, and the workers' relays send them).
+    """
     seed = config.seed if config.seed is not None else random.randrange(1 << 30)
     started = time.monotonic()
     calls, effects = workdir / "model-calls.jsonl", workdir / "effects.log"
@@ -332,7 +336,8 @@ def run_soak(config: SoakConfig, database_url: str, workdir: Path,
     launcher = TorenLauncher(workdir)
     starter = RunStarter(database_url, directory, workdir / "toren-home")
     conn = psycopg.connect(database_url, autocommit=True)
-    fleet = Fleet(launcher, directory, worker_env(database_url, config, calls), conn,
+    fleet = Fleet(launcher, directory,
+                  worker_env(database_url, config, calls) | dict(worker_extra_env or {}), conn,
                   config.workers)
     chaos = Chaos(config, fleet, starter, conn, random.Random(seed), say)
     violations: list[str] = []

@@ -52,10 +52,12 @@ def completed(events: list[Event], purpose: str | None = None) -> list[Event]:
 
 
 @pytest.fixture
-def env(database_url: str, tmp_path: Path) -> dict[str, str]:
+def env(database_url: str, tmp_path: Path, queue_env: dict[str, str]) -> dict[str, str]:
+    """Every crash point on every queue driver (``queue_env``): on SQS, a crash right after
+    an append committed also leaves the messages it wrote unsent, for another relay."""
     return {"DATABASE_URL": database_url, "TOREN_LEASE_TTL": "1", "TOREN_POLL_INTERVAL": "0.2",
             "TOREN_SCRIPTED_CALL_LOG": str(tmp_path / "calls.jsonl"),
-            "TOREN_MAX_DELIVERIES": "100"}
+            "TOREN_MAX_DELIVERIES": "100"} | queue_env
 
 
 @pytest.mark.parametrize(("point", "repaid", "reexecuted"), [

@@ -49,6 +49,32 @@ def test_a_soak_with_kills_loses_nothing_and_repays_only_what_the_kills_explain(
     assert figures["recovered_kills"] >= 1 and figures["recovery_p99_s"] is not None
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_soak_with_kills_holds_on_sqs(database_url: str, tmp_path: Path,
+                                          sqs_env: dict[str, str]) -> None:
+    # the same soak with TOREN_QUEUE=sqs (moto server): messages leave through each worker's
+    # outbox relay, a killed worker's received messages come back after their visibility
+    # timeout, and a kill between commit and send leaves the send to another relay
+    seed = os.environ.get("TOREN_SOAK_SEED")
+    config = SoakConfig(runs=12, workers=2, kills=8, mean_kill_interval=1.5, model_delay=0.1,
+                        lease_ttl=1.0, concurrency=4, deadline=200,
+                        seed=int(seed) if seed else None)
+    result = run_soak(config, database_url, tmp_path,
+                      worker_extra_env={"TOREN_QUEUE": "sqs"} | sqs_env)
+    figures = result.figures
+    print(summary(result))
+    print(json.dumps({"queue": "sqs"} | figures))
+    assert result.violations == [], summary(result)
+    assert figures["kills"] >= config.kills
+    assert figures["lost"] == 0
+    assert figures["duplicated"] == 0
+    bound = figures["kills"] * config.concurrency
+    assert figures["repaid_calls"] <= bound + figures["repeats_without_kill"]
+    assert figures["tool_reexecutions"] <= bound
+    assert figures["busy_kills"] >= 1
+
+
 # -- the soak's checks catch what they are meant to catch (no database needed; the log checks
 # they build on are tested in tests/unit/test_log_invariants.py) ----------------------------
 

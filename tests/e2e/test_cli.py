@@ -197,15 +197,15 @@ def test_missing_env_is_reported_before_starting(toren_cli: TorenCli, tmp_path: 
     assert not (tmp_path / "toren-home").exists()  # nothing was started
 
 
-def test_a_planned_runtime_driver_is_not_yet_available(toren_cli: TorenCli,
-                                                        tmp_path: Path) -> None:
+def test_an_unpublished_runtime_driver_is_a_one_line_error(toren_cli: TorenCli,
+                                                            tmp_path: Path) -> None:
     crew = write_agent_dir(tmp_path, "crew")
 
-    result = toren_cli("dev", "--dir", str(crew), env={"TOREN_RUNTIME": "fargate"})
+    result = toren_cli("dev", "--dir", str(crew), env={"TOREN_RUNTIME": "lambda"})
 
     assert result.returncode == 1
     line = one_line(result.stderr)
-    assert "TOREN_RUNTIME=fargate" in line and "not yet available" in line
+    assert "TOREN_RUNTIME=lambda" in line and "no Toren distribution provides it" in line
     assert "pip install" not in line  # not published: anyone could register the name
 
 
@@ -258,10 +258,19 @@ def test_cli_works_with_every_installed_plugin_loaded(toren_cli: TorenCli) -> No
     assert json.loads(result.stdout)["version"] == toren.__version__
 
 
-def test_dev_starts_and_stops_installed_channels(start_toren: StartToren, database_url: str,
-                                                 tmp_path: Path) -> None:
-    crew = write_agent_dir(tmp_path, "crew")
+def test_dev_starts_and_stops_the_channels_agents_list(start_toren: StartToren,
+                                                       database_url: str,
+                                                       tmp_path: Path) -> None:
+    # an agent that lists no channel starts none (installed or not)
+    quiet = write_agent_dir(tmp_path / "quiet", "quiet")
     log = tmp_path / "channel.log"
+    dev = start_toren("dev", "--dir", str(quiet), "--port", "0", "--json",
+                      env={"DATABASE_URL": database_url, "TOREN_LOAD_PLUGINS": "toren-testplugin",
+                           "TOREN_TESTCHANNEL_LOG": str(log)})
+    dev.next_json()
+    assert dev.stop(signal.SIGTERM) == 0
+    assert not log.exists()
+    crew = write_agent_dir(tmp_path, "crew", channels={"testchannel": {}})
     dev = start_toren("dev", "--dir", str(crew), "--port", "0", "--json",
                       env={"DATABASE_URL": database_url, "TOREN_LOAD_PLUGINS": "toren-testplugin",
                            "TOREN_TESTCHANNEL_LOG": str(log)})

@@ -331,6 +331,9 @@ async def test_a_channel_in_the_process_gets_the_notice_and_a_failing_one_loses_
     await make_runtime(dirs=[tmp_path / "b"])
     fleet_a = await make_runtime(dirs=[tmp_path / "a"])
     fleet_a.plugins.add_plugin(Plugin(), "inbox")
+    # channels serve the agents that list them; these were added after loading, so the agent
+    # lists them here (as `channels: {broken: {}, inbox: {}}` in agent.yaml would)
+    fleet_a.agents["chat"].channels.update({"broken": {}, "inbox": {}})
     await fleet_a.start_channels()
     session_id = await fleet_a.start_session("chat")
     await fleet_a.send_message(session_id, "tides")

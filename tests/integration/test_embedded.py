@@ -43,10 +43,13 @@ def home() -> Iterator[Path]:
 
 
 def postmaster_lines(home: Path) -> list[str] | None:
+    """postmaster.pid's lines, or ``None`` while there is none or Postgres is still writing
+    it (it adds the port and the socket directory, lines 4 and 5, as it starts)."""
     try:
-        return (home / "pgdata" / "postmaster.pid").read_text().splitlines()
+        lines = (home / "pgdata" / "postmaster.pid").read_text().splitlines()
     except FileNotFoundError:
         return None
+    return lines if len(lines) >= 5 else None
 
 
 def postmaster_pid(home: Path) -> int | None:

@@ -73,10 +73,14 @@ async def test_two_appends_of_the_same_sequence_number_cannot_both_commit(
     assert len(await store.load_stream("a", run_id, "task:main")) == 1
 
 
+# The queue driver contract: these run on every queue driver (tests/queue_drivers.py). On
+# SQS, messages leave through the outbox relay (which a runtime without workers does not run):
+# a message deleted from the outbox before the relay sent it is a lost send.
+
 async def test_a_deleted_queue_message_is_healed_by_a_guardian(
-        make_runtime, tmp_path: Path, database_url: str) -> None:
+        make_runtime, tmp_path: Path, database_url: str, queue_driver: str) -> None:
     directory = write_agent_dir(tmp_path, "a")
-    creator = await make_runtime(dirs=[directory], workers=False)
+    creator = await make_runtime(dirs=[directory], workers=False, queue_driver=queue_driver)
     run_id = await creator.start_run("a", "heal me")
     with psycopg.connect(database_url, autocommit=True) as conn:
         deleted = conn.execute("DELETE FROM toren_control.queue WHERE run_id = %s",
@@ -84,37 +88,39 @@ async def test_a_deleted_queue_message_is_healed_by_a_guardian(
     assert deleted == 1
     # nothing else would ever run it: the guardian finds it (once it is a second old: runs
     # touched in the last second are left alone) and queues it again
-    worker = await make_runtime(dirs=[directory], guardian_interval_s=0.2)
+    worker = await make_runtime(dirs=[directory], guardian_interval_s=0.2,
+                                queue_driver=queue_driver)
     record = await worker.wait_for_run(run_id, timeout_s=20)
     assert record.status == "completed"
     check_log(await worker.events(run_id))
 
 
 async def test_a_lost_task_message_is_resent_by_the_run_tick(
-        make_runtime, tmp_path: Path, database_url: str) -> None:
+        make_runtime, tmp_path: Path, database_url: str, queue_driver: str) -> None:
     directory = write_agent_dir(tmp_path, "a")
-    creator = await make_runtime(dirs=[directory], workers=False)
+    creator = await make_runtime(dirs=[directory], workers=False, queue_driver=queue_driver)
     run_id = await creator.start_run("a", "x")
     with psycopg.connect(database_url, autocommit=True) as conn:
         # replace the task message by a bare run tick, as if the task message were lost
         conn.execute("DELETE FROM toren_control.queue WHERE run_id = %s", [run_id])
         conn.execute("INSERT INTO toren_control.queue (agent, run_id, kind, payload) "
                      "VALUES ('a', %s, 'run', '{}')", [run_id])
-    worker = await make_runtime(dirs=[directory])
+    worker = await make_runtime(dirs=[directory], queue_driver=queue_driver)
     assert (await worker.wait_for_run(run_id, timeout_s=20)).status == "completed"
 
 
 async def test_the_same_message_delivered_twice_at_once_causes_one_step(
-        make_runtime, tmp_path: Path, database_url: str) -> None:
+        make_runtime, tmp_path: Path, database_url: str, queue_driver: str) -> None:
     directory = write_agent_dir(tmp_path, "a")
-    creator = await make_runtime(dirs=[directory], workers=False)
+    creator = await make_runtime(dirs=[directory], workers=False, queue_driver=queue_driver)
     run_id = await creator.start_run("a", "x")
     with psycopg.connect(database_url, autocommit=True) as conn:
         for _ in range(3):  # duplicates of the task message
             conn.execute("INSERT INTO toren_control.queue (agent, run_id, kind, payload) "
                          "SELECT agent, run_id, kind, payload FROM toren_control.queue "
                          "WHERE run_id = %s LIMIT 1", [run_id])
-    workers = [await make_runtime(dirs=[directory]) for _ in range(2)]
+    workers = [await make_runtime(dirs=[directory], queue_driver=queue_driver)
+               for _ in range(2)]
     record = await workers[0].wait_for_run(run_id, timeout_s=20)
     assert record.status == "completed"
     events = await workers[0].events(run_id)
@@ -123,10 +129,12 @@ async def test_the_same_message_delivered_twice_at_once_causes_one_step(
     assert sum(e.type == "ModelCallCompleted" for e in events) == 1
 
 
-async def test_many_runs_across_two_workers_each_run_once(make_runtime, tmp_path: Path) -> None:
+async def test_many_runs_across_two_workers_each_run_once(make_runtime, tmp_path: Path,
+                                                          queue_driver: str) -> None:
     directory = write_agent_dir(tmp_path, "a", tools_py='def ping(x: str) -> str:\n'
                                                        '    """Ping."""\n    return "pong"\n')
-    workers = [await make_runtime(dirs=[directory], concurrency=4) for _ in range(2)]
+    workers = [await make_runtime(dirs=[directory], concurrency=4, queue_driver=queue_driver)
+               for _ in range(2)]
     run_ids = [await workers[0].start_run("a", f"run {i}") for i in range(20)]
     for run_id in run_ids:
         record = await workers[0].wait_for_run(run_id, timeout_s=30)
@@ -135,3 +143,36 @@ async def test_many_runs_across_two_workers_each_run_once(make_runtime, tmp_path
         check_log(events)
         assert sum(e.type == "ModelCallCompleted" for e in events) == 2
         assert sum(e.type == "ToolCallCompleted" for e in events) == 1
+
+
+async def test_a_heartbeat_never_waits_for_a_lease_another_transaction_holds(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    """A group commit's transaction locks several leases; a heartbeat that waited for one of
+    them while holding others could deadlock with it (seen under load: 20 parallel tasks).
+    The heartbeat skips what is locked (the append renews it) and renews the rest."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    run_id = await runtime.start_run("a", "x")
+    busy = await store.acquire_lease(run_id, "task:one", "worker-1", 5)
+    free = await store.acquire_lease(run_id, "task:two", "worker-1", 5)
+    assert busy is not None and free is not None
+
+    async def expires(stream: str) -> float:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
+            cursor = await c.execute(
+                "SELECT extract(epoch FROM expires_at - now()) FROM toren_control.leases "
+                "WHERE run_id = %s AND stream = %s", [run_id, stream])
+            row = await cursor.fetchone()
+        assert row is not None
+        return float(row[0])
+
+    async with await psycopg.AsyncConnection.connect(database_url) as locker:
+        await locker.execute("SELECT 1 FROM toren_control.leases WHERE run_id = %s "
+                             "AND stream = 'task:one' FOR UPDATE", [run_id])
+        worker = {"id": "worker-1", "version": "test", "agents": ["a"]}
+        await asyncio.wait_for(store.heartbeat(worker, 600, [], [busy, free]), 5)
+        assert await expires("task:two") > 500  # renewed
+        await locker.rollback()
+    assert await expires("task:one") < 10  # skipped this time, not waited for
+    await asyncio.wait_for(store.heartbeat(worker, 600, [], [busy, free]), 5)
+    assert await expires("task:one") > 500  # the next heartbeat renews it

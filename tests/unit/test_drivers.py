@@ -41,11 +41,13 @@ def test_a_missing_published_driver_names_its_distribution() -> None:
     assert "TOREN_QUEUE=sqs" in message and message.endswith(": pip install toren-sqs")
 
 
-def test_the_planned_fargate_runtime_names_no_package() -> None:
+def test_a_planned_driver_names_no_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(PLANNED_DRIVERS, ("toren.runtime", "lambda"), "the Lambda runtime")
     with pytest.raises(DriverNotFound) as info:
-        driver_class("runtime", "fargate")
+        driver_class("runtime", "lambda")
 
-    assert "TOREN_RUNTIME=fargate" in info.value.message
+    assert "TOREN_RUNTIME=lambda" in info.value.message
+    assert "the Lambda runtime is planned" in info.value.message
     assert "not yet available" in info.value.message
     assert "inprocess (toren)" in info.value.message
     assert "pip install" not in info.value.message
@@ -70,7 +72,9 @@ def test_only_published_distributions_are_suggested() -> None:
 
     assert message.endswith(": pip install toren-postgres")
     assert set(KNOWN_DISTRIBUTIONS.values()) == {"toren", "toren-postgres", "toren-sqs",
-                                                 "toren-otel"}
+                                                 "toren-fargate", "toren-otel"}
+    assert missing_driver_message(KINDS["runtime"], "fargate").endswith(
+        ": pip install toren-fargate")
     assert not set(KNOWN_DISTRIBUTIONS) & set(PLANNED_DRIVERS)
 
 

@@ -84,7 +84,8 @@ def test_the_openapi_document_lists_exactly_the_routes_the_server_has() -> None:
     from toren.config import Settings
     from toren.server.app import create_app
 
-    runtime = types.SimpleNamespace(store=None, settings=Settings(), live=None)
+    runtime = types.SimpleNamespace(store=None, settings=Settings(), live=None,
+                                    listed_channels=lambda: [])  # no chat channel listed
     app = create_app(runtime, require_keys=False)  # type: ignore[arg-type]
     served = {f"{route.method} {route.resource.canonical}" for route in app.router.routes()
               if route.method != "HEAD" and route.resource is not None}

@@ -8,6 +8,11 @@ import inspect
 import pytest
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.budgets import PostgresBudgetLedger
+from toren_postgres.channels import (
+    PostgresChannelChats,
+    PostgresChannelInbox,
+    PostgresChannelOutbox,
+)
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.guardian import PostgresGuardian
@@ -29,6 +34,9 @@ from toren.seams.queue import Queue
 from toren.seams.store import (
     ApprovalStore,
     BudgetLedger,
+    ChannelChats,
+    ChannelInbox,
+    ChannelOutbox,
     FileStore,
     FleetReader,
     Guardian,
@@ -51,7 +59,9 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           PromptStore: PostgresPromptStore, ToolStateStore: PostgresToolStateStore,
           ApprovalStore: PostgresApprovalStore, ScheduleStore: PostgresScheduleStore,
           BudgetLedger: PostgresBudgetLedger,
-          FileStore: PostgresFileStore, FleetReader: PostgresFleetReader}
+          FileStore: PostgresFileStore, ChannelInbox: PostgresChannelInbox,
+          ChannelChats: PostgresChannelChats, ChannelOutbox: PostgresChannelOutbox,
+          FleetReader: PostgresFleetReader}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from toren.agents.channels import load_channels
 from toren.agents.children import background_tool, peer_tool
 from toren.agents.schedules import load_schedules
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
@@ -26,6 +27,7 @@ from toren.core.pricing import Pricing
 from toren.core.schedules import ScheduleSpec
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
 from toren.schemas import load_schema
+from toren.seams.channels import Channel
 from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
 
 if TYPE_CHECKING:
@@ -96,6 +98,9 @@ class AgentSpec:
     accepts_from: tuple[str, ...] = ()
     #: ``background:``: agents a session of this one may start in the background.
     background: tuple[str, ...] = ()
+    #: ``channels:``: the channels (chat apps) serving this agent, each with its settings
+    #: (validated by the channel's ``settings_schema`` and ``check_settings``).
+    channels: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def schema_name(self) -> str:
@@ -121,7 +126,7 @@ class AgentSpec:
             "schedules": [schedule.to_json() for schedule in self.schedules],
             "fallbacks": list(self.fallbacks),
             "peers": list(self.peers), "acceptsFrom": list(self.accepts_from),
-            "background": list(self.background),
+            "background": list(self.background), "channels": sorted(self.channels),
         }
 
 
@@ -157,7 +162,8 @@ def discover_agent_dirs(dirs: Sequence[Path] | None = None) -> list[Path]:
 def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
                 known_models: ModelCheck | None = None, *,
                 unavailable: Mapping[str, str] | None = None,
-                import_timeout_s: float | None = None) -> list[AgentSpec]:
+                import_timeout_s: float | None = None,
+                channels: Mapping[str, Channel] | None = None) -> list[AgentSpec]:
     """Load every agent directory; names must map to distinct schema names.
 
     ``tools`` are the plugin-registered tools agents may enable; ``known_models``, if given, is
@@ -165,12 +171,14 @@ def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
     ``import_timeout_s`` bounds the import of each ``tools.py`` and ``workflow.py`` (default:
     ``TOREN_IMPORT_TIMEOUT``, else 10 s). ``unavailable`` maps tool names that installed
     plugins could not register on this machine to why (``PluginHost.unavailable_tools``).
+    ``channels`` are the installed channels that ``channels:`` may list (``None``: any name is
+    accepted and settings are not checked, for tools that only read definitions).
     """
     agents: list[AgentSpec] = []
     by_schema: dict[str, AgentSpec] = {}
     for directory in dirs:
         agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s,
-                           unavailable=unavailable)
+                           unavailable=unavailable, channels=channels)
         other = by_schema.get(agent.schema_name)
         if other is not None:
             raise AgentDefinitionError(
@@ -186,7 +194,8 @@ def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
 def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                known_models: ModelCheck | None = None, *,
                import_timeout_s: float | None = None,
-               unavailable: Mapping[str, str] | None = None) -> AgentSpec:
+               unavailable: Mapping[str, str] | None = None,
+               channels: Mapping[str, Channel] | None = None) -> AgentSpec:
     """Load and validate one agent directory, or raise ``AgentDefinitionError``."""
     directory = directory.resolve()
     timeout_s = import_timeout() if import_timeout_s is None else import_timeout_s
@@ -284,7 +293,13 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         schedules=load_schedules(located, str(yaml_path)),
         peers=tuple(data.get("peers", ())), accepts_from=tuple(data.get("acceptsFrom", ())),
         background=tuple(data.get("background", ())),
+        channels=load_channels(located, str(yaml_path), channels),
     )
+    if agent.channels and agent.workflow is not None:
+        raise AgentDefinitionError(
+            "channels: this agent runs a workflow (workflow.py), which takes one input and "
+            "ends; chat channels talk to agents in sessions. Remove channels: or workflow.py",
+            path=str(yaml_path), line=located.line_of(("channels",), key=True))
     subagents = load_subagents(agent, known_models)
     return AgentSpec(**{**agent.__dict__, "subagents": subagents})
 
@@ -412,6 +427,10 @@ def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
         expected = error.validator_value
         return located.line_of(at), (f"{field_name}: expected {expected}, got "
                                      f"{_json_type(error.instance)} {_short(error.instance)}")
+    if "propertyNames" in error.absolute_schema_path and at == ("channels",):
+        return located.line_of((*at, error.instance), key=True), (
+            f"channels: {_short(error.instance)} is not a channel name; channel names are "
+            "lowercase, such as telegram or whatsapp")
     if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
         return located.line_of((*at, error.instance), key=True), (
             f"{field_name}: the key {_short(error.instance)} is not a model id; write "

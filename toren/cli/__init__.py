@@ -11,6 +11,7 @@ import typer
 
 from toren.cli import (
     approvals,
+    channels,
     chat,
     db,
     dev,
@@ -70,6 +71,7 @@ app.add_typer(keys.app, name="keys")
 app.add_typer(approvals.app, name="approvals")
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(files.app, name="files")
+app.add_typer(channels.app, name="channels")
 
 
 def _add_plugin_commands() -> None:
@@ -77,6 +79,15 @@ def _add_plugin_commands() -> None:
     from toren.seams.plugins import PluginHost
 
     PluginHost(Settings.from_env().load_plugins).add_commands(app)
+
+
+def _resolve_secrets() -> None:
+    """Secret references in the environment (``TOREN_SECRETS``, ``VAR=aws-sm:...``) become
+    their values before any setting is read; ``toren worker`` and ``toren serve`` read them
+    again on SIGHUP (``toren.seams.secrets``)."""
+    from toren.seams.secrets import resolve_at_startup
+
+    resolve_at_startup(os.environ)
 
 
 def _tidy_help(command: Any) -> None:
@@ -144,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     as_json = "--json" in args
     _configure_logging()
     try:
+        _resolve_secrets()
         _add_plugin_commands()
         command = typer.main.get_command(app)
         _tidy_help(command)

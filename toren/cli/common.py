@@ -39,6 +39,44 @@ def load_runtime(dirs: list[Path] | None, agent: str | None = None) -> Runtime:
     return runtime
 
 
+def refresh_secrets_on_sighup(runtime: Runtime) -> None:
+    """On SIGHUP, read the startup's secret references again (``toren.seams.secrets``) and
+    make model clients afresh, so a rotated key is used from the next model call. Settings
+    read at startup (DATABASE_URL, TOREN_*) keep their values until a restart. Without
+    secret references SIGHUP keeps its default action (a closed terminal ends ``toren dev``).
+    """
+    import logging
+    import os
+
+    from toren.seams.secrets import has_startup_references, refresh
+
+    if not has_startup_references():
+        return
+
+    log = logging.getLogger("toren.secrets")
+    loop = asyncio.get_running_loop()
+
+    async def reload() -> None:
+        try:
+            names = await asyncio.to_thread(refresh, os.environ)
+        except Exception as exc:  # keep the values in hand: a broken refresh must not stop work
+            log.error("SIGHUP: secrets not refreshed: %s", getattr(exc, "message", exc))
+            return
+        await runtime.forget_models()
+        log.warning("SIGHUP: refreshed %d variable(s) from secrets: %s", len(names),
+                    ", ".join(names) or "none")
+
+    def on_sighup() -> None:
+        task = loop.create_task(reload(), name="toren-secrets-refresh")
+        _refreshes.add(task)
+        task.add_done_callback(_refreshes.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_sighup)
+
+
+_refreshes: set[asyncio.Task[None]] = set()
+
+
 def served_dirs(dirs: list[Path] | None) -> list[Path]:
     """The agent directories a command was given, absolute (the current one by default)."""
     return [path.absolute() for path in dirs or [Path.cwd()]]

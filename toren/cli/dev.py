@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from toren.cli.common import DirsOption, load_runtime
+from toren.cli.common import DirsOption, load_runtime, refresh_secrets_on_sighup
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
 from toren.errors import ConfigError
 from toren.host.runtime import Runtime
@@ -112,6 +112,7 @@ async def _serve(runtime: Runtime, *, host: str, as_json: bool, workers: bool,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    refresh_secrets_on_sighup(runtime)
     if not as_json:
         with err_console.status("Starting the database…"):
             await runtime.start(workers=workers)

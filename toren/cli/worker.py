@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from toren.cli.common import DirsOption, load_runtime
+from toren.cli.common import DirsOption, load_runtime, refresh_secrets_on_sighup
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
 from toren.host.runtime import Runtime
 
@@ -27,6 +27,7 @@ async def _work(runtime: Runtime, as_json: bool) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    refresh_secrets_on_sighup(runtime)
     await runtime.start(workers=True)
     try:
         info = runtime.describe()

@@ -80,12 +80,14 @@ class Runtime(ApprovalsApi):
     ) -> None:
         self.settings = settings or Settings.from_env()
         self._models: dict[tuple[str, str | None], Model] = {}
+        self._retired_models: list[Model] = []
         self._channels: list[Channel] = []
         self._watchdog: LoopWatchdog | None = None
         self.plugins = plugins or PluginHost(self.settings.load_plugins)
         if agents is None:
             agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model,
-                                 unavailable=self.plugins.unavailable_tools)
+                                 unavailable=self.plugins.unavailable_tools,
+                                 channels=self.plugins.channels)
         self.agents: dict[str, AgentSpec] = {agent.name: agent for agent in agents}
         for agent in self.agents.values():
             for model_id in agent.model_ids:
@@ -141,6 +143,13 @@ class Runtime(ApprovalsApi):
                      if base_url is not None else provider.get_model(model_id))
             self._models[(model_id, base_url)] = model
         return model
+
+    async def forget_models(self) -> None:
+        """Make model clients afresh from the next call on, reading the environment again (a
+        key refreshed from secrets on SIGHUP). Calls in flight finish on the old clients,
+        which are closed at ``stop``."""
+        self._retired_models += self._models.values()
+        self._models = {}
 
     def _provider_env(self) -> dict[str, list[str]]:
         needed: dict[str, list[str]] = {}
@@ -204,17 +213,30 @@ class Runtime(ApprovalsApi):
                     f"{exc.message}. Fix the credentials, or set TOREN_SKIP_PREFLIGHT=1 to "
                     "start anyway") from exc
 
+    def channel_agents(self, channel: str) -> dict[str, dict[str, Any]]:
+        """The served agents that list ``channel`` under ``channels:``, with their settings."""
+        return {name: dict(agent.channels[channel]) for name, agent in self.agents.items()
+                if channel in agent.channels}
+
+    def listed_channels(self) -> list[Channel]:
+        """The installed channels that at least one served agent lists (the ones to start)."""
+        return [channel for name, channel in self.plugins.channels.items()
+                if self.channel_agents(name)]
+
     async def start_channels(self) -> None:
-        """Start every registered channel (``toren dev``); their env was checked first."""
-        missing = sorted({var for channel in self.plugins.channels.values()
-                          for var in channel.required_env if not os.environ.get(var)})
-        if missing:
-            raise MissingEnvError(
-                "missing environment variables for channels: " + ", ".join(
-                    f"{var} (needed by channel {name})"
-                    for name, channel in self.plugins.channels.items()
-                    for var in channel.required_env if var in missing))
-        for channel in self.plugins.channels.values():
+        """Start every channel a served agent lists (``toren dev``), after checking the
+        environment each needs (its ``required_env`` and what each agent's settings name)."""
+        problems: list[str] = []
+        for channel in self.listed_channels():
+            for agent, settings in self.channel_agents(channel.name).items():
+                for var in (*channel.required_env, *channel.required_env_for(settings)):
+                    if not os.environ.get(var):
+                        problems.append(f"{var} (needed by channel {channel.name} of agent "
+                                        f"{agent})")
+        if problems:
+            raise MissingEnvError("missing environment variables for channels: "
+                                  + ", ".join(dict.fromkeys(problems)))
+        for channel in self.listed_channels():
             await channel.start(self)
             self._channels.append(channel)
 
@@ -248,11 +270,12 @@ class Runtime(ApprovalsApi):
         if self.relay is not None:
             await self.relay.stop()
             self.relay = None
-        for model in self._models.values():
+        for model in [*self._models.values(), *self._retired_models]:
             try:
                 await model.aclose()
             except Exception:
                 log.exception("closing model %s failed", model.model_id)
+        self._retired_models = []
         if self.queue is not None:
             await self.queue.close()
             self.queue = None

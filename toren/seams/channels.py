@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from typing import Any
+
+#: Distributions that provide the channels Toren documents, for the error naming what to install
+#: when an agent lists a channel that no installed plugin registered.
+KNOWN_CHANNEL_PLUGINS = {"telegram": "toren-telegram", "whatsapp": "toren-whatsapp"}
+
+
+def plugin_for_channel(name: str) -> str:
+    """The distribution to install for channel ``name`` (``toren-<name>`` for unknown ones)."""
+    return KNOWN_CHANNEL_PLUGINS.get(name, f"toren-{name}")
 
 
 class Channel(abc.ABC):
     """A channel registered through the ``register_channels`` hook.
 
-    ``toren dev`` calls ``start`` once after the runtime is up and ``stop`` once on shutdown.
-    ``start`` must return promptly: run long-lived loops as background tasks.
+    ``toren dev`` calls ``start`` once after the runtime is up and ``stop`` once on shutdown,
+    but only for a channel that at least one served agent lists under ``channels:`` in its
+    agent.yaml; the channel serves exactly those agents (``runtime.channel_agents(name)``
+    gives each one's settings). ``start`` must return promptly: run long-lived loops as
+    background tasks. Chat apps build on ``toren.host.chat.ChatChannel``, which adds the
+    shared machinery (elected poller, exactly-once delivery, allow-list and pairing).
     """
 
     #: The name agents use in ``channels:`` and ``toren plugins`` shows.
@@ -19,6 +33,38 @@ class Channel(abc.ABC):
     description: str = ""
     #: Environment variables the channel needs (checked at startup when an agent enables it).
     required_env: tuple[str, ...] = ()
+
+    #: JSON Schema of the settings an agent gives this channel under ``channels: {name: ...}``
+    #: in agent.yaml. The agent loader validates every agent's settings against it (errors
+    #: name the file, the line and the field), then calls ``check_settings``.
+    settings_schema: Mapping[str, Any] = {"type": "object", "additionalProperties": False}
+
+    def check_settings(self, agent: str, settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Checks beyond the schema, called by the agent loader once per agent listing this
+        channel, with settings that already passed ``settings_schema``.
+
+        Returns problems as ``(field, message)`` pairs (``field`` a dotted path inside the
+        channel's settings, ``""`` for the whole); the loader raises the first as an error at
+        its line. The default finds none.
+        """
+        return []
+
+    def required_env_for(self, settings: Mapping[str, Any]) -> list[str]:
+        """Environment variables one agent's settings need (such as the variable its
+        ``bot_token_env`` names), checked at startup with the channel's ``required_env``.
+        The default is none."""
+        return []
+
+    def routes(self, app: Any, runtime: Any) -> None:
+        """Add HTTP routes (webhooks) to the Toren server's aiohttp ``app``.
+
+        Called by ``toren.server.app.create_app`` once for every channel a served agent
+        lists, before the server starts listening, so platforms that push updates (WhatsApp's
+        Cloud API, Telegram in webhook mode) reach the channel. Routes live under
+        ``/channels/<name>/`` and are exempt from the API's bearer keys: each must
+        authenticate its caller itself (a signature, a secret token). The default adds none.
+        """
+        return None
 
     @abc.abstractmethod
     async def start(self, runtime: Any) -> None:

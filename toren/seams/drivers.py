@@ -38,12 +38,11 @@ KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("toren.queue", "postgres"): "toren-postgres",
     ("toren.queue", "sqs"): "toren-sqs",
     ("toren.runtime", "inprocess"): "toren",
+    ("toren.runtime", "fargate"): "toren-fargate",
     ("toren.tracer", "otel"): "toren-otel",
 }
 #: Drivers Toren plans but has not published: named as not yet available, never as a package.
-PLANNED_DRIVERS: dict[tuple[str, str], str] = {
-    ("toren.runtime", "fargate"): "the Fargate runtime",
-}
+PLANNED_DRIVERS: dict[tuple[str, str], str] = {}
 
 
 def driver_class(kind: str, name: str) -> type[Any]:

@@ -67,10 +67,14 @@ def register_channels(register: Callable[[Channel], None]) -> None:
     """Register channels: ways for people to talk to agents (chat apps, terminals, HTTP).
 
     Called once when plugins load. Call ``register(channel)`` with a
-    ``toren.seams.channels.Channel``.
-    ``toren dev`` starts every registered channel once the runtime is up (after checking the
-    channel's ``required_env``) and stops it on shutdown. Restrict which channels run by
-    restricting which plugins load (``TOREN_LOAD_PLUGINS``).
+    ``toren.seams.channels.Channel`` (chat apps: a ``toren.host.chat.ChatChannel``).
+    An agent selects the channels that serve it under ``channels:`` in agent.yaml, with each
+    one's settings, which the loader validates against the channel's ``settings_schema`` and
+    ``check_settings``; a listed channel that no plugin registered is a load error naming the
+    distribution to install. ``toren dev`` and ``toren serve`` start each channel that a
+    served agent lists once the runtime is up (after checking its ``required_env`` and
+    ``required_env_for`` each agent's settings), add its ``routes`` to the server, and stop
+    it on shutdown. A channel no served agent lists is never started.
     """
 
 

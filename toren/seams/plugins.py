@@ -70,6 +70,8 @@ class PluginHost:
         self.unavailable_tools: dict[str, str] = {}
         self.channels: dict[str, Channel] = {}
         self._owner: dict[tuple[str, str], str] = {}
+        #: plugins were named (TOREN_LOAD_PLUGINS): one that cannot register is a warning
+        self._chosen = load is not None
         for name, module_name in DEFAULT_PLUGINS.items():
             module = importlib.import_module(module_name)
             self._register(module, name, "toren", _version("toren"), default=True)
@@ -152,9 +154,11 @@ class PluginHost:
             self.info[impl.plugin_name].unavailable = exc.message
             self.unavailable_tools.update(dict.fromkeys(exc.names, exc.message))
             # said where it matters: by an agent that names the plugin's tools (the loader's
-            # error), and by `toren plugins list`; not as a warning on every command
-            log.info("plugin %s is unavailable: %s", self._describe(impl.plugin_name),
-                     exc.message)
+            # error) and by `toren plugins list`; a warning on every command only when the
+            # plugin was chosen by name, not merely installed
+            log.log(logging.WARNING if self._chosen else logging.INFO,
+                    "plugin %s is unavailable: %s", self._describe(impl.plugin_name),
+                    exc.message)
         except TorenError:
             raise
         except Exception as exc:

@@ -67,6 +67,8 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     schedules.routes(app)
     console.routes(app)
     McpEndpoint().install(app)  # MCP for coding agents (docs/channels/mcp.md)
+    for channel in runtime.listed_channels():  # webhooks of chat apps (docs/channels/)
+        channel.routes(app, runtime)
     observability.routes(app)  # /metrics, /fleet (docs/guides/observability.md)
     return app
 

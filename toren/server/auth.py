@@ -26,11 +26,15 @@ log = logging.getLogger(__name__)
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/openapi.json"})
 #: Paths under this prefix are public too: the console's scripts and styles (no data).
 PUBLIC_PREFIX = "/console/"
+#: Channels' webhooks (``Channel.routes``): each authenticates its caller itself (a signature
+#: or a secret token), since a chat platform holds no Toren key.
+CHANNEL_PREFIX = "/channels/"
 
 
 def is_public(path: str) -> bool:
     """Whether ``path`` is served without a key (``PUBLIC_PATHS``, the console's assets)."""
-    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX)
+    return (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX)
+            or path.startswith(CHANNEL_PREFIX))
 #: How long a verified key is trusted without asking the database again; also the longest a
 #: revoked key keeps working on a running server.
 CACHE_TTL_S = 5.0

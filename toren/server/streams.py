@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -26,6 +27,7 @@ from toren.server.cursors import encode_event_cursor
 from toren.server.errors import json_error
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Seconds between looks at the log of a stream that no notice woke: a lost notice costs at
 #: most this much delay, never an event. Each stream draws within +-20% so they do not align.
@@ -105,12 +107,61 @@ class StreamSlot:
                 return True
 
 
+class SharedReads:
+    """One database read for the streams of a run that ask the same thing at the same time.
+
+    A notice wakes every stream of its run at once, and the streams that were up to date all
+    ask for the run's row and for the events after the same position: the first one's read is
+    shared by the others (1,000 viewers of a run cost two queries per notice, not 2,000).
+
+    A read may only be joined by a stream that was woken before it began: ``generation``
+    counts a run's notices, and a read started at generation ``g`` serves askers at ``g`` or
+    earlier, so an event announced after a read began is never hidden by that read.
+    """
+
+    def __init__(self) -> None:
+        self._generation: Counter[str] = Counter()
+        self._reads: dict[tuple[Any, ...], tuple[int, asyncio.Future[Any]]] = {}
+
+    def noticed(self, run_id: str) -> None:
+        """The run has (or may have) new events: reads begun before now are stale."""
+        self._generation[run_id] += 1
+
+    def forget(self, run_id: str) -> None:
+        """No stream of the run is open any more."""
+        self._generation.pop(run_id, None)
+
+    async def read(self, key: tuple[Any, ...], run_id: str,
+                   fetch: Callable[[], Awaitable[T]]) -> T:
+        """``fetch()``'s result, from a read of ``key`` in flight if one began no earlier than
+        this run's latest notice, else from a new one. A cancelled asker does not cancel the
+        read for the others."""
+        generation = self._generation[run_id]
+        found = self._reads.get(key)
+        task: asyncio.Future[Any]
+        if found is None or found[0] < generation:
+            task = asyncio.ensure_future(fetch())
+            self._reads[key] = (generation, task)
+            task.add_done_callback(functools.partial(self._done, key))
+        else:
+            task = found[1]
+        result: T = await asyncio.shield(task)
+        return result
+
+    def _done(self, key: tuple[Any, ...], task: asyncio.Future[Any]) -> None:
+        if key in self._reads and self._reads[key][1] is task:
+            del self._reads[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: an asker that went away leaves no warning behind
+
+
 class StreamHub:
     """The open streams of one server process.
 
     One task calls ``RunReader.wait_for_appends`` with the runs of the open streams (the store
     keeps one LISTEN connection per process, opened with the first stream) and wakes the
-    streams of each run it returns; ``None`` wakes them all.
+    streams of each run it returns; ``None`` wakes them all. The streams of a run share their
+    reads of it (``SharedReads``).
     ``open`` counts streams per API key (``max_per_key``); ``close`` ends them all at shutdown.
     """
 
@@ -123,6 +174,21 @@ class StreamHub:
         self._slots: dict[str, set[StreamSlot]] = {}
         self._per_owner: Counter[str] = Counter()
         self._watcher: asyncio.Task[None] | None = None
+        self.reads = SharedReads()
+
+    async def get_run(self, run_id: str, agent: str) -> RunRecord | None:
+        """The run's row, read once for all of its streams asking at the same time."""
+        return await self.reads.read(("run", run_id), run_id,
+                                     lambda: self.store.get_run(run_id, agent))
+
+    async def load_events(self, agent: str, run_id: str,
+                          after: dict[str, int]) -> list[Event]:
+        """The run's events after ``after``, read once for all of its streams that have seen
+        the same and ask at the same time (the list is shared: read it, never change it)."""
+        seen = dict(after)
+        return await self.reads.read(
+            ("events", run_id, frozenset(seen.items())), run_id,
+            lambda: self.store.load_events(agent, run_id, seen))
 
     @contextlib.contextmanager
     def open(self, run_id: str, owner: str) -> Iterator[StreamSlot | None]:
@@ -146,11 +212,16 @@ class StreamHub:
             slots.discard(slot)
             if not slots:
                 del self._slots[run_id]
+                self.reads.forget(run_id)
+
+    def _wake(self, run_id: str) -> None:
+        self.reads.noticed(run_id)
+        for slot in self._slots.get(run_id, ()):
+            slot.notice()
 
     def _wake_all(self) -> None:
-        for slots in self._slots.values():
-            for slot in slots:
-                slot.notice()
+        for run_id in list(self._slots):
+            self._wake(run_id)
 
     async def _watch(self) -> None:
         while True:
@@ -166,8 +237,7 @@ class StreamHub:
                 self._wake_all()
                 continue
             for run_id in found:
-                for slot in self._slots.get(run_id, ()):
-                    slot.notice()
+                self._wake(run_id)
 
     async def close(self) -> None:
         """End every open stream (each sends a comment saying why, then closes) and stop
@@ -274,14 +344,14 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
             if not full_read:
                 # no notice woke us: look for events a lost notice would have announced. The
                 # run's status never changes without an event, so new events are the only sign
-                full_read = bool(await store.load_events(record.agent, record.id, position))
+                full_read = bool(await hub.load_events(record.agent, record.id, position))
             if full_read:
                 # the row first: if it is terminal, the events read next include its last ones
-                found = await store.get_run(record.id, record.agent)
+                found = await hub.get_run(record.id, record.agent)
                 if found is None:
                     raise RunNotFound(f"run {record.id} is gone")
                 current = found
-                events = await store.load_events(record.agent, record.id, position)
+                events = await hub.load_events(record.agent, record.id, position)
         except Exception as exc:  # the database went away: the response is already started
             failing_since = failing_since or loop.time()
             if loop.time() - failing_since > SSE_GIVE_UP_S:

@@ -173,3 +173,23 @@ async def test_missing_queues_are_an_error_when_creating_is_off(sqs_env, monkeyp
             await queue.enqueue("alpha", "r", message())
     finally:
         await queue.close()
+
+
+async def test_a_stopping_worker_hands_back_what_it_holds_at_once_and_uncounted(
+        sqs_env) -> None:
+    queue = await open_queue()
+    other = await open_queue()
+    try:
+        await queue.enqueue("alpha", "kept", message())
+        await queue.enqueue("alpha", "cut-off", message())
+        claimed, _ = await queue.claim(["alpha"], "w1", 10, 300, 3)
+        assert sorted(m.run_id for m in claimed) == ["cut-off", "kept"]
+        kept = next(m for m in claimed if m.run_id == "kept")
+        # hidden for 300 s, yet another worker gets the one handed back now, as delivery 1
+        assert await queue.return_unknown("w1", [kept.id]) == 1
+        again, _ = await other.claim(["alpha"], "w2", 10, 30, 3)
+        assert [(m.run_id, m.attempts) for m in again] == [("cut-off", 1)]
+        assert await queue.return_unknown("w1", [kept.id]) == 0  # nothing else to hand back
+    finally:
+        await queue.close()
+        await other.close()

@@ -18,6 +18,8 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
 - ``BudgetLedger`` (``budgets``): reservations of model-call cost against run and daily budgets.
 - ``FileStore`` (``files``): uploaded files, content-addressed.
+- ``ChannelInbox``, ``ChannelChats``, ``ChannelOutbox`` (``channels``): chat channels' poller
+  lease and incoming updates; chats' sessions and pairing; messages to send.
 - ``FleetReader`` (``fleet``): queue, runs and workers at a glance (metrics, ``toren top``).
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from toren.seams.store.approvals import ApprovalStore
 from toren.seams.store.budgets import BudgetLedger
+from toren.seams.store.channels import ChannelChats, ChannelInbox, ChannelOutbox
 from toren.seams.store.files import FileStore
 from toren.seams.store.fleet import FleetReader
 from toren.seams.store.guardian import Guardian
@@ -42,15 +45,18 @@ from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["ApprovalStore", "BudgetLedger", "FileStore", "FleetReader", "Guardian", "KeyStore",
-           "LiveText", "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog",
-           "RunReader", "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest",
-           "ToolStateStore", "WorkerRegistry"]
+__all__ = ["ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
+           "ChannelOutbox", "FileStore", "FleetReader", "Guardian", "KeyStore",
+           "LiveText",
+           "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunLog", "RunReader",
+           "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest", "ToolStateStore",
+           "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
-            BudgetLedger, FileStore, FleetReader):
+            BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox,
+            FleetReader):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

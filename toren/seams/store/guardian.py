@@ -17,8 +17,10 @@ class Guardian(abc.ABC):
     @abc.abstractmethod
     async def guardian_sweep(self, agents: Sequence[str]) -> list[str]:
         """Write a ``run`` tick to the outbox for every active run of ``agents`` with no
-        message pending in the outbox; return those runs' ids.
+        message pending in the outbox and no live lease (no worker is working it); return
+        those runs' ids.
 
         With a queue that does not read the outbox, messages already relayed are not pending
-        in it, so active runs get a tick each sweep: a no-op for the run, and safe.
+        in it, so an active run between two leases (its message waiting in that queue) gets a
+        tick: a no-op for the run, and safe.
         """

@@ -7,8 +7,9 @@ One class per interface, each in its module and each usable alone (they share
 (``outbox``), ``PostgresPromptStore`` (``prompts``), ``PostgresToolStateStore``
 (``tool_state``), ``PostgresApprovalStore`` (``approvals``), ``PostgresScheduleStore``
 (``schedules``), ``PostgresLiveText`` (``live_text``), ``PostgresBudgetLedger``
-(``budgets``) and ``PostgresFileStore`` (``files``). ``PostgresStore`` is all of them over one
-connection pool.
+(``budgets``), ``PostgresFileStore`` (``files``) and ``PostgresChannelInbox``,
+``PostgresChannelChats`` and ``PostgresChannelOutbox`` (``channels``). ``PostgresStore`` is all
+of them over one connection pool.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from toren.errors import DatabaseUnavailable
 from toren.seams.store import Store
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.budgets import PostgresBudgetLedger
+from toren_postgres.channels import (
+    PostgresChannelChats,
+    PostgresChannelInbox,
+    PostgresChannelOutbox,
+)
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.guardian import PostgresGuardian
@@ -89,6 +95,7 @@ class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, Postgre
                     PostgresGuardian, PostgresKeyStore, PostgresOutbox, PostgresPromptStore,
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
                     PostgresLiveText, PostgresBudgetLedger, PostgresFileStore,
+                    PostgresChannelInbox, PostgresChannelChats, PostgresChannelOutbox,
                     PostgresFleetReader, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 

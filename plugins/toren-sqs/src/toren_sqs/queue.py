@@ -235,10 +235,24 @@ class SqsQueue(Queue):
                                delay_s)
 
     async def return_unknown(self, worker_id: str, held: Sequence[int]) -> int:
-        """A receive whose answer was lost cannot be handed back: SQS gives the receipt
-        handles only in that answer. Its messages reappear after their visibility timeout
-        (one lease TTL) and count that receive as a delivery. Returns 0."""
-        return 0
+        """Hand back, uncounted and visible at once, every message this process received and
+        still holds except ``held``: a stopping worker's (``held`` empty) whose handlers did
+        not finish within the grace, so another task takes them without waiting for their
+        visibility timeout. A receive whose answer was lost cannot be handed back: SQS gives
+        the receipt handles only in that answer; those messages reappear after their
+        visibility timeout (one lease TTL) and count that receive as a delivery."""
+        keep = set(held)
+        returned = 0
+        for local_id in [local_id for local_id in self._held if local_id not in keep]:
+            message = self._held.pop(local_id)
+            try:
+                await self._resend(message.queue_url, message.receipt, message.body,
+                                   message.attempts - 1, 0)
+                returned += 1
+            except Exception as exc:  # it comes back after its visibility timeout anyway
+                log.warning("could not hand back an SQS message (%s); it is visible again "
+                            "after its visibility timeout", exc or type(exc).__name__)
+        return returned
 
     async def renew(self, worker_id: str, message_ids: Sequence[int],
                     visibility_s: float) -> None:
@@ -260,6 +274,14 @@ class SqsQueue(Queue):
         agents, limit, visibility_s = self._last_claim
         wait_s = max(1, min(self.sqs_settings.wait_s, int(timeout_s)))
         self._buffer += await self._receive(agents, limit, visibility_s, wait_s=wait_s)
+
+    async def depth(self, agents: Sequence[str]) -> dict[str, dict[str, int]] | None:
+        """SQS's approximate counts per agent queue (``GetQueueAttributes``): ``ready``
+        (visible), ``in_flight`` (received, not deleted) and ``delayed``. Messages held in the
+        outbox until due are not counted."""
+        urls = [await self.queue_url(agent) for agent in agents]
+        counts = await asyncio.gather(*(self.client.queue_counts(url) for url in urls))
+        return dict(zip(agents, counts, strict=True))
 
     # -- the relay's side -------------------------------------------------------------------
 

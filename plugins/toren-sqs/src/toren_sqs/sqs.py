@@ -106,6 +106,17 @@ class SqsClient:
             MessageSystemAttributeNames=["ApproximateReceiveCount"])
         return list(answer.get("Messages", []))
 
+    async def queue_counts(self, url: str) -> dict[str, int]:
+        """The queue's approximate ``ready``, ``in_flight`` and ``delayed`` message counts."""
+        answer = await self._call(
+            self._client.get_queue_attributes, QueueUrl=url, AttributeNames=[
+                "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed"])
+        found = answer.get("Attributes", {})
+        return {"ready": int(found.get("ApproximateNumberOfMessages", 0)),
+                "in_flight": int(found.get("ApproximateNumberOfMessagesNotVisible", 0)),
+                "delayed": int(found.get("ApproximateNumberOfMessagesDelayed", 0))}
+
     async def send(self, url: str, body: str, delay_s: int) -> None:
         await self._call(self._client.send_message, QueueUrl=url, MessageBody=body,
                          DelaySeconds=delay_s)

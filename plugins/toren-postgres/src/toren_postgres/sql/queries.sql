@@ -306,12 +306,18 @@ WHERE NOT EXISTS (
 
 -- guardian_sweep --
 -- A run that is active but has no message at all was orphaned by a lost message: nudge it.
+-- A run with a live lease is being worked (its holder appends its next messages, or dies and
+-- the lease expires): left alone. With a queue that does not read the outbox (SQS), relayed
+-- messages are not here, and this is what keeps a run in the middle of a long call from
+-- getting a tick every sweep.
 INSERT INTO toren_control.queue (agent, run_id, kind, payload)
 SELECT %(agent)s, r.id, 'run', jsonb_build_object('run_id', r.id::text, 'reason', 'guardian')
 FROM {runs} r
 WHERE r.status IN ('queued', 'running')
   AND r.updated_at < now() - interval '1 second'
   AND NOT EXISTS (SELECT 1 FROM toren_control.queue q WHERE q.run_id = r.id)
+  AND NOT EXISTS (SELECT 1 FROM toren_control.leases l
+                  WHERE l.run_id = r.id AND l.expires_at > now())
 RETURNING run_id;
 
 -- registered_agents --
@@ -322,17 +328,29 @@ SELECT name, schema_name FROM toren_control.agents ORDER BY name;
 -- behind by an aborted handler must be allowed to expire). Leases, messages and the sign-in
 -- are separate statements so that no statement locks rows of two tables: appends lock a
 -- lease and then a message, and a heartbeat doing both at once could deadlock with them.
+-- A heartbeat never waits for a row: one locked right now is being appended to (which
+-- renews it), released or taken over, and a heartbeat that waited for it while holding
+-- others (a group commit's transaction locks several leases) could deadlock with it; a row
+-- skipped is renewed by the next heartbeat, well inside the TTL.
 -- clock_timestamp(), not now(): now() is when this statement's transaction began, and a
--- release committed while it waited for the row would still look live by it, so a lease let
--- go a moment ago would be renewed for another TTL.
+-- release committed meanwhile would still look live by it, so a lease let go a moment ago
+-- would be renewed for another TTL.
 UPDATE toren_control.leases l SET expires_at = now() + %(ttl_s)s * interval '1 second'
-FROM unnest(%(lease_runs)s::uuid[], %(lease_streams)s::text[]) AS h(run_id, stream)
-WHERE l.run_id = h.run_id AND l.stream = h.stream AND l.holder = %(worker_id)s
-  AND l.expires_at > clock_timestamp();
+FROM (SELECT held.run_id, held.stream
+      FROM toren_control.leases held
+      JOIN unnest(%(lease_runs)s::uuid[], %(lease_streams)s::text[]) AS h(run_id, stream)
+        ON held.run_id = h.run_id AND held.stream = h.stream
+      WHERE held.holder = %(worker_id)s AND held.expires_at > clock_timestamp()
+      FOR UPDATE OF held SKIP LOCKED) AS free
+WHERE l.run_id = free.run_id AND l.stream = free.stream;
 
 -- heartbeat_messages --
-UPDATE toren_control.queue SET available_at = now() + %(ttl_s)s * interval '1 second'
-WHERE id = ANY(%(message_ids)s) AND claimed_by = %(worker_id)s;
+-- Never waits for a row either (see heartbeat_leases): a message locked now is being acked.
+UPDATE toren_control.queue q SET available_at = now() + %(ttl_s)s * interval '1 second'
+FROM (SELECT id FROM toren_control.queue
+      WHERE id = ANY(%(message_ids)s) AND claimed_by = %(worker_id)s
+      FOR UPDATE SKIP LOCKED) AS free
+WHERE q.id = free.id;
 
 -- heartbeat_worker --
 INSERT INTO toren_control.workers AS w (id, version, agents, hostname, pid, heartbeat_at)

@@ -1,0 +1,1 @@
+"""Toren's worker runtime for AWS Fargate (``TOREN_RUNTIME=fargate``) and Secrets Manager."""

@@ -1,0 +1,174 @@
+"""A fake Telegram Bot API over HTTP (aiohttp, in a thread of the test process).
+
+It speaks the wire format the channel uses: ``POST /bot<token>/<method>`` with a JSON body,
+answered ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code", "description",
+"parameters": {"retry_after"}}``. ``getUpdates`` long-polls and forgets updates below the
+``offset`` it is given (as Telegram confirms them); two getUpdates at once get 409, as on
+Telegram. ``fail(method, status, retry_after=...)`` scripts the next answers of a method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from aiohttp import web
+
+TOKEN = "123456:TEST-token"
+
+
+class FakeTelegram:
+    """Start with ``start()``; ``url`` is the API base URL; ``stop()`` at the end."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.updates: list[dict[str, Any]] = []
+        self.confirmed = 0  # the highest offset a getUpdates has sent
+        self.sent: list[dict[str, Any]] = []  # sendMessage bodies accepted, in order
+        self.calls: list[tuple[float, str, int]] = []  # (time, method, status answered)
+        self.failures: dict[str, list[tuple[int, float | None]]] = {}
+        self.actions: list[dict[str, Any]] = []
+        self.answered: list[dict[str, Any]] = []
+        self.conflicts = 0
+        self._polling = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- scripting ---------------------------------------------------------------------------
+
+    def add_update(self, update: dict[str, Any]) -> None:
+        with self.lock:
+            self.updates.append(update)
+
+    def message(self, update_id: int, user_id: int, text: str, *, chat_type: str = "private"
+                ) -> dict[str, Any]:
+        """Queue a text message from ``user_id`` in their private chat; return it."""
+        update = {"update_id": update_id, "message": {
+            "message_id": update_id, "date": int(time.time()), "text": text,
+            "chat": {"id": user_id, "type": chat_type},
+            "from": {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"}}}
+        self.add_update(update)
+        return update
+
+    def press(self, update_id: int, user_id: int, data: str) -> None:
+        """Queue a press of an inline button carrying ``data``."""
+        self.add_update({"update_id": update_id, "callback_query": {
+            "id": f"cb{update_id}", "data": data, "from": {"id": user_id},
+            "message": {"message_id": 1, "chat": {"id": user_id, "type": "private"}}}})
+
+    def fail(self, method: str, status: int, *, retry_after: float | None = None,
+             times: int = 1) -> None:
+        with self.lock:
+            self.failures.setdefault(method, []).extend([(status, retry_after)] * times)
+
+    def texts(self, chat_id: int | None = None) -> list[str]:
+        with self.lock:
+            return [body["text"] for body in self.sent
+                    if chat_id is None or str(body["chat_id"]) == str(chat_id)]
+
+    # -- server ------------------------------------------------------------------------------
+
+    def start(self) -> FakeTelegram:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.router.add_post("/bot{token}/{method}", self._handle)
+            self._runner = web.AppRunner(app)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        if request.match_info["token"] != TOKEN:
+            return self._answer(method, 401, {"ok": False, "error_code": 401,
+                                              "description": "Unauthorized"})
+        body = await request.json()
+        with self.lock:
+            scripted = self.failures.get(method)
+            failure = scripted.pop(0) if scripted else None
+        if failure is not None:
+            status, retry_after = failure
+            answer: dict[str, Any] = {"ok": False, "error_code": status,
+                                      "description": "Too Many Requests" if status == 429
+                                      else "Internal Server Error"}
+            if retry_after is not None:
+                answer["parameters"] = {"retry_after": retry_after}
+            return self._answer(method, status, answer)
+        if method == "getUpdates":
+            return await self._get_updates(body)
+        if method == "sendMessage":
+            with self.lock:
+                self.sent.append(body)
+            return self._answer(method, 200, {"ok": True, "result": {
+                "message_id": len(self.sent), "chat": {"id": body["chat_id"]},
+                "text": body["text"]}})
+        if method == "sendChatAction":
+            with self.lock:
+                self.actions.append(body)
+            return self._answer(method, 200, {"ok": True, "result": True})
+        if method == "answerCallbackQuery":
+            with self.lock:
+                self.answered.append(body)
+            return self._answer(method, 200, {"ok": True, "result": True})
+        if method == "getMe":
+            return self._answer(method, 200, {"ok": True, "result": {
+                "id": 123456, "is_bot": True, "first_name": "Test", "username": "test_bot"}})
+        if method == "setWebhook":
+            return self._answer(method, 200, {"ok": True, "result": True})
+        return self._answer(method, 404, {"ok": False, "error_code": 404,
+                                          "description": "Not Found"})
+
+    async def _get_updates(self, body: dict[str, Any]) -> web.Response:
+        if self._polling:
+            self.conflicts += 1
+            return self._answer("getUpdates", 409, {
+                "ok": False, "error_code": 409, "description":
+                "Conflict: terminated by other getUpdates request"})
+        self._polling += 1
+        try:
+            offset = body.get("offset")
+            deadline = time.monotonic() + min(float(body.get("timeout", 0)), 2.0)
+            while True:
+                with self.lock:
+                    if offset is not None:
+                        self.confirmed = max(self.confirmed, offset)
+                        self.updates = [u for u in self.updates if u["update_id"] >= offset]
+                    pending = list(self.updates)
+                if pending or time.monotonic() >= deadline:
+                    return self._answer("getUpdates", 200, {"ok": True, "result": pending})
+                await asyncio.sleep(0.05)
+        finally:
+            self._polling -= 1
+
+    def _answer(self, method: str, status: int, body: dict[str, Any]) -> web.Response:
+        with self.lock:
+            self.calls.append((time.monotonic(), method, status))
+        return web.json_response(body, status=status)

@@ -1,0 +1,114 @@
+"""A fake WhatsApp Cloud (Graph) API over HTTP (aiohttp, in a thread of the test process).
+
+``POST /v21.0/<phone_number_id>/messages`` with ``Authorization: Bearer <token>`` is
+answered as Meta does: ``{"messaging_product": "whatsapp", "messages": [{"id": ...}]}``, or an
+``{"error": {"message", "code"}}`` body for scripted failures (``fail``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from aiohttp import web
+
+ACCESS_TOKEN = "EAAG-test-token"
+PHONE_ID = "1098765"
+#: What the tests' agent is configured with, and the number it allow-lists.
+APP_SECRET = "app-secret-for-tests"
+VERIFY_TOKEN = "verify-me"
+FRIEND = "15550001111"
+
+
+class FakeGraph:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent: list[dict[str, Any]] = []
+        self.calls: list[tuple[float, int]] = []
+        self.failures: list[tuple[int, int, str | None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v21.0"
+
+    def fail(self, status: int, code: int, retry_after: str | None = None) -> None:
+        with self.lock:
+            self.failures.append((status, code, retry_after))
+
+    def texts(self, to: str | None = None) -> list[str]:
+        with self.lock:
+            return [body["text"]["body"] if body["type"] == "text"
+                    else body["interactive"]["body"]["text"]
+                    for body in self.sent if to is None or body["to"] == to]
+
+    def start(self) -> FakeGraph:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.router.add_post("/v21.0/{phone}/messages", self._messages)
+            app.router.add_get("/v21.0/{phone}", self._number)
+            runner = web.AppRunner(app)
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    async def _number(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {ACCESS_TOKEN}":
+            return web.json_response({"error": {"message": "Invalid OAuth access token",
+                                                "code": 190}}, status=401)
+        if request.match_info["phone"] != PHONE_ID:
+            return web.json_response({"error": {"message": "Unsupported get request",
+                                                "code": 100}}, status=400)
+        return web.json_response({"id": PHONE_ID, "display_phone_number": "15550000000",
+                                  "verified_name": "Test"})
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {ACCESS_TOKEN}":
+            return self._answer(401, {"error": {"message": "Invalid OAuth access token",
+                                                "code": 190}})
+        if request.match_info["phone"] != PHONE_ID:
+            return self._answer(400, {"error": {"message": "Unsupported post request",
+                                                "code": 100}})
+        body = await request.json()
+        with self.lock:
+            failure = self.failures.pop(0) if self.failures else None
+        if failure is not None:
+            status, code, retry_after = failure
+            headers = {"Retry-After": retry_after} if retry_after else {}
+            return self._answer(status, {"error": {"message": "failure", "code": code}},
+                                headers)
+        with self.lock:
+            self.sent.append(body)
+        return self._answer(200, {"messaging_product": "whatsapp", "contacts": [
+            {"input": body["to"], "wa_id": body["to"]}],
+            "messages": [{"id": f"wamid.out{len(self.sent)}"}]})
+
+    def _answer(self, status: int, body: dict[str, Any],
+                headers: dict[str, str] | None = None) -> web.Response:
+        with self.lock:
+            self.calls.append((time.monotonic(), status))
+        return web.json_response(body, status=status, headers=headers)

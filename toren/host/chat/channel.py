@@ -1,0 +1,540 @@
+"""``ChatChannel``: what every chat app shares, so a platform plugin only speaks its wire format.
+
+Per agent listing the channel, one process holds a lease (``ChannelInbox``) and is the only
+one that polls the platform, starts turns and sends. Updates are recorded in the database
+before they are acknowledged (polling) or answered 200 (webhooks), under the platform's
+unique id, so a duplicate never starts a second turn and a crash loses nothing. Replies go
+through a keyed outbox (``reply:<session>:<turn>:<part>``): a turn resumed after a crash, or
+a new lease holder, never sends one twice.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from toren.core import events as ev
+from toren.core.chat_text import split_text, storable_text
+from toren.errors import (
+    ApprovalAlreadyDecided,
+    ApprovalNotFound,
+    ChannelError,
+    NotAnApprover,
+    SessionBusy,
+    SessionEnded,
+    SessionNotFound,
+    TorenError,
+)
+from toren.host.chat.access import (
+    BUSY_TEXT,
+    REFUSAL_TEXT,
+    allow_listed,
+    new_pairing_code,
+    pairing_text,
+)
+from toren.seams.channels import Channel
+from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
+
+log = logging.getLogger(__name__)
+
+#: Settings every chat channel takes (a platform adds its own to ``settings_schema``).
+COMMON_SETTINGS: dict[str, Any] = {
+    "allow_from": {
+        "description": "Platform user ids allowed to talk to the agent.",
+        "type": "array", "items": {"type": ["string", "integer"]}, "maxItems": 10_000},
+    "allow_from_env": {
+        "description": "A variable holding more allowed user ids, comma-separated.",
+        "type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+    "pairing": {
+        "description": "Unknown people get a one-time code an operator approves with "
+                       "`toren channels pair approve CODE` (default true); false: they get "
+                       "one polite refusal.",
+        "type": "boolean"},
+    "when_busy": {
+        "description": "A message while the agent is mid-turn: queue (the next turn, the "
+                       "default) or reply (answered 'still working', not kept).",
+        "enum": ["queue", "reply"]},
+}
+
+#: Seconds between typing indicators while a turn runs (platforms show one for ~5 s).
+TYPING_EVERY_S = 4.0
+#: Longest pause between retries of a send the platform refused for now (429, 5xx).
+MAX_BACKOFF_S = 300.0
+
+
+@dataclass
+class ChatBot:
+    """One agent's connection to the platform: its settings and what the platform needs
+    (a token, a phone number id), made by ``ChatChannel.open_bot``."""
+
+    agent: str
+    settings: dict[str, Any]
+    #: Whatever the platform plugin keeps per agent (an HTTP session, a token, an offset).
+    state: dict[str, Any] = field(default_factory=dict)
+    #: Whether this process holds the agent's poller lease now.
+    leading: bool = False
+    typing_at: dict[str, float] = field(default_factory=dict)
+
+
+class ChatChannel(Channel):
+    """The base of chat-app channels (Telegram, WhatsApp, a third party's).
+
+    A subclass sets ``name``, ``max_message_chars`` and ``settings_schema`` (start from
+    ``COMMON_SETTINGS``) and implements ``open_bot``, ``close_bot``, ``send_text`` and
+    ``send_typing``; a polling platform sets ``polls`` and implements ``fetch_updates``; a
+    webhook platform adds routes (``Channel.routes``) that call ``receive``. Platform errors
+    are raised as ``ChannelError`` (``retryable`` for 429 and 5xx, with ``retry_after_s``).
+    """
+
+    #: The platform's longest message; replies are split below it.
+    max_message_chars: int = 4096
+    #: Whether the process holding the lease long-polls the platform (``fetch_updates``).
+    polls: bool = False
+    #: Whether ``send_text`` renders ``payload["buttons"]`` as buttons (approvals use them).
+    supports_buttons: bool = False
+
+    def __init__(self) -> None:
+        self.runtime: Any = None
+        self.bots: dict[str, ChatBot] = {}
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake: dict[str, asyncio.Event] = {}
+        self._stopping = asyncio.Event()
+
+    # -- what a platform implements --------------------------------------------------------
+
+    @abc.abstractmethod
+    async def open_bot(self, bot: ChatBot) -> None:
+        """Prepare ``bot.state`` (an HTTP session, credentials from the environment)."""
+
+    @abc.abstractmethod
+    async def close_bot(self, bot: ChatBot) -> None:
+        """Release what ``open_bot`` took."""
+
+    @abc.abstractmethod
+    async def send_text(self, bot: ChatBot, chat_id: str, text: str,
+                        payload: Mapping[str, Any]) -> None:
+        """Send one message of at most ``max_message_chars`` (markdown, which the platform
+        converts to what it renders); ``payload["buttons"]`` rows of ``{"text", "data"}``."""
+
+    async def preflight(self, bot: ChatBot) -> None:
+        """One cheap authenticated call (Telegram's getMe), made at start unless
+        ``TOREN_SKIP_PREFLIGHT=1``: a permanent ``ChannelError`` (a revoked token) stops
+        startup; a retryable one is only logged. The default makes none."""
+        return None
+
+    def polls_for(self, bot: ChatBot) -> bool:
+        """Whether this agent's updates are long-polled (default: ``polls``); a platform with
+        an optional webhook mode answers per agent."""
+        return self.polls
+
+    async def send_typing(self, bot: ChatBot, chat_id: str) -> None:
+        """Show that the agent is working (best effort; the default does nothing)."""
+        return None
+
+    async def fetch_updates(self, bot: ChatBot) -> list[ChannelUpdate]:
+        """Long-poll the platform for updates not yet acknowledged (``polls`` platforms).
+
+        The base records each, then calls ``acknowledge``: nothing is acknowledged before it
+        is in the database."""
+        return []
+
+    async def acknowledge(self, bot: ChatBot, updates: list[ChannelUpdate]) -> None:
+        """Tell the platform the updates of the last ``fetch_updates`` are taken (``updates``,
+        the ones it returned, are recorded by now; it is called after every fetch)."""
+        return None
+
+    async def answer_button(self, bot: ChatBot, update: ChannelUpdate, text: str) -> None:
+        """Acknowledge a button press with a short note (Telegram's answerCallbackQuery)."""
+        return None
+
+    # -- Channel -----------------------------------------------------------------------------
+
+    def check_settings(self, agent: str, settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+        if not settings.get("allow_from") and not settings.get("allow_from_env") \
+                and settings.get("pairing") is False:
+            return [("pairing", "pairing is off and allow_from/allow_from_env are empty, so "
+                                "nobody could talk to the agent; list user ids in allow_from "
+                                "or turn pairing on")]
+        return []
+
+    async def start(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self._stopping.clear()
+        for agent, settings in runtime.channel_agents(self.name).items():
+            bot = ChatBot(agent=agent, settings=settings)
+            await self.open_bot(bot)
+            self.bots[agent] = bot
+            if not runtime.settings.skip_preflight:
+                await self._preflight(bot)
+            self._wake[agent] = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._lease_loop(bot),
+                                                   name=f"{self.name}-lease-{agent}"))
+            self._tasks.append(asyncio.create_task(self._work_loop(bot),
+                                                   name=f"{self.name}-work-{agent}"))
+            if self.polls_for(bot):
+                self._tasks.append(asyncio.create_task(self._poll_loop(bot),
+                                                       name=f"{self.name}-poll-{agent}"))
+
+    async def _preflight(self, bot: ChatBot) -> None:
+        try:
+            await self.preflight(bot)
+        except ChannelError as exc:
+            if exc.retryable:
+                log.warning("%s: preflight of %s failed for now: %s", self.name, bot.agent,
+                            exc.message)
+                return
+            await self.stop()
+            raise ChannelError(f"the {self.name} channel of agent {bot.agent} cannot start: "
+                               f"{exc.message}. Check its credentials, or set "
+                               "TOREN_SKIP_PREFLIGHT=1 to start anyway") from exc
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for bot in self.bots.values():
+            if bot.leading:
+                try:
+                    await self.runtime.store.release_channel_lease(self.name, bot.agent,
+                                                                   self.holder)
+                except TorenError as exc:
+                    log.warning("could not release the %s lease of %s: %s", self.name,
+                                bot.agent, exc.message)
+            await self.close_bot(bot)
+        self.bots.clear()
+
+    async def notify(self, session_id: str, agent: str, text: str) -> None:
+        """Queue ``text`` (a background run's result) for the chat that owns the session."""
+        if agent not in self.bots:
+            return
+        found = await self.runtime.store.session_chat(self.name, session_id)
+        if found is None:
+            return
+        _agent, chat_id = found
+        sends = _parts(f"notice:{session_id}:{_digest(text)}", chat_id, text,
+                       self.max_message_chars)
+        await self.runtime.store.enqueue_channel_sends(self.name, agent, sends)
+        self._wake[agent].set()
+
+    # -- intake --------------------------------------------------------------------------
+
+    async def receive(self, update: ChannelUpdate) -> bool:
+        """Record an update (a webhook calls this before answering the platform); ``False``
+        for one recorded before. Wakes the lease holder if it is this process."""
+        new = bool(await self.runtime.store.record_channel_update(_storable(update)))
+        wake = self._wake.get(update.agent)
+        if wake is not None:
+            wake.set()
+        return new
+
+    # -- loops ---------------------------------------------------------------------------
+
+    @property
+    def _ttl_s(self) -> float:
+        return float(self.runtime.settings.lease_ttl_s)
+
+    async def _lease_loop(self, bot: ChatBot) -> None:
+        """Take and renew the lease (every third of its life); one holder per deployment."""
+        while not self._stopping.is_set():
+            try:
+                held = await self.runtime.store.claim_channel_lease(self.name, bot.agent,
+                                                                    self.holder, self._ttl_s)
+            except TorenError as exc:
+                log.warning("%s lease of %s: %s", self.name, bot.agent, exc.message)
+                held = False
+            if held != bot.leading:
+                log.info("%s: this process %s the poller of %s", self.name,
+                         "is now" if held else "is no longer", bot.agent)
+                bot.leading = held
+                if held:
+                    self._wake[bot.agent].set()
+            await asyncio.sleep(self._ttl_s / 3)
+
+    async def _poll_loop(self, bot: ChatBot) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            if not bot.leading:
+                await asyncio.sleep(min(1.0, self._ttl_s / 3))
+                continue
+            try:
+                updates = await self.fetch_updates(bot)
+                for update in updates:
+                    await self.runtime.store.record_channel_update(_storable(update))
+                # only now, with every update committed, may the platform forget them
+                await self.acknowledge(bot, updates)
+                if updates:
+                    self._wake[bot.agent].set()
+                failures = 0
+            except (TorenError, OSError) as exc:
+                failures += 1
+                delay = _backoff(failures, getattr(exc, "retry_after_s", None))
+                log.warning("%s: polling for %s failed (%s); retrying in %.1fs", self.name,
+                            bot.agent, getattr(exc, "message", exc), delay)
+                await asyncio.sleep(delay)
+
+    async def _work_loop(self, bot: ChatBot) -> None:
+        wake = self._wake[bot.agent]
+        tick = min(0.5, float(self.runtime.settings.poll_interval_s))
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout=tick)
+            wake.clear()
+            if not bot.leading:
+                continue
+            try:
+                await self._dispatch(bot)
+                await self._collect(bot)
+                await self._send_due(bot)
+            except TorenError as exc:
+                log.warning("%s: handling %s failed: %s", self.name, bot.agent, exc.message)
+            except Exception:
+                log.exception("%s: handling %s failed", self.name, bot.agent)
+
+    # -- pending updates -> turns --------------------------------------------------------
+
+    async def _dispatch(self, bot: ChatBot) -> None:
+        store = self.runtime.store
+        busy_chats = {update.chat_id for update in
+                      await store.delivered_channel_updates(self.name, bot.agent)}
+        for update in await store.pending_channel_updates(self.name, bot.agent):
+            if update.kind == "button":
+                await self._press(bot, update)
+                continue
+            if not await self._allowed(bot, update):
+                continue
+            if update.chat_id in busy_chats:
+                if bot.settings.get("when_busy") == "reply":
+                    await store.answer_channel_update(
+                        self.name, bot.agent, update.update_id, "busy",
+                        [ChannelSend(key=f"busy:{update.update_id}", chat_id=update.chat_id,
+                                     text=BUSY_TEXT)])
+                continue  # queued: it becomes the chat's next turn
+            await self._start_turn(bot, update)
+            # started, or the session is busy elsewhere: the chat's later messages wait
+            busy_chats.add(update.chat_id)
+
+    async def _allowed(self, bot: ChatBot, update: ChannelUpdate) -> bool:
+        """Whether the sender may reach the model; if not, the update is refused, with one
+        pairing code or one polite refusal per person (outbox keys make them once-only)."""
+        store = self.runtime.store
+        if allow_listed(bot.settings, update.user_id):
+            return True
+        status = await store.channel_user_status(self.name, bot.agent, update.user_id)
+        if status == "approved":
+            return True
+        sends: list[ChannelSend] = []
+        if bot.settings.get("pairing", True) and status is None:
+            pairing = await store.request_pairing(ChannelPairing(
+                channel=self.name, agent=bot.agent, user_id=update.user_id,
+                chat_id=update.chat_id, code=new_pairing_code(), status="pending",
+                display_name=str(update.payload.get("name", ""))[:200]))
+            sends.append(ChannelSend(key=f"pairing:{update.user_id}", chat_id=update.chat_id,
+                                     text=pairing_text(pairing.code)))
+        elif not bot.settings.get("pairing", True) or status == "denied":
+            sends.append(ChannelSend(key=f"refusal:{update.user_id}", chat_id=update.chat_id,
+                                     text=REFUSAL_TEXT))
+        await store.answer_channel_update(self.name, bot.agent, update.update_id, "refused",
+                                          sends)
+        log.info("%s: refused a message from %s to %s (not allowed)", self.name,
+                 update.user_id, bot.agent)
+        return False
+
+    async def _start_turn(self, bot: ChatBot, update: ChannelUpdate) -> bool:
+        runtime, store = self.runtime, self.runtime.store
+        for _attempt in range(2):
+            session_id = await store.chat_session(self.name, bot.agent, update.chat_id)
+            if session_id is None:
+                session_id = await runtime.start_session(
+                    bot.agent, idempotency_key=f"{self.name}:{update.chat_id}:{update.update_id}")
+                await store.bind_chat_session(self.name, bot.agent, update.chat_id, session_id)
+            try:
+                turn = await runtime.send_message(session_id, update.text,
+                                                  idempotency_key=f"{self.name}:"
+                                                                  f"{update.update_id}")
+            except (SessionEnded, SessionNotFound):
+                # the chat's session ended (closed, failed, cancelled): the chat gets a new one
+                fresh = await runtime.start_session(
+                    bot.agent, idempotency_key=f"{self.name}:{update.chat_id}:{update.update_id}")
+                await store.bind_chat_session(self.name, bot.agent, update.chat_id, fresh)
+                continue
+            except SessionBusy:
+                return False  # another surface took the turn; try again on the next tick
+            except TorenError as exc:
+                if exc.retryable:
+                    raise
+                # a message the session cannot take (unstorable text, too long): say so once
+                # and move on, or it would block the chat's every later message
+                await store.answer_channel_update(
+                    self.name, bot.agent, update.update_id, "handled",
+                    [ChannelSend(key=f"unusable:{update.update_id}", chat_id=update.chat_id,
+                                 text=f"Sorry, I could not take that message: "
+                                      f"{exc.message[:300]}")])
+                return False
+            await store.set_channel_update(self.name, bot.agent, update.update_id, "delivered",
+                                           session_id=session_id, turn=turn)
+            await self._typing(bot, update.chat_id, force=True)
+            return True
+        return False
+
+    async def _press(self, bot: ChatBot, update: ChannelUpdate) -> None:
+        """A button: ``a:<approval id>`` approves, ``d:<approval id>`` denies."""
+        note = "Not allowed."
+        if await self._allowed_silently(bot, update.user_id):
+            action, _, approval_id = update.text.partition(":")
+            outcome = {"a": "approved", "d": "denied"}.get(action)
+            if outcome is None:
+                note = "Unknown button."
+            else:
+                try:
+                    await self.runtime.decide_approval(
+                        approval_id, outcome, decided_by=f"{self.name}:{update.user_id}")
+                    note = "Approved." if outcome == "approved" else "Denied."
+                except (ApprovalNotFound, ApprovalAlreadyDecided, NotAnApprover) as exc:
+                    note = exc.message[:190]
+        await self.runtime.store.set_channel_update(self.name, bot.agent, update.update_id,
+                                                    "handled")
+        try:
+            await self.answer_button(bot, update, note)
+        except ChannelError as exc:
+            log.info("%s: answering a button failed: %s", self.name, exc.message)
+
+    async def _allowed_silently(self, bot: ChatBot, user_id: str) -> bool:
+        if allow_listed(bot.settings, user_id):
+            return True
+        status = await self.runtime.store.channel_user_status(self.name, bot.agent, user_id)
+        return bool(status == "approved")
+
+    # -- finished turns -> outbox ----------------------------------------------------------
+
+    async def _collect(self, bot: ChatBot) -> None:
+        store = self.runtime.store
+        for update in await store.delivered_channel_updates(self.name, bot.agent):
+            assert update.session_id is not None and update.turn is not None
+            record = await store.get_run(update.session_id, bot.agent)
+            if record is not None and record.status in ("queued", "running", "waiting"):
+                await self._typing(bot, update.chat_id)  # the row, not the transcript
+                continue
+            try:
+                session = await self.runtime.get_session(update.session_id)
+            except SessionNotFound:
+                await store.set_channel_update(self.name, bot.agent, update.update_id,
+                                               "answered")
+                continue
+            status = session["status"]
+            if status == "awaiting_approval":
+                await self._offer_approvals(bot, update, session["pending_approvals"])
+                continue
+            ended = status in ev.TERMINAL_STATUSES
+            if not ended and (status != "awaiting_input"
+                              or session["turns_ended"] < update.turn):
+                await self._typing(bot, update.chat_id)
+                continue
+            text = _reply_text(session["transcript"], update.turn)
+            if ended and not text:
+                reason = session.get("error") or session.get("stop_reason") or status
+                text = (f"This conversation has ended ({reason}). Send a message to start a "
+                        "new one.")
+            text = text or "(no reply)"
+            sends = _parts(f"reply:{update.session_id}:{update.turn}", update.chat_id, text,
+                           self.max_message_chars)
+            await store.answer_channel_update(self.name, bot.agent, update.update_id,
+                                              "answered", sends)
+
+    async def _offer_approvals(self, bot: ChatBot, update: ChannelUpdate,
+                               approvals: list[dict[str, Any]]) -> None:
+        sends = []
+        for approval in approvals:
+            args = str(approval.get("arguments", ""))[:500]
+            text = (f"The agent wants to run {approval['tool']} with {args}. Allow it?")
+            payload: dict[str, Any] = {}
+            if self.supports_buttons:
+                payload = {"buttons": [[{"text": "Approve", "data": f"a:{approval['id']}"},
+                                        {"text": "Deny", "data": f"d:{approval['id']}"}]]}
+            else:
+                text += (f" An operator decides with `toren approvals approve "
+                         f"{approval['id']}` (or deny).")
+            sends.append(ChannelSend(key=f"approval:{approval['id']}", chat_id=update.chat_id,
+                                     text=text, payload=payload))
+        if sends:
+            await self.runtime.store.enqueue_channel_sends(self.name, bot.agent, sends)
+
+    async def _typing(self, bot: ChatBot, chat_id: str, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - bot.typing_at.get(chat_id, 0.0) < TYPING_EVERY_S:
+            return
+        bot.typing_at[chat_id] = now
+        try:
+            await self.send_typing(bot, chat_id)
+        except (ChannelError, OSError) as exc:
+            log.debug("%s: typing indicator failed: %s", self.name, exc)
+
+    # -- outbox -> platform ---------------------------------------------------------------
+
+    async def _send_due(self, bot: ChatBot) -> None:
+        store = self.runtime.store
+        for send in await store.due_channel_sends(self.name, bot.agent):
+            try:
+                await self.send_text(bot, send.chat_id, send.text, send.payload)
+            except ChannelError as exc:
+                if not exc.retryable:
+                    log.error("%s: giving up on message %s to %s: %s", self.name, send.key,
+                              send.chat_id, exc.message)
+                    await store.finish_channel_send(self.name, bot.agent, send.key,
+                                                    error=exc.message)
+                    continue
+                delay = _backoff(send.attempts + 1, exc.retry_after_s)
+                log.warning("%s: sending %s failed (%s); retrying in %.1fs", self.name,
+                            send.key, exc.message, delay)
+                await store.retry_channel_send(self.name, bot.agent, send.key, delay,
+                                               exc.message)
+                # the platform asked this bot to slow down: the rest wait for the next tick
+                break
+            await store.finish_channel_send(self.name, bot.agent, send.key)
+
+
+def _storable(update: ChannelUpdate) -> ChannelUpdate:
+    """The update with its texts cleaned of what Postgres cannot store (``storable_text``)."""
+    payload = {key: storable_text(value) if isinstance(value, str) else value
+               for key, value in update.payload.items()}
+    return dataclasses.replace(update, text=storable_text(update.text),
+                               chat_id=storable_text(update.chat_id),
+                               user_id=storable_text(update.user_id),
+                               update_id=storable_text(update.update_id), payload=payload)
+
+
+def _reply_text(transcript: list[dict[str, Any]], turn: int) -> str:
+    """The agent's answer in ``turn``: its last non-empty text of that turn."""
+    texts = [entry["text"] for entry in transcript
+             if entry["role"] == "assistant" and entry["turn"] == turn and entry.get("text")]
+    return str(texts[-1]).strip() if texts else ""
+
+
+def _parts(key: str, chat_id: str, text: str, limit: int) -> list[ChannelSend]:
+    return [ChannelSend(key=f"{key}:{index}", chat_id=chat_id, text=part)
+            for index, part in enumerate(split_text(text, limit))]
+
+
+def _digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _backoff(failures: int, retry_after_s: float | None) -> float:
+    """Exponential backoff with jitter, at least what the platform asked for."""
+    delay = min(MAX_BACKOFF_S, 0.5 * 2.0 ** min(failures, 12)) * random.uniform(0.5, 1.0)
+    return max(delay, retry_after_s or 0.0)
