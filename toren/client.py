@@ -339,6 +339,11 @@ class TorenClient:
         result: Health = await self._request("GET", "/healthz")
         return result
 
+    async def fleet(self) -> dict[str, Any]:
+        """Workers, queue, runs in flight and recent failures (``GET /fleet``; ``toren top``)."""
+        result: dict[str, Any] = await self._request("GET", "/fleet")
+        return result
+
     async def agents(self) -> list[dict[str, Any]]:
         result = await self._request("GET", "/agents")
         return list(result["agents"])

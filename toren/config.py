@@ -87,6 +87,15 @@ class Settings:
     default_retention_s: float | None = None
     archive_interval_s: float = 3600.0
     archive_batch: int = 1000
+    #: A port for the worker's ``/metrics`` listener (Prometheus); ``None``: no listener.
+    metrics_port: int | None = None
+    #: The interface that listener binds (``0.0.0.0`` in a container).
+    metrics_host: str = "127.0.0.1"
+    #: ``/metrics`` on the API server without an API key (it holds no prompts or secrets).
+    metrics_public: bool = False
+    #: The ``toren.tracer`` driver (``otel``), or ``None`` for no tracing (the default unless
+    #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set).
+    tracer: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -135,12 +144,39 @@ class Settings:
             default_retention_s=retention_age(env),
             archive_interval_s=positive_number(env, "TOREN_ARCHIVE_INTERVAL", 3600.0, float),
             archive_batch=positive_number(env, "TOREN_ARCHIVE_BATCH", 1000, int),
+            metrics_port=_port(env, "TOREN_METRICS_PORT"),
+            metrics_host=env.get("TOREN_METRICS_HOST") or "127.0.0.1",
+            metrics_public=switch(env, "TOREN_METRICS_PUBLIC", False),
+            tracer=_tracer(env),
         )
 
     def crash_point(self, name: str) -> None:
         """A named crash point (``toren.crashpoints``): nothing unless TOREN_CRASH_AT names it."""
         if self.crash_at:
             crashpoints.reach(self.crash_at, self.crash_once, name)
+
+
+def _port(env: Mapping[str, str], name: str) -> int | None:
+    """A TCP port setting (1-65535), or ``None`` when unset."""
+    if not env.get(name):
+        return None
+    port = positive_number(env, name, 0, int)
+    if port > 65535:
+        raise ConfigError(f"{name}={env[name]!r} is not a TCP port: use 1 to 65535")
+    return port
+
+
+def _tracer(env: Mapping[str, str]) -> str | None:
+    """``TOREN_TRACER`` (``none`` turns tracing off), else ``otel`` when an OTLP endpoint is
+    set in the standard OpenTelemetry variables, else ``None``."""
+    chosen = env.get("TOREN_TRACER", "").strip()
+    if chosen:
+        return None if chosen == "none" else chosen
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return "otel"
+    return None
 
 
 def switch(env: Mapping[str, str], name: str, default: bool) -> bool:

@@ -72,7 +72,7 @@ def test_only_published_distributions_are_suggested() -> None:
 
     assert message.endswith(": pip install toren-postgres")
     assert set(KNOWN_DISTRIBUTIONS.values()) == {"toren", "toren-postgres", "toren-sqs",
-                                                 "toren-fargate", "toren-s3"}
+                                                 "toren-fargate", "toren-s3", "toren-otel"}
     assert missing_driver_message(KINDS["runtime"], "fargate").endswith(
         ": pip install toren-fargate")
     assert not set(KNOWN_DISTRIBUTIONS) & set(PLANNED_DRIVERS)

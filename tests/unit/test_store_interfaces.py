@@ -15,6 +15,7 @@ from toren_postgres.channels import (
     PostgresChannelOutbox,
 )
 from toren_postgres.files import PostgresFileStore
+from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.forks import PostgresForkStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
@@ -41,6 +42,7 @@ from toren.seams.store import (
     ChannelInbox,
     ChannelOutbox,
     FileStore,
+    FleetReader,
     ForkStore,
     Guardian,
     KeyStore,
@@ -66,7 +68,7 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           FileStore: PostgresFileStore, ChannelInbox: PostgresChannelInbox,
           ChannelChats: PostgresChannelChats, ChannelOutbox: PostgresChannelOutbox,
           ForkStore: PostgresForkStore, AgentVersionStore: PostgresAgentVersionStore,
-          RunArchiveIndex: PostgresRunArchive}
+          RunArchiveIndex: PostgresRunArchive, FleetReader: PostgresFleetReader}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -24,6 +24,7 @@ from toren.cli import (
     run,
     schedules,
     serve,
+    top,
     version,
     versions,
     worker,
@@ -64,6 +65,7 @@ app.command("worker")(worker.worker)
 app.command("run")(run.run)
 app.command("mcp")(mcp.mcp)
 app.command("chat")(chat.chat)
+app.command("top")(top.top)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(db.app, name="db")
 app.add_typer(keys.app, name="keys")
@@ -126,11 +128,17 @@ def _no_type(ctx: Any) -> None:
 
 
 def _configure_logging() -> None:
-    """Log to stderr through rich; ``TOREN_LOG_LEVEL`` (default WARNING) sets the level."""
-    from rich.logging import RichHandler
+    """Log to stderr: through rich, or as ``TOREN_LOG_FORMAT`` says (``plain``, ``json``);
+    ``TOREN_LOG_LEVEL`` (default WARNING) sets the level (``toren.logs``)."""
+    from toren.logs import log_format, make_handler
 
     level = os.environ.get("TOREN_LOG_LEVEL", "WARNING").upper()
-    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+    try:
+        chosen = log_format(os.environ)
+    except TorenError as exc:
+        print_error(exc.code, exc.message, as_json=False)
+        sys.exit(1)
+    handler = make_handler(chosen, stream=sys.stderr, rich_console=err_console)
     logging.basicConfig(level=level if level in logging.getLevelNamesMapping() else "WARNING",
                         format="%(message)s", handlers=[handler])
     logging.getLogger("pgserver").setLevel(max(logging.WARNING, logging.root.level))

@@ -24,6 +24,7 @@ import typer
 from toren.cli.common import load_runtime, run_async, stop_runtime
 from toren.core.events import Event
 from toren.errors import ApprovalNotFound, ConfigError, RunNotFound, TorenError
+from toren.host.fleet import fleet_snapshot
 from toren.host.runtime import Runtime
 from toren.seams.shapes import TextDelta
 
@@ -135,6 +136,10 @@ class Operator(abc.ABC):
         the model's text as it is generated in between (best-effort)."""
 
     @abc.abstractmethod
+    async def fleet(self) -> JsonDict:
+        """Workers, queue, runs in flight, recent failures (``toren top``, ``GET /fleet``)."""
+
+    @abc.abstractmethod
     async def aclose(self) -> None:
         """Let go of the runtime or the HTTP client."""
 
@@ -215,6 +220,10 @@ class LocalOperator(Operator):
 
     async def start(self) -> None:
         await self.runtime.start(workers=self.workers)
+
+    async def fleet(self) -> JsonDict:
+        settings = self.runtime.settings
+        return await fleet_snapshot(self.runtime.store, max(10.0, 3 * settings.lease_ttl_s))
 
     async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
                         schedule: str | None) -> list[JsonDict]:
@@ -306,6 +315,9 @@ class RemoteOperator(Operator):
 
     async def start(self) -> None:
         """Nothing to start: the client connects on the first request."""
+
+    async def fleet(self) -> JsonDict:
+        return await self.client.fleet()
 
     async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
                         schedule: str | None) -> list[JsonDict]:

@@ -39,7 +39,7 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
                       safe("; ".join(registers) or "-"))
     print_table(table)
     drivers_table = Table(title="Drivers (chosen by TOREN_STORE, TOREN_QUEUE, TOREN_RUNTIME, "
-                                "the scheme of TOREN_ARCHIVE)")
+                                "TOREN_TRACER, the scheme of TOREN_ARCHIVE)")
     for column in ("kind", "name", "distribution", "version"):
         drivers_table.add_column(column)
     for row in drivers:

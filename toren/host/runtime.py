@@ -25,6 +25,7 @@ from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
     AgentNotRegistered,
     ConfigError,
+    DriverNotFound,
     MissingEnvError,
     ProviderError,
     RunNotFound,
@@ -41,6 +42,7 @@ from toren.files import FileNotFound
 from toren.host.approvals import ApprovalsApi
 from toren.host.forks import ForksApi
 from toren.host.live import LiveOrder, LiveTextHub
+from toren.host.metrics import Metrics, MetricsListener
 from toren.host.relay import OutboxRelay
 from toren.host.retention import RetentionApi, is_archived
 from toren.host.versions import AgentVersions
@@ -53,6 +55,7 @@ from toren.seams.queue import Queue
 from toren.seams.shapes import Migration, TextDelta
 from toren.seams.store import Store
 from toren.seams.store.schedules import FiredSlot, NewRun, SlotToFire
+from toren.seams.telemetry import Tracer
 from toren.seams.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -109,7 +112,30 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
             self.store, self.agents, self.plugins.tools, self.plugins.unavailable_tools,
             recheck_s=max(0.2, min(2.0, self.settings.lease_ttl_s / 3)),
             known_models=self.check_model)
+        #: Prometheus metrics of this process (``/metrics``; ``toren.host.metrics``).
+        self.metrics = Metrics(self.store, list(self.agents),
+                               live_window_s=max(10.0, 3 * self.settings.lease_ttl_s))
+        #: Spans of runs, tasks, model and tool calls: a no-op unless a ``toren.tracer``
+        #: driver is configured (``TOREN_TRACER``, or an ``OTEL_EXPORTER_OTLP_ENDPOINT``).
+        self.tracer: Tracer = self._make_tracer()
+        self._metrics_listener: MetricsListener | None = None
         self.started = False
+
+    def _make_tracer(self) -> Tracer:
+        """The configured tracer driver; the no-op one when none is. An OTLP endpoint set for
+        other programs, without toren-otel installed, is a warning, not an error (only an
+        explicit ``TOREN_TRACER`` insists)."""
+        if not self.settings.tracer:
+            return Tracer()
+        try:
+            tracer: Tracer = driver_class("tracer", self.settings.tracer)(self.settings)
+        except DriverNotFound:
+            if os.environ.get("TOREN_TRACER"):
+                raise
+            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but toren-otel is not installed: "
+                        "no traces (pip install toren-otel; TOREN_TRACER=none silences this)")
+            return Tracer()
+        return tracer
 
     def check_model(self, model_id: str) -> object:
         """Resolve a model id to its provider's ``Model``; ``ConfigError`` if none serves it."""
@@ -171,6 +197,10 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
                 await self.sync_schedules()
                 self.workers = self._runtime_class(self.settings)
                 await self.workers.start(self)
+            if workers and self.settings.metrics_port is not None:
+                self._metrics_listener = MetricsListener(
+                    self.metrics, self.settings.metrics_host, self.settings.metrics_port)
+                await self._metrics_listener.start()
         except BaseException:
             await self.stop()
             raise
@@ -243,6 +273,9 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
     async def stop(self) -> None:
         """Stop workers and the outbox relay, then close the queue and the store. Safe to
         call twice."""
+        if self._metrics_listener is not None:
+            await self._metrics_listener.stop()
+            self._metrics_listener = None
         if self.workers is not None:
             await self.workers.stop()
             self.workers = None
@@ -261,6 +294,8 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         await self.live.close()
         self.versions.close()
         await self.close_archive()
+        # flushing spans may wait on the collector: not on the event loop
+        await asyncio.to_thread(self.tracer.shutdown)
         await self.store.close()
         if self._watchdog is not None:
             await self._watchdog.stop()

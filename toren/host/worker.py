@@ -27,9 +27,11 @@ from toren.execution.ports import AppendObserver, ExecutionPorts
 from toren.execution.task import work_task
 from toren.execution.tool_threads import ToolThreads
 from toren.host.children import HostChildRuns
+from toren.host.observed import ObservedRunLog
 from toren.host.relay import QueueAcknowledgingLog
 from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
 from toren.seams.store import Guardian, RunLog, WorkerRegistry
+from toren.seams.telemetry import log_context
 
 if TYPE_CHECKING:
     from toren.host.runtime import Runtime
@@ -59,6 +61,13 @@ class Worker:
         if not queue.reads_outbox:
             # acknowledgements cannot ride in the append's transaction: send them after it
             self.run_log = QueueAcknowledgingLog(runtime.store, queue, self.id)
+        self.metrics = runtime.metrics
+        self.tracer = runtime.tracer
+        # counters and spans from every committed append, timed (toren.host.observed)
+        self.run_log = ObservedRunLog(self.run_log, self.metrics, self.tracer,
+                                      run_ended=self._end_run_span_soon)
+        #: Reads of finished runs' creation times for their root spans (tracing only).
+        self._span_reads: set[asyncio.Task[None]] = set()
         self.inflight: dict[int, asyncio.Task[None]] = {}
         #: The lease each in-flight message's handler holds (renewed by the heartbeat).
         self.leases: dict[int, Lease] = {}
@@ -270,6 +279,15 @@ class Worker:
     # -- messages ------------------------------------------------------------------------------
 
     async def _handle(self, message: QueueMessage) -> None:
+        task_id = message.payload.get("task_id") if message.kind == "task" else None
+        self.metrics.messages.labels(message.agent, message.kind).inc()
+        if message.waited_s is not None:
+            self.metrics.queue_wait.labels(message.agent).observe(max(message.waited_s, 0.0))
+        with log_context(run_id=message.run_id, task_id=task_id, worker_id=self.id,
+                         agent=message.agent), self.tracer.handling(message, self.id):
+            await self._work(message)
+
+    async def _work(self, message: QueueMessage) -> None:
         try:
             agent = self.runtime.agents[message.agent]
             if message.run_id is not None and message.kind in ("task", "run"):
@@ -319,6 +337,13 @@ class Worker:
             await self.queue.defer(message, self.id, found.retry_in_s + 0.05)
             return None
         self.leases[message.id] = found[0]
+        if interrupted(found[1], found[0].epoch):
+            self.metrics.takeovers.labels(message.agent).inc()
+            log.info("took over %s of run %s at epoch %d: its previous holder stopped with "
+                     "work in flight", stream, message.run_id, found[0].epoch)
+            if self.tracer.enabled:
+                self.tracer.took_over(message.agent, message.run_id, stream, found[0].epoch,
+                                      self.id)
         return found
 
     def _started(self, message_id: int) -> None:
@@ -331,6 +356,7 @@ class Worker:
         reason = (f"message {message.id} ({message.kind}) was delivered {message.attempts} times "
                   "without completing: its worker died or timed out each time")
         log.error("dead-lettered %s for run %s", reason, message.run_id)
+        self.metrics.dead_lettered.labels(message.agent).inc()
         if message.run_id is None or message.agent not in self.runtime.agents:
             return
         dead = ev.RunDeadLettered(message_id=message.id, kind=message.kind,
@@ -356,3 +382,37 @@ class Worker:
         if archived:
             log.info("archived %d finished run(s) past their retention in %.1fs", archived,
                      report.get("duration_s", 0.0))
+
+    def _end_run_span_soon(self, agent: str, run_id: str) -> None:
+        """The run's end is committed: end its root span once its creation time is read."""
+        read = asyncio.create_task(self._end_run_span(agent, run_id))
+        self._span_reads.add(read)
+        read.add_done_callback(self._span_reads.discard)
+
+    async def _end_run_span(self, agent: str, run_id: str) -> None:
+        """The run's root span starts when the run was created: read that once, at its end."""
+        try:
+            record = await self.runtime.store.get_run(run_id, agent)
+        except Exception as exc:  # a span is not worth a failure
+            log.debug("could not read run %s for its span: %s", run_id, exc)
+            return
+        if record is not None:
+            self.tracer.run_finished(agent, run_id, record.status, record.created_at)
+
+
+_IN_FLIGHT = frozenset({ev.ModelCallStarted.__name__, ev.ToolCallStarted.__name__})
+
+
+def interrupted(events: Sequence[Event], epoch: int) -> bool:
+    """Whether a stream just taken at ``epoch`` was left with work in flight by an earlier
+    holder: its last event (checkpoints aside) started a model or tool call that has no
+    result. That is a lease takeover after a crash, not a routine hand-over."""
+    for event in reversed(events):
+        if event.type == ev.TASK_CHECKPOINT:
+            continue
+        return event.type in _IN_FLIGHT and int(event.data.get("epoch", epoch)) < epoch
+    if events and events[-1].type == ev.TASK_CHECKPOINT:  # the checkpoint closed that flush
+        data = events[-1].data
+        pending = [data.get("model_call_pending") or {}, *(data.get("pending_tools") or [])]
+        return any(int(item.get("epoch", epoch)) < epoch for item in pending if item)
+    return False

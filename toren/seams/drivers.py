@@ -28,6 +28,7 @@ KINDS: dict[str, DriverKind] = {
     "runtime": DriverKind("runtime", "toren.runtime", "TOREN_RUNTIME", "inprocess"),
     # picked by the scheme of TOREN_ARCHIVE's URL (toren.seams.archive)
     "archive": DriverKind("archive", "toren.archive", "TOREN_ARCHIVE", "file"),
+    "tracer": DriverKind("tracer", "toren.tracer", "TOREN_TRACER", "none"),
 }
 
 #: The distribution that provides each of Toren's own published drivers, for the install hint.
@@ -42,6 +43,7 @@ KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("toren.runtime", "fargate"): "toren-fargate",
     ("toren.archive", "file"): "toren",
     ("toren.archive", "s3"): "toren-s3",
+    ("toren.tracer", "otel"): "toren-otel",
 }
 #: Drivers Toren plans but has not published: named as not yet available, never as a package.
 PLANNED_DRIVERS: dict[tuple[str, str], str] = {}

@@ -70,6 +70,8 @@ class QueueMessage:
     kind: str
     payload: dict[str, Any]
     attempts: int
+    #: Seconds the message waited in the queue since it became due, if the queue knows.
+    waited_s: float | None = None
 
 
 @dataclass(frozen=True)

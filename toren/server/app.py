@@ -11,7 +11,17 @@ import toren
 from toren.errors import DatabaseUnavailable
 from toren.mcp.http import McpEndpoint
 from toren.schemas import load_schema
-from toren.server import approvals, console, files, forks, runs, schedules, sessions, versions
+from toren.server import (
+    approvals,
+    console,
+    files,
+    forks,
+    observability,
+    runs,
+    schedules,
+    sessions,
+    versions,
+)
 from toren.server import archive as archive_routes
 from toren.server.auth import auth_middleware
 from toren.server.context import RUNTIME, TRUSTED
@@ -39,7 +49,8 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
                                      allowed_hosts=allowed_host_names(bound_host, allowed_hosts))
     app = web.Application(
         middlewares=[error_middleware, guard,
-                     auth_middleware(runtime.store, enabled=require_keys)],
+                     auth_middleware(runtime.store, enabled=require_keys,
+                                     public_paths=observability.public_paths(runtime.settings))],
         client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
     app[STREAMS] = StreamHub(runtime.store, runtime.live,
@@ -64,6 +75,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     McpEndpoint().install(app)  # MCP for coding agents (docs/channels/mcp.md)
     for channel in runtime.listed_channels():  # webhooks of chat apps (docs/channels/)
         channel.routes(app, runtime)
+    observability.routes(app)  # /metrics, /fleet (docs/guides/observability.md)
     return app
 
 

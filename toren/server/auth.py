@@ -161,13 +161,16 @@ def unauthorized(message: str) -> web.Response:
 
 
 def auth_middleware(store: KeyStore, *, enabled: bool = True,
-                    cache_ttl_s: float = CACHE_TTL_S) -> Middleware:
+                    cache_ttl_s: float = CACHE_TTL_S,
+                    public_paths: frozenset[str] = frozenset()) -> Middleware:
     """A middleware requiring ``Authorization: Bearer <key>`` on all but ``PUBLIC_PATHS``.
 
     Args:
         store: verifies keys (it must be open by the first request).
         enabled: ``False`` lets every request through (``keys_required`` said no).
         cache_ttl_s: how long a verified key is trusted without a query.
+        public_paths: more paths served without a key (``/metrics`` with
+            ``TOREN_METRICS_PUBLIC=1``).
     """
     cache = KeyCache(store, cache_ttl_s)
 
@@ -186,7 +189,7 @@ def auth_middleware(store: KeyStore, *, enabled: bool = True,
             request[TRUSTED] = request.get(BROWSER_CHECKS_PASSED, True)
             return await handler(request)
         header = request.headers.get("Authorization", "")
-        if is_public(request.path):
+        if is_public(request.path) or request.path in public_paths:
             # a key is optional here: a valid one shows what only operators should see
             key = await optional_key(header) if header else None
             if key is not None:

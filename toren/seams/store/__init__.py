@@ -23,6 +23,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``ForkStore`` (``forks``): a run created with a log copied from another run's.
 - ``AgentVersionStore`` (``versions``): agent definitions by version, and each run's version.
 - ``RunArchiveIndex`` (``archive``): finished runs archived out of the hot tables.
+- ``FleetReader`` (``fleet``): queue, runs and workers at a glance (metrics, ``toren top``).
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -34,6 +35,7 @@ from toren.seams.store.archive import RunArchiveIndex
 from toren.seams.store.budgets import BudgetLedger
 from toren.seams.store.channels import ChannelChats, ChannelInbox, ChannelOutbox
 from toren.seams.store.files import FileStore
+from toren.seams.store.fleet import FleetReader
 from toren.seams.store.forks import ForkStore
 from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
@@ -50,7 +52,7 @@ from toren.seams.store.versions import AgentVersionStore, VersionSummary
 from toren.seams.store.workers import WorkerRegistry
 
 __all__ = ["AgentVersionStore", "ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
-           "ChannelOutbox", "FileStore", "ForkStore", "Guardian", "KeyStore",
+           "ChannelOutbox", "FileStore", "FleetReader", "ForkStore", "Guardian", "KeyStore",
            "LiveText",
            "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunArchiveIndex", "RunLog",
            "RunReader", "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest",
@@ -60,7 +62,7 @@ __all__ = ["AgentVersionStore", "ApprovalStore", "BudgetLedger", "ChannelChats",
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
             BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore,
-            AgentVersionStore, RunArchiveIndex):
+            AgentVersionStore, RunArchiveIndex, FleetReader):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

@@ -8,6 +8,7 @@ dies without acknowledging it lets it reappear). A dedicated connection LISTENs 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from psycopg.types.json import Jsonb
 
@@ -65,7 +66,7 @@ class PostgresQueue(Queue):
         async with self.pg_store.pool.connection() as conn:
             cursor = await conn.execute(query("claim"), params)
             rows = await cursor.fetchall()
-        claimed = [_message(row[:6]) for row in rows if not row[6]]
+        claimed = [replace(_message(row[:6]), waited_s=row[7]) for row in rows if not row[6]]
         dead = [_message(row[:6]) for row in rows if row[6]]
         return claimed, dead
 

@@ -34,6 +34,7 @@ from toren_postgres.channels import (
     PostgresChannelOutbox,
 )
 from toren_postgres.files import PostgresFileStore
+from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.forks import PostgresForkStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
@@ -99,7 +100,8 @@ class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, Postgre
                     PostgresToolStateStore, PostgresApprovalStore, PostgresScheduleStore,
                     PostgresLiveText, PostgresBudgetLedger, PostgresFileStore,
                     PostgresChannelInbox, PostgresChannelChats, PostgresChannelOutbox,
-                    PostgresForkStore, PostgresAgentVersionStore, PostgresRunArchive, Store):
+                    PostgresForkStore, PostgresAgentVersionStore, PostgresRunArchive,
+                    PostgresFleetReader, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

@@ -395,7 +395,7 @@ WITH dead AS (
     FROM dead
     RETURNING id, agent, run_id, kind, payload, attempts
 ), next AS (
-    SELECT id FROM toren_control.queue
+    SELECT id, available_at FROM toren_control.queue
     WHERE agent = ANY(%(agents)s) AND available_at <= now()
       AND attempts < %(max_deliveries)s
     ORDER BY available_at, id
@@ -407,11 +407,12 @@ WITH dead AS (
         attempts = q.attempts + 1,
         claimed_by = %(worker_id)s
     FROM next WHERE q.id = next.id
-    RETURNING q.id, q.agent, q.run_id, q.kind, q.payload, q.attempts
+    RETURNING q.id, q.agent, q.run_id, q.kind, q.payload, q.attempts,
+              extract(epoch FROM now() - next.available_at)::float8 AS waited_s
 )
-SELECT id, agent, run_id, kind, payload, attempts, false AS dead FROM claimed
+SELECT id, agent, run_id, kind, payload, attempts, false AS dead, waited_s FROM claimed
 UNION ALL
-SELECT id, agent, run_id, kind, payload, attempts, true AS dead FROM buried;
+SELECT id, agent, run_id, kind, payload, attempts, true AS dead, NULL FROM buried;
 
 -- ack --
 DELETE FROM toren_control.queue WHERE id = %(id)s AND claimed_by = %(worker_id)s;
@@ -851,3 +852,42 @@ WITH run AS (
     FROM run, jsonb_array_elements(%(messages)s) AS m
 )
 SELECT id FROM run;
+
+-- fleet_queue --
+-- Per agent: messages ready, claimed and delayed, the oldest ready message's wait, and the
+-- dead letters (GET /metrics, toren top). queue_claim_idx (agent, available_at) serves it.
+SELECT a.agent,
+       (SELECT count(*) FROM toren_control.queue q
+        WHERE q.agent = a.agent AND q.available_at <= now()) AS ready,
+       (SELECT count(*) FROM toren_control.queue q
+        WHERE q.agent = a.agent AND q.available_at > now() AND q.claimed_by IS NOT NULL),
+       (SELECT count(*) FROM toren_control.queue q
+        WHERE q.agent = a.agent AND q.available_at > now() AND q.claimed_by IS NULL),
+       COALESCE((SELECT extract(epoch FROM now() - min(q.available_at))::float8
+                 FROM toren_control.queue q
+                 WHERE q.agent = a.agent AND q.available_at <= now()), 0),
+       (SELECT count(*) FROM toren_control.dead_letters d WHERE d.agent = a.agent)
+FROM unnest(%(agents)s::text[]) AS a(agent);
+
+-- fleet_workers --
+SELECT version, count(*) FROM toren_control.workers
+WHERE heartbeat_at > now() - %(max_age_s)s * interval '1 second'
+GROUP BY version;
+
+-- fleet_active_runs --
+-- Unfinished runs by status (runs_status_created_idx: finished runs are not read).
+SELECT status, count(*) FROM {runs}
+WHERE status NOT IN ('completed', 'stopped', 'failed', 'cancelled')
+GROUP BY status;
+
+-- runs_in_flight --
+-- The oldest unfinished runs, each with its latest model step and its task streams.
+SELECT r.id::text, r.status, r.created_at, r.updated_at, r.error,
+       COALESCE((SELECT max((e.data->>'step')::int) FROM {events} e
+                 WHERE e.run_id = r.id AND e.type = 'ModelCallStarted'), 0),
+       (SELECT count(DISTINCT e.stream) FROM {events} e
+        WHERE e.run_id = r.id AND e.stream LIKE 'task:%%')
+FROM {runs} r
+WHERE r.status NOT IN ('completed', 'stopped', 'failed', 'cancelled')
+ORDER BY r.created_at
+LIMIT %(limit)s;

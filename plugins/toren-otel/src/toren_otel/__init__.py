@@ -1,0 +1,1 @@
+"""OpenTelemetry tracing for Toren: the ``otel`` driver of ``toren.tracer``."""

@@ -1,0 +1,107 @@
+"""The run log as the worker hands it to execution when metrics or tracing are on: every
+committed append is timed and told to the metrics and the tracer (one place for both)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from toren.core.events import Event, NewEvent
+from toren.core.runs import ChildLink, RunRecord, RunUpdate
+from toren.host.metrics import Metrics
+from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
+from toren.seams.store import RunLog
+from toren.seams.telemetry import Tracer
+
+#: The events that end a run (its root span ends with them).
+_RUN_ENDS = frozenset({"RunFinished", "RunDeadLettered"})
+
+
+class ObservedRunLog(RunLog):
+    """``log``, with each committed ``append`` and ``append_unleased`` told to ``metrics``
+    (counters, append latency) and ``tracer`` (model and tool call spans), and, with tracing
+    on, ``run_ended(agent, run_id)`` called when a run's end commits. Nothing is told about an
+    append that failed."""
+
+    def __init__(self, log: RunLog, metrics: Metrics | None, tracer: Tracer, *,
+                 run_ended: Callable[[str, str], None] | None = None) -> None:
+        self.log = log
+        self.metrics = metrics
+        self.tracer = tracer
+        self.run_ended = run_ended
+
+    def _committed(self, agent: str, run_id: str, stream: str, events: Sequence[NewEvent],
+                   seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.appended(agent, events, seconds)
+        if self.tracer.enabled:
+            self.tracer.appended(agent, run_id, stream, events, seconds)
+            if self.run_ended is not None and stream == "run" and any(
+                    event.type in _RUN_ENDS for event in events):
+                self.run_ended(agent, run_id)
+
+    async def append(self, agent: str, lease: Lease, expected_seq: int,
+                     events: Sequence[NewEvent], *, ttl_s: float,
+                     messages: Sequence[OutgoingMessage] = (), run_update: RunUpdate | None = None,
+                     ack: QueueMessage | None = None, release: bool = False,
+                     progress: QueueMessage | None = None) -> None:
+        started = time.perf_counter()
+        await self.log.append(agent, lease, expected_seq, events, ttl_s=ttl_s,
+                              messages=messages, run_update=run_update, ack=ack,
+                              release=release, progress=progress)
+        self._committed(agent, lease.run_id, lease.stream, events,
+                        time.perf_counter() - started)
+
+    async def append_unleased(self, agent: str, run_id: str, stream: str,
+                              events: Sequence[NewEvent], *,
+                              run_update: RunUpdate | None = None,
+                              only_if_active: bool = True) -> bool:
+        started = time.perf_counter()
+        written = await self.log.append_unleased(agent, run_id, stream, events,
+                                                 run_update=run_update,
+                                                 only_if_active=only_if_active)
+        if written:
+            self._committed(agent, run_id, stream, events, time.perf_counter() - started)
+        return written
+
+    # -- the rest, unchanged -------------------------------------------------------------------
+
+    async def create_run(self, agent: str, run_id: str, input: Any, *,
+                         idempotency_key: str | None, events: Sequence[NewEvent],
+                         messages: Sequence[OutgoingMessage], kind: str = "run",
+                         status: str = "queued",
+                         parent: ChildLink | None = None) -> tuple[str, bool]:
+        return await self.log.create_run(agent, run_id, input, idempotency_key=idempotency_key,
+                                         events=events, messages=messages, kind=kind,
+                                         status=status, parent=parent)
+
+    async def session_input(self, agent: str, run_id: str, stream: str,
+                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
+                            idempotency_key: str | None = None
+                            ) -> tuple[bool, str | None, int]:
+        return await self.log.session_input(agent, run_id, stream, events, messages,
+                                            idempotency_key)
+
+    async def acquire_lease(self, run_id: str, stream: str, holder: str,
+                            ttl_s: float) -> Lease | None:
+        return await self.log.acquire_lease(run_id, stream, holder, ttl_s)
+
+    async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
+                               ttl_s: float, *, with_finished: bool = False
+                               ) -> tuple[Lease, list[Event]] | LeaseBusy:
+        return await self.log.acquire_and_load(agent, run_id, stream, holder, ttl_s,
+                                               with_finished=with_finished)
+
+    async def release_lease(self, lease: Lease) -> None:
+        await self.log.release_lease(lease)
+
+    async def cancel_run(self, run_id: str, reason: str) -> RunRecord | None:
+        return await self.log.cancel_run(run_id, reason)
+
+    async def ensure_messages(self, agent: str, run_id: str,
+                              messages: Sequence[OutgoingMessage]) -> int:
+        return await self.log.ensure_messages(agent, run_id, messages)
+
+    async def run_status(self, agent: str, run_id: str) -> str | None:
+        return await self.log.run_status(agent, run_id)

@@ -1,0 +1,86 @@
+"""Telemetry seam: the log context of the work in hand, and the tracer interface (a no-op
+unless a ``toren.tracer`` driver such as ``toren-otel`` is configured)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from types import MappingProxyType
+
+from toren.core.events import NewEvent
+from toren.seams.shapes import QueueMessage
+
+#: ``run_id``, ``task_id``, ``worker_id`` (and ``agent``) of the work this coroutine does; the
+#: log formatter adds them to every line (``toren.logs``). Set by the worker per message.
+LOG_CONTEXT: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "toren_log_context", default=MappingProxyType({}))
+
+
+@contextlib.contextmanager
+def log_context(**ids: str | None) -> Iterator[None]:
+    """Add ``ids`` (those not ``None``) to every log line emitted inside the block, in this
+    coroutine and the tasks and threads it starts with a copied context."""
+    merged = dict(LOG_CONTEXT.get())
+    merged.update((key, value) for key, value in ids.items() if value is not None)
+    token = LOG_CONTEXT.set(merged)
+    try:
+        yield
+    finally:
+        LOG_CONTEXT.reset(token)
+
+
+class Tracer:
+    """What the worker tells a tracing backend; every method is a no-op here.
+
+    Made once per process (``toren.host.runtime``) from the ``toren.tracer`` driver chosen by
+    ``TOREN_TRACER`` (``otel`` by default when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; see
+    docs/guides/observability.md). The worker calls ``handling`` around each queue message it
+    works (the other methods are called inside that block, on the same coroutine), so a
+    driver can keep the current span in a context variable. Implementations must not block,
+    raise or touch the database: they sit on the append path.
+    """
+
+    #: ``False`` for the no-op: callers skip building arguments for it.
+    enabled: bool = False
+
+    @contextlib.contextmanager
+    def handling(self, message: QueueMessage, worker_id: str) -> Iterator[None]:
+        """The block in which ``worker_id`` works ``message`` (a task's turn or a run tick).
+
+        ``message.waited_s`` is how long it waited in the queue, when the queue knows."""
+        yield
+
+    def appended(self, agent: str, run_id: str, stream: str, events: Sequence[NewEvent],
+                 seconds: float) -> None:
+        """``events`` were committed to ``stream`` in ``seconds``: model calls
+        (``ModelCallCompleted``: model, tokens, cost, latency) and tool calls
+        (``ToolCallCompleted``: duration) become spans that end now."""
+
+    def took_over(self, agent: str, run_id: str, stream: str, epoch: int,
+                  worker_id: str) -> None:
+        """``worker_id`` took ``stream`` over at ``epoch`` from a holder that stopped with
+        work in flight (a crash or a lost lease)."""
+
+    def run_finished(self, agent: str, run_id: str, status: str,
+                     created_at: datetime | None) -> None:
+        """The run ended (its ``RunFinished`` is committed): the run's root span, from
+        ``created_at``, ends now."""
+
+    def shutdown(self) -> None:
+        """Flush and stop exporting (the process is stopping)."""
+
+
+def trace_ids(run_id: str) -> tuple[int, int]:
+    """The trace id and root span id of a run, derived from its id alone: every worker that
+    touches the run, in any process, parents its spans to the same root without any context
+    carried through the queue. A run id is a UUID (128 bits, a trace id's size)."""
+    try:
+        trace_id = uuid.UUID(run_id).int
+    except ValueError:
+        trace_id = int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:16], "big")
+    span_id = int.from_bytes(hashlib.sha256(f"run:{run_id}".encode()).digest()[:8], "big")
+    return trace_id or 1, span_id or 1
