@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from toren.core.events import Event, NewEvent
-from toren.core.runs import ChildLink, RunRecord, RunUpdate
+from toren.core.events import NewEvent
+from toren.core.runs import RunUpdate
 from toren.host.metrics import Metrics
-from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
+from toren.host.run_log_proxy import DelegatingRunLog
+from toren.seams.shapes import Lease, OutgoingMessage, QueueMessage
 from toren.seams.store import RunLog
 from toren.seams.telemetry import Tracer
 
@@ -18,7 +18,7 @@ from toren.seams.telemetry import Tracer
 _RUN_ENDS = frozenset({"RunFinished", "RunDeadLettered"})
 
 
-class ObservedRunLog(RunLog):
+class ObservedRunLog(DelegatingRunLog):
     """``log``, with each committed ``append`` and ``append_unleased`` told to ``metrics``
     (counters, append latency) and ``tracer`` (model and tool call spans), and, with tracing
     on, ``run_ended(agent, run_id)`` called when a run's end commits. Nothing is told about an
@@ -26,7 +26,7 @@ class ObservedRunLog(RunLog):
 
     def __init__(self, log: RunLog, metrics: Metrics | None, tracer: Tracer, *,
                  run_ended: Callable[[str, str], None] | None = None) -> None:
-        self.log = log
+        super().__init__(log)
         self.metrics = metrics
         self.tracer = tracer
         self.run_ended = run_ended
@@ -64,44 +64,3 @@ class ObservedRunLog(RunLog):
         if written:
             self._committed(agent, run_id, stream, events, time.perf_counter() - started)
         return written
-
-    # -- the rest, unchanged -------------------------------------------------------------------
-
-    async def create_run(self, agent: str, run_id: str, input: Any, *,
-                         idempotency_key: str | None, events: Sequence[NewEvent],
-                         messages: Sequence[OutgoingMessage], kind: str = "run",
-                         status: str = "queued",
-                         parent: ChildLink | None = None) -> tuple[str, bool]:
-        return await self.log.create_run(agent, run_id, input, idempotency_key=idempotency_key,
-                                         events=events, messages=messages, kind=kind,
-                                         status=status, parent=parent)
-
-    async def session_input(self, agent: str, run_id: str, stream: str,
-                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
-                            idempotency_key: str | None = None
-                            ) -> tuple[bool, str | None, int]:
-        return await self.log.session_input(agent, run_id, stream, events, messages,
-                                            idempotency_key)
-
-    async def acquire_lease(self, run_id: str, stream: str, holder: str,
-                            ttl_s: float) -> Lease | None:
-        return await self.log.acquire_lease(run_id, stream, holder, ttl_s)
-
-    async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
-                               ttl_s: float, *, with_finished: bool = False
-                               ) -> tuple[Lease, list[Event]] | LeaseBusy:
-        return await self.log.acquire_and_load(agent, run_id, stream, holder, ttl_s,
-                                               with_finished=with_finished)
-
-    async def release_lease(self, lease: Lease) -> None:
-        await self.log.release_lease(lease)
-
-    async def cancel_run(self, run_id: str, reason: str) -> RunRecord | None:
-        return await self.log.cancel_run(run_id, reason)
-
-    async def ensure_messages(self, agent: str, run_id: str,
-                              messages: Sequence[OutgoingMessage]) -> int:
-        return await self.log.ensure_messages(agent, run_id, messages)
-
-    async def run_status(self, agent: str, run_id: str) -> str | None:
-        return await self.log.run_status(agent, run_id)

@@ -22,15 +22,16 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from toren.core.runs import ChildLink, RunRecord, RunUpdate
+from toren.core.runs import RunUpdate
+from toren.host.run_log_proxy import DelegatingRunLog
 from toren.seams.queue import Queue
-from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
+from toren.seams.shapes import Lease, OutgoingMessage, QueueMessage
 from toren.seams.store import Outbox, RunLog
 
 if TYPE_CHECKING:
-    from toren.core.events import Event, NewEvent
+    from toren.core.events import NewEvent
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class OutboxRelay:
                 await self.outbox.wait_outbox(self.poll_interval_s)
 
 
-class QueueAcknowledgingLog(RunLog):
+class QueueAcknowledgingLog(DelegatingRunLog):
     """``log`` as execution sees it when the queue does not read the outbox: an append that
     acknowledges a message (``ack``) commits first, then the message is acknowledged with
     ``queue.ack``. A crash in between delivers the message again; its handler finds the work
@@ -112,7 +113,7 @@ class QueueAcknowledgingLog(RunLog):
     counts deliveries its own way.)"""
 
     def __init__(self, log: RunLog, queue: Queue, worker_id: str) -> None:
-        self.log = log
+        super().__init__(log)
         self.queue = queue
         self.worker_id = worker_id
 
@@ -130,50 +131,3 @@ class QueueAcknowledgingLog(RunLog):
             except Exception as exc:  # committed: at worst the message comes back, a no-op
                 log.warning("could not acknowledge message %s after its append: %s", ack.id,
                             exc or type(exc).__name__)
-
-    async def create_run(self, agent: str, run_id: str, input: Any, *,
-                         idempotency_key: str | None, events: Sequence[NewEvent],
-                         messages: Sequence[OutgoingMessage], kind: str = "run",
-                         status: str = "queued",
-                         parent: ChildLink | None = None) -> tuple[str, bool]:
-        return await self.log.create_run(agent, run_id, input, idempotency_key=idempotency_key,
-                                         events=events, messages=messages, kind=kind,
-                                         status=status, parent=parent)
-
-    async def session_input(self, agent: str, run_id: str, stream: str,
-                            events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
-                            idempotency_key: str | None = None
-                            ) -> tuple[bool, str | None, int]:
-        return await self.log.session_input(agent, run_id, stream, events, messages,
-                                            idempotency_key)
-
-    async def acquire_lease(self, run_id: str, stream: str, holder: str,
-                            ttl_s: float) -> Lease | None:
-        return await self.log.acquire_lease(run_id, stream, holder, ttl_s)
-
-    async def acquire_and_load(self, agent: str, run_id: str, stream: str, holder: str,
-                               ttl_s: float, *, with_finished: bool = False
-                               ) -> tuple[Lease, list[Event]] | LeaseBusy:
-        return await self.log.acquire_and_load(agent, run_id, stream, holder, ttl_s,
-                                               with_finished=with_finished)
-
-    async def release_lease(self, lease: Lease) -> None:
-        await self.log.release_lease(lease)
-
-    async def append_unleased(self, agent: str, run_id: str, stream: str,
-                              events: Sequence[NewEvent], *,
-                              run_update: RunUpdate | None = None,
-                              only_if_active: bool = True) -> bool:
-        return await self.log.append_unleased(agent, run_id, stream, events,
-                                              run_update=run_update,
-                                              only_if_active=only_if_active)
-
-    async def cancel_run(self, run_id: str, reason: str) -> RunRecord | None:
-        return await self.log.cancel_run(run_id, reason)
-
-    async def ensure_messages(self, agent: str, run_id: str,
-                              messages: Sequence[OutgoingMessage]) -> int:
-        return await self.log.ensure_messages(agent, run_id, messages)
-
-    async def run_status(self, agent: str, run_id: str) -> str | None:
-        return await self.log.run_status(agent, run_id)
