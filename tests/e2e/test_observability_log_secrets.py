@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -38,14 +39,24 @@ def step(n: int) -> str:
 '''
 
 
+def with_password(database_url: str, password: str) -> str:
+    """``database_url`` as a URL with ``password`` in it, whether it names a TCP server or a
+    Unix socket directory (the embedded Postgres of the test session)."""
+    parts = conninfo_to_dict(database_url)
+    host, port = str(parts.get("host") or "127.0.0.1"), parts.get("port")
+    credentials = f"{quote(str(parts['user']), safe='')}:{quote(password, safe='')}"
+    if host.startswith("/"):
+        query = urlencode({"host": host} | ({"port": port} if port else {}))
+        return f"postgresql://{credentials}@/{parts['dbname']}?{query}"
+    return f"postgresql://{credentials}@{host}:{port or 5432}/{parts['dbname']}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("log_format", ["json", "plain", "rich"])
 def test_no_key_in_the_logs_of_a_full_run(database_url: str, tmp_path: Path, log_format: str,
                                           output_processes: list[OutputProcess]) -> None:
     # trust auth ignores the password, so it can ride in DATABASE_URL for the test
-    parts = conninfo_to_dict(database_url)
-    url_with_password = (f"postgresql://{parts['user']}:{DB_PASSWORD}@{parts['host']}:"
-                         f"{parts['port']}/{parts['dbname']}")
+    url_with_password = with_password(database_url, DB_PASSWORD)
     env = clean_env(tmp_path / "home", DATABASE_URL=url_with_password,
                     ANTHROPIC_API_KEY=PROVIDER_KEY, TOREN_API_KEY=TOREN_KEY,
                     TOREN_LOAD_PLUGINS="toren-anthropic", TOREN_LOG_LEVEL="DEBUG",
