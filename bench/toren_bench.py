@@ -536,8 +536,9 @@ def reset_tables(db: BenchDatabase) -> None:
     with psycopg.connect(db.url, autocommit=True) as conn:
         conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        # CASCADE: the tables that refer to runs (tool manifests, archived runs) go too
         conn.execute("TRUNCATE agent_bench.runs, agent_bench.events, toren_control.queue, "
-                     "toren_control.leases, toren_control.workers")
+                     "toren_control.leases, toren_control.workers CASCADE")
 
 
 async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path,
@@ -708,7 +709,7 @@ async def scaleout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
     for processes in (1, 2, 4):
         with psycopg.connect(db.url, autocommit=True) as conn:
             conn.execute("TRUNCATE agent_bench.runs, agent_bench.events, toren_control.queue, "
-                         "toren_control.leases")
+                         "toren_control.leases CASCADE")
         await create_runs(db.url, crew, args.runs)
         x0 = db.xact_commits()
         workers = [WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(args.concurrency))
