@@ -148,12 +148,15 @@ async def test_runs_still_referred_to_are_kept(make_runtime, tmp_path: Path,
      free) = await finished_runs(runtime, 8)
     live_session = await runtime.start_session("keeper")  # awaiting input: not finished
     control = "toren_control"
-    sql(database_url, f"INSERT INTO {control}.queue (agent, run_id, kind) "
-                      "VALUES ('keeper', %s, 'run')", (queued_for,))
-    sql(database_url, f"INSERT INTO {control}.leases VALUES (%s, 'run', 'w', 9, "
+    # (a message due later, so this runtime's own worker cannot claim it and ack it first; a
+    # lease and a watch under names of their own, so its worker and server cannot let them go)
+    sql(database_url, f"INSERT INTO {control}.queue (agent, run_id, kind, available_at) "
+                      "VALUES ('keeper', %s, 'run', now() + interval '1 hour')", (queued_for,))
+    sql(database_url, f"INSERT INTO {control}.leases VALUES (%s, 'run', 'elsewhere', 9, "
                       "now() + interval '1 hour') ON CONFLICT (run_id, stream) DO UPDATE "
-                      "SET expires_at = EXCLUDED.expires_at", (leased,))
-    sql(database_url, f"INSERT INTO {control}.watched_runs VALUES (%s, 'server', "
+                      "SET holder = EXCLUDED.holder, epoch = EXCLUDED.epoch, "
+                      "expires_at = EXCLUDED.expires_at", (leased,))
+    sql(database_url, f"INSERT INTO {control}.watched_runs VALUES (%s, 'another-server', "
                       "now() + interval '1 hour')", (watched,))
     sql(database_url, f"INSERT INTO {control}.approvals (id, agent, run_id, task_id, call_id, "
                       "tool, arguments, wake) VALUES (%s, 'keeper', %s, 'main', 'c1', "
