@@ -620,6 +620,12 @@ class TorenClient:
         result: dict[str, Any] = await self._request("POST", "/archive", body=body)
         return result
 
+    async def restore_run(self, run_id: str) -> Run:
+        """Put an archived run back into the hot tables, whole (``POST /runs/{id}/restore``);
+        the run afterwards. ``run_not_archived`` (409) if it is not archived."""
+        result: Run = await self._request("POST", f"/runs/{run_id}/restore", body={})
+        return result
+
 
 def _stream_error(data: str) -> TorenAPIError:
     """The error a server ended an event stream with (``event: error``), as the HTTP error it
@@ -801,6 +807,10 @@ class SyncTorenClient:
 
     def archive(self, *, dry_run: bool = False, max_runs: int | None = None) -> dict[str, Any]:
         return self._run(lambda c: c.archive(dry_run=dry_run, max_runs=max_runs))
+
+    def restore_run(self, run_id: str) -> Run:
+        return self._run(lambda c: c.restore_run(run_id))
+
 
 def _schedule_path(agent: str, name: str, action: str | None = None) -> str:
     path = f"/schedules/{quote(agent, safe='')}/{quote(name, safe='')}"

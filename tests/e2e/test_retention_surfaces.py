@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from aiohttp import web
 
-from tests.conftest import TorenCli
+from tests.conftest import TorenCli, wait_until
+from tests.e2e.test_http_api import call, conforms, finished, start_server
 from toren.client import TorenClient
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
@@ -196,3 +197,54 @@ async def test_archive_routes_need_a_key_when_keys_are_on(make_runtime: Any,
                     assert answer.status == 401
     finally:
         await runner.cleanup()
+
+
+def test_archive_and_restore_against_a_deployment(database_url: str, start_toren: Any,
+                                                  toren_cli: TorenCli, tmp_path: Path) -> None:
+    """``toren db archive --url`` and ``toren db restore --url`` work on a deployment's API
+    (``POST /archive``, ``POST /runs/{id}/restore``), as they do on the database."""
+    url = start_server(start_toren, database_url, tmp_path, TOREN_RETENTION="30d",
+                       TOREN_ARCHIVE=(tmp_path / "archive").as_uri())["url"]
+    status, created, _ = call(f"{url}/runs", "POST", {"agent": "crew", "input": "postgres"})
+    assert status == 201
+    run_id = created["id"]
+    assert wait_until(lambda: finished(url, run_id), 60)
+    status, answer, _ = call(f"{url}/runs/{run_id}/restore", "POST", {})
+    assert (status, answer["error"]["code"]) == (409, "run_not_archived")
+    age_all_runs(database_url)
+    hot = call(f"{url}/runs/{run_id}")[1]
+
+    archived = toren_cli("db", "archive", "--url", url, "--json")
+    assert archived.returncode == 0, archived.stderr
+    assert json.loads(archived.stdout)["agents"]["crew"]["archived"] == 1
+    table = toren_cli("db", "archive", "--url", url, env={"TOREN_URL": None})
+    assert table.returncode == 0 and "crew" in table.stdout  # a pass with nothing left to do
+    listed = toren_cli("jobs", "list", "--archived", "--json", env={"TOREN_URL": url})
+    assert [run["id"] for run in json.loads(listed.stdout)["runs"]] == [run_id]
+
+    # hostile restores: typed 4xx errors, and the run stays archived
+    for body, raw, expected, code in (({"everything": 1}, None, 400, "invalid_body"),
+                                      (None, b"{not json", 400, "invalid_json"),
+                                      (None, b"[1]", 400, "invalid_body")):
+        status, answer, _ = call(f"{url}/runs/{run_id}/restore", "POST", body, raw=raw)
+        assert (status, answer["error"]["code"]) == (expected, code), (body, raw)
+    status, answer, _ = call(f"{url}/runs/{run_id}/restore", "POST", raw=b"x",
+                             headers={"Content-Type": "text/plain"})
+    assert status == 415
+    for bad in ("not-a-uuid", "0b5c3c9e-0000-4000-8000-000000000000", "%00"):
+        status, answer, _ = call(f"{url}/runs/{bad}/restore", "POST", {})
+        assert (status, answer["error"]["code"]) == (404, "run_not_found"), bad
+    assert [run["id"] for run in call(f"{url}/archived-runs")[1]["runs"]] == [run_id]
+
+    restored = toren_cli("db", "restore", run_id[:8], "--url", url, "--json")
+    assert restored.returncode == 0, restored.stderr
+    conforms("Run", json.loads(restored.stdout))
+    assert json.loads(restored.stdout)["id"] == run_id
+    assert call(f"{url}/runs/{run_id}")[1] == hot  # hot again, read as before
+    assert call(f"{url}/archived-runs")[1]["runs"] == []
+    again = toren_cli("db", "restore", run_id, "--url", url, "--json")
+    assert again.returncode == 1
+    assert json.loads(again.stdout)["error"]["code"] == "run_not_archived"
+    unknown = toren_cli("db", "restore", "abcdef", "--url", url)
+    assert unknown.returncode == 1 and "no archived run's id starts with 'abcdef'" in \
+        unknown.stderr

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from toren.cli.common import DirsOption, load_runtime, run_async
-from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, print_table, safe
-from toren.errors import RunNotFound
-from toren.host.runtime import Runtime
+from toren.cli.common import DirsOption
+from toren.cli.operator import Operator, UrlOption, operate
+from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
 
 
 def archive(
@@ -21,12 +19,13 @@ def archive(
     max_runs: Annotated[int | None, typer.Option(
         "--max-runs", metavar="N", min=1, help="Archive at most this many runs.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
+    url: UrlOption = None,
 ) -> None:
     """Archive finished runs older than their agent's retention: write each to TOREN_ARCHIVE
     and delete it from the hot tables in small batches (the elected worker does this every
-    TOREN_ARCHIVE_INTERVAL seconds)."""
-    runtime = load_runtime(dirs)
-    report = run_async(_archive(runtime, dry_run=dry_run, max_runs=max_runs))
+    TOREN_ARCHIVE_INTERVAL seconds). With --url, the deployment's agents and archive."""
+    report = operate(lambda op: op.archive(dry_run=dry_run, max_runs=max_runs), url=url,
+                     dirs=dirs, serve_dirs=True)
     if as_json:
         print_json(report)
         return
@@ -49,50 +48,24 @@ def archive(
                           f"finished {run['finished_at'] or '?'}")
 
 
-async def _archive(runtime: Runtime, *, dry_run: bool, max_runs: int | None) -> dict[str, Any]:
-    await runtime.start(workers=False)
-    try:
-        err_console.print(f"Database: {safe(runtime.store.description)}")
-        report = await runtime.archive_runs(dry_run=dry_run, max_runs=max_runs)
-        report["hot_tables"] = await runtime.store.hot_table_sizes(list(runtime.agents))
-        return report
-    finally:
-        await runtime.stop()
-
-
 def restore(
     run_id: Annotated[str, typer.Argument(
         metavar="RUN_ID", help="The archived run's id, or the start of it.")],
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
+    url: UrlOption = None,
 ) -> None:
     """Put an archived run back into the hot tables, whole, from TOREN_ARCHIVE (the archive
     object stays). A run older than its retention is archived again by the next pass."""
-    record = run_async(_restore(Runtime(agents=[]), run_id))
+
+    async def restore_one(operator: Operator) -> dict[str, Any]:
+        return await operator.restore_run(await operator.resolve_archived_run_id(run_id))
+
+    record = operate(restore_one, url=url)
     if as_json:
         print_json(record)
     else:
         console.print(f"run {safe(record['id'])} ({safe(record['agent'])}, {record['status']}) "
                       "is back in the hot tables")
-
-
-async def _restore(runtime: Runtime, id_or_prefix: str) -> dict[str, Any]:
-    await runtime.start(workers=False)
-    try:
-        text = id_or_prefix.strip().lower()
-        try:
-            run_id = str(uuid.UUID(text))
-        except ValueError:
-            matches = [run.id for run in await runtime.list_archived_runs(limit=1000)
-                       if run.id.startswith(text)] if text else []
-            if len(matches) != 1:
-                found = "several archived runs' ids start" if matches else (
-                    "no archived run's id starts")
-                raise RunNotFound(f"{found} with {id_or_prefix!r}; give the whole id (see "
-                                  "`toren jobs list --archived`)") from None
-            run_id = matches[0]
-        return (await runtime.restore_run(run_id)).to_json()
-    finally:
-        await runtime.stop()
 
 
 def _age(seconds: float | None) -> str:

@@ -198,6 +198,33 @@ class Operator(abc.ABC):
         """Archived runs, newest first, each with ``archive`` (location, archived_at,
         summary) (``toren jobs list --archived``, ``GET /archived-runs``)."""
 
+    @abc.abstractmethod
+    async def archive(self, *, dry_run: bool, max_runs: int | None) -> JsonDict:
+        """One archive pass now (``toren db archive``, ``POST /archive``): ``dry_run``,
+        ``archive``, ``agents`` (counts per agent), ``runs``; locally also ``hot_tables``."""
+
+    @abc.abstractmethod
+    async def restore_run(self, run_id: str) -> JsonDict:
+        """Put an archived run back into the hot tables (``toren db restore``,
+        ``POST /runs/{id}/restore``); the run afterwards."""
+
+    async def resolve_archived_run_id(self, id_or_prefix: str) -> str:
+        """The id of the one archived run whose id is ``id_or_prefix`` or starts with it
+        (among the latest 1,000); ``RunNotFound`` otherwise."""
+        text = id_or_prefix.strip().lower()
+        try:
+            return str(uuid.UUID(text))
+        except ValueError:
+            pass
+        matches = [run["id"] for run in await self.list_archived_runs(agent=None, limit=_PAGE)
+                   if run["id"].startswith(text)] if _ID_PREFIX.fullmatch(text) else []
+        if len(matches) != 1:
+            found = "several archived runs' ids start" if matches else (
+                "no archived run's id starts")
+            raise RunNotFound(f"{found} with {id_or_prefix!r} in {self.where}; give the whole "
+                              "id (see `toren jobs list --archived`)")
+        return str(matches[0])
+
 
 def created(run: JsonDict) -> str:
     """A run's ``created_at`` as ``YYYY-MM-DD HH:MM:SS`` (empty when unknown)."""
@@ -303,6 +330,15 @@ class LocalOperator(Operator):
     async def list_archived_runs(self, *, agent: str | None, limit: int) -> list[JsonDict]:
         return [archived_json(run) for run in
                 await self.runtime.list_archived_runs(agent=agent, limit=limit)]
+
+    async def archive(self, *, dry_run: bool, max_runs: int | None) -> JsonDict:
+        report = await self.runtime.archive_runs(dry_run=dry_run, max_runs=max_runs)
+        report["hot_tables"] = await self.runtime.store.hot_table_sizes(
+            list(self.runtime.agents))
+        return report
+
+    async def restore_run(self, run_id: str) -> JsonDict:
+        return (await self.runtime.restore_run(run_id)).to_json()
 
 
 class RemoteOperator(Operator):
@@ -411,6 +447,12 @@ class RemoteOperator(Operator):
                 break
         return runs
 
+    async def archive(self, *, dry_run: bool, max_runs: int | None) -> JsonDict:
+        return await self.client.archive(dry_run=dry_run, max_runs=max_runs)
+
+    async def restore_run(self, run_id: str) -> JsonDict:
+        return dict(await self.client.restore_run(run_id))
+
 
 def archived_json(run: Any) -> JsonDict:
     """An archived ``RunRecord`` as the HTTP API gives it: the run, and ``archive``."""
@@ -434,24 +476,28 @@ def api_url(url: str) -> str:
 
 
 def make_operator(url: str | None, *, decided_by: str = "", dirs: list[Path] | None = None,
-                  agent: str | None = None, workers: bool = False) -> Operator:
+                  agent: str | None = None, workers: bool = False,
+                  serve_dirs: bool = False) -> Operator:
     """The deployment at ``url`` (``TOREN_URL``, with ``TOREN_API_KEY``) or, without one, this
-    machine's database: a runtime that serves no agent, or with ``agent`` the agents in
-    ``dirs``, checked at once to serve it (``toren schedules trigger`` needs the schedule's
-    definition, ``toren chat`` works the session). Not started yet."""
+    machine's database: a runtime that serves no agent, or the agents in ``dirs`` with
+    ``serve_dirs`` (``toren db archive`` needs their retention) or with ``agent``, checked at
+    once to serve it (``toren schedules trigger`` needs the schedule's definition,
+    ``toren chat`` works the session). Not started yet."""
     if url:
         from toren.client import TorenClient  # aiohttp: only against a deployment
 
         return RemoteOperator(TorenClient(api_url(url)))
-    runtime = load_runtime(dirs, agent) if agent is not None else Runtime(agents=[])
+    runtime = (load_runtime(dirs, agent) if agent is not None or serve_dirs
+               else Runtime(agents=[]))
     return LocalOperator(runtime, decided_by, workers=workers)
 
 
 def operate(action: Callable[[Operator], Awaitable[T]], *, url: str | None,
             decided_by: str = "", dirs: list[Path] | None = None,
-            agent: str | None = None) -> T:
+            agent: str | None = None, serve_dirs: bool = False) -> T:
     """Run one command's ``action`` on ``make_operator(...)``, started, and close it after."""
-    operator = make_operator(url, decided_by=decided_by, dirs=dirs, agent=agent)
+    operator = make_operator(url, decided_by=decided_by, dirs=dirs, agent=agent,
+                             serve_dirs=serve_dirs)
 
     async def go() -> T:
         await operator.start()

@@ -1,4 +1,5 @@
-"""Retention over HTTP: archived runs listed, and an archive pass run on request.
+"""Retention over HTTP: archived runs listed, an archive pass run on request, and an archived
+run restored (``toren db archive --url``, ``toren db restore --url``).
 
 An archived run is read through the run routes as a hot one is (``GET /runs/{id}``,
 ``/receipt``, ``/events``, ``/children``): ``Runtime.get_run`` finds it in the archive index.
@@ -14,12 +15,12 @@ from aiohttp import web
 
 from toren.core.events import Event
 from toren.core.runs import RunRecord
-from toren.host.retention import MAX_ARCHIVED_PAGE
+from toren.host.retention import MAX_ARCHIVED_PAGE, is_archived
 from toren.seams.store import RunReader
 from toren.server.context import RUNTIME
 from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
 from toren.server.errors import json_error
-from toren.server.runs import is_uuid, read_json_object
+from toren.server.runs import _served_run, is_uuid, read_json_object
 
 if TYPE_CHECKING:
     from toren.host.runtime import Runtime
@@ -31,6 +32,7 @@ MAX_RUNS_PER_REQUEST = 100_000
 def routes(app: web.Application) -> None:
     app.router.add_get("/archived-runs", list_archived_runs)
     app.router.add_post("/archive", archive)
+    app.router.add_post("/runs/{run_id}/restore", restore_run)
 
 
 async def list_archived_runs(request: web.Request) -> web.Response:
@@ -83,6 +85,24 @@ async def archive(request: web.Request) -> web.Response:
                                                f"{MAX_RUNS_PER_REQUEST}")
     report = await runtime.archive_runs(dry_run=dry_run, max_runs=max_runs)
     return web.json_response(report)
+
+
+async def restore_run(request: web.Request) -> web.Response:
+    """Put an archived run back into the hot tables, whole (``Runtime.restore_run``); the run
+    as the API reads it afterwards. 409 if the run is in the hot tables already. A body, if
+    sent, is an empty JSON object."""
+    record = await _served_run(request)
+    if request.can_read_body:
+        body = await read_json_object(request)
+        if body:
+            return json_error(400, "invalid_body", f"unknown field(s): "
+                                                   f"{', '.join(sorted(body))[:200]}; the body "
+                                                   "is empty or {}")
+    if not is_archived(record):
+        return json_error(409, "run_not_archived", f"run {record.id} is in the hot tables, "
+                                                   "not archived: there is nothing to restore")
+    restored = await request.app[RUNTIME].restore_run(record.id)
+    return web.json_response(restored.to_json())
 
 
 class ArchivedRunReader(RunReader):
