@@ -254,10 +254,18 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
 
     async def notify_channels(self, agent: str, session_id: str, text: str) -> None:
         """Offer a notice committed to a session (a background run's result) to every channel
-        started in this process (``Channel.notify``); a channel's failure is logged."""
-        for channel in self._channels:
+        ``agent`` lists: ``Channel.notify`` if the channel was started in this process, else
+        ``Channel.notify_elsewhere`` (a worker beside the server). A channel's failure is
+        logged: the transcript keeps the notice."""
+        started = {channel.name for channel in self._channels}
+        for channel in self.listed_channels():
+            if agent not in self.channel_agents(channel.name):
+                continue
             try:
-                await channel.notify(session_id, agent, text)
+                if channel.name in started:
+                    await channel.notify(session_id, agent, text)
+                else:
+                    await channel.notify_elsewhere(self, session_id, agent, text)
             except Exception:
                 log.exception("channel %s failed to take a notice for session %s",
                               channel.name, session_id)

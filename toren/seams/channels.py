@@ -81,6 +81,19 @@ class Channel(abc.ABC):
         Called by the worker in the same process (``toren dev``) right after it committed a
         notice to the session's transcript, such as a background run's result
         (docs/guides/background-runs.md). The transcript is the record: a channel that misses a
-        notice (another process recorded it, or this one crashed first) finds it there.
+        notice (this process crashed first) finds it there.
+        """
+        return None
+
+    async def notify_elsewhere(self, runtime: Any, session_id: str, agent: str,
+                               text: str) -> None:
+        """Hand ``text`` to the process that runs this channel, for session ``session_id`` of
+        ``agent`` (an agent that lists this channel), from a process that did not start it.
+
+        Called by a worker that runs beside the server instead of in it (``toren worker``
+        beside ``toren serve``: Compose, AWS) right after it committed such a notice; ``runtime``
+        is that worker's ``toren.Runtime``. A channel whose sends are durable queues it where
+        the process holding the channel sends it (``ChatChannel`` does); the default does
+        nothing, and the notice stays in the transcript.
         """
         return None

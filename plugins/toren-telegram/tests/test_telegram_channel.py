@@ -173,6 +173,29 @@ async def test_a_background_notice_is_pushed_into_the_chat(fake_telegram: FakeTe
     assert len(fake_telegram.texts(FRIEND)) == 2
 
 
+async def test_a_notice_from_a_worker_beside_the_server_reaches_the_chat(
+        fake_telegram: FakeTelegram, telegram_agent: Agent,
+        toren_runtime: Callable[..., Awaitable[Runtime]]) -> None:
+    """``toren worker`` beside ``toren serve``: the worker runs no channel, yet the notice it
+    committed reaches the chat once, sent by the process holding the channel."""
+    server = await telegram_agent()
+    fake_telegram.message(95, FRIEND, "hi")
+    await until(lambda: fake_telegram.texts(FRIEND))
+    (session_id,) = await sessions(server)
+    worker = await toren_runtime([server.agents["bot"].directory],
+                                 load_plugins=("toren-telegram",))
+    assert not worker._channels  # this process started no channel
+    await worker.notify_channels("bot", session_id, "[background run y] done: 7")
+    await worker.notify_channels("bot", session_id, "[background run y] done: 7")  # again
+    await until(lambda: len(fake_telegram.texts(FRIEND)) == 2)
+    await asyncio.sleep(1.0)
+    assert fake_telegram.texts(FRIEND)[1] == "[background run y] done: 7"
+    assert len(fake_telegram.texts(FRIEND)) == 2
+    await worker.notify_channels("bot", "0b5c3c9e-0000-4000-8000-000000000000", "no chat")
+    await asyncio.sleep(1.0)
+    assert len(fake_telegram.texts(FRIEND)) == 2  # a session no chat owns: nothing sent
+
+
 async def test_text_postgres_cannot_store_is_cleaned_and_jams_nothing(
         fake_telegram: FakeTelegram, telegram_agent: Agent) -> None:
     await telegram_agent()

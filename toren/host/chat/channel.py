@@ -221,14 +221,27 @@ class ChatChannel(Channel):
         """Queue ``text`` (a background run's result) for the chat that owns the session."""
         if agent not in self.bots:
             return
-        found = await self.runtime.store.session_chat(self.name, session_id)
+        if await self._queue_notice(self.runtime.store, session_id, agent, text):
+            self._wake[agent].set()
+
+    async def notify_elsewhere(self, runtime: Any, session_id: str, agent: str,
+                               text: str) -> None:
+        """Queue ``text`` from a worker beside the server: the sends are durable rows, which
+        the process holding this agent's lease sends on its next tick (at most half a
+        second)."""
+        await self._queue_notice(runtime.store, session_id, agent, text)
+
+    async def _queue_notice(self, store: Any, session_id: str, agent: str, text: str) -> bool:
+        """Queue the notice's parts for the chat that owns the session, once per text (a
+        redelivered notice is the same sends); whether the session has a chat here."""
+        found = await store.session_chat(self.name, session_id)
         if found is None:
-            return
+            return False
         _agent, chat_id = found
         sends = _parts(f"notice:{session_id}:{_digest(text)}", chat_id, text,
                        self.max_message_chars)
-        await self.runtime.store.enqueue_channel_sends(self.name, agent, sends)
-        self._wake[agent].set()
+        await store.enqueue_channel_sends(self.name, agent, sends)
+        return True
 
     # -- intake --------------------------------------------------------------------------
 
