@@ -85,6 +85,8 @@ async def test_a_run_is_one_trace_with_model_tool_and_task_spans(traced, tmp_pat
     assert root.context.span_id == root_id and root.parent is None
     assert root.attributes["toren.status"] == "completed"
     assert root.start_time < min(span.start_time for span in spans if span is not root)
+    # from the RunCreated the worker loaded with the run stream (the run row's own time)
+    assert root.start_time == int(record.created_at.timestamp() * 1e9)
 
     tasks = by_name(spans, "toren.task ")
     assert tasks and all(span.parent.span_id == root_id for span in tasks)

@@ -1,0 +1,88 @@
+"""The otel tracer on its own (no database): spans built finished keep their parents, status
+and events, and the sampler's decision for a message covers everything made inside it."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from toren_otel.tracer import OtelTracer
+
+from toren.config import Settings
+from toren.core.events import NewEvent
+from toren.seams.shapes import QueueMessage
+from toren.seams.telemetry import trace_ids
+
+RUN_ID = "0e73dd0e-4db7-4cfa-a70f-51bfbd484e69"
+MESSAGE = QueueMessage(1, "calc", RUN_ID, "task", {"task_id": "main"}, 2, 0.25)
+MODEL = NewEvent("ModelCallCompleted", {
+    "model": "anthropic/claude-sonnet-4-6", "step": 1, "latency_ms": 40.0, "cost_usd": 0.01,
+    "usage": {"input_tokens": 100, "output_tokens": 20}, "stop_reason": "tool_use"})
+TOOL = NewEvent("ToolCallCompleted", {"name": "add", "call_id": "c1", "step": 1,
+                                      "duration_ms": 3.0, "is_error": True,
+                                      "error_kind": "tool_error"})
+RETRY = NewEvent("RetryScheduled", {"attempt": 1, "delay_s": 0.5, "error": {"code": "429"}})
+
+
+def make() -> tuple[OtelTracer, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    return OtelTracer(Settings(), processor=SimpleSpanProcessor(exporter)), exporter
+
+
+def test_spans_made_inside_a_message_are_its_children() -> None:
+    tracer, exporter = make()
+    with tracer.handling(MESSAGE, "w-1"):
+        tracer.appended("calc", RUN_ID, "task:main", [MODEL, TOOL, RETRY], 0.002)
+        tracer.took_over("calc", RUN_ID, "task:main", 2, "w-1")
+    tracer.run_finished("calc", RUN_ID, "failed", None)
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    trace_id, root_id = trace_ids(RUN_ID)
+    assert {span.context.trace_id for span in spans.values()} == {trace_id}
+    task = spans["toren.task main"]
+    assert task.parent.span_id == root_id and task.attributes["toren.message.attempts"] == 2
+    assert [event.name for event in task.events] == ["toren.retry_scheduled",
+                                                     "toren.lease_takeover"]
+    wait = spans["toren.queue_wait"]
+    assert wait.parent.span_id == root_id
+    assert wait.end_time - wait.start_time == pytest.approx(0.25e9, rel=0.01)
+    chat = spans["chat anthropic/claude-sonnet-4-6"]
+    assert chat.parent.span_id == task.context.span_id
+    assert chat.attributes["gen_ai.provider.name"] == "anthropic"
+    assert chat.attributes["gen_ai.usage.input_tokens"] == 100
+    assert chat.attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
+    assert chat.end_time - chat.start_time == pytest.approx(40e6, rel=0.01)
+    tool = spans["execute_tool add"]
+    assert tool.parent.span_id == task.context.span_id
+    assert not tool.status.is_ok and tool.status.description == "tool_error"
+    assert spans["toren.lease_takeover"].attributes["toren.lease.epoch"] == 2
+    root = spans["toren.run calc"]
+    assert root.context.span_id == root_id and root.parent is None
+    assert not root.status.is_ok
+    tracer.shutdown()
+
+
+def test_an_exception_in_a_message_marks_its_span() -> None:
+    tracer, exporter = make()
+    with pytest.raises(RuntimeError), tracer.handling(MESSAGE, "w-1"):
+        raise RuntimeError("boom")
+    [task] = [s for s in exporter.get_finished_spans() if s.name.startswith("toren.task")]
+    assert task.status.description == "RuntimeError"
+    [event] = task.events
+    assert event.name == "exception" and event.attributes["exception.message"] == "boom"
+
+
+def test_an_append_outside_a_message_parents_to_the_run_root() -> None:
+    tracer, exporter = make()
+    tracer.appended("calc", RUN_ID, "task:main", [TOOL], 0.001)
+    [tool] = exporter.get_finished_spans()
+    assert (tool.context.trace_id, tool.parent.span_id) == trace_ids(RUN_ID)
+
+
+def test_a_sampled_out_message_makes_no_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    tracer, exporter = make()
+    with tracer.handling(MESSAGE, "w-1"):
+        tracer.appended("calc", RUN_ID, "task:main", [MODEL, TOOL, RETRY], 0.002)
+        tracer.took_over("calc", RUN_ID, "task:main", 2, "w-1")
+    tracer.run_finished("calc", RUN_ID, "completed", None)
+    assert exporter.get_finished_spans() == ()
