@@ -80,7 +80,9 @@ class RunLog(abc.ABC):
         With ``with_finished`` the events also include every ``TaskFinished`` of the run's
         task streams (what the orchestrator absorbs). ``LeaseBusy`` if the lease is held
         elsewhere, saying when it expires. The events must include every event committed
-        under earlier epochs.
+        under earlier epochs. An event's ``created_at`` may be ``None``, except that a store
+        should give the run stream's ``RunCreated`` its time (a tracing worker starts the
+        run's root span there; without it, the worker reads the run row at the run's end).
         """
 
     @abc.abstractmethod
