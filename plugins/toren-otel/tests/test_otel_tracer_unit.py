@@ -11,7 +11,7 @@ from toren_otel.tracer import OtelTracer
 from toren.config import Settings
 from toren.core.events import NewEvent
 from toren.seams.shapes import QueueMessage
-from toren.seams.telemetry import trace_ids
+from toren.seams.telemetry import parse_traceparent, trace_ids
 
 RUN_ID = "0e73dd0e-4db7-4cfa-a70f-51bfbd484e69"
 MESSAGE = QueueMessage(1, "calc", RUN_ID, "task", {"task_id": "main"}, 2, 0.25)
@@ -86,3 +86,31 @@ def test_a_sampled_out_message_makes_no_spans(monkeypatch: pytest.MonkeyPatch) -
         tracer.took_over("calc", RUN_ID, "task:main", 2, "w-1")
     tracer.run_finished("calc", RUN_ID, "completed", None)
     assert exporter.get_finished_spans() == ()
+
+
+def test_traceparents_are_validated_as_w3c_says() -> None:
+    good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert parse_traceparent(f" {good.upper()} ") == good
+    for bad in (None, "", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                f"00-{'0' * 32}-00f067aa0ba902b7-01",
+                f"00-4bf92f3577b34da6a3ce929d0e0e4736-{'0' * 16}-01",
+                "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01", good + "-x"):
+        assert parse_traceparent(bad) is None, bad
+
+
+def test_a_joined_message_moves_its_spans_to_the_callers_trace() -> None:
+    tracer, exporter = make()
+    caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with tracer.handling(MESSAGE, "w-1"):
+        tracer.joined(RUN_ID, caller)
+        tracer.appended("calc", RUN_ID, "task:main", [MODEL], 0.002)
+    tracer.run_finished("calc", RUN_ID, "completed", None, caller)
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert {span.context.trace_id for span in spans.values()} == {
+        0x4bf92f3577b34da6a3ce929d0e0e4736}
+    root = spans["toren.run calc"]
+    assert root.parent.span_id == 0x00f067aa0ba902b7
+    assert spans["toren.task main"].parent.span_id == root.context.span_id
+    assert spans["toren.queue_wait"].parent.span_id == root.context.span_id
+    assert spans["chat anthropic/claude-sonnet-4-6"].parent.span_id == spans[
+        "toren.task main"].context.span_id

@@ -49,7 +49,7 @@ import toren
 from toren.config import Settings
 from toren.core.events import NewEvent
 from toren.seams.shapes import QueueMessage
-from toren.seams.telemetry import Tracer, trace_ids
+from toren.seams.telemetry import Tracer, trace_ids, traceparent_ids
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class _Open:
     inside it parent to, and the events added to it before it ends."""
 
     context: SpanContext
+    #: The run's root span (the message span's parent).
+    root: SpanContext
     sampled: bool
     events: list[Event] = field(default_factory=list)
 
@@ -176,19 +178,13 @@ class OtelTracer(Tracer):
         sampled = self._sampled(root, root.trace_id, name, SpanKind.CONSUMER, attributes)
         context = SpanContext(root.trace_id, _span_id(), is_remote=False,
                               trace_flags=_SAMPLED if sampled else TraceFlags(0))
-        current = _Open(context, sampled)
+        current = _Open(context, root, sampled)
         token = _CURRENT.set(current)
         # code run inside (a tool's instrumented HTTP client) sees the message's span
         otel_token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
         start = time.time_ns()
         status = _UNSET
         try:
-            if sampled and message.waited_s is not None:
-                waited = max(message.waited_s, 0.0)
-                self._emit("toren.queue_wait", SpanContext(root.trace_id, _span_id(), False,
-                                                           _SAMPLED),
-                           root, attributes | {"toren.queue.wait_s": waited},
-                           start - int(waited * 1e9), start)
             yield
         except BaseException as exc:
             status = Status(StatusCode.ERROR, type(exc).__name__)
@@ -202,9 +198,28 @@ class OtelTracer(Tracer):
         finally:
             otel_context.detach(otel_token)
             _CURRENT.reset(token)
-            if sampled:
-                self._emit(name, context, root, attributes, start, time.time_ns(),
-                           kind=SpanKind.CONSUMER, status=status, events=current.events)
+            if sampled:  # the ids as joined() left them
+                if message.waited_s is not None:
+                    waited = max(message.waited_s, 0.0)
+                    self._emit("toren.queue_wait",
+                               SpanContext(current.root.trace_id, _span_id(), False, _SAMPLED),
+                               current.root, attributes | {"toren.queue.wait_s": waited},
+                               start - int(waited * 1e9), start)
+                self._emit(name, current.context, current.root, attributes, start,
+                           time.time_ns(), kind=SpanKind.CONSUMER, status=status,
+                           events=current.events)
+
+    def joined(self, run_id: str, traceparent: str) -> None:
+        current = _CURRENT.get()
+        if current is None or not current.sampled:
+            return
+        trace_id = traceparent_ids(traceparent)[0]
+        current.root = SpanContext(trace_id, trace_ids(run_id)[1], is_remote=True,
+                                   trace_flags=_SAMPLED)
+        current.context = SpanContext(trace_id, current.context.span_id, is_remote=False,
+                                      trace_flags=_SAMPLED)
+        # leaves with handling()'s context (its detach restores what was there before)
+        otel_context.attach(trace.set_span_in_context(NonRecordingSpan(current.context)))
 
     def appended(self, agent: str, run_id: str, stream: str, events: Sequence[NewEvent],
                  seconds: float) -> None:
@@ -282,16 +297,21 @@ class OtelTracer(Tracer):
                    attributes, now, now)
 
     def run_finished(self, agent: str, run_id: str, status: str,
-                     created_at: datetime | None) -> None:
+                     created_at: datetime | None, traceparent: str | None = None) -> None:
         trace_id, span_id = trace_ids(run_id)
+        parent = None
+        if traceparent is not None:  # the caller's span, in the caller's trace
+            trace_id, caller_span, _sampled = traceparent_ids(traceparent)
+            parent = SpanContext(trace_id, caller_span, is_remote=True,
+                                 trace_flags=_SAMPLED)
         name = f"toren.run {agent}"
         attributes = {"toren.run_id": run_id, "toren.agent": agent, "toren.status": status}
-        if not self._sampled(None, trace_id, name, SpanKind.INTERNAL, attributes):
+        if not self._sampled(parent, trace_id, name, SpanKind.INTERNAL, attributes):
             return
         end = time.time_ns()
         start = int(created_at.timestamp() * 1e9) if created_at is not None else end
-        # no parent: the root; its ids come from the run id
-        self._emit(name, SpanContext(trace_id, span_id, False, _SAMPLED), None, attributes,
+        # the run's root: its span id comes from the run id
+        self._emit(name, SpanContext(trace_id, span_id, False, _SAMPLED), parent, attributes,
                    start, end,
                    status=Status(StatusCode.ERROR, "run failed") if status == "failed"
                    else _UNSET)

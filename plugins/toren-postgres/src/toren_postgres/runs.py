@@ -121,11 +121,10 @@ class PostgresRunLog(PostgresConnection, RunLog):
             return LeaseBusy(retry_in_s=row[2] if row[2] is not None else ttl_s)
         events = [Event(run_id, stream, seq, kind, data)
                   for seq, kind, data in orjson.loads(row[0] or "[]")]
-        if row[3] is not None and events and events[0].seq == 1:  # the run stream's first
-            events[0] = Event(run_id, stream, 1, events[0].type, events[0].data, row[3])
         events += [Event(run_id, task_stream, seq, "TaskFinished", data)
                    for task_stream, seq, data in orjson.loads(row[1] or "[]")]
-        return Lease(run_id, stream, holder, lease_row[0]), events
+        return Lease(run_id, stream, holder, lease_row[0], run_created_at=row[3],
+                     traceparent=row[4]), events
 
     async def release_lease(self, lease: Lease) -> None:
         async with self.pool.connection() as conn:
