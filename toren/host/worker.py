@@ -103,7 +103,8 @@ class Worker:
             tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store,
             approvals=runtime.store, budgets=runtime.store, tool_state=runtime.store,
             text_delta=runtime.live.publish,
-            children=HostChildRuns(runtime.store, self.settings, runtime.agents),
+            children=HostChildRuns(runtime.store, self.settings, runtime.agents,
+                                   runtime.tracer),
             session_notice=runtime.notify_channels,
             files=runtime.store, version_current=runtime.versions.current)
 

@@ -71,6 +71,12 @@ class Tracer:
         ``parse_traceparent``'s): its spans belong to that trace. Called inside ``handling``,
         once the stream's lease is taken, before any span of the message is made."""
 
+    def traceparent(self) -> str | None:
+        """The W3C traceparent of the message span in hand, for a run this work starts (a
+        cross-agent call, a background run): the child run's spans join this trace under it.
+        ``None`` outside a message, when sampled out, or with tracing off."""
+        return None
+
     def run_finished(self, agent: str, run_id: str, status: str,
                      created_at: datetime | None, traceparent: str | None = None) -> None:
         """The run ended (its ``RunFinished`` is committed): the run's root span, from

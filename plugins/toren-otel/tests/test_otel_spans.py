@@ -207,3 +207,27 @@ async def test_an_invalid_traceparent_is_ignored(traced, tmp_path: Path) -> None
         session_id = (await response.json())["id"]
     events = await runtime.events(session_id)
     assert "traceparent" not in events[0].data
+
+
+async def test_a_peer_run_joins_its_callers_trace(traced, tmp_path: Path) -> None:
+    desk_dir = write_agent_dir(tmp_path / "fleet-a", "desk", peers=["writer"],
+                               model="toren/scripted")
+    writer_dir = write_agent_dir(tmp_path / "fleet-b", "writer", tools_py=TOOLS,
+                                 model="toren/scripted", acceptsFrom=["desk"])
+    writer_fleet, writer_spans = await traced(writer_dir)
+    desk_fleet, desk_spans = await traced(desk_dir)
+    run_id = await desk_fleet.start_run("desk", "tides")
+    done = await desk_fleet.wait_for_run(run_id, timeout_s=60)
+    assert done.status == "completed", done
+    (child,) = await desk_fleet.children(run_id)
+    await writer_fleet.wait_for_run(child.id, timeout_s=30)
+    caller = await wait_for_root(desk_spans)
+    called = await wait_for_root(writer_spans)
+    # the peer's spans (another fleet, another process in production) are in the caller's
+    # trace, its root under the caller's task span that made the call
+    trace_id = trace_ids(run_id)[0]
+    assert {span.context.trace_id for span in called} == {trace_id}
+    [child_root] = by_name(called, "toren.run writer")
+    assert child_root.context.span_id == trace_ids(child.id)[1]
+    caller_tasks = {span.context.span_id for span in by_name(caller, "toren.task ")}
+    assert child_root.parent.span_id in caller_tasks

@@ -296,6 +296,12 @@ class OtelTracer(Tracer):
                    SpanContext(parent.trace_id, _span_id(), False, _SAMPLED), parent,
                    attributes, now, now)
 
+    def traceparent(self) -> str | None:
+        current = _CURRENT.get()
+        if current is None or not current.sampled:
+            return None
+        return f"00-{current.context.trace_id:032x}-{current.context.span_id:016x}-01"
+
     def run_finished(self, agent: str, run_id: str, status: str,
                      created_at: datetime | None, traceparent: str | None = None) -> None:
         trace_id, span_id = trace_ids(run_id)
