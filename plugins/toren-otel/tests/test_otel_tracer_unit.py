@@ -3,6 +3,9 @@ and events, and the sampler's decision for a message covers everything made insi
 
 from __future__ import annotations
 
+import random
+import uuid
+
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -114,3 +117,35 @@ def test_a_joined_message_moves_its_spans_to_the_callers_trace() -> None:
     assert spans["toren.queue_wait"].parent.span_id == root.context.span_id
     assert spans["chat anthropic/claude-sonnet-4-6"].parent.span_id == spans[
         "toren.task main"].context.span_id
+
+
+def test_a_ratio_sampler_keeps_or_drops_whole_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.5")
+    tracer, exporter = make()
+    run_ids = [str(uuid.UUID(int=random.Random(n).getrandbits(128))) for n in range(40)]
+    for run_id in run_ids:
+        for attempt in (1, 2):  # two messages of the run, as two workers would work them
+            message = QueueMessage(attempt, "calc", run_id, "task", {"task_id": "main"},
+                                   attempt, 0.01)
+            with tracer.handling(message, f"w-{attempt}"):
+                tracer.appended("calc", run_id, "task:main", [MODEL], 0.002)
+        tracer.run_finished("calc", run_id, "completed", None)
+    by_run: dict[str, set[str]] = {}
+    for span in exporter.get_finished_spans():
+        by_run.setdefault(span.attributes["toren.run_id"], set()).add(span.name)
+    whole = {"toren.task main", "toren.queue_wait", "chat anthropic/claude-sonnet-4-6",
+             "toren.run calc"}
+    assert all(names == whole for names in by_run.values())  # never part of a run
+    assert 0 < len(by_run) < len(run_ids)
+
+
+def test_a_caller_that_sampled_its_trace_out_has_the_run_sampled_out() -> None:
+    tracer, exporter = make()
+    caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+    with tracer.handling(MESSAGE, "w-1"):
+        tracer.joined(RUN_ID, caller)
+        tracer.appended("calc", RUN_ID, "task:main", [MODEL], 0.002)
+        assert tracer.traceparent() is not None and tracer.traceparent().endswith("-00")
+    tracer.run_finished("calc", RUN_ID, "completed", None, caller)
+    assert exporter.get_finished_spans() == ()

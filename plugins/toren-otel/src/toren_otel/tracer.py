@@ -175,7 +175,9 @@ class OtelTracer(Tracer):
             "toren.message.attempts": message.attempts}
         if task_id is not None:
             attributes["toren.task_id"] = str(task_id)
-        sampled = self._sampled(root, root.trace_id, name, SpanKind.CONSUMER, attributes)
+        # the run's own trace: decided as a root, by trace id, so with a ratio sampler every
+        # message of a run gets the same decision (joined() decides again for a caller's trace)
+        sampled = self._sampled(None, root.trace_id, name, SpanKind.CONSUMER, attributes)
         context = SpanContext(root.trace_id, _span_id(), is_remote=False,
                               trace_flags=_SAMPLED if sampled else TraceFlags(0))
         current = _Open(context, root, sampled)
@@ -188,7 +190,7 @@ class OtelTracer(Tracer):
             yield
         except BaseException as exc:
             status = Status(StatusCode.ERROR, type(exc).__name__)
-            if sampled:
+            if current.sampled:
                 current.events.append(Event("exception", {
                     "exception.type": type(exc).__qualname__,
                     "exception.message": str(exc),
@@ -198,7 +200,7 @@ class OtelTracer(Tracer):
         finally:
             otel_context.detach(otel_token)
             _CURRENT.reset(token)
-            if sampled:  # the ids as joined() left them
+            if current.sampled:  # the ids and decision as joined() left them
                 if message.waited_s is not None:
                     waited = max(message.waited_s, 0.0)
                     self._emit("toren.queue_wait",
@@ -211,9 +213,15 @@ class OtelTracer(Tracer):
 
     def joined(self, run_id: str, traceparent: str) -> None:
         current = _CURRENT.get()
-        if current is None or not current.sampled:
+        if current is None:
             return
-        trace_id = traceparent_ids(traceparent)[0]
+        trace_id, caller_span, caller_sampled = traceparent_ids(traceparent)
+        caller = SpanContext(trace_id, caller_span, is_remote=True,
+                             trace_flags=TraceFlags(int(caller_sampled)))
+        # nothing of this message is emitted yet: decide again, under the caller's span
+        current.sampled = self._sampled(caller, trace_id, "toren.task", SpanKind.CONSUMER, {})
+        if not current.sampled:
+            return
         current.root = SpanContext(trace_id, trace_ids(run_id)[1], is_remote=True,
                                    trace_flags=_SAMPLED)
         current.context = SpanContext(trace_id, current.context.span_id, is_remote=False,
@@ -298,18 +306,20 @@ class OtelTracer(Tracer):
 
     def traceparent(self) -> str | None:
         current = _CURRENT.get()
-        if current is None or not current.sampled:
+        if current is None:
             return None
-        return f"00-{current.context.trace_id:032x}-{current.context.span_id:016x}-01"
+        # sampled out: the child (under a parent-based sampler) is sampled out too
+        flags = "01" if current.sampled else "00"
+        return f"00-{current.context.trace_id:032x}-{current.context.span_id:016x}-{flags}"
 
     def run_finished(self, agent: str, run_id: str, status: str,
                      created_at: datetime | None, traceparent: str | None = None) -> None:
         trace_id, span_id = trace_ids(run_id)
         parent = None
         if traceparent is not None:  # the caller's span, in the caller's trace
-            trace_id, caller_span, _sampled = traceparent_ids(traceparent)
+            trace_id, caller_span, caller_sampled = traceparent_ids(traceparent)
             parent = SpanContext(trace_id, caller_span, is_remote=True,
-                                 trace_flags=_SAMPLED)
+                                 trace_flags=TraceFlags(int(caller_sampled)))
         name = f"toren.run {agent}"
         attributes = {"toren.run_id": run_id, "toren.agent": agent, "toren.status": status}
         if not self._sampled(parent, trace_id, name, SpanKind.INTERNAL, attributes):
