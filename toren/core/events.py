@@ -101,6 +101,10 @@ class RunCreated(EventData, frozen=True):
         description="The agent whose task started this run (a cross-agent call or a "
                     "background run); absent otherwise. The run's own fleet refuses it unless "
                     "the agent's acceptsFrom lists the caller.")] = None
+    traceparent: Annotated[str | None, msgspec.Meta(
+        description="The W3C traceparent of the request that created the run (its "
+                    "traceparent header, validated): with tracing on, the run's spans join "
+                    "that trace under the caller's span. Absent otherwise.")] = None
 
 
 class TaskScheduled(EventData, frozen=True):

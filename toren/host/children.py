@@ -18,17 +18,21 @@ from toren.errors import CallRefused
 from toren.execution.messages import run_tick
 from toren.execution.ports import ChildOutcome
 from toren.seams.store import Store
+from toren.seams.telemetry import Tracer
 
 
 class HostChildRuns:
     """The worker's ``ChildRuns``: reads consent from the database's agent registry, so the
-    called agent may be served by another fleet (only its fleet claims the run's messages)."""
+    called agent may be served by another fleet (only its fleet claims the run's messages).
+    With tracing on, a child run is created with the traceparent of the caller's message span
+    (``Tracer.traceparent``): its spans join the caller's trace."""
 
     def __init__(self, store: Store, settings: Settings,
-                 agents: Mapping[str, AgentSpec]) -> None:
+                 agents: Mapping[str, AgentSpec], tracer: Tracer | None = None) -> None:
         self.store = store
         self.settings = settings
         self.agents = agents
+        self.tracer = tracer or Tracer()
 
     async def start(self, *, caller: str, parent: ChildLink, agent: str, request: str,
                     idempotency_key: str) -> tuple[str, int]:
@@ -59,7 +63,8 @@ class HostChildRuns:
         run_id, _created = await self.store.create_run(
             agent, str(uuid.uuid4()), request, idempotency_key=idempotency_key,
             events=[NewEvent.of(ev.RunCreated(agent=agent, input=request,
-                                              idempotency_key=idempotency_key, caller=caller))],
+                                              idempotency_key=idempotency_key, caller=caller,
+                                              traceparent=self.tracer.traceparent()))],
             # the orchestrator of the agent's own fleet schedules its first task: only that
             # fleet knows whether the agent runs a workflow
             messages=[run_tick(f"started by {caller} run {parent.run_id}")],

@@ -21,11 +21,11 @@ _RUN_ENDS = frozenset({"RunFinished", "RunDeadLettered"})
 class ObservedRunLog(DelegatingRunLog):
     """``log``, with each committed ``append`` and ``append_unleased`` told to ``metrics``
     (counters, append latency) and ``tracer`` (model and tool call spans), and, with tracing
-    on, ``run_ended(agent, run_id)`` called when a run's end commits. Nothing is told about an
-    append that failed."""
+    on, ``run_ended(agent, run_id, status)`` called when a run's end commits. Nothing is told
+    about an append that failed."""
 
     def __init__(self, log: RunLog, metrics: Metrics | None, tracer: Tracer, *,
-                 run_ended: Callable[[str, str], None] | None = None) -> None:
+                 run_ended: Callable[[str, str, str], None] | None = None) -> None:
         super().__init__(log)
         self.metrics = metrics
         self.tracer = tracer
@@ -37,9 +37,11 @@ class ObservedRunLog(DelegatingRunLog):
             self.metrics.appended(agent, events, seconds)
         if self.tracer.enabled:
             self.tracer.appended(agent, run_id, stream, events, seconds)
-            if self.run_ended is not None and stream == "run" and any(
-                    event.type in _RUN_ENDS for event in events):
-                self.run_ended(agent, run_id)
+            if self.run_ended is not None and stream == "run":
+                for event in events:
+                    if event.type in _RUN_ENDS:
+                        self.run_ended(agent, run_id, str(event.data.get("status", "failed")))
+                        break
 
     async def append(self, agent: str, lease: Lease, expected_seq: int,
                      events: Sequence[NewEvent], *, ttl_s: float,

@@ -367,11 +367,14 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
 
     async def start_run(self, agent: str, input: Any, *,
                         idempotency_key: str | None = None,
-                        files: Sequence[str] | None = None) -> str:
+                        files: Sequence[str] | None = None,
+                        traceparent: str | None = None) -> str:
         """Create a run of ``agent`` and queue its first task; return the run id.
 
         With an ``idempotency_key`` already used for this agent, returns that run's id instead.
         ``files`` are ids of uploaded files to attach to a text input (``attach_files``).
+        ``traceparent`` (a W3C traceparent, ``parse_traceparent``'s) puts the run's spans in
+        the caller's trace; it is kept in the run's ``RunCreated``.
         """
 
         self.check_served(agent)
@@ -379,17 +382,19 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         _check_storable(input, "input")
         _check_storable(idempotency_key, "idempotency key")
         await self.versions.save(agent)  # kept before the run that names it
-        new = self._new_run(agent, input, idempotency_key)
+        new = self._new_run(agent, input, idempotency_key, traceparent=traceparent)
         found, _created = await self.store.create_run(
             agent, new.run_id, input, idempotency_key=idempotency_key, events=new.events,
             messages=new.messages)
         return found
 
     def _new_run(self, agent: str, input: Any, idempotency_key: str | None,
-                 fired: ev.ScheduleFired | None = None) -> NewRun:
+                 fired: ev.ScheduleFired | None = None, *,
+                 traceparent: str | None = None) -> NewRun:
         """The id, first events and first message of a new run of ``agent``."""
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=input,
-                                            idempotency_key=idempotency_key))]
+                                            idempotency_key=idempotency_key,
+                                            traceparent=traceparent))]
         if fired is not None:
             events.append(NewEvent.of(fired))
         if self.agents[agent].workflow is None:
@@ -624,11 +629,13 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
 
     # -- sessions ------------------------------------------------------------------------------
 
-    async def start_session(self, agent: str, *, idempotency_key: str | None = None) -> str:
+    async def start_session(self, agent: str, *, idempotency_key: str | None = None,
+                            traceparent: str | None = None) -> str:
         """Open a durable conversation with ``agent``; return its id. It starts
         ``awaiting_input``: nothing runs until ``send_message``.
 
         With an ``idempotency_key`` already used for this agent, returns that session's id.
+        ``traceparent`` puts the session's spans in the caller's trace (as ``start_run``).
         """
 
         spec = self.check_served(agent)
@@ -641,7 +648,8 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         await self.versions.save(agent)
         pinned = self.versions.pin_event(agent)
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=None,
-                                            idempotency_key=idempotency_key, session=True)),
+                                            idempotency_key=idempotency_key, session=True,
+                                            traceparent=traceparent)),
                   NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None, input=None,
                                                session=True)),
                   *([pinned] if pinned is not None else [])]

@@ -14,7 +14,9 @@ import logging
 import os
 import socket
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import toren
@@ -43,6 +45,8 @@ SIGN_OUT_TIMEOUT_S = 5.0
 #: Seconds between checks for live workers of other versions, and between repeated warnings.
 SKEW_CHECK_S = 30.0
 SKEW_RELOG_S = 300.0
+#: Runs whose creation time and traceparent a tracing worker keeps for their root spans.
+RUN_TRACES_KEPT = 4096
 
 class Worker:
     """Pollers, heartbeat and guardian for one process (started by the ``inprocess`` runtime)."""
@@ -68,6 +72,9 @@ class Worker:
                                       run_ended=self._end_run_span_soon)
         #: Reads of finished runs' creation times for their root spans (tracing only).
         self._span_reads: set[asyncio.Task[None]] = set()
+        #: Creation time and traceparent of the runs this worker worked lately, as their
+        #: leases carried them (tracing only): a root span ending here needs no read.
+        self._run_traces: OrderedDict[str, tuple[datetime, str | None]] = OrderedDict()
         self.inflight: dict[int, asyncio.Task[None]] = {}
         #: The lease each in-flight message's handler holds (renewed by the heartbeat).
         self.leases: dict[int, Lease] = {}
@@ -96,7 +103,8 @@ class Worker:
             tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store,
             approvals=runtime.store, budgets=runtime.store, tool_state=runtime.store,
             text_delta=runtime.live.publish,
-            children=HostChildRuns(runtime.store, self.settings, runtime.agents),
+            children=HostChildRuns(runtime.store, self.settings, runtime.agents,
+                                   runtime.tracer),
             session_notice=runtime.notify_channels,
             files=runtime.store, version_current=runtime.versions.current)
 
@@ -337,6 +345,8 @@ class Worker:
             await self.queue.defer(message, self.id, found.retry_in_s + 0.05)
             return None
         self.leases[message.id] = found[0]
+        if self.tracer.enabled:
+            self._run_traced(found[0])
         if interrupted(found[1], found[0].epoch):
             self.metrics.takeovers.labels(message.agent).inc()
             log.info("took over %s of run %s at epoch %d: its previous holder stopped with "
@@ -383,8 +393,25 @@ class Worker:
             log.info("archived %d finished run(s) past their retention in %.1fs", archived,
                      report.get("duration_s", 0.0))
 
-    def _end_run_span_soon(self, agent: str, run_id: str) -> None:
-        """The run's end is committed: end its root span once its creation time is read."""
+    def _run_traced(self, lease: Lease) -> None:
+        """Tell the tracer the trace the run joined (its creator's ``traceparent``) and keep
+        the run's creation time and traceparent for its root span, as the lease carried
+        them."""
+        if lease.traceparent is not None:
+            self.tracer.joined(lease.run_id, lease.traceparent)
+        if lease.run_created_at is not None:
+            self._run_traces[lease.run_id] = (lease.run_created_at, lease.traceparent)
+            self._run_traces.move_to_end(lease.run_id)
+            while len(self._run_traces) > RUN_TRACES_KEPT:
+                self._run_traces.popitem(last=False)
+
+    def _end_run_span_soon(self, agent: str, run_id: str, status: str) -> None:
+        """The run's end is committed: end its root span, from the run's creation time as
+        its lease carried it here, or once that time is read."""
+        known = self._run_traces.pop(run_id, None)
+        if known is not None:
+            self.tracer.run_finished(agent, run_id, status, known[0], known[1])
+            return
         read = asyncio.create_task(self._end_run_span(agent, run_id))
         self._span_reads.add(read)
         read.add_done_callback(self._span_reads.discard)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +43,10 @@ class Lease:
     stream: str
     holder: str
     epoch: int
+    #: What the store read of the run with the lease, for tracing (not part of the lease's
+    #: identity): when its ``RunCreated`` was written, and that event's ``traceparent``.
+    run_created_at: datetime | None = field(default=None, compare=False)
+    traceparent: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -65,10 +66,21 @@ class Tracer:
         """``worker_id`` took ``stream`` over at ``epoch`` from a holder that stopped with
         work in flight (a crash or a lost lease)."""
 
+    def joined(self, run_id: str, traceparent: str) -> None:
+        """The run of the message in hand was created with ``traceparent`` (a W3C traceparent,
+        ``parse_traceparent``'s): its spans belong to that trace. Called inside ``handling``,
+        once the stream's lease is taken, before any span of the message is made."""
+
+    def traceparent(self) -> str | None:
+        """The W3C traceparent of the message span in hand, for a run this work starts (a
+        cross-agent call, a background run): the child run's spans join this trace under it.
+        ``None`` outside a message, when sampled out, or with tracing off."""
+        return None
+
     def run_finished(self, agent: str, run_id: str, status: str,
-                     created_at: datetime | None) -> None:
+                     created_at: datetime | None, traceparent: str | None = None) -> None:
         """The run ended (its ``RunFinished`` is committed): the run's root span, from
-        ``created_at``, ends now."""
+        ``created_at``, ends now (a child of ``traceparent``'s span, when the run has one)."""
 
     def shutdown(self) -> None:
         """Flush and stop exporting (the process is stopping)."""
@@ -84,3 +96,25 @@ def trace_ids(run_id: str) -> tuple[int, int]:
         trace_id = int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:16], "big")
     span_id = int.from_bytes(hashlib.sha256(f"run:{run_id}".encode()).digest()[:8], "big")
     return trace_id or 1, span_id or 1
+
+
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+def parse_traceparent(header: str | None) -> str | None:
+    """The W3C ``traceparent`` header as Toren stores it (version ``00``, lower case), or
+    ``None`` when absent or invalid (the W3C rule: an invalid one is ignored, not refused).
+    Called by the API routes that create runs and sessions."""
+    if not header:
+        return None
+    value = header.strip().lower()
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None or set(match[1]) == {"0"} or set(match[2]) == {"0"}:
+        return None
+    return value
+
+
+def traceparent_ids(traceparent: str) -> tuple[int, int, bool]:
+    """The trace id, parent span id and sampled flag of a ``parse_traceparent`` value."""
+    _version, trace_id, span_id, flags = traceparent.split("-")
+    return int(trace_id, 16), int(span_id, 16), bool(int(flags, 16) & 1)

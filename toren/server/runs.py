@@ -17,6 +17,7 @@ from toren.core.runs import RunRecord
 from toren.errors import RunNotFound
 from toren.host.retention import is_archived
 from toren.seams.store import RunReader
+from toren.seams.telemetry import parse_traceparent
 from toren.server.context import RUNTIME
 from toren.server.cursors import (
     InvalidCursor,
@@ -139,7 +140,9 @@ async def create_run(request: web.Request) -> web.Response:
     body = await read_agent_body(request, ("input",), ("files",))
     run_id = await runtime.start_run(body["agent"], body["input"],
                                      idempotency_key=idempotency_key(request),
-                                     files=body.get("files"))
+                                     files=body.get("files"),
+                                     traceparent=parse_traceparent(
+                                         request.headers.get("traceparent")))
     record = await runtime.get_run(run_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from toren.core.sessions import MAX_MESSAGE_CHARS
+from toren.seams.telemetry import parse_traceparent
 from toren.server.context import RUNTIME
 from toren.server.errors import json_error
 from toren.server.runs import idempotency_key, read_agent_body, read_json_object
@@ -23,8 +24,9 @@ def routes(app: web.Application) -> None:
 async def create_session(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     body = await read_agent_body(request, ())
-    session_id = await runtime.start_session(body["agent"],
-                                             idempotency_key=idempotency_key(request))
+    session_id = await runtime.start_session(
+        body["agent"], idempotency_key=idempotency_key(request),
+        traceparent=parse_traceparent(request.headers.get("traceparent")))
     record = await runtime.get_run(session_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)
 

@@ -85,6 +85,8 @@ async def test_a_run_is_one_trace_with_model_tool_and_task_spans(traced, tmp_pat
     assert root.context.span_id == root_id and root.parent is None
     assert root.attributes["toren.status"] == "completed"
     assert root.start_time < min(span.start_time for span in spans if span is not root)
+    # from the RunCreated the worker loaded with the run stream (the run row's own time)
+    assert root.start_time == int(record.created_at.timestamp() * 1e9)
 
     tasks = by_name(spans, "toren.task ")
     assert tasks and all(span.parent.span_id == root_id for span in tasks)
@@ -153,3 +155,79 @@ def test_a_missing_tracer_driver_is_a_warning_unless_asked_for_by_name(
     monkeypatch.setenv("TOREN_TRACER", "jaeger")
     with pytest.raises(DriverNotFound, match="no tracer driver named 'jaeger'"):
         Runtime(agents=[], settings=Settings(load_plugins=(), tracer="jaeger"))
+
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+
+
+async def test_a_run_started_with_a_traceparent_joins_the_callers_trace(
+        traced, tmp_path: Path) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from toren.server.app import create_app
+
+    directory = write_agent_dir(tmp_path, "calc", tools_py=TOOLS, model="toren/scripted")
+    runtime, exporter = await traced(directory)
+    async with TestClient(TestServer(create_app(runtime, require_keys=False))) as client:
+        response = await client.post(
+            "/runs", json={"agent": "calc", "input": "add please"},
+            headers={"traceparent": f"00-{CALLER_TRACE.upper()}-{CALLER_SPAN}-01"})
+        assert response.status == 201, await response.text()
+        run_id = (await response.json())["id"]
+    record = await runtime.wait_for_run(run_id, timeout_s=30)
+    assert record.status == "completed"
+    spans = await wait_for_root(exporter)
+    # kept with the run: every worker that loads it (any stream) joins the caller's trace
+    assert {span.context.trace_id for span in spans} == {int(CALLER_TRACE, 16)}
+    [root] = by_name(spans, "toren.run ")
+    assert root.parent.span_id == int(CALLER_SPAN, 16)
+    assert root.context.span_id == trace_ids(run_id)[1]
+    worked = by_name(spans, "toren.task ") + by_name(spans, "toren.queue_wait")
+    assert worked and {span.parent.span_id for span in worked} == {root.context.span_id}
+    task_ids = {span.context.span_id for span in by_name(spans, "toren.task ")}
+    calls = by_name(spans, "chat ") + by_name(spans, "execute_tool ")
+    assert calls and all(span.parent.span_id in task_ids for span in calls)
+    events = await runtime.events(run_id)
+    assert events[0].data["traceparent"] == f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+
+
+async def test_an_invalid_traceparent_is_ignored(traced, tmp_path: Path) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from toren.server.app import create_app
+
+    directory = write_agent_dir(tmp_path, "chat", model="toren/scripted")
+    runtime, _exporter = await traced(directory)
+    async with TestClient(TestServer(create_app(runtime, require_keys=False))) as client:
+        response = await client.post(
+            "/sessions", json={"agent": "chat"},
+            headers={"traceparent": f"00-{'0' * 32}-{CALLER_SPAN}-01"})
+        assert response.status == 201, await response.text()
+        session_id = (await response.json())["id"]
+    events = await runtime.events(session_id)
+    assert "traceparent" not in events[0].data
+
+
+async def test_a_peer_run_joins_its_callers_trace(traced, tmp_path: Path) -> None:
+    desk_dir = write_agent_dir(tmp_path / "fleet-a", "desk", peers=["writer"],
+                               model="toren/scripted")
+    writer_dir = write_agent_dir(tmp_path / "fleet-b", "writer", tools_py=TOOLS,
+                                 model="toren/scripted", acceptsFrom=["desk"])
+    writer_fleet, writer_spans = await traced(writer_dir)
+    desk_fleet, desk_spans = await traced(desk_dir)
+    run_id = await desk_fleet.start_run("desk", "tides")
+    done = await desk_fleet.wait_for_run(run_id, timeout_s=60)
+    assert done.status == "completed", done
+    (child,) = await desk_fleet.children(run_id)
+    await writer_fleet.wait_for_run(child.id, timeout_s=30)
+    caller = await wait_for_root(desk_spans)
+    called = await wait_for_root(writer_spans)
+    # the peer's spans (another fleet, another process in production) are in the caller's
+    # trace, its root under the caller's task span that made the call
+    trace_id = trace_ids(run_id)[0]
+    assert {span.context.trace_id for span in called} == {trace_id}
+    [child_root] = by_name(called, "toren.run writer")
+    assert child_root.context.span_id == trace_ids(child.id)[1]
+    caller_tasks = {span.context.span_id for span in by_name(caller, "toren.task ")}
+    assert child_root.parent.span_id in caller_tasks

@@ -80,7 +80,10 @@ class RunLog(abc.ABC):
         With ``with_finished`` the events also include every ``TaskFinished`` of the run's
         task streams (what the orchestrator absorbs). ``LeaseBusy`` if the lease is held
         elsewhere, saying when it expires. The events must include every event committed
-        under earlier epochs.
+        under earlier epochs (their ``created_at`` may be ``None``). The lease should carry
+        the run's ``RunCreated`` time and ``traceparent`` (``Lease.run_created_at``): a
+        tracing worker starts the run's root span there and joins that trace; without the
+        time it reads the run row at the run's end.
         """
 
     @abc.abstractmethod

@@ -6,6 +6,14 @@ queue message a worker works), ``chat <model>`` (each model call, GenAI semantic
 conventions), ``execute_tool <name>`` (each tool call), ``toren.queue_wait`` and
 ``toren.lease_takeover``. The trace id is the run id and the root's span id is derived from
 it, so every process that works a run joins the same trace with no context in the queue.
+
+Every span Toren makes is known whole when it is made (model and tool calls come from
+committed events with their latency; a message's span ends with its block), so spans are built
+as finished ``ReadableSpan`` objects and handed to the span processor directly, not through
+the SDK's live ``Span`` (its per-attribute validation, locks and per-span sampling were most
+of the tracer's cost: bench/tracing_overhead.py). The sampler (``OTEL_TRACES_SAMPLER``) decides
+once per message; the spans made inside a message follow that decision, and a sampled-out
+message builds no attributes at all.
 """
 
 from __future__ import annotations
@@ -14,17 +22,20 @@ import contextlib
 import contextvars
 import logging
 import os
+import random
 import time
+import traceback
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     NonRecordingSpan,
     SpanContext,
@@ -38,43 +49,46 @@ import toren
 from toren.config import Settings
 from toren.core.events import NewEvent
 from toren.seams.shapes import QueueMessage
-from toren.seams.telemetry import Tracer, trace_ids
+from toren.seams.telemetry import Tracer, trace_ids, traceparent_ids
 
 log = logging.getLogger(__name__)
 
 _MODEL_CALL_COMPLETED = "ModelCallCompleted"
 _TOOL_CALL_COMPLETED = "ToolCallCompleted"
 _RETRY_SCHEDULED = "RetryScheduled"
-#: The ids the next span must take (a run's root span); random otherwise.
-_FORCED_IDS: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
-    "toren_otel_forced_ids", default=None)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_UNSET = Status(StatusCode.UNSET)
 
 
-class _RunIds(IdGenerator):
-    """Random ids, except for a run's root span, whose ids come from the run id."""
+@dataclass
+class _Open:
+    """The span of the queue message in hand (``OtelTracer.handling``): what the spans made
+    inside it parent to, and the events added to it before it ends."""
 
-    def __init__(self) -> None:
-        self._random = RandomIdGenerator()
-
-    def generate_span_id(self) -> int:
-        forced = _FORCED_IDS.get()
-        return forced[1] if forced is not None else self._random.generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        forced = _FORCED_IDS.get()
-        return forced[0] if forced is not None else self._random.generate_trace_id()
+    context: SpanContext
+    #: The run's root span (the message span's parent).
+    root: SpanContext
+    sampled: bool
+    events: list[Event] = field(default_factory=list)
 
 
-def _run_parent(run_id: str) -> otel_context.Context:
-    """A context whose current span is the run's root (remote: another process may end it)."""
+#: The message span of this coroutine (and the tasks it starts), if any.
+_CURRENT: contextvars.ContextVar[_Open | None] = contextvars.ContextVar(
+    "toren_otel_current", default=None)
+
+
+def _run_root(run_id: str) -> SpanContext:
+    """The context of the run's root span (remote: another process may end it)."""
     trace_id, span_id = trace_ids(run_id)
-    root = SpanContext(trace_id, span_id, is_remote=True,
-                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
-    return trace.set_span_in_context(NonRecordingSpan(root))
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=_SAMPLED)
 
 
 def _ns(seconds_ago: float) -> int:
     return time.time_ns() - int(seconds_ago * 1e9)
+
+
+def _span_id() -> int:
+    return random.getrandbits(64) or 1
 
 
 class OtelTracer(Tracer):
@@ -83,13 +97,15 @@ class OtelTracer(Tracer):
 
     Spans go through a ``BatchSpanProcessor`` to the OTLP/HTTP exporter (configured by the
     standard variables: endpoint, headers, timeout; ``OTEL_SERVICE_NAME`` names the service,
-    ``toren`` by default). The provider is Toren's own: a program embedding Toren keeps its
-    global one.
+    ``toren`` by default; ``OTEL_TRACES_SAMPLER`` samples). The provider is Toren's own: a
+    program embedding Toren keeps its global one. Attribute values are Toren's own short
+    strings and numbers: the SDK's attribute limits (``OTEL_ATTRIBUTE_*``) are not applied.
 
     Args:
         settings: Toren's settings (unused today; drivers take them).
         processor: where finished spans go instead of the OTLP exporter (tests pass a
-            ``SimpleSpanProcessor`` over an ``InMemorySpanExporter``).
+            ``SimpleSpanProcessor`` over an ``InMemorySpanExporter``). It is given finished
+            spans (``on_end``) only.
     """
 
     enabled = True
@@ -99,7 +115,7 @@ class OtelTracer(Tracer):
         resource = Resource.create({
             "service.name": os.environ.get("OTEL_SERVICE_NAME") or "toren",
             "service.version": toren.__version__})
-        self.provider = TracerProvider(resource=resource, id_generator=_RunIds())
+        self.provider = TracerProvider(resource=resource)
         if processor is None:
             if exporter is None:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
@@ -108,57 +124,131 @@ class OtelTracer(Tracer):
 
                 exporter = OTLPSpanExporter()
             processor = BatchSpanProcessor(exporter)
-        self.provider.add_span_processor(processor)
-        self.tracer = self.provider.get_tracer("toren", toren.__version__)
+        self.provider.add_span_processor(processor)  # the provider's shutdown flushes it
+        self.processor = processor
+        self.resource = self.provider.resource
+        self.scope = InstrumentationScope("toren", toren.__version__)
         self._shut_down = False
+
+    # -- the spans ------------------------------------------------------------------------------
+
+    def _emit(self, name: str, context: SpanContext, parent: SpanContext | None,
+              attributes: dict[str, Any], start: int, end: int, *,
+              kind: SpanKind = SpanKind.INTERNAL, status: Status = _UNSET,
+              events: Sequence[Event] = ()) -> None:
+        """Hand one finished span to the processor."""
+        self.processor.on_end(ReadableSpan(
+            name, context=context, parent=parent, resource=self.resource,
+            attributes=attributes, events=tuple(events), kind=kind, status=status,
+            start_time=start, end_time=end, instrumentation_scope=self.scope))
+
+    def _sampled(self, parent: SpanContext | None, trace_id: int, name: str, kind: SpanKind,
+                 attributes: dict[str, Any]) -> bool:
+        """The configured sampler's decision for a span of ``trace_id`` under ``parent``."""
+        context = (trace.set_span_in_context(NonRecordingSpan(parent))
+                   if parent is not None else None)
+        result = self.provider.sampler.should_sample(context, trace_id, name, kind,
+                                                     attributes)
+        return result.decision.is_sampled()
+
+    def _child(self, run_id: str) -> SpanContext | None:
+        """The parent of a span made now for ``run_id``: the message in hand, or the run's
+        root outside one; ``None`` when the message in hand was sampled out."""
+        current = _CURRENT.get()
+        if current is None:
+            return _run_root(run_id)
+        return current.context if current.sampled else None
+
+    # -- the seam -------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def handling(self, message: QueueMessage, worker_id: str) -> Iterator[None]:
         if message.run_id is None:
             yield
             return
-        parent = _run_parent(message.run_id)
+        root = _run_root(message.run_id)
+        task_id = message.payload.get("task_id") if message.kind == "task" else None
+        name = f"toren.task {task_id}" if task_id is not None else "toren.run_tick"
         attributes: dict[str, Any] = {
             "toren.run_id": message.run_id, "toren.agent": message.agent,
             "toren.worker_id": worker_id, "toren.message.kind": message.kind,
             "toren.message.attempts": message.attempts}
-        task_id = message.payload.get("task_id") if message.kind == "task" else None
         if task_id is not None:
             attributes["toren.task_id"] = str(task_id)
-        if message.waited_s is not None:
-            waited = max(message.waited_s, 0.0)
-            self.tracer.start_span(
-                "toren.queue_wait", context=parent, start_time=_ns(waited),
-                attributes=attributes | {"toren.queue.wait_s": waited}).end()
-        name = f"toren.task {task_id}" if task_id is not None else "toren.run_tick"
-        span = self.tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER,
-                                      attributes=attributes)
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        # the run's own trace: decided as a root, by trace id, so with a ratio sampler every
+        # message of a run gets the same decision (joined() decides again for a caller's trace)
+        sampled = self._sampled(None, root.trace_id, name, SpanKind.CONSUMER, attributes)
+        context = SpanContext(root.trace_id, _span_id(), is_remote=False,
+                              trace_flags=_SAMPLED if sampled else TraceFlags(0))
+        current = _Open(context, root, sampled)
+        token = _CURRENT.set(current)
+        # code run inside (a tool's instrumented HTTP client) sees the message's span
+        otel_token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
+        start = time.time_ns()
+        status = _UNSET
         try:
             yield
         except BaseException as exc:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            status = Status(StatusCode.ERROR, type(exc).__name__)
+            if current.sampled:
+                current.events.append(Event("exception", {
+                    "exception.type": type(exc).__qualname__,
+                    "exception.message": str(exc),
+                    "exception.stacktrace": "".join(traceback.format_exception(exc)),
+                    "exception.escaped": "False"}))
             raise
         finally:
-            otel_context.detach(token)
-            span.end()
+            otel_context.detach(otel_token)
+            _CURRENT.reset(token)
+            if current.sampled:  # the ids and decision as joined() left them
+                if message.waited_s is not None:
+                    waited = max(message.waited_s, 0.0)
+                    self._emit("toren.queue_wait",
+                               SpanContext(current.root.trace_id, _span_id(), False, _SAMPLED),
+                               current.root, attributes | {"toren.queue.wait_s": waited},
+                               start - int(waited * 1e9), start)
+                self._emit(name, current.context, current.root, attributes, start,
+                           time.time_ns(), kind=SpanKind.CONSUMER, status=status,
+                           events=current.events)
+
+    def joined(self, run_id: str, traceparent: str) -> None:
+        current = _CURRENT.get()
+        if current is None:
+            return
+        trace_id, caller_span, caller_sampled = traceparent_ids(traceparent)
+        caller = SpanContext(trace_id, caller_span, is_remote=True,
+                             trace_flags=TraceFlags(int(caller_sampled)))
+        # nothing of this message is emitted yet: decide again, under the caller's span
+        current.sampled = self._sampled(caller, trace_id, "toren.task", SpanKind.CONSUMER, {})
+        if not current.sampled:
+            return
+        current.root = SpanContext(trace_id, trace_ids(run_id)[1], is_remote=True,
+                                   trace_flags=_SAMPLED)
+        current.context = SpanContext(trace_id, current.context.span_id, is_remote=False,
+                                      trace_flags=_SAMPLED)
+        # leaves with handling()'s context (its detach restores what was there before)
+        otel_context.attach(trace.set_span_in_context(NonRecordingSpan(current.context)))
 
     def appended(self, agent: str, run_id: str, stream: str, events: Sequence[NewEvent],
                  seconds: float) -> None:
+        parent = self._child(run_id)
+        if parent is None:  # sampled out: nothing built
+            return
         for event in events:
             if event.type == _MODEL_CALL_COMPLETED:
-                self._model_call(agent, run_id, stream, event.data)
+                self._model_call(parent, agent, run_id, stream, event.data)
             elif event.type == _TOOL_CALL_COMPLETED:
-                self._tool_call(agent, run_id, stream, event.data)
+                self._tool_call(parent, agent, run_id, stream, event.data)
             elif event.type == _RETRY_SCHEDULED:
-                span = trace.get_current_span()
-                span.add_event("toren.retry_scheduled", {
-                    "toren.attempt": int(event.data.get("attempt", 0)),
-                    "toren.delay_s": float(event.data.get("delay_s", 0.0)),
-                    "error.type": str((event.data.get("error") or {}).get("code", ""))})
+                current = _CURRENT.get()
+                if current is not None:
+                    current.events.append(Event("toren.retry_scheduled", {
+                        "toren.attempt": int(event.data.get("attempt", 0)),
+                        "toren.delay_s": float(event.data.get("delay_s", 0.0)),
+                        "error.type": str((event.data.get("error") or {}).get("code", ""))}))
 
-    def _model_call(self, agent: str, run_id: str, stream: str, data: dict[str, Any]) -> None:
+    def _model_call(self, parent: SpanContext, agent: str, run_id: str, stream: str,
+                    data: dict[str, Any]) -> None:
         model = str(data.get("model") or "unknown")
         usage = data.get("usage") or {}
         latency_s = float(data.get("latency_ms") or 0.0) / 1000
@@ -178,46 +268,69 @@ class OtelTracer(Tracer):
             attributes["toren.cost_usd"] = float(data["cost_usd"])
         if data.get("purpose"):
             attributes["toren.purpose"] = str(data["purpose"])
-        self.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT,
-                               start_time=_ns(latency_s), attributes=attributes).end()
+        end = time.time_ns()
+        self._emit(f"chat {model}", SpanContext(parent.trace_id, _span_id(), False, _SAMPLED),
+                   parent, attributes, end - int(latency_s * 1e9), end, kind=SpanKind.CLIENT)
 
-    def _tool_call(self, agent: str, run_id: str, stream: str, data: dict[str, Any]) -> None:
+    def _tool_call(self, parent: SpanContext, agent: str, run_id: str, stream: str,
+                   data: dict[str, Any]) -> None:
         name = str(data.get("name"))
         duration_s = float(data.get("duration_ms") or 0.0) / 1000
-        span = self.tracer.start_span(f"execute_tool {name}", kind=SpanKind.INTERNAL,
-                                      start_time=_ns(duration_s), attributes={
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": str(data.get("call_id")),
-            "toren.run_id": run_id, "toren.agent": agent,
-            "toren.task_id": stream.removeprefix("task:"),
-            "toren.step": int(data.get("step") or 0)})
-        if data.get("is_error"):
-            span.set_status(Status(StatusCode.ERROR, str(data.get("error_kind") or "error")))
-        span.end()
+        status = (Status(StatusCode.ERROR, str(data.get("error_kind") or "error"))
+                  if data.get("is_error") else _UNSET)
+        end = time.time_ns()
+        self._emit(f"execute_tool {name}",
+                   SpanContext(parent.trace_id, _span_id(), False, _SAMPLED), parent, {
+                       "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                       "gen_ai.tool.call.id": str(data.get("call_id")),
+                       "toren.run_id": run_id, "toren.agent": agent,
+                       "toren.task_id": stream.removeprefix("task:"),
+                       "toren.step": int(data.get("step") or 0)},
+                   end - int(duration_s * 1e9), end, status=status)
 
     def took_over(self, agent: str, run_id: str, stream: str, epoch: int,
                   worker_id: str) -> None:
+        parent = self._child(run_id)
+        if parent is None:
+            return
         attributes: dict[str, Any] = {
             "toren.run_id": run_id, "toren.agent": agent, "toren.stream": stream,
             "toren.lease.epoch": epoch, "toren.worker_id": worker_id}
-        trace.get_current_span().add_event("toren.lease_takeover", attributes)
-        self.tracer.start_span("toren.lease_takeover", attributes=attributes).end()
+        current = _CURRENT.get()
+        if current is not None:
+            current.events.append(Event("toren.lease_takeover", attributes))
+        now = time.time_ns()
+        self._emit("toren.lease_takeover",
+                   SpanContext(parent.trace_id, _span_id(), False, _SAMPLED), parent,
+                   attributes, now, now)
+
+    def traceparent(self) -> str | None:
+        current = _CURRENT.get()
+        if current is None:
+            return None
+        # sampled out: the child (under a parent-based sampler) is sampled out too
+        flags = "01" if current.sampled else "00"
+        return f"00-{current.context.trace_id:032x}-{current.context.span_id:016x}-{flags}"
 
     def run_finished(self, agent: str, run_id: str, status: str,
-                     created_at: datetime | None) -> None:
-        start = int(created_at.timestamp() * 1e9) if created_at is not None else None
-        token = _FORCED_IDS.set(trace_ids(run_id))
-        try:
-            # no parent: the root; its ids come from the run id (_RunIds)
-            span = self.tracer.start_span(
-                f"toren.run {agent}", context=otel_context.Context(), start_time=start,
-                attributes={"toren.run_id": run_id, "toren.agent": agent,
-                            "toren.status": status})
-        finally:
-            _FORCED_IDS.reset(token)
-        if status == "failed":
-            span.set_status(Status(StatusCode.ERROR, "run failed"))
-        span.end()
+                     created_at: datetime | None, traceparent: str | None = None) -> None:
+        trace_id, span_id = trace_ids(run_id)
+        parent = None
+        if traceparent is not None:  # the caller's span, in the caller's trace
+            trace_id, caller_span, caller_sampled = traceparent_ids(traceparent)
+            parent = SpanContext(trace_id, caller_span, is_remote=True,
+                                 trace_flags=TraceFlags(int(caller_sampled)))
+        name = f"toren.run {agent}"
+        attributes = {"toren.run_id": run_id, "toren.agent": agent, "toren.status": status}
+        if not self._sampled(parent, trace_id, name, SpanKind.INTERNAL, attributes):
+            return
+        end = time.time_ns()
+        start = int(created_at.timestamp() * 1e9) if created_at is not None else end
+        # the run's root: its span id comes from the run id
+        self._emit(name, SpanContext(trace_id, span_id, False, _SAMPLED), parent, attributes,
+                   start, end,
+                   status=Status(StatusCode.ERROR, "run failed") if status == "failed"
+                   else _UNSET)
 
     def shutdown(self) -> None:
         if not self._shut_down:  # Runtime.stop may be called twice

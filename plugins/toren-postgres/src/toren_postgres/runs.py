@@ -123,7 +123,8 @@ class PostgresRunLog(PostgresConnection, RunLog):
                   for seq, kind, data in orjson.loads(row[0] or "[]")]
         events += [Event(run_id, task_stream, seq, "TaskFinished", data)
                    for task_stream, seq, data in orjson.loads(row[1] or "[]")]
-        return Lease(run_id, stream, holder, lease_row[0]), events
+        return Lease(run_id, stream, holder, lease_row[0], run_created_at=row[3],
+                     traceparent=row[4]), events
 
     async def release_lease(self, lease: Lease) -> None:
         async with self.pool.connection() as conn:

@@ -76,7 +76,10 @@ RETURNING epoch;
 -- the acquiring statement could miss events the previous holder committed while we waited.
 -- The stream comes from its latest checkpoint on (and, for the run stream, with every task's
 -- TaskFinished), each as one JSON array built by the server in primary-key order: one parse
--- in the client instead of one per row. Also: seconds until the lease expires (if not ours).
+-- in the client instead of one per row. Also: seconds until the lease expires (if not ours),
+-- and the run's RunCreated (seq 1 of the run stream, one primary-key lookup): when it was
+-- written (with the run row) and its traceparent, which a tracing worker needs for the
+-- run's spans without reading the run row.
 SELECT (SELECT json_agg(json_build_array(e.seq, e.type, e.data) ORDER BY e.seq)
         FROM {events} e
         WHERE e.run_id = %(run_id)s AND e.stream = %(stream)s
@@ -88,7 +91,10 @@ SELECT (SELECT json_agg(json_build_array(e.seq, e.type, e.data) ORDER BY e.seq)
         WHERE %(with_finished)s AND e.run_id = %(run_id)s AND e.type = 'TaskFinished')::text,
        (SELECT greatest(0, extract(epoch FROM l.expires_at - now()))::float8
         FROM toren_control.leases l
-        WHERE l.run_id = %(run_id)s AND l.stream = %(stream)s);
+        WHERE l.run_id = %(run_id)s AND l.stream = %(stream)s),
+       r.created_at, r.data->>'traceparent'
+FROM (SELECT 1) one
+LEFT JOIN {events} r ON r.run_id = %(run_id)s AND r.stream = 'run' AND r.seq = 1;
 
 -- release_lease --
 UPDATE toren_control.leases SET expires_at = now()
