@@ -20,7 +20,7 @@ from toren.seams.store import RunReader
 from toren.server.context import RUNTIME
 from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
 from toren.server.errors import json_error
-from toren.server.runs import _served_run, is_uuid, read_json_object
+from toren.server.runs import _served_run, is_uuid, read_json_object, refuse_a_body
 
 if TYPE_CHECKING:
     from toren.host.runtime import Runtime
@@ -92,12 +92,7 @@ async def restore_run(request: web.Request) -> web.Response:
     as the API reads it afterwards. 409 if the run is in the hot tables already. A body, if
     sent, is an empty JSON object."""
     record = await _served_run(request)
-    if request.can_read_body:
-        body = await read_json_object(request)
-        if body:
-            return json_error(400, "invalid_body", f"unknown field(s): "
-                                                   f"{', '.join(sorted(body))[:200]}; the body "
-                                                   "is empty or {}")
+    await refuse_a_body(request)
     if not is_archived(record):
         return json_error(409, "run_not_archived", f"run {record.id} is in the hot tables, "
                                                    "not archived: there is nothing to restore")

@@ -47,6 +47,17 @@ def routes(app: web.Application) -> None:
     app.router.add_post("/runs/{run_id}/cancel", cancel_run)
 
 
+async def refuse_a_body(request: web.Request) -> None:
+    """For a route whose body, if sent, is an empty JSON object: a 400 naming the unknown
+    fields of any other (and what ``read_json_object`` refuses)."""
+    if request.can_read_body:
+        body = await read_json_object(request)
+        if body:
+            raise _bad_request("invalid_body", f"unknown field(s): "
+                                               f"{', '.join(sorted(body))[:200]}; the body is "
+                                               "empty or {}")
+
+
 async def read_json_object(request: web.Request) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 naming what is wrong (415 when it is not
     sent as ``application/json``, 408 when it takes longer than ``TOREN_BODY_TIMEOUT``)."""

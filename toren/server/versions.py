@@ -8,7 +8,7 @@ from toren.server.approvals import ANONYMOUS
 from toren.server.auth import API_KEY
 from toren.server.context import RUNTIME
 from toren.server.errors import json_error
-from toren.server.runs import _served_run, read_json_object
+from toren.server.runs import _served_run, refuse_a_body
 
 
 def routes(app: web.Application) -> None:
@@ -30,12 +30,7 @@ async def upgrade_run(request: web.Request) -> web.Response:
     """Move the run to the version of its agent this server serves (``Runtime.upgrade_run``).
     A body, if sent, is an empty JSON object."""
     record = await _served_run(request)
-    if request.can_read_body:
-        body = await read_json_object(request)
-        if body:
-            return json_error(400, "invalid_body", f"unknown field(s): "
-                                                   f"{', '.join(sorted(body))[:200]}; the body "
-                                                   "is empty or {}")
+    await refuse_a_body(request)
     key = request.get(API_KEY)
     result = await request.app[RUNTIME].upgrade_run(
         record.id, requested_by=key.name if key is not None else ANONYMOUS)
