@@ -9,7 +9,6 @@ from aiohttp import web
 
 import toren
 from toren.errors import DatabaseUnavailable
-from toren.mcp.http import McpEndpoint
 from toren.schemas import load_schema
 from toren.server import (
     approvals,
@@ -72,7 +71,8 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     versions.routes(app)
     archive_routes.routes(app)
     console.routes(app)
-    McpEndpoint().install(app)  # MCP for coding agents (docs/channels/mcp.md)
+    # routes of plugins, behind the same middlewares (toren-mcp's /mcp: docs/channels/mcp.md)
+    runtime.plugins.add_routes(app, runtime)
     for channel in runtime.listed_channels():  # webhooks of chat apps (docs/channels/)
         channel.routes(app, runtime)
     observability.routes(app)  # /metrics, /fleet (docs/guides/observability.md)
