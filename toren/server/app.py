@@ -42,7 +42,8 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     With ``require_keys`` every route but ``/healthz`` and ``/openapi.json`` needs
     ``Authorization: Bearer <key>`` (``toren.server.auth.keys_required`` decides). Without,
     only requests for ``bound_host``, loopback names and ``allowed_hosts`` that no page on
-    another origin sent are served (``toren.server.guard``).
+    another origin sent are served (``toren.server.guard``). Plugins' ``register_routes``
+    add their routes (toren-mcp's ``/mcp``) behind the same checks.
     """
     guard = browser_guard_middleware(keys_required=require_keys,
                                      allowed_hosts=allowed_host_names(bound_host, allowed_hosts))
