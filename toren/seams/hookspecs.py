@@ -104,13 +104,14 @@ def register_routes(app: web.Application, runtime: Any) -> None:
     """Add HTTP routes to the Toren server (``toren serve``, ``toren dev``).
 
     Called once per server by ``toren.server.app.create_app``, after the API's own routes
-    exist and before the server listens; ``runtime`` is the started ``toren.Runtime`` the
-    API serves. Add routes to the aiohttp ``app`` (``app.router.add_post(...)``) and any
-    start-up/clean-up to ``app.cleanup_ctx``. Unlike a channel's webhooks, these routes are
-    part of the API: the same API keys (``Authorization: Bearer``) and browser guard apply
-    to them as to ``/runs``. A route that is already taken (by the API or another plugin)
-    is an error naming the plugin. For routes per agent that authenticate their caller
-    themselves, use ``Channel.routes`` instead.
+    and the channels' webhooks exist and before the server listens; ``runtime`` is the
+    started ``toren.Runtime`` the API serves. Add routes to the aiohttp ``app``
+    (``app.router.add_post(...)``) and any start-up/clean-up to ``app.cleanup_ctx``.
+    Unlike a channel's webhooks, these routes are part of the API: the same API keys
+    (``Authorization: Bearer``) and browser guard apply to them as to ``/runs``. A route
+    that is already taken (by the API or another plugin) is an error naming the plugin.
+    For routes per agent that authenticate their caller themselves, use
+    ``Channel.routes`` instead.
     """
 
 

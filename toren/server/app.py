@@ -72,11 +72,11 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     versions.routes(app)
     archive_routes.routes(app)
     console.routes(app)
-    # routes of plugins, behind the same middlewares (toren-mcp's /mcp: docs/channels/mcp.md)
-    runtime.plugins.add_routes(app, runtime)
     for channel in runtime.listed_channels():  # webhooks of chat apps (docs/channels/)
         channel.routes(app, runtime)
     observability.routes(app)  # /metrics, /fleet (docs/guides/observability.md)
+    # routes of plugins, behind the same middlewares (toren-mcp's /mcp: docs/channels/mcp.md)
+    runtime.plugins.add_routes(app, runtime)
     return app
 
 
