@@ -8,7 +8,8 @@
 #                    slim Python image; CI builds on a local debootstrap image, see compose/ci/)
 #   TOREN_VERSION    the version the build must produce, checked against the checkout (pinned)
 #   PLUGINS          space-separated plugin directories under plugins/ to install besides
-#                    toren-postgres (default: the Anthropic and OpenAI providers)
+#                    toren-postgres (default: the Anthropic and OpenAI providers and the MCP
+#                    channel, toren-mcp)
 #   AGENTS           the agent directories baked into /agents (default: the example crews);
 #                    mount your own over /agents instead to keep them out of the image
 #   EXTRA_CA_CERTS   PEM text of extra CA certificates for the build's downloads only (builds
@@ -18,7 +19,7 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS build
 ARG TOREN_VERSION=0.1.0
-ARG PLUGINS="toren-anthropic toren-openai"
+ARG PLUGINS="toren-anthropic toren-openai toren-mcp"
 ARG EXTRA_CA_CERTS=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 DEBIAN_FRONTEND=noninteractive
 # Debian's own Python where the base has none (a bare bookworm); the official image has one

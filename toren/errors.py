@@ -72,6 +72,13 @@ class PluginUnavailable(PluginError):
         self.names = names
 
 
+class PluginNotInstalled(PluginError):
+    """A command that a separately installed plugin provides was asked for without it
+    (``toren mcp`` without toren-mcp); the message names the distribution to install."""
+
+    code = "plugin_not_installed"
+
+
 class DatabaseUnavailable(TorenError):
     """The database cannot be reached."""
 

@@ -1,11 +1,14 @@
-"""The MCP channel with the real `mcp` client SDK: streamable HTTP at /mcp on `toren serve`
-(with keys) and `toren mcp` on stdio against it."""
+"""The MCP channel (plugins/toren-mcp) with the real `mcp` client SDK: streamable HTTP at /mcp
+on `toren serve` (with keys) and `toren mcp` on stdio against it; and the kernel without it."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata as metadata
 import json
+import re
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +18,17 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.e2e.test_http_api import TOOLS
+from tests.conftest import TorenCli
+from tests.e2e.test_http_api import TOOLS, call
+from toren.cli import main
 from toren.testing import write_agent_dir
 
 #: the `toren` command of this environment
 TOREN = str(Path(sys.executable).parent / "toren")
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The tests' processes load only the built-ins (tests/conftest.py): these load the plugin too.
+WITH_MCP = {"TOREN_LOAD_PLUGINS": "toren-mcp"}
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -28,7 +37,7 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 def served(toren_cli: Any, start_toren: Any, database_url: str,
            tmp_path: Path) -> tuple[str, str]:
     """A `toren serve --workers` with a key, and slow scripted model calls; (url, key)."""
-    env = {"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": "1.5"}
+    env = {"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": "1.5", **WITH_MCP}
     token = json.loads(toren_cli("keys", "create", "mcp", "--json", env=env).stdout)["key"]
     write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
     server = start_toren("serve", "--workers", "--dir", str(tmp_path / "crews"), "--port", "0",
@@ -146,7 +155,7 @@ async def test_http_mcp_needs_a_valid_key(served: tuple[str, str]) -> None:
 async def test_stdio_mcp_drives_runs_over_the_http_api(served: tuple[str, str]) -> None:
     url, key = served
     params = StdioServerParameters(command=TOREN, args=["mcp"],
-                                   env={"TOREN_URL": url, "TOREN_API_KEY": key})
+                                   env={"TOREN_URL": url, "TOREN_API_KEY": key, **WITH_MCP})
     async with stdio_client(params) as (read, write), ClientSession(read, write) as mcp:
         await mcp.initialize()
         started = data(await mcp.call_tool("start_run", {"agent": "crew", "input": "stdio"}))
@@ -162,7 +171,7 @@ async def test_stdio_mcp_drives_runs_over_the_http_api(served: tuple[str, str]) 
         assert "agent_not_found" in error_text(
             await mcp.call_tool("start_run", {"agent": "ghost", "input": "x"}))
     wrong = StdioServerParameters(command=TOREN, args=["mcp"],
-                                  env={"TOREN_URL": url, "TOREN_API_KEY": "wrong"})
+                                  env={"TOREN_URL": url, "TOREN_API_KEY": "wrong", **WITH_MCP})
     async with stdio_client(wrong) as (read, write), ClientSession(read, write) as mcp:
         await mcp.initialize()
         assert "unauthorized" in error_text(await mcp.call_tool("list_agents", {}))
@@ -174,7 +183,7 @@ async def test_http_mcp_on_toren_dev_without_keys(start_toren: Any, database_url
     """Local `toren dev` needs no key; a caller cannot redirect the tools' own API calls."""
     write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
     dev = start_toren("dev", "--dir", str(tmp_path / "crews"), "--port", "0", "--json",
-                      env={"DATABASE_URL": database_url})
+                      env={"DATABASE_URL": database_url, **WITH_MCP})
     url = str(dev.next_json()["url"])
     forged = {"X-Toren-MCP-Self-URL": "http://127.0.0.1:9"}  # nothing listens there
     async with streamable_http_client(url + "/mcp", http_client=httpx2.AsyncClient(
@@ -186,3 +195,70 @@ async def test_http_mcp_on_toren_dev_without_keys(start_toren: Any, database_url
         run = data(await mcp.call_tool("wait_for_run", {"run_id": started["id"],
                                                         "timeout_s": 60}))
         assert run["status"] == "completed"
+
+
+# -- the kernel without toren-mcp ----------------------------------------------------------------
+
+
+def test_the_kernel_does_not_depend_on_the_mcp_sdk() -> None:
+    """`pip install toren` brings no mcp SDK (nor its starlette, uvicorn, httpx...):
+    toren-mcp does."""
+    kernel = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[\s<>=!~\[;]", dependency, maxsplit=1)[0].lower()
+             for dependency in kernel["dependencies"]}
+    assert not names & {"mcp", "starlette", "uvicorn"}, names
+    plugin = tomllib.loads((ROOT / "plugins/toren-mcp/pyproject.toml").read_text())["project"]
+    assert "mcp>=2.3,<3" in plugin["dependencies"]
+    assert plugin["entry-points"]["toren"] == {"mcp": "toren_mcp.plugin"}
+    assert "-e ./plugins/toren-mcp" in (ROOT / "requirements/dev.txt").read_text().splitlines()
+
+
+def test_toren_mcp_without_the_plugin_says_what_to_install(
+        toren_cli: TorenCli, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # installed in this environment, but not loaded (the tests load only the built-ins)
+    for args in (["mcp"], ["mcp", "--help"]):
+        result = toren_cli(*args)
+        assert result.returncode == 1, result.stdout
+        assert "the MCP channel (toren-mcp) is installed but not loaded" in result.stderr
+        assert "No such command" not in result.stderr
+    assert " mcp " not in toren_cli("--help").stdout  # not offered when it cannot run
+    # not installed at all, as after `pip install toren` alone
+    found = metadata.distribution
+
+    def distribution(name: str) -> metadata.Distribution:
+        if name == "toren-mcp":
+            raise metadata.PackageNotFoundError(name)
+        return found(name)
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    monkeypatch.setenv("TOREN_LOAD_PLUGINS", "")
+    with pytest.raises(SystemExit) as exited:
+        main(["mcp", "--json"])
+    assert exited.value.code == 1
+    assert json.loads(capsys.readouterr().out) == {"error": {
+        "code": "plugin_not_installed",
+        "message": "the MCP channel is not installed: pip install toren-mcp"}}
+
+
+def test_toren_mcp_with_the_plugin(toren_cli: TorenCli) -> None:
+    result = toren_cli("mcp", "--help", env=WITH_MCP)
+    assert result.returncode == 0, result.stderr
+    assert "Serve MCP on stdin/stdout" in result.stdout
+    listed = json.loads(toren_cli("plugins", "--json", env=WITH_MCP).stdout)["plugins"]
+    mcp = next(plugin for plugin in listed if plugin["name"] == "mcp")
+    assert mcp["distribution"] == "toren-mcp"
+    assert mcp["hooks"] == ["register_commands", "register_routes"]
+
+
+def test_no_mcp_route_without_the_plugin(start_toren: Any, database_url: str,
+                                         tmp_path: Path) -> None:
+    """The kernel's server alone has no /mcp: a plain 404, as for any unknown path."""
+    write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
+    dev = start_toren("dev", "--dir", str(tmp_path / "crews"), "--port", "0", "--json",
+                      env={"DATABASE_URL": database_url})
+    url = str(dev.next_json()["url"])
+    status, body, _ = call(f"{url}/mcp", "POST", {"jsonrpc": "2.0", "id": 1,
+                                                   "method": "tools/list"},
+                           {"Accept": "application/json, text/event-stream"})
+    assert status == 404, body

@@ -38,7 +38,9 @@ def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cl
     """The server's ``url``, the ``headers`` its clients send, the ids of ended ``runs``, of a
     ``session`` awaiting input, of ``approvals`` (of runs of ``desk``, whose ``lookup``
     waits for one) and of an uploaded ``file``."""
-    env, headers = {}, {}
+    # /mcp is in the document and comes from the toren-mcp plugin (the tests' processes load
+    # only the built-ins unless told)
+    env, headers = {"TOREN_LOAD_PLUGINS": "toren-mcp"}, {}
     if request.param:
         created = toren_cli("keys", "create", "fuzz", "--json", env={"DATABASE_URL": database_url})
         assert created.returncode == 0, created.stderr

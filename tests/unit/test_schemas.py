@@ -82,9 +82,12 @@ def test_the_openapi_document_lists_exactly_the_routes_the_server_has() -> None:
     import types
 
     from toren.config import Settings
+    from toren.seams.plugins import PluginHost
     from toren.server.app import create_app
 
+    # the document describes /mcp too, which the toren-mcp plugin adds (register_routes)
     runtime = types.SimpleNamespace(store=None, settings=Settings(), live=None,
+                                    plugins=PluginHost(["toren-mcp"]),
                                     listed_channels=lambda: [])  # no chat channel listed
     app = create_app(runtime, require_keys=False)  # type: ignore[arg-type]
     served = {f"{route.method} {route.resource.canonical}" for route in app.router.routes()

@@ -19,7 +19,6 @@ from toren.cli import (
     init,
     jobs,
     keys,
-    mcp,
     plugins,
     run,
     schedules,
@@ -29,6 +28,7 @@ from toren.cli import (
     versions,
     worker,
 )
+from toren.cli.absent import add_absent_commands
 from toren.cli.output import err_console, print_error
 from toren.errors import TorenError
 
@@ -63,7 +63,6 @@ app.command("dev")(dev.dev)
 app.command("serve")(serve.serve)
 app.command("worker")(worker.worker)
 app.command("run")(run.run)
-app.command("mcp")(mcp.mcp)
 app.command("chat")(chat.chat)
 app.command("top")(top.top)
 app.add_typer(jobs.app, name="jobs")
@@ -161,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         _resolve_secrets()
         _add_plugin_commands()
         command = typer.main.get_command(app)
+        add_absent_commands(command)  # `toren mcp` without toren-mcp names what to install
         _tidy_help(command)
         command(args=args, prog_name="toren")  # standalone: handles usage errors, then exits
     except TorenError as exc:

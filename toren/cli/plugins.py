@@ -30,8 +30,8 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
         for kind in ("models", "tools", "channels"):
             if info[kind]:
                 registers.append(f"{kind}: {', '.join(info[kind])}")
-        extra = [h for h in info["hooks"] if h == "register_commands"]
-        registers += ["CLI commands"] if extra else []
+        registers += ["CLI commands"] if "register_commands" in info["hooks"] else []
+        registers += ["HTTP routes"] if "register_routes" in info["hooks"] else []
         if "unavailable" in info:
             registers = [f"nothing: unavailable: {info['unavailable']}"]
         name = safe(info["name"]) + (" (built-in)" if info["default"] else "")

@@ -9,12 +9,13 @@ arguments only; a hook implementation may accept fewer arguments than the spec n
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
     import typer
+    from aiohttp import web
 
     from toren.seams.channels import Channel
     from toren.seams.model import ModelProvider
@@ -90,6 +91,27 @@ def register_commands(app: typer.Typer) -> None:
     Called once when the CLI starts, after the built-in commands exist. Add commands or
     sub-apps to ``app`` (``app.command()(fn)`` or ``app.add_typer(sub, name="noun")``). A
     command name that is already taken is an error naming the plugin.
+    """
+
+
+# -------------------------------------------------------------------------
+# HTTP routes
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def register_routes(app: web.Application, runtime: Any) -> None:
+    """Add HTTP routes to the Toren server (``toren serve``, ``toren dev``).
+
+    Called once per server by ``toren.server.app.create_app``, after the API's own routes
+    and the channels' webhooks exist and before the server listens; ``runtime`` is the
+    started ``toren.Runtime`` the API serves. Add routes to the aiohttp ``app``
+    (``app.router.add_post(...)``) and any start-up/clean-up to ``app.cleanup_ctx``.
+    Unlike a channel's webhooks, these routes are part of the API: the same API keys
+    (``Authorization: Bearer``) and browser guard apply to them as to ``/runs``. A route
+    that is already taken (by the API or another plugin) is an error naming the plugin.
+    For routes per agent that authenticate their caller themselves, use
+    ``Channel.routes`` instead.
     """
 
 

@@ -260,6 +260,21 @@ class PluginHost:
                     raise PluginError(f"plugin {self._describe(impl.plugin_name)} adds the "
                                       f"command {name!r}, which already exists")
 
+    def add_routes(self, app: Any, runtime: Any) -> None:
+        """Let plugins add HTTP routes to the server's aiohttp ``app`` (``register_routes``).
+
+        Called once by ``toren.server.app.create_app``; a route a plugin cannot add (a path
+        and method already taken) is an error naming the plugin."""
+        for impl in reversed(self.pm.hook.register_routes.get_hookimpls()):
+            arguments = {name: value for name, value in (("app", app), ("runtime", runtime))
+                         if name in impl.argnames}
+            before = Counter(_route_names(app))
+            self._invoke(impl, "register_routes", arguments)
+            for route, count in Counter(_route_names(app)).items():
+                if count > 1 and count > before.get(route, 0):
+                    raise PluginError(f"plugin {self._describe(impl.plugin_name)} adds the "
+                                      f"route {route}, which already exists")
+
 
 def _command_names(app: Any) -> list[str]:
     """Names of a typer app's commands and sub-apps, in registration order."""
@@ -267,6 +282,12 @@ def _command_names(app: Any) -> list[str]:
              for info in app.registered_commands]
     names += [info.name or "" for info in app.registered_groups]
     return names
+
+
+def _route_names(app: Any) -> list[str]:
+    """``METHOD /path`` of each route of an aiohttp app (HEAD, added with GET, left out)."""
+    return [f"{route.method} {route.resource.canonical}" for route in app.router.routes()
+            if route.method != "HEAD" and route.resource is not None]
 
 
 def _version(distribution: str) -> str:

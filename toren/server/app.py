@@ -9,7 +9,6 @@ from aiohttp import web
 
 import toren
 from toren.errors import DatabaseUnavailable
-from toren.mcp.http import McpEndpoint
 from toren.schemas import load_schema
 from toren.server import (
     approvals,
@@ -43,7 +42,8 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     With ``require_keys`` every route but ``/healthz`` and ``/openapi.json`` needs
     ``Authorization: Bearer <key>`` (``toren.server.auth.keys_required`` decides). Without,
     only requests for ``bound_host``, loopback names and ``allowed_hosts`` that no page on
-    another origin sent are served (``toren.server.guard``).
+    another origin sent are served (``toren.server.guard``). Plugins' ``register_routes``
+    add their routes (toren-mcp's ``/mcp``) behind the same checks.
     """
     guard = browser_guard_middleware(keys_required=require_keys,
                                      allowed_hosts=allowed_host_names(bound_host, allowed_hosts))
@@ -72,10 +72,11 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     versions.routes(app)
     archive_routes.routes(app)
     console.routes(app)
-    McpEndpoint().install(app)  # MCP for coding agents (docs/channels/mcp.md)
     for channel in runtime.listed_channels():  # webhooks of chat apps (docs/channels/)
         channel.routes(app, runtime)
     observability.routes(app)  # /metrics, /fleet (docs/guides/observability.md)
+    # routes of plugins, behind the same middlewares (toren-mcp's /mcp: docs/channels/mcp.md)
+    runtime.plugins.add_routes(app, runtime)
     return app
 
 

@@ -9,6 +9,6 @@ def mcp() -> None:
     """Serve MCP on stdin/stdout: tools to start, watch and cancel durable runs, talk to
     agents and decide approvals, over the HTTP API at TOREN_URL (default the local `toren dev`)
     with TOREN_API_KEY. See docs/channels/mcp.md."""
-    from toren.mcp.server import build_server
+    from toren_mcp.server import build_server
 
     run_async(build_server().run_stdio_async())

@@ -18,8 +18,8 @@ from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from toren.client import TorenClient
-from toren.mcp.server import build_server
 from toren.server.errors import json_error
+from toren_mcp.server import build_server
 
 #: Set by ``McpEndpoint`` on every request it forwards (any such header a caller sent is
 #: dropped): the URL of this server's own HTTP API, for the tools' client.
@@ -37,8 +37,9 @@ async def _forwarding_client(ctx: Context) -> AsyncIterator[TorenClient]:
 
 
 class McpEndpoint:
-    """Serves MCP at ``POST /mcp``. ``create_app`` calls ``install`` once;
-    the session manager runs from the app's start-up to its clean-up."""
+    """Serves MCP at ``POST /mcp``. The plugin's ``register_routes`` (called once by
+    ``create_app``) calls ``install``; the session manager runs from the app's start-up to its
+    clean-up."""
 
     def __init__(self) -> None:
         server = build_server(_forwarding_client)
