@@ -1,5 +1,6 @@
-// One run: its status, why it stopped, totals and receipt figures, its tree built live from
-// its event stream (with the model's text as it is generated), and a cancel button.
+// One run: its status, why it stopped, its agent version, totals and receipt figures, its tree
+// built live from its event stream (with the model's text as it is generated), and the cancel
+// and upgrade buttons.
 "use strict";
 
 Toren.page({
@@ -36,6 +37,18 @@ Toren.page({
       return facts;
     }
 
+    // The version of the run's agent served now (null when none is kept or the agent is
+    // not served here).
+    async function servedVersion(agent) {
+      try {
+        const found = await api("GET", "/agents/" + encodeURIComponent(agent) + "/versions");
+        return found.versions.find((v) => v.current) || null;
+      } catch (_) {
+        return null;
+      }
+    }
+
+    let served;
     async function refresh() {
       const run = await api("GET", "/runs/" + encodeURIComponent(runId));
       const t = run.totals;
@@ -50,9 +63,32 @@ Toren.page({
         }
         refresh();
       });
+      // the run's agent version, and Upgrade while it has not finished and is not on the
+      // version served now (POST /runs/{id}/upgrade)
+      if (served === undefined) served = await servedVersion(run.agent);  // once per page
+      let upgrade = null;
+      if (!terminal.includes(run.status) && run.agent_version && served &&
+          run.agent_version !== served.hash) {
+        upgrade = el("button", { id: "upgrade-run", type: "button" },
+          "Upgrade to " + (served.human_version || served.hash.slice(0, 12)));
+        upgrade.addEventListener("click", async () => {
+          upgrade.disabled = true;
+          try {
+            await api("POST", "/runs/" + encodeURIComponent(runId) + "/upgrade", {});
+          } catch (error) {
+            Toren.showError(header, error);
+          }
+          refresh();
+        });
+      }
       header.replaceChildren(
         el("dl", { class: "facts" },
           el("dt", {}, "Agent"), el("dd", {}, run.agent),
+          run.agent_version ? el("dt", {}, "Version") : null,
+          run.agent_version ? el("dd", { id: "run-version" }, (run.agent_human_version ?
+            run.agent_human_version + " " : "") + "(" + run.agent_version.slice(0, 12) + ")",
+          served && run.agent_version !== served.hash ? el("span", { class: "warn" },
+            " · not the version served now") : "") : null,
           el("dt", {}, "Status"), el("dd", { id: "run-status" }, Toren.status(run.status)),
           el("dt", {}, "Why"), el("dd", { id: "run-why" },
             run.stop_reason === "budget_exhausted" ?
@@ -76,7 +112,7 @@ Toren.page({
             run.error.code + ": " + run.error.message) : null,
           run.output !== null ? el("dt", {}, "Output") : null,
           run.output !== null ? el("dd", { id: "run-output" }, Toren.folded(run.output)) : null),
-        cancel);
+        cancel, upgrade);
     }
 
     await refresh();
