@@ -296,8 +296,8 @@ class Worker:
             agent = self.runtime.agents[message.agent]
             if message.run_id is not None and message.kind in ("task", "run"):
                 # the run's own version of the definition, not necessarily the directory's
-                agent = await self.runtime.versions.spec_for_run(message.agent, message.run_id,
-                                                                 self.id)
+                agent = await self.runtime.versions.spec_for_run(
+                    message.agent, message.run_id, self.id, task=message.kind == "task")
             if message.kind == "task":
                 await work_task(self.ports, agent, message)
             elif message.kind == "run":

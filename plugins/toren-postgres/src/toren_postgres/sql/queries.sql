@@ -154,7 +154,10 @@ WITH lease AS (
                   WHERE w.run_id = lease.run_id AND w.expires_at > now())
 )
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended,
-       (SELECT count(*) FROM notified) AS notified;
+       (SELECT count(*) FROM notified) AS notified,
+       -- the run's agent version as of this append: the worker's version checks between
+       -- steps and at a task message read it here instead of in a statement of their own
+       (SELECT agent_version FROM {runs} WHERE id = %(run_id)s) AS agent_version;
 
 -- lease_state --
 SELECT l.holder, l.epoch, l.expires_at > now() AS live,
