@@ -280,6 +280,14 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         add("9 in flight", f"{n:,} runs: model calls/s against N / latency (efficiency)",
             each("toren_inflight", "levels", key, "working", "efficiency"), "",
             target=f">= {goal:.0%}", check=lambda v, r, goal=goal: v >= goal)
+        add("9 in flight", f"{n:,} runs working: worker CPU per model call (with its appends, "
+            "reads and live text)", each("toren_inflight", "levels", key, "working",
+                                         "cpu_ms_per_model_call"), "ms")
+        add("9 in flight", f"{n:,} runs working: share of the time the worker's event loop "
+            "ran / waited for a CPU", each("toren_inflight", "levels", key, "working",
+                                          "loop_running_share"), "",
+            theirs=each("toren_inflight", "levels", key, "working",
+                        "loop_waiting_for_cpu_share"), peer_name="waited")
         add("9 in flight", f"{n:,} runs waiting: Postgres transactions/s (all of them)",
             each("toren_inflight", "levels", key, "waiting", "xacts_per_s"), "xacts/s",
             target="O(workers), not O(runs)")
