@@ -396,6 +396,10 @@ TRACKED = (
     ("ms/op p50", "ms per durable operation, p50", "value"),
     ("x raw p50", "ms per durable operation, p50", "ratio"),
     ("queue c=1 x procrastinate", "no-op jobs/s at concurrency 1", "ratio"),
+    ("in flight 1,000: efficiency", "1,000 runs: model calls/s against", "value"),
+    ("in flight 1,000: CPU ms/model call", "1,000 runs working: worker CPU per model call",
+     "value"),
+    ("in flight 10,000: efficiency", "10,000 runs: model calls/s against", "value"),
 )
 
 
@@ -413,7 +417,8 @@ def before_after() -> list[str]:
              "| --- | --- | --- | --- | " + " | ".join("---" for _ in TRACKED) + " |"]
     for path in recorded:
         data = json.loads(path.read_text())
-        rows = data.get("rows", [])
+        # from the raw repetitions, so a column added later is filled for older runs too
+        rows = figures(data["reps"]) if data.get("reps") else data.get("rows", [])
         values = []
         for _title, prefix, field in TRACKED:
             row = next((r for r in rows if r["name"].startswith(prefix)
