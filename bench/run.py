@@ -280,6 +280,14 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         add("9 in flight", f"{n:,} runs: model calls/s against N / latency (efficiency)",
             each("toren_inflight", "levels", key, "working", "efficiency"), "",
             target=f">= {goal:.0%}", check=lambda v, r, goal=goal: v >= goal)
+        add("9 in flight", f"{n:,} runs working: worker CPU per model call (with its appends, "
+            "reads and live text)", each("toren_inflight", "levels", key, "working",
+                                         "cpu_ms_per_model_call"), "ms")
+        add("9 in flight", f"{n:,} runs working: share of the time the worker's event loop "
+            "ran / waited for a CPU", each("toren_inflight", "levels", key, "working",
+                                          "loop_running_share"), "",
+            theirs=each("toren_inflight", "levels", key, "working",
+                        "loop_waiting_for_cpu_share"), peer_name="waited")
         add("9 in flight", f"{n:,} runs waiting: Postgres transactions/s (all of them)",
             each("toren_inflight", "levels", key, "waiting", "xacts_per_s"), "xacts/s",
             target="O(workers), not O(runs)")
@@ -388,6 +396,10 @@ TRACKED = (
     ("ms/op p50", "ms per durable operation, p50", "value"),
     ("x raw p50", "ms per durable operation, p50", "ratio"),
     ("queue c=1 x procrastinate", "no-op jobs/s at concurrency 1", "ratio"),
+    ("in flight 1,000: efficiency", "1,000 runs: model calls/s against", "value"),
+    ("in flight 1,000: CPU ms/model call", "1,000 runs working: worker CPU per model call",
+     "value"),
+    ("in flight 10,000: efficiency", "10,000 runs: model calls/s against", "value"),
 )
 
 
@@ -405,7 +417,8 @@ def before_after() -> list[str]:
              "| --- | --- | --- | --- | " + " | ".join("---" for _ in TRACKED) + " |"]
     for path in recorded:
         data = json.loads(path.read_text())
-        rows = data.get("rows", [])
+        # from the raw repetitions, so a column added later is filled for older runs too
+        rows = figures(data["reps"]) if data.get("reps") else data.get("rows", [])
         values = []
         for _title, prefix, field in TRACKED:
             row = next((r for r in rows if r["name"].startswith(prefix)

@@ -459,6 +459,17 @@ class WorkerProcess:
             raise RuntimeError("the worker exited before it was ready")
         self.ready_at = time.perf_counter()
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the worker process has used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def main_thread_sched_s(self) -> tuple[float, float]:
+        """``(ran, waited)``: seconds the main thread (the event loop) ran on a CPU and waited
+        for one while runnable (Linux schedstat; a loaded machine shows in ``waited``)."""
+        ran, waited = Path(f"/proc/{self.proc.pid}/schedstat").read_text().split()[:2]
+        return int(ran) / 1e9, int(waited) / 1e9
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -516,7 +527,8 @@ async def inflight(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
       connections open and busy (target: none busy), the worker's RSS;
     - working: the same N runs with the model latency: model calls completed per second from
       the first ``ModelCallStarted`` to the last ``ModelCallCompleted``, against the ideal
-      N / latency (Little's law), as an efficiency."""
+      N / latency (Little's law), as an efficiency; and, load-proof, the worker's CPU per
+      model call and how much of the time its event loop ran or waited for a CPU."""
     crew = bench_crew(work, 3)
     await create_runs(db.url, crew, 0)  # migrate
     out: dict[str, Any] = {"model_latency_s": args.model_latency, "steps_per_run": 3,
@@ -572,6 +584,7 @@ async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path
     worker = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(n),
                            TOREN_SCRIPTED_DELAY=str(args.model_latency))
     rss_peak = 0.0
+    cpu0, (ran0, waited0), started = worker.cpu_s(), worker.main_thread_sched_s(), time.monotonic()
     deadline = time.monotonic() + 1800
     while time.monotonic() < deadline:
         rss_peak = max(rss_peak, worker.rss_mb())
@@ -580,6 +593,8 @@ async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path
         if done >= n:
             break
         await asyncio.sleep(0.5)
+    cpu, (ran, waited) = worker.cpu_s() - cpu0, worker.main_thread_sched_s()
+    elapsed = time.monotonic() - started
     worker.stop()
     with psycopg.connect(db.url) as conn:
         first, last, calls = conn.execute(
@@ -592,7 +607,13 @@ async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path
     level["working"] = {
         "model_calls": calls, "seconds": round(seconds, 2),
         "model_calls_per_s": round(calls / seconds, 1), "ideal_per_s": round(ideal, 1),
-        "efficiency": round(calls / seconds / ideal, 3), "rss_peak_mb": round(rss_peak, 1)}
+        "efficiency": round(calls / seconds / ideal, 3), "rss_peak_mb": round(rss_peak, 1),
+        # load-proof: the worker's CPU per model call (each with its appends, reads and
+        # publishes), and the share of the time its event loop ran or waited for a CPU
+        "cpu_ms_per_model_call": round(cpu * 1000 / max(1, calls), 3),
+        "loop_running_share": round((ran - ran0) / elapsed, 3),
+        "loop_waiting_for_cpu_share": round((waited - waited0) / elapsed, 3),
+        "load_average": round(os.getloadavg()[0], 2)}
     log(f"inflight {n}: {level}")
     return level
 

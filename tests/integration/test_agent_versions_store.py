@@ -13,6 +13,7 @@ from toren.agents.versions import AgentVersion
 from toren.core import events as ev
 from toren.core.events import NewEvent
 from toren.errors import AgentNotRegistered, AgentVersionMissing
+from toren.seams.shapes import LeaseBusy
 from toren.testing import write_agent_dir
 
 SLOW = '''
@@ -127,3 +128,53 @@ async def test_agent_versions_of_an_unknown_agent_is_a_typed_error(make_runtime,
     assert [v["current"] for v in listed["versions"]] == [True]
     with pytest.raises(AgentNotRegistered, match="no agent 'unknown' in this database"):
         await runtime.agent_versions("unknown")
+
+
+async def test_each_append_tells_the_version_its_run_is_on(make_runtime, tmp_path: Path) -> None:
+    directory = write_agent_dir(tmp_path, "teller", version="1")
+    runtime = await make_runtime(dirs=[directory], workers=False)
+    store = runtime.store
+    first = runtime.agents["teller"].version
+    assert first is not None
+    run_id = await runtime.start_run("teller", "go")
+    told: list[tuple[str, str | None]] = []
+    store.on_run_version(lambda run, version: told.append((run, version)))
+    found = await store.acquire_and_load("teller", run_id, "task:side", "me", 30)
+    assert not isinstance(found, LeaseBusy)
+    lease, _events = found
+    note = [NewEvent("TestNote", {"note": 1})]
+    await store.append("teller", lease, 1, note, ttl_s=30)
+    assert told == [(run_id, first.hash)]
+
+    # moved to another version: the next append says so (no read of its own needed)
+    second = AgentVersion.of({**first.files, "prompt.md": b"Two.\n"}, "2")
+    await store.save_agent_version("teller", second)
+    assert await store.set_run_version("teller", run_id, first.hash,
+                                       upgraded(second, first.hash, "test"))
+    await store.append("teller", lease, 2, note, ttl_s=30, release=True)
+    assert told[-1] == (run_id, second.hash)
+
+
+async def test_a_task_message_starts_on_a_version_an_append_told_moments_ago(
+        make_runtime, tmp_path: Path) -> None:
+    directory = write_agent_dir(tmp_path, "quick", version="1")
+    runtime = await make_runtime(dirs=[directory], workers=False)
+    versions, store = runtime.versions, runtime.store
+    served = runtime.agents["quick"]
+    first = served.version
+    assert first is not None
+    run_id = await runtime.start_run("quick", "go")
+    second = AgentVersion.of({**first.files, "prompt.md": b"Two.\n"}, "2")
+    await store.save_agent_version("quick", second)
+    versions.seen(run_id, first.hash)  # an append of the run said so just now
+    assert await store.set_run_version("quick", run_id, first.hash,
+                                       upgraded(second, first.hash, "test"))
+    # a task message takes what it was told (as a task's step does, for recheck_s)...
+    assert await versions.spec_for_run("quick", run_id, "w", task=True) is served
+    # ...a run tick reads afresh, and so does a task once what it was told is old
+    ticked = await versions.spec_for_run("quick", run_id, "w")
+    assert ticked.version is not None and ticked.version.hash == second.hash
+    versions.seen(run_id, first.hash)
+    versions.recheck_s = 0.0
+    tasked = await versions.spec_for_run("quick", run_id, "w", task=True)
+    assert tasked.version is not None and tasked.version.hash == second.hash

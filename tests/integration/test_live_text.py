@@ -141,3 +141,47 @@ async def test_the_sse_stream_carries_text_from_a_worker_in_another_runtime(
         ev.MODEL_CALL_COMPLETED)
     # pieces are never replayed: a stream opened after the run ended has only events
     assert replayed and all("cursor" in item for item in replayed)
+
+
+async def test_one_statement_publishes_the_text_of_many_runs_watched_ones_only(
+        database_url: str, tmp_path: Path, make_runtime) -> None:
+    """A worker with many runs in model calls sends all their pending pieces in one statement:
+    the watched runs' pieces arrive, each run's in order; the others' are not sent, and the
+    hub pauses sending for them."""
+    await make_runtime(dirs=[write_agent_dir(tmp_path, "talker")])  # migrates the database
+    worker_store = await open_store(database_url, tmp_path)
+    server_store = await open_store(database_url, tmp_path)
+    server = LiveTextHub(server_store)
+    watched = [str(uuid.uuid4()) for _ in range(3)]
+    unwatched = [str(uuid.uuid4()) for _ in range(50)]
+    try:
+        queues = [server.watch(run_id) for run_id in watched]
+        heard = [q.__enter__() for q in queues]
+        await server_store.wait_for_appends(set(watched), 0.1)
+        await asyncio.sleep(0.5)  # the listener is connected
+        payloads = {run_id: [json.dumps({"origin": "w", "run_id": run_id, "task_id": "main",
+                                         "step": 1, "index": i, "text": f"{run_id[:4]}-{i}"})
+                             for i in range(5)]
+                    for run_id in [*unwatched[:25], *watched, *unwatched[25:]]}
+        assert await worker_store.publish_texts(payloads) == set(watched)
+        for run_id, queue in zip(watched, heard, strict=True):
+            got = [await asyncio.wait_for(queue.get(), 10) for _ in range(5)]
+            assert [piece.text for piece in got] == [f"{run_id[:4]}-{i}" for i in range(5)]
+        assert await worker_store.publish_texts({}) == set()
+        assert not await worker_store.publish_text(unwatched[0], ["x"])
+
+        # the hub: one send for every run with pieces; the unwatched ones are paused
+        hub = LiveTextHub(worker_store)
+        for run_id in [*watched, *unwatched]:
+            hub.publish(TextDelta(run_id, "main", 2, 0, "hello "))
+        await asyncio.sleep(0.5)
+        for queue in heard:
+            assert (await asyncio.wait_for(queue.get(), 10)).text == "hello "
+        assert set(unwatched) <= set(hub._unwatched_until)
+        await hub.close()
+        for q in queues:
+            q.__exit__(None, None, None)
+    finally:
+        await server.close()
+        await worker_store.close()
+        await server_store.close()

@@ -34,9 +34,11 @@ class LiveTextHub:
     streams and ``Runtime.follow_live`` ``watch`` a run.
 
     Publishing hands the piece to every watcher of its run in this process, and sends it to
-    other processes through ``store.publish_text``, one send in flight per run at a time
-    (pieces made meanwhile go together in the next one, so a slow database delays text, it
-    does not pile up sends). A process with watchers listens (``store.listen_text``) and
+    other processes through ``store.publish_texts``, one send in flight at a time for all
+    runs (pieces made meanwhile, of any run, go together in the next one, so a slow database
+    delays text, it does not pile up sends; a worker with 1,000 runs in model calls sends one
+    statement where it sent one per run). A run nobody watches is not sent for
+    ``UNWATCHED_PAUSE_S``. A process with watchers listens (``store.listen_text``) and
     hands its watchers what other processes published; its own pieces come back that way too
     and are skipped (they carry this hub's ``origin``).
     """
@@ -47,8 +49,9 @@ class LiveTextHub:
         self.origin = uuid.uuid4().hex[:12]
         self._watchers: dict[str, set[asyncio.Queue[TextDelta]]] = {}
         self._unsent: dict[str, list[TextDelta]] = {}
-        self._sending: dict[str, asyncio.Task[None]] = {}
+        self._sender: asyncio.Task[None] | None = None
         self._unwatched_until: dict[str, float] = {}
+        self._pruned_at = 0.0
         self._callbacks: dict[int, Callable[[], None]] = {}
         self._listener: asyncio.Task[None] | None = None
 
@@ -59,9 +62,8 @@ class LiveTextHub:
         if time.monotonic() < self._unwatched_until.get(run_id, 0.0):
             return
         self._unsent.setdefault(run_id, []).append(delta)
-        if run_id not in self._sending:
-            self._sending[run_id] = asyncio.create_task(self._send(run_id),
-                                                        name="toren-live-text")
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send(), name="toren-live-text")
 
     @contextlib.contextmanager
     def watch(self, run_id: str, on_piece: Callable[[], None] | None = None
@@ -85,13 +87,13 @@ class LiveTextHub:
 
     async def close(self) -> None:
         """Stop listening and sending (pieces not sent yet are dropped)."""
-        tasks = [*self._sending.values(), *([self._listener] if self._listener else [])]
+        tasks = [task for task in (self._sender, self._listener) if task is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._sending.clear()
+        self._sender = None
         self._unsent.clear()
         self._listener = None
 
@@ -108,23 +110,26 @@ class LiveTextHub:
                 if callback is not None:
                     callback()
 
-    async def _send(self, run_id: str) -> None:
-        try:
-            while batch := self._unsent.pop(run_id, None):
-                try:
-                    watched = await self.store.publish_text(run_id,
-                                                            [self.encode(d) for d in batch])
-                except Exception as exc:  # best-effort: text is lost, the log is not
-                    log.debug("could not publish live text of run %s: %s", run_id, exc)
-                    watched = True
-                if not watched:
-                    self._unwatched_until[run_id] = time.monotonic() + UNWATCHED_PAUSE_S
-                    self._unsent.pop(run_id, None)
-        finally:
-            self._sending.pop(run_id, None)
+    async def _send(self) -> None:
+        """Send what every run has unsent, in one ``publish_texts`` call, until nothing is
+        left; a run found unwatched is paused (its unsent pieces dropped)."""
+        while self._unsent:
+            batch, self._unsent = self._unsent, {}
+            try:
+                watched = await self.store.publish_texts(
+                    {run_id: [self.encode(d) for d in pieces] for run_id, pieces in batch.items()})
+            except Exception as exc:  # best-effort: text is lost, the log is not
+                log.debug("could not publish live text of %d run(s): %s", len(batch), exc)
+                watched = set(batch)
             now = time.monotonic()
-            for stale in [r for r, until in self._unwatched_until.items() if until < now]:
-                del self._unwatched_until[stale]
+            for run_id in batch:
+                if run_id not in watched:
+                    self._unwatched_until[run_id] = now + UNWATCHED_PAUSE_S
+                    self._unsent.pop(run_id, None)
+            if now - self._pruned_at >= UNWATCHED_PAUSE_S:
+                self._pruned_at = now
+                for stale in [r for r, until in self._unwatched_until.items() if until < now]:
+                    del self._unwatched_until[stale]
 
     def _heard(self, payload: str) -> None:
         try:

@@ -21,15 +21,19 @@ _RUN_ENDS = frozenset({"RunFinished", "RunDeadLettered"})
 class ObservedRunLog(DelegatingRunLog):
     """``log``, with each committed ``append`` and ``append_unleased`` told to ``metrics``
     (counters, append latency) and ``tracer`` (model and tool call spans), and, with tracing
-    on, ``run_ended(agent, run_id, status)`` called when a run's end commits. Nothing is told
-    about an append that failed."""
+    on, ``run_ended(agent, run_id, status)`` called when a run's end commits; ``released(lease)``
+    is called when an append that released its lease commits (the worker then has no lease
+    left to release: one statement saved per handler). Nothing is told about an append that
+    failed."""
 
     def __init__(self, log: RunLog, metrics: Metrics | None, tracer: Tracer, *,
-                 run_ended: Callable[[str, str, str], None] | None = None) -> None:
+                 run_ended: Callable[[str, str, str], None] | None = None,
+                 released: Callable[[Lease], None] | None = None) -> None:
         super().__init__(log)
         self.metrics = metrics
         self.tracer = tracer
         self.run_ended = run_ended
+        self.released = released
 
     def _committed(self, agent: str, run_id: str, stream: str, events: Sequence[NewEvent],
                    seconds: float) -> None:
@@ -52,6 +56,8 @@ class ObservedRunLog(DelegatingRunLog):
         await self.log.append(agent, lease, expected_seq, events, ttl_s=ttl_s,
                               messages=messages, run_update=run_update, ack=ack,
                               release=release, progress=progress)
+        if release and self.released is not None:
+            self.released(lease)
         self._committed(agent, lease.run_id, lease.stream, events,
                         time.perf_counter() - started)
 

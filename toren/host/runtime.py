@@ -112,6 +112,8 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
             self.store, self.agents, self.plugins.tools, self.plugins.unavailable_tools,
             recheck_s=max(0.2, min(2.0, self.settings.lease_ttl_s / 3)),
             known_models=self.check_model)
+        # each append tells the run's version (postgres): no read per task message and step
+        self.store.on_run_version(self.versions.seen)
         #: Prometheus metrics of this process (``/metrics``; ``toren.host.metrics``).
         self.metrics = Metrics(self.store, list(self.agents),
                                live_window_s=max(10.0, 3 * self.settings.lease_ttl_s))

@@ -87,12 +87,21 @@ class AgentVersions:
 
     # -- resolving a run -----------------------------------------------------------------------
 
-    async def spec_for_run(self, agent: str, run_id: str, worker: str) -> AgentSpec:
+    async def spec_for_run(self, agent: str, run_id: str, worker: str, *,
+                           task: bool = False) -> AgentSpec:
         """The definition the run executes now. A run with no version yet (created by another
         agent's task, or before versions were kept) is pinned to the served one; a run on
-        another version is upgraded to the served one if it says ``onChange: upgrade``."""
+        another version is upgraded to the served one if it says ``onChange: upgrade``.
+        For a ``task`` message, a version the run was seen on less than ``recheck_s`` ago
+        (``seen``) is taken without reading it again."""
         serving = self.served[agent]
         if serving.version is None:
+            return serving
+        check = self._checks.get(run_id)
+        if (task and check is not None and check.version == serving.version.hash
+                and time.monotonic() - check.read_at < self.recheck_s):
+            # a task may start on what an append of its run said a moment ago, as it takes
+            # each step on a version that old (``current``); a run tick reads afresh
             return serving
         for _ in range(5):  # each pass loses at most one race to another setter
             found, pinned = await self.store.run_agent_version(agent, run_id)
@@ -129,6 +138,17 @@ class AgentVersions:
         raise AgentVersionMissing(f"the version of run {run_id} kept changing while a worker "
                                   "read it")
 
+    def seen(self, run_id: str, version: str | None) -> None:
+        """The store read ``run_id``'s version in the course of an append (``on_run_version``):
+        as good as a read of our own now."""
+        self._checks[run_id] = VersionCheck(version, time.monotonic())
+        self._forget_old_checks()
+
+    def _forget_old_checks(self) -> None:
+        if len(self._checks) > 50_000:  # forget the oldest reads
+            for old in list(self._checks)[:25_000]:
+                self._checks.pop(old, None)
+
     async def current(self, spec: AgentSpec, run_id: str) -> bool:
         """Whether a task of ``run_id`` handed ``spec`` may take its next step on it: the
         run's version (read at most every ``recheck_s``) is still ``spec``'s, and the served
@@ -145,9 +165,7 @@ class AgentVersions:
             _found, pinned = await self.store.run_agent_version(spec.name, run_id)
             check = VersionCheck(pinned, time.monotonic())
             self._checks[run_id] = check
-            if len(self._checks) > 10_000:  # forget the oldest reads
-                for old in list(self._checks)[:5_000]:
-                    self._checks.pop(old, None)
+            self._forget_old_checks()
         return check.version in (None, spec.version.hash)
 
     async def load(self, agent: str, version_hash: str) -> AgentSpec:

@@ -69,15 +69,19 @@ class Worker:
         self.tracer = runtime.tracer
         # counters and spans from every committed append, timed (toren.host.observed)
         self.run_log = ObservedRunLog(self.run_log, self.metrics, self.tracer,
-                                      run_ended=self._end_run_span_soon)
+                                      run_ended=self._end_run_span_soon,
+                                      released=self._lease_released)
         #: Reads of finished runs' creation times for their root spans (tracing only).
         self._span_reads: set[asyncio.Task[None]] = set()
         #: Creation time and traceparent of the runs this worker worked lately, as their
         #: leases carried them (tracing only): a root span ending here needs no read.
         self._run_traces: OrderedDict[str, tuple[datetime, str | None]] = OrderedDict()
         self.inflight: dict[int, asyncio.Task[None]] = {}
-        #: The lease each in-flight message's handler holds (renewed by the heartbeat).
+        #: The lease each in-flight message's handler holds (renewed by the heartbeat), until
+        #: the handler's last append releases it.
         self.leases: dict[int, Lease] = {}
+        #: Which message's handler holds each lease of ``leases`` (to drop a released one).
+        self._lease_messages: dict[Lease, int] = {}
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -300,8 +304,8 @@ class Worker:
             agent = self.runtime.agents[message.agent]
             if message.run_id is not None and message.kind in ("task", "run"):
                 # the run's own version of the definition, not necessarily the directory's
-                agent = await self.runtime.versions.spec_for_run(message.agent, message.run_id,
-                                                                 self.id)
+                agent = await self.runtime.versions.spec_for_run(
+                    message.agent, message.run_id, self.id, task=message.kind == "task")
             if message.kind == "task":
                 await work_task(self.ports, agent, message)
             elif message.kind == "run":
@@ -322,8 +326,10 @@ class Worker:
             self._started(message.id)
             lease = self.leases.pop(message.id, None)
             if lease is not None:
-                # normally the handler's last append released it; after an abort, let the
-                # next worker in at once rather than after the lease expires
+                self._lease_messages.pop(lease, None)
+                # the handler ended without an append that released it (an abort, or a path
+                # that appended nothing): let the next worker in at once rather than after
+                # the lease expires
                 with contextlib.suppress(Exception):
                     await self.run_log.release_lease(lease)
             self.inflight.pop(message.id, None)
@@ -345,6 +351,7 @@ class Worker:
             await self.queue.defer(message, self.id, found.retry_in_s + 0.05)
             return None
         self.leases[message.id] = found[0]
+        self._lease_messages[found[0]] = message.id
         if self.tracer.enabled:
             self._run_traced(found[0])
         if interrupted(found[1], found[0].epoch):
@@ -355,6 +362,13 @@ class Worker:
                 self.tracer.took_over(message.agent, message.run_id, stream, found[0].epoch,
                                       self.id)
         return found
+
+    def _lease_released(self, lease: Lease) -> None:
+        """An append that released ``lease`` committed: its handler holds it no more, so the
+        heartbeat stops renewing it and the handler's end does not release it again."""
+        message_id = self._lease_messages.pop(lease, None)
+        if message_id is not None and self.leases.get(message_id) == lease:
+            del self.leases[message_id]
 
     def _started(self, message_id: int) -> None:
         """The handler of ``message_id`` no longer waits to start: let another claim in."""

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 
 class LiveText(abc.ABC):  # noqa: B024 - every method has a default (publish and hear nothing)
     """A best-effort channel for what is never written to the log: the pieces of a model's
     text as it is generated (``toren.seams.shapes.TextDelta``, encoded by the host).
 
-    The host's live fan-out (``toren.host.live.LiveTextHub``) calls ``publish_text`` from the
-    worker that makes a model call, and runs ``listen_text`` in a server process that has a
-    watcher of a run (an open event stream), so a watcher in another process than the worker
-    sees the text too. Payloads may be lost (a listener reconnecting); readers render the
-    completed call from the log in any case.
+    The host's live fan-out (``toren.host.live.LiveTextHub``) calls ``publish_texts`` from the
+    worker that makes model calls (the pieces of every run made since its last send), and
+    runs ``listen_text`` in a server process that has a watcher of a run (an open event
+    stream), so a watcher in another process than the worker sees the text too. Payloads may
+    be lost (a listener reconnecting); readers render the completed call from the log in any
+    case.
 
     The defaults publish nothing and hear nothing: with a store that cannot notify, only
     watchers in the worker's own process see text live. The ``postgres`` store uses NOTIFY
@@ -26,6 +27,14 @@ class LiveText(abc.ABC):  # noqa: B024 - every method has a default (publish and
         """Send ``payloads`` (in order) to the listeners of other processes if anyone watches
         ``run_id`` (a live event stream is open); return whether someone did."""
         return False
+
+    async def publish_texts(self, payloads: Mapping[str, Sequence[str]]) -> set[str]:
+        """``publish_text`` for several runs at once (``payloads`` by run id); return the runs
+        someone watches. A store that can should do it in one round trip: a worker with
+        thousands of runs in model calls has text for many of them at any moment, and most
+        of them are watched by nobody. The default calls ``publish_text`` once per run."""
+        return {run_id for run_id, texts in payloads.items()
+                if await self.publish_text(run_id, texts)}
 
     async def listen_text(self, deliver: Callable[[str], None]) -> None:
         """Call ``deliver`` with every payload published (by any process) until cancelled;

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -51,6 +51,13 @@ class AgentVersionStore(abc.ABC):
     async def run_agent_version(self, agent: str, run_id: str) -> tuple[bool, str | None]:
         """``(found, version)``: whether the run exists and the version it is on now
         (``None`` for a run created without one)."""
+
+    def on_run_version(self, seen: Callable[[str, str | None], None]) -> None:  # noqa: B027
+        """Have ``seen(run_id, version)`` called whenever the store learns a run's version in
+        the course of other work: the ``postgres`` store reads it in each leased append's own
+        statement, so a worker knows a run's version as of its last append without a read of
+        its own per message and per step (``toren.host.versions``). By default never called
+        (the host then reads with ``run_agent_version``)."""
 
     @abc.abstractmethod
     async def set_run_version(self, agent: str, run_id: str, expected: str | None,

@@ -35,6 +35,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     NonRecordingSpan,
@@ -149,7 +150,7 @@ class OtelTracer(Tracer):
                    if parent is not None else None)
         result = self.provider.sampler.should_sample(context, trace_id, name, kind,
                                                      attributes)
-        return result.decision.is_sampled()
+        return result.decision is Decision.RECORD_AND_SAMPLE
 
     def _child(self, run_id: str) -> SpanContext | None:
         """The parent of a span made now for ``run_id``: the message in hand, or the run's

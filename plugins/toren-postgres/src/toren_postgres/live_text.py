@@ -3,7 +3,7 @@ for runs a server process watches (``toren_control.watched_runs``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from toren.seams.store import LiveText
 from toren_postgres.lifecycle import PostgresConnection
@@ -14,15 +14,23 @@ CHANNEL = "toren_text"
 
 
 class PostgresLiveText(PostgresConnection, LiveText):
-    """Publishes with one ``pg_notify`` statement per batch (payloads in order, each under
-    NOTIFY's 8000 bytes, which the host's encoding keeps); listens on a dedicated connection."""
+    """Publishes with one ``pg_notify`` statement per batch, whatever the number of runs in it
+    (payloads in order, each under NOTIFY's 8000 bytes, which the host's encoding keeps);
+    listens on a dedicated connection."""
 
     async def publish_text(self, run_id: str, payloads: Sequence[str]) -> bool:
+        return run_id in await self.publish_texts({run_id: payloads})
+
+    async def publish_texts(self, payloads: Mapping[str, Sequence[str]]) -> set[str]:
+        run_ids = [run_id for run_id, texts in payloads.items() for _ in texts]
+        texts = [text for texts in payloads.values() for text in texts]
+        if not texts:
+            return set()
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(query("publish_text"),
-                                        {"run_id": run_id, "payloads": list(payloads)})
-            row = await cursor.fetchone()
-        return bool(row and row[0])
+            cursor = await conn.execute(query("publish_texts"),
+                                        {"run_ids": run_ids, "payloads": texts})
+            rows = await cursor.fetchall()
+        return {str(row[0]) for row in rows}
 
     async def listen_text(self, deliver: Callable[[str], None]) -> None:
         def url() -> str:

@@ -3,7 +3,7 @@ rules, store side)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -71,7 +71,14 @@ def create_run_params(agent: str, run_id: str, input: Any, *, idempotency_key: s
 
 class PostgresRunLog(PostgresConnection, RunLog):
     """The ``RunLog`` of the Postgres store. Its outbox is ``toren_control.queue``: every
-    statement that sends messages inserts them there itself, so they commit with it."""
+    statement that sends messages inserts them there itself, so they commit with it. Each
+    leased append also reads the run's agent version, told to ``on_run_version``'s callback."""
+
+    _version_seen: Callable[[str, str | None], None] | None = None
+
+    def on_run_version(self, seen: Callable[[str, str | None], None]) -> None:
+        """See ``AgentVersionStore.on_run_version``: called after each committed append."""
+        self._version_seen = seen
 
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
@@ -164,6 +171,8 @@ class PostgresRunLog(PostgresConnection, RunLog):
                                            events)
         if row is None or row[0] == 0:
             await self._explain_rejection(schema, lease)
+        elif len(row) > 3 and self._version_seen is not None:
+            self._version_seen(lease.run_id, row[3])
 
     def _group_commit(self) -> GroupCommit:
         group: GroupCommit | None = getattr(self, "_group", None)

@@ -160,7 +160,10 @@ WITH lease AS (
                   WHERE w.run_id = lease.run_id AND w.expires_at > now())
 )
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended,
-       (SELECT count(*) FROM notified) AS notified;
+       (SELECT count(*) FROM notified) AS notified,
+       -- the run's agent version as of this append: the worker's version checks between
+       -- steps and at a task message read it here instead of in a statement of their own
+       (SELECT agent_version FROM {runs} WHERE id = %(run_id)s) AS agent_version;
 
 -- lease_state --
 SELECT l.holder, l.epoch, l.expires_at > now() AS live,
@@ -713,17 +716,25 @@ ORDER BY agent, name;
 SELECT slot_at, run_id, trigger, fired_at FROM toren_control.schedule_fires
 WHERE agent = %(agent)s AND schedule = %(name)s
 ORDER BY slot_at DESC LIMIT %(limit)s;
--- publish_text --
--- Pieces of a model's text for the live event streams of other processes (toren.host.live):
--- sent only if a server process watches the run (watch_runs); returns how many were sent.
--- Each payload is distinct (it carries its index), so NOTIFY's folding of identical
--- payloads within a transaction never drops one.
-SELECT count(*) FROM (
-    SELECT pg_notify('toren_text', p.payload)
-    FROM unnest(%(payloads)s::text[]) AS p(payload)
-    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
-                  WHERE w.run_id = %(run_id)s::uuid AND w.expires_at > now())
-) AS sent;
+-- publish_texts --
+-- Pieces of models' text for the live event streams of other processes (toren.host.live),
+-- for any number of runs at once (run_ids[i] is the run of payloads[i]): sent only for runs a
+-- server process watches (watch_runs), each run's in order; returns the watched runs. One
+-- statement per send for a whole worker, however many runs are in model calls. Each payload
+-- is distinct (it carries its index), so NOTIFY's folding of identical payloads within a
+-- transaction never drops one.
+WITH watched AS (
+    SELECT DISTINCT w.run_id FROM toren_control.watched_runs w
+    WHERE w.run_id = ANY(%(run_ids)s::uuid[]) AND w.expires_at > now()
+), sent AS (
+    SELECT pg_notify('toren_text', ordered.payload)
+    FROM (SELECT p.payload
+          FROM unnest(%(run_ids)s::uuid[], %(payloads)s::text[]) WITH ORDINALITY
+               AS p(run_id, payload, n)
+          WHERE p.run_id IN (SELECT run_id FROM watched)
+          ORDER BY p.n) AS ordered
+)
+SELECT run_id FROM watched WHERE (SELECT count(*) FROM sent) >= 0;
 
 -- queue_depth --
 -- Messages per agent for GET /healthz (the console's fleet page). A claimed message is hidden
