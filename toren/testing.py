@@ -25,13 +25,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toren.default_plugins.scripted import ScriptedModel, ScriptedProvider, respond_with_tools
 from toren.execution.context import ToolCallContext, _current
 
+if TYPE_CHECKING:
+    from aiohttp import web
+
 __all__ = ["OutputProcess", "ScriptedModel", "ScriptedProvider", "respond_with_tools",
-           "tool_call", "wait_for", "write_agent_dir"]
+           "serve_on_free_port", "tool_call", "wait_for", "write_agent_dir"]
 
 
 @contextmanager
@@ -150,3 +153,16 @@ def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+async def serve_on_free_port(app: web.Application) -> tuple[web.AppRunner, str]:
+    """Serve the aiohttp ``app`` on 127.0.0.1 at a free port, for a test: its runner (``await
+    runner.cleanup()`` stops it) and its base URL (``http://127.0.0.1:PORT``)."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"

@@ -12,14 +12,13 @@ from typing import Any
 import aiohttp
 import psycopg
 import pytest
-from aiohttp import web
 
 from tests.conftest import TorenCli, wait_until
 from tests.e2e.test_http_api import call, conforms, finished, start_server
 from toren.client import TorenClient
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
-from toren.testing import write_agent_dir
+from toren.testing import serve_on_free_port, write_agent_dir
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -102,12 +101,8 @@ async def served(make_runtime: Any, tmp_path: Path, database_url: str
     runtime = await make_runtime(dirs=[crew], archive_url=(tmp_path / "archive").as_uri())
     run_id = await runtime.start_run("crew", "postgres")
     await runtime.wait_for_run(run_id, timeout_s=60)
-    runner = web.AppRunner(create_app(runtime, require_keys=False))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}", runtime, run_id
+    runner, url = await serve_on_free_port(create_app(runtime, require_keys=False))
+    yield url, runtime, run_id
     await runner.cleanup()
 
 
@@ -163,17 +158,13 @@ async def test_archive_without_an_archive_is_409_and_needs_json(
         make_runtime: Any, tmp_path: Path) -> None:
     crew = write_agent_dir(tmp_path, "crew", tools_py=TOOLS, retention="30d")
     runtime = await make_runtime(dirs=[crew], workers=False)
-    runner = web.AppRunner(create_app(runtime, require_keys=False))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, url = await serve_on_free_port(create_app(runtime, require_keys=False))
     try:
         async with aiohttp.ClientSession() as http:
-            async with http.post(f"http://127.0.0.1:{port}/archive", json={}) as answer:
+            async with http.post(f"{url}/archive", json={}) as answer:
                 assert answer.status == 409
                 assert (await answer.json())["error"]["code"] == "archive_not_configured"
-            async with http.post(f"http://127.0.0.1:{port}/archive", data="dry_run=1",
+            async with http.post(f"{url}/archive", data="dry_run=1",
                                  headers={"Content-Type": "text/plain"}) as answer:
                 assert answer.status == 415
     finally:
@@ -184,15 +175,11 @@ async def test_archive_routes_need_a_key_when_keys_are_on(make_runtime: Any,
                                                           tmp_path: Path) -> None:
     crew = write_agent_dir(tmp_path, "crew", tools_py=TOOLS)
     runtime = await make_runtime(dirs=[crew], workers=False)
-    runner = web.AppRunner(create_app(runtime, require_keys=True))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, url = await serve_on_free_port(create_app(runtime, require_keys=True))
     try:
         async with aiohttp.ClientSession() as http:
             for method, path in (("POST", "/archive"), ("GET", "/archived-runs")):
-                async with http.request(method, f"http://127.0.0.1:{port}{path}",
+                async with http.request(method, f"{url}{path}",
                                         json={}) as answer:
                     assert answer.status == 401
     finally:

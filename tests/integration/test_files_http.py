@@ -11,11 +11,10 @@ from typing import Any
 import aiohttp
 import psycopg
 import pytest
-from aiohttp import web
 
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
-from toren.testing import write_agent_dir
+from toren.testing import serve_on_free_port, write_agent_dir
 
 MakeRuntime = Callable[..., Awaitable[Runtime]]
 
@@ -25,12 +24,8 @@ async def server(toren_runtime: MakeRuntime, tmp_path: Path,
                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     monkeypatch.setenv("TOREN_MAX_FILE_BYTES", str(1024 * 1024))
     runtime = await toren_runtime([write_agent_dir(tmp_path, "reader")])
-    runner = web.AppRunner(create_app(runtime, require_keys=False))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}"
+    runner, url = await serve_on_free_port(create_app(runtime, require_keys=False))
+    yield url
     await runner.cleanup()
 
 

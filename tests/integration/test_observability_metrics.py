@@ -19,7 +19,7 @@ from toren.config import Settings
 from toren.errors import ConfigError
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
-from toren.testing import write_agent_dir
+from toren.testing import serve_on_free_port, write_agent_dir
 
 MakeRuntime = Callable[..., Awaitable[Runtime]]
 TOOLS = '''
@@ -46,13 +46,9 @@ async def serve() -> AsyncIterator[Callable[..., Awaitable[str]]]:
     runners: list[web.AppRunner] = []
 
     async def start(runtime: Runtime, *, require_keys: bool = False) -> str:
-        runner = web.AppRunner(create_app(runtime, require_keys=require_keys))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner, url = await serve_on_free_port(create_app(runtime, require_keys=require_keys))
         runners.append(runner)
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}"
+        return url
 
     yield start
     for runner in runners:

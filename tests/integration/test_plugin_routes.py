@@ -15,7 +15,7 @@ import toren
 from toren.errors import PluginError
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
-from toren.testing import write_agent_dir
+from toren.testing import serve_on_free_port, write_agent_dir
 
 MakeRuntime = Callable[..., Awaitable[Runtime]]
 
@@ -48,18 +48,14 @@ async def test_plugin_routes_are_served_behind_the_api_keys(
     runtime.plugins.add_plugin(Hello(), "hello")
     assert "register_routes" in runtime.plugins.info["hello"].hooks
     _, token = await runtime.store.create_key("routes")
-    runner = web.AppRunner(create_app(runtime, require_keys=True))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, url = await serve_on_free_port(create_app(runtime, require_keys=True))
     try:
         async with aiohttp.ClientSession() as http:
             for headers in ({}, {"Authorization": "Bearer wrong"}):
-                async with http.get(f"http://127.0.0.1:{port}/hello", headers=headers) as answer:
+                async with http.get(f"{url}/hello", headers=headers) as answer:
                     assert answer.status == 401
                     assert (await answer.json())["error"]["code"] == "unauthorized"
-            async with http.get(f"http://127.0.0.1:{port}/hello",
+            async with http.get(f"{url}/hello",
                                 headers={"Authorization": f"Bearer {token}"}) as answer:
                 assert answer.status == 200
                 assert await answer.json() == {"agents": ["crew"]}

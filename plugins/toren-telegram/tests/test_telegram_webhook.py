@@ -16,7 +16,7 @@ from telegram_support import FRIEND, telegram_settings, until
 
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
-from toren.testing import write_agent_dir
+from toren.testing import serve_on_free_port, write_agent_dir
 
 SECRET = "s3cret-token_value"
 TOOLS = '''
@@ -27,12 +27,7 @@ def ring_bell(note: str) -> str:
 
 
 async def serve(runtime: Runtime) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(create_app(runtime, require_keys=True))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
+    return await serve_on_free_port(create_app(runtime, require_keys=True))
 
 
 @pytest.fixture

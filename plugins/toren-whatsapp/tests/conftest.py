@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -16,7 +15,7 @@ from fake_graph import ACCESS_TOKEN, APP_SECRET, FRIEND, PHONE_ID, VERIFY_TOKEN,
 
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
-from toren.testing import write_agent_dir
+from toren.testing import serve_on_free_port, write_agent_dir
 
 
 @pytest.fixture
@@ -47,13 +46,9 @@ async def whatsapp_agent(fake_graph: FakeGraph, toren_runtime: Callable[..., Awa
             "api_url": fake_graph.url, "allow_from": [FRIEND]} | settings})
         runtime = await toren_runtime([directory], load_plugins=("toren-whatsapp",))
         await runtime.start_channels()
-        runner = web.AppRunner(create_app(runtime, require_keys=True))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        runner, url = await serve_on_free_port(create_app(runtime, require_keys=True))
         cleanup.extend([runner.cleanup, runtime.stop_channels])
-        return runtime, f"http://127.0.0.1:{port}/channels/whatsapp/bot"
+        return runtime, f"{url}/channels/whatsapp/bot"
 
     yield make
     for step in cleanup:
