@@ -124,6 +124,9 @@ _T_BYTES = _tag(7, 2)                    # AnyValue.bytes_value
 _T_VALUES = _tag(1, 2)                   # ArrayValue.values, KeyValueList.values
 
 _EMPTY_ANY = b""
+#: ``KeyValue.value`` fields: of a small non-negative int; the head of a double's
+_SMALL_INTS = [_T_KV_VALUE + bytes((2, _T_INT[0], n)) for n in range(0x80)]
+_DOUBLE_VALUE = _T_KV_VALUE + bytes((9,)) + _T_DOUBLE
 _BOOLS = {True: _T_BOOL + b"\x01", False: _T_BOOL + b"\x00"}
 _NO_PARENT_FLAGS = _T_FLAGS + _pack_fixed32(_HAS_IS_REMOTE)
 _REMOTE_PARENT_FLAGS = _T_FLAGS + _pack_fixed32(_HAS_IS_REMOTE | _IS_REMOTE)
@@ -172,7 +175,7 @@ class SpanEncoder:
     is encoded once) and of repeated short string attributes."""
 
     def __init__(self) -> None:
-        self._kv: dict[tuple[str, str], bytes] = {}
+        self._kv: dict[bytes, dict[tuple[str, str], bytes]] = {}
         self._keys: dict[str, bytes] = {}
         self._resources: dict[int, tuple[Any, bytes, bytes]] = {}
         self._scopes: dict[int, tuple[Any, bytes, bytes]] = {}
@@ -180,29 +183,37 @@ class SpanEncoder:
     # -- attributes -----------------------------------------------------------------------------
 
     def _attributes(self, tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
-        """Each attribute as a ``KeyValue`` field with ``tag``, joined."""
+        """Each attribute as a ``KeyValue`` field with ``tag``, joined: a (key, short string)
+        pair from its cache whole; other values after the key's cached encoding."""
         if not attributes:
             return b""
-        kv_cache = self._kv
+        pairs = self._kv.get(tag)
+        if pairs is None:
+            pairs = self._kv[tag] = {}
+        keys = self._keys
         out = []
         for key, value in attributes.items():
-            if type(value) is str and len(value) <= _CACHED_STRING_LEN:
-                encoded = kv_cache.get((key, value))
+            kind = type(value)
+            if kind is str and len(value) <= _CACHED_STRING_LEN:
+                encoded = pairs.get((key, value))
                 if encoded is None:
-                    encoded = _key_value(key, value)
-                    if len(kv_cache) >= _CACHE_LIMIT:
-                        kv_cache.clear()
-                    kv_cache[(key, value)] = encoded
-                out.append(_field(tag, encoded))
+                    if len(pairs) >= _CACHE_LIMIT:
+                        pairs.clear()
+                    encoded = pairs[(key, value)] = _field(tag, _key_value(key, value))
+                out.append(encoded)
                 continue
-            head = self._keys.get(key)
+            head = keys.get(key)
             if head is None:
+                if len(keys) >= _CACHE_LIMIT:
+                    keys.clear()
                 encoded_key = key.encode()
-                head = _field(_T_KV_KEY, encoded_key) if encoded_key else b""
-                if len(self._keys) >= _CACHE_LIMIT:
-                    self._keys.clear()
-                self._keys[key] = head
-            out.append(_field(tag, head + _field(_T_KV_VALUE, _any_value(value))))
+                head = keys[key] = _field(_T_KV_KEY, encoded_key) if encoded_key else b""
+            if kind is int and 0 <= value < 0x80:
+                out.append(_field(tag, head + _SMALL_INTS[value]))
+            elif kind is float:
+                out.append(_field(tag, head + _DOUBLE_VALUE + _pack_double(value)))
+            else:
+                out.append(_field(tag, head + _field(_T_KV_VALUE, _any_value(value))))
         return b"".join(out)
 
     # -- resource and scope ---------------------------------------------------------------------
