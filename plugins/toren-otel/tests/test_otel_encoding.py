@@ -5,6 +5,7 @@ exporter sends it to an OTLP/HTTP receiver."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -209,11 +210,15 @@ class Receiver:
 
     def __init__(self) -> None:
         self.requests: list[ExportTraceServiceRequest] = []
+        self.headers: list[dict[str, str]] = []
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                receiver.headers.append(dict(self.headers))
                 receiver.requests.append(ExportTraceServiceRequest.FromString(body))
                 answer = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
@@ -248,6 +253,22 @@ def test_the_exporter_sends_the_fast_encoding_to_a_receiver(receiver: Receiver) 
     assert request.resource_spans[0].scope_spans[0].spans[0].name == "every value"
     exporter.shutdown()
     assert exporter.export(spans) == SpanExportResult.FAILURE  # as the SDK's, once shut down
+
+
+def test_the_exporter_takes_compression_and_headers_from_the_otel_variables(
+        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.url)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme")
+    exporter = TorenSpanExporter()
+    assert exporter.fast
+    spans = synthetic()
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    [request] = receiver.requests
+    assert request == ExportTraceServiceRequest.FromString(sdk(spans))
+    [headers] = receiver.headers
+    assert headers["Content-Encoding"] == "gzip" and headers["x-tenant"] == "acme"
+    exporter.shutdown()
 
 
 def test_the_tracer_exports_through_the_fast_exporter(
