@@ -4,9 +4,12 @@ a BatchSpanProcessor, an exporter that drops the batches) against off (the no-op
 interleaved repetitions (off, on, on, off, ...), reported as the median of per-pair ratios.
 
     python bench/tracing_overhead.py --server-url URL [--smoke] [--reps N] [--encode]
+                                     [--encoder toren|sdk]
 
 With ``--encode`` the exporter also encodes each batch to OTLP protobuf (what the OTLP/HTTP
-exporter's thread does before it posts): the SDK's cost short of the network.
+exporter's thread does before it posts): the exporter's cost short of the network. The
+encoder is toren-otel's own (``toren_otel.encoding``, what ``TorenSpanExporter`` sends) or,
+with ``--encoder sdk``, the SDK's (``encode_spans(...).SerializePartialToString()``).
 
 One JSON line on stdout; logs on stderr. Metrics (prometheus-client counters) are on in both
 arms: they are always on. Needs toren-otel (requirements/test.txt installs it).
@@ -30,6 +33,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from toren_bench import TERMINAL, BenchDatabase, bench_crew, create_runs, log, settings
+from toren_otel.encoding import SpanEncoder
 from toren_otel.tracer import OtelTracer
 
 from toren.config import Settings
@@ -42,14 +46,18 @@ from toren.seams.telemetry import Tracer
 class DroppingExporter(SpanExporter):
     """Takes every batch and throws it away (counting spans): the SDK's whole cost, no I/O."""
 
-    def __init__(self, encode: bool = False) -> None:
+    def __init__(self, encoder: str | None = None) -> None:
         self.spans = 0
-        self.encode = encode
+        self.encoder = encoder
+        self.toren = SpanEncoder()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         self.spans += len(spans)
-        if self.encode:  # the OTLP exporter's work short of the HTTP post
-            encode_spans(spans).SerializeToString()
+        # the OTLP exporter's work short of the HTTP post
+        if self.encoder == "sdk":
+            encode_spans(spans).SerializePartialToString()
+        elif self.encoder == "toren":
+            self.toren.encode(spans)
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
@@ -57,7 +65,7 @@ class DroppingExporter(SpanExporter):
 
 
 async def one_arm(server_url: str, traced: bool, runs: int, steps: int,
-                  concurrency: int, encode: bool = False) -> dict[str, Any]:
+                  concurrency: int, encoder: str | None = None) -> dict[str, Any]:
     """``runs`` runs of ``steps`` agent steps worked by one worker with ``concurrency``
     pollers, timed from the worker's start to the last run's end (runs created before)."""
     db = BenchDatabase(server_url, "tracing")
@@ -66,7 +74,7 @@ async def one_arm(server_url: str, traced: bool, runs: int, steps: int,
             crew = bench_crew(Path(work), steps)
             await create_runs(db.url, crew, runs, callers=4)
             worker = Runtime([crew], settings=settings(db.url, concurrency=concurrency))
-            exporter = DroppingExporter(encode)
+            exporter = DroppingExporter(encoder)
             if traced:
                 worker.tracer = OtelTracer(worker.settings,
                                            processor=BatchSpanProcessor(exporter))
@@ -91,12 +99,12 @@ async def one_arm(server_url: str, traced: bool, runs: int, steps: int,
             "spans_exported": exporter.spans}
 
 
-def tracer_cpu(traced: bool, messages: int, encode: bool = False) -> float:
+def tracer_cpu(traced: bool, messages: int, encoder: str | None = None) -> float:
     """CPU microseconds the tracer itself costs per durable operation, in isolation: for each
     message, the work span plus one model call and one tool call appended (2 operations).
     Load-proof where the end-to-end ratio is not (other work on the machine moves it). The
     queue holds every span (none dropped while the batch thread waits for the GIL)."""
-    exporter = DroppingExporter(encode)
+    exporter = DroppingExporter(encoder)
     processor = BatchSpanProcessor(exporter, max_queue_size=4 * messages + 2048)
     tracer: Tracer = (OtelTracer(Settings(), processor=processor) if traced else Tracer())
     message = QueueMessage(1, "bench", "0e73dd0e-4db7-4cfa-a70f-51bfbd484e69", "task",
@@ -127,6 +135,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=3, help="pairs (off+on) to run")
     parser.add_argument("--encode", action="store_true",
                         help="the exporter encodes each batch to OTLP protobuf (then drops it)")
+    parser.add_argument("--encoder", choices=("toren", "sdk"), default="toren",
+                        help="with --encode: toren-otel's encoder (default) or the SDK's")
     args = parser.parse_args()
     if args.smoke:
         args.runs, args.steps, args.reps = 10, 2, 1
@@ -142,7 +152,8 @@ def main() -> int:
         for traced in order:
             log(f"rep {rep + 1}: tracing {'on' if traced else 'off'}")
             arms[traced] = asyncio.run(one_arm(args.server_url, traced, args.runs, args.steps,
-                                               args.concurrency, args.encode))
+                                               args.concurrency,
+                                               args.encoder if args.encode else None))
         pairs.append({"off": arms[False], "on": arms[True],
                       "ratio_on_over_off": round(arms[True]["operations_per_s"]
                                                  / arms[False]["operations_per_s"], 3)})
@@ -150,9 +161,12 @@ def main() -> int:
     messages = 200 if args.smoke else 5000
     isolated = {"off_cpu_us_per_operation": round(tracer_cpu(False, messages), 2),
                 "on_cpu_us_per_operation": round(tracer_cpu(True, messages), 2),
-                "on_encoding_cpu_us_per_operation": round(tracer_cpu(True, messages, True),
-                                                          2)}
+                "on_encoding_cpu_us_per_operation": round(tracer_cpu(True, messages,
+                                                                     args.encoder), 2),
+                "on_sdk_encoding_cpu_us_per_operation": round(tracer_cpu(True, messages, "sdk"),
+                                                              2)}
     result = {"bench": "toren_tracing_overhead", "smoke": args.smoke, "encode": args.encode,
+              "encoder": args.encoder if args.encode else None,
               "load_average": [round(x, 2) for x in os.getloadavg()], "runs": args.runs,
               "steps_per_run": args.steps, "operations_per_run": 2 * args.steps + 1,
               "concurrency": args.concurrency, "pairs": pairs,

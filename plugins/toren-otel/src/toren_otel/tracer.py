@@ -96,7 +96,8 @@ class OtelTracer(Tracer):
     """The ``otel`` tracer driver (``TOREN_TRACER=otel``, chosen by default when
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set).
 
-    Spans go through a ``BatchSpanProcessor`` to the OTLP/HTTP exporter (configured by the
+    Spans go through a ``BatchSpanProcessor`` to the OTLP/HTTP exporter (the SDK's, with
+    Toren's own encoding of a batch: ``toren_otel.exporter``; configured by the
     standard variables: endpoint, headers, timeout; ``OTEL_SERVICE_NAME`` names the service,
     ``toren`` by default; ``OTEL_TRACES_SAMPLER`` samples). The provider is Toren's own: a
     program embedding Toren keeps its global one. Attribute values are Toren's own short
@@ -119,11 +120,9 @@ class OtelTracer(Tracer):
         self.provider = TracerProvider(resource=resource)
         if processor is None:
             if exporter is None:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-                    OTLPSpanExporter,
-                )
+                from toren_otel.exporter import TorenSpanExporter
 
-                exporter = OTLPSpanExporter()
+                exporter = TorenSpanExporter()
             processor = BatchSpanProcessor(exporter)
         self.provider.add_span_processor(processor)  # the provider's shutdown flushes it
         self.processor = processor
