@@ -169,3 +169,27 @@ async def test_the_guardian_leaves_a_run_being_worked_alone_on_sqs(
     assert record.status == "completed", record.error
     assert [r.getMessage() for r in caplog.records if "re-nudged" in r.getMessage()] == []
     assert slow.calls == 1
+
+
+async def test_metrics_count_the_messages_in_sqs_not_the_outbox(
+        sqs_env, make_runtime, database_url: str, tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    api = await make_runtime(dirs=[write_agent_dir(tmp_path, "crew")], workers=False,
+                             queue_driver="sqs")
+    await api.start_run("crew", "postgres")
+    queue = api.queue
+    assert isinstance(queue, SqsQueue)
+    relay = OutboxRelay(api.store, queue, ["crew"], visibility_s=5, poll_interval_s=1)
+    assert await relay.relay_once() == 1  # out of the outbox, into SQS
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM toren_control.queue").fetchone() == (0,)
+
+    samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+               for family in text_string_to_metric_families(
+                   (await api.metrics.exposition()).decode())
+               for sample in family.samples}
+    assert samples[("toren_queue_messages", (("agent", "crew"), ("state", "ready")))] == 1
+    assert samples[("toren_queue_messages", (("agent", "crew"), ("state", "in_flight")))] == 0
+    # SQS tells the age of its oldest message only to CloudWatch: no made-up figure
+    assert not [key for key in samples if key[0] == "toren_queue_oldest_ready_age_seconds"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import replace
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -19,7 +20,7 @@ from prometheus_client.registry import Collector
 import toren
 from toren.core import events as ev
 from toren.core.events import NewEvent
-from toren.seams.store.fleet import FleetGauges, FleetReader
+from toren.seams.store.fleet import FleetGauges, FleetReader, QueueGauge
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,10 @@ class Metrics:
         self._gauges = FleetGauges()
         self._read_at = float("-inf")
         self._refreshing: asyncio.Lock | None = None
+        #: A queue outside the database (SQS: ``Queue.reads_outbox`` false) counts its own
+        #: messages; the runtime sets this to its ``Queue.depth`` when it opens one.
+        self.queue_depth: Callable[[list[str]], Awaitable[dict[str, dict[str, int]] | None]] \
+            | None = None
         registry = self.registry
         self.model_calls = Counter("toren_model_calls", "Model calls completed",
                                    ["agent", "model"], registry=registry)
@@ -127,13 +132,28 @@ class Metrics:
             async with self._refreshing:  # concurrent scrapes share one read
                 if time.monotonic() - self._read_at >= GAUGE_CACHE_S:
                     try:
-                        self._gauges = await self._fleet.fleet_gauges(self._agents,
-                                                                      self._live_window_s)
+                        self._gauges = await self._with_queue_counts(
+                            await self._fleet.fleet_gauges(self._agents, self._live_window_s))
                     except Exception as exc:
                         log.warning("could not read queue and run gauges for /metrics: %s",
                                     exc or type(exc).__name__)
                     self._read_at = time.monotonic()
         return generate_latest(self.registry)
+
+
+    async def _with_queue_counts(self, gauges: FleetGauges) -> FleetGauges:
+        """``gauges`` with the queue's own counts where the queue is not the database's (the
+        outbox only holds what the relay has not sent yet); the age of the oldest ready message
+        is then unknown (SQS reports it only to CloudWatch) and left out."""
+        if self.queue_depth is None:
+            return gauges
+        counts = await self.queue_depth(self._agents)
+        if counts is None:
+            return gauges
+        return replace(gauges, queue={
+            agent: QueueGauge(ready=found["ready"], in_flight=found["in_flight"],
+                              delayed=found["delayed"], oldest_ready_age_s=None)
+            for agent, found in counts.items()})
 
 
 class _FleetCollector(Collector):
@@ -152,7 +172,8 @@ class _FleetCollector(Collector):
             depth.add_metric([agent, "ready"], gauge.ready)
             depth.add_metric([agent, "in_flight"], gauge.in_flight)
             depth.add_metric([agent, "delayed"], gauge.delayed)
-            oldest.add_metric([agent], gauge.oldest_ready_age_s)
+            if gauge.oldest_ready_age_s is not None:
+                oldest.add_metric([agent], gauge.oldest_ready_age_s)
         dead = GaugeMetricFamily("toren_dead_letters", "Messages dead-lettered (stored)",
                                  labels=["agent"])
         for agent, count in gauges.dead_letters.items():

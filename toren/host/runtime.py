@@ -186,6 +186,8 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
                              migration.name)
             self.queue = self._queue_class(self.settings, self.store)
             await self.queue.open()
+            if not self.queue.reads_outbox:  # /metrics counts what the queue holds
+                self.metrics.queue_depth = self.queue.depth
             if migrate:
                 await self.versions.save_served()
             if workers and not self.settings.skip_preflight:

@@ -12,16 +12,18 @@ from typing import Any
 @dataclass(frozen=True)
 class QueueGauge:
     """One agent's queue: messages ready, claimed (in flight) and delayed, and how long the
-    oldest ready message has waited (0 when none is ready)."""
+    oldest ready message has waited (0 when none is ready; ``None`` when the queue cannot
+    say, as SQS cannot)."""
 
     ready: int = 0
     in_flight: int = 0
     delayed: int = 0
-    oldest_ready_age_s: float = 0.0
+    oldest_ready_age_s: float | None = 0.0
 
     def to_json(self) -> dict[str, Any]:
+        age = self.oldest_ready_age_s
         return {"ready": self.ready, "in_flight": self.in_flight, "delayed": self.delayed,
-                "oldest_ready_age_s": round(self.oldest_ready_age_s, 3)}
+                "oldest_ready_age_s": None if age is None else round(age, 3)}
 
 
 @dataclass(frozen=True)
