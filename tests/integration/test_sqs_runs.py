@@ -6,8 +6,10 @@ plugin, a moto server.)"""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
+import re
 import shutil
 import statistics
 import time
@@ -174,6 +176,10 @@ async def test_the_guardian_leaves_a_run_being_worked_alone_on_sqs(
 async def test_metrics_count_the_messages_in_sqs_not_the_outbox(
         sqs_env, make_runtime, database_url: str, tmp_path: Path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
+    from rich.console import Console
+
+    from toren.cli.top import render
+    from toren.host.fleet import fleet_snapshot
 
     api = await make_runtime(dirs=[write_agent_dir(tmp_path, "crew")], workers=False,
                              queue_driver="sqs")
@@ -193,3 +199,12 @@ async def test_metrics_count_the_messages_in_sqs_not_the_outbox(
     assert samples[("toren_queue_messages", (("agent", "crew"), ("state", "in_flight")))] == 0
     # SQS tells the age of its oldest message only to CloudWatch: no made-up figure
     assert not [key for key in samples if key[0] == "toren_queue_oldest_ready_age_seconds"]
+
+    # toren top and GET /fleet say the same, and show "-" for the age they cannot know
+    snapshot = await fleet_snapshot(api.store, 10.0, queue_depth=api.metrics.queue_depth)
+    assert snapshot["agents"]["crew"]["queue"] == {"ready": 1, "in_flight": 0, "delayed": 0,
+                                                   "oldest_ready_age_s": None}
+    shown = Console(width=200, record=True, file=io.StringIO())
+    shown.print(render(snapshot))
+    assert re.search(r"crew\s+│\s+1\s+│\s+0\s+│\s+0\s+│\s+-\s+│", shown.export_text()), \
+        shown.export_text()

@@ -250,7 +250,8 @@ class LocalOperator(Operator):
 
     async def fleet(self) -> JsonDict:
         settings = self.runtime.settings
-        return await fleet_snapshot(self.runtime.store, max(10.0, 3 * settings.lease_ttl_s))
+        return await fleet_snapshot(self.runtime.store, max(10.0, 3 * settings.lease_ttl_s),
+                                    queue_depth=self.runtime.metrics.queue_depth)
 
     async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
                         schedule: str | None) -> list[JsonDict]:

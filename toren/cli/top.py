@@ -67,7 +67,7 @@ def render(snapshot: dict[str, Any]) -> Group:
         runs = ", ".join(f"{status} {count}" for status, count in sorted(info["runs"].items()))
         queue.add_row(safe(agent), str(depth.get("ready", 0)), str(depth.get("in_flight", 0)),
                       str(depth.get("delayed", 0)),
-                      f"{depth.get('oldest_ready_age_s', 0.0):.1f}s",
+                      _seconds(depth.get("oldest_ready_age_s", 0.0)),
                       str(info["dead_letters"]), runs or "-")
     runs_table = Table(title="runs in flight (oldest first)", title_justify="left")
     for column in ("run", "agent", "status", "step", "tasks", "elapsed", "latest error"):
@@ -91,3 +91,8 @@ def render(snapshot: dict[str, Any]) -> Group:
 def _age(now: datetime, at: str) -> str:
     seconds = max((now - datetime.fromisoformat(at).astimezone(UTC)).total_seconds(), 0.0)
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def _seconds(value: float | None) -> str:
+    """How long the oldest ready message waited; "-" when the queue cannot say (SQS)."""
+    return "-" if value is None else f"{value:.1f}s"

@@ -3,17 +3,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from toren.seams.store import Store
+from toren.seams.store.fleet import FleetGauges, QueueGauge
+
+#: ``Queue.depth``: what a queue outside the database (SQS) holds per agent.
+QueueDepth = Callable[[list[str]], Awaitable[dict[str, dict[str, int]] | None]]
 
 #: Runs in flight and recent failures shown at most.
 RUNS_SHOWN = 20
 FAILURES_SHOWN = 10
 
 
+async def with_queue_counts(gauges: FleetGauges, agents: Sequence[str],
+                            queue_depth: QueueDepth | None) -> FleetGauges:
+    """``gauges`` with the queue's own counts when the queue is not the database's
+    (``queue_depth``: SQS's ``Queue.depth``), since the outbox holds only what the relay has
+    not sent yet. The oldest ready message's age is then unknown (``None``): SQS reports it
+    only to CloudWatch."""
+    if queue_depth is None:
+        return gauges
+    counts = await queue_depth(list(agents))
+    if counts is None:
+        return gauges
+    return replace(gauges, queue={
+        agent: QueueGauge(ready=found["ready"], in_flight=found["in_flight"],
+                          delayed=found["delayed"], oldest_ready_age_s=None)
+        for agent, found in counts.items()})
+
+
 async def fleet_snapshot(store: Store, live_window_s: float, *,
+                         queue_depth: QueueDepth | None = None,
                          runs_shown: int = RUNS_SHOWN,
                          failures_shown: int = FAILURES_SHOWN) -> dict[str, Any]:
     """The JSON ``toren top --json`` prints: live workers (id, version, agents, heartbeat),
@@ -21,11 +45,12 @@ async def fleet_snapshot(store: Store, live_window_s: float, *,
     with their current step and elapsed seconds, and the latest failed runs.
 
     A handful of indexed reads; nothing here holds prompts or secrets beyond what ``toren
-    jobs`` shows (a failed run's error message).
+    jobs`` shows (a failed run's error message). ``queue_depth``: see ``with_queue_counts``.
     """
     now = datetime.now(UTC)
     agents = sorted(await store.registered_agents())
-    gauges = await store.fleet_gauges(agents, live_window_s)
+    gauges = await with_queue_counts(await store.fleet_gauges(agents, live_window_s), agents,
+                                     queue_depth)
     workers = [{"id": row["id"], "version": row["version"], "agents": list(row["agents"]),
                 "hostname": row["hostname"], "pid": row["pid"],
                 "started_at": row["started_at"].isoformat(),

@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -20,7 +19,8 @@ from prometheus_client.registry import Collector
 import toren
 from toren.core import events as ev
 from toren.core.events import NewEvent
-from toren.seams.store.fleet import FleetGauges, FleetReader, QueueGauge
+from toren.host.fleet import QueueDepth, with_queue_counts
+from toren.seams.store.fleet import FleetGauges, FleetReader
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,7 @@ class Metrics:
         self._refreshing: asyncio.Lock | None = None
         #: A queue outside the database (SQS: ``Queue.reads_outbox`` false) counts its own
         #: messages; the runtime sets this to its ``Queue.depth`` when it opens one.
-        self.queue_depth: Callable[[list[str]], Awaitable[dict[str, dict[str, int]] | None]] \
-            | None = None
+        self.queue_depth: QueueDepth | None = None
         registry = self.registry
         self.model_calls = Counter("toren_model_calls", "Model calls completed",
                                    ["agent", "model"], registry=registry)
@@ -132,28 +131,14 @@ class Metrics:
             async with self._refreshing:  # concurrent scrapes share one read
                 if time.monotonic() - self._read_at >= GAUGE_CACHE_S:
                     try:
-                        self._gauges = await self._with_queue_counts(
-                            await self._fleet.fleet_gauges(self._agents, self._live_window_s))
+                        self._gauges = await with_queue_counts(
+                            await self._fleet.fleet_gauges(self._agents, self._live_window_s),
+                            self._agents, self.queue_depth)
                     except Exception as exc:
                         log.warning("could not read queue and run gauges for /metrics: %s",
                                     exc or type(exc).__name__)
                     self._read_at = time.monotonic()
         return generate_latest(self.registry)
-
-
-    async def _with_queue_counts(self, gauges: FleetGauges) -> FleetGauges:
-        """``gauges`` with the queue's own counts where the queue is not the database's (the
-        outbox only holds what the relay has not sent yet); the age of the oldest ready message
-        is then unknown (SQS reports it only to CloudWatch) and left out."""
-        if self.queue_depth is None:
-            return gauges
-        counts = await self.queue_depth(self._agents)
-        if counts is None:
-            return gauges
-        return replace(gauges, queue={
-            agent: QueueGauge(ready=found["ready"], in_flight=found["in_flight"],
-                              delayed=found["delayed"], oldest_ready_age_s=None)
-            for agent, found in counts.items()})
 
 
 class _FleetCollector(Collector):

@@ -33,4 +33,5 @@ async def fleet(request: web.Request) -> web.Response:
     """Workers, queue, runs in flight and recent failures (``toren.host.fleet``)."""
     runtime = request.app[RUNTIME]
     window = max(10.0, 3 * runtime.settings.lease_ttl_s)
-    return web.json_response(await fleet_snapshot(runtime.store, window))
+    return web.json_response(await fleet_snapshot(runtime.store, window,
+                                                  queue_depth=runtime.metrics.queue_depth))
