@@ -4,19 +4,13 @@ that decodes the protobuf: spans of both processes, the takeover visible, one ro
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from toren_otel.testing import OtlpReceiver
 
 from tests.chaos.helpers import create_run, run_events, run_row, start_worker
 from tests.conftest import wait_until
@@ -39,68 +33,16 @@ def note(text: str) -> str:
 '''
 
 
-class Receiver:
-    """An OTLP/HTTP trace receiver (``POST /v1/traces``, protobuf): keeps every span."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = ExportTraceServiceRequest.FromString(body)
-                found = []
-                for resource in request.resource_spans:
-                    for scope in resource.scope_spans:
-                        for span in scope.spans:
-                            found.append({
-                                "name": span.name,
-                                "trace_id": int.from_bytes(span.trace_id, "big"),
-                                "span_id": int.from_bytes(span.span_id, "big"),
-                                "parent_id": int.from_bytes(span.parent_span_id, "big")
-                                if span.parent_span_id else None,
-                                "attributes": {a.key: _value(a.value) for a in span.attributes},
-                                "events": [event.name for event in span.events]})
-                with receiver.lock:
-                    receiver.spans += found
-                answer = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def named(self, prefix: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return [span for span in self.spans if span["name"].startswith(prefix)]
-
-
-def _value(value: Any) -> Any:
-    kind = value.WhichOneof("value")
-    return getattr(value, kind) if kind else None
-
-
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    receiver = Receiver()
+def receiver() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
     yield receiver
-    receiver.server.shutdown()
-    receiver.server.server_close()
+    receiver.close()
 
 
 @pytest.mark.slow
 def test_a_run_across_a_sigkill_is_one_trace_with_the_takeover(
-        start_toren, toren_cli, database_url: str, tmp_path: Path, receiver: Receiver) -> None:
+        start_toren, toren_cli, database_url: str, tmp_path: Path, receiver: OtlpReceiver) -> None:
     directory = write_agent_dir(tmp_path, "waves", tools_py=TOOLS, subagents={
         "worker": "---\ndescription: Works.\ntools: [note]\n---\nWork.\n"})
     (directory / "workflow.py").write_text(WORKFLOW)

@@ -5,11 +5,8 @@ exporter sends it to an OTLP/HTTP receiver."""
 from __future__ import annotations
 
 import asyncio
-import gzip
 import logging
-import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +14,6 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -28,6 +24,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from opentelemetry.trace.span import TraceState
 from toren_otel.encoding import EncodingError, SpanEncoder
 from toren_otel.exporter import TorenSpanExporter
+from toren_otel.testing import OtlpReceiver
 from toren_otel.tracer import OtelTracer
 
 from toren.config import Settings
@@ -205,46 +202,15 @@ def test_a_value_the_sdk_would_skip_is_an_encoding_error_and_the_sdk_encodes_the
     exporter.shutdown()
 
 
-class Receiver:
-    """An OTLP/HTTP trace receiver (``POST /v1/traces``, protobuf): keeps every request."""
-
-    def __init__(self) -> None:
-        self.requests: list[ExportTraceServiceRequest] = []
-        self.headers: list[dict[str, str]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                receiver.headers.append(dict(self.headers))
-                receiver.requests.append(ExportTraceServiceRequest.FromString(body))
-                answer = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    receiver = Receiver()
+def receiver() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
     yield receiver
-    receiver.server.shutdown()
-    receiver.server.server_close()
+    receiver.close()
 
 
-def test_the_exporter_sends_the_fast_encoding_to_a_receiver(receiver: Receiver) -> None:
-    exporter = TorenSpanExporter(endpoint=receiver.url)
+def test_the_exporter_sends_the_fast_encoding_to_a_receiver(receiver: OtlpReceiver) -> None:
+    exporter = TorenSpanExporter(endpoint=receiver.traces_url)
     assert exporter.fast
     spans = synthetic()
     assert exporter.export(spans) == SpanExportResult.SUCCESS
@@ -256,8 +222,8 @@ def test_the_exporter_sends_the_fast_encoding_to_a_receiver(receiver: Receiver) 
 
 
 def test_the_exporter_takes_compression_and_headers_from_the_otel_variables(
-        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.url)
+        receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.traces_url)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme")
     exporter = TorenSpanExporter()
@@ -272,8 +238,8 @@ def test_the_exporter_takes_compression_and_headers_from_the_otel_variables(
 
 
 def test_the_tracer_exports_through_the_fast_exporter(
-        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.url)
+        receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.traces_url)
     tracer = OtelTracer(Settings())
     assert isinstance(tracer.processor.span_exporter, TorenSpanExporter)
     tracer.run_finished("calc", RUN_ID, "completed", None)
@@ -284,12 +250,12 @@ def test_the_tracer_exports_through_the_fast_exporter(
 
 
 def test_an_sdk_without_the_internals_falls_back_to_its_own_export(
-        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+        receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
     import toren_otel.exporter as module
 
     # as if the installed SDK's exporter had not one of the internals export() relies on
     monkeypatch.setattr(module, "_PRIVATE", (*module._PRIVATE, "_not_in_this_sdk"))
-    exporter = TorenSpanExporter(endpoint=receiver.url)
+    exporter = TorenSpanExporter(endpoint=receiver.traces_url)
     assert not exporter.fast
     spans = synthetic()
     assert exporter.export(spans) == SpanExportResult.SUCCESS
