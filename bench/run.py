@@ -277,9 +277,13 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     for n in levels:
         key = str(n)
         goal = 0.9 if n <= 1000 else 0.75
-        add("9 in flight", f"{n:,} runs: model calls/s against N / latency (efficiency)",
-            each("toren_inflight", "levels", key, "working", "efficiency"), "",
+        add("9 in flight", f"{n:,} runs: model calls/s against N / latency (efficiency), "
+            "steady state (all N in flight)",
+            each("toren_inflight", "levels", key, "working", "steady_efficiency"), "",
             target=f">= {goal:.0%}", check=lambda v, r, goal=goal: v >= goal)
+        add("9 in flight", f"{n:,} runs: the same over the whole window (starting {n:,} runs "
+            "and the last ones' tail included)",
+            each("toren_inflight", "levels", key, "working", "efficiency"), "")
         add("9 in flight", f"{n:,} runs working: worker CPU per model call (with its appends, "
             "reads and live text)", each("toren_inflight", "levels", key, "working",
                                          "cpu_ms_per_model_call"), "ms")
@@ -377,6 +381,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
     notes = BENCH / "history.md"
     if notes.exists():
         lines += ["", notes.read_text().strip()]
+    lines += first_token()
     lines += ["", "## Raw results", "", "One JSON object per benchmark and repetition.", "",
               "```json"]
     for index, rep in enumerate(reps, 1):
@@ -384,6 +389,49 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
             lines.append(json.dumps({"repetition": index, "name": name} | result))
     lines += ["```", ""]
     return "\n".join(lines)
+
+
+#: ``bench/first_token.py``'s recorded runs (one JSON object each, newest last by name).
+FIRST_TOKEN_HISTORY = HISTORY / "first-token"
+#: Extra latency to the first token a reader may see through Toren (issue 20).
+FIRST_TOKEN_TARGET_MS = 20.0
+
+
+def first_token() -> list[str]:
+    """The section on first-token latency, from the newest run recorded under
+    bench/history/first-token/ (``bench/first_token.py`` is its own command: it needs a
+    fake provider and ``toren`` processes, not the figures' harness)."""
+    recorded = sorted(FIRST_TOKEN_HISTORY.glob("*.json")) if FIRST_TOKEN_HISTORY.exists() else []
+    if not recorded:
+        return []
+    path = recorded[-1]
+    data = json.loads(path.read_text())
+    lines = ["", "## First token through Toren", "",
+             f"`.venv/bin/python {data.get('command', 'bench/first_token.py')}` (see "
+             "[README](README.md#first-token-through-toren)), recorded in "
+             f"[{path.relative_to(BENCH)}]({path.relative_to(BENCH)}) at commit "
+             f"`{data.get('commit', '?')}` (load average {data.get('load_average_1m', '?')}): "
+             "latency from the fake provider writing the first text chunk to the reader "
+             "receiving it.", "",
+             "| way | p50 | p90 | min | extra p50 over direct | target | met |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    ways = (("direct", "direct: `openai` SDK streaming from the fake", None),
+            ("toren_dev", "`toren dev` (worker and server in one process), `/runs/{id}/events` "
+             "`text_delta`", "extra_toren_dev_p50_ms"),
+            ("toren_split", "`toren worker` + `toren serve` (the piece crosses Postgres NOTIFY)",
+             "extra_toren_split_p50_ms"))
+    for key, title, extra_key in ways:
+        way = data.get(key)
+        if not way:
+            continue
+        extra = data.get(extra_key) if extra_key else None
+        target = met = ""
+        if extra is not None:
+            target = f"<= {FIRST_TOKEN_TARGET_MS:g} ms"
+            met = "yes" if extra <= FIRST_TOKEN_TARGET_MS else "**no**"
+        lines.append(f"| {title} | {way['p50_ms']} ms | {way['p90_ms']} ms | {way['min_ms']} ms "
+                     f"| {'' if extra is None else f'**{extra} ms**'} | {target} | {met} |")
+    return lines
 
 
 #: The measures the before-and-after table follows across recorded runs (name prefix).
@@ -396,10 +444,16 @@ TRACKED = (
     ("ms/op p50", "ms per durable operation, p50", "value"),
     ("x raw p50", "ms per durable operation, p50", "ratio"),
     ("queue c=1 x procrastinate", "no-op jobs/s at concurrency 1", "ratio"),
-    ("in flight 1,000: efficiency", "1,000 runs: model calls/s against", "value"),
+    ("in flight 1,000: efficiency, steady state", "1,000 runs: model calls/s against",
+     "value"),
+    ("in flight 1,000: efficiency, whole window", "1,000 runs: the same over the whole",
+     "value"),
     ("in flight 1,000: CPU ms/model call", "1,000 runs working: worker CPU per model call",
      "value"),
-    ("in flight 10,000: efficiency", "10,000 runs: model calls/s against", "value"),
+    ("in flight 10,000: efficiency, steady state", "10,000 runs: model calls/s against",
+     "value"),
+    ("in flight 10,000: efficiency, whole window", "10,000 runs: the same over the whole",
+     "value"),
 )
 
 

@@ -527,8 +527,11 @@ async def inflight(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
       connections open and busy (target: none busy), the worker's RSS;
     - working: the same N runs with the model latency: model calls completed per second from
       the first ``ModelCallStarted`` to the last ``ModelCallCompleted``, against the ideal
-      N / latency (Little's law), as an efficiency; and, load-proof, the worker's CPU per
-      model call and how much of the time its event loop ran or waited for a CPU."""
+      N / latency (Little's law), as an efficiency; the same in the steady state, while all
+      N runs were in flight (after the last run's first model call, before the first run
+      finished: Little's law holds there, the ramp-up and the tail are left out); and,
+      load-proof, the worker's CPU per model call and how much of the time its event loop
+      ran or waited for a CPU."""
     crew = bench_crew(work, 3)
     await create_runs(db.url, crew, 0)  # migrate
     out: dict[str, Any] = {"model_latency_s": args.model_latency, "steps_per_run": 3,
@@ -602,6 +605,7 @@ async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path
             "max(created_at) FILTER (WHERE type = 'ModelCallCompleted'), "
             "count(*) FILTER (WHERE type = 'ModelCallCompleted') "
             "FROM agent_bench.events").fetchone()
+        steady = steady_state(conn)
     seconds = (last - first).total_seconds()
     ideal = n / args.model_latency
     level["working"] = {
@@ -614,8 +618,32 @@ async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path
         "loop_running_share": round((ran - ran0) / elapsed, 3),
         "loop_waiting_for_cpu_share": round((waited - waited0) / elapsed, 3),
         "load_average": round(os.getloadavg()[0], 2)}
+    if steady is not None:
+        steady_calls, steady_s = steady
+        level["working"] |= {
+            "steady_seconds": round(steady_s, 2), "steady_model_calls": steady_calls,
+            "steady_model_calls_per_s": round(steady_calls / steady_s, 1),
+            "steady_efficiency": round(steady_calls / steady_s / ideal, 3)}
     log(f"inflight {n}: {level}")
     return level
+
+
+def steady_state(conn: psycopg.Connection[Any]) -> tuple[int, float] | None:
+    """Model calls completed while every run was in flight (Little's law's steady state): from
+    the moment the last run made its first model call to the moment the first run finished;
+    and that window's length. ``None`` if there was no such moment (the first run finished
+    before the last one started)."""
+    all_in, first_done = conn.execute(
+        "SELECT (SELECT max(started) FROM (SELECT min(created_at) AS started "
+        "FROM agent_bench.events WHERE type = 'ModelCallStarted' GROUP BY run_id) AS firsts), "
+        "(SELECT min(created_at) FROM agent_bench.events WHERE type = 'RunFinished')"
+    ).fetchone()
+    if all_in is None or first_done is None or first_done <= all_in:
+        return None
+    (calls,) = conn.execute(
+        "SELECT count(*) FROM agent_bench.events WHERE type = 'ModelCallCompleted' "
+        "AND created_at > %s AND created_at <= %s", [all_in, first_done]).fetchone()
+    return int(calls), (first_done - all_in).total_seconds()
 
 
 async def wait_started(db: BenchDatabase, n: int, timeout_s: float) -> None:
