@@ -304,6 +304,13 @@ class RunNotUpgradable(TorenError):
     http_status = 409
 
 
+class RunVersionStale(TorenError):
+    """A run tick was handed a definition other than the run's version (as read with the
+    lease): nothing was appended; the worker resolves the version and ticks again."""
+
+    code = "run_version_stale"
+
+
 class AgentVersionMissing(TorenError):
     """A run is pinned to a version of its agent that the database does not hold."""
 

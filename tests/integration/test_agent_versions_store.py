@@ -178,3 +178,41 @@ async def test_a_task_message_starts_on_a_version_an_append_told_moments_ago(
     versions.recheck_s = 0.0
     tasked = await versions.spec_for_run("quick", run_id, "w", task=True)
     assert tasked.version is not None and tasked.version.hash == second.hash
+
+
+async def test_a_run_tick_checks_its_version_under_the_lease_and_ticks_again_if_moved(
+        make_runtime, tmp_path: Path) -> None:
+    """A run tick starts on the definition the worker last saw the run on, with no read of
+    its own: the lease it takes reads the run's version, and a tick handed another version
+    lets its lease go without appending, resolves the version and ticks again on it."""
+    directory = write_agent_dir(tmp_path, "ticker", version="1")
+    runtime = await make_runtime(dirs=[directory], workers=False)
+    versions, store = runtime.versions, runtime.store
+    served = runtime.agents["ticker"]
+    first = served.version
+    assert first is not None
+    run_id = await runtime.start_run("ticker", "go")
+    found = await store.acquire_and_load("ticker", run_id, "run", "me", 30)
+    assert not isinstance(found, LeaseBusy)
+    lease, _events = found
+    assert lease.version_read and lease.agent_version == first.hash
+    assert versions.under_lease(served, lease)
+    await store.release_lease(lease)
+
+    # the run is moved to a version this process does not serve: the served spec is refused
+    second = AgentVersion.of({**first.files, "prompt.md": b"Two.\n"}, "2")
+    await store.save_agent_version("ticker", second)
+    assert await store.set_run_version("ticker", run_id, first.hash,
+                                       upgraded(second, first.hash, "test"))
+    found = await store.acquire_and_load("ticker", run_id, "run", "me", 30)
+    assert not isinstance(found, LeaseBusy)
+    moved, _events = found
+    assert moved.agent_version == second.hash and not versions.under_lease(served, moved)
+    await store.release_lease(moved)
+    # a worker then ticks on the run's own version, and the run completes on it
+    worker = await make_runtime(dirs=[directory])
+    record = await worker.wait_for_run(run_id, timeout_s=60)
+    assert record.status == "completed"
+    tried = worker.versions.spec_to_try("ticker", run_id)
+    assert tried is not worker.agents["ticker"] and tried.version is not None
+    assert tried.version.hash == second.hash

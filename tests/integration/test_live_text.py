@@ -18,11 +18,11 @@ from toren.client import TorenClient
 from toren.config import Settings
 from toren.core import events as ev
 from toren.core.catalog import EVENT_TYPES
-from toren.core.events import Event
+from toren.core.events import Event, NewEvent
 from toren.default_plugins.scripted import ScriptedModel, text_pieces
 from toren.host.live import LiveTextHub
 from toren.seams.model import ModelResponse
-from toren.seams.shapes import TEXT_DELTA_MAX_CHARS, TextDelta
+from toren.seams.shapes import TEXT_DELTA_MAX_CHARS, LeaseBusy, TextDelta
 from toren.server.app import create_app
 from toren.testing import write_agent_dir
 
@@ -185,3 +185,40 @@ async def test_one_statement_publishes_the_text_of_many_runs_watched_ones_only(
         await server.close()
         await worker_store.close()
         await server_store.close()
+
+
+async def test_an_append_tells_whether_its_run_is_watched_and_the_hub_sends_accordingly(
+        make_runtime, tmp_path: Path) -> None:
+    """A leased append finds out whether anyone watches its run (it must, to wake the run's
+    streams) and tells the host: the hub then sends no text of an unwatched run for a moment,
+    without a statement of its own, and sends a watched run's text at once."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "talker")], workers=False)
+    store = runtime.store
+    told: list[tuple[str, bool]] = []
+    store.on_run_watched(lambda run, watched: told.append((run, watched)))
+    run_id = await runtime.start_run("talker", "go")
+    found = await store.acquire_and_load("talker", run_id, "task:side", "me", 30)
+    assert not isinstance(found, LeaseBusy)
+    lease, _events = found
+    await store.append("talker", lease, 1, [NewEvent("TestNote", {"n": 1})], ttl_s=30)
+    await store.wait_for_appends({run_id}, 0.1)  # an SSE stream opens on the run
+    await store.append("talker", lease, 2, [NewEvent("TestNote", {"n": 2})], ttl_s=30)
+    assert told == [(run_id, False), (run_id, True)]
+
+    hub, sent = LiveTextHub(store), []
+    publish_texts = store.publish_texts
+
+    async def counted(payloads: Any) -> set[str]:
+        sent.append(set(payloads))
+        return await publish_texts(payloads)
+
+    store.publish_texts = counted  # type: ignore[method-assign]
+    hub.seen_watched(run_id, False)
+    hub.publish(TextDelta(run_id, "side", 0, 0, "unseen "))
+    await asyncio.sleep(0.1)
+    assert sent == []  # paused: no statement
+    hub.seen_watched(run_id, True)
+    hub.publish(TextDelta(run_id, "side", 0, 1, "seen "))
+    await asyncio.sleep(0.1)
+    assert sent == [{run_id}]
+    await hub.close()

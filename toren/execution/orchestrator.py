@@ -14,6 +14,7 @@ from toren.core.catalog import decode, decode_events
 from toren.core.events import Event, NewEvent
 from toren.core.fold import RunState, apply_run_event, fold_run
 from toren.core.runs import RunUpdate
+from toren.errors import RunVersionStale
 from toren.execution.forking import with_fork
 from toren.execution.messages import MAIN_TASK, task_message, timer_message
 from toren.execution.ports import ExecutionPorts
@@ -37,6 +38,9 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
     if found is None:
         return
     lease, loaded = found
+    if ports.version_under_lease is not None and not ports.version_under_lease(agent, lease):
+        raise RunVersionStale(f"run {message.run_id} is not on the version of {agent.name} "
+                              "this tick was handed")
     state = fold_run(decode_events(e for e in loaded if e.stream == ev.RUN_STREAM))
     finished: dict[str, ev.TaskFinished] = {
         e.stream.removeprefix("task:"): decode(e.type, e.data) for e in loaded

@@ -78,6 +78,8 @@ SessionNotice = Callable[[str, str, str], Awaitable[None]]
 
 #: See ``ExecutionPorts.version_current``.
 VersionCurrent = Callable[["AgentSpec", str], Awaitable[bool]]
+#: See ``ExecutionPorts.version_under_lease``.
+VersionUnderLease = Callable[["AgentSpec", Lease], bool]
 
 
 @dataclass(frozen=True)
@@ -115,3 +117,9 @@ class ExecutionPorts:
     #: served definition's ``onChange: upgrade`` wants it moved); the task then hands its
     #: message back so the next handler runs the version now due. By default always ``True``.
     version_current: VersionCurrent | None = None
+    #: Whether a run tick or a task handed ``agent`` may go on with it: ``(agent, lease)`` ->
+    #: ``False`` when the run's version, as the store read it with the lease, is not
+    #: ``agent``'s (or is not pinned yet, or the served definition wants it upgraded); the
+    #: handler then raises ``RunVersionStale`` without appending, and the host resolves the
+    #: version and hands the message over again. By default always ``True``.
+    version_under_lease: VersionUnderLease | None = None

@@ -61,7 +61,13 @@ from toren.core.fold import (
 )
 from toren.core.pricing import Pricing
 from toren.core.runs import RunUpdate
-from toren.errors import ContextWindowExceeded, ProviderError, RunCancelled, TorenError
+from toren.errors import (
+    ContextWindowExceeded,
+    ProviderError,
+    RunCancelled,
+    RunVersionStale,
+    TorenError,
+)
 from toren.execution.budget_guard import BudgetGuard, Reservation
 from toren.execution.children import (
     advance_child_calls,
@@ -794,5 +800,8 @@ async def work_task(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessa
     if found is None:
         return
     lease, events = found
+    if ports.version_under_lease is not None and not ports.version_under_lease(agent, lease):
+        raise RunVersionStale(f"run {message.run_id} is not on the version of {agent.name} "
+                              "this task was handed")
     state = fold_task(decode_events(events))
     await TaskRunner(ports, agent, message, lease, state).run()

@@ -65,6 +65,17 @@ class LiveTextHub:
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send(), name="toren-live-text")
 
+    def seen_watched(self, run_id: str, watched: bool) -> None:
+        """The store learned whether anyone watches ``run_id`` (``LiveText.on_run_watched``):
+        a run nobody watches is paused as if a send had found so; a watched one is sent at
+        once."""
+        if watched:
+            self._unwatched_until.pop(run_id, None)
+            return
+        now = time.monotonic()
+        self._unwatched_until[run_id] = now + UNWATCHED_PAUSE_S
+        self._prune(now)
+
     @contextlib.contextmanager
     def watch(self, run_id: str, on_piece: Callable[[], None] | None = None
               ) -> Iterator[asyncio.Queue[TextDelta]]:
@@ -126,10 +137,14 @@ class LiveTextHub:
                 if run_id not in watched:
                     self._unwatched_until[run_id] = now + UNWATCHED_PAUSE_S
                     self._unsent.pop(run_id, None)
-            if now - self._pruned_at >= UNWATCHED_PAUSE_S:
-                self._pruned_at = now
-                for stale in [r for r, until in self._unwatched_until.items() if until < now]:
-                    del self._unwatched_until[stale]
+            self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Forget the pauses that are over (at most once a second: one pass over them)."""
+        if now - self._pruned_at >= 1.0:
+            self._pruned_at = now
+            for stale in [r for r, until in self._unwatched_until.items() if until < now]:
+                del self._unwatched_until[stale]
 
     def _heard(self, payload: str) -> None:
         try:

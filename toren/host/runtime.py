@@ -107,6 +107,8 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         self.relay: OutboxRelay | None = None
         #: Pieces of model text as they are generated, for live watchers (never durable).
         self.live = LiveTextHub(self.store)
+        # each append tells whether the run is watched (postgres): no send for unwatched text
+        self.store.on_run_watched(self.live.seen_watched)
         #: Which version of its agent's definition each run executes (``toren.host.versions``).
         self.versions = AgentVersions(
             self.store, self.agents, self.plugins.tools, self.plugins.unavailable_tools,

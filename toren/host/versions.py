@@ -24,6 +24,7 @@ from toren.agents.versions import AgentVersion, materialize
 from toren.core import events as ev
 from toren.core.events import NewEvent
 from toren.errors import AgentVersionMissing
+from toren.seams.shapes import Lease
 from toren.seams.store import AgentVersionStore
 from toren.seams.tools import Tool
 
@@ -137,6 +138,30 @@ class AgentVersions:
             return await self.load(agent, pinned)
         raise AgentVersionMissing(f"the version of run {run_id} kept changing while a worker "
                                   "read it")
+
+    def spec_to_try(self, agent: str, run_id: str) -> AgentSpec:
+        """The definition a run tick of ``run_id`` starts with, without reading anything: the
+        stored version this process last saw the run on (if loaded here), else the served
+        one. The tick checks it under its lease (``under_lease``) before it appends."""
+        serving = self.served[agent]
+        check = self._checks.get(run_id)
+        if serving.version is None or check is None or check.version is None:
+            return serving
+        return self._loaded.get((agent, check.version), serving)
+
+    def under_lease(self, spec: AgentSpec, lease: Lease) -> bool:
+        """Whether a run tick may go on with ``spec``: the run's version, read by the store
+        with ``lease``, is ``spec``'s, and the served definition does not want it upgraded.
+        ``False`` also when the run is not pinned yet (``spec_for_run`` pins it)."""
+        if spec.version is None or not lease.version_read:
+            return True
+        self.seen(lease.run_id, lease.agent_version)
+        if lease.agent_version != spec.version.hash:
+            return False
+        serving = self.served.get(spec.name)
+        return not (serving is not None and serving.version is not None
+                    and serving.on_change == "upgrade"
+                    and serving.version.hash != spec.version.hash)
 
     def seen(self, run_id: str, version: str | None) -> None:
         """The store read ``run_id``'s version in the course of an append (``on_run_version``):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -23,7 +24,7 @@ import toren
 from toren.core import events as ev
 from toren.core.events import Event, NewEvent
 from toren.core.runs import RunUpdate
-from toren.errors import LeaseLost, RunCancelled
+from toren.errors import LeaseLost, RunCancelled, RunVersionStale
 from toren.execution.orchestrator import tick_run
 from toren.execution.ports import AppendObserver, ExecutionPorts
 from toren.execution.task import work_task
@@ -36,9 +37,13 @@ from toren.seams.store import Guardian, RunLog, WorkerRegistry
 from toren.seams.telemetry import log_context
 
 if TYPE_CHECKING:
+    from toren.agents import AgentSpec
     from toren.host.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+#: ``work_task`` or ``tick_run``: what works a message of a run, on a definition.
+Handler = Callable[[ExecutionPorts, "AgentSpec", QueueMessage], Awaitable[None]]
 
 #: A stopping worker waits at most this long to sign out (the database may be gone).
 SIGN_OUT_TIMEOUT_S = 5.0
@@ -110,7 +115,10 @@ class Worker:
             children=HostChildRuns(runtime.store, self.settings, runtime.agents,
                                    runtime.tracer),
             session_notice=runtime.notify_channels,
-            files=runtime.store, version_current=runtime.versions.current)
+            files=runtime.store, version_current=runtime.versions.current,
+            version_under_lease=runtime.versions.under_lease)
+        #: The ports for a message whose version was just resolved: no check under the lease.
+        self._ports_resolved = dataclasses.replace(self.ports, version_under_lease=None)
 
     @property
     def agent_names(self) -> list[str]:
@@ -301,17 +309,13 @@ class Worker:
 
     async def _work(self, message: QueueMessage) -> None:
         try:
-            agent = self.runtime.agents[message.agent]
-            if message.run_id is not None and message.kind in ("task", "run"):
-                # the run's own version of the definition, not necessarily the directory's
-                agent = await self.runtime.versions.spec_for_run(
-                    message.agent, message.run_id, self.id, task=message.kind == "task")
-            if message.kind == "task":
-                await work_task(self.ports, agent, message)
-            elif message.kind == "run":
-                await tick_run(self.ports, agent, message)
+            if message.run_id is not None and message.kind == "task":
+                await self._on_run_version(message, work_task)
+            elif message.run_id is not None and message.kind == "run":
+                await self._on_run_version(message, tick_run)
             else:
-                log.error("dropping message %s of unknown kind %r", message.id, message.kind)
+                log.error("dropping message %s of kind %r: not a kind this worker knows, or "
+                          "no run", message.id, message.kind)
                 await self.queue.ack(message, self.id)
         except (LeaseLost, RunCancelled) as exc:
             log.info("stopped work on run %s: %s", message.run_id, exc.message)
@@ -324,16 +328,37 @@ class Worker:
                           message.run_id)
         finally:
             self._started(message.id)
-            lease = self.leases.pop(message.id, None)
-            if lease is not None:
-                self._lease_messages.pop(lease, None)
-                # the handler ended without an append that released it (an abort, or a path
-                # that appended nothing): let the next worker in at once rather than after
-                # the lease expires
-                with contextlib.suppress(Exception):
-                    await self.run_log.release_lease(lease)
+            # the handler ended without an append that released its lease (an abort, or a
+            # path that appended nothing): let the next worker in at once
+            await self._let_go(message.id)
             self.inflight.pop(message.id, None)
             self._slot_freed.set()
+
+    async def _on_run_version(self, message: QueueMessage, handler: Handler) -> None:
+        """Work a run's message on the run's own version of its agent's definition, not
+        necessarily the directory's: first on the one it most likely runs (no read: the
+        handler checks it under its lease, ``version_under_lease``); if that was not the
+        run's, let the lease go, resolve the version (pinning or upgrading the run if due,
+        reading it afresh) and work the message on that, unchecked, as before."""
+        assert message.run_id is not None
+        versions = self.runtime.versions
+        try:
+            await handler(self.ports, versions.spec_to_try(message.agent, message.run_id),
+                          message)
+            return
+        except RunVersionStale:
+            await self._let_go(message.id)
+        agent = await versions.spec_for_run(message.agent, message.run_id, self.id)
+        await handler(self._ports_resolved, agent, message)
+
+    async def _let_go(self, message_id: int) -> None:
+        """Release the lease the handler of ``message_id`` holds, if any (it ended, or it must
+        take the stream again), so no one waits for it to expire."""
+        lease = self.leases.pop(message_id, None)
+        if lease is not None:
+            self._lease_messages.pop(lease, None)
+            with contextlib.suppress(Exception):
+                await self.run_log.release_lease(lease)
 
     async def acquire(self, message: QueueMessage, stream: str, with_finished: bool = False
                       ) -> tuple[Lease, list[Event]] | None:

@@ -43,10 +43,13 @@ class Lease:
     stream: str
     holder: str
     epoch: int
-    #: What the store read of the run with the lease, for tracing (not part of the lease's
-    #: identity): when its ``RunCreated`` was written, and that event's ``traceparent``.
+    #: What the store read of the run with the lease (not part of the lease's identity): for
+    #: tracing, when its ``RunCreated`` was written and that event's ``traceparent``; and the
+    #: run's agent version (``version_read``: whether the store read it at all).
     run_created_at: datetime | None = field(default=None, compare=False)
     traceparent: str | None = field(default=None, compare=False)
+    agent_version: str | None = field(default=None, compare=False)
+    version_read: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,13 @@ class LiveText(abc.ABC):  # noqa: B024 - every method has a default (publish and
         return {run_id for run_id, texts in payloads.items()
                 if await self.publish_text(run_id, texts)}
 
+    def on_run_watched(self, seen: Callable[[str, bool], None]) -> None:  # noqa: B027
+        """Have ``seen(run_id, watched)`` called whenever the store learns, in the course of
+        other work, whether anyone watches a run live: the ``postgres`` store's leased appends
+        check it anyway (to wake the run's streams), so a worker whose append just found a
+        run unwatched sends no text of it for a moment (``toren.host.live``) instead of
+        asking with ``publish_texts``. By default never called."""
+
     async def listen_text(self, deliver: Callable[[str], None]) -> None:
         """Call ``deliver`` with every payload published (by any process) until cancelled;
         reconnect by itself when the connection is lost."""

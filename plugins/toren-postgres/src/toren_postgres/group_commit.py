@@ -1,11 +1,13 @@
 """Group commit: the appends of concurrent tasks share one transaction (one WAL flush).
 
-``PostgresRunLog.append`` hands its statement to a ``GroupCommit`` of its store. An append that
-finds nothing being committed goes out at once, alone, in its own task, exactly as before
-grouping (so concurrency 1 pays nothing for it). While a batch is being committed, the appends
-that arrive meanwhile wait in a list, and the next batch takes them all (up to ``MAX_BATCH``;
-at most ``MAX_IN_FLIGHT`` batches at once): under load one commit carries many appends. A
-batch is one round trip: ``BEGIN``, each append's own statement, ``COMMIT``, pipelined.
+``PostgresRunLog.append`` hands its statement to a ``GroupCommit`` of its store. Appends wait
+in a list; a flusher task, started on the event loop's next turn, takes them all (up to
+``MAX_BATCH``; at most ``MAX_IN_FLIGHT`` batches at once), so the appends that the loop's
+tasks make in the same turn share a transaction, and while a batch is being committed the
+appends that arrive meanwhile gather for the next one: under load one commit carries many
+appends. At concurrency 1 an append waits one turn of the loop (microseconds) and goes out
+alone, as one statement in its own implicit transaction, as before grouping. A batch of
+several is one round trip: ``BEGIN``, each append's own statement, ``COMMIT``, pipelined.
 
 Each append keeps its own compare-and-swap: the statement is the one an append runs alone
 (lease held at its epoch, events' primary key), so an append whose lease is gone simply writes
@@ -78,16 +80,6 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new event loop (tests, harnesses): start afresh
             self._loop, self._pending, self._in_flight = loop, [], 0
-        if self._in_flight == 0:
-            # nothing is being committed, so no company is coming: go at once, in this task
-            self._in_flight += 1
-            try:
-                (result,) = await self._run([(statement, params)])
-            finally:
-                if self._loop is loop:
-                    self._in_flight -= 1
-                    self._kick(loop)
-            return result
         future: asyncio.Future[tuple[Any, ...] | GroupFailed | None] = loop.create_future()
         self._pending.append(_Pending(statement, params, future))
         self._kick(loop)

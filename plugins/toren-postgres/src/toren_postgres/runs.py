@@ -75,10 +75,15 @@ class PostgresRunLog(PostgresConnection, RunLog):
     leased append also reads the run's agent version, told to ``on_run_version``'s callback."""
 
     _version_seen: Callable[[str, str | None], None] | None = None
+    _watched_seen: Callable[[str, bool], None] | None = None
 
     def on_run_version(self, seen: Callable[[str, str | None], None]) -> None:
         """See ``AgentVersionStore.on_run_version``: called after each committed append."""
         self._version_seen = seen
+
+    def on_run_watched(self, seen: Callable[[str, bool], None]) -> None:
+        """See ``LiveText.on_run_watched``: called after each committed leased append."""
+        self._watched_seen = seen
 
     async def create_run(self, agent: str, run_id: str, input: Any, *,
                          idempotency_key: str | None, events: Sequence[NewEvent],
@@ -131,7 +136,7 @@ class PostgresRunLog(PostgresConnection, RunLog):
         events += [Event(run_id, task_stream, seq, "TaskFinished", data)
                    for task_stream, seq, data in orjson.loads(row[1] or "[]")]
         return Lease(run_id, stream, holder, lease_row[0], run_created_at=row[3],
-                     traceparent=row[4]), events
+                     traceparent=row[4], agent_version=row[5], version_read=True), events
 
     async def release_lease(self, lease: Lease) -> None:
         async with self.pool.connection() as conn:
@@ -171,8 +176,11 @@ class PostgresRunLog(PostgresConnection, RunLog):
                                            events)
         if row is None or row[0] == 0:
             await self._explain_rejection(schema, lease)
-        elif len(row) > 3 and self._version_seen is not None:
-            self._version_seen(lease.run_id, row[3])
+        elif len(row) > 3:  # not a connection-broke outcome (``_COMMITTED``): it read these
+            if self._version_seen is not None:
+                self._version_seen(lease.run_id, row[3])
+            if self._watched_seen is not None:
+                self._watched_seen(lease.run_id, bool(row[2]))
 
     def _group_commit(self) -> GroupCommit:
         group: GroupCommit | None = getattr(self, "_group", None)

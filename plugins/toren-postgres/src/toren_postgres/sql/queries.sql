@@ -79,7 +79,8 @@ RETURNING epoch;
 -- in the client instead of one per row. Also: seconds until the lease expires (if not ours),
 -- and the run's RunCreated (seq 1 of the run stream, one primary-key lookup): when it was
 -- written (with the run row) and its traceparent, which a tracing worker needs for the
--- run's spans without reading the run row.
+-- run's spans without reading the run row; and the run's agent version, read under the lease
+-- (a run tick checks the definition it was handed against it instead of reading it first).
 SELECT (SELECT json_agg(json_build_array(e.seq, e.type, e.data) ORDER BY e.seq)
         FROM {events} e
         WHERE e.run_id = %(run_id)s AND e.stream = %(stream)s
@@ -92,7 +93,8 @@ SELECT (SELECT json_agg(json_build_array(e.seq, e.type, e.data) ORDER BY e.seq)
        (SELECT greatest(0, extract(epoch FROM l.expires_at - now()))::float8
         FROM toren_control.leases l
         WHERE l.run_id = %(run_id)s AND l.stream = %(stream)s),
-       r.created_at, r.data->>'traceparent'
+       r.created_at, r.data->>'traceparent',
+       (SELECT v.agent_version FROM {runs} v WHERE v.id = %(run_id)s)
 FROM (SELECT 1) one
 LEFT JOIN {events} r ON r.run_id = %(run_id)s AND r.stream = 'run' AND r.seq = 1;
 
