@@ -280,13 +280,19 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         add("9 in flight", f"{n:,} runs: model calls/s against N / latency (efficiency), "
             "steady state (all N in flight)",
             each("toren_inflight", "levels", key, "working", "steady_efficiency"), "",
+            theirs=each("dbos_inflight", "levels", key, "steady_efficiency"),
+            peer_name=f"DBOS, {n:,} workflows",
             target=f">= {goal:.0%}", check=lambda v, r, goal=goal: v >= goal)
         add("9 in flight", f"{n:,} runs: the same over the whole window (starting {n:,} runs "
             "and the last ones' tail included)",
-            each("toren_inflight", "levels", key, "working", "efficiency"), "")
+            each("toren_inflight", "levels", key, "working", "efficiency"), "",
+            theirs=each("dbos_inflight", "levels", key, "efficiency"),
+            peer_name=f"DBOS, {n:,} workflows")
         add("9 in flight", f"{n:,} runs working: worker CPU per model call (with its appends, "
             "reads and live text)", each("toren_inflight", "levels", key, "working",
-                                         "cpu_ms_per_model_call"), "ms")
+                                         "cpu_ms_per_model_call"), "ms",
+            theirs=each("dbos_inflight", "levels", key, "cpu_ms_per_model_call"),
+            peer_name="DBOS CPU ms per model step")
         add("9 in flight", f"{n:,} runs working: share of the time the worker's event loop "
             "ran / waited for a CPU", each("toren_inflight", "levels", key, "working",
                                           "loop_running_share"), "",
@@ -572,6 +578,12 @@ def main() -> int:
                                    else ["-n", "200", "-k", "11", "-c", "8"])]
         peer_commands["procrastinate"] = [str(peer_python), str(PEERS / "bench_procrastinate.py"),
                                           *(["-m", "100"] if args.smoke else [])]
+        if "inflight" in only:
+            # figure 9's shape on DBOS: N workflows of 4 model steps (each waiting the model
+            # latency) and 3 tool steps in one process, at Toren's levels and latency
+            peer_commands["dbos_inflight"] = [
+                str(peer_python), str(PEERS / "bench_dbos.py"), "--phases", "inflight",
+                *inflight_shape(args.toren_arg, args.smoke)]
     reps: list[dict[str, dict[str, Any]]] = []
     failures = 0
     try:
@@ -635,6 +647,19 @@ def main() -> int:
             server.cleanup()
             shutil.rmtree(Path(server.pgdata).parent, ignore_errors=True)
     return 1 if failures else 0
+
+
+def inflight_shape(toren_args: list[str], smoke: bool) -> list[str]:
+    """``--inflight-levels`` and ``--model-latency`` for DBOS's side of figure 9: Toren's
+    (toren_bench.py's defaults, its --smoke sizes, or what ``--toren-arg`` set)."""
+    shape = {"--inflight-levels": "20" if smoke else "1000,10000",
+             "--model-latency": "0.5" if smoke else "2"}
+    for index, arg in enumerate(toren_args):
+        name, _, value = arg.partition("=")
+        if name in shape and not smoke:
+            shape[name] = value or (toren_args[index + 1] if index + 1 < len(toren_args)
+                                    else shape[name])
+    return [item for pair in shape.items() for item in pair]
 
 
 def git_commit() -> str:
