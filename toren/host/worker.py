@@ -101,8 +101,11 @@ class Worker:
         self._starting: set[int] = set()
         self._max_starting = max(1, self.settings.pool_size // 2)
         self._start_done = asyncio.Event()
-        #: A claim failed: it may have committed unseen (see ``Queue.return_unknown``).
+        #: A claim (or an append that handed messages to this worker) failed: it may have
+        #: committed unseen (see ``Queue.return_unknown``).
         self._claims_unknown = False
+        #: How long a message handed to this worker by its own append stays hidden.
+        self.visibility_s = self.settings.lease_ttl_s
         #: What execution is handed to work a message (``toren.execution.ports``).
         self.ports = ExecutionPorts(
             store=self.run_log, settings=self.settings,
@@ -131,6 +134,9 @@ class Worker:
 
     async def start(self) -> None:
         await self.registry.heartbeat(self.info(), self.settings.lease_ttl_s, [])
+        if self.queue.reads_outbox:
+            # the messages this worker's appends send are claimed for it by the append itself
+            self.runtime.store.hand_off_to(self)
         self._loops = [
             asyncio.create_task(self._poll_loop(), name="toren-poll"),
             asyncio.create_task(self._every(self.settings.lease_ttl_s / 3, self._heartbeat),
@@ -149,6 +155,7 @@ class Worker:
         """Stop claiming; let work in hand finish within the grace period; hand back the rest."""
         self._stopping.set()
         self._slot_freed.set()
+        self.runtime.store.hand_off_to(None)
         poll = self._loops[0] if self._loops else None
         if poll is not None:
             poll.cancel()
@@ -289,12 +296,43 @@ class Worker:
         claimed, dead = await queue.claim(self.agent_names, self.id, room,
                                           self.settings.lease_ttl_s, self.settings.max_deliveries)
         for message in claimed:
-            self._starting.add(message.id)
-            task = asyncio.create_task(self._handle(message), name=f"toren-msg-{message.id}")
-            self.inflight[message.id] = task
+            self._start(message)
         for message in dead:
             await self._record_dead_letter(message)
         return len(claimed)
+
+    def _start(self, message: QueueMessage) -> None:
+        """Start a handler for a message claimed for this worker."""
+        self._starting.add(message.id)
+        task = asyncio.create_task(self._handle(message), name=f"toren-msg-{message.id}")
+        self.inflight[message.id] = task
+
+    # -- hand-off: the messages this worker's own appends send (``MessageHandOff``) ------------
+
+    def room(self, agent: str, holder: str | None, releasing: bool) -> int:
+        """As many as the free concurrency, counting the slot of the handler whose append
+        ends its work; for an append, none unless it ends that work (``releasing``: its lease
+        is let go, so a handed message never waits for a lease its sender still holds) and
+        none for another holder's append; none for an agent not served here or a stopping
+        worker. A run created in this process (``holder`` ``None``) has the free slots."""
+        if self._stopping.is_set() or agent not in self.runtime.agents:
+            return 0
+        if holder is None:
+            return max(0, self.settings.concurrency - len(self.inflight))
+        if not releasing or holder != self.id:
+            return 0
+        return max(0, self.settings.concurrency - len(self.inflight) + 1)
+
+    def handed(self, messages: Sequence[QueueMessage]) -> None:
+        """Work the messages an append of this worker claimed for it, as if claimed."""
+        for message in messages:
+            if message.id not in self.inflight:
+                self._start(message)
+
+    def handed_unknown(self) -> None:
+        """An append's answer was lost: messages it may have claimed for this worker are
+        handed back before the next claim (as for a claim whose answer was lost)."""
+        self._claims_unknown = True
 
     # -- messages ------------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ from toren.seams.store.migrations import Migrator
 from toren.seams.store.outbox import Outbox
 from toren.seams.store.prompts import PromptStore
 from toren.seams.store.reader import RunReader
-from toren.seams.store.runlog import RunLog
+from toren.seams.store.runlog import MessageHandOff, RunLog
 from toren.seams.store.schedules import ScheduleStore
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.versions import AgentVersionStore, VersionSummary
@@ -54,7 +54,8 @@ from toren.seams.store.workers import WorkerRegistry
 __all__ = ["AgentVersionStore", "ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
            "ChannelOutbox", "FileStore", "FleetReader", "ForkStore", "Guardian", "KeyStore",
            "LiveText",
-           "ManifestSeqTaken", "Migrator", "Outbox", "PromptStore", "RunArchiveIndex", "RunLog",
+           "ManifestSeqTaken", "MessageHandOff", "Migrator", "Outbox", "PromptStore",
+           "RunArchiveIndex", "RunLog",
            "RunReader", "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest",
            "ToolStateStore", "VersionSummary", "WorkerRegistry"]
 

@@ -4,13 +4,39 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from toren.core.runs import ChildLink, RunRecord, RunUpdate
 from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
 
 if TYPE_CHECKING:
     from toren.core.events import Event, NewEvent
+
+
+class MessageHandOff(Protocol):
+    """A worker that takes the messages its own appends send, already claimed (made by the
+    worker, registered with ``RunLog.hand_off_to``, called by the store around each leased
+    append that sends messages)."""
+
+    #: The worker's id: the holder of its leases, and the claimer of its messages.
+    id: str
+    #: How long a handed message stays hidden from other workers (as a claim hides it).
+    visibility_s: float
+
+    def room(self, agent: str, holder: str | None, releasing: bool) -> int:
+        """How many messages due now an append by ``holder`` to a run of ``agent`` may hand
+        to this worker (``0``: none; ``releasing``: the append ends its handler's work);
+        ``holder`` is ``None`` for a run created in this process (its first messages)."""
+        ...
+
+    def handed(self, messages: Sequence[QueueMessage]) -> None:
+        """The append committed and claimed ``messages`` for this worker: work them."""
+        ...
+
+    def handed_unknown(self) -> None:
+        """An append's connection broke and the append turned out to have committed: any
+        messages it claimed for this worker are not in hand (hand them back)."""
+        ...
 
 
 class RunLog(abc.ABC):
@@ -114,6 +140,13 @@ class RunLog(abc.ABC):
         a queue that reads the outbox; with any other queue the host acknowledges ``ack``
         through the queue once the append has committed (``toren.host.relay``).
         """
+
+    def hand_off_to(self, worker: MessageHandOff | None) -> None:  # noqa: B027
+        """Let ``worker`` take the messages its own leased appends send, and the first ones of
+        the runs created in its process, claimed for it in the same transaction (no claim
+        statement, no wake-up of other workers), as many as its ``room`` says; the others are
+        sent as usual. Called by the worker when it starts (``None`` when it stops). By
+        default a store hands off nothing."""
 
     @abc.abstractmethod
     async def append_unleased(self, agent: str, run_id: str, stream: str,

@@ -16,8 +16,8 @@ from toren.core import events as ev
 from toren.core.events import Event, NewEvent
 from toren.core.runs import KEEP, ChildLink, RunRecord, RunUpdate
 from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled
-from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage
-from toren.seams.store import RunLog
+from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
+from toren.seams.store import MessageHandOff, RunLog
 from toren_postgres.group_commit import GroupCommit, GroupFailed
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query, query
@@ -57,9 +57,14 @@ def _run_update_params(update: RunUpdate | None) -> dict[str, Any]:
 def create_run_params(agent: str, run_id: str, input: Any, *, idempotency_key: str | None,
                       events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
                       kind: str = "run", status: str = "queued",
-                      parent: ChildLink | None = None) -> dict[str, Any]:
-    """The parameters of the ``create_run`` statement (also run by the schedule claim)."""
-    return {"run_id": run_id, "input": Jsonb(input), "idempotency_key": idempotency_key,
+                      parent: ChildLink | None = None, hand_off: MessageHandOff | None = None
+                      ) -> dict[str, Any]:
+    """The parameters of the ``create_run`` statement (also run by the schedule claim); with
+    ``hand_off``, as many of the messages as its room says are claimed for that worker."""
+    hand_limit = hand_off.room(agent, None, False) if hand_off is not None and messages else 0
+    return {"hand_limit": hand_limit, "hand_to": hand_off.id if hand_limit else None,
+            "hand_visibility_s": hand_off.visibility_s if hand_limit else 0.0,
+            "run_id": run_id, "input": Jsonb(input), "idempotency_key": idempotency_key,
             "events": _events_json(events), "messages": _messages_json(messages),
             "agent": agent, "kind": kind, "status": status,
             "parent_agent": parent.agent if parent else None,
@@ -69,6 +74,13 @@ def create_run_params(agent: str, run_id: str, input: Any, *, idempotency_key: s
             "depth": parent.depth if parent else 0}
 
 
+def _handed(agent: str, run_id: str, handed: str) -> list[QueueMessage]:
+    """The messages a statement claimed for this process's worker (``[[id, kind, payload],
+    ...]``), as a claim returns them (first delivery)."""
+    return [QueueMessage(message_id, agent, run_id, kind, payload, 1, waited_s=0.0)
+            for message_id, kind, payload in orjson.loads(handed)]
+
+
 class PostgresRunLog(PostgresConnection, RunLog):
     """The ``RunLog`` of the Postgres store. Its outbox is ``toren_control.queue``: every
     statement that sends messages inserts them there itself, so they commit with it. Each
@@ -76,6 +88,11 @@ class PostgresRunLog(PostgresConnection, RunLog):
 
     _version_seen: Callable[[str, str | None], None] | None = None
     _watched_seen: Callable[[str, bool], None] | None = None
+    _hand_off: MessageHandOff | None = None
+
+    def hand_off_to(self, worker: MessageHandOff | None) -> None:
+        """See ``RunLog.hand_off_to``: the append statement claims them (``hand_limit``)."""
+        self._hand_off = worker
 
     def on_run_version(self, seen: Callable[[str, str | None], None]) -> None:
         """See ``AgentVersionStore.on_run_version``: called after each committed append."""
@@ -91,9 +108,10 @@ class PostgresRunLog(PostgresConnection, RunLog):
                          status: str = "queued",
                          parent: ChildLink | None = None) -> tuple[str, bool]:
         statement = agent_query("create_run", schema_name_for(agent))
+        hand_off = self._hand_off
         params = create_run_params(agent, run_id, input, idempotency_key=idempotency_key,
                                    events=events, messages=messages, kind=kind, status=status,
-                                   parent=parent)
+                                   parent=parent, hand_off=hand_off)
         # A concurrent create with the same key may commit after this statement's snapshot:
         # then neither branch returns a row, and a second try sees the winner.
         for _ in range(3):
@@ -102,6 +120,8 @@ class PostgresRunLog(PostgresConnection, RunLog):
                 row = await cursor.fetchone()
             if row is not None:
                 found = str(row[0])
+                if row[1] is not None and hand_off is not None:
+                    hand_off.handed(_handed(agent, found, row[1]))
                 return found, found == run_id
         raise RuntimeError(f"could not create or find run with idempotency key {idempotency_key}")
 
@@ -150,7 +170,11 @@ class PostgresRunLog(PostgresConnection, RunLog):
                      run_update: RunUpdate | None = None, ack: Any = None,
                      release: bool = False, progress: Any = None) -> None:
         schema = schema_name_for(agent)
+        hand_off = self._hand_off if messages else None
+        hand_limit = hand_off.room(agent, lease.holder, release) if hand_off is not None else 0
         params = {
+            "hand_limit": hand_limit,
+            "hand_visibility_s": hand_off.visibility_s if hand_off is not None else 0.0,
             "run_id": lease.run_id, "stream": lease.stream, "holder": lease.holder,
             "epoch": lease.epoch, "ttl_s": ttl_s, "release": release, "agent": agent,
             "first_seq": expected_seq, "events": _events_json(events),
@@ -167,6 +191,8 @@ class PostgresRunLog(PostgresConnection, RunLog):
                 row = grouped
             elif grouped.broken and await self._append_outcome(
                     schema, lease, expected_seq, events, grouped.error) == "committed":
+                if hand_limit and hand_off is not None:
+                    hand_off.handed_unknown()
                 return
             else:  # the batch did not commit: this append alone, as if never grouped
                 row = await self._append_alone(statement, params, schema, lease, expected_seq,
@@ -176,11 +202,16 @@ class PostgresRunLog(PostgresConnection, RunLog):
                                            events)
         if row is None or row[0] == 0:
             await self._explain_rejection(schema, lease)
-        elif len(row) > 3:  # not a connection-broke outcome (``_COMMITTED``): it read these
+        elif row is _COMMITTED:  # the connection broke; what the append claimed is not known
+            if hand_limit and hand_off is not None:
+                hand_off.handed_unknown()
+        else:
             if self._version_seen is not None:
                 self._version_seen(lease.run_id, row[3])
             if self._watched_seen is not None:
                 self._watched_seen(lease.run_id, bool(row[2]))
+            if row[4] is not None and hand_off is not None:
+                hand_off.handed(_handed(agent, lease.run_id, row[4]))
 
     def _group_commit(self) -> GroupCommit:
         group: GroupCommit | None = getattr(self, "_group", None)

@@ -53,14 +53,26 @@ WITH run AS (
     SELECT run.id, 'run', e.n::int, e.doc->>'type', e.doc->'data'
     FROM run, json_array_elements(%(events)s) WITH ORDINALITY AS e(doc, n)
 ), enqueued AS (
-    INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
-    SELECT %(agent)s, run.id, m->>'kind', m->'payload',
-           now() + (m->>'delay_s')::float8 * interval '1 second'
-    FROM run, jsonb_array_elements(%(messages)s) AS m
+    -- the first hand_limit messages due now go to the worker of this process (hand_to)
+    -- already claimed, as an append hands its messages (see append)
+    INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at, attempts,
+                                     claimed_by)
+    SELECT %(agent)s, run.id, m.doc->>'kind', m.doc->'payload',
+           now() + CASE WHEN handed THEN %(hand_visibility_s)s
+                        ELSE (m.doc->>'delay_s')::float8 END * interval '1 second',
+           CASE WHEN handed THEN 1 ELSE 0 END,
+           CASE WHEN handed THEN %(hand_to)s END
+    FROM run, jsonb_array_elements(%(messages)s) WITH ORDINALITY AS m(doc, n),
+         LATERAL (SELECT m.n <= %(hand_limit)s AND (m.doc->>'delay_s')::float8 <= 0
+                  AS handed) AS h
+    RETURNING id, kind, payload, claimed_by
 )
-SELECT id FROM run
+SELECT id, (SELECT json_agg(json_build_array(q.id, q.kind, q.payload) ORDER BY q.id)
+            FROM enqueued q WHERE q.claimed_by IS NOT NULL)::text AS handed
+FROM run
 UNION ALL
-SELECT id FROM {runs} WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM run);
+SELECT id, NULL FROM {runs}
+WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM run);
 
 -- acquire_lease --
 INSERT INTO toren_control.leases AS l (run_id, stream, holder, epoch, expires_at)
@@ -131,10 +143,20 @@ WITH lease AS (
     FROM lease, json_array_elements(%(events)s) WITH ORDINALITY AS e(doc, n)
     RETURNING seq
 ), enqueued AS (
-    INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
-    SELECT %(agent)s, lease.run_id, m->>'kind', m->'payload',
-           now() + (m->>'delay_s')::float8 * interval '1 second'
-    FROM lease, jsonb_array_elements(%(messages)s) AS m
+    -- the first hand_limit messages due now go to this worker already claimed (hand-off:
+    -- hidden for hand_visibility_s, one delivery counted, as a claim leaves them), so it
+    -- works them without a claim of its own; their NOTIFY is not sent (not ready to others)
+    INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at, attempts,
+                                     claimed_by)
+    SELECT %(agent)s, lease.run_id, m.doc->>'kind', m.doc->'payload',
+           now() + CASE WHEN handed THEN %(hand_visibility_s)s
+                        ELSE (m.doc->>'delay_s')::float8 END * interval '1 second',
+           CASE WHEN handed THEN 1 ELSE 0 END,
+           CASE WHEN handed THEN %(holder)s END
+    FROM lease, jsonb_array_elements(%(messages)s) WITH ORDINALITY AS m(doc, n),
+         LATERAL (SELECT m.n <= %(hand_limit)s AND (m.doc->>'delay_s')::float8 <= 0
+                  AS handed) AS h
+    RETURNING id, kind, payload, claimed_by
 ), run_update AS (
     UPDATE {runs} r SET
         status = COALESCE(%(status)s, r.status),
@@ -165,7 +187,9 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) A
        (SELECT count(*) FROM notified) AS notified,
        -- the run's agent version as of this append: the worker's version checks between
        -- steps and at a task message read it here instead of in a statement of their own
-       (SELECT agent_version FROM {runs} WHERE id = %(run_id)s) AS agent_version;
+       (SELECT agent_version FROM {runs} WHERE id = %(run_id)s) AS agent_version,
+       (SELECT json_agg(json_build_array(id, kind, payload) ORDER BY id) FROM enqueued
+        WHERE claimed_by IS NOT NULL)::text AS handed;
 
 -- lease_state --
 SELECT l.holder, l.epoch, l.expires_at > now() AS live,
