@@ -61,9 +61,12 @@ def create_run_params(agent: str, run_id: str, input: Any, *, idempotency_key: s
                       ) -> dict[str, Any]:
     """The parameters of the ``create_run`` statement (also run by the schedule claim); with
     ``hand_off``, as many of the messages as its room says are claimed for that worker."""
-    hand_limit = hand_off.room(agent, None, False) if hand_off is not None and messages else 0
-    return {"hand_limit": hand_limit, "hand_to": hand_off.id if hand_limit else None,
-            "hand_visibility_s": hand_off.visibility_s if hand_limit else 0.0,
+    if hand_off is None or not messages:
+        hand_off = None
+    hand_limit = hand_off.room(agent, None, False) if hand_off is not None else 0
+    return {"hand_limit": hand_limit,
+            "hand_to": hand_off.id if hand_off is not None and hand_limit else None,
+            "hand_visibility_s": hand_off.visibility_s if hand_off is not None else 0.0,
             "run_id": run_id, "input": Jsonb(input), "idempotency_key": idempotency_key,
             "events": _events_json(events), "messages": _messages_json(messages),
             "agent": agent, "kind": kind, "status": status,
