@@ -7,8 +7,7 @@ tasks make in the same turn share a transaction, and while a batch is being comm
 appends that arrive meanwhile gather for the next one: under load one commit carries many
 appends. At concurrency 1 an append waits one turn of the loop (microseconds) and goes out
 alone, as one statement in its own implicit transaction, as before grouping. A batch of
-several is one round trip: each append's own statement, pipelined, in the one implicit
-transaction that Postgres runs up to the pipeline's sync.
+several is one round trip: ``BEGIN``, each append's own statement, ``COMMIT``, pipelined.
 
 Each append keeps its own compare-and-swap: the statement is the one an append runs alone
 (lease held at its epoch, events' primary key), so an append whose lease is gone simply writes
@@ -125,11 +124,7 @@ class GroupCommit:
                 if len(batch) == 1:  # alone: one statement, its own implicit transaction
                     cursors = [await conn.execute(*batch[0])]
                 else:
-                    # the pool's connections are in autocommit: the statements of a pipeline
-                    # run in one implicit transaction until its sync, committed or rolled
-                    # back together (psycopg's transaction() would add a sync, BEGIN and
-                    # COMMIT: CPU for nothing)
-                    async with conn.pipeline():
+                    async with conn.pipeline(), conn.transaction():
                         cursors = [await conn.execute(statement, params)
                                    for statement, params in batch]
                 rows = [await cursor.fetchone() for cursor in cursors]
