@@ -122,6 +122,9 @@ class SharedReads:
     def __init__(self) -> None:
         self._generation: Counter[str] = Counter()
         self._reads: dict[tuple[Any, ...], tuple[int, asyncio.Future[Any]]] = {}
+        #: Reads made so far, by what they read (``"events"``, ``"run"``): for tests and
+        #: benchmarks, which compare them with the notices (one read per notice, not per stream).
+        self.made: Counter[str] = Counter()
 
     def noticed(self, run_id: str) -> None:
         """The run has (or may have) new events: reads begun before now are stale."""
@@ -140,6 +143,7 @@ class SharedReads:
         found = self._reads.get(key)
         task: asyncio.Future[Any]
         if found is None or found[0] < generation:
+            self.made[key[0]] += 1
             task = asyncio.ensure_future(fetch())
             self._reads[key] = (generation, task)
             task.add_done_callback(functools.partial(self._done, key))
@@ -153,6 +157,39 @@ class SharedReads:
             del self._reads[key]
         if not task.cancelled():
             task.exception()  # retrieved: an asker that went away leaves no warning behind
+
+
+class EventBatch:
+    """A run's events after a position, as one read found them, with their SSE frames
+    encoded once for every stream sharing the read (1,000 viewers of a run cost one encoding
+    of each event, not 1,000: each frame carries the cursor after its event, the same for all
+    of them since they had seen the same).
+    """
+
+    def __init__(self, events: list[Event], after: dict[str, int]) -> None:
+        #: The events, in log order (shared: read them, never change them).
+        self.events = events
+        self._after = after
+        self._frames: list[bytes] | None = None
+        self._position: dict[str, int] = after
+
+    def frames(self) -> list[bytes]:
+        """One SSE frame per event (``id:`` its cursor), encoded at the first call."""
+        if self._frames is None:
+            position, frames = dict(self._after), []
+            for event in self.events:
+                position[event.stream] = max(position.get(event.stream, 0), event.seq)
+                cursor = encode_event_cursor(position)
+                payload = json.dumps(event_json(event, cursor), default=str)
+                frames.append(f"id: {cursor}\nevent: {event.type}\ndata: {payload}\n\n"
+                              .encode())
+            self._frames, self._position = frames, position
+        return self._frames
+
+    def position(self) -> dict[str, int]:
+        """The position after the batch's last event (a copy)."""
+        self.frames()
+        return dict(self._position)
 
 
 class StreamHub:
@@ -175,6 +212,8 @@ class StreamHub:
         self._per_owner: Counter[str] = Counter()
         self._watcher: asyncio.Task[None] | None = None
         self.reads = SharedReads()
+        #: Wake-ups of a run's streams so far (a notice of the run, or a look at every run).
+        self.notices = 0
 
     async def get_run(self, store: RunReader, run_id: str, agent: str) -> RunRecord | None:
         """The run's row, read once for all of its streams asking at the same time (from the
@@ -185,15 +224,17 @@ class StreamHub:
                                      lambda: store.get_run(run_id, agent))
 
     async def load_events(self, store: RunReader, agent: str, run_id: str,
-                          after: dict[str, int]) -> list[Event]:
-        """The run's events after ``after``, read once for all of its streams that have seen
-        the same and ask at the same time (the list is shared: read it, never change it)."""
+                          after: dict[str, int]) -> EventBatch:
+        """The run's events after ``after``, read (and encoded) once for all of its streams
+        that have seen the same and ask at the same time."""
         seen = dict(after)
+
+        async def fetch() -> EventBatch:
+            return EventBatch(await store.load_events(agent, run_id, seen), seen)
+
         if store is not self.store:
-            return await store.load_events(agent, run_id, seen)
-        return await self.reads.read(
-            ("events", run_id, frozenset(seen.items())), run_id,
-            lambda: store.load_events(agent, run_id, seen))
+            return await fetch()
+        return await self.reads.read(("events", run_id, frozenset(seen.items())), run_id, fetch)
 
     @contextlib.contextmanager
     def open(self, run_id: str, owner: str) -> Iterator[StreamSlot | None]:
@@ -220,6 +261,7 @@ class StreamHub:
                 self.reads.forget(run_id)
 
     def _wake(self, run_id: str) -> None:
+        self.notices += 1
         self.reads.noticed(run_id)
         for slot in self._slots.get(run_id, ()):
             slot.notice()
@@ -265,8 +307,10 @@ def event_json(event: Event, cursor: str) -> dict[str, Any]:
     return event.to_json() | {"cursor": cursor}
 
 
+@functools.lru_cache(maxsize=256)
 def _text_frame(piece: TextDelta) -> str:
-    """A piece of model text as an SSE event without ``id:`` (it is never replayed)."""
+    """A piece of model text as an SSE event without ``id:`` (it is never replayed); cached,
+    as every stream of the run writes the same piece."""
     return f"event: text_delta\ndata: {json.dumps(piece.to_json(), ensure_ascii=False)}\n\n"
 
 
@@ -349,14 +393,15 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
             if not full_read:
                 # no notice woke us: look for events a lost notice would have announced. The
                 # run's status never changes without an event, so new events are the only sign
-                full_read = bool(await hub.load_events(store, record.agent, record.id, position))
+                full_read = bool((await hub.load_events(store, record.agent, record.id,
+                                                        position)).events)
             if full_read:
                 # the row first: if it is terminal, the events read next include its last ones
                 found = await hub.get_run(store, record.id, record.agent)
                 if found is None:
                     raise RunNotFound(f"run {record.id} is gone")
                 current = found
-                events = await hub.load_events(store, record.agent, record.id, position)
+                batch = await hub.load_events(store, record.agent, record.id, position)
         except Exception as exc:  # the database went away: the response is already started
             failing_since = failing_since or loop.time()
             if loop.time() - failing_since > SSE_GIVE_UP_S:
@@ -368,13 +413,15 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
             continue
         failing_since = None
         if full_read:
-            for event in events:
-                position[event.stream] = max(position.get(event.stream, 0), event.seq)
-                cursor = encode_event_cursor(position)
-                payload = json.dumps(event_json(event, cursor), default=str)
-                released = "".join(_text_frame(piece) for piece in order.saw(event))
-                await response.write(f"id: {cursor}\nevent: {event.type}\ndata: {payload}\n\n"
-                                     f"{released}".encode())
+            if batch.events:
+                # one write for the batch: its frames, with the pieces of text each event
+                # releases right after it
+                chunks: list[bytes] = []
+                for event, frame in zip(batch.events, batch.frames(), strict=True):
+                    chunks.append(frame)
+                    chunks.extend(_text_frame(piece).encode() for piece in order.saw(event))
+                position.update(batch.position())
+                await response.write(b"".join(chunks))
                 last_write = loop.time()
             if current.status in ev.TERMINAL_STATUSES:
                 end = json.dumps({"status": current.status,
