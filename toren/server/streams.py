@@ -29,9 +29,13 @@ from toren.server.errors import json_error
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Seconds between looks at the log of a stream that no notice woke: a lost notice costs at
-#: most this much delay, never an event. Each stream draws within +-20% so they do not align.
+#: Seconds between looks at the log of a run whose streams no notice woke: a lost notice costs
+#: at most this much delay, never an event. The hub looks once for all of a run's streams (they
+#: share the read), each run drawing within +-20% so that runs do not align.
 SSE_FALLBACK_POLL_S = 5.0
+#: Seconds after which a stream looks by itself if the hub has not woken it (only if the hub's
+#: task were gone: its looks come every ``SSE_FALLBACK_POLL_S``).
+SSE_STREAM_LOOK_S = 3 * SSE_FALLBACK_POLL_S
 #: Seconds without events after which a stream sends a heartbeat comment.
 SSE_HEARTBEAT_S = 15.0
 #: Seconds between re-checks of the API key of an open stream (through the key cache, so at
@@ -57,19 +61,26 @@ class ClientGone(Exception):
 
 
 class StreamSlot:
-    """One open stream: woken by its run's notices (``notice``) and, in between, by pieces of
-    its run's model text (``text``)."""
+    """One open stream: woken by its run's notices (``notice``), by the hub's looks for events a
+    lost notice would have announced (``look``) and, in between, by pieces of its run's model
+    text (``text``)."""
 
     def __init__(self, hub: StreamHub, run_id: str) -> None:
         self.hub = hub
         self.run_id = run_id
         self.signal = asyncio.Event()
         self.noticed = False
+        self.looking = False
         self.text_waiting = False
 
     def notice(self) -> None:
         """The run may have new events."""
         self.noticed = True
+        self.signal.set()
+
+    def look(self) -> None:
+        """No notice came for a while: look for events a lost one would have announced."""
+        self.looking = True
         self.signal.set()
 
     def text(self) -> None:
@@ -78,17 +89,17 @@ class StreamSlot:
         self.signal.set()
 
     async def wait(self, timeout_s: float, request: web.Request,
-                   write_text: Callable[[], Awaitable[bool]] | None = None) -> bool:
-        """Wait for a notice (``True``) or ``timeout_s`` (``False``), calling ``write_text``
-        whenever model text is waiting meanwhile (``True`` when it says the run's events must
-        be read first); ``ClientGone`` as soon as the client has disconnected (checked every
-        ``SSE_CLIENT_CHECK_S``, in memory)."""
+                   write_text: Callable[[], Awaitable[bool]] | None = None) -> bool | None:
+        """Wait for a notice (``True``), a look (``False``) or ``timeout_s`` (``None``),
+        calling ``write_text`` whenever model text is waiting meanwhile (``True`` when it says
+        the run's events must be read first); ``ClientGone`` as soon as the client has
+        disconnected (checked every ``SSE_CLIENT_CHECK_S``, in memory)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return False
+                return None
             try:
                 async with asyncio.timeout(min(remaining, SSE_CLIENT_CHECK_S)):
                     await self.signal.wait()
@@ -103,8 +114,11 @@ class StreamSlot:
                 if write_text is not None and await write_text():
                     self.noticed = True
             if self.noticed:
-                self.noticed = False
+                self.noticed = self.looking = False  # a full read looks too
                 return True
+            if self.looking:
+                self.looking = False
+                return False
 
 
 class SharedReads:
@@ -211,9 +225,12 @@ class StreamHub:
         self._slots: dict[str, set[StreamSlot]] = {}
         self._per_owner: Counter[str] = Counter()
         self._watcher: asyncio.Task[None] | None = None
+        self._next_look: dict[str, float] = {}
         self.reads = SharedReads()
         #: Wake-ups of a run's streams so far (a notice of the run, or a look at every run).
         self.notices = 0
+        #: Looks so far at a run that no notice woke for ``SSE_FALLBACK_POLL_S``.
+        self.looks = 0
 
     async def get_run(self, store: RunReader, run_id: str, agent: str) -> RunRecord | None:
         """The run's row, read once for all of its streams asking at the same time (from the
@@ -247,6 +264,7 @@ class StreamHub:
             self._watcher = asyncio.create_task(self._watch(), name="toren-sse-notices")
         slot = StreamSlot(self, run_id)
         self._slots.setdefault(run_id, set()).add(slot)
+        self._next_look.setdefault(run_id, _look_after())
         self._per_owner[owner] += 1
         try:
             yield slot
@@ -258,10 +276,13 @@ class StreamHub:
             slots.discard(slot)
             if not slots:
                 del self._slots[run_id]
+                self._next_look.pop(run_id, None)
                 self.reads.forget(run_id)
 
     def _wake(self, run_id: str) -> None:
         self.notices += 1
+        if run_id in self._next_look:
+            self._next_look[run_id] = _look_after()
         self.reads.noticed(run_id)
         for slot in self._slots.get(run_id, ()):
             slot.notice()
@@ -285,6 +306,18 @@ class StreamHub:
                 continue
             for run_id in found:
                 self._wake(run_id)
+            self._look_where_due()
+
+    def _look_where_due(self) -> None:
+        """Wake the streams of each run that no notice woke for ``SSE_FALLBACK_POLL_S`` to
+        look for new events, all at once: they share the read (one per run, not per stream)."""
+        now = asyncio.get_running_loop().time()
+        for run_id, due in list(self._next_look.items()):
+            if due <= now:
+                self._next_look[run_id] = _look_after()
+                self.looks += 1
+                for slot in self._slots.get(run_id, ()):
+                    slot.look()
 
     async def close(self) -> None:
         """End every open stream (each sends a comment saying why, then closes) and stop
@@ -300,6 +333,11 @@ class StreamHub:
 
 #: The application's stream hub.
 STREAMS = web.AppKey("streams", StreamHub)
+
+
+def _look_after() -> float:
+    """When the hub next looks at a run no notice woke (within +-20%, so runs do not align)."""
+    return asyncio.get_running_loop().time() + SSE_FALLBACK_POLL_S * random.uniform(0.8, 1.2)
 
 
 def event_json(event: Event, cursor: str) -> dict[str, Any]:
@@ -384,13 +422,16 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
 
     key_check = request.get(KEY_CHECK)
     failing_since: float | None = None
-    full_read = True  # the run's row and its new events; else only a look for new events
+    # True: the run's row and its new events; False: only a look for new events; None: no read
+    # (a wake for a heartbeat or a key check)
+    full_read: bool | None = True
+    own_look_at = loop.time() + SSE_STREAM_LOOK_S
     while True:
         if hub.closing:
             await response.write(SHUTDOWN_COMMENT)
             return
         try:
-            if not full_read:
+            if full_read is False:
                 # no notice woke us: look for events a lost notice would have announced. The
                 # run's status never changes without an event, so new events are the only sign
                 full_read = bool((await hub.load_events(store, record.agent, record.id,
@@ -439,11 +480,14 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
                                      b'stream was revoked; reconnect with an active key"}}\n\n')
                 return
             next_key_check = now + SSE_KEY_CHECK_S
-        wait_s = min(SSE_FALLBACK_POLL_S * random.uniform(0.8, 1.2),
-                     last_write + SSE_HEARTBEAT_S - now)
+        if full_read is not None:
+            own_look_at = now + SSE_STREAM_LOOK_S * random.uniform(0.8, 1.2)
+        wait_s = min(own_look_at - now, last_write + SSE_HEARTBEAT_S - now)
         if key_check is not None:
             wait_s = min(wait_s, next_key_check - now)
         full_read = await slot.wait(max(wait_s, 0.0), request, write_text)
+        if full_read is None and loop.time() >= own_look_at:
+            full_read = False  # the hub did not look (its task is gone): look alone
 
 
 async def _key_revoked(key_check: KeyCheck, record: RunRecord) -> bool:
