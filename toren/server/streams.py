@@ -29,9 +29,13 @@ from toren.server.errors import json_error
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Seconds between looks at the log of a stream that no notice woke: a lost notice costs at
-#: most this much delay, never an event. Each stream draws within +-20% so they do not align.
+#: Seconds between looks at the log of a run whose streams no notice woke: a lost notice costs
+#: at most this much delay, never an event. The hub looks once for all of a run's streams (they
+#: share the read), each run drawing within +-20% so that runs do not align.
 SSE_FALLBACK_POLL_S = 5.0
+#: Seconds after which a stream looks by itself if the hub has not woken it (only if the hub's
+#: task were gone: its looks come every ``SSE_FALLBACK_POLL_S``).
+SSE_STREAM_LOOK_S = 3 * SSE_FALLBACK_POLL_S
 #: Seconds without events after which a stream sends a heartbeat comment.
 SSE_HEARTBEAT_S = 15.0
 #: Seconds between re-checks of the API key of an open stream (through the key cache, so at
@@ -57,19 +61,26 @@ class ClientGone(Exception):
 
 
 class StreamSlot:
-    """One open stream: woken by its run's notices (``notice``) and, in between, by pieces of
-    its run's model text (``text``)."""
+    """One open stream: woken by its run's notices (``notice``), by the hub's looks for events a
+    lost notice would have announced (``look``) and, in between, by pieces of its run's model
+    text (``text``)."""
 
     def __init__(self, hub: StreamHub, run_id: str) -> None:
         self.hub = hub
         self.run_id = run_id
         self.signal = asyncio.Event()
         self.noticed = False
+        self.looking = False
         self.text_waiting = False
 
     def notice(self) -> None:
         """The run may have new events."""
         self.noticed = True
+        self.signal.set()
+
+    def look(self) -> None:
+        """No notice came for a while: look for events a lost one would have announced."""
+        self.looking = True
         self.signal.set()
 
     def text(self) -> None:
@@ -78,17 +89,17 @@ class StreamSlot:
         self.signal.set()
 
     async def wait(self, timeout_s: float, request: web.Request,
-                   write_text: Callable[[], Awaitable[bool]] | None = None) -> bool:
-        """Wait for a notice (``True``) or ``timeout_s`` (``False``), calling ``write_text``
-        whenever model text is waiting meanwhile (``True`` when it says the run's events must
-        be read first); ``ClientGone`` as soon as the client has disconnected (checked every
-        ``SSE_CLIENT_CHECK_S``, in memory)."""
+                   write_text: Callable[[], Awaitable[bool]] | None = None) -> bool | None:
+        """Wait for a notice (``True``), a look (``False``) or ``timeout_s`` (``None``),
+        calling ``write_text`` whenever model text is waiting meanwhile (``True`` when it says
+        the run's events must be read first); ``ClientGone`` as soon as the client has
+        disconnected (checked every ``SSE_CLIENT_CHECK_S``, in memory)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return False
+                return None
             try:
                 async with asyncio.timeout(min(remaining, SSE_CLIENT_CHECK_S)):
                     await self.signal.wait()
@@ -103,8 +114,11 @@ class StreamSlot:
                 if write_text is not None and await write_text():
                     self.noticed = True
             if self.noticed:
-                self.noticed = False
+                self.noticed = self.looking = False  # a full read looks too
                 return True
+            if self.looking:
+                self.looking = False
+                return False
 
 
 class SharedReads:
@@ -122,6 +136,9 @@ class SharedReads:
     def __init__(self) -> None:
         self._generation: Counter[str] = Counter()
         self._reads: dict[tuple[Any, ...], tuple[int, asyncio.Future[Any]]] = {}
+        #: Reads made so far, by what they read (``"events"``, ``"run"``): for tests and
+        #: benchmarks, which compare them with the notices (one read per notice, not per stream).
+        self.made: Counter[str] = Counter()
 
     def noticed(self, run_id: str) -> None:
         """The run has (or may have) new events: reads begun before now are stale."""
@@ -140,6 +157,7 @@ class SharedReads:
         found = self._reads.get(key)
         task: asyncio.Future[Any]
         if found is None or found[0] < generation:
+            self.made[key[0]] += 1
             task = asyncio.ensure_future(fetch())
             self._reads[key] = (generation, task)
             task.add_done_callback(functools.partial(self._done, key))
@@ -153,6 +171,39 @@ class SharedReads:
             del self._reads[key]
         if not task.cancelled():
             task.exception()  # retrieved: an asker that went away leaves no warning behind
+
+
+class EventBatch:
+    """A run's events after a position, as one read found them, with their SSE frames
+    encoded once for every stream sharing the read (1,000 viewers of a run cost one encoding
+    of each event, not 1,000: each frame carries the cursor after its event, the same for all
+    of them since they had seen the same).
+    """
+
+    def __init__(self, events: list[Event], after: dict[str, int]) -> None:
+        #: The events, in log order (shared: read them, never change them).
+        self.events = events
+        self._after = after
+        self._frames: list[bytes] | None = None
+        self._position: dict[str, int] = after
+
+    def frames(self) -> list[bytes]:
+        """One SSE frame per event (``id:`` its cursor), encoded at the first call."""
+        if self._frames is None:
+            position, frames = dict(self._after), []
+            for event in self.events:
+                position[event.stream] = max(position.get(event.stream, 0), event.seq)
+                cursor = encode_event_cursor(position)
+                payload = json.dumps(event_json(event, cursor), default=str)
+                frames.append(f"id: {cursor}\nevent: {event.type}\ndata: {payload}\n\n"
+                              .encode())
+            self._frames, self._position = frames, position
+        return self._frames
+
+    def position(self) -> dict[str, int]:
+        """The position after the batch's last event (a copy)."""
+        self.frames()
+        return dict(self._position)
 
 
 class StreamHub:
@@ -174,7 +225,12 @@ class StreamHub:
         self._slots: dict[str, set[StreamSlot]] = {}
         self._per_owner: Counter[str] = Counter()
         self._watcher: asyncio.Task[None] | None = None
+        self._next_look: dict[str, float] = {}
         self.reads = SharedReads()
+        #: Wake-ups of a run's streams so far (a notice of the run, or a look at every run).
+        self.notices = 0
+        #: Looks so far at a run that no notice woke for ``SSE_FALLBACK_POLL_S``.
+        self.looks = 0
 
     async def get_run(self, store: RunReader, run_id: str, agent: str) -> RunRecord | None:
         """The run's row, read once for all of its streams asking at the same time (from the
@@ -185,15 +241,17 @@ class StreamHub:
                                      lambda: store.get_run(run_id, agent))
 
     async def load_events(self, store: RunReader, agent: str, run_id: str,
-                          after: dict[str, int]) -> list[Event]:
-        """The run's events after ``after``, read once for all of its streams that have seen
-        the same and ask at the same time (the list is shared: read it, never change it)."""
+                          after: dict[str, int]) -> EventBatch:
+        """The run's events after ``after``, read (and encoded) once for all of its streams
+        that have seen the same and ask at the same time."""
         seen = dict(after)
+
+        async def fetch() -> EventBatch:
+            return EventBatch(await store.load_events(agent, run_id, seen), seen)
+
         if store is not self.store:
-            return await store.load_events(agent, run_id, seen)
-        return await self.reads.read(
-            ("events", run_id, frozenset(seen.items())), run_id,
-            lambda: store.load_events(agent, run_id, seen))
+            return await fetch()
+        return await self.reads.read(("events", run_id, frozenset(seen.items())), run_id, fetch)
 
     @contextlib.contextmanager
     def open(self, run_id: str, owner: str) -> Iterator[StreamSlot | None]:
@@ -206,6 +264,7 @@ class StreamHub:
             self._watcher = asyncio.create_task(self._watch(), name="toren-sse-notices")
         slot = StreamSlot(self, run_id)
         self._slots.setdefault(run_id, set()).add(slot)
+        self._next_look.setdefault(run_id, _look_after())
         self._per_owner[owner] += 1
         try:
             yield slot
@@ -217,9 +276,13 @@ class StreamHub:
             slots.discard(slot)
             if not slots:
                 del self._slots[run_id]
+                self._next_look.pop(run_id, None)
                 self.reads.forget(run_id)
 
     def _wake(self, run_id: str) -> None:
+        self.notices += 1
+        if run_id in self._next_look:
+            self._next_look[run_id] = _look_after()
         self.reads.noticed(run_id)
         for slot in self._slots.get(run_id, ()):
             slot.notice()
@@ -243,6 +306,18 @@ class StreamHub:
                 continue
             for run_id in found:
                 self._wake(run_id)
+            self._look_where_due()
+
+    def _look_where_due(self) -> None:
+        """Wake the streams of each run that no notice woke for ``SSE_FALLBACK_POLL_S`` to
+        look for new events, all at once: they share the read (one per run, not per stream)."""
+        now = asyncio.get_running_loop().time()
+        for run_id, due in list(self._next_look.items()):
+            if due <= now:
+                self._next_look[run_id] = _look_after()
+                self.looks += 1
+                for slot in self._slots.get(run_id, ()):
+                    slot.look()
 
     async def close(self) -> None:
         """End every open stream (each sends a comment saying why, then closes) and stop
@@ -260,13 +335,20 @@ class StreamHub:
 STREAMS = web.AppKey("streams", StreamHub)
 
 
+def _look_after() -> float:
+    """When the hub next looks at a run no notice woke (within +-20%, so runs do not align)."""
+    return asyncio.get_running_loop().time() + SSE_FALLBACK_POLL_S * random.uniform(0.8, 1.2)
+
+
 def event_json(event: Event, cursor: str) -> dict[str, Any]:
     """An event as the API shows it, with the cursor that resumes after it."""
     return event.to_json() | {"cursor": cursor}
 
 
+@functools.lru_cache(maxsize=256)
 def _text_frame(piece: TextDelta) -> str:
-    """A piece of model text as an SSE event without ``id:`` (it is never replayed)."""
+    """A piece of model text as an SSE event without ``id:`` (it is never replayed); cached,
+    as every stream of the run writes the same piece."""
     return f"event: text_delta\ndata: {json.dumps(piece.to_json(), ensure_ascii=False)}\n\n"
 
 
@@ -340,23 +422,27 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
 
     key_check = request.get(KEY_CHECK)
     failing_since: float | None = None
-    full_read = True  # the run's row and its new events; else only a look for new events
+    # True: the run's row and its new events; False: only a look for new events; None: no read
+    # (a wake for a heartbeat or a key check)
+    full_read: bool | None = True
+    own_look_at = loop.time() + SSE_STREAM_LOOK_S
     while True:
         if hub.closing:
             await response.write(SHUTDOWN_COMMENT)
             return
         try:
-            if not full_read:
+            if full_read is False:
                 # no notice woke us: look for events a lost notice would have announced. The
                 # run's status never changes without an event, so new events are the only sign
-                full_read = bool(await hub.load_events(store, record.agent, record.id, position))
+                full_read = bool((await hub.load_events(store, record.agent, record.id,
+                                                        position)).events)
             if full_read:
                 # the row first: if it is terminal, the events read next include its last ones
                 found = await hub.get_run(store, record.id, record.agent)
                 if found is None:
                     raise RunNotFound(f"run {record.id} is gone")
                 current = found
-                events = await hub.load_events(store, record.agent, record.id, position)
+                batch = await hub.load_events(store, record.agent, record.id, position)
         except Exception as exc:  # the database went away: the response is already started
             failing_since = failing_since or loop.time()
             if loop.time() - failing_since > SSE_GIVE_UP_S:
@@ -368,13 +454,15 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
             continue
         failing_since = None
         if full_read:
-            for event in events:
-                position[event.stream] = max(position.get(event.stream, 0), event.seq)
-                cursor = encode_event_cursor(position)
-                payload = json.dumps(event_json(event, cursor), default=str)
-                released = "".join(_text_frame(piece) for piece in order.saw(event))
-                await response.write(f"id: {cursor}\nevent: {event.type}\ndata: {payload}\n\n"
-                                     f"{released}".encode())
+            if batch.events:
+                # one write for the batch: its frames, with the pieces of text each event
+                # releases right after it
+                chunks: list[bytes] = []
+                for event, frame in zip(batch.events, batch.frames(), strict=True):
+                    chunks.append(frame)
+                    chunks.extend(_text_frame(piece).encode() for piece in order.saw(event))
+                position.update(batch.position())
+                await response.write(b"".join(chunks))
                 last_write = loop.time()
             if current.status in ev.TERMINAL_STATUSES:
                 end = json.dumps({"status": current.status,
@@ -392,11 +480,14 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
                                      b'stream was revoked; reconnect with an active key"}}\n\n')
                 return
             next_key_check = now + SSE_KEY_CHECK_S
-        wait_s = min(SSE_FALLBACK_POLL_S * random.uniform(0.8, 1.2),
-                     last_write + SSE_HEARTBEAT_S - now)
+        if full_read is not None:
+            own_look_at = now + SSE_STREAM_LOOK_S * random.uniform(0.8, 1.2)
+        wait_s = min(own_look_at - now, last_write + SSE_HEARTBEAT_S - now)
         if key_check is not None:
             wait_s = min(wait_s, next_key_check - now)
         full_read = await slot.wait(max(wait_s, 0.0), request, write_text)
+        if full_read is None and loop.time() >= own_look_at:
+            full_read = False  # the hub did not look (its task is gone): look alone
 
 
 async def _key_revoked(key_check: KeyCheck, record: RunRecord) -> bool:
