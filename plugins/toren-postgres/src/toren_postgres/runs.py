@@ -123,12 +123,8 @@ class PostgresRunLog(PostgresConnection, RunLog):
         async with self.pool.connection() as conn:
             # two statements, one round trip, one transaction: the read needs a snapshot
             # taken after the lease is ours (see load_for_work in queries.sql), which a
-            # second statement of a READ COMMITTED transaction takes. The pool's connections
-            # are in autocommit, so the pipeline's statements run in one implicit transaction
-            # until its sync (committed together, rolled back together); psycopg's
-            # transaction() inside a pipeline adds a sync and BEGIN/COMMIT, ~0.45 ms of the
-            # worker's CPU per acquire (measured with psycopg 3.3)
-            async with conn.pipeline():
+            # second statement of a READ COMMITTED transaction takes
+            async with conn.pipeline(), conn.transaction():
                 acquired = await conn.execute(query("acquire_lease"), params)
                 loaded = await conn.execute(
                     agent_query("load_for_work", schema_name_for(agent)), params)
