@@ -82,7 +82,9 @@ async def test_text_crosses_processes_through_notify_for_watched_runs_only(
             await server_store.wait_for_appends({watched}, 0.1)  # an open SSE stream's watch
             await asyncio.sleep(0.5)  # the listeners are connected
             # the longest piece, every character escaped in JSON: still within NOTIFY's limit
-            texts = ["one ", "two ", "\x01" * TEXT_DELTA_MAX_CHARS, "é🙂 end"]
+            # and what a Postgres array literal must escape or quote (publish_texts sends one)
+            texts = ["one ", "two ", "\x01" * TEXT_DELTA_MAX_CHARS, 'a "b", {c} \\ NULL ',
+                     "é🙂 end"]
             for index, text in enumerate(texts):
                 worker.publish(TextDelta(watched, "main", 0, index, text))
                 worker.publish(TextDelta(unwatched, "main", 0, index, text))

@@ -169,6 +169,8 @@ def respond_with_tools(request: ModelRequest) -> ModelResponse:
 def planned_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
     """The calls an input of the form ``{"toolCalls": [{"name", "arguments"}, ...]}`` asks
     for, or ``None`` for any other input."""
+    if not text.lstrip().startswith("{"):  # most inputs: no parse error raised per model call
+        return None
     try:
         data = json.loads(text)
     except ValueError:

@@ -10,10 +10,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 import toren
@@ -94,6 +96,17 @@ class Metrics:
                           ["version"], registry=registry)
         self.info.labels(version=toren.__version__).set(1)
         registry.register(_FleetCollector(self))
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept: ``labels`` takes a lock and rebuilds the label
+        tuple at each call, a measurable share of a busy worker's CPU (several per model
+        call). Label values are agent, model, tool and status names: a bounded set."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def appended(self, agent: str, events: Sequence[NewEvent], seconds: float) -> None:
         """Count what ``events`` record; called after each committed append."""
@@ -103,24 +116,24 @@ class Metrics:
             if kind == _MODEL_CALL_COMPLETED:
                 data = event.data
                 model = str(data.get("model", "unknown"))
-                self.model_calls.labels(agent, model).inc()
+                self.child(self.model_calls, agent, model).inc()
                 usage = data.get("usage") or {}
                 for field, label in (("input_tokens", "input"), ("output_tokens", "output"),
                                      ("cache_read_tokens", "cache_read"),
                                      ("cache_write_tokens", "cache_write")):
                     if usage.get(field):
-                        self.model_tokens.labels(agent, model, label).inc(usage[field])
+                        self.child(self.model_tokens, agent, model, label).inc(usage[field])
                 cost = data.get("cost_usd")
-                self.model_cost.labels(agent, model).inc(cost if cost else 0.0)
-                self.model_latency.labels(agent, model).observe(
+                self.child(self.model_cost, agent, model).inc(cost if cost else 0.0)
+                self.child(self.model_latency, agent, model).observe(
                     float(data.get("latency_ms", 0.0)) / 1000)
             elif kind == _TOOL_CALL_COMPLETED:
                 outcome = "error" if event.data.get("is_error") else "ok"
-                self.tool_calls.labels(agent, str(event.data.get("name")), outcome).inc()
+                self.child(self.tool_calls, agent, str(event.data.get("name")), outcome).inc()
             elif kind == _RETRY_SCHEDULED:
-                self.retries.labels(agent).inc()
+                self.child(self.retries, agent).inc()
             elif kind in _RUN_ENDS:
-                self.runs_finished.labels(agent, str(event.data.get("status"))).inc()
+                self.child(self.runs_finished, agent, str(event.data.get("status"))).inc()
 
     async def exposition(self) -> bytes:
         """The text format, with database gauges at most ``GAUGE_CACHE_S`` old (a failed

@@ -338,9 +338,10 @@ class Worker:
 
     async def _handle(self, message: QueueMessage) -> None:
         task_id = message.payload.get("task_id") if message.kind == "task" else None
-        self.metrics.messages.labels(message.agent, message.kind).inc()
+        metrics = self.metrics
+        metrics.child(metrics.messages, message.agent, message.kind).inc()
         if message.waited_s is not None:
-            self.metrics.queue_wait.labels(message.agent).observe(max(message.waited_s, 0.0))
+            metrics.child(metrics.queue_wait, message.agent).observe(max(message.waited_s, 0.0))
         with log_context(run_id=message.run_id, task_id=task_id, worker_id=self.id,
                          agent=message.agent), self.tracer.handling(message, self.id):
             await self._work(message)

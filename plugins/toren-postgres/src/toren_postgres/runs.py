@@ -28,16 +28,18 @@ _COMMITTED = (1, 1, 0)
 
 
 def _messages_json(messages: Sequence[OutgoingMessage]) -> Jsonb:
+    # encoded as the events are (a message carries the same input as its TaskStarted);
+    # psycopg's default, json.dumps, was a measurable share of an append's CPU
     return Jsonb([{"kind": m.kind, "payload": m.payload, "delay_s": m.delay_s}
-                  for m in messages])
+                  for m in messages], dumps=_dumps)
 
 
 def _events_json(events: Sequence[NewEvent]) -> Json:
     return Json([e.to_json() for e in events], dumps=_dumps)
 
 
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value)  # bytes, which psycopg sends as they are
 
 
 def _run_update_params(update: RunUpdate | None) -> dict[str, Any]:
