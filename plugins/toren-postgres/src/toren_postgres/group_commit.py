@@ -7,7 +7,8 @@ tasks make in the same turn share a transaction, and while a batch is being comm
 appends that arrive meanwhile gather for the next one: under load one commit carries many
 appends. At concurrency 1 an append waits one turn of the loop (microseconds) and goes out
 alone, as one statement in its own implicit transaction, as before grouping. A batch of
-several is one round trip: ``BEGIN``, each append's own statement, ``COMMIT``, pipelined.
+several is one round trip: each append's own statement, pipelined, in one transaction
+(``toren_postgres.pipelines.one_transaction``).
 
 Each append keeps its own compare-and-swap: the statement is the one an append runs alone
 (lease held at its epoch, events' primary key), so an append whose lease is gone simply writes
@@ -28,6 +29,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from toren_postgres.pipelines import one_transaction
 
 #: Appends in one transaction at most (a bigger batch waits for the next one).
 MAX_BATCH = 64
@@ -124,7 +127,7 @@ class GroupCommit:
                 if len(batch) == 1:  # alone: one statement, its own implicit transaction
                     cursors = [await conn.execute(*batch[0])]
                 else:
-                    async with conn.pipeline(), conn.transaction():
+                    async with one_transaction(conn):
                         cursors = [await conn.execute(statement, params)
                                    for statement, params in batch]
                 rows = [await cursor.fetchone() for cursor in cursors]

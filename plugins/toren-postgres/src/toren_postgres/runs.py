@@ -20,6 +20,7 @@ from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
 from toren.seams.store import MessageHandOff, RunLog
 from toren_postgres.group_commit import GroupCommit, GroupFailed
 from toren_postgres.lifecycle import PostgresConnection
+from toren_postgres.pipelines import one_transaction
 from toren_postgres.queries import agent_query, query
 from toren_postgres.reader import find_run
 
@@ -147,7 +148,7 @@ class PostgresRunLog(PostgresConnection, RunLog):
             # two statements, one round trip, one transaction: the read needs a snapshot
             # taken after the lease is ours (see load_for_work in queries.sql), which a
             # second statement of a READ COMMITTED transaction takes
-            async with conn.pipeline(), conn.transaction():
+            async with one_transaction(conn):
                 acquired = await conn.execute(query("acquire_lease"), params)
                 loaded = await conn.execute(
                     agent_query("load_for_work", schema_name_for(agent)), params)
