@@ -283,6 +283,11 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
             theirs=each("dbos_inflight", "levels", key, "steady_efficiency"),
             peer_name=f"DBOS, {n:,} workflows",
             target=f">= {goal:.0%}", check=lambda v, r, goal=goal: v >= goal)
+        worked = [w for w in each("toren_inflight", "levels", key, "working", "efficiency")
+                  if w is not None]
+        if worked and rows[-1]["value"] is None:  # it ran, but never had all N in flight
+            rows[-1] |= {"shown": "none: the first run finished before the last one made its "
+                                  "first model call", "met": False}
         add("9 in flight", f"{n:,} runs: the same over the whole window (starting {n:,} runs "
             "and the last ones' tail included)",
             each("toren_inflight", "levels", key, "working", "efficiency"), "",
@@ -338,7 +343,7 @@ def render(rows: list[dict[str, Any]]) -> Table:
     for column in ("figure", "measure", "Toren", "peer", "ratio (spread)", "target", "met"):
         table.add_column(column)
     for row in rows:
-        if row["value"] is None:
+        if row["value"] is None and "shown" not in row:
             continue
         met = {True: "[green]yes[/]", False: "[red]no[/]", None: ""}[row["met"]]
         table.add_row(row["figure"], row["name"], *cells(row)[:3], row["target"], met)
@@ -347,7 +352,8 @@ def render(rows: list[dict[str, Any]]) -> Table:
 
 def cells(row: dict[str, Any]) -> tuple[str, str, str]:
     """Toren's value, the peer's, and the ratio with its per-pair spread, as text."""
-    value = "n/a" if row["value"] is None else f"{row['value']:g} {row['unit']}".strip()
+    value = (row.get("shown", "n/a") if row["value"] is None
+             else f"{row['value']:g} {row['unit']}".strip())
     peer = "" if row["peer"] is None else f"{row['peer']:g} ({row['peer_name']})"
     ratio = "" if row["ratio"] is None else f"{row['ratio']:g}x"
     if ratio and row.get("ratio_spread"):
@@ -377,7 +383,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any],
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
-        if row["value"] is None:
+        if row["value"] is None and "shown" not in row:
             continue
         value, peer, ratio = cells(row)
         met = {True: "yes", False: "**no**", None: ""}[row["met"]]
@@ -513,7 +519,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--render", type=Path, nargs="+", default=None, metavar="HISTORY_JSON",
                         help="write the Markdown from recorded runs, running nothing (several "
                              "files: their figures together, repetition by repetition, the "
-                             "first file's machine and settings)")
+                             "first file's machine and settings; where two files have the same "
+                             "result, the earlier file's)")
     return parser.parse_args()
 
 
@@ -543,7 +550,9 @@ def main() -> int:
         for other in records[1:]:
             for index, rep in enumerate(other["reps"]):
                 if index < len(record["reps"]):
-                    record["reps"][index] |= rep
+                    # an earlier file's results win: a later run made with the peers on has
+                    # their results too, paired with its own figures, not the earlier ones
+                    record["reps"][index] = rep | record["reps"][index]
                 else:
                     record["reps"].append(rep)
         record["meta"]["history"] = ", ".join(
