@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import dataclasses
 import datetime
 import itertools
@@ -75,7 +76,7 @@ class BenchDatabase:
                                "WHERE datname = current_database()").fetchone()
         return int(row[0])
 
-    def scalar(self, query: str, params: Any = None) -> Any:
+    def scalar(self, query: str | sql.Composable, params: Any = None) -> Any:
         with psycopg.connect(self.url, autocommit=True) as conn:
             row = conn.execute(query, params).fetchone()
         return row[0] if row else None
@@ -86,13 +87,13 @@ class BenchDatabase:
                 sql.Identifier(self.name)))
 
 
-def bench_crew(root: Path, steps: int) -> Path:
+def bench_crew(root: Path, steps: int, name: str = "bench") -> Path:
     """A crew whose offline model makes ``steps`` steps, each one model call + one tool call,
     then answers: ``2 * steps + 1`` durable operations per run."""
     tools = "\n".join(
         f'def noop_{i:04d}(text: str) -> str:\n    """Does nothing."""\n    return "ok"\n'
         for i in range(steps))
-    return write_agent_dir(root, "bench", tools_py=tools, limits={"maxSteps": steps + 5})
+    return write_agent_dir(root, name, tools_py=tools, limits={"maxSteps": steps + 5})
 
 
 def settings(url: str, **overrides: Any) -> Settings:
@@ -116,22 +117,24 @@ async def wait_terminal(db: BenchDatabase, count: int, timeout_s: float = 600) -
     raise TimeoutError(f"runs did not finish within {timeout_s}s")
 
 
-def window(db: BenchDatabase, since: Any = None) -> dict[str, Any]:
+def window(db: BenchDatabase, since: Any = None, agent: str = "bench") -> dict[str, Any]:
     """From the first run's creation to the last RunFinished, by the database clock (the
     window includes creating the runs, as DBOS's includes starting its workflows); and
     event counts. ``since``: only runs and events from then on (a preloaded history is not
     counted)."""
     since = since or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    runs, events = (sql.Identifier(f"agent_{agent}", table) for table in ("runs", "events"))
     with psycopg.connect(db.url) as conn:
-        first, last, events, completed = conn.execute(
-            "SELECT (SELECT min(created_at) FROM agent_bench.runs WHERE created_at >= %(s)s), "
+        first, last, count, completed = conn.execute(sql.SQL(
+            "SELECT (SELECT min(created_at) FROM {runs} WHERE created_at >= %(s)s), "
             "max(created_at) FILTER (WHERE type = 'RunFinished'), count(*), "
             "count(*) FILTER (WHERE type IN ('ModelCallCompleted', 'ToolCallCompleted')) "
-            "FROM agent_bench.events WHERE created_at >= %(s)s", {"s": since}).fetchone()
-        failed = conn.execute("SELECT count(*) FROM agent_bench.runs "
-                              "WHERE status <> 'completed' AND created_at >= %s",
-                              [since]).fetchone()[0]
-    return {"seconds": (last - first).total_seconds(), "events": events,
+            "FROM {events} WHERE created_at >= %(s)s").format(runs=runs, events=events),
+            {"s": since}).fetchone()
+        failed = conn.execute(sql.SQL("SELECT count(*) FROM {runs} "
+                                      "WHERE status <> 'completed' AND created_at >= %s"
+                                      ).format(runs=runs), [since]).fetchone()[0]
+    return {"seconds": (last - first).total_seconds(), "events": count,
             "operations": completed, "not_completed": failed}
 
 
@@ -660,15 +663,24 @@ async def wait_started(db: BenchDatabase, n: int, timeout_s: float) -> None:
 
 async def growth(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Cost growth: durable operations/s (``runs`` runs, as figure 1) and the latency of a
-    one-message claim, on empty tables and then with ``--size`` synthetic events in
-    ``--size / 10`` finished runs already in the agent's tables (loaded server-side with
-    generate_series, then ANALYZE); and claim latency with ``--backlog`` ready messages
-    waiting in the queue, against an empty queue."""
-    crew = bench_crew(work, args.steps)
-    await create_runs(db.url, crew, 0)  # migrate
+    one-message claim, with ``--size`` synthetic events in ``--size / 10`` finished runs
+    already in an agent's tables (loaded server-side with generate_series), against a second
+    agent of the same database whose tables are empty; and claim latency with ``--backlog``
+    ready messages waiting in the queue, against an empty queue.
+
+    After the load, ``VACUUM (ANALYZE)`` and a ``CHECKPOINT``: tables that grew to this size
+    over months have been vacuumed, and autovacuum working through 10,000,000 rows inserted a
+    second ago is the load's cost, not the size's (the first sample after the load, before
+    them, is reported as ``loaded_at_once``). Then ``--growth-pairs`` pairs of samples, empty
+    and loaded, the order alternating; the ratio is the median of the pairs' ratios. One
+    discarded warm-up sample first: the first in a process pays imports and cold caches."""
+    crews = {"empty": bench_crew(work, args.steps, "bench_empty"),
+             "loaded": bench_crew(work, args.steps)}
+    for crew in crews.values():
+        await create_runs(db.url, crew, 0)  # migrate
     out: dict[str, Any] = {"size_events": args.size, "size_runs": args.size // 10,
                            "backlog": args.backlog}
-    out["empty"] = await growth_sample(db, crew, args)
+    out["warm_up"] = await growth_sample(db, crews["empty"], args, "bench_empty")
     started = time.perf_counter()
     with psycopg.connect(db.url, autocommit=True) as conn:
         conn.execute(
@@ -683,27 +695,41 @@ async def growth(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
             "'ModelCallStarted', '{\"step\": 1, \"epoch\": 1}', r.created_at "
             "FROM agent_bench.runs r, generate_series(1, 10) AS s WHERE r.status = 'completed' "
             "AND r.created_at < now() - interval '1 day'")
-        conn.execute("ANALYZE agent_bench.runs")
-        conn.execute("ANALYZE agent_bench.events")
         out["loaded_events"] = conn.execute(
             "SELECT count(*) FROM agent_bench.events").fetchone()[0]
     out["load_s"] = round(time.perf_counter() - started, 1)
-    out["loaded"] = await growth_sample(db, crew, args)
-    out["ops_ratio_loaded_to_empty"] = round(
-        out["loaded"]["operations_per_s"] / out["empty"]["operations_per_s"], 3)
-    out["claim_ratio_loaded_to_empty"] = round(
-        out["loaded"]["claim_ms_p50"] / out["empty"]["claim_ms_p50"], 3)
+    out["loaded_at_once"] = await growth_sample(db, crews["loaded"], args, "bench")
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        settle = time.perf_counter()
+        conn.execute("VACUUM (ANALYZE) agent_bench.runs, agent_bench.events")
+        conn.execute("CHECKPOINT")
+        out["settle_s"] = round(time.perf_counter() - settle, 1)
+    pairs: list[dict[str, Any]] = []
+    for pair in range(args.growth_pairs):
+        sides = ["empty", "loaded"] if pair % 2 == 0 else ["loaded", "empty"]
+        pairs.append({side: await growth_sample(
+            db, crews[side], args, "bench_empty" if side == "empty" else "bench")
+            for side in sides})
+    out["pairs"] = pairs
+    for side in ("empty", "loaded"):
+        out[side] = {key: statistics.median(p[side][key] for p in pairs)
+                     for key in ("operations_per_s", "claim_ms_p50", "claim_ms_p99")}
+        out[side]["not_completed"] = sum(p[side]["not_completed"] for p in pairs)
+    for name, key in (("ops", "operations_per_s"), ("claim", "claim_ms_p50")):
+        ratios = [p["loaded"][key] / p["empty"][key] for p in pairs]
+        out[f"{name}_ratio_loaded_to_empty"] = round(statistics.median(ratios), 3)
+        out[f"{name}_ratio_spread"] = [round(min(ratios), 3), round(max(ratios), 3)]
     with psycopg.connect(db.url, autocommit=True) as conn:
         conn.execute("INSERT INTO toren_control.queue (agent, kind, payload) "
                      "SELECT 'bench', 'noop', '{}' FROM generate_series(1, %s)", [args.backlog])
         conn.execute("ANALYZE toren_control.queue")
-    out["backlog_claim"] = await claim_latency(db, crew, args.claims, enqueue=False)
+    out["backlog_claim"] = await claim_latency(db, crews["loaded"], args.claims, enqueue=False)
     out["claim_ratio_backlog_to_empty"] = round(
         out["backlog_claim"]["claim_ms_p50"] / out["empty"]["claim_ms_p50"], 3)
     return out
 
 
-async def growth_sample(db: BenchDatabase, crew: Path, args: argparse.Namespace
+async def growth_sample(db: BenchDatabase, crew: Path, args: argparse.Namespace, agent: str
                         ) -> dict[str, Any]:
     since = db.scalar("SELECT now()")
     worker = Runtime([crew], settings=settings(db.url, concurrency=args.concurrency))
@@ -712,26 +738,26 @@ async def growth_sample(db: BenchDatabase, crew: Path, args: argparse.Namespace
 
     async def creator() -> None:
         for _ in pending:
-            await worker.start_run("bench", "go")
+            await worker.start_run(agent, "go")
 
     await asyncio.gather(*(creator() for _ in range(args.concurrency)))
     deadline = time.monotonic() + 600
+    finished = sql.SQL("SELECT count(*) FROM {} WHERE created_at >= %s AND status = ANY(%s)"
+                       ).format(sql.Identifier(f"agent_{agent}", "runs"))
     while time.monotonic() < deadline:
-        done = await asyncio.to_thread(
-            db.scalar, "SELECT count(*) FROM agent_bench.runs WHERE created_at >= %s "
-            "AND status = ANY(%s)", [since, list(TERMINAL)])
+        done = await asyncio.to_thread(db.scalar, finished, [since, list(TERMINAL)])
         if done >= args.runs:
             break
         await asyncio.sleep(0.25)
     await worker.stop()
-    span = window(db, since)
+    span = window(db, since, agent)
     return {"operations_per_s": round(span["operations"] / span["seconds"], 1),
             "not_completed": span["not_completed"]} | await claim_latency(
-        db, crew, args.claims, enqueue=True)
+        db, crew, args.claims, enqueue=True, agent=agent)
 
 
-async def claim_latency(db: BenchDatabase, crew: Path, samples: int, *, enqueue: bool
-                        ) -> dict[str, Any]:
+async def claim_latency(db: BenchDatabase, crew: Path, samples: int, *, enqueue: bool,
+                        agent: str = "bench") -> dict[str, Any]:
     """The worker's claim statement for one message, ``samples`` times (each acknowledged)."""
     runtime = Runtime([crew], settings=settings(db.url))
     await runtime.start(workers=False)
@@ -740,9 +766,9 @@ async def claim_latency(db: BenchDatabase, crew: Path, samples: int, *, enqueue:
     timings = []
     for i in range(samples):
         if enqueue:
-            await q.enqueue("bench", None, OutgoingMessage("noop", {"i": i}))
+            await q.enqueue(agent, None, OutgoingMessage("noop", {"i": i}))
         t0 = time.perf_counter()
-        claimed, _ = await q.claim(["bench"], "bench-claimer", 1, 30, 100)
+        claimed, _ = await q.claim([agent], "bench-claimer", 1, 30, 100)
         timings.append(1000 * (time.perf_counter() - t0))
         for message in claimed:
             await q.ack(message, "bench-claimer")
@@ -918,6 +944,25 @@ async def fanout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
             "wakeup_ms_max": round(max(latencies), 1) if latencies else None}
 
 
+def sse_arrivals(chunks: list[tuple[float, bytes]]) -> list[tuple[str, int, float, float]]:
+    """The events of an SSE stream read as ``(time read, bytes)`` chunks: ``(stream, seq,
+    created_at, arrived)`` per event, in the order received, ``arrived`` the time of the chunk
+    that completed its frame (``text_delta`` and ``end`` frames skipped)."""
+    events, buffer = [], b""
+    for arrived, chunk in chunks:
+        buffer += chunk
+        *frames, buffer = buffer.split(b"\n\n")
+        for frame in frames:
+            fields = dict(line.split(": ", 1) for line in frame.decode().split("\n")
+                          if ": " in line and not line.startswith(":"))
+            if "data" not in fields or fields.get("event") in ("text_delta", "end"):
+                continue
+            event = json.loads(fields["data"])
+            created = datetime.datetime.fromisoformat(event["created_at"]).timestamp()
+            events.append((event["stream"], event["seq"], created, arrived))
+    return events
+
+
 async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Live fan-out: ``--subscribers`` SSE subscribers on one API process, spread over
     ``--watched-runs`` runs that one ``toren worker`` process works while they watch (each
@@ -935,30 +980,47 @@ async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
     worker = None
     try:
         ids = await create_runs(db.url, crew, runs)
-        received: list[list[tuple[str, int, float, float]]] = [[] for _ in range(n)]
         attached = asyncio.Semaphore(0)
+        read: list[list[tuple[float, bytes]]] = [[] for _ in range(n)]
 
         async def subscribe(index: int, http: aiohttp.ClientSession) -> None:
+            # Each chunk is kept with the time it was read, and parsed after every stream
+            # ended: 1,000 streams parsed as they arrive (or as each ends) would make this
+            # process's parsing, on the same 2 cores, part of the figure (measured: half of
+            # the p50 at 1,000 subscribers, and over 1 s for the runs' last events).
             run_id = ids[index % runs]
+            chunks: list[tuple[float, bytes]] = []
             async with http.get(f"{server.url}/runs/{run_id}/events",
                                 headers={"Accept": "text/event-stream"}) as response:
                 response.raise_for_status()
                 attached.release()
-                kind = ""
-                async for raw in response.content:
-                    line = raw.decode()
-                    if line.startswith("event: "):
-                        kind = line[7:].strip()
-                    elif line.startswith("data: ") and kind not in ("text_delta", "end"):
-                        now = time.time()
-                        event = json.loads(line[6:])
-                        created = datetime.datetime.fromisoformat(event["created_at"])
-                        received[index].append((event["stream"], event["seq"],
-                                                created.timestamp(), now))
-                    elif line.startswith("data: ") and kind == "end":
-                        return
+                tail = b""
+                async for chunk in response.content.iter_any():
+                    chunks.append((time.time(), chunk))
+                    if b"\nevent: end\n" in tail + chunk:
+                        break
+                    tail = chunk[-16:]
+            read[index] = chunks
 
         rss: list[float] = []
+        # the same notices the API process listens to, heard by a thread of this process on
+        # its own connection: they split each delivery into append to notice (the commit
+        # and Postgres) and notice to delivery (the API process and this one's reading)
+        heard: dict[str, list[float]] = {}
+        listening = threading.Event()
+        stop_listening = threading.Event()
+
+        def listen() -> None:
+            with psycopg.connect(db.url, autocommit=True) as conn:
+                conn.execute("LISTEN toren_appends")
+                listening.set()
+                while not stop_listening.is_set():
+                    for notice in conn.notifies(timeout=0.2):
+                        heard.setdefault(notice.payload, []).append(time.time())
+
+        listener = threading.Thread(target=listen, name="bench-notices", daemon=True)
+        listener.start()
+        listening.wait(30)
 
         status = Path(f"/proc/{server.proc.pid}/status")
 
@@ -985,6 +1047,9 @@ async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
             await asyncio.wait_for(asyncio.gather(*viewers), 900)
             elapsed = time.perf_counter() - started
             sampler.cancel()
+            stop_listening.set()
+            listener.join(5)
+        received = [sse_arrivals(chunks) for chunks in read]
         with psycopg.connect(db.url) as conn:
             logged: dict[str, dict[str, list[int]]] = {}
             for run_id, stream, seq in conn.execute(
@@ -998,6 +1063,15 @@ async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
     # the runs' first events were read as history when the subscribers attached: not counted
     latencies = [(arrived - created) * 1000 for got in received
                  for _, _, created, arrived in got if created >= live_from]
+    to_notice, notice_to_delivery = [], []
+    for index, got in enumerate(received):
+        times = heard.get(ids[index % runs], [])
+        for _, _, created, arrived in got:
+            # the first notice of the run after the append began announced it
+            at = bisect.bisect_left(times, created)
+            if created >= live_from and at < len(times):
+                to_notice.append((times[at] - created) * 1000)
+                notice_to_delivery.append((arrived - times[at]) * 1000)
 
     def by_stream(got: list[tuple[str, int, float, float]]) -> dict[str, list[int]]:
         streams: dict[str, list[int]] = {}
@@ -1013,7 +1087,15 @@ async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
             "append_to_delivery_ms_p50": round(percentile(latencies, 0.5), 1),
             "append_to_delivery_ms_p99": round(percentile(latencies, 0.99), 1),
             "append_to_delivery_ms_max": round(max(latencies), 1),
+            "append_to_notice_ms_p50": round(percentile(to_notice, 0.5), 1),
+            "append_to_notice_ms_p99": round(percentile(to_notice, 0.99), 1),
+            "notice_to_delivery_ms_p50": round(percentile(notice_to_delivery, 0.5), 1),
+            "notice_to_delivery_ms_p99": round(percentile(notice_to_delivery, 0.99), 1),
             "subscribers_missing_or_misordered": incomplete,
+            "text_frames_per_subscriber": round(statistics.mean(
+                sum(chunk.count(b"event: text_delta\n") for _, chunk in chunks)
+                for chunks in read), 1),
+            "reads_per_subscriber": round(statistics.mean(len(chunks) for chunks in read), 1),
             "server_rss_mb_before": round(rss_before or 0, 1),
             "server_rss_mb_peak": round(max(rss), 1)}
 
@@ -1048,6 +1130,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model-latency", type=float, default=2.0)
     parser.add_argument("--size", type=int, default=10_000_000,
                         help="growth: synthetic events preloaded (in size / 10 finished runs)")
+    parser.add_argument("--growth-pairs", type=int, default=5,
+                        help="growth: pairs of samples (empty, loaded), the order alternating")
     parser.add_argument("--backlog", type=int, default=100_000,
                         help="growth: ready messages waiting in the queue")
     parser.add_argument("--claims", type=int, default=200)
