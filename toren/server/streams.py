@@ -125,8 +125,8 @@ class SharedReads:
     """One database read for the streams of a run that ask the same thing at the same time.
 
     A notice wakes every stream of its run at once, and the streams that were up to date all
-    ask for the run's row and for the events after the same position: the first one's read is
-    shared by the others (1,000 viewers of a run cost two queries per notice, not 2,000).
+    ask for the run's row and the events after the same position: the first one's read is
+    shared by the others (1,000 viewers of a run cost one round trip per notice, not 1,000).
 
     A read may only be joined by a stream that was woken before it began: ``generation``
     counts a run's notices, and a read started at generation ``g`` serves askers at ``g`` or
@@ -136,8 +136,9 @@ class SharedReads:
     def __init__(self) -> None:
         self._generation: Counter[str] = Counter()
         self._reads: dict[tuple[Any, ...], tuple[int, asyncio.Future[Any]]] = {}
-        #: Reads made so far, by what they read (``"events"``, ``"run"``): for tests and
-        #: benchmarks, which compare them with the notices (one read per notice, not per stream).
+        #: Reads made so far, by the first item of their key (``"events"``, with or without the
+        #: run's row): for tests and benchmarks, which compare them with the notices (one read
+        #: per notice, not per stream).
         self.made: Counter[str] = Counter()
 
     def noticed(self, run_id: str) -> None:
@@ -232,14 +233,6 @@ class StreamHub:
         #: Looks so far at a run that no notice woke for ``SSE_FALLBACK_POLL_S``.
         self.looks = 0
 
-    async def get_run(self, store: RunReader, run_id: str, agent: str) -> RunRecord | None:
-        """The run's row, read once for all of its streams asking at the same time (from the
-        hub's store: a stream reading elsewhere, such as an archived run's, reads alone)."""
-        if store is not self.store:
-            return await store.get_run(run_id, agent)
-        return await self.reads.read(("run", run_id), run_id,
-                                     lambda: store.get_run(run_id, agent))
-
     async def load_events(self, store: RunReader, agent: str, run_id: str,
                           after: dict[str, int]) -> EventBatch:
         """The run's events after ``after``, read (and encoded) once for all of its streams
@@ -252,6 +245,24 @@ class StreamHub:
         if store is not self.store:
             return await fetch()
         return await self.reads.read(("events", run_id, frozenset(seen.items())), run_id, fetch)
+
+    async def load_run_and_events(self, store: RunReader, agent: str, run_id: str,
+                                  after: dict[str, int]
+                                  ) -> tuple[RunRecord | None, EventBatch]:
+        """The run's row and then its events after ``after`` (``get_run_and_events``: one
+        round trip with the ``postgres`` store), read once for all of its streams that have
+        seen the same and ask at the same time (from the hub's store: a stream reading
+        elsewhere, such as an archived run's, reads alone)."""
+        seen = dict(after)
+
+        async def fetch() -> tuple[RunRecord | None, EventBatch]:
+            record, events = await store.get_run_and_events(agent, run_id, seen)
+            return record, EventBatch(events, seen)
+
+        if store is not self.store:
+            return await fetch()
+        return await self.reads.read(("events", run_id, frozenset(seen.items()), "run"),
+                                     run_id, fetch)
 
     @contextlib.contextmanager
     def open(self, run_id: str, owner: str) -> Iterator[StreamSlot | None]:
@@ -437,12 +448,12 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
                 full_read = bool((await hub.load_events(store, record.agent, record.id,
                                                         position)).events)
             if full_read:
-                # the row first: if it is terminal, the events read next include its last ones
-                found = await hub.get_run(store, record.id, record.agent)
+                # the row first: if it is terminal, the events read after it include its last
+                found, batch = await hub.load_run_and_events(store, record.agent, record.id,
+                                                             position)
                 if found is None:
                     raise RunNotFound(f"run {record.id} is gone")
                 current = found
-                batch = await hub.load_events(store, record.agent, record.id, position)
         except Exception as exc:  # the database went away: the response is already started
             failing_since = failing_since or loop.time()
             if loop.time() - failing_since > SSE_GIVE_UP_S:

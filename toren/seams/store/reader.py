@@ -49,6 +49,22 @@ class RunReader(abc.ABC):
         """Events of a run, every stream, oldest first; with ``after`` (stream -> last seq
         seen) only the ones a reader has not seen."""
 
+    async def get_run_and_events(self, agent: str, run_id: str,
+                                 after: Mapping[str, int] | None = None
+                                 ) -> tuple[RunRecord | None, list[Event]]:
+        """The run's row (``None`` if there is no such run) and then its events after
+        ``after`` (as ``load_events``), the events read after the row: when the row says the
+        run has ended, its last events are among them.
+
+        Called by the HTTP API's event streams when a notice says a run has new events (one
+        read shared by all of the run's streams). This default makes the two reads one after
+        the other; the ``postgres`` store sends both statements in one round trip.
+        """
+        record = await self.get_run(run_id, agent)
+        if record is None:
+            return None, []
+        return record, await self.load_events(agent, run_id, after)
+
     @abc.abstractmethod
     async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
         """Every event of one stream, in sequence order (a session's transcript)."""

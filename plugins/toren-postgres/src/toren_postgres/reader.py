@@ -19,6 +19,7 @@ from toren.seams.store import RunReader
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import registered_agents
 from toren_postgres.notices import AppendNotices
+from toren_postgres.pipelines import one_transaction
 from toren_postgres.queries import agent_query
 
 
@@ -109,6 +110,25 @@ class PostgresRunReader(PostgresConnection, RunReader):
                                         {"run_id": run_id, "after": Jsonb(dict(after or {}))})
             rows = await cursor.fetchall()
         return [Event(run_id, stream, seq, kind, data, at) for stream, seq, kind, data, at in rows]
+
+    async def get_run_and_events(self, agent: str, run_id: str,
+                                 after: Mapping[str, int] | None = None
+                                 ) -> tuple[RunRecord | None, list[Event]]:
+        schema = schema_name_for(agent)
+        async with self.pool.connection() as conn:
+            # one round trip; the events statement runs after the row's, so it sees at
+            # least what the row's snapshot saw (READ COMMITTED: a snapshot per statement)
+            async with one_transaction(conn):
+                run = conn.cursor(row_factory=dict_row)
+                await run.execute(agent_query("get_run", schema), {"run_id": run_id})
+                events = await conn.execute(agent_query("load_events", schema), {
+                    "run_id": run_id, "after": Jsonb(dict(after or {}))})
+            row = await run.fetchone()
+            rows = await events.fetchall()
+        if row is None:
+            return None, []
+        return _record(agent, row), [Event(run_id, stream, seq, kind, data, at)
+                                     for stream, seq, kind, data, at in rows]
 
     async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
         async with self.pool.connection() as conn:
