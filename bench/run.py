@@ -267,6 +267,11 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         target="<= 100 ms", check=lambda v, r: v <= 100)
     add("8 stream fan-out", "same, p50", each("toren_delivery", "append_to_delivery_ms_p50"),
         "ms")
+    add("8 stream fan-out", "same, of which append to notice (the commit and Postgres's "
+        "NOTIFY), p99", each("toren_delivery", "append_to_notice_ms_p99"), "ms")
+    add("8 stream fan-out", "same, of which notice to delivery (the API process's read and "
+        "writes, the client's read), p99", each("toren_delivery", "notice_to_delivery_ms_p99"),
+        "ms")
     add("8 stream fan-out", "same: subscribers missing an event or seeing one out of order",
         each("toren_delivery", "subscribers_missing_or_misordered"), "",
         target="0", check=lambda v, r: v == 0)
