@@ -275,6 +275,13 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     add("8 stream fan-out", "same: subscribers missing an event or seeing one out of order",
         each("toren_delivery", "subscribers_missing_or_misordered"), "",
         target="0", check=lambda v, r: v == 0)
+    add("8 stream fan-out", "same: API process CPU per frame written (an event or a piece of "
+        "model text, to one subscriber)", each("toren_delivery", "server_cpu_us_per_frame"),
+        "us")
+    add("8 stream fan-out", "same: share of the time the API process's event loop ran / waited "
+        "for a CPU", each("toren_delivery", "server_loop_running_share"), "",
+        theirs=each("toren_delivery", "server_loop_waiting_for_cpu_share"),
+        peer_name="waited")
     add("8 stream fan-out", "same: API process RSS, peak",
         each("toren_delivery", "server_rss_mb_peak"), "MB")
     levels = sorted({int(k) for rep in reps

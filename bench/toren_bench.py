@@ -446,6 +446,20 @@ async def resume_curve(db: BenchDatabase, work: Path, lengths: list[int], *,
 # -- worker processes (memory, scale-out, recovery) -------------------------------------------
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main_thread_sched_s(pid: int) -> tuple[float, float]:
+    """``(ran, waited)``: seconds the main thread (the event loop) of process ``pid`` ran on a
+    CPU and waited for one while runnable (Linux schedstat; a loaded machine shows in
+    ``waited``)."""
+    ran, waited = Path(f"/proc/{pid}/schedstat").read_text().split()[:2]
+    return int(ran) / 1e9, int(waited) / 1e9
+
+
 class WorkerProcess:
     """``toren worker --json`` in a subprocess."""
 
@@ -464,14 +478,10 @@ class WorkerProcess:
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the worker process has used so far."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(self.proc.pid)
 
     def main_thread_sched_s(self) -> tuple[float, float]:
-        """``(ran, waited)``: seconds the main thread (the event loop) ran on a CPU and waited
-        for one while runnable (Linux schedstat; a loaded machine shows in ``waited``)."""
-        ran, waited = Path(f"/proc/{self.proc.pid}/schedstat").read_text().split()[:2]
-        return int(ran) / 1e9, int(waited) / 1e9
+        return main_thread_sched_s(self.proc.pid)
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -944,15 +954,71 @@ async def fanout(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
             "wakeup_ms_max": round(max(latencies), 1) if latencies else None}
 
 
-def sse_arrivals(chunks: list[tuple[float, bytes]]) -> list[tuple[str, int, float, float]]:
-    """The events of an SSE stream read as ``(time read, bytes)`` chunks: ``(stream, seq,
-    created_at, arrived)`` per event, in the order received, ``arrived`` the time of the chunk
-    that completed its frame (``text_delta`` and ``end`` frames skipped)."""
-    events, buffer = [], b""
-    for arrived, chunk in chunks:
-        buffer += chunk
-        *frames, buffer = buffer.split(b"\n\n")
-        for frame in frames:
+class RawSubscriber(asyncio.Protocol):
+    """One SSE subscriber as a bare asyncio protocol: it sends the request and keeps each
+    piece of the response with the time it arrived, nothing else, so that 1,000 of them in
+    this process cost the 2 cores little beside the server they measure (an aiohttp client
+    per stream costs a task wake-up per chunk, about what the server spends writing it).
+    Parsed after the run (``arrivals``)."""
+
+    def __init__(self, request: bytes, attached: asyncio.Semaphore) -> None:
+        self.request = request
+        self.attached = attached
+        self.pieces: list[tuple[float, bytes]] = []
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+        self._headers = False
+        self._tail = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.pieces.append((time.time(), data))
+        seen = self._tail + data
+        if not self._headers and b"\r\n\r\n" in b"".join(p for _, p in self.pieces):
+            self._headers = True
+            self.attached.release()
+        if b"\nevent: end\n" in seen or b"\r\nevent: end\n" in seen:
+            assert self.transport is not None
+            self.transport.close()
+        self._tail = seen[-32:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    def arrivals(self) -> list[tuple[str, int, float, float]]:
+        """``(stream, seq, created_at, arrived)`` per event, in the order received,
+        ``arrived`` the time the piece that completed its frame arrived (``text_delta`` and
+        ``end`` frames skipped)."""
+        raw = b"".join(piece for _, piece in self.pieces)
+        ends = list(itertools.accumulate(len(piece) for _, piece in self.pieces))
+        head, _, _ = raw.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"the event stream answered {head[:40]!r}")
+        # the body is chunked: one HTTP chunk per write of the server
+        body, done_at, position = bytearray(), [], len(head) + 4
+        while True:
+            line_end = raw.find(b"\r\n", position)
+            if line_end < 0:
+                break
+            size = int(raw[position:line_end].split(b";")[0], 16)
+            start = line_end + 2
+            if size == 0 or start + size > len(raw):
+                break
+            body += raw[start:start + size]
+            done_at.append((len(body), start + size - 1))
+            position = start + size + 2
+        events, offset, body_ends = [], 0, [body_end for body_end, _ in done_at]
+        for frame in bytes(body).split(b"\n\n")[:-1]:
+            offset += len(frame) + 2
+            # the raw byte that completed the frame, and the piece it came in
+            body_end, raw_at = done_at[bisect.bisect_left(body_ends, offset)]
+            last = raw_at - (body_end - offset)
+            arrived = self.pieces[bisect.bisect_left(ends, last + 1)][0]
             fields = dict(line.split(": ", 1) for line in frame.decode().split("\n")
                           if ": " in line and not line.startswith(":"))
             if "data" not in fields or fields.get("event") in ("text_delta", "end"):
@@ -960,7 +1026,10 @@ def sse_arrivals(chunks: list[tuple[float, bytes]]) -> list[tuple[str, int, floa
             event = json.loads(fields["data"])
             created = datetime.datetime.fromisoformat(event["created_at"]).timestamp()
             events.append((event["stream"], event["seq"], created, arrived))
-    return events
+        return events
+
+    def count(self, needle: bytes) -> int:
+        return b"".join(piece for _, piece in self.pieces).count(needle)
 
 
 async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -971,8 +1040,6 @@ async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
     database clock of the same machine) to its arrival; then every subscriber's events are
     checked against the log (none missing, none twice, in order). The API process's RSS is
     sampled while it serves."""
-    import aiohttp
-
     runs, n = max(1, min(args.watched_runs, args.subscribers)), args.subscribers
     crew = bench_crew(work, args.steps)
     await create_runs(db.url, crew, 0)  # migrate
@@ -981,26 +1048,20 @@ async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
     try:
         ids = await create_runs(db.url, crew, runs)
         attached = asyncio.Semaphore(0)
-        read: list[list[tuple[float, bytes]]] = [[] for _ in range(n)]
 
-        async def subscribe(index: int, http: aiohttp.ClientSession) -> None:
-            # Each chunk is kept with the time it was read, and parsed after every stream
-            # ended: 1,000 streams parsed as they arrive (or as each ends) would make this
-            # process's parsing, on the same 2 cores, part of the figure (measured: half of
-            # the p50 at 1,000 subscribers, and over 1 s for the runs' last events).
-            run_id = ids[index % runs]
-            chunks: list[tuple[float, bytes]] = []
-            async with http.get(f"{server.url}/runs/{run_id}/events",
-                                headers={"Accept": "text/event-stream"}) as response:
-                response.raise_for_status()
-                attached.release()
-                tail = b""
-                async for chunk in response.content.iter_any():
-                    chunks.append((time.time(), chunk))
-                    if b"\nevent: end\n" in tail + chunk:
-                        break
-                    tail = chunk[-16:]
-            read[index] = chunks
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+
+        async def subscribe(index: int) -> RawSubscriber:
+            # each piece is kept with the time it arrived and parsed after every stream
+            # ended: parsing 1,000 streams as they arrive, on the same 2 cores, made this
+            # process's parsing part of the figure (half of its p50 at 1,000 subscribers)
+            request = (f"GET /runs/{ids[index % runs]}/events HTTP/1.1\r\nHost: {host}\r\n"
+                       "Accept: text/event-stream\r\n\r\n").encode()
+            loop = asyncio.get_running_loop()
+            _, subscriber = await loop.create_connection(
+                lambda: RawSubscriber(request, attached), host, int(port))
+            await subscriber.ended
+            return subscriber
 
         rss: list[float] = []
         # the same notices the API process listens to, heard by a thread of this process on
@@ -1031,25 +1092,25 @@ async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
                            if line.startswith("VmRSS:"))
                 await asyncio.sleep(0.5)
 
-        async with aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=60)) as http:
-            rss_before = None
-            sampler = asyncio.create_task(sample_rss())
-            await asyncio.sleep(0.6)
-            rss_before = rss[-1]
-            viewers = [asyncio.create_task(subscribe(i, http)) for i in range(n)]
-            for _ in range(n):
-                await asyncio.wait_for(attached.acquire(), 300)
-            started, live_from = time.perf_counter(), time.time()
-            worker = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(runs),
-                                   TOREN_SCRIPTED_DELAY=str(args.model_latency))
-            await asyncio.wait_for(asyncio.gather(*viewers), 900)
-            elapsed = time.perf_counter() - started
-            sampler.cancel()
-            stop_listening.set()
-            listener.join(5)
-        received = [sse_arrivals(chunks) for chunks in read]
+        sampler = asyncio.create_task(sample_rss())
+        await asyncio.sleep(0.6)
+        rss_before = rss[-1]
+        viewers = [asyncio.create_task(subscribe(i)) for i in range(n)]
+        for _ in range(n):
+            await asyncio.wait_for(attached.acquire(), 300)
+        started, live_from = time.perf_counter(), time.time()
+        cpu_from, (ran_from, waited_from) = (process_cpu_s(server.proc.pid),
+                                             main_thread_sched_s(server.proc.pid))
+        worker = WorkerProcess(crew, db.url, TOREN_CONCURRENCY=str(runs),
+                               TOREN_SCRIPTED_DELAY=str(args.model_latency))
+        subscribers = await asyncio.wait_for(asyncio.gather(*viewers), 900)
+        elapsed = time.perf_counter() - started
+        server_cpu_s = process_cpu_s(server.proc.pid) - cpu_from
+        ran, waited = main_thread_sched_s(server.proc.pid)
+        sampler.cancel()
+        stop_listening.set()
+        listener.join(5)
+        received = [subscriber.arrivals() for subscriber in subscribers]
         with psycopg.connect(db.url) as conn:
             logged: dict[str, dict[str, list[int]]] = {}
             for run_id, stream, seq in conn.execute(
@@ -1079,6 +1140,8 @@ async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
             streams.setdefault(stream, []).append(seq)
         return streams
 
+    frames = len(latencies) + sum(subscriber.count(b"event: text_delta\n")
+                                  for subscriber in subscribers)
     incomplete = sum(1 for index, got in enumerate(received)
                      if by_stream(got) != logged[ids[index % runs]])
     return {"subscribers": n, "runs": runs, "steps_per_run": args.steps,
@@ -1092,10 +1155,17 @@ async def delivery(db: BenchDatabase, args: argparse.Namespace, work: Path) -> d
             "notice_to_delivery_ms_p50": round(percentile(notice_to_delivery, 0.5), 1),
             "notice_to_delivery_ms_p99": round(percentile(notice_to_delivery, 0.99), 1),
             "subscribers_missing_or_misordered": incomplete,
+            # the API process while the runs ran: its CPU per frame written to a subscriber
+            # (events and pieces of text; load-proof, unlike the latencies), and how much of
+            # the time its event loop ran, and waited for a CPU while it had work
+            "server_cpu_s": round(server_cpu_s, 2),
+            "server_cpu_us_per_frame": round(1e6 * server_cpu_s / max(1, frames), 1),
+            "server_loop_running_share": round((ran - ran_from) / elapsed, 3),
+            "server_loop_waiting_for_cpu_share": round((waited - waited_from) / elapsed, 3),
             "text_frames_per_subscriber": round(statistics.mean(
-                sum(chunk.count(b"event: text_delta\n") for _, chunk in chunks)
-                for chunks in read), 1),
-            "reads_per_subscriber": round(statistics.mean(len(chunks) for chunks in read), 1),
+                subscriber.count(b"event: text_delta\n") for subscriber in subscribers), 1),
+            "reads_per_subscriber": round(statistics.mean(
+                len(subscriber.pieces) for subscriber in subscribers), 1),
             "server_rss_mb_before": round(rss_before or 0, 1),
             "server_rss_mb_peak": round(max(rss), 1)}
 
