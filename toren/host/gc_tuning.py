@@ -10,8 +10,10 @@ reference counting.
 
 While a ``Runtime`` of the process runs workers, therefore:
 
-- what exists when the first one has started is frozen (``gc.freeze``, after a collection, so
-  no garbage is frozen): full passes no longer walk it;
+- what exists when the first one has started is frozen (``gc.freeze``, after a collection of
+  the young generations): full passes no longer walk it. Not after a full collection: that
+  blocks the event loop for as long as the heap is big (0.5 s in a test process); cyclic
+  garbage already in the oldest generation then is kept until the workers stop;
 - the young generation's threshold is raised to ``YOUNG_THRESHOLD``, unless the process had set
   a higher one itself.
 
@@ -40,7 +42,7 @@ def tune_for_workers() -> None:
     if _holders > 1:
         return
     _saved_threshold = gc.get_threshold()
-    gc.collect()
+    gc.collect(1)  # the young generations only: quick, whatever the size of the heap
     gc.freeze()
     young, *older = _saved_threshold
     if young < YOUNG_THRESHOLD:
