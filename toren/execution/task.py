@@ -575,21 +575,47 @@ class TaskRunner:
 
     async def run_plain_tools(self, calls: Sequence[PendingToolCall]) -> None:
         """Run the calls at once and record their results; if the run is cancelled meanwhile,
-        stop waiting (calls not started yet never start) and end the task's work at once."""
+        stop waiting (calls not started yet never start) and end the task's work at once.
+
+        The calls are awaited through one future that their tasks' done callbacks settle, and
+        the cancellation watcher (``watch_cancel``) is started by a timer only once the calls
+        have run a third of the lease TTL: the usual tool step, far shorter, makes no task
+        besides its calls' (a watcher task and a waiter task per step, and ``asyncio.wait``
+        over them, were a measurable share of a tool step's CPU)."""
+        loop = asyncio.get_running_loop()
         cancelled = asyncio.Event()
+        settled: asyncio.Future[None] = loop.create_future()
+        left = len(calls)
+
+        def stop_waiting() -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        def one_done(_run: asyncio.Task[ev.ToolCallCompleted]) -> None:
+            nonlocal left
+            left -= 1
+            if left == 0:
+                stop_waiting()
+
         runs = [asyncio.create_task(self.run_tool(call, cancelled),
                                     name=f"toren-tool-{call.call.name}") for call in calls]
-        watcher = asyncio.create_task(self.watch_cancel(cancelled), name="toren-cancel-watch")
-        stop = asyncio.create_task(cancelled.wait())
+        for run in runs:
+            run.add_done_callback(one_done)
+        watcher: asyncio.Task[None] | None = None
+
+        def start_watcher() -> None:
+            nonlocal watcher
+            watcher = asyncio.create_task(self.watch_cancel(cancelled, stop_waiting),
+                                          name="toren-cancel-watch")
+
+        timer = loop.call_later(self.settings.lease_ttl_s / 3, start_watcher)
         try:
-            pending: set[asyncio.Task[Any]] = set(runs)
-            while pending and not cancelled.is_set():
-                _done, pending = await asyncio.wait(pending | {stop},
-                                                    return_when=asyncio.FIRST_COMPLETED)
-                pending.discard(stop)
+            if runs:
+                await settled
         finally:
-            for task in (watcher, stop, *runs):
-                if not task.done():
+            timer.cancel()
+            for task in (watcher, *runs):
+                if task is not None and not task.done():
                     task.cancel()
         if cancelled.is_set():
             await self.abandon(calls, runs)
@@ -598,19 +624,22 @@ class TaskRunner:
         for run in runs:
             self.record(run.result())
 
-    async def watch_cancel(self, cancelled: asyncio.Event) -> None:
-        """Set ``cancelled`` when the run is cancelled (checked every third of the lease TTL,
-        as often as leases are renewed)."""
+    async def watch_cancel(self, cancelled: asyncio.Event,
+                           stop_waiting: Callable[[], None]) -> None:
+        """Set ``cancelled`` (and call ``stop_waiting``) when the run is cancelled: looked up
+        now and then every third of the lease TTL, as often as leases are renewed (started
+        when the tools have run a third of it)."""
         while True:
-            await asyncio.sleep(self.settings.lease_ttl_s / 3)
             try:
                 status = await self.store.run_status(self.agent.name, self.run_id)
             except TorenError as exc:  # the database blinked: the next look may see it
                 log.debug("could not check whether run %s was cancelled: %s", self.run_id, exc)
-                continue
+                status = "unknown"
             if status is None or status == "cancelled":
                 cancelled.set()
+                stop_waiting()
                 return
+            await asyncio.sleep(self.settings.lease_ttl_s / 3)
 
     async def abandon(self, calls: Sequence[PendingToolCall],
                       runs: Sequence[asyncio.Task[ev.ToolCallCompleted]]) -> None:

@@ -41,6 +41,7 @@ from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.files import FileNotFound
 from toren.host.approvals import ApprovalsApi
 from toren.host.forks import ForksApi
+from toren.host.gc_tuning import tune_for_workers, untune_for_workers
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.metrics import Metrics, MetricsListener
 from toren.host.relay import OutboxRelay
@@ -123,6 +124,8 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         #: driver is configured (``TOREN_TRACER``, or an ``OTEL_EXPORTER_OTLP_ENDPOINT``).
         self.tracer: Tracer = self._make_tracer()
         self._metrics_listener: MetricsListener | None = None
+        #: Whether this runtime's workers hold the process's collector tuning (``gc_tuning``).
+        self._gc_tuned = False
         self.started = False
 
     def _make_tracer(self) -> Tracer:
@@ -210,6 +213,9 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         except BaseException:
             await self.stop()
             raise
+        if workers and not self._gc_tuned:  # what exists now lives as long as the workers
+            tune_for_workers()
+            self._gc_tuned = True
         self.started = True
 
     async def preflight(self) -> None:
@@ -293,6 +299,9 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         if self.workers is not None:
             await self.workers.stop()
             self.workers = None
+        if self._gc_tuned:
+            untune_for_workers()
+            self._gc_tuned = False
         if self.relay is not None:
             await self.relay.stop()
             self.relay = None
