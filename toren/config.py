@@ -79,6 +79,10 @@ class Settings:
     #: Appends of concurrent tasks share one transaction (one commit), each still checked
     #: against its own lease and sequence numbers (see toren_postgres.group_commit).
     group_commit: bool = True
+    #: While workers run, the process's cyclic garbage collector skips what existed when they
+    #: started and runs its young passes less often (``toren.host.gc_tuning``); ``False`` (for
+    #: a process that tunes its collector itself) leaves it alone.
+    gc_tuning: bool = True
     #: Retention (docs/guides/retention.md): where archived runs go (``file:///dir`` or
     #: ``s3://bucket/prefix``; ``None``: nothing is archived), the age after which a finished
     #: run of an agent without ``retention:`` is archived (``None``: never), seconds between
@@ -140,6 +144,7 @@ class Settings:
             max_connections=positive_number(env, "TOREN_MAX_CONNECTIONS", 1000, int),
             max_call_depth=positive_number(env, "TOREN_MAX_CALL_DEPTH", 5, int),
             group_commit=switch(env, "TOREN_GROUP_COMMIT", True),
+            gc_tuning=switch(env, "TOREN_GC_TUNING", True),
             archive_url=env.get("TOREN_ARCHIVE", "").strip() or None,
             default_retention_s=retention_age(env),
             archive_interval_s=positive_number(env, "TOREN_ARCHIVE_INTERVAL", 3600.0, float),

@@ -213,7 +213,8 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         except BaseException:
             await self.stop()
             raise
-        if workers and not self._gc_tuned:  # what exists now lives as long as the workers
+        if workers and self.settings.gc_tuning and not self._gc_tuned:
+            # what exists now lives as long as the workers
             tune_for_workers()
             self._gc_tuned = True
         self.started = True
