@@ -684,13 +684,13 @@ async def growth(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
     them, is reported as ``loaded_at_once``). Then ``--growth-pairs`` pairs of samples, empty
     and loaded, the order alternating; the ratio is the median of the pairs' ratios. One
     discarded warm-up sample first: the first in a process pays imports and cold caches."""
-    crews = {"empty": bench_crew(work, args.steps, "bench_empty"),
-             "loaded": bench_crew(work, args.steps)}
+    agents = {"empty": "bench_empty", "loaded": "bench"}
+    crews = {side: bench_crew(work, args.steps, agent) for side, agent in agents.items()}
     for crew in crews.values():
         await create_runs(db.url, crew, 0)  # migrate
     out: dict[str, Any] = {"size_events": args.size, "size_runs": args.size // 10,
                            "backlog": args.backlog}
-    out["warm_up"] = await growth_sample(db, crews["empty"], args, "bench_empty")
+    out["warm_up"] = await growth_sample(db, crews["empty"], args, agents["empty"])
     started = time.perf_counter()
     with psycopg.connect(db.url, autocommit=True) as conn:
         conn.execute(
@@ -708,7 +708,7 @@ async def growth(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
         out["loaded_events"] = conn.execute(
             "SELECT count(*) FROM agent_bench.events").fetchone()[0]
     out["load_s"] = round(time.perf_counter() - started, 1)
-    out["loaded_at_once"] = await growth_sample(db, crews["loaded"], args, "bench")
+    out["loaded_at_once"] = await growth_sample(db, crews["loaded"], args, agents["loaded"])
     with psycopg.connect(db.url, autocommit=True) as conn:
         settle = time.perf_counter()
         conn.execute("VACUUM (ANALYZE) agent_bench.runs, agent_bench.events")
@@ -717,9 +717,8 @@ async def growth(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
     pairs: list[dict[str, Any]] = []
     for pair in range(args.growth_pairs):
         sides = ["empty", "loaded"] if pair % 2 == 0 else ["loaded", "empty"]
-        pairs.append({side: await growth_sample(
-            db, crews[side], args, "bench_empty" if side == "empty" else "bench")
-            for side in sides})
+        pairs.append({side: await growth_sample(db, crews[side], args, agents[side])
+                      for side in sides})
     out["pairs"] = pairs
     for side in ("empty", "loaded"):
         out[side] = {key: statistics.median(p[side][key] for p in pairs)
@@ -981,7 +980,7 @@ class RawSubscriber(asyncio.Protocol):
         if not self._headers and b"\r\n\r\n" in b"".join(p for _, p in self.pieces):
             self._headers = True
             self.attached.release()
-        if b"\nevent: end\n" in seen or b"\r\nevent: end\n" in seen:
+        if b"\nevent: end\n" in seen:
             assert self.transport is not None
             self.transport.close()
         self._tail = seen[-32:]
