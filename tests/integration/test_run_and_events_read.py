@@ -44,3 +44,28 @@ async def test_a_run_that_does_not_exist_reads_as_none(make_runtime, tmp_path: P
     assert await RunReader.get_run_and_events(runtime.store, "reader", missing) == (None, [])
     # the connection it used still works (a failed pipeline would have closed it)
     assert await runtime.store.get_run(missing, "reader") is None
+
+
+async def test_several_runs_rows_and_events_after_their_positions_in_one_read(
+        make_runtime, tmp_path: Path) -> None:
+    """``get_runs_and_events``: what the stream hub reads for the runs a batch of notices
+    announced; each run as ``get_run_and_events`` reads it, a missing run as ``None``."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "reader")])
+    store = runtime.store
+    first = await runtime.start_run("reader", "hello")
+    second = await runtime.start_run("reader", "again")
+    for run_id in (first, second):
+        assert (await runtime.wait_for_run(run_id, timeout_s=30)).status == "completed"
+    missing = "00000000-0000-4000-8000-000000000000"
+    positions = {first: {"run": 1}, second: {}, missing: {}}
+
+    found = await store.get_runs_and_events("reader", positions)
+    assert set(found) == {first, second, missing}
+    assert found[missing] == (None, [])
+    for run_id, after in positions.items():
+        assert found[run_id] == await store.get_run_and_events("reader", run_id, after)
+    assert next(e.seq for e in found[first][1] if e.stream == "run") == 2
+    assert found[second][1] == await store.load_events("reader", second)
+    # the same answer as the default, one run after the other
+    assert await RunReader.get_runs_and_events(store, "reader", positions) == found
+    assert await store.get_runs_and_events("reader", {}) == {}

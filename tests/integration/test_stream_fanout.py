@@ -62,10 +62,12 @@ async def test_many_streams_of_a_run_each_get_every_event_once_from_one_read_per
                    for _ in range(SUBSCRIBERS)]
         for _ in range(SUBSCRIBERS):
             await asyncio.wait_for(attached.get(), 30)
-        reads_before, notices_before = hub.reads.made["events"], hub.notices
+        reads_before, notices_before = sum(hub.reads.made.values()), hub.notices
+        writes_before = hub.direct_writes
         await make_runtime(dirs=[directory], models=models)  # the worker: the run starts now
         results = await asyncio.wait_for(asyncio.gather(*streams), 60)
-        reads, notices = hub.reads.made["events"] - reads_before, hub.notices - notices_before
+        reads, notices = sum(hub.reads.made.values()) - reads_before, hub.notices - notices_before
+        direct_writes = hub.direct_writes - writes_before
 
     logged = await api.store.load_events("fan", run_id)
     expected: dict[str, list[int]] = {}
@@ -88,6 +90,9 @@ async def test_many_streams_of_a_run_each_get_every_event_once_from_one_read_per
     # read per stream would make SUBSCRIBERS of each
     assert notices >= 3
     assert reads <= notices + 2, (reads, notices)
+    # the hub wrote the new events of each notice to the waiting streams itself, without
+    # waking their tasks: a write per stream per notice, at least for most of them
+    assert direct_writes >= SUBSCRIBERS * (notices - 2), (direct_writes, notices)
 
 
 async def test_lost_notices_cost_one_shared_look_per_run_not_one_per_stream(
@@ -128,3 +133,32 @@ async def test_lost_notices_cost_one_shared_look_per_run_not_one_per_stream(
     assert looks >= 1
     # a look reads the run's events once for the 20 streams, then a full read once
     assert reads <= 2 * (looks + notices) + 2, (reads, looks, notices)
+
+
+async def test_an_http_1_0_stream_is_written_by_its_own_task_and_gets_every_event(
+        make_runtime, tmp_path: Path) -> None:
+    """HTTP/1.0 has no chunked bodies, so the hub never writes to such a stream (it writes
+    chunks): the stream's task writes every event and the ``end``, and closes."""
+    directory = write_agent_dir(tmp_path, "fan", model="test/tools", tools_py=TOOLS)
+    models = {"tools": ScriptedModel(delay=0.2)}
+    api = await make_runtime(dirs=[directory], models=models, workers=False)
+    app = create_app(api, require_keys=False)
+    hub = app[STREAMS]
+    async with TestServer(app) as server:
+        run_id = await api.start_run("fan", "hello")
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(f"GET /runs/{run_id}/events HTTP/1.0\r\nHost: {server.host}\r\n"
+                     "Accept: text/event-stream\r\n\r\n".encode())
+        await make_runtime(dirs=[directory], models=models)  # the worker
+        raw = await asyncio.wait_for(reader.read(), 60)  # until the server closes
+        writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
+    frames = [dict(line.split(": ", 1) for line in block.split("\n") if ": " in line)
+              for block in body.decode().split("\n\n") if block and not block.startswith(":")]
+    assert frames[-1]["event"] == "end"
+    got = [(json.loads(f["data"])["stream"], json.loads(f["data"])["seq"])
+           for f in frames if "id" in f]
+    logged = await api.store.load_events("fan", run_id)
+    assert got == [(event.stream, event.seq) for event in logged]
+    assert hub.direct_writes == 0

@@ -106,3 +106,46 @@ async def test_a_closed_slot_checks_nothing_more(monkeypatch: pytest.MonkeyPatch
     raw.transport = None
     await asyncio.sleep(0.1)
     assert not slot.signal.is_set()  # no tick ran after close
+
+
+async def test_only_a_waiting_stream_whose_client_reads_is_written_directly() -> None:
+    """The hub writes to a stream only while its task waits with nothing pending and its
+    client has read all but ``DIRECT_WRITE_LIMIT`` bytes (a real connection whose reader
+    stopped reading)."""
+    loop = asyncio.get_running_loop()
+    stalled: asyncio.Future[asyncio.Transport] = loop.create_future()
+
+    class Stalled(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            transport.pause_reading()  # a client that stopped reading
+            stalled.set_result(transport)
+
+    server = await loop.create_server(Stalled, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    transport, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
+    await stalled
+    slot, request, _ = slot_and_request()
+    try:
+        assert not slot.idle()  # no transport handed over: never written directly
+        slot.write_directly(transport)
+        assert not slot.idle()  # its task is not waiting
+        waiting = asyncio.create_task(slot.wait(5.0, request))
+        await asyncio.sleep(0.01)
+        assert slot.parked and slot.idle()
+        slot.signal.set()  # something pending: the task is about to run
+        assert not slot.idle()
+        slot.signal.clear()
+        assert slot.idle()
+        transport.write(b"x" * (8 * 1024 * 1024))  # more than the kernel's buffers take
+        assert transport.get_write_buffer_size() > streams.DIRECT_WRITE_LIMIT
+        assert not slot.idle()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert not slot.parked
+    finally:
+        slot.close()
+        transport.abort()
+        server.close()
+        await server.wait_closed()

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.http_writer import HttpVersion11
 
 from toren.core import events as ev
 from toren.core.events import Event
@@ -53,6 +54,14 @@ SSE_GIVE_UP_S = 30.0
 #: Seconds a client is told to wait before opening another stream over its cap.
 SSE_CAP_RETRY_AFTER_S = 5
 
+#: Seconds between the hub's writes of model text to the idle streams of a run: the pieces
+#: made meanwhile go together in one write (the first piece after a pause goes at once). A
+#: model streams a piece every 10-50 ms; 1,000 streams of a run cost a write each per piece.
+SSE_TEXT_WRITE_INTERVAL_S = 0.1
+#: Bytes a client may have unread in its connection's send buffer for the hub to still write
+#: to it directly; past that, its stream's task writes (and waits for the client to read).
+DIRECT_WRITE_LIMIT = 64 * 1024
+
 SHUTDOWN_COMMENT = b": the server is shutting down; reconnect with Last-Event-ID\n\n"
 
 
@@ -65,24 +74,96 @@ class StreamSlot:
     lost notice would have announced (``look``) and, in between, by pieces of its run's model
     text (``text``).
 
+    A stream whose task is idle in ``wait`` (nothing pending) and whose client reads what it
+    is sent is written to directly, without waking its task: the hub writes a run's new
+    events to all such streams of the run from one read (``push``), and each piece of model
+    text is written as it comes (``text``). The stream's task keeps everything else: its
+    first read, catching up, a client that reads slowly, the run's end, heartbeats and key
+    checks. With 1,000 streams, a notice or a piece of text costs 1,000 writes, not 1,000
+    task wake-ups each followed by a write.
+
     A wait has a deadline but no timer of its own: one timer per slot, re-armed only when a
     deadline comes before it, checks the client and the deadline every
-    ``SSE_CLIENT_CHECK_S`` (a wake-up costs a stream no timer set and cancelled, which was
-    the larger part of its cost with 1,000 streams woken for every piece of model text).
+    ``SSE_CLIENT_CHECK_S`` (a wake-up costs a stream no timer set and cancelled).
     """
 
-    def __init__(self, hub: StreamHub, run_id: str) -> None:
+    def __init__(self, hub: StreamHub, run_id: str, agent: str = "") -> None:
         self.hub = hub
         self.run_id = run_id
+        self.agent = agent
         self.signal = asyncio.Event()
         self.noticed = False
         self.looking = False
         self.text_waiting = False
         #: When the current ``wait`` returns ``None`` (loop time).
         self.deadline = 0.0
+        #: The stream's position in the run's log (shared with its task: whoever writes
+        #: events moves it).
+        self.position: dict[str, int] = {}
+        #: Where pieces of text go among the events written (shared likewise).
+        self.order = LiveOrder()
+        #: The pieces of model text waiting (``LiveTextHub.watch``).
+        self.pieces: asyncio.Queue[TextDelta] | None = None
+        #: When the stream last wrote (loop time): heartbeats are sent after
+        #: ``SSE_HEARTBEAT_S`` without a write.
+        self.last_write = 0.0
+        #: When the hub last read the run's new events for the stream (loop time): the stream
+        #: looks by itself only ``SSE_STREAM_LOOK_S`` after that.
+        self.pushed_at = 0.0
+        #: Whether the stream's task is in ``wait`` (only then may the hub write).
+        self.parked = False
+        #: The run's row once the hub wrote the run's last events (it had ended): the task
+        #: ends the stream without reading again.
+        self.ended: RunRecord | None = None
+        self._transport: asyncio.Transport | None = None
         self._request: web.Request | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._gone = False
+
+    def write_directly(self, transport: asyncio.Transport) -> None:
+        """The response has started, chunked, on ``transport``: the hub may write to it while
+        the stream's task waits."""
+        self._transport = transport
+
+    def idle(self) -> bool:
+        """Whether the hub may write to the stream now: its task waits with nothing pending
+        and its client has read all but ``DIRECT_WRITE_LIMIT`` bytes of what it was sent."""
+        transport = self._transport
+        return (self.parked and not self.signal.is_set() and transport is not None
+                and not transport.is_closing()
+                and transport.get_write_buffer_size() <= DIRECT_WRITE_LIMIT)
+
+    def push(self, record: RunRecord | None, batch: EventBatch) -> bool:
+        """Write the events of ``batch`` (read after this stream's position, for the run as
+        ``record`` was) with the pieces of text they release; ``False`` when the stream's
+        task must take over: the stream is busy or the run is gone (nothing written), or the
+        run has ended (the task ends the stream after the events written here)."""
+        if record is None or not self.idle():
+            return False
+        self.pushed_at = asyncio.get_running_loop().time()
+        if batch.events:
+            data = self.take_events(batch)
+            self._write(batch.chunk() if data is None else _chunked(data))
+        if record.status in ev.TERMINAL_STATUSES:
+            self.ended = record
+            return False
+        return True
+
+    def take_events(self, batch: EventBatch) -> bytes | None:
+        """The frames to write for ``batch`` (read at this stream's position, which moves
+        past it): the pieces of text waiting first (those of a call go before its
+        ``ModelCallCompleted``), then each event with the pieces it releases; ``None`` when
+        that is the batch's frames alone (``EventBatch.chunk``, the same for every stream)."""
+        shown, _ = self.admit_pieces()
+        released = [self.order.saw(event) for event in batch.events]
+        self.position.update(batch.position())
+        if not shown and not any(released):
+            return None
+        chunks = [_text_frame(piece) for piece in shown]
+        for frame, pieces in zip(batch.frames(), released, strict=True):
+            chunks.append(frame)
+            chunks.extend(_text_frame(piece) for piece in pieces)
+        return b"".join(chunks)
 
     def notice(self) -> None:
         """The run may have new events."""
@@ -95,12 +176,53 @@ class StreamSlot:
         self.signal.set()
 
     def text(self) -> None:
-        """Pieces of the run's model text are waiting."""
+        """Pieces of the run's model text are waiting: the hub writes them when the stream
+        is idle (``write_text``), else its task does."""
+        if self.pieces is not None and self.idle():
+            self.hub.write_text_soon(self)
+            return
         self.text_waiting = True
         self.signal.set()
 
+    def write_text(self) -> None:
+        """Write the pieces waiting, in one chunk (a piece whose call's start the stream has
+        not shown yet is held, and the hub reads the run's new events); the stream's task
+        does it if the stream is no longer idle."""
+        if not self.idle():
+            self.text_waiting = True
+            self.signal.set()
+            return
+        shown, held = self.admit_pieces()
+        if len(shown) == 1:
+            self._write(_text_chunk(shown[0]))
+        elif shown:
+            self._write(_chunked(b"".join(_text_frame(piece) for piece in shown)))
+        if held:
+            self.hub.read_soon(self.run_id)
+
+    def admit_pieces(self) -> tuple[list[TextDelta], bool]:
+        """The pieces waiting to show now, in order (``LiveOrder.admit``: stale ones dropped);
+        whether one is held until its call's start is read."""
+        shown: list[TextDelta] = []
+        held = False
+        pieces = self.pieces
+        while pieces is not None and not pieces.empty():
+            piece = pieces.get_nowait()
+            admitted = self.order.admit(piece)
+            if admitted == "now":
+                shown.append(piece)
+            held = held or admitted == "held"
+        return shown, held
+
+    def _write(self, data: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(data)
+        self.hub.direct_writes += 1
+        self.last_write = asyncio.get_running_loop().time()
+
     def close(self) -> None:
         """The stream has ended: stop checking on it."""
+        self._transport = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -118,7 +240,11 @@ class StreamSlot:
             return None
         self._arm(loop)
         while True:
-            await self.signal.wait()
+            self.parked = True
+            try:
+                await self.signal.wait()
+            finally:
+                self.parked = False
             self.signal.clear()
             if self._gone:
                 raise ClientGone
@@ -227,6 +353,7 @@ class EventBatch:
         self._after = after
         self._frames: list[bytes] | None = None
         self._position: dict[str, int] = after
+        self._chunk: bytes | None = None
 
     def frames(self) -> list[bytes]:
         """One SSE frame per event (``id:`` its cursor), encoded at the first call."""
@@ -246,14 +373,22 @@ class EventBatch:
         self.frames()
         return dict(self._position)
 
+    def chunk(self) -> bytes:
+        """All the frames as one chunk of a chunked response, made at the first call (the
+        hub writes the same bytes to every stream of the run)."""
+        if self._chunk is None:
+            self._chunk = _chunked(b"".join(self.frames()))
+        return self._chunk
+
 
 class StreamHub:
     """The open streams of one server process.
 
     One task calls ``RunReader.wait_for_appends`` with the runs of the open streams (the store
-    keeps one LISTEN connection per process, opened with the first stream) and wakes the
-    streams of each run it returns; ``None`` wakes them all. The streams of a run share their
-    reads of it (``SharedReads``).
+    keeps one LISTEN connection per process, opened with the first stream) and, for each run
+    it returns, reads the run's new events once and writes them to the run's idle streams
+    (``StreamSlot.push``), waking the others; ``None`` wakes them all. The streams of a run
+    share their reads of it (``SharedReads``).
     ``open`` counts streams per API key (``max_per_key``); ``close`` ends them all at shutdown.
     """
 
@@ -267,11 +402,21 @@ class StreamHub:
         self._per_owner: Counter[str] = Counter()
         self._watcher: asyncio.Task[None] | None = None
         self._next_look: dict[str, float] = {}
+        #: The task writing runs' new events to their idle streams, and the runs due for it.
+        self._pusher: asyncio.Task[None] | None = None
+        self._push_due: dict[str, None] = {}
+        #: By run: its idle streams with pieces of text waiting, written together
+        #: (``write_text_soon``), and when its streams may next be written text.
+        self._text_due: dict[str, dict[StreamSlot, None]] = {}
+        self._text_next: dict[str, float] = {}
         self.reads = SharedReads()
         #: Wake-ups of a run's streams so far (a notice of the run, or a look at every run).
         self.notices = 0
         #: Looks so far at a run that no notice woke for ``SSE_FALLBACK_POLL_S``.
         self.looks = 0
+        #: Writes the hub made to idle streams so far (events, and pieces of text), where
+        #: each stream's task would have been woken to write.
+        self.direct_writes = 0
 
     async def load_events(self, store: RunReader, agent: str, run_id: str,
                           after: dict[str, int]) -> EventBatch:
@@ -305,15 +450,16 @@ class StreamHub:
                                      run_id, fetch)
 
     @contextlib.contextmanager
-    def open(self, run_id: str, owner: str) -> Iterator[StreamSlot | None]:
-        """A slot for a stream of ``run_id`` held by ``owner`` (a key id, or ``""`` without
-        keys), or ``None`` when the owner already holds ``max_per_key`` streams."""
+    def open(self, run_id: str, owner: str, agent: str = "") -> Iterator[StreamSlot | None]:
+        """A slot for a stream of ``run_id`` (of ``agent``) held by ``owner`` (a key id, or
+        ``""`` without keys), or ``None`` when the owner already holds ``max_per_key``
+        streams."""
         if self._per_owner[owner] >= self.max_per_key:
             yield None
             return
         if not self.closing and (self._watcher is None or self._watcher.done()):
             self._watcher = asyncio.create_task(self._watch(), name="toren-sse-notices")
-        slot = StreamSlot(self, run_id)
+        slot = StreamSlot(self, run_id, agent)
         self._slots.setdefault(run_id, set()).add(slot)
         self._next_look.setdefault(run_id, _look_after())
         self._per_owner[owner] += 1
@@ -329,6 +475,7 @@ class StreamHub:
             if not slots:
                 del self._slots[run_id]
                 self._next_look.pop(run_id, None)
+                self._text_next.pop(run_id, None)
                 self.reads.forget(run_id)
 
     def _wake(self, run_id: str) -> None:
@@ -336,8 +483,85 @@ class StreamHub:
         if run_id in self._next_look:
             self._next_look[run_id] = _look_after()
         self.reads.noticed(run_id)
+        pushed = False
         for slot in self._slots.get(run_id, ()):
-            slot.notice()
+            if not self.closing and slot.idle():
+                pushed = True
+            else:
+                slot.notice()
+        if pushed:
+            self.read_soon(run_id)
+
+    def write_text_soon(self, slot: StreamSlot) -> None:
+        """Have ``slot`` write its pieces of text with the others waiting for its run: once
+        the pieces heard with this one are queued too (they come from one notification
+        read, in one turn of the loop), and ``SSE_TEXT_WRITE_INTERVAL_S`` after the run's
+        last such write."""
+        run_id = slot.run_id
+        due = self._text_due.get(run_id)
+        if due is None:
+            due = self._text_due[run_id] = {}
+            loop = asyncio.get_running_loop()
+            loop.call_at(max(loop.time(), self._text_next.get(run_id, 0.0)),
+                         self._write_texts, run_id)
+        due[slot] = None
+
+    def _write_texts(self, run_id: str) -> None:
+        due = self._text_due.pop(run_id, {})
+        if run_id in self._slots:
+            self._text_next[run_id] = (asyncio.get_running_loop().time()
+                                       + SSE_TEXT_WRITE_INTERVAL_S)
+        for slot in due:
+            slot.write_text()
+
+    def read_soon(self, run_id: str) -> None:
+        """Read the run's new events and write them to its idle streams: with the other runs
+        due, now or right after the read under way (which may have begun before what is new
+        was committed)."""
+        self._push_due[run_id] = None
+        if self._pusher is None or self._pusher.done():
+            self._pusher = asyncio.create_task(self._push(), name="toren-sse-push")
+
+    async def _push(self) -> None:
+        """Until no run is due: one read of the runs due (``get_runs_and_events``, per agent),
+        each run's events written to its idle streams at the position the read was made for;
+        a stream that is not idle there, or that the read cannot serve (it failed, the run
+        has ended or is gone), is woken to read for itself."""
+        while self._push_due:
+            due, self._push_due = self._push_due, {}
+            by_agent: dict[str, dict[str, tuple[dict[str, int], list[StreamSlot]]]] = {}
+            for run_id in due:
+                at: dict[frozenset[tuple[str, int]], list[StreamSlot]] = {}
+                for slot in self._slots.get(run_id, ()):
+                    if slot.idle():
+                        at.setdefault(frozenset(slot.position.items()), []).append(slot)
+                if not at:
+                    continue
+                # the streams of a run are usually all at one position: the others read alone
+                most = max(at, key=lambda position: len(at[position]))
+                for position, slots in at.items():
+                    if position != most:
+                        for slot in slots:
+                            slot.notice()
+                by_agent.setdefault(at[most][0].agent, {})[run_id] = (dict(most), at[most])
+            for agent, runs in by_agent.items():
+                self.reads.made["push"] += 1
+                try:
+                    found = await self.store.get_runs_and_events(
+                        agent, {run_id: after for run_id, (after, _) in runs.items()})
+                except Exception as exc:  # each stream waits the failure out itself
+                    log.debug("reading the new events of %d run(s) failed: %s", len(runs), exc)
+                    found = {}
+                for run_id, (after, slots) in runs.items():
+                    if run_id not in found:
+                        for slot in slots:
+                            slot.notice()
+                        continue
+                    record, events = found[run_id]
+                    batch = EventBatch(events, after)
+                    for slot in slots:
+                        if slot.position != after or not slot.push(record, batch):
+                            slot.notice()
 
     def _wake_all(self) -> None:
         for run_id in list(self._slots):
@@ -376,6 +600,8 @@ class StreamHub:
         listening. For ``on_shutdown``: streams never end by themselves."""
         self.closing = True
         self._wake_all()
+        if self._pusher is not None:
+            self._pusher.cancel()
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -398,10 +624,28 @@ def event_json(event: Event, cursor: str) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=256)
-def _text_frame(piece: TextDelta) -> str:
+def _text_frame(piece: TextDelta) -> bytes:
     """A piece of model text as an SSE event without ``id:`` (it is never replayed); cached,
     as every stream of the run writes the same piece."""
-    return f"event: text_delta\ndata: {json.dumps(piece.to_json(), ensure_ascii=False)}\n\n"
+    return (f"event: text_delta\ndata: {json.dumps(piece.to_json(), ensure_ascii=False)}\n\n"
+            .encode())
+
+
+@functools.lru_cache(maxsize=256)
+def _text_chunk(piece: TextDelta) -> bytes:
+    """``_text_frame`` as one chunk of a chunked response (what the hub writes)."""
+    return _chunked(_text_frame(piece))
+
+
+def _end_frame(record: RunRecord) -> bytes:
+    """The ``end`` event of a stream whose run has ended as ``record`` says."""
+    end = json.dumps({"status": record.status, "stop_reason": record.stop_reason})
+    return f"event: end\ndata: {end}\n\n".encode()
+
+
+def _chunked(data: bytes) -> bytes:
+    """``data`` as one chunk of an HTTP/1.1 chunked response body (RFC 9112, 7.1)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
 
 
 def too_many_streams(hub: StreamHub, keyed: bool) -> web.Response:
@@ -425,22 +669,28 @@ async def stream_events(request: web.Request, store: RunReader, record: RunRecor
     revoked; a comment when the server shuts down. 429 over the per-key cap."""
     hub = request.app[STREAMS]
     key = request.get(API_KEY)
-    with hub.open(record.id, key.id if key is not None else "") as slot:
+    with hub.open(record.id, key.id if key is not None else "", record.agent) as slot:
         if slot is None:
             return too_many_streams(hub, key is not None)
-        with hub.live.watch(record.id, slot.text) as pieces:
-            return await _respond(request, store, record, position, slot, pieces)
+        slot.position = position
+        with hub.live.watch(record.id, slot.text) as slot.pieces:
+            return await _respond(request, store, record, slot)
 
 
 async def _respond(request: web.Request, store: RunReader, record: RunRecord,
-                   position: dict[str, int], slot: StreamSlot,
-                   pieces: asyncio.Queue[TextDelta]) -> web.StreamResponse:
+                   slot: StreamSlot) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache",
                                                "X-Accel-Buffering": "no"})
+        # chunked, as aiohttp does by itself for HTTP/1.1, but said: the hub writes chunks
+        direct = request.version == HttpVersion11 and store is slot.hub.store
+        if direct:
+            response.enable_chunked_encoding()
         try:
             await response.prepare(request)
-            await _pump(request, response, slot, store, record, position, pieces)
+            if direct and request.transport is not None:
+                slot.write_directly(request.transport)
+            await _pump(request, response, slot, store, record)
             await response.write_eof()
         except (ConnectionResetError, ClientGone):
             # a client going away is how streams usually end
@@ -449,27 +699,21 @@ async def _respond(request: web.Request, store: RunReader, record: RunRecord,
 
 
 async def _pump(request: web.Request, response: web.StreamResponse, slot: StreamSlot,
-                store: RunReader, record: RunRecord, position: dict[str, int],
-                pieces: asyncio.Queue[TextDelta]) -> None:
+                store: RunReader, record: RunRecord) -> None:
     loop = asyncio.get_running_loop()
     hub = slot.hub
-    order = LiveOrder()  # pieces go after the events before them, never after their call
-    last_write = next_key_check = loop.time()
+    position = slot.position
+    slot.last_write = next_key_check = loop.time()
+
+    async def write(data: bytes) -> None:
+        await response.write(data)
+        slot.last_write = loop.time()
 
     async def write_text() -> bool:
         """Write the pieces waiting; whether one waits for its call's start to be read."""
-        nonlocal last_write
-        frames = []
-        held = False
-        while not pieces.empty():
-            piece = pieces.get_nowait()
-            admitted = order.admit(piece)
-            if admitted == "now":
-                frames.append(_text_frame(piece))
-            held = held or admitted == "held"
-        if frames:
-            await response.write("".join(frames).encode())
-            last_write = loop.time()
+        shown, held = slot.admit_pieces()
+        if shown:
+            await write(b"".join(_text_frame(piece) for piece in shown))
         return held
 
     key_check = request.get(KEY_CHECK)
@@ -507,24 +751,16 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
         failing_since = None
         if full_read:
             if batch.events:
-                # one write for the batch: its frames, with the pieces of text each event
-                # releases right after it
-                chunks: list[bytes] = []
-                for event, frame in zip(batch.events, batch.frames(), strict=True):
-                    chunks.append(frame)
-                    chunks.extend(_text_frame(piece).encode() for piece in order.saw(event))
-                position.update(batch.position())
-                await response.write(b"".join(chunks))
-                last_write = loop.time()
+                # one write for the batch: the pieces of text waiting, then its frames, with
+                # the pieces of text each event releases right after it
+                data = slot.take_events(batch)
+                await write(b"".join(batch.frames()) if data is None else data)
             if current.status in ev.TERMINAL_STATUSES:
-                end = json.dumps({"status": current.status,
-                                  "stop_reason": current.stop_reason})
-                await response.write(f"event: end\ndata: {end}\n\n".encode())
+                await response.write(_end_frame(current))
                 return
         now = loop.time()
-        if now - last_write >= SSE_HEARTBEAT_S:
-            await response.write(b": heartbeat\n\n")
-            last_write = now
+        if now - slot.last_write >= SSE_HEARTBEAT_S:
+            await write(b": heartbeat\n\n")
         if key_check is not None and now >= next_key_check:
             if await _key_revoked(key_check, record):
                 await response.write(b'event: error\ndata: {"error": {"code": '
@@ -534,11 +770,17 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
             next_key_check = now + SSE_KEY_CHECK_S
         if full_read is not None:
             own_look_at = now + SSE_STREAM_LOOK_S * random.uniform(0.8, 1.2)
-        wait_s = min(own_look_at - now, last_write + SSE_HEARTBEAT_S - now)
+        # the hub's reads for this stream count as its looks
+        look_at = max(own_look_at, slot.pushed_at + SSE_STREAM_LOOK_S)
+        wait_s = min(look_at - now, slot.last_write + SSE_HEARTBEAT_S - now)
         if key_check is not None:
             wait_s = min(wait_s, next_key_check - now)
         full_read = await slot.wait(max(wait_s, 0.0), request, write_text)
-        if full_read is None and loop.time() >= own_look_at:
+        if slot.ended is not None:  # the hub wrote the run's last events
+            await response.write(_end_frame(slot.ended))
+            return
+        if full_read is None and loop.time() >= max(own_look_at,
+                                                    slot.pushed_at + SSE_STREAM_LOOK_S):
             full_read = False  # the hub did not look (its task is gone): look alone
 
 

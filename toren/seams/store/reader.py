@@ -65,6 +65,20 @@ class RunReader(abc.ABC):
             return None, []
         return record, await self.load_events(agent, run_id, after)
 
+    async def get_runs_and_events(self, agent: str,
+                                  positions: Mapping[str, Mapping[str, int]]
+                                  ) -> dict[str, tuple[RunRecord | None, list[Event]]]:
+        """``get_run_and_events`` for several runs of ``agent`` at once: for each run id of
+        ``positions``, its row (``None`` if there is no such run) and its events after its
+        position, read after the rows.
+
+        Called by the HTTP API's stream hub with the runs a batch of notices announced (one
+        read for the streams of all of them). This default reads the runs one after the
+        other; the ``postgres`` store reads them all in one round trip.
+        """
+        return {run_id: await self.get_run_and_events(agent, run_id, after)
+                for run_id, after in positions.items()}
+
     @abc.abstractmethod
     async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
         """Every event of one stream, in sequence order (a session's transcript)."""

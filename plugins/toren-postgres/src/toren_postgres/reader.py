@@ -130,6 +130,33 @@ class PostgresRunReader(PostgresConnection, RunReader):
         return _record(agent, row), [Event(run_id, stream, seq, kind, data, at)
                                      for stream, seq, kind, data, at in rows]
 
+    async def get_runs_and_events(self, agent: str,
+                                  positions: Mapping[str, Mapping[str, int]]
+                                  ) -> dict[str, tuple[RunRecord | None, list[Event]]]:
+        if not positions:
+            return {}
+        schema = schema_name_for(agent)
+        run_ids = list(positions)
+        async with self.pool.connection() as conn:
+            # one round trip, the events statement after the rows' (as get_run_and_events)
+            async with one_transaction(conn):
+                runs = conn.cursor(row_factory=dict_row)
+                await runs.execute(agent_query("get_runs", schema), {"run_ids": run_ids})
+                events = await conn.execute(agent_query("load_events_of_runs", schema), {
+                    "run_ids": run_ids,
+                    "after": Jsonb({run_id: dict(after) for run_id, after in positions.items()})})
+            rows = await runs.fetchall()
+            event_rows = await events.fetchall()
+        found: dict[str, tuple[RunRecord | None, list[Event]]] = {
+            run_id: (None, []) for run_id in run_ids}
+        for row in rows:
+            found[str(row["id"])] = (_record(agent, row), [])
+        for run_id, stream, seq, kind, data, at in event_rows:
+            row_found, listed = found.get(run_id, (None, []))
+            if row_found is not None:
+                listed.append(Event(run_id, stream, seq, kind, data, at))
+        return found
+
     async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
         async with self.pool.connection() as conn:
             cursor = await conn.execute(agent_query("load_stream", schema_name_for(agent)),

@@ -288,6 +288,13 @@ SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, cre
        depth, agent_version, agent_human_version
 FROM {runs} WHERE id = %(run_id)s;
 
+-- get_runs --
+-- get_run for several runs.
+SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
+       finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind,
+       depth, agent_version, agent_human_version
+FROM {runs} WHERE id = ANY(%(run_ids)s::uuid[]);
+
 -- child_runs --
 -- The runs a run's tasks started (peer calls and background runs), oldest first.
 SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
@@ -320,6 +327,14 @@ SELECT stream, seq, type, data, created_at FROM {events}
 WHERE run_id = %(run_id)s
   AND seq > COALESCE((%(after)s::jsonb ->> stream)::int, 0)
 ORDER BY created_at, stream, seq;
+
+-- load_events_of_runs --
+-- load_events for several runs: after maps each run id to its position (stream -> last seq
+-- seen); each run's events in load_events' order.
+SELECT run_id::text, stream, seq, type, data, created_at FROM {events}
+WHERE run_id = ANY(%(run_ids)s::uuid[])
+  AND seq > COALESCE((%(after)s::jsonb -> (run_id::text) ->> stream)::int, 0)
+ORDER BY run_id, created_at, stream, seq;
 
 -- tag_scheduled_run --
 UPDATE {runs} SET schedule = %(schedule)s WHERE id = %(run_id)s;
