@@ -10,7 +10,7 @@ import json
 import logging
 import random
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -290,9 +290,10 @@ class StreamSlot:
 class SharedReads:
     """One database read for the streams of a run that ask the same thing at the same time.
 
-    A notice wakes every stream of its run at once, and the streams that were up to date all
-    ask for the run's row and the events after the same position: the first one's read is
-    shared by the others (1,000 viewers of a run cost one round trip per notice, not 1,000).
+    A notice wakes the streams of its run that the hub does not write to itself (``push``)
+    at once, a look wakes all of them, and the streams that were up to date all ask for the
+    run's row and the events after the same position: the first one's read is shared by the
+    others (1,000 viewers of a run cost one round trip per notice, not 1,000).
 
     A read may only be joined by a stream that was woken before it began: ``generation``
     counts a run's notices, and a read started at generation ``g`` serves askers at ``g`` or
@@ -523,45 +524,57 @@ class StreamHub:
             self._pusher = asyncio.create_task(self._push(), name="toren-sse-push")
 
     async def _push(self) -> None:
-        """Until no run is due: one read of the runs due (``get_runs_and_events``, per agent),
-        each run's events written to its idle streams at the position the read was made for;
-        a stream that is not idle there, or that the read cannot serve (it failed, the run
-        has ended or is gone), is woken to read for itself."""
+        """Until no run is due: one read of the runs due, their events written to their idle
+        streams (``_push_runs``); if that fails unexpectedly, the streams read for
+        themselves."""
         while self._push_due:
             due, self._push_due = self._push_due, {}
-            by_agent: dict[str, dict[str, tuple[dict[str, int], list[StreamSlot]]]] = {}
-            for run_id in due:
-                at: dict[frozenset[tuple[str, int]], list[StreamSlot]] = {}
-                for slot in self._slots.get(run_id, ()):
-                    if slot.idle():
-                        at.setdefault(frozenset(slot.position.items()), []).append(slot)
-                if not at:
-                    continue
-                # the streams of a run are usually all at one position: the others read alone
-                most = max(at, key=lambda position: len(at[position]))
-                for position, slots in at.items():
-                    if position != most:
-                        for slot in slots:
-                            slot.notice()
-                by_agent.setdefault(at[most][0].agent, {})[run_id] = (dict(most), at[most])
-            for agent, runs in by_agent.items():
-                self.reads.made["push"] += 1
-                try:
-                    found = await self.store.get_runs_and_events(
-                        agent, {run_id: after for run_id, (after, _) in runs.items()})
-                except Exception as exc:  # each stream waits the failure out itself
-                    log.debug("reading the new events of %d run(s) failed: %s", len(runs), exc)
-                    found = {}
-                for run_id, (after, slots) in runs.items():
-                    if run_id not in found:
-                        for slot in slots:
-                            slot.notice()
-                        continue
-                    record, events = found[run_id]
-                    batch = EventBatch(events, after)
+            try:
+                await self._push_runs(due)
+            except Exception:
+                log.exception("writing new events to event streams failed; they read alone")
+                for run_id in due:
+                    for slot in self._slots.get(run_id, ()):
+                        slot.notice()
+
+    async def _push_runs(self, due: Collection[str]) -> None:
+        """One read of the runs ``due`` (``get_runs_and_events``, per agent), each run's events
+        written to its idle streams at the position the read was made for; a stream that is
+        not idle there, or that the read cannot serve (it failed, the run has ended or is
+        gone), is woken to read for itself."""
+        by_agent: dict[str, dict[str, tuple[dict[str, int], list[StreamSlot]]]] = {}
+        for run_id in due:
+            at: dict[frozenset[tuple[str, int]], list[StreamSlot]] = {}
+            for slot in self._slots.get(run_id, ()):
+                if slot.idle():
+                    at.setdefault(frozenset(slot.position.items()), []).append(slot)
+            if not at:
+                continue
+            # the streams of a run are usually all at one position: the others read alone
+            most = max(at, key=lambda position: len(at[position]))
+            for position, slots in at.items():
+                if position != most:
                     for slot in slots:
-                        if slot.position != after or not slot.push(record, batch):
-                            slot.notice()
+                        slot.notice()
+            by_agent.setdefault(at[most][0].agent, {})[run_id] = (dict(most), at[most])
+        for agent, runs in by_agent.items():
+            self.reads.made["push"] += 1
+            try:
+                found = await self.store.get_runs_and_events(
+                    agent, {run_id: after for run_id, (after, _) in runs.items()})
+            except Exception as exc:  # each stream waits the failure out itself
+                log.debug("reading the new events of %d run(s) failed: %s", len(runs), exc)
+                found = {}
+            for run_id, (after, slots) in runs.items():
+                if run_id not in found:
+                    for slot in slots:
+                        slot.notice()
+                    continue
+                record, events = found[run_id]
+                batch = EventBatch(events, after)
+                for slot in slots:
+                    if slot.position != after or not slot.push(record, batch):
+                        slot.notice()
 
     def _wake_all(self) -> None:
         for run_id in list(self._slots):
@@ -602,6 +615,9 @@ class StreamHub:
         self._wake_all()
         if self._pusher is not None:
             self._pusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pusher
+            self._pusher = None
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
