@@ -152,6 +152,7 @@ async def test_an_http_1_0_stream_is_written_by_its_own_task_and_gets_every_even
         await make_runtime(dirs=[directory], models=models)  # the worker
         raw = await asyncio.wait_for(reader.read(), 60)  # until the server closes
         writer.close()
+        await writer.wait_closed()
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
     frames = [dict(line.split(": ", 1) for line in block.split("\n") if ": " in line)

@@ -147,5 +147,6 @@ async def test_only_a_waiting_stream_whose_client_reads_is_written_directly() ->
     finally:
         slot.close()
         transport.abort()
+        (await stalled).abort()
         server.close()
         await server.wait_closed()
