@@ -192,7 +192,8 @@ class PostgresRunLog(PostgresConnection, RunLog):
         statement = agent_query("append", schema)
         row: tuple[Any, ...] | None
         if self.settings.group_commit:
-            grouped = await self._group_commit().execute(statement, params)
+            grouped = await self._group_commit().execute(
+                statement, params, batch_statement=agent_query("append_batch", schema))
             if not isinstance(grouped, GroupFailed):
                 row = grouped
             elif grouped.broken and await self._append_outcome(

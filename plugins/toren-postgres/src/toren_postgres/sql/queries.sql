@@ -127,6 +127,8 @@ ORDER BY seq;
 
 -- append --
 -- The hot path: one statement, so one round trip and one commit per durable step.
+-- Its twin, the function append_one (agent migration 0012), is what append_batch runs: keep
+-- the two the same.
 -- Nothing is written unless the lease is held at this epoch, unexpired by the database
 -- clock, and the run is not cancelled; the events' primary key is the compare-and-swap.
 WITH lease AS (
@@ -190,6 +192,26 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) A
        (SELECT agent_version FROM {runs} WHERE id = %(run_id)s) AS agent_version,
        (SELECT json_agg(json_build_array(id, kind, payload) ORDER BY id) FROM enqueued
         WHERE claimed_by IS NOT NULL)::text AS handed;
+
+-- append_batch --
+-- A group commit's batch of appends as one statement (one send, one result, one implicit
+-- transaction): append_one for each, in the batch's order, each seeing what those before it
+-- wrote. The parameter batch is a JSON array of the append query's parameters, one object per append;
+-- the JSON ones (events, messages, output, error) are JSON text inside it, as each alone
+-- would have sent it.
+SELECT a.o_leased, a.o_appended, a.o_notified, a.o_agent_version, a.o_handed
+FROM ROWS FROM (json_to_recordset(%(batch)s) AS (
+         hand_limit int, hand_visibility_s float8, run_id uuid, stream text, holder text,
+         epoch int, ttl_s float8, release boolean, agent text, first_seq int, events text,
+         messages text, ack_id bigint, progress_id bigint, update_run boolean, status text,
+         set_output boolean, output text, stop_reason text, set_error boolean, error text,
+         finished boolean)) WITH ORDINALITY AS b,
+     LATERAL {append_one}(
+         b.hand_limit, b.hand_visibility_s, b.run_id, b.stream, b.holder, b.epoch, b.ttl_s,
+         b.release, b.agent, b.first_seq, b.events::json, b.messages::jsonb, b.ack_id,
+         b.progress_id, b.update_run, b.status, b.set_output, b.output::jsonb, b.stop_reason,
+         b.set_error, b.error::jsonb, b.finished) AS a
+ORDER BY b.ordinality;
 
 -- lease_state --
 SELECT l.holder, l.epoch, l.expires_at > now() AS live,
