@@ -75,6 +75,7 @@ SELECT id, NULL FROM {runs}
 WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM run);
 
 -- acquire_lease --
+-- Also the first statement of the function acquire_and_load (agent migration 0013).
 INSERT INTO toren_control.leases AS l (run_id, stream, holder, epoch, expires_at)
 VALUES (%(run_id)s, %(stream)s, %(holder)s, 1, now() + %(ttl_s)s * interval '1 second')
 ON CONFLICT (run_id, stream) DO UPDATE
@@ -82,33 +83,11 @@ SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires
 WHERE l.expires_at <= now()
 RETURNING epoch;
 
--- load_for_work --
--- Run right after acquire_lease, in the same pipeline (one round trip) but as its own
--- statement: a statement's snapshot predates a lock wait inside it, so reading the stream in
--- the acquiring statement could miss events the previous holder committed while we waited.
--- The stream comes from its latest checkpoint on (and, for the run stream, with every task's
--- TaskFinished), each as one JSON array built by the server in primary-key order: one parse
--- in the client instead of one per row. Also: seconds until the lease expires (if not ours),
--- and the run's RunCreated (seq 1 of the run stream, one primary-key lookup): when it was
--- written (with the run row) and its traceparent, which a tracing worker needs for the
--- run's spans without reading the run row; and the run's agent version, read under the lease
--- (a run tick checks the definition it was handed against it instead of reading it first).
-SELECT (SELECT json_agg(json_build_array(e.seq, e.type, e.data) ORDER BY e.seq)
-        FROM {events} e
-        WHERE e.run_id = %(run_id)s AND e.stream = %(stream)s
-          AND e.seq >= COALESCE((SELECT max(c.seq) FROM {events} c
-                                 WHERE c.run_id = %(run_id)s AND c.stream = %(stream)s
-                                   AND c.type = 'TaskCheckpoint'), 1))::text,
-       (SELECT json_agg(json_build_array(e.stream, e.seq, e.data) ORDER BY e.stream)
-        FROM {events} e
-        WHERE %(with_finished)s AND e.run_id = %(run_id)s AND e.type = 'TaskFinished')::text,
-       (SELECT greatest(0, extract(epoch FROM l.expires_at - now()))::float8
-        FROM toren_control.leases l
-        WHERE l.run_id = %(run_id)s AND l.stream = %(stream)s),
-       r.created_at, r.data->>'traceparent',
-       (SELECT v.agent_version FROM {runs} v WHERE v.id = %(run_id)s)
-FROM (SELECT 1) one
-LEFT JOIN {events} r ON r.run_id = %(run_id)s AND r.stream = 'run' AND r.seq = 1;
+-- acquire_and_load --
+-- The stream's lease and the stream read for work, one statement (see the function, agent
+-- migration 0013, whose first statement is acquire_lease above: keep the two the same).
+SELECT * FROM {acquire_and_load}(%(run_id)s, %(stream)s, %(holder)s, %(ttl_s)s::float8,
+                                 %(with_finished)s);
 
 -- release_lease --
 UPDATE toren_control.leases SET expires_at = now()
