@@ -1,10 +1,12 @@
--- One append as a function, so a group commit's batch is one statement (``append_batch`` in
--- queries.sql calls it once per append, in order, in that statement's transaction) instead of
--- one statement per append: the worker pays one send and one result for the batch.
--- The body is the ``append`` query of queries.sql with its parameters as arguments: keep the
--- two the same. VOLATILE: each call sees what the calls before it in the batch wrote.
--- PL/pgSQL, not SQL: a session keeps the plan of its query from one batch to the next (a SQL
--- function's body would be planned again in every batch).
+-- One append (the worker's durable step) as a function: the append query of queries.sql calls
+-- it for an append alone, and append_batch once per append of a group commit's batch, in
+-- order, in that statement's transaction, so a batch is one statement instead of one per
+-- append: the worker pays one send and one result for the batch.
+-- Nothing is written unless the lease is held at this epoch, unexpired by the database clock,
+-- and the run is not cancelled; the events' primary key is the compare-and-swap.
+-- VOLATILE: each call sees what the calls before it in the batch wrote. PL/pgSQL, not SQL: a
+-- session keeps the plan of its query from one batch to the next (a SQL function's body
+-- would be planned again in every batch).
 CREATE FUNCTION append_one(
     p_hand_limit int, p_hand_visibility_s float8, p_run_id uuid, p_stream text, p_holder text,
     p_epoch int, p_ttl_s float8, p_release boolean, p_agent text, p_first_seq int,
@@ -30,6 +32,9 @@ WITH lease AS (
     FROM lease, json_array_elements(p_events) WITH ORDINALITY AS e(doc, n)
     RETURNING seq
 ), enqueued AS (
+    -- the first p_hand_limit messages due now go to this worker already claimed (hand-off:
+    -- hidden for p_hand_visibility_s, one delivery counted, as a claim leaves them), so it
+    -- works them without a claim of its own; their NOTIFY is not sent (not ready to others)
     INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at, attempts,
                                      claimed_by)
     SELECT p_agent, lease.run_id, m.doc->>'kind', m.doc->'payload',
@@ -50,20 +55,27 @@ WITH lease AS (
         finished_at = CASE WHEN p_finished THEN now() ELSE r.finished_at END,
         updated_at = now()
     FROM lease WHERE r.id = lease.run_id AND p_update_run
+      -- re-checked against a concurrently committed cancel: a finished run stays finished
       AND r.status NOT IN ('completed', 'stopped', 'failed', 'cancelled')
 ), acked AS (
     DELETE FROM toren_control.queue q USING lease
     WHERE q.id = p_ack_id AND q.claimed_by = p_holder
 ), progressed AS (
+    -- this delivery made progress: earlier deliveries that died (next to a message that
+    -- kills its worker, say) no longer count towards dead-lettering it
     UPDATE toren_control.queue q SET attempts = 1 FROM lease
     WHERE q.id = p_progress_id AND q.claimed_by = p_holder AND q.attempts > 1
 ), notified AS (
+    -- wakes the live event streams of this run, if any (see watch_runs); NOTIFY is
+    -- transactional, so it is delivered when, and only if, this statement commits
     SELECT pg_notify('toren_appends', lease.run_id::text) FROM lease
     WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
                   WHERE w.run_id = lease.run_id AND w.expires_at > now())
 )
 SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM appended),
        (SELECT count(*) FROM notified),
+       -- the run's agent version as of this append: the worker's version checks between
+       -- steps and at a task message read it here instead of in a statement of their own
        (SELECT agent_version FROM runs WHERE id = p_run_id),
        (SELECT json_agg(json_build_array(id, kind, payload) ORDER BY id) FROM enqueued
         WHERE claimed_by IS NOT NULL)::text;
