@@ -142,9 +142,9 @@ async def test_a_grouped_commit_whose_answer_was_lost_is_recognised_by_each_appe
         lease = await store.acquire_lease(run_id, "task:main", "worker-1", 30)
         assert lease is not None
         leases.append(lease)
-    # the 6 appends of one turn of the event loop go out as one batch: the first message
-    # that carries the append statement is the batch's pipeline
-    proxy.arm(mode, match=b"WITH lease AS (")
+    # the 6 appends of one turn of the event loop go out as one batch: one statement, the
+    # first message that calls append_one (each append alone would send its own statement)
+    proxy.arm(mode, match=b"append_one\"(")
     await asyncio.gather(*(store.append("a", lease, 1, [started(lease.epoch)], ttl_s=30)
                            for lease in leases))
     assert proxy.broken == 1

@@ -10,8 +10,9 @@ import psycopg
 import pytest
 
 from toren.core.events import NewEvent
+from toren.core.runs import RunUpdate
 from toren.errors import LeaseLost
-from toren.seams.shapes import Lease
+from toren.seams.shapes import Lease, OutgoingMessage
 from toren.testing import write_agent_dir
 
 
@@ -120,3 +121,56 @@ async def test_grouped_appends_take_fewer_transactions(
             assert transactions < 32 / 4
         else:
             assert transactions == 32
+
+
+async def test_a_batch_writes_each_appends_run_update_and_messages(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    """A batch of one agent is one statement (``append_batch``): each append's run update and
+    outbox messages are written as its statement alone would write them, in order (the second
+    append to a run sees the first's events)."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    leases = await leased_runs(runtime, 4)
+    group = store._group_commit()
+    batches_before = group.batches
+    output = {"answer": "done", "n": 1.5, "nested": [None, True]}
+    await asyncio.gather(*(
+        store.append("a", lease, 1, [started(1)], ttl_s=60,
+                     messages=[OutgoingMessage("wake", {"i": i}, delay_s=30.0)],
+                     run_update=RunUpdate(status="completed", output=output, finished=True))
+        for i, lease in enumerate(leases)),
+        store.append("a", leases[0], 2, [NewEvent("ModelCallStarted", {
+            "step": 1, "epoch": 1})], ttl_s=60))
+    assert group.batches - batches_before == 1
+    events = await store.load_stream("a", leases[0].run_id, "task:main")
+    assert [(e.seq, e.type) for e in events] == [(1, "TaskStarted"), (2, "ModelCallStarted")]
+    for lease in leases:
+        run = await store.get_run(lease.run_id, "a")
+        assert run is not None and run.status == "completed" and run.output == output
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT payload->>'i' FROM toren_control.queue WHERE kind = 'wake' "
+            "AND run_id = ANY(%s) ORDER BY id", [[x.run_id for x in leases]])
+        assert [r[0] for r in await cursor.fetchall()] == ["0", "1", "2", "3"]
+
+
+async def test_a_batch_of_several_agents_commits_together(
+        make_runtime, tmp_path: Path) -> None:
+    """Appends of two agents in one turn: one batch (each its own statement, pipelined)."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a"),
+                                       write_agent_dir(tmp_path, "b")], workers=False)
+    store = runtime.store
+    leases = []
+    for agent in ("a", "b", "a", "b"):
+        run_id = await runtime.start_run(agent, "x")
+        lease = await store.acquire_lease(run_id, "task:main", "w", 60)
+        assert lease is not None
+        leases.append((agent, lease))
+    group = store._group_commit()
+    batches_before = group.batches
+    await asyncio.gather(*(store.append(agent, lease, 1, [started(1)], ttl_s=60)
+                           for agent, lease in leases))
+    assert group.batches - batches_before == 1
+    for agent, lease in leases:
+        events = await store.load_stream(agent, lease.run_id, "task:main")
+        assert [(e.seq, e.type) for e in events] == [(1, "TaskStarted")]

@@ -7,8 +7,12 @@ tasks make in the same turn share a transaction, and while a batch is being comm
 appends that arrive meanwhile gather for the next one: under load one commit carries many
 appends. At concurrency 1 an append waits one turn of the loop (microseconds) and goes out
 alone, as one statement in its own implicit transaction, as before grouping. A batch of
-several is one round trip: each append's own statement, pipelined, in one transaction
-(``toren_postgres.pipelines.one_transaction``).
+several is one round trip and one transaction: when its appends share a batch statement (an
+append's ``batch_statement``: the store's ``append_batch``, which runs each append's statement
+as a function, in order, each seeing what those before it wrote), that one statement with all
+their parameters; otherwise each append's own statement, pipelined
+(``toren_postgres.pipelines.one_transaction``). One statement instead of several saves the
+worker most of a batch's cost: psycopg sends, waits and reads once, not once per append.
 
 Each append keeps its own compare-and-swap: the statement is the one an append runs alone
 (lease held at its epoch, events' primary key), so an append whose lease is gone simply writes
@@ -22,12 +26,15 @@ others commit as if they had never been grouped.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Json, Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from toren_postgres.pipelines import one_transaction
@@ -55,7 +62,26 @@ class GroupFailed:
 class _Pending:
     statement: sql.Composed
     params: dict[str, Any]
+    batch_statement: sql.Composed | None
     future: asyncio.Future[tuple[Any, ...] | GroupFailed | None] = field(repr=False)
+
+
+def batch_json(params: Sequence[dict[str, Any]]) -> Json:
+    """The ``batch`` parameter of a batch statement: a JSON array of the appends' parameters,
+    in order. A parameter wrapped in psycopg's ``Json``/``Jsonb`` is given as the JSON text it
+    would have been sent as alone (its own ``dumps``, else psycopg's default ``json.dumps``)."""
+    return Json(list(params), dumps=_dumps_batch)
+
+
+def _dumps_batch(value: Any) -> bytes:
+    return orjson.dumps(value, default=_json_text)
+
+
+def _json_text(value: Any) -> str:
+    if isinstance(value, Json | Jsonb):
+        text = (value.dumps or json.dumps)(value.obj)
+        return text.decode() if isinstance(text, bytes) else text
+    raise TypeError(f"not a parameter of a batch statement: {type(value).__name__}")
 
 
 class GroupCommit:
@@ -78,15 +104,19 @@ class GroupCommit:
         self.batches = 0
         self.grouped = 0
 
-    async def execute(self, statement: sql.Composed, params: dict[str, Any]
+    async def execute(self, statement: sql.Composed, params: dict[str, Any], *,
+                      batch_statement: sql.Composed | None = None
                       ) -> tuple[Any, ...] | GroupFailed | None:
         """Run one append statement in the next batch: its first row (``None`` if none), or
-        ``GroupFailed`` if the batch did not commit."""
+        ``GroupFailed`` if the batch did not commit. ``batch_statement``, if given, runs a
+        batch of appends that all give the same one as one statement: it takes ``%(batch)s``
+        (``batch_json`` of their ``params``) and returns the row ``statement`` would have
+        returned for each, in order."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new event loop (tests, harnesses): start afresh
             self._loop, self._pending, self._in_flight = loop, [], 0
         future: asyncio.Future[tuple[Any, ...] | GroupFailed | None] = loop.create_future()
-        self._pending.append(_Pending(statement, params, future))
+        self._pending.append(_Pending(statement, params, batch_statement, future))
         self._kick(loop)
         return await future
 
@@ -104,7 +134,7 @@ class GroupCommit:
                 batch = self._pending[:self.max_batch]
                 del self._pending[:self.max_batch]
                 try:
-                    results = await self._run([(p.statement, p.params) for p in batch])
+                    results = await self._run(batch)
                 except BaseException as exc:  # cancelled (the loop is closing) or a bug
                     for pending in batch:
                         if not pending.future.done():
@@ -118,19 +148,30 @@ class GroupCommit:
             if self._loop is loop:
                 self._in_flight -= 1
 
-    async def _run(self, batch: list[tuple[sql.Composed, dict[str, Any]]]
+    async def _run(self, batch: list[_Pending]
                    ) -> list[tuple[Any, ...] | GroupFailed | None]:
         """One transaction for the batch: each statement's first row, or ``GroupFailed`` for
         all of them if it did not commit."""
+        together = batch[0].batch_statement
+        if len(batch) == 1 or any(p.batch_statement is not together for p in batch):
+            together = None
+        rows: list[tuple[Any, ...] | None]
         try:
             async with self._pool().connection() as conn:
                 if len(batch) == 1:  # alone: one statement, its own implicit transaction
-                    cursors = [await conn.execute(*batch[0])]
+                    cursor = await conn.execute(batch[0].statement, batch[0].params)
+                    rows = [await cursor.fetchone()]
+                elif together is not None:  # one statement, its own implicit transaction
+                    cursor = await conn.execute(
+                        together, {"batch": batch_json([p.params for p in batch])})
+                    rows = list(await cursor.fetchall())
+                    if len(rows) != len(batch):
+                        raise RuntimeError(f"a batch statement returned {len(rows)} rows for "
+                                           f"{len(batch)} appends")
                 else:
                     async with one_transaction(conn):
-                        cursors = [await conn.execute(statement, params)
-                                   for statement, params in batch]
-                rows = [await cursor.fetchone() for cursor in cursors]
+                        cursors = [await conn.execute(p.statement, p.params) for p in batch]
+                    rows = [await cursor.fetchone() for cursor in cursors]
         except psycopg.Error as exc:
             broken = isinstance(exc, psycopg.OperationalError) and not isinstance(
                 exc, PoolTimeout)

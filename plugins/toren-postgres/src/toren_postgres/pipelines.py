@@ -14,7 +14,7 @@ async def one_transaction(conn: psycopg.AsyncConnection[object]) -> AsyncIterato
     runs up to the pipeline's sync: committed together, or (one failing) rolled back
     together. ``conn`` must be in autocommit mode (the pool's connections are).
 
-    Used by the hot path (a group commit's batch, taking a lease and reading the stream):
+    Used by a group commit's batch that mixes agents and by reading a run with its events:
     psycopg's ``transaction()`` inside a pipeline adds a sync, ``BEGIN`` and ``COMMIT``,
     measured at about 0.45 ms of the worker's CPU each time. When a statement fails, Postgres
     skips the rest of the pipeline, including any ``PREPARE`` psycopg sent for a statement it

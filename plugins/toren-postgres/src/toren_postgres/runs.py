@@ -20,7 +20,6 @@ from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
 from toren.seams.store import MessageHandOff, RunLog
 from toren_postgres.group_commit import GroupCommit, GroupFailed
 from toren_postgres.lifecycle import PostgresConnection
-from toren_postgres.pipelines import one_transaction
 from toren_postgres.queries import agent_query, query
 from toren_postgres.reader import find_run
 
@@ -145,24 +144,21 @@ class PostgresRunLog(PostgresConnection, RunLog):
         params = {"run_id": run_id, "stream": stream, "holder": holder, "ttl_s": ttl_s,
                   "with_finished": with_finished}
         async with self.pool.connection() as conn:
-            # two statements, one round trip, one transaction: the read needs a snapshot
-            # taken after the lease is ours (see load_for_work in queries.sql), which a
-            # second statement of a READ COMMITTED transaction takes
-            async with one_transaction(conn):
-                acquired = await conn.execute(query("acquire_lease"), params)
-                loaded = await conn.execute(
-                    agent_query("load_for_work", schema_name_for(agent)), params)
-            lease_row = await acquired.fetchone()
-            row = await loaded.fetchone()
+            # one statement, its own transaction: the lease, then the read in a snapshot taken
+            # once the lease is ours (see the function acquire_and_load, agent migration 0013)
+            cursor = await conn.execute(
+                agent_query("acquire_and_load", schema_name_for(agent)), params)
+            row = await cursor.fetchone()
         assert row is not None
-        if lease_row is None:
-            return LeaseBusy(retry_in_s=row[2] if row[2] is not None else ttl_s)
+        epoch, stream_events, finished, retry_in_s, created_at, traceparent, version = row
+        if epoch is None:
+            return LeaseBusy(retry_in_s=retry_in_s if retry_in_s is not None else ttl_s)
         events = [Event(run_id, stream, seq, kind, data)
-                  for seq, kind, data in orjson.loads(row[0] or "[]")]
+                  for seq, kind, data in orjson.loads(stream_events or "[]")]
         events += [Event(run_id, task_stream, seq, "TaskFinished", data)
-                   for task_stream, seq, data in orjson.loads(row[1] or "[]")]
-        return Lease(run_id, stream, holder, lease_row[0], run_created_at=row[3],
-                     traceparent=row[4], agent_version=row[5], version_read=True), events
+                   for task_stream, seq, data in orjson.loads(finished or "[]")]
+        return Lease(run_id, stream, holder, epoch, run_created_at=created_at,
+                     traceparent=traceparent, agent_version=version, version_read=True), events
 
     async def release_lease(self, lease: Lease) -> None:
         async with self.pool.connection() as conn:
@@ -192,7 +188,8 @@ class PostgresRunLog(PostgresConnection, RunLog):
         statement = agent_query("append", schema)
         row: tuple[Any, ...] | None
         if self.settings.group_commit:
-            grouped = await self._group_commit().execute(statement, params)
+            grouped = await self._group_commit().execute(
+                statement, params, batch_statement=agent_query("append_batch", schema))
             if not isinstance(grouped, GroupFailed):
                 row = grouped
             elif grouped.broken and await self._append_outcome(

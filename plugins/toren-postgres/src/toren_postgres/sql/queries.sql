@@ -75,6 +75,7 @@ SELECT id, NULL FROM {runs}
 WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM run);
 
 -- acquire_lease --
+-- Also the first statement of the function acquire_and_load (agent migration 0013).
 INSERT INTO toren_control.leases AS l (run_id, stream, holder, epoch, expires_at)
 VALUES (%(run_id)s, %(stream)s, %(holder)s, 1, now() + %(ttl_s)s * interval '1 second')
 ON CONFLICT (run_id, stream) DO UPDATE
@@ -82,33 +83,11 @@ SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires
 WHERE l.expires_at <= now()
 RETURNING epoch;
 
--- load_for_work --
--- Run right after acquire_lease, in the same pipeline (one round trip) but as its own
--- statement: a statement's snapshot predates a lock wait inside it, so reading the stream in
--- the acquiring statement could miss events the previous holder committed while we waited.
--- The stream comes from its latest checkpoint on (and, for the run stream, with every task's
--- TaskFinished), each as one JSON array built by the server in primary-key order: one parse
--- in the client instead of one per row. Also: seconds until the lease expires (if not ours),
--- and the run's RunCreated (seq 1 of the run stream, one primary-key lookup): when it was
--- written (with the run row) and its traceparent, which a tracing worker needs for the
--- run's spans without reading the run row; and the run's agent version, read under the lease
--- (a run tick checks the definition it was handed against it instead of reading it first).
-SELECT (SELECT json_agg(json_build_array(e.seq, e.type, e.data) ORDER BY e.seq)
-        FROM {events} e
-        WHERE e.run_id = %(run_id)s AND e.stream = %(stream)s
-          AND e.seq >= COALESCE((SELECT max(c.seq) FROM {events} c
-                                 WHERE c.run_id = %(run_id)s AND c.stream = %(stream)s
-                                   AND c.type = 'TaskCheckpoint'), 1))::text,
-       (SELECT json_agg(json_build_array(e.stream, e.seq, e.data) ORDER BY e.stream)
-        FROM {events} e
-        WHERE %(with_finished)s AND e.run_id = %(run_id)s AND e.type = 'TaskFinished')::text,
-       (SELECT greatest(0, extract(epoch FROM l.expires_at - now()))::float8
-        FROM toren_control.leases l
-        WHERE l.run_id = %(run_id)s AND l.stream = %(stream)s),
-       r.created_at, r.data->>'traceparent',
-       (SELECT v.agent_version FROM {runs} v WHERE v.id = %(run_id)s)
-FROM (SELECT 1) one
-LEFT JOIN {events} r ON r.run_id = %(run_id)s AND r.stream = 'run' AND r.seq = 1;
+-- acquire_and_load --
+-- The stream's lease and the stream read for work, one statement (see the function, agent
+-- migration 0013, whose first statement is acquire_lease above: keep the two the same).
+SELECT * FROM {acquire_and_load}(%(run_id)s, %(stream)s, %(holder)s, %(ttl_s)s::float8,
+                                 %(with_finished)s);
 
 -- release_lease --
 UPDATE toren_control.leases SET expires_at = now()
@@ -126,70 +105,40 @@ WHERE run_id = %(run_id)s AND stream = %(stream)s
 ORDER BY seq;
 
 -- append --
--- The hot path: one statement, so one round trip and one commit per durable step.
--- Nothing is written unless the lease is held at this epoch, unexpired by the database
--- clock, and the run is not cancelled; the events' primary key is the compare-and-swap.
-WITH lease AS (
-    UPDATE toren_control.leases
-    SET expires_at = CASE WHEN %(release)s THEN now()
-                          ELSE now() + %(ttl_s)s * interval '1 second' END
-    WHERE run_id = %(run_id)s AND stream = %(stream)s AND holder = %(holder)s
-      AND epoch = %(epoch)s AND expires_at > now()
-      AND NOT EXISTS (SELECT 1 FROM {runs} WHERE id = %(run_id)s AND status = 'cancelled')
-    RETURNING run_id
-), appended AS (
-    INSERT INTO {events} (run_id, stream, seq, type, data)
-    SELECT lease.run_id, %(stream)s, %(first_seq)s + e.n::int - 1, e.doc->>'type', e.doc->'data'
-    FROM lease, json_array_elements(%(events)s) WITH ORDINALITY AS e(doc, n)
-    RETURNING seq
-), enqueued AS (
-    -- the first hand_limit messages due now go to this worker already claimed (hand-off:
-    -- hidden for hand_visibility_s, one delivery counted, as a claim leaves them), so it
-    -- works them without a claim of its own; their NOTIFY is not sent (not ready to others)
-    INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at, attempts,
-                                     claimed_by)
-    SELECT %(agent)s, lease.run_id, m.doc->>'kind', m.doc->'payload',
-           now() + CASE WHEN handed THEN %(hand_visibility_s)s
-                        ELSE (m.doc->>'delay_s')::float8 END * interval '1 second',
-           CASE WHEN handed THEN 1 ELSE 0 END,
-           CASE WHEN handed THEN %(holder)s END
-    FROM lease, jsonb_array_elements(%(messages)s) WITH ORDINALITY AS m(doc, n),
-         LATERAL (SELECT m.n <= %(hand_limit)s AND (m.doc->>'delay_s')::float8 <= 0
-                  AS handed) AS h
-    RETURNING id, kind, payload, claimed_by
-), run_update AS (
-    UPDATE {runs} r SET
-        status = COALESCE(%(status)s, r.status),
-        output = CASE WHEN %(set_output)s THEN %(output)s ELSE r.output END,
-        stop_reason = COALESCE(%(stop_reason)s, r.stop_reason),
-        error = CASE WHEN %(set_error)s THEN %(error)s ELSE r.error END,
-        finished_at = CASE WHEN %(finished)s THEN now() ELSE r.finished_at END,
-        updated_at = now()
-    FROM lease WHERE r.id = lease.run_id AND %(update_run)s
-      -- re-checked against a concurrently committed cancel: a finished run stays finished
-      AND r.status NOT IN ('completed', 'stopped', 'failed', 'cancelled')
-), acked AS (
-    DELETE FROM toren_control.queue q USING lease
-    WHERE q.id = %(ack_id)s AND q.claimed_by = %(holder)s
-), progressed AS (
-    -- this delivery made progress: earlier deliveries that died (next to a message that
-    -- kills its worker, say) no longer count towards dead-lettering it
-    UPDATE toren_control.queue q SET attempts = 1 FROM lease
-    WHERE q.id = %(progress_id)s AND q.claimed_by = %(holder)s AND q.attempts > 1
-), notified AS (
-    -- wakes the live event streams of this run, if any (see watch_runs); NOTIFY is
-    -- transactional, so it is delivered when, and only if, this statement commits
-    SELECT pg_notify('toren_appends', lease.run_id::text) FROM lease
-    WHERE EXISTS (SELECT 1 FROM toren_control.watched_runs w
-                  WHERE w.run_id = lease.run_id AND w.expires_at > now())
-)
-SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM appended) AS appended,
-       (SELECT count(*) FROM notified) AS notified,
-       -- the run's agent version as of this append: the worker's version checks between
-       -- steps and at a task message read it here instead of in a statement of their own
-       (SELECT agent_version FROM {runs} WHERE id = %(run_id)s) AS agent_version,
-       (SELECT json_agg(json_build_array(id, kind, payload) ORDER BY id) FROM enqueued
-        WHERE claimed_by IS NOT NULL)::text AS handed;
+-- The hot path: one statement, so one round trip and one commit per durable step. The
+-- function append_one (agent migration 0012) is the append; append_batch runs it for each
+-- append of a group commit's batch. Nothing is written unless the lease is held at this
+-- epoch, unexpired by the database clock, and the run is not cancelled; the events' primary
+-- key is the compare-and-swap.
+SELECT o_leased AS leased, o_appended AS appended, o_notified AS notified,
+       o_agent_version AS agent_version, o_handed AS handed
+FROM {append_one}(
+    %(hand_limit)s::int, %(hand_visibility_s)s::float8, %(run_id)s::uuid, %(stream)s::text,
+    %(holder)s::text, %(epoch)s::int, %(ttl_s)s::float8, %(release)s::boolean,
+    %(agent)s::text, %(first_seq)s::int, %(events)s::json, %(messages)s::jsonb,
+    %(ack_id)s::bigint, %(progress_id)s::bigint, %(update_run)s::boolean, %(status)s::text,
+    %(set_output)s::boolean, %(output)s::jsonb, %(stop_reason)s::text, %(set_error)s::boolean,
+    %(error)s::jsonb, %(finished)s::boolean);
+
+-- append_batch --
+-- A group commit's batch of appends as one statement (one send, one result, one implicit
+-- transaction): append_one for each, in the batch's order, each seeing what those before it
+-- wrote. The parameter batch is a JSON array of the append query's parameters, one object per append;
+-- the JSON ones (events, messages, output, error) are JSON text inside it, as each alone
+-- would have sent it.
+SELECT a.o_leased, a.o_appended, a.o_notified, a.o_agent_version, a.o_handed
+FROM ROWS FROM (json_to_recordset(%(batch)s) AS (
+         hand_limit int, hand_visibility_s float8, run_id uuid, stream text, holder text,
+         epoch int, ttl_s float8, release boolean, agent text, first_seq int, events text,
+         messages text, ack_id bigint, progress_id bigint, update_run boolean, status text,
+         set_output boolean, output text, stop_reason text, set_error boolean, error text,
+         finished boolean)) WITH ORDINALITY AS b,
+     LATERAL {append_one}(
+         b.hand_limit, b.hand_visibility_s, b.run_id, b.stream, b.holder, b.epoch, b.ttl_s,
+         b.release, b.agent, b.first_seq, b.events::json, b.messages::jsonb, b.ack_id,
+         b.progress_id, b.update_run, b.status, b.set_output, b.output::jsonb, b.stop_reason,
+         b.set_error, b.error::jsonb, b.finished) AS a
+ORDER BY b.ordinality;
 
 -- lease_state --
 SELECT l.holder, l.epoch, l.expires_at > now() AS live,
