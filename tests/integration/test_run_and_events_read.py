@@ -69,3 +69,7 @@ async def test_several_runs_rows_and_events_after_their_positions_in_one_read(
     # the same answer as the default, one run after the other
     assert await RunReader.get_runs_and_events(store, "reader", positions) == found
     assert await store.get_runs_and_events("reader", {}) == {}
+    # a run id in another spelling is answered under the caller's spelling, its position too
+    shouted = first.upper()
+    assert await store.get_runs_and_events("reader", {shouted: {"run": 1}}) == {
+        shouted: found[first]}

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import psycopg
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from toren.default_plugins.scripted import ScriptedModel
@@ -21,6 +23,16 @@ from toren.testing import write_agent_dir
 SUBSCRIBERS = 20
 TOOLS = "\n".join(f'def noop_{i}(text: str) -> str:\n    """Does nothing."""\n    return "ok"\n'
                   for i in range(3))
+
+
+async def api_without_workers(make_runtime, tmp_path: Path, delay: float
+                              ) -> tuple[Path, dict[str, ScriptedModel], Any, web.Application]:
+    """An agent of 3 tool steps whose model takes ``delay`` s, and an API over it with no
+    worker (the test starts one when its streams are open)."""
+    directory = write_agent_dir(tmp_path, "fan", model="test/tools", tools_py=TOOLS)
+    models = {"tools": ScriptedModel(delay=delay)}
+    api = await make_runtime(dirs=[directory], models=models, workers=False)
+    return directory, models, api, create_app(api, require_keys=False)
 
 
 async def follow(url: str, run_id: str, attached: asyncio.Queue[int]) -> list[dict[str, str]]:
@@ -49,10 +61,8 @@ async def follow(url: str, run_id: str, attached: asyncio.Queue[int]) -> list[di
 
 async def test_many_streams_of_a_run_each_get_every_event_once_from_one_read_per_notice(
         make_runtime, tmp_path: Path) -> None:
-    directory = write_agent_dir(tmp_path, "fan", model="test/tools", tools_py=TOOLS)
-    models = {"tools": ScriptedModel(delay=0.3)}
-    api = await make_runtime(dirs=[directory], models=models, workers=False)
-    app = create_app(api, require_keys=False)
+    directory, models, api, app = await api_without_workers(make_runtime, tmp_path,
+                                                             0.3)
     hub = app[STREAMS]
     async with TestServer(app) as server:
         url = str(server.make_url("")).rstrip("/")
@@ -100,10 +110,8 @@ async def test_lost_notices_cost_one_shared_look_per_run_not_one_per_stream(
     """With the run's notices lost (its watch gone, so appends NOTIFY nobody), the hub looks at
     the run about every 5 s for all of its streams at once: they get every event and their
     ``end`` from one read per look, where each stream used to look on its own."""
-    directory = write_agent_dir(tmp_path, "fan", model="test/tools", tools_py=TOOLS)
-    models = {"tools": ScriptedModel(delay=0.1)}
-    api = await make_runtime(dirs=[directory], models=models, workers=False)
-    app = create_app(api, require_keys=False)
+    directory, models, api, app = await api_without_workers(make_runtime, tmp_path,
+                                                             0.1)
     hub = app[STREAMS]
     async with TestServer(app) as server:
         url = str(server.make_url("")).rstrip("/")
@@ -139,10 +147,8 @@ async def test_an_http_1_0_stream_is_written_by_its_own_task_and_gets_every_even
         make_runtime, tmp_path: Path) -> None:
     """HTTP/1.0 has no chunked bodies, so the hub never writes to such a stream (it writes
     chunks): the stream's task writes every event and the ``end``, and closes."""
-    directory = write_agent_dir(tmp_path, "fan", model="test/tools", tools_py=TOOLS)
-    models = {"tools": ScriptedModel(delay=0.2)}
-    api = await make_runtime(dirs=[directory], models=models, workers=False)
-    app = create_app(api, require_keys=False)
+    directory, models, api, app = await api_without_workers(make_runtime, tmp_path,
+                                                             0.2)
     hub = app[STREAMS]
     async with TestServer(app) as server:
         run_id = await api.start_run("fan", "hello")

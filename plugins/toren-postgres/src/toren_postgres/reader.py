@@ -114,21 +114,8 @@ class PostgresRunReader(PostgresConnection, RunReader):
     async def get_run_and_events(self, agent: str, run_id: str,
                                  after: Mapping[str, int] | None = None
                                  ) -> tuple[RunRecord | None, list[Event]]:
-        schema = schema_name_for(agent)
-        async with self.pool.connection() as conn:
-            # one round trip; the events statement runs after the row's, so it sees at
-            # least what the row's snapshot saw (READ COMMITTED: a snapshot per statement)
-            async with one_transaction(conn):
-                run = conn.cursor(row_factory=dict_row)
-                await run.execute(agent_query("get_run", schema), {"run_id": run_id})
-                events = await conn.execute(agent_query("load_events", schema), {
-                    "run_id": run_id, "after": Jsonb(dict(after or {}))})
-            row = await run.fetchone()
-            rows = await events.fetchall()
-        if row is None:
-            return None, []
-        return _record(agent, row), [Event(run_id, stream, seq, kind, data, at)
-                                     for stream, seq, kind, data, at in rows]
+        found = await self.get_runs_and_events(agent, {run_id: after or {}})
+        return found[run_id]
 
     async def get_runs_and_events(self, agent: str,
                                   positions: Mapping[str, Mapping[str, int]]
@@ -150,9 +137,10 @@ class PostgresRunReader(PostgresConnection, RunReader):
         found: dict[str, tuple[RunRecord | None, list[Event]]] = {
             run_id: (None, []) for run_id in run_ids}
         for row in rows:
-            found[str(row["id"])] = (_record(agent, row), [])
-        for run_id, stream, seq, kind, data, at in event_rows:
-            row_found, listed = found.get(run_id, (None, []))
+            key = row.pop("key")  # the run id as the caller wrote it
+            found[key] = (_record(agent, row), [])
+        for key, run_id, stream, seq, kind, data, at in event_rows:
+            row_found, listed = found.get(key, (None, []))
             if row_found is not None:
                 listed.append(Event(run_id, stream, seq, kind, data, at))
         return found

@@ -238,11 +238,12 @@ SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, cre
 FROM {runs} WHERE id = %(run_id)s;
 
 -- get_runs --
--- get_run for several runs.
-SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
-       finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind,
-       depth, agent_version, agent_human_version
-FROM {runs} WHERE id = ANY(%(run_ids)s::uuid[]);
+-- get_run for several runs, each row with the run id as the caller wrote it (key).
+SELECT k.key, r.id, r.kind, r.status, r.input, r.output, r.stop_reason, r.error,
+       r.idempotency_key, r.created_at, r.updated_at, r.finished_at, r.schedule,
+       r.parent_agent, r.parent_run_id::text, r.parent_task, r.child_kind, r.depth,
+       r.agent_version, r.agent_human_version
+FROM unnest(%(run_ids)s::text[]) AS k(key) JOIN {runs} r ON r.id = k.key::uuid;
 
 -- child_runs --
 -- The runs a run's tasks started (peer calls and background runs), oldest first.
@@ -278,12 +279,12 @@ WHERE run_id = %(run_id)s
 ORDER BY created_at, stream, seq;
 
 -- load_events_of_runs --
--- load_events for several runs: after maps each run id to its position (stream -> last seq
--- seen); each run's events in load_events' order.
-SELECT run_id::text, stream, seq, type, data, created_at FROM {events}
-WHERE run_id = ANY(%(run_ids)s::uuid[])
-  AND seq > COALESCE((%(after)s::jsonb -> (run_id::text) ->> stream)::int, 0)
-ORDER BY run_id, created_at, stream, seq;
+-- load_events for several runs: after maps each run id (as the caller wrote it: key) to its
+-- position (stream -> last seq seen); each run's events in load_events' order.
+SELECT k.key, e.run_id::text, e.stream, e.seq, e.type, e.data, e.created_at
+FROM unnest(%(run_ids)s::text[]) AS k(key) JOIN {events} e ON e.run_id = k.key::uuid
+WHERE e.seq > COALESCE((%(after)s::jsonb -> k.key ->> e.stream)::int, 0)
+ORDER BY k.key, e.created_at, e.stream, e.seq;
 
 -- tag_scheduled_run --
 UPDATE {runs} SET schedule = %(schedule)s WHERE id = %(run_id)s;
