@@ -125,6 +125,11 @@ class StreamSlot:
         the stream's task waits."""
         self._transport = transport
 
+    def look_at(self, own_look_at: float) -> float:
+        """When the stream looks by itself: at ``own_look_at`` (set at its own last read), or
+        later if the hub read for it since (the hub's reads count as its looks)."""
+        return max(own_look_at, self.pushed_at + SSE_STREAM_LOOK_S)
+
     def idle(self) -> bool:
         """Whether the hub may write to the stream now: its task waits with nothing pending
         and its client has read all but ``DIRECT_WRITE_LIMIT`` bytes of what it was sent."""
@@ -786,17 +791,14 @@ async def _pump(request: web.Request, response: web.StreamResponse, slot: Stream
             next_key_check = now + SSE_KEY_CHECK_S
         if full_read is not None:
             own_look_at = now + SSE_STREAM_LOOK_S * random.uniform(0.8, 1.2)
-        # the hub's reads for this stream count as its looks
-        look_at = max(own_look_at, slot.pushed_at + SSE_STREAM_LOOK_S)
-        wait_s = min(look_at - now, slot.last_write + SSE_HEARTBEAT_S - now)
+        wait_s = min(slot.look_at(own_look_at) - now, slot.last_write + SSE_HEARTBEAT_S - now)
         if key_check is not None:
             wait_s = min(wait_s, next_key_check - now)
         full_read = await slot.wait(max(wait_s, 0.0), request, write_text)
         if slot.ended is not None:  # the hub wrote the run's last events
             await response.write(_end_frame(slot.ended))
             return
-        if full_read is None and loop.time() >= max(own_look_at,
-                                                    slot.pushed_at + SSE_STREAM_LOOK_S):
+        if full_read is None and loop.time() >= slot.look_at(own_look_at):
             full_read = False  # the hub did not look (its task is gone): look alone
 
 
