@@ -193,15 +193,16 @@ def test_a_run_shows_its_budget_and_that_the_budget_stopped_it(browser: Any,
     browser.get(dev + "/#/runs/" + spent["id"])
     wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
     wait(browser, lambda d: " of $1.0000 (" in find(d, "#budget-run").text)
-    assert " of $20.0000 (" in find(browser, "#budget-daily").text
-    assert "$0.000000 reserved" in find(browser, "#budget-held").text
+    # the run's page re-renders as its last events arrive: read each figure as it settles
+    wait(browser, lambda d: " of $20.0000 (" in find(d, "#budget-daily").text)
+    wait(browser, lambda d: "$0.000000 reserved" in find(d, "#budget-held").text)
     shoot(browser, "console-run-budget.png")
 
     broke = post(dev, "/runs", {"agent": "broke", "input": "postgres"})
     browser.get(dev + "/#/runs/" + broke["id"])
     wait(browser, lambda d: "stopped" in find(d, "#run-status").text, timeout=60)
     wait(browser, lambda d: find_all(d, "#budget-exhausted"))
-    assert "had no room for the next model call" in find(browser, "#run-why").text
+    wait(browser, lambda d: "had no room for the next model call" in find(d, "#run-why").text)
 
 
 def test_a_model_call_that_fell_back_names_the_model_it_replaced(browser: Any,
