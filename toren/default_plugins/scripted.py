@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import os
 import re
 import time
@@ -23,6 +24,7 @@ from typing import Any
 from toren.errors import ConfigError
 from toren.seams.hookspecs import hookimpl
 from toren.seams.model import (
+    Message,
     Model,
     ModelProvider,
     ModelRequest,
@@ -132,17 +134,32 @@ def _append_line(path: Path, line: str) -> None:
 
 def _usage(request: ModelRequest, response: ModelResponse) -> Usage:
     """Token counts estimated at four characters a token, so receipts show plausible figures."""
-    prompt = len(request.system) + sum(len(m.text) for m in request.messages)
+    prompt = len(request.system) + sum(map(len, map(_text, request.messages)))
     output = len(response.text) + sum(len(json.dumps(c.arguments)) for c in response.tool_calls)
     return Usage(input_tokens=max(1, prompt // 4), output_tokens=max(1, output // 4))
 
 
+_text = operator.attrgetter("text")
+
+
+def _turn(messages: Sequence[Message]) -> tuple[int, int]:
+    """Where the latest user message is (-1: none), and how many assistant messages with tool
+    calls came after it: one pass back from the end, which stops at that message."""
+    called = 0
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "user":
+            return index, called
+        if message.role == "assistant" and message.tool_calls:
+            called += 1
+    return -1, called
+
+
 def respond_with_tools(request: ModelRequest) -> ModelResponse:
     """Call each offered tool once (in order) on the latest user input, then summarise."""
-    turn_start = max((i for i, m in enumerate(request.messages) if m.role == "user"), default=-1)
+    turn_start, called = _turn(request.messages)
     user_text = request.messages[turn_start].text if turn_start >= 0 else ""
     turn = request.messages[turn_start + 1:]
-    called = sum(1 for m in turn if m.role == "assistant" and m.tool_calls)
     planned = planned_calls(user_text)
     if planned is not None and called < len(planned):
         name, arguments = planned[called]

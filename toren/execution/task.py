@@ -79,7 +79,7 @@ from toren.execution.forking import forked_spec, new_task_fork
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
 from toren.execution.tool_threads import ToolNotStarted, ToolThreads
-from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
+from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall, ToolSpec
 from toren.seams.shapes import (
     TEXT_DELTA_MAX_CHARS,
     Lease,
@@ -112,6 +112,12 @@ class TaskSpec:
     limits: Limits
     #: Tools that need a person's approval before each call, by name.
     approvals: dict[str, ApprovalPolicy] = dataclasses.field(default_factory=dict)
+
+    @functools.cached_property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The tools as every model call of the task offers them (built once per task: a
+        tuple of one spec per tool was rebuilt for each call)."""
+        return tuple(tool.spec for tool in self.tools.values())
 
 
 def task_spec(agent: AgentSpec, subagent: str | None) -> TaskSpec:
@@ -294,7 +300,7 @@ class TaskRunner:
             request = ModelRequest(
                 model=self.model_id, system=self.spec.prompt,
                 messages=tuple(self.state.messages),
-                tools=tuple(tool.spec for tool in self.spec.tools.values()))
+                tools=self.spec.tool_specs)
             reservation = await self.reserve(action.step, None, model, request)
             if reservation is False:
                 return False

@@ -35,6 +35,7 @@ from toren.host.relay import QueueAcknowledgingLog
 from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
 from toren.seams.store import Guardian, RunLog, WorkerRegistry
 from toren.seams.telemetry import log_context
+from toren.seams.tools import build_validators
 
 if TYPE_CHECKING:
     from toren.agents import AgentSpec
@@ -134,6 +135,10 @@ class Worker:
 
     async def start(self) -> None:
         await self.registry.heartbeat(self.info(), self.settings.lease_ttl_s, [])
+        await asyncio.to_thread(build_validators, [
+            tool for agent in self.runtime.agents.values()
+            for tools in (agent.tools, *(sub.tools for sub in agent.subagents.values()))
+            for tool in tools.values()])
         if self.queue.reads_outbox:
             # the messages this worker's appends send are claimed for it by the append itself
             self.runtime.store.hand_off_to(self)

@@ -13,7 +13,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, overload
@@ -89,6 +89,14 @@ class Tool:
 
         cls = jsonschema.validators.validator_for(self.parameters, jsonschema.Draft202012Validator)
         return cls(self.parameters)
+
+
+def build_validators(tools: Iterable[Tool]) -> None:
+    """Build each tool's ``validator`` now. A worker calls this once as it starts, in a thread:
+    the first call of a tool then neither imports jsonschema (~0.15 s, which would stall every
+    run on the event loop) nor builds its validator between a model's answer and the tool."""
+    for each in tools:
+        each.validator  # noqa: B018 (a cached property: read to build it)
 
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
