@@ -132,6 +132,20 @@ async def test_unknown_tool_and_invalid_arguments_go_back_to_the_model(
     check_log(events)
 
 
+async def test_a_worker_builds_its_tools_validators_as_it_starts(
+        make_runtime, tmp_path: Path) -> None:
+    """The first call of a tool neither imports jsonschema (~0.15 s on the event loop, every
+    run stalled) nor builds the tool's validator: a starting worker has built them."""
+    helper = "---\ndescription: Helps.\ntools: [shout]\n---\nHelp.\n"
+    directory = agent_dir(tmp_path, model="toren/scripted", subagents={"helper": helper})
+    idle = await make_runtime(dirs=[directory], workers=False)
+    assert not any("validator" in vars(t) for t in idle.agents["calc"].tools.values())
+    runtime = await make_runtime(dirs=[directory])
+    agent = runtime.agents["calc"]
+    tools = [*agent.tools.values(), *agent.subagents["helper"].tools.values()]
+    assert len(tools) == 5 and all("validator" in vars(t) for t in tools)
+
+
 async def test_a_confused_model_is_stopped_after_repeated_invalid_calls(
         make_runtime, tmp_path: Path) -> None:
     model = script(call("nope"))  # repeats forever
