@@ -151,6 +151,11 @@ class TaskRunner:
         #: A change to the run's row that goes with the next flush (e.g. clearing an error).
         self.pending_update: RunUpdate | None = None
         self.budget = BudgetGuard(ports.budgets, agent, self.run_id, lease.stream)
+        #: The ids of the tool calls recorded in this task (from its messages when first
+        #: needed, then as calls are recorded): a new call's id is made unique against them.
+        #: After a compaction it still holds the ids of the calls summarised away, which only
+        #: makes a repeated id rarer.
+        self.call_ids: set[str] | None = None
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -485,10 +490,12 @@ class TaskRunner:
                         purpose: Literal["compaction"] | None = None,
                         reservation: Reservation | None = None) -> None:
         had_error = self.state.retry is not None
-        tool_calls = normalize_calls(
-            response.tool_calls,
-            (c.id for m in self.state.messages if m.role == "assistant" for c in m.tool_calls),
-            step)
+        if self.call_ids is None:
+            self.call_ids = {c.id for m in self.state.messages if m.role == "assistant"
+                             for c in m.tool_calls}
+        tool_calls = normalize_calls(response.tool_calls, self.call_ids, step)
+        if purpose is None:
+            self.call_ids.update(c.id for c in tool_calls)
         usage = response.usage
         cost_usd = self.cost(response, model)
         self.record(ev.ModelCallCompleted(
