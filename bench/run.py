@@ -222,6 +222,9 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         each("toren_latency", "cpu_ms_per_operation"), "ms")
     add("2 per-step overhead", "ms per agent step (model call + tool call), p50",
         each("toren_latency", "ms_per_step_p50"), "ms")
+    add("2 per-step overhead", "Python function calls per durable operation, a warm run (a "
+        "count: it does not move with the machine's load)",
+        each("toren_latency", "python_calls_per_operation"), "calls")
     for level in (1, 10):
         add("3 queue", f"no-op jobs/s at concurrency {level} (worker started and stopped in "
             "the window)", [toren_queue_at(rep.get("toren_queue", {}), level) for rep in reps],
@@ -480,6 +483,7 @@ TRACKED = (
     ("CPU ms/op", "worker CPU per durable operation", "value"),
     ("ms/op p50", "ms per durable operation, p50", "value"),
     ("x raw p50", "ms per durable operation, p50", "ratio"),
+    ("calls/op c=1", "Python function calls per durable operation", "value"),
     ("queue c=1 x procrastinate", "no-op jobs/s at concurrency 1", "ratio"),
     ("in flight 1,000: efficiency, steady state", "1,000 runs: model calls/s against",
      "value"),

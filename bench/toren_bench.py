@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import cProfile
 import dataclasses
 import datetime
 import itertools
 import json
 import os
+import pstats
 import signal
 import statistics
 import subprocess
@@ -237,7 +239,21 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
     run_id = await runtime.start_run("bench", "go")
     await runtime.wait_for_run(run_id, poll_s=0.25)
     cpu = time.process_time() - cpu0
+    measured = len(stamps)
+    # A count, not a time: the Python function calls (and C functions called from Python) of
+    # one more run, profiled once the worker is warm. On a shared machine the CPU a change
+    # saves can be smaller than the noise between two runs; this count does not move with
+    # the machine's load (under 1% between runs of the same code): compare it across commits.
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        counted = await runtime.start_run("bench", "go")
+        await runtime.wait_for_run(counted, poll_s=0.25)
+    finally:
+        profile.disable()
     await runtime.stop()
+    calls = pstats.Stats(profile).total_calls
+    stamps = stamps[:measured]
     # appends: start, then one per operation (2 per step), then finish and the run tick;
     # the gaps between consecutive operation appends are the per-operation cost
     gaps = [1000 * (b - a) for a, b in itertools.pairwise(stamps[1:-1])]
@@ -250,6 +266,7 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
         "ms_per_step_p99": round(percentile(steps, 0.99), 3),
         # client CPU per operation (the worker's own share of the gap, whatever the load)
         "cpu_ms_per_operation": round(1000 * cpu / max(1, len(stamps) - 2), 3),
+        "python_calls_per_operation": round(calls / max(1, measured), 1),
     }
 
 
