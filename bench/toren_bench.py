@@ -243,7 +243,8 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
     # A count, not a time: the Python function calls (and C functions called from Python) of
     # one more run, profiled once the worker is warm. On a shared machine the CPU a change
     # saves can be smaller than the noise between two runs; this count does not move with
-    # the machine's load (under 1% between runs of the same code): compare it across commits.
+    # the machine's load (within 1.5% between runs of the same code): compare it across
+    # commits.
     profile = cProfile.Profile()
     profile.enable()
     try:
