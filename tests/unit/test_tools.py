@@ -9,7 +9,13 @@ import pytest
 
 from toren import tool
 from toren.errors import ToolError
-from toren.seams.tools import parse_docstring, tool_from_function, type_schema
+from toren.seams.tools import (
+    Tool,
+    build_validators,
+    parse_docstring,
+    tool_from_function,
+    type_schema,
+)
 
 
 def search(
@@ -266,3 +272,16 @@ def test_tool_groups_belong_to_one_plugin_and_never_share_a_tool_name() -> None:
 def lambda_like(y: str) -> str:
     """Another tool."""
     return y
+
+
+def test_validators_are_built_ahead_and_a_broken_schema_is_left_for_its_call() -> None:
+    def noop() -> None:
+        return None
+
+    good = Tool("good", "Fine.", {"type": "object", "properties": {}}, noop)
+    broken = Tool("broken", "Its schema is no schema.", ["not", "a", "schema"], noop)  # type: ignore[arg-type]
+    build_validators([broken, good])  # a worker starting: nothing raises
+    assert "validator" in vars(good) and good.validator.is_valid({})
+    assert "validator" not in vars(broken)
+    with pytest.raises(AttributeError):  # its first call fails as it did, and says so there
+        broken.validator  # noqa: B018

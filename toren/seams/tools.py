@@ -8,6 +8,7 @@ entries for each parameter).
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import inspect
 import json
 import re
@@ -94,9 +95,12 @@ class Tool:
 def build_validators(tools: Iterable[Tool]) -> None:
     """Build each tool's ``validator`` now. A worker calls this once as it starts, in a thread:
     the first call of a tool then neither imports jsonschema (~0.15 s, which would stall every
-    run on the event loop) nor builds its validator between a model's answer and the tool."""
+    run on the event loop) nor builds its validator between a model's answer and the tool.
+    A schema jsonschema cannot build a validator for is left to fail at its tool's first call,
+    where the task reports it, rather than stop the worker from starting."""
     for each in tools:
-        each.validator  # noqa: B018 (a cached property: read to build it)
+        with contextlib.suppress(Exception):
+            each.validator  # noqa: B018 (a cached property: read to build it)
 
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
