@@ -121,6 +121,13 @@ class AgentSpec:
         return list(dict.fromkeys([self.model, *(s.model for s in self.subagents.values()),
                                    *self.fallbacks]))
 
+    @property
+    def all_tools(self) -> list[Tool]:
+        """The agent's tools and its subagents', each once."""
+        every = (*self.tools.values(),
+                 *(tool for sub in self.subagents.values() for tool in sub.tools.values()))
+        return list({id(tool): tool for tool in every}.values())
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "description": self.description, "model": self.model,

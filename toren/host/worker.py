@@ -136,9 +136,7 @@ class Worker:
     async def start(self) -> None:
         await self.registry.heartbeat(self.info(), self.settings.lease_ttl_s, [])
         await asyncio.to_thread(build_validators, [
-            tool for agent in self.runtime.agents.values()
-            for tools in (agent.tools, *(sub.tools for sub in agent.subagents.values()))
-            for tool in tools.values()])
+            tool for agent in self.runtime.agents.values() for tool in agent.all_tools])
         if self.queue.reads_outbox:
             # the messages this worker's appends send are claimed for it by the append itself
             self.runtime.store.hand_off_to(self)
