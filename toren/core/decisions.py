@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -156,17 +156,18 @@ def clean_json(value: Any) -> Any:
     return value
 
 
-def normalize_calls(calls: Sequence[ToolCall], earlier_ids: Iterable[str],
+def normalize_calls(calls: Sequence[ToolCall], earlier_ids: Container[str],
                     step: int) -> tuple[ToolCall, ...]:
     """The model's tool calls as they are recorded: every call has an id unique in the task
     (a missing or repeated id gets a fresh one, so each call gets its own result), text is
-    cleaned, and arguments that are not a JSON object become an ``arguments_error``."""
-    taken = set(earlier_ids)
+    cleaned, and arguments that are not a JSON object become an ``arguments_error``.
+    ``earlier_ids`` is only asked about (the task's set, not copied per answer)."""
+    taken: set[str] = set()
     normalized = []
     for index, call in enumerate(calls):
         call_id = clean_text(call.id) or f"call_{step}_{index}"
         base, n = call_id, 1
-        while call_id in taken:
+        while call_id in taken or call_id in earlier_ids:
             n += 1
             call_id = f"{base}_{n}"
         taken.add(call_id)
