@@ -363,6 +363,10 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         each("toren_growth", "backlog_claim", "claim_ms_p50"), "ms",
         theirs=each("toren_growth", "empty", "claim_ms_p50"), peer_name="empty queue",
         target="<= 2x empty", check=lambda v, r: r <= 2)
+    add("10 cost growth", f"claim latency p50 with {backlog or 0:,.0f} ready messages of "
+        "another agent waiting", each("toren_growth", "foreign_backlog_claim", "claim_ms_p50"),
+        "ms", theirs=each("toren_growth", "empty", "claim_ms_p50"), peer_name="empty queue",
+        target="<= 2x empty", check=lambda v, r: r <= 2)
     return rows
 
 

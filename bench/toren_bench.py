@@ -694,7 +694,8 @@ async def growth(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
     one-message claim, with ``--size`` synthetic events in ``--size / 10`` finished runs
     already in an agent's tables (loaded server-side with generate_series), against a second
     agent of the same database whose tables are empty; and claim latency with ``--backlog``
-    ready messages waiting in the queue, against an empty queue.
+    ready messages waiting in the queue, against an empty queue: the claiming agent's own
+    messages, then another agent's (the claim must not read them).
 
     After the load, ``VACUUM (ANALYZE)`` and a ``CHECKPOINT``: tables that grew to this size
     over months have been vacuumed, and autovacuum working through 10,000,000 rows inserted a
@@ -753,6 +754,18 @@ async def growth(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
     out["backlog_claim"] = await claim_latency(db, crews["loaded"], args.claims, enqueue=False)
     out["claim_ratio_backlog_to_empty"] = round(
         out["backlog_claim"]["claim_ms_p50"] / out["empty"]["claim_ms_p50"], 3)
+    # the same backlog, as another agent's: a worker of bench_empty claims from a queue of its
+    # own (--claims messages, younger than the backlog) while bench's wait (another fleet's
+    # backlog, or an agent no worker serves any more)
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        conn.execute("INSERT INTO toren_control.queue (agent, kind, payload) "
+                     "SELECT %s, 'noop', '{}' FROM generate_series(1, %s)",
+                     [agents["empty"], args.claims])
+        conn.execute("ANALYZE toren_control.queue")
+    out["foreign_backlog_claim"] = await claim_latency(db, crews["empty"], args.claims,
+                                                       enqueue=False, agent=agents["empty"])
+    out["claim_ratio_foreign_backlog_to_empty"] = round(
+        out["foreign_backlog_claim"]["claim_ms_p50"] / out["empty"]["claim_ms_p50"], 3)
     return out
 
 

@@ -162,8 +162,8 @@ async def test_a_claim_whose_answer_was_lost_hands_its_messages_back_uncounted(
                                  workers=False)
     worker = Worker(runtime)
     run_id = await runtime.start_run("a", "x")
-    # only the claim names the dead letters (the queue's listener may be talking too)
-    proxy.arm("after_commit", match=b"toren_control.dead_letters")
+    # only the claim calls claim_messages (the queue's listener may be talking too)
+    proxy.arm("after_commit", match=b"toren_control.claim_messages")
     with pytest.raises(psycopg.OperationalError):
         await runtime.queue.claim(["a"], worker.id, 5, 30, 5)  # type: ignore[union-attr]
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:

@@ -371,48 +371,13 @@ WITH released AS (
 DELETE FROM toren_control.workers WHERE id = %(worker_id)s;
 
 -- claim --
--- One round trip per claim: messages already delivered max_deliveries times move to the dead
--- letters (returned with dead = true, for the worker to record on their runs), and up to
--- limit ready messages are claimed and hidden for visibility_s.
-WITH dead AS (
-    DELETE FROM toren_control.queue
-    WHERE id IN (
-        SELECT id FROM toren_control.queue
-        WHERE agent = ANY(%(agents)s) AND available_at <= now()
-          AND attempts >= %(max_deliveries)s
-          -- implied (max_deliveries >= 1): lets the planner use queue_redelivered_idx
-          AND attempts > 0
-        FOR UPDATE SKIP LOCKED
-    )
-    RETURNING *
-), buried AS (
-    INSERT INTO toren_control.dead_letters
-        (id, agent, run_id, kind, payload, attempts, reason, created_at)
-    SELECT id, agent, run_id, kind, payload, attempts,
-           'delivered ' || attempts || ' times without being completed (its worker died or '
-           || 'timed out each time)',
-           created_at
-    FROM dead
-    RETURNING id, agent, run_id, kind, payload, attempts
-), next AS (
-    SELECT id, available_at FROM toren_control.queue
-    WHERE agent = ANY(%(agents)s) AND available_at <= now()
-      AND attempts < %(max_deliveries)s
-    ORDER BY available_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE toren_control.queue q
-    SET available_at = now() + %(visibility_s)s * interval '1 second',
-        attempts = q.attempts + 1,
-        claimed_by = %(worker_id)s
-    FROM next WHERE q.id = next.id
-    RETURNING q.id, q.agent, q.run_id, q.kind, q.payload, q.attempts,
-              extract(epoch FROM now() - next.available_at)::float8 AS waited_s
-)
-SELECT id, agent, run_id, kind, payload, attempts, false AS dead, waited_s FROM claimed
-UNION ALL
-SELECT id, agent, run_id, kind, payload, attempts, true AS dead, NULL FROM buried;
+-- One round trip per claim (the function, control migration 0012, says how it claims and why
+-- it is a function): messages already delivered max_deliveries times move to the dead letters
+-- (returned with dead = true, for the worker to record on their runs), and up to limit ready
+-- messages are claimed and hidden for visibility_s.
+SELECT o_id, o_agent, o_run_id, o_kind, o_payload, o_attempts, o_dead, o_waited_s
+FROM toren_control.claim_messages(%(agents)s::text[], %(worker_id)s::text, %(limit)s::int,
+                                  %(visibility_s)s::float8, %(max_deliveries)s::int);
 
 -- ack --
 DELETE FROM toren_control.queue WHERE id = %(id)s AND claimed_by = %(worker_id)s;
