@@ -126,10 +126,11 @@ def procrastinate_at(result: dict[str, Any], concurrency: int) -> float | None:
     return None
 
 
-def toren_queue_at(result: dict[str, Any], concurrency: int) -> float | None:
+def toren_queue_at(result: dict[str, Any], concurrency: int, field: str = "jobs_per_s"
+                   ) -> float | None:
     for run in result.get("runs", []):
         if run.get("concurrency") == concurrency:
-            return run.get("jobs_per_s")  # type: ignore[no-any-return]
+            return run.get(field)  # type: ignore[no-any-return]
     return None
 
 
@@ -208,6 +209,8 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         peer_name="DBOS xacts/step", target="<= 1.0", check=lambda v, r: v <= 1.0)
     add("1 throughput", "worker CPU per durable operation", each("toren_throughput",
         "cpu_ms_per_operation"), "ms")
+    add("1 throughput", "Postgres backends' CPU per durable operation (the server's side of "
+        "the same work)", each("toren_throughput", "pg_backend_cpu_ms_per_operation"), "ms")
     add("1 throughput", "connections in use at once (peak)", conns, "conns")
     add("1 throughput", "connections open at once (peak)",
         each("toren_throughput", "connections_peak_open"), "conns")
@@ -220,6 +223,8 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         theirs=each("pg_raw", "modes", 0, "latency_ms_p99"), peer_name="raw commit p99 ms")
     add("2 per-step overhead", "worker CPU per durable operation (concurrency 1)",
         each("toren_latency", "cpu_ms_per_operation"), "ms")
+    add("2 per-step overhead", "Postgres backends' CPU per durable operation (concurrency 1)",
+        each("toren_latency", "pg_backend_cpu_ms_per_operation"), "ms")
     add("2 per-step overhead", "ms per agent step (model call + tool call), p50",
         each("toren_latency", "ms_per_step_p50"), "ms")
     add("2 per-step overhead", "Python function calls per durable operation, a warm run (a "
@@ -232,6 +237,9 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
                               for rep in reps],
             peer_name=f"procrastinate c={level}", target=">= 2x procrastinate",
             check=lambda v, r: r >= 2)
+    add("3 queue", "Postgres backends' CPU per no-op job at concurrency 1",
+        [toren_queue_at(rep.get("toren_queue", {}), 1, "pg_backend_cpu_ms_per_job")
+         for rep in reps], "ms")
     add("3 queue", "wake-up latency p50 (idle worker)", each("toren_queue", "wakeup", "p50_ms"),
         "ms", target="<= 5 ms", check=lambda v, r: v <= 5)
     add("3 queue", "wake-up latency p99 (idle worker)", each("toren_queue", "wakeup", "p99_ms"),

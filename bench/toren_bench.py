@@ -143,11 +143,19 @@ def window(db: BenchDatabase, since: Any = None, agent: str = "bench") -> dict[s
 class ConnectionSampler:
     """Samples the database's connections every 20 ms in a thread: the most open at once and
     the most busy at once (running a statement or inside a transaction). Its own samples are
-    transactions too: ``samples`` says how many to subtract."""
+    transactions too: ``samples`` says how many to subtract.
 
-    def __init__(self, db: BenchDatabase) -> None:
+    It also keeps each client backend's CPU time when first seen (``/proc/<pid>/schedstat``:
+    nanoseconds on a CPU, however busy the machine), so ``backend_cpu_s()`` says what Postgres
+    spent serving the database's clients since: a load-proof figure of the server's side,
+    beside the worker's CPU. ``None`` when the server's processes cannot be read (a server on
+    another machine). Its own backend is not counted, nor those in ``exclude``."""
+
+    def __init__(self, db: BenchDatabase, exclude: frozenset[int] = frozenset()) -> None:
         self.db = db
         self.peak_open = self.peak_busy = self.samples = self.busy_total = 0
+        self._exclude = exclude
+        self._first_cpu: dict[int, int | None] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -159,11 +167,23 @@ class ConnectionSampler:
         self._stop.set()
         self._thread.join()
 
+    def backend_cpu_s(self) -> float | None:
+        """CPU seconds the client backends seen so far spent since each was first seen (call
+        it before the worker closes its pool: a backend that exited is not counted)."""
+        total = 0
+        for pid, first in list(self._first_cpu.items()):
+            now = backend_cpu_ns(pid)
+            if first is None or now is None:
+                return None
+            total += now - first
+        return total / 1e9
+
     def _run(self) -> None:
         with psycopg.connect(self.db.url, autocommit=True) as conn:
             while not self._stop.is_set():
-                opened, busy = conn.execute(
-                    "SELECT count(*), count(*) FILTER (WHERE state <> 'idle') "
+                opened, busy, pids = conn.execute(
+                    "SELECT count(*), count(*) FILTER (WHERE state <> 'idle'), "
+                    "coalesce(array_agg(pid), '{}') "
                     "FROM pg_stat_activity WHERE datname = current_database() "
                     "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
                 ).fetchone()
@@ -171,7 +191,18 @@ class ConnectionSampler:
                 self.busy_total += busy
                 self.peak_open, self.peak_busy = max(self.peak_open, opened), max(
                     self.peak_busy, busy)
+                for pid in pids:
+                    if pid not in self._first_cpu and pid not in self._exclude:
+                        self._first_cpu[pid] = backend_cpu_ns(pid)
                 self._stop.wait(0.02)
+
+
+def backend_cpu_ns(pid: int) -> int | None:
+    """Nanoseconds a process (a Postgres backend on this machine) has run on a CPU."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 # -- 1. durable step throughput ------------------------------------------------------------
@@ -197,6 +228,7 @@ async def throughput(db: BenchDatabase, args: argparse.Namespace, work: Path) ->
 
         await asyncio.gather(*(creator() for _ in range(w)))
         polls = await wait_terminal(db, n)
+        backend_cpu = sampler.backend_cpu_s()
         await worker.stop()
         cpu = time.process_time() - cpu0
     x1 = db.xact_commits()
@@ -219,6 +251,9 @@ async def throughput(db: BenchDatabase, args: argparse.Namespace, work: Path) ->
         # the process's CPU (creating the runs and working them; the sampler thread's share
         # is small): what a durable operation costs the worker, however loaded the machine
         "cpu_ms_per_operation": round(1000 * cpu / ops, 3),
+        # Postgres's side of the same work: its backends' CPU (None: not on this machine)
+        "pg_backend_cpu_ms_per_operation": (None if backend_cpu is None
+                                            else round(1000 * backend_cpu / ops, 3)),
         "group_commit": worker.settings.group_commit,
         "not_completed": span["not_completed"],
     }
@@ -235,10 +270,12 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
     stamps: list[float] = []
     worker = runtime.workers.worker  # type: ignore[union-attr]
     worker.observers.append(lambda *_: stamps.append(time.perf_counter()))
-    cpu0 = time.process_time()
-    run_id = await runtime.start_run("bench", "go")
-    await runtime.wait_for_run(run_id, poll_s=0.25)
-    cpu = time.process_time() - cpu0
+    with ConnectionSampler(db) as sampler:
+        cpu0 = time.process_time()
+        run_id = await runtime.start_run("bench", "go")
+        await runtime.wait_for_run(run_id, poll_s=0.25)
+        cpu = time.process_time() - cpu0
+        backend_cpu = sampler.backend_cpu_s()
     measured = len(stamps)
     # A count, not a time: the Python function calls (and C functions called from Python) of
     # one more run, profiled once the worker is warm. On a shared machine the CPU a change
@@ -267,6 +304,8 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
         "ms_per_step_p99": round(percentile(steps, 0.99), 3),
         # client CPU per operation (the worker's own share of the gap, whatever the load)
         "cpu_ms_per_operation": round(1000 * cpu / max(1, len(stamps) - 2), 3),
+        "pg_backend_cpu_ms_per_operation": (None if backend_cpu is None else round(
+            1000 * backend_cpu / max(1, len(stamps) - 2), 3)),
         "python_calls_per_operation": round(calls / max(1, measured), 1),
     }
 
@@ -304,22 +343,29 @@ async def queue(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict
         started = time.perf_counter()
         polls = 0
         async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as watch:
-            worker = Runtime([crew], settings=settings(db.url, concurrency=level))
-            await worker.start(workers=True)
-            while True:  # as procrastinate's wait=False worker: stop once it is drained
-                polls += 1
-                cursor = await watch.execute("SELECT EXISTS (SELECT 1 FROM toren_control.queue "
-                                             "WHERE kind = 'noop')")
-                if not (await cursor.fetchone() or (False,))[0]:
-                    break
-                await asyncio.sleep(0.005)
-            await worker.stop()
+            with ConnectionSampler(db, exclude=frozenset([watch.info.backend_pid])) as sampler:
+                worker = Runtime([crew], settings=settings(db.url, concurrency=level))
+                await worker.start(workers=True)
+                while True:  # as procrastinate's wait=False worker: stop once it is drained
+                    polls += 1
+                    cursor = await watch.execute("SELECT EXISTS (SELECT 1 FROM "
+                                                 "toren_control.queue WHERE kind = 'noop')")
+                    if not (await cursor.fetchone() or (False,))[0]:
+                        break
+                    await asyncio.sleep(0.005)
+                backend_cpu = sampler.backend_cpu_s()
+                await worker.stop()
         drain_s = time.perf_counter() - started
+        polls += sampler.samples
         x1 = await asyncio.to_thread(db.xact_commits) - polls - 1
         results["runs"].append({"concurrency": level, "defer_per_s": round(args.jobs / defer_s, 1),
                                 "jobs_per_s": round(args.jobs / drain_s, 1),
                                 "completed": args.jobs,
-                                "pg_xacts_per_job_approx": round((x1 - x0) / args.jobs, 2)})
+                                "pg_xacts_per_job_approx": round((x1 - x0) / args.jobs, 2),
+                                # the server's side: its backends' CPU (None: not local)
+                                "pg_backend_cpu_ms_per_job": (
+                                    None if backend_cpu is None
+                                    else round(1000 * backend_cpu / args.jobs, 3))})
     results["wakeup"] = await wakeup_latency(db, enqueuer, args.wakeups)
     await enqueuer.stop()
     best = max(results["runs"], key=lambda r: r["jobs_per_s"])

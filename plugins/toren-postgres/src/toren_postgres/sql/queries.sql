@@ -106,7 +106,7 @@ ORDER BY seq;
 
 -- append --
 -- The hot path: one statement, so one round trip and one commit per durable step. The
--- function append_one (agent migration 0012) is the append; append_batch runs it for each
+-- function append_one (agent migrations 0012 and 0014) is the append; append_batch runs it for each
 -- append of a group commit's batch. Nothing is written unless the lease is held at this
 -- epoch, unexpired by the database clock, and the run is not cancelled; the events' primary
 -- key is the compare-and-swap.
