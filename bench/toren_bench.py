@@ -168,15 +168,13 @@ class ConnectionSampler:
         self._thread.join()
 
     def backend_cpu_s(self) -> float | None:
-        """CPU seconds the client backends seen so far spent since each was first seen (call
-        it before the worker closes its pool: a backend that exited is not counted)."""
-        total = 0
-        for pid, first in list(self._first_cpu.items()):
-            now = backend_cpu_ns(pid)
-            if first is None or now is None:
-                return None
-            total += now - first
-        return total / 1e9
+        """CPU seconds the client backends seen so far spent since each was first seen. Call
+        it before the worker closes its pool: a backend that has exited is not counted (the
+        harness's own short connections, which each poll opens, are not wanted anyway)."""
+        found = [(first, backend_cpu_ns(pid)) for pid, first in list(self._first_cpu.items())
+                 if first is not None]
+        alive = [now - first for first, now in found if now is not None]
+        return sum(alive) / 1e9 if alive else None
 
     def _run(self) -> None:
         with psycopg.connect(self.db.url, autocommit=True) as conn:
