@@ -1,5 +1,6 @@
-"""The Postgres queue's claim (control migration 0012): the oldest ready messages of the
-agents asked for, whatever else waits in the queue, and nothing of what it leaves touched."""
+"""The Postgres queue's claim (control migration 0012) and the outbox relay's: the oldest
+ready messages of the agents asked for, whatever else waits in the queue, and nothing of what
+they leave touched."""
 
 from __future__ import annotations
 
@@ -73,3 +74,21 @@ async def test_a_claim_dead_letters_what_was_delivered_too_often_and_claims_the_
         assert await cursor.fetchall() == [(poison, "mine", 3)]
         cursor = await conn.execute("SELECT id FROM toren_control.queue")
         assert await cursor.fetchall() == [(fresh,)]
+
+
+async def test_the_outbox_relays_claim_takes_the_oldest_of_its_agents_entries_behind_a_backlog(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "mine"),
+                                       write_agent_dir(tmp_path, "ours")], workers=False)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await insert(conn, "gone", 3600, count=2000)
+        ids = {(agent, ago): (await insert(conn, agent, ago))[0] for agent, ago in MESSAGES}
+        claimed = await runtime.store.claim_outbox(["mine", "ours"], "relay-1", 3, 30.0)
+        assert sorted(entry.id for entry in claimed) == sorted(
+            [ids["mine", 30], ids["ours", 25], ids["mine", 20]])
+        cursor = await conn.execute(
+            "SELECT count(*) FROM toren_control.queue WHERE claimed_by IS NULL "
+            "AND available_at <= now() AND agent IN ('mine', 'ours', 'gone')")
+        assert await cursor.fetchone() == (2002,)  # the backlog and the two younger ones
+        again = await runtime.store.claim_outbox(["mine", "ours"], "relay-2", 5, 30.0)
+        assert sorted(entry.id for entry in again) == sorted([ids["ours", 15], ids["mine", 10]])

@@ -450,12 +450,19 @@ SELECT sha256, text FROM {prompts} WHERE sha256 = ANY(%(hashes)s);
 -- The outbox relay's claim (only with a queue that does not read this table): the queue's
 -- claim without counting deliveries or dead-lettering. A relay that dies before ack_outbox
 -- leaves the entries hidden for visibility_s; then any relay claims them again.
+-- Each agent's entries oldest first through queue_claim_idx (agent, available_at), as the
+-- queue's claim reads them (control migration 0012 says why: another agent's backlog is
+-- never read).
 WITH next AS (
-    SELECT id FROM toren_control.queue
-    WHERE agent = ANY(%(agents)s) AND available_at <= now()
-    ORDER BY available_at, id
+    SELECT m.id, m.available_at
+    FROM unnest(%(agents)s::text[]) AS a(agent),
+         LATERAL (SELECT q.id, q.available_at FROM toren_control.queue q
+                  WHERE q.agent = a.agent AND q.available_at <= now()
+                  ORDER BY q.available_at
+                  LIMIT %(limit)s
+                  FOR UPDATE SKIP LOCKED) AS m
+    ORDER BY m.available_at, m.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 )
 UPDATE toren_control.queue q
 SET available_at = now() + %(visibility_s)s * interval '1 second', claimed_by = %(relay_id)s
