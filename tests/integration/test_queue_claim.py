@@ -23,14 +23,19 @@ async def insert(conn: psycopg.AsyncConnection, agent: str, ago_s: float, count:
     return [row[0] for row in await cursor.fetchall()]
 
 
+async def backlog_and_messages(conn: psycopg.AsyncConnection) -> dict[tuple[str, int], int]:
+    """2,000 ready messages of an agent no worker here serves, older than all of ours (a
+    backlog), then ``MESSAGES``: their ids by (agent, seconds ago)."""
+    await insert(conn, "gone", 3600, count=2000)
+    return {(agent, ago): (await insert(conn, agent, ago))[0] for agent, ago in MESSAGES}
+
+
 async def test_a_claim_takes_the_oldest_of_its_agents_messages_behind_another_agents_backlog(
         make_runtime, tmp_path: Path, database_url: str) -> None:
     runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "mine"),
                                        write_agent_dir(tmp_path, "ours")], workers=False)
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        # older than all of ours: a backlog of an agent no worker here serves
-        await insert(conn, "gone", 3600, count=2000)
-        ids = {(agent, ago): (await insert(conn, agent, ago))[0] for agent, ago in MESSAGES}
+        ids = await backlog_and_messages(conn)
 
         claimed, dead = await runtime.queue.claim(["mine", "ours"], "w1", 3, 30, 5)
         assert dead == []
@@ -81,8 +86,7 @@ async def test_the_outbox_relays_claim_takes_the_oldest_of_its_agents_entries_be
     runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "mine"),
                                        write_agent_dir(tmp_path, "ours")], workers=False)
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await insert(conn, "gone", 3600, count=2000)
-        ids = {(agent, ago): (await insert(conn, agent, ago))[0] for agent, ago in MESSAGES}
+        ids = await backlog_and_messages(conn)
         claimed = await runtime.store.claim_outbox(["mine", "ours"], "relay-1", 3, 30.0)
         assert sorted(entry.id for entry in claimed) == sorted(
             [ids["mine", 30], ids["ours", 25], ids["mine", 20]])
