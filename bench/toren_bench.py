@@ -203,6 +203,25 @@ def backend_cpu_ns(pid: int) -> int | None:
         return None
 
 
+def backends_cpu_ns(db: BenchDatabase) -> dict[int, int]:
+    """Each client backend of the database (but the one asking) and its CPU so far: two of
+    these, before and after, give the backends' CPU between them without a sampling thread
+    beside a timed figure (a backend that connected in between counts from its start)."""
+    with psycopg.connect(db.url, autocommit=True) as conn:
+        pids = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchall()
+    found = {pid: backend_cpu_ns(pid) for (pid,) in pids}
+    return {pid: ns for pid, ns in found.items() if ns is not None}
+
+
+def backends_cpu_since(db: BenchDatabase, before: dict[int, int]) -> float | None:
+    """Seconds of CPU the database's client backends alive now spent since ``before``
+    (``backends_cpu_ns``); ``None`` when none could be read (a server on another machine)."""
+    now = backends_cpu_ns(db)
+    return sum(ns - before.get(pid, 0) for pid, ns in now.items()) / 1e9 if now else None
+
+
 # -- 1. durable step throughput ------------------------------------------------------------
 
 
@@ -268,12 +287,12 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
     stamps: list[float] = []
     worker = runtime.workers.worker  # type: ignore[union-attr]
     worker.observers.append(lambda *_: stamps.append(time.perf_counter()))
-    with ConnectionSampler(db) as sampler:
-        cpu0 = time.process_time()
-        run_id = await runtime.start_run("bench", "go")
-        await runtime.wait_for_run(run_id, poll_s=0.25)
-        cpu = time.process_time() - cpu0
-        backend_cpu = sampler.backend_cpu_s()
+    backends0 = await asyncio.to_thread(backends_cpu_ns, db)
+    cpu0 = time.process_time()
+    run_id = await runtime.start_run("bench", "go")
+    await runtime.wait_for_run(run_id, poll_s=0.25)
+    cpu = time.process_time() - cpu0
+    backend_cpu = await asyncio.to_thread(backends_cpu_since, db, backends0)
     measured = len(stamps)
     # A count, not a time: the Python function calls (and C functions called from Python) of
     # one more run, profiled once the worker is warm. On a shared machine the CPU a change
