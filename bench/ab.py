@@ -22,22 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from run import BENCH, HISTORY, ROOT, TOREN_FIGURES, log, run_json, start_postgres
-
-
-def commit_of(path: Path) -> str:
-    done = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain",
-                            "--untracked-files=no"],
-                           capture_output=True, text=True, check=False).stdout.strip()
-    return (done.stdout.strip() or "?") + ("+changes" if dirty else "")
+from run import BENCH, HISTORY, ROOT, TOREN_FIGURES, git_commit, log, run_json, start_postgres
 
 
 def numeric_fields(result: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -124,8 +114,8 @@ def main() -> int:
     record = {
         "what": "bench/ab.py: A = --before's toren and toren_postgres, B = this checkout",
         "recorded": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"), "label": args.label,
-        "before": {"path": str(before), "commit": commit_of(before)},
-        "after": {"commit": commit_of(ROOT)}, "postgres": source,
+        "before": {"path": str(before), "commit": git_commit(before)},
+        "after": {"commit": git_commit()}, "postgres": source,
         "load_average_at_end": os.getloadavg()[0], "toren_args": args.toren_arg,
         "summary": summary, "pairs": pairs}
     folder = HISTORY / "ab"

@@ -712,10 +712,14 @@ def inflight_shape(toren_args: list[str], smoke: bool) -> list[str]:
     return [item for pair in shape.items() for item in pair]
 
 
-def git_commit() -> str:
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+def git_commit(path: Path = ROOT) -> str:
+    """The checkout's commit, ``+changes`` after it when tracked files differ from it."""
+    done = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "?"
+    dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain",
+                            "--untracked-files=no"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return (done.stdout.strip() or "?") + ("+changes" if dirty else "")
 
 
 if __name__ == "__main__":
