@@ -106,8 +106,8 @@ ORDER BY seq;
 
 -- append --
 -- The hot path: one statement, so one round trip and one commit per durable step. The
--- function append_one (agent migrations 0012 and 0014) is the append; append_batch runs it for each
--- append of a group commit's batch. Nothing is written unless the lease is held at this
+-- function append_one (agent migrations 0012 and 0014) is the append; append_batch runs it
+-- for each append of a group commit's batch. Nothing is written unless the lease is held at this
 -- epoch, unexpired by the database clock, and the run is not cancelled; the events' primary
 -- key is the compare-and-swap.
 SELECT o_leased AS leased, o_appended AS appended, o_notified AS notified,

@@ -7,9 +7,9 @@
 --    of planning for 0.1-0.4 ms of execution. Here plan_cache_mode = force_generic_plan, and
 --    every part of the plan is an index scan whatever the parameters and the table's size
 --    when the plan was made: the update and the delete find their rows by primary key
---    (joined to the chosen ids by index), never by a scan the planner may cost. The
---    dead-letter sweep runs only when a probe of queue_redelivered_idx finds something to
---    sweep, so a claim is usually one statement of two parts.
+--    (id = ANY of the chosen ids), never by a scan the planner may cost. The dead-letter
+--    sweep runs only when a probe of queue_redelivered_idx finds something to sweep, so a
+--    claim is usually one statement of two parts.
 -- 2. Each agent's messages are read through queue_claim_idx (agent, available_at), one agent
 --    at a time, oldest first, stopping after p_limit. The inline claim read
 --    queue_ready_order_idx (available_at, id) and filtered by agent, so ready messages of
@@ -20,7 +20,8 @@
 --
 -- Messages already delivered p_max_deliveries times move to the dead letters (returned with
 -- o_dead = true, for the worker to record on their runs); up to p_limit ready messages are
--- claimed and hidden for p_visibility_s. One statement, the caller's implicit transaction.
+-- claimed and hidden for p_visibility_s. One statement for the caller, in its implicit
+-- transaction.
 CREATE FUNCTION toren_control.claim_messages(
     p_agents text[], p_worker_id text, p_limit int, p_visibility_s float8,
     p_max_deliveries int)
@@ -34,8 +35,8 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 BEGIN
-    -- the sweep, only when there is something to sweep (one probe of queue_redelivered_idx):
-    -- a claim's usual statement is the claim alone
+    -- the sweep, only when there is something to sweep (one probe of queue_redelivered_idx,
+    -- the sweep's own condition): a claim's usual statement is the claim alone
     IF EXISTS (SELECT 1 FROM toren_control.queue q
                WHERE q.agent = ANY (p_agents) AND q.available_at <= now()
                  AND q.attempts >= p_max_deliveries
