@@ -23,6 +23,12 @@ async def insert(conn: psycopg.AsyncConnection, agent: str, ago_s: float, count:
     return [row[0] for row in await cursor.fetchall()]
 
 
+async def two_agents(make_runtime, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A runtime of the agents "mine" and "ours", without workers: the tests claim by hand."""
+    return await make_runtime(dirs=[write_agent_dir(tmp_path, "mine"),
+                                    write_agent_dir(tmp_path, "ours")], workers=False)
+
+
 async def backlog_and_messages(conn: psycopg.AsyncConnection) -> dict[tuple[str, int], int]:
     """2,000 ready messages of an agent no worker here serves, older than all of ours (a
     backlog), then ``MESSAGES``: their ids by (agent, seconds ago)."""
@@ -32,8 +38,7 @@ async def backlog_and_messages(conn: psycopg.AsyncConnection) -> dict[tuple[str,
 
 async def test_a_claim_takes_the_oldest_of_its_agents_messages_behind_another_agents_backlog(
         make_runtime, tmp_path: Path, database_url: str) -> None:
-    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "mine"),
-                                       write_agent_dir(tmp_path, "ours")], workers=False)
+    runtime = await two_agents(make_runtime, tmp_path)
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         ids = await backlog_and_messages(conn)
 
@@ -83,8 +88,7 @@ async def test_a_claim_dead_letters_what_was_delivered_too_often_and_claims_the_
 
 async def test_the_outbox_relays_claim_takes_the_oldest_of_its_agents_entries_behind_a_backlog(
         make_runtime, tmp_path: Path, database_url: str) -> None:
-    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "mine"),
-                                       write_agent_dir(tmp_path, "ours")], workers=False)
+    runtime = await two_agents(make_runtime, tmp_path)
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         ids = await backlog_and_messages(conn)
         claimed = await runtime.store.claim_outbox(["mine", "ours"], "relay-1", 3, 30.0)
