@@ -4,6 +4,7 @@ restarted with an immediate shutdown (as a crash) in the middle of runs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -373,3 +374,44 @@ async def test_a_database_outage_is_a_quick_503_and_health_returns_with_postgres
                                            {"agent": "outage", "input": "z"})
     assert status == 201
     assert "Traceback" not in server.stderr and "internal_error" not in server.stderr
+
+
+@pytest.mark.slow
+async def test_healthz_answers_503_within_the_pool_timeout_with_a_key_in_an_outage(
+        restartable_server: tuple[str, Path], start_toren, toren_cli, tmp_path: Path) -> None:
+    """A load balancer's probe gets its 503 within TOREN_POOL_TIMEOUT, a key or none: the
+    optional key check and the health query share that time (they used to add up: 7 s)."""
+    url, pgdata = restartable_server
+    crews = tmp_path / "crews"
+    write_agent_dir(crews, "probed")
+    created = toren_cli("keys", "create", "probe", "--json", env={"DATABASE_URL": url})
+    assert created.returncode == 0, created.stderr
+    token = json.loads(created.stdout)["key"]
+    pool_timeout_s = 3.0
+    server = start_toren("serve", "--dir", str(crews), "--port", "0", "--json",
+                         env={"DATABASE_URL": url, "TOREN_POOL_TIMEOUT": str(pool_timeout_s)})
+    api = server.next_json()["url"]
+    bearer = {"Authorization": f"Bearer {token}"}
+    status, health, _ = await asyncio.to_thread(call, f"{api}/healthz", headers=bearer)
+    assert (status, health["database"]["reachable"]) == (200, True)
+    await asyncio.to_thread(pg_ctl, pgdata, "-w", "-m", "immediate", "stop")
+    try:
+        # the key's cache entry (5 s) must not answer for it: a fresh key check each time
+        await asyncio.sleep(5.5)
+        for headers in (bearer, {"Authorization": "Bearer not-a-key"}, {}) * 2:
+            started = time.monotonic()
+            status, health, answer_headers = await asyncio.to_thread(
+                call, f"{api}/healthz", headers=headers, timeout_s=30)
+            took = time.monotonic() - started
+            print(f"/healthz {sorted(headers)}: {status} after {took:.2f}s")
+            assert (status, health["status"], answer_headers["Retry-After"]) == (
+                503, "degraded", "2")
+            assert "database" not in health  # no key was verified: no details
+            # the pool timeout plus a margin for a loaded machine; the two waits added up to
+            # 5 s here before (3 s key check + 2 s health query)
+            assert took < pool_timeout_s + 1.5, took
+    finally:
+        await asyncio.to_thread(pg_ctl, pgdata, "-w", "restart")
+    assert await asyncio.to_thread(
+        wait_until, lambda: call(f"{api}/healthz", headers=bearer)[0] == 200, 20, 0.2)
+    assert "Traceback" not in server.stderr

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from aiohttp import web
 
@@ -23,7 +25,7 @@ from toren.server import (
 )
 from toren.server import archive as archive_routes
 from toren.server.auth import auth_middleware
-from toren.server.context import RUNTIME, TRUSTED
+from toren.server.context import PUBLIC_DEADLINE, RUNTIME, TRUSTED
 from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
 from toren.server.guard import allowed_host_names, browser_guard_middleware
 from toren.server.streams import STREAMS, StreamHub
@@ -50,7 +52,8 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     app = web.Application(
         middlewares=[error_middleware, guard,
                      auth_middleware(runtime.store, enabled=require_keys,
-                                     public_paths=observability.public_paths(runtime.settings))],
+                                     public_paths=observability.public_paths(runtime.settings),
+                                     public_timeout_s=runtime.settings.pool_timeout_s)],
         client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
     app[STREAMS] = StreamHub(runtime.store, runtime.live,
@@ -91,21 +94,32 @@ def live_window_s(runtime: toren.Runtime) -> float:
 
 async def healthz(request: web.Request) -> web.Response:
     """``status`` and ``version_skew`` for anyone (a load balancer); the version, database
-    and live workers only for a trusted caller (a valid key, or keyless local use)."""
+    and live workers only for a trusted caller (a valid key, or keyless local use).
+
+    It answers within ``TOREN_POOL_TIMEOUT`` of the request's arrival (``PUBLIC_DEADLINE``),
+    key check included: in a database outage, a ``503`` a load balancer can act on."""
     runtime = request.app[RUNTIME]
-    database = await runtime.store.health()
+    deadline = request.get(PUBLIC_DEADLINE)
+    if deadline is None:  # served by an application without the auth middleware
+        deadline = asyncio.get_running_loop().time() + runtime.settings.pool_timeout_s
     workers: list[dict[str, object]] = []
-    if database.get("reachable"):
-        try:
-            rows = await runtime.store.live_workers(live_window_s(runtime))
-        except DatabaseUnavailable as exc:  # gone since the health check
-            database = {"reachable": False, "error": exc.message}
-            rows = []
-        for row in rows:
-            workers.append({"id": row["id"], "version": row["version"],
-                            "agents": list(row["agents"]), "hostname": row["hostname"],
-                            "pid": row["pid"], "started_at": row["started_at"].isoformat(),
-                            "last_heartbeat": row["heartbeat_at"].isoformat()})
+    rows: list[dict[str, Any]] = []
+    try:
+        async with asyncio.timeout_at(deadline):
+            database = await runtime.store.health()
+            if database.get("reachable"):
+                rows = await runtime.store.live_workers(live_window_s(runtime))
+    except TimeoutError:
+        database = {"reachable": False, "error": "the database did not answer within "
+                                                 f"{runtime.settings.pool_timeout_s:g}s "
+                                                 "(TOREN_POOL_TIMEOUT)"}
+    except DatabaseUnavailable as exc:  # gone since the health check
+        database = {"reachable": False, "error": exc.message}
+    for row in rows:
+        workers.append({"id": row["id"], "version": row["version"],
+                        "agents": list(row["agents"]), "hostname": row["hostname"],
+                        "pid": row["pid"], "started_at": row["started_at"].isoformat(),
+                        "last_heartbeat": row["heartbeat_at"].isoformat()})
     versions = sorted({str(worker["version"]) for worker in workers})
     healthy = bool(database.get("reachable"))
     body: dict[str, object] = {"status": "ok" if healthy else "degraded",
@@ -113,7 +127,7 @@ async def healthz(request: web.Request) -> web.Response:
     if request.get(TRUSTED):
         body |= {"version": toren.__version__, "database": database, "workers": workers,
                  "versions": versions}
-        queue = await _queue_depth(runtime) if healthy else None
+        queue = await _queue_depth(runtime, deadline) if healthy else None
         if queue is not None:
             body["queue"] = queue
     if healthy:
@@ -121,12 +135,15 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response(body, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
-async def _queue_depth(runtime: toren.Runtime) -> dict[str, dict[str, int]] | None:
-    """Messages per served agent, or ``None`` if the queue cannot say (or is unreachable)."""
+async def _queue_depth(runtime: toren.Runtime, deadline: float
+                       ) -> dict[str, dict[str, int]] | None:
+    """Messages per served agent, or ``None`` if the queue cannot say by ``deadline`` (or is
+    unreachable)."""
     if runtime.queue is None:
         return None
     try:
-        return await runtime.queue.depth(list(runtime.agents))
+        async with asyncio.timeout_at(deadline):
+            return await runtime.queue.depth(list(runtime.agents))
     except Exception as exc:  # health must answer even when the count fails
         log.debug("could not count the queue: %s", exc)
         return None

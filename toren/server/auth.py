@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import logging
@@ -16,7 +17,7 @@ from aiohttp.typedefs import Handler, Middleware
 from toren.errors import DatabaseUnavailable
 from toren.keys import ApiKey, NoApiKeys
 from toren.seams.store import KeyStore
-from toren.server.context import BROWSER_CHECKS_PASSED, TRUSTED
+from toren.server.context import BROWSER_CHECKS_PASSED, PUBLIC_DEADLINE, TRUSTED
 from toren.server.errors import error_body
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,8 @@ def unauthorized(message: str) -> web.Response:
 
 def auth_middleware(store: KeyStore, *, enabled: bool = True,
                     cache_ttl_s: float = CACHE_TTL_S,
-                    public_paths: frozenset[str] = frozenset()) -> Middleware:
+                    public_paths: frozenset[str] = frozenset(),
+                    public_timeout_s: float = 5.0) -> Middleware:
     """A middleware requiring ``Authorization: Bearer <key>`` on all but ``PUBLIC_PATHS``.
 
     Args:
@@ -171,27 +173,35 @@ def auth_middleware(store: KeyStore, *, enabled: bool = True,
         cache_ttl_s: how long a verified key is trusted without a query.
         public_paths: more paths served without a key (``/metrics`` with
             ``TOREN_METRICS_PUBLIC=1``).
+        public_timeout_s: how long a public route may take over the database, its optional
+            key check included (``TOREN_POOL_TIMEOUT``): ``PUBLIC_DEADLINE`` of the request.
     """
     cache = KeyCache(store, cache_ttl_s)
 
-    async def optional_key(header: str) -> ApiKey | None:
+    async def optional_key(header: str, deadline: float) -> ApiKey | None:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
         try:
-            return await cache.verify(token.strip())
-        except DatabaseUnavailable:  # /healthz then says so, without the details
+            # within the route's deadline: a key check waiting out the pool timeout in an
+            # outage left /healthz nothing of it for its own check (7 s for a 503)
+            async with asyncio.timeout_at(deadline):
+                return await cache.verify(token.strip())
+        except (DatabaseUnavailable, TimeoutError):  # /healthz then says so, without details
             return None
 
     @web.middleware
     async def require_api_key(request: web.Request, handler: Handler) -> web.StreamResponse:
+        public = is_public(request.path) or request.path in public_paths
+        if public:
+            request[PUBLIC_DEADLINE] = asyncio.get_running_loop().time() + public_timeout_s
         if not enabled:
             request[TRUSTED] = request.get(BROWSER_CHECKS_PASSED, True)
             return await handler(request)
         header = request.headers.get("Authorization", "")
-        if is_public(request.path) or request.path in public_paths:
+        if public:
             # a key is optional here: a valid one shows what only operators should see
-            key = await optional_key(header) if header else None
+            key = await optional_key(header, request[PUBLIC_DEADLINE]) if header else None
             if key is not None:
                 request[API_KEY] = key
             request[TRUSTED] = key is not None

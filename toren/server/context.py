@@ -12,3 +12,7 @@ BROWSER_CHECKS_PASSED = web.RequestKey("browser_checks_passed", bool)
 #: Whether the caller may see what only operators should (``/healthz``'s details): it sent a
 #: valid API key, or keys are off and the request passed the browser checks.
 TRUSTED = web.RequestKey("trusted", bool)
+#: When (``loop.time()``) a public route must have its answer from the database: the request's
+#: arrival plus ``TOREN_POOL_TIMEOUT``, so that ``/healthz`` answers a load balancer within the
+#: pool timeout however its key check and its own queries share that time.
+PUBLIC_DEADLINE = web.RequestKey("public_deadline", float)
