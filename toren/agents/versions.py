@@ -2,63 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+# the value and its hashing are the core's; re-exported for the loader and the host
+from toren.core.versions import AgentVersion as AgentVersion
+from toren.core.versions import manifest_hash as manifest_hash
+from toren.core.versions import sha256_hex as sha256_hex
 from toren.errors import AgentDefinitionError
 
 #: What ``onChange:`` in agent.yaml may say about runs pinned to an older version.
 ON_CHANGE_POLICIES = ("continue", "upgrade")
 #: The files of a directory that make up its definition besides the prompt and subagents.
 CODE_FILES = ("tools.py", "workflow.py")
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class AgentVersion:
-    """One version of an agent's definition: its files' bytes and the hash that names them.
-
-    ``hash`` is the SHA-256 over the sorted manifest (relative path, SHA-256 of the bytes), so
-    it changes when any definition file changes, is added or removed, and only then.
-    ``human`` is agent.yaml's ``version:`` (part of agent.yaml, so it is in the hash too).
-    """
-
-    hash: str
-    human: str | None
-    files: Mapping[str, bytes] = field(repr=False)
-
-    @property
-    def short(self) -> str:
-        """The first 12 hex digits, as the CLI shows a version."""
-        return self.hash[:12]
-
-    @property
-    def manifest(self) -> dict[str, str]:
-        """Relative path -> SHA-256 of the file's bytes."""
-        return {path: sha256_hex(data) for path, data in sorted(self.files.items())}
-
-    @classmethod
-    def of(cls, files: Mapping[str, bytes], human: str | None) -> AgentVersion:
-        """The version of these files (relative POSIX path -> bytes)."""
-        return cls(hash=manifest_hash({path: sha256_hex(data) for path, data in files.items()}),
-                   human=human, files=dict(files))
-
-    def to_json(self) -> dict[str, object]:
-        return {"hash": self.hash, "human_version": self.human, "files": self.manifest}
-
-
-def manifest_hash(manifest: Mapping[str, str]) -> str:
-    """The version hash of a manifest (relative path -> SHA-256 of the bytes)."""
-    lines = "".join(f"{path}\0{digest}\n" for path, digest in sorted(manifest.items()))
-    return sha256_hex(lines.encode())
 
 
 def definition_paths(directory: Path, prompt_file: str) -> list[str]:

@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
+from toren.core.messages import ModelRequest
 from toren.core.pricing import Pricing
-from toren.seams.model import ModelRequest
 
 #: Share of a budget at which a ``BudgetWarning`` is recorded (once per run, once per day).
 WARN_SHARE = 0.8

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toren.core.limits import Compaction
-from toren.seams.model import Message, ModelRequest
+from toren.core.messages import Message, ModelRequest
 
 #: Tokens are estimated at four characters each, plus a little per message; the provider's own
 #: count is only known after a call, and compaction must decide before one.

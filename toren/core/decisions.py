@@ -12,7 +12,7 @@ from toren.core import events as ev
 from toren.core.events import StopReason
 from toren.core.fold import PendingToolCall, TaskState
 from toren.core.limits import Limits
-from toren.seams.model import ToolCall
+from toren.core.messages import ToolCall
 
 #: A model that names unknown tools or passes invalid arguments this many times in a row is
 #: stopped with stop reason ``error`` (each attempt went back to it as a tool error first).

@@ -15,7 +15,7 @@ import msgspec
 
 from toren.core import events as ev
 from toren.core.compaction import compacted
-from toren.seams.model import Message, ToolCall
+from toren.core.messages import Message, ToolCall
 
 
 def input_text(value: Any) -> str:

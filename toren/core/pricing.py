@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from toren.seams.model import Usage
+from toren.core.messages import Usage
 
 
 @dataclass(frozen=True)

@@ -1,132 +1,32 @@
-"""Provider-neutral shapes for model calls: what the task loop sends and what providers return.
+"""What a model provider plugin implements (``Model``, ``ModelProvider``), with the shapes of a
+model call it translates to and from its wire format.
 
-Model provider plugins translate these to and from their wire format; the event log stores them
-as plain JSON (see ``to_json``/``from_json``), so a run recorded with one provider plugin version
-can be replayed by another.
+The shapes (``Message``, ``ToolCall``, ``ModelRequest``, ...) live in ``toren.core.messages``,
+the bottom layer, and are re-exported here for plugin authors.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
+
+from toren.core.messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    OnText,
+    Role,
+    StopReason,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from toren.core.pricing import Pricing
 
-Role = Literal["user", "assistant", "tool"]
-#: Told each piece of the model's text as it is generated (``Model.stream``); never blocks.
-OnText = Callable[[str], None]
-StopReason = Literal["end_turn", "tool_use", "max_tokens"]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool as the model sees it: a name, a description and a JSON Schema for its arguments."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One tool invocation requested by the model.
-
-    A provider that receives arguments it cannot parse (invalid JSON from the model) sets
-    ``arguments={}`` and says why in ``arguments_error``: the call goes back to the model as an
-    ``invalid_arguments`` tool error instead of running.
-    """
-
-    id: str
-    name: str
-    arguments: dict[str, Any]
-    arguments_error: str | None = None
-
-
-@dataclass(frozen=True)
-class Message:
-    """One conversation turn.
-
-    ``role="tool"`` messages carry the result of the tool call named by ``tool_call_id``;
-    ``is_error`` marks a result that reports a failure back to the model.
-    """
-
-    role: Role
-    text: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None
-    is_error: bool = False
-    #: What the provider needs back verbatim with this turn (e.g. Anthropic thinking blocks);
-    #: recorded in ``ModelCallCompleted``, so it survives restarts. Opaque to the kernel.
-    provider_data: dict[str, Any] | None = None
-
-    # Explicit (not dataclasses.asdict) because checkpoints convert thousands of messages.
-    def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "text": self.text,
-                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments,
-                                "arguments_error": c.arguments_error}
-                               for c in self.tool_calls],
-                "tool_call_id": self.tool_call_id, "is_error": self.is_error,
-                "provider_data": self.provider_data}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Message:
-        calls = data.get("tool_calls")
-        return cls(data["role"], data.get("text", ""),
-                   tuple(ToolCall(c["id"], c["name"], c["arguments"], c.get("arguments_error"))
-                         for c in calls)
-                   if calls else (),
-                   data.get("tool_call_id"), data.get("is_error", False),
-                   data.get("provider_data"))
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Token counts reported by the provider for one call."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class ModelRequest:
-    """Everything a provider needs for one call."""
-
-    model: str
-    system: str
-    messages: tuple[Message, ...]
-    tools: tuple[ToolSpec, ...] = ()
-    max_tokens: int = 4096
-
-
-@dataclass(frozen=True)
-class ModelResponse:
-    """A provider's answer: text and/or tool calls, with usage and cost.
-
-    ``cost_usd`` is ``None`` when the price of the model is unknown; Toren never guesses a price.
-    """
-
-    text: str
-    tool_calls: tuple[ToolCall, ...] = ()
-    stop_reason: StopReason = "end_turn"
-    usage: Usage = field(default_factory=Usage)
-    model: str = ""
-    cost_usd: float | None = 0.0
-    #: Opaque data to send back with this turn in later requests (see ``Message``).
-    provider_data: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ModelResponse:
-        calls = tuple(ToolCall(**call) for call in data.get("tool_calls", ()))
-        usage = Usage(**data.get("usage", {}))
-        return cls(**{**data, "tool_calls": calls, "usage": usage})
+__all__ = ["Message", "Model", "ModelProvider", "ModelRequest", "ModelResponse", "OnText", "Role",
+           "StopReason", "ToolCall", "ToolSpec", "Usage"]
 
 
 class Model(abc.ABC):

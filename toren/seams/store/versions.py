@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from toren.agents.versions import AgentVersion
 from toren.core.events import NewEvent
+from toren.core.versions import AgentVersion
 
 
 @dataclass(frozen=True)

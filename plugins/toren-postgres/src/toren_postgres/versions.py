@@ -14,9 +14,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from toren.agents import schema_name_for
-from toren.agents.versions import AgentVersion
 from toren.config import Settings
 from toren.core.events import NewEvent
+from toren.core.versions import AgentVersion
 from toren.errors import LeaseLost
 from toren.seams.store import AgentVersionStore, VersionSummary
 from toren_postgres.lifecycle import PostgresConnection
