@@ -341,3 +341,13 @@ class ArchiveUnavailable(TorenError):
     code = "archive_unavailable"
     http_status = 503
     retryable = True
+
+
+class ArchiveMismatch(ArchiveUnavailable):
+    """An archived run's object is not what was archived (its digest, size or run differ from
+    the archive index's record, or it is damaged): it was changed or replaced since. Nothing
+    was read from it or restored."""
+
+    code = "archive_mismatch"
+    http_status = 409
+    retryable = False
