@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,23 @@ def test_ruff_finds_nothing() -> None:
     done = subprocess.run([tool("ruff"), "check", "."], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ruff_lints_only_our_folders_not_a_virtual_environment_of_any_name() -> None:
+    """A venv made in the checkout under a name of its own (not .venv) is not linted: its
+    scripts and packages are not ours, and used to fail the check above."""
+    venv = ROOT / f"py-env-{os.getpid()}"
+    try:
+        (venv / "bin").mkdir(parents=True)
+        (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (venv / "bin" / "activate_this.py").write_text("import os\n")  # unused: F401
+        done = subprocess.run([tool("ruff"), "check", "--show-files", "."], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+    listed = done.stdout.splitlines()
+    assert str(ROOT / "toren" / "__init__.py") in listed
+    assert not [line for line in listed if venv.name in line]
 
 
 @pytest.mark.timeout(900)

@@ -6,7 +6,10 @@ descriptor: how long a client may take to send a request's headers
 (``toren.server.runs``).
 
 aiohttp has no header timeout or connection cap of its own; these subclasses of its server
-and request handler add them at the protocol level, before any request reaches the app.
+and request handler add them at the protocol level, before any request reaches the app. They
+build on aiohttp names that are not public API (``PRIVATE_AIOHTTP_NAMES``), so pyproject.toml
+pins aiohttp to the minor releases they were checked on, a unit test fails when an installed
+aiohttp lacks one of them, and a server refuses to start with a clear error if one is missing.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import resource
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import __version__ as aiohttp_version
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from toren.config import Settings
+from toren.errors import ConfigError
 from toren.server.errors import error_body
 
 log = logging.getLogger(__name__)
@@ -32,6 +37,12 @@ log = logging.getLogger(__name__)
 RESERVED_DESCRIPTORS = 256
 #: Seconds between two log lines about the connection limit, however often it is hit.
 LIMIT_LOG_INTERVAL_S = 60.0
+#: What this module uses of aiohttp beyond its public API, by class: checked on aiohttp 3.10
+#: to 3.14 (the range pyproject.toml allows). Widen the pin only after checking them again.
+PRIVATE_AIOHTTP_NAMES = {web.AppRunner: ("_make_server",),
+                         web.Server: ("_kwargs", "_loop", "request_factory",
+                                      "handler_cancellation"),
+                         RequestHandler: ("_handle_request", "_loop", "force_close")}
 #: The answer to a connection beyond the limit when none can be closed to make room.
 _REFUSED_BODY = json.dumps(error_body("too_many_connections", "the server is at its "
                                       "connection limit (TOREN_MAX_CONNECTIONS); retry "
@@ -87,6 +98,11 @@ class LimitedAppRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
+        if not hasattr(server, "_kwargs"):
+            raise ConfigError(f"aiohttp {aiohttp_version} changed what Toren's connection "
+                              "limits build on (checked on aiohttp 3.10 to 3.14): install "
+                              "aiohttp<3.15 (pip install 'aiohttp>=3.10,<3.15'), or a Toren "
+                              "release that supports this aiohttp")
         # the same server, made by our class: the app's handler and request factory, and the
         # handler options aiohttp collected (private, but what its own __call__ passes on)
         return _LimitedServer(server.request_handler, limits=self.limits,
