@@ -5,11 +5,11 @@ from typing import TYPE_CHECKING, Any
 from toren.execution.context import ToolCallContext, current_tool_call
 from toren.seams.hookspecs import hookimpl
 from toren.seams.tools import tool
+from toren.version import __version__
 
 if TYPE_CHECKING:
     from toren.host.runtime import Runtime
 
-__version__ = "0.1.0"
 
 __all__ = ["Runtime", "ToolCallContext", "__version__", "current_tool_call", "hookimpl", "tool"]
 

@@ -18,11 +18,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
-import toren
 from toren.core import events as ev
 from toren.core.events import NewEvent
 from toren.host.fleet import QueueDepth, with_queue_counts
 from toren.seams.store.fleet import FleetGauges, FleetReader
+from toren.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Metrics:
                                         buckets=APPEND_BUCKETS)
         self.info = Gauge("toren_process_info", "This process: Toren version",
                           ["version"], registry=registry)
-        self.info.labels(version=toren.__version__).set(1)
+        self.info.labels(version=__version__).set(1)
         registry.register(_FleetCollector(self))
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
 

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import toren
 from toren.core import events as ev
 from toren.core.events import Event, NewEvent
 from toren.core.runs import RunUpdate
@@ -36,6 +35,7 @@ from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
 from toren.seams.store import Guardian, RunLog, WorkerRegistry
 from toren.seams.telemetry import log_context
 from toren.seams.tools import build_validators
+from toren.version import __version__
 
 if TYPE_CHECKING:
     from toren.agents import AgentSpec
@@ -129,7 +129,7 @@ class Worker:
         return list(self.runtime.agents)
 
     def info(self) -> dict[str, Any]:
-        return {"id": self.id, "version": toren.__version__, "agents": self.agent_names}
+        return {"id": self.id, "version": __version__, "agents": self.agent_names}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -220,11 +220,11 @@ class Worker:
         if skewed and (not self._skewed or now - self._skew_logged >= SKEW_RELOG_S):
             log.warning("version skew: workers of versions %s are live against this database "
                         "(this one is %s); see GET /healthz", ", ".join(versions),
-                        toren.__version__)
+                        __version__)
             self._skew_logged = now
         elif self._skewed and not skewed:
             log.warning("version skew cleared: every live worker runs %s", versions[0]
-                        if versions else toren.__version__)
+                        if versions else __version__)
         self._skewed = skewed
 
     async def _guard(self) -> None:
