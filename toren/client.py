@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -198,6 +200,12 @@ class StoredFile(TypedDict):
     run_id: str | None
 
 
+class FileList(TypedDict):
+    files: list[StoredFile]
+    #: Pass back as ``cursor`` for the next page; ``None`` on the last page.
+    next_cursor: str | None
+
+
 class Health(TypedDict):
     """``status`` and ``version_skew`` for anyone; the rest only with a valid API key (or,
     without keys, from this machine)."""
@@ -271,6 +279,73 @@ class TorenUnreachable(TorenError):
     retryable = True
 
 
+class InvalidId(TorenError):
+    """An id, name or key given to the client cannot be sent: a run id that is no UUID, an
+    agent name with a ``/`` in it, a header value with a line break. Nothing was sent."""
+
+    code = "invalid_id"
+
+
+#: The ids the API hands out (runs, sessions, approvals, files) are UUIDs; any case is taken,
+#: the canonical lowercase form is sent.
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+                   re.IGNORECASE)
+_UUID_FORM = "UUIDs such as 3f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
+#: agent.yaml's ``name`` (toren.agents.loader.NAME_PATTERN) and a schedule's key under
+#: ``schedules:`` (toren.server.runs.SCHEDULE_NAME): tests keep them the same.
+_AGENT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,56}")
+_SCHEDULE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+_NAME_FORM = "lowercase letters, digits, - and _, starting with a letter (at most {} characters)"
+
+#: Every parameter in the paths of the API's routes: what its value names, the pattern the
+#: whole value matches, and that pattern in words.
+_PATH_PARAMETERS: dict[str, tuple[str, re.Pattern[str], str]] = {
+    "run_id": ("run id", _UUID, _UUID_FORM),
+    "other_run_id": ("run id", _UUID, _UUID_FORM),
+    "session_id": ("session id", _UUID, _UUID_FORM),
+    "approval_id": ("approval id", _UUID, _UUID_FORM),
+    "file_id": ("file id", _UUID, _UUID_FORM),
+    "agent": ("agent name", _AGENT_NAME, _NAME_FORM.format(57)),
+    "schedule": ("schedule name", _SCHEDULE_NAME, _NAME_FORM.format(64)),
+}
+#: A route of the API as this module writes it: literal parts and ``{parameter}`` parts.
+_ROUTE = re.compile(r"(?:/(?:[a-z][a-z-]*|\{[a-z_]+\}))+")
+_PARAMETER = re.compile(r"\{([a-z_]+)\}")
+#: What an HTTP header cannot carry (aiohttp refuses them, as header injection).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_id(parameter: str, value: object) -> str:
+    """``value`` as the API's paths take it for ``parameter``: a run, session, approval or
+    file id (``run_id``, ``session_id``, ``approval_id``, ``file_id``) as a lowercase UUID, an
+    ``agent`` or ``schedule`` name as it is.
+
+    Raises:
+        InvalidId: ``value`` is not one (``'../approvals' is not a run id: ...``). Every
+            method of the client checks its ids so, before it sends anything.
+    """
+    what, pattern, form = _PATH_PARAMETERS[parameter]
+    if isinstance(value, uuid.UUID) and pattern is _UUID:
+        value = str(value)
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        article = "an" if what[0] in "aeiou" else "a"
+        raise InvalidId(f"{what} {_shown(value)} is not {article} {what}: {what}s are {form}")
+    return value.lower() if pattern is _UUID else value
+
+
+def _header_value(what: str, value: object) -> str:
+    """``value`` for an HTTP header, or ``InvalidId`` if a header cannot carry it."""
+    if not isinstance(value, str) or _CONTROL.search(value):
+        raise InvalidId(f"{what} {_shown(value)} cannot be sent: it must be text without line "
+                        "breaks, NUL or other control characters")
+    return value
+
+
 def _unreachable(base_url: str, exc: aiohttp.ClientConnectorError) -> TorenUnreachable:
     reason = (os.strerror(exc.os_error.errno) if exc.os_error.errno
               else str(exc.os_error) or type(exc.os_error).__name__)
@@ -314,14 +389,35 @@ class TorenClient:
             self._owns_session = True
         return self._session
 
-    async def _request(self, method: str, path: str, *, body: Any = None,
+    def _url(self, route: str, **path: object) -> str:
+        """The URL of ``route`` on this server: a path of the API as written in this module
+        (``/runs/{run_id}/cancel``), each ``{parameter}`` filled from ``path``, checked by
+        ``check_id`` and percent-escaped. Every request's URL is made here, so no method can
+        send an id unchecked; ``InvalidId`` before anything is sent."""
+        if not _ROUTE.fullmatch(route):
+            raise ValueError(f"{route!r} is not a route of the API: write each id as a "
+                             "{parameter} and pass its value")
+
+        def fill(match: re.Match[str]) -> str:
+            return quote(check_id(match.group(1), path.pop(match.group(1))), safe="")
+
+        filled = _PARAMETER.sub(fill, route)
+        if path:
+            raise TypeError(f"route {route} has no parameter {', '.join(path)}")
+        return self.base_url + filled
+
+    async def _request(self, method: str, route: str, *, body: Any = None,
                        params: dict[str, Any] | None = None,
-                       headers: dict[str, str] | None = None) -> Any:
+                       headers: dict[str, str] | None = None, **path: object) -> Any:
+        """``method`` on ``route`` (see ``_url``; ``path`` holds its parameters), with
+        ``params`` as the query (``None`` values left out); the answer's JSON, or
+        ``TorenAPIError``."""
+        url = self._url(route, **path)
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
         try:
             form = isinstance(body, aiohttp.FormData)
             async with self._http().request(
-                    method, self.base_url + path, json=None if form else body,
+                    method, url, json=None if form else body,
                     data=body if form else None, params=query,
                     headers=self._headers(headers), timeout=self.timeout) as response:
                 payload = await response.json(content_type=None)
@@ -352,25 +448,27 @@ class TorenClient:
                          idempotency_key: str | None = None,
                          files: list[str] | None = None) -> Created:
         """Start a run; ``files`` are ids of uploaded files to attach to a text input."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        headers = _idempotency(idempotency_key)
         body = {"agent": agent, "input": input} | ({"files": files} if files else {})
         result: Created = await self._request("POST", "/runs", body=body, headers=headers)
         return result
 
     async def get_run(self, run_id: str) -> RunDetail:
-        result: RunDetail = await self._request("GET", f"/runs/{run_id}")
+        result: RunDetail = await self._request("GET", "/runs/{run_id}", run_id=run_id)
         return result
 
     async def receipt(self, run_id: str) -> dict[str, Any]:
         """What the run did and cost (``GET /runs/{id}/receipt``): ``run``, ``why``,
         ``totals``, ``budget``, ``tasks`` (every model and tool call with tokens, cost and
         latency), ``peer_calls`` and ``prompts``; what ``toren jobs receipt --json`` prints."""
-        result: dict[str, Any] = await self._request("GET", f"/runs/{run_id}/receipt")
+        result: dict[str, Any] = await self._request("GET", "/runs/{run_id}/receipt",
+                                                     run_id=run_id)
         return result
 
     async def children(self, run_id: str) -> list[Run]:
         """The runs the run's tasks started: peer calls and background runs, oldest first."""
-        result: dict[str, list[Run]] = await self._request("GET", f"/runs/{run_id}/children")
+        result: dict[str, list[Run]] = await self._request(
+            "GET", "/runs/{run_id}/children", run_id=run_id)
         return result["children"]
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
@@ -389,31 +487,34 @@ class TorenClient:
 
     async def get_schedule(self, agent: str, name: str) -> Schedule:
         """One schedule with its most recent fires."""
-        result: Schedule = await self._request("GET", _schedule_path(agent, name))
+        result: Schedule = await self._request(
+            "GET", "/schedules/{agent}/{schedule}", agent=agent, schedule=name)
         return result
 
     async def pause_schedule(self, agent: str, name: str) -> Schedule:
-        result: Schedule = await self._request("POST", _schedule_path(agent, name, "pause"))
+        result: Schedule = await self._request(
+            "POST", "/schedules/{agent}/{schedule}/pause", agent=agent, schedule=name)
         return result
 
     async def resume_schedule(self, agent: str, name: str) -> Schedule:
         """Fire again from the next slot; slots that passed while paused are skipped."""
-        result: Schedule = await self._request("POST", _schedule_path(agent, name, "resume"))
+        result: Schedule = await self._request(
+            "POST", "/schedules/{agent}/{schedule}/resume", agent=agent, schedule=name)
         return result
 
     async def trigger_schedule(self, agent: str, name: str) -> ScheduleTriggered:
         """Start a run of the schedule now (even while paused)."""
         result: ScheduleTriggered = await self._request(
-            "POST", _schedule_path(agent, name, "trigger"))
+            "POST", "/schedules/{agent}/{schedule}/trigger", agent=agent, schedule=name)
         return result
 
     async def events(self, run_id: str, *, after: str | None = None) -> EventList:
-        result: EventList = await self._request("GET", f"/runs/{run_id}/events",
-                                                params={"after": after})
+        result: EventList = await self._request("GET", "/runs/{run_id}/events",
+                                                run_id=run_id, params={"after": after})
         return result
 
     async def cancel_run(self, run_id: str, reason: str | None = None) -> Run:
-        result: Run = await self._request("POST", f"/runs/{run_id}/cancel",
+        result: Run = await self._request("POST", "/runs/{run_id}/cancel", run_id=run_id,
                                           body={"reason": reason} if reason else None)
         return result
 
@@ -426,13 +527,14 @@ class TorenClient:
     async def create_session(self, agent: str, *,
                              idempotency_key: str | None = None) -> Created:
         """Open a session (status ``awaiting_input``)."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        headers = _idempotency(idempotency_key)
         result: Created = await self._request("POST", "/sessions", body={"agent": agent},
                                               headers=headers)
         return result
 
     async def get_session(self, session_id: str) -> Session:
-        result: Session = await self._request("GET", f"/sessions/{session_id}")
+        result: Session = await self._request("GET", "/sessions/{session_id}",
+                                              session_id=session_id)
         return result
 
     async def send_message(self, session_id: str, text: str, *,
@@ -442,10 +544,11 @@ class TorenClient:
         ``session_busy`` while it is mid-turn, ``session_ended`` after the session ended.
         Resending with the same ``idempotency_key`` answers with the turn it started.
         ``files`` are ids of uploaded files to attach to the message."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        headers = _idempotency(idempotency_key)
         body: dict[str, Any] = {"text": text} | ({"files": files} if files else {})
         result: TurnAccepted = await self._request(
-            "POST", f"/sessions/{session_id}/messages", body=body, headers=headers)
+            "POST", "/sessions/{session_id}/messages", session_id=session_id, body=body,
+            headers=headers)
         return result
 
     async def upload_file(self, path: str | Path) -> StoredFile:
@@ -464,21 +567,26 @@ class TorenClient:
             handle.close()
         return result
 
-    async def list_files(self) -> list[StoredFile]:
-        result = await self._request("GET", "/files")
-        return list(result["files"])
+    async def list_files(self, *, limit: int = 100, cursor: str | None = None) -> FileList:
+        """A page of files, newest first (``GET /files``); ``cursor``: the ``next_cursor`` of
+        the previous page, ``None`` on the last."""
+        result: FileList = await self._request("GET", "/files", params={
+            "limit": limit, "cursor": cursor})
+        return result
 
     async def get_file(self, file_id: str) -> StoredFile:
-        result: StoredFile = await self._request("GET", f"/files/{file_id}")
+        result: StoredFile = await self._request("GET", "/files/{file_id}", file_id=file_id)
         return result
 
     async def delete_file(self, file_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._request("DELETE", f"/files/{file_id}")
+        result: dict[str, Any] = await self._request("DELETE", "/files/{file_id}",
+                                                     file_id=file_id)
         return result
 
     async def close_session(self, session_id: str) -> TurnAccepted:
         result: TurnAccepted = await self._request(
-            "POST", f"/sessions/{session_id}/messages", body={"close": True})
+            "POST", "/sessions/{session_id}/messages", session_id=session_id,
+            body={"close": True})
         return result
 
     async def wait_for_turn(self, session_id: str, *, poll_s: float = 0.5,
@@ -496,7 +604,8 @@ class TorenClient:
         return result["approvals"]
 
     async def get_approval(self, approval_id: str) -> Approval:
-        result: Approval = await self._request("GET", f"/approvals/{approval_id}")
+        result: Approval = await self._request("GET", "/approvals/{approval_id}",
+                                               approval_id=approval_id)
         return result
 
     async def approve(self, approval_id: str, reason: str | None = None) -> Approval:
@@ -504,14 +613,14 @@ class TorenClient:
         was decided before (``.body["approval"]`` is the first decision), 403 if this key is
         not one of the tool's approvers."""
         result: Approval = await self._request(
-            "POST", f"/approvals/{approval_id}/approve",
+            "POST", "/approvals/{approval_id}/approve", approval_id=approval_id,
             body={"reason": reason} if reason is not None else None)
         return result
 
     async def deny(self, approval_id: str, reason: str | None = None) -> Approval:
         """Refuse the call; the model reads the refusal and ``reason``. Errors as ``approve``."""
         result: Approval = await self._request(
-            "POST", f"/approvals/{approval_id}/deny",
+            "POST", "/approvals/{approval_id}/deny", approval_id=approval_id,
             body={"reason": reason} if reason is not None else None)
         return result
 
@@ -532,15 +641,15 @@ class TorenClient:
         (``TextPiece``: no ``cursor``; best-effort, never replayed on reconnecting). A call's
         pieces come before its ``ModelCallCompleted``, whose ``text`` is the whole of it.
         """
+        url = self._url("/runs/{run_id}/events", run_id=run_id)
         last = after
         failures = 0
         while True:
             headers = self._headers({"Accept": "text/event-stream"})
             if last:
-                headers["Last-Event-ID"] = last
+                headers["Last-Event-ID"] = _header_value("event cursor", last)
             try:
-                async with self._http().get(f"{self.base_url}/runs/{run_id}/events",
-                                            headers=headers,
+                async with self._http().get(url, headers=headers,
                                             timeout=aiohttp.ClientTimeout(total=None)
                                             ) as response:
                     if response.status >= 400:
@@ -578,13 +687,15 @@ class TorenClient:
         on live with ``prompt`` (system prompt text) and ``model`` when given."""
         body = {"at_step": at_step} | ({"prompt": prompt} if prompt is not None else {}) | (
             {"model": model} if model is not None else {})
-        result: Forked = await self._request("POST", f"/runs/{run_id}/fork", body=body)
+        result: Forked = await self._request("POST", "/runs/{run_id}/fork", run_id=run_id,
+                                             body=body)
         return result
 
     async def diff_runs(self, run_a: str, run_b: str) -> dict[str, Any]:
         """Where two runs diverge (``GET /runs/{a}/diff/{b}``): ``a``, ``b``, ``identical``,
         ``first_difference`` and every task's ``steps`` side by side."""
-        result: dict[str, Any] = await self._request("GET", f"/runs/{run_a}/diff/{run_b}")
+        result: dict[str, Any] = await self._request(
+            "GET", "/runs/{run_id}/diff/{other_run_id}", run_id=run_a, other_run_id=run_b)
         return result
 
     # -- agent versions (issue 26 part 2) --------------------------------------------------
@@ -593,13 +704,14 @@ class TorenClient:
         """The versions of an agent's definition kept by the deployment, newest first, with
         how many runs are on each (``GET /agents/{name}/versions``)."""
         result: AgentVersions = await self._request(
-            "GET", f"/agents/{quote(agent, safe='')}/versions")
+            "GET", "/agents/{agent}/versions", agent=agent)
         return result
 
     async def upgrade_run(self, run_id: str) -> RunUpgrade:
         """Move an unfinished run to the version of its agent the deployment serves
         (``POST /runs/{id}/upgrade``); recorded in the run's log."""
-        result: RunUpgrade = await self._request("POST", f"/runs/{run_id}/upgrade", body={})
+        result: RunUpgrade = await self._request("POST", "/runs/{run_id}/upgrade",
+                                                 run_id=run_id, body={})
         return result
 
     async def list_archived_runs(self, *, agent: str | None = None, limit: int = 50,
@@ -623,7 +735,8 @@ class TorenClient:
     async def restore_run(self, run_id: str) -> Run:
         """Put an archived run back into the hot tables, whole (``POST /runs/{id}/restore``);
         the run afterwards. ``run_not_archived`` (409) if it is not archived."""
-        result: Run = await self._request("POST", f"/runs/{run_id}/restore", body={})
+        result: Run = await self._request("POST", "/runs/{run_id}/restore", run_id=run_id,
+                                          body={})
         return result
 
 
@@ -756,8 +869,8 @@ class SyncTorenClient:
     def upload_file(self, path: str | Path) -> StoredFile:
         return self._run(lambda c: c.upload_file(path))
 
-    def list_files(self) -> list[StoredFile]:
-        return self._run(lambda c: c.list_files())
+    def list_files(self, *, limit: int = 100, cursor: str | None = None) -> FileList:
+        return self._run(lambda c: c.list_files(limit=limit, cursor=cursor))
 
     def get_file(self, file_id: str) -> StoredFile:
         return self._run(lambda c: c.get_file(file_id))
@@ -812,6 +925,6 @@ class SyncTorenClient:
         return self._run(lambda c: c.restore_run(run_id))
 
 
-def _schedule_path(agent: str, name: str, action: str | None = None) -> str:
-    path = f"/schedules/{quote(agent, safe='')}/{quote(name, safe='')}"
-    return f"{path}/{action}" if action else path
+def _idempotency(key: str | None) -> dict[str, str] | None:
+    """The ``Idempotency-Key`` header for ``key`` (none for ``None`` or ``""``)."""
+    return {"Idempotency-Key": _header_value("idempotency key", key)} if key else None
