@@ -7,6 +7,7 @@ import asyncio
 import importlib.metadata as metadata
 import json
 import re
+import shutil
 import sys
 import tomllib
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -31,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WITH_MCP = {"TOREN_LOAD_PLUGINS": "toren-mcp"}
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+ZERO = "00000000-0000-0000-0000-000000000000"
+APPROVAL_DESK = ROOT / "contrib" / "examples" / "approval-desk"
 
 
 @pytest.fixture
@@ -126,14 +129,16 @@ async def test_http_mcp_runs_outlive_a_client_that_disconnects_mid_wait(
         for name, arguments, expected in [
                 ("start_run", {"agent": "ghost", "input": "x"}, "agent_not_found"),
                 ("start_run", {"input": "x"}, "agent"),
-                ("get_run", {"run_id": "not-a-run"}, "run_not_found"),
+                ("get_run", {"run_id": "not-a-run"}, "run_id"),
+                ("get_run", {"run_id": ZERO}, "run_not_found"),
                 ("get_run", {"run_id": "0" * 5000}, "run_id"),
                 ("wait_for_run", {"run_id": started["id"], "timeout_s": -1}, "timeout_s"),
                 ("wait_for_run", {"run_id": started["id"], "timeout_s": 10**9}, "timeout_s"),
                 ("list_runs", {"limit": 0}, "limit"),
                 ("list_runs", {"status": "sleeping"}, "invalid_status"),
                 ("session_send", {"session_id": session["id"], "text": ""}, "text"),
-                ("approve", {"approval_id": "nope"}, "approval_not_found"),
+                ("approve", {"approval_id": "nope"}, "approval_id"),
+                ("approve", {"approval_id": ZERO}, "approval_not_found"),
                 ("deny", {"approval_id": 7}, "approval_id")]:
             assert expected in error_text(await mcp.call_tool(name, arguments)), name
         assert data(await mcp.call_tool("get_run", {"run_id": started["id"]}))[
@@ -176,6 +181,72 @@ async def test_stdio_mcp_drives_runs_over_the_http_api(served: tuple[str, str]) 
         await mcp.initialize()
         assert "unauthorized" in error_text(await mcp.call_tool("list_agents", {}))
 
+
+async def test_http_mcp_ids_cannot_walk_into_other_routes(
+        toren_cli: Any, start_toren: Any, database_url: str, tmp_path: Path) -> None:
+    """Issue 35: `cancel_run(run_id="../approvals/<id>/approve?x=")` approved a refund and
+    `get_run("../approvals?...")` listed approvals. Every id a tool takes is a UUID by its
+    schema (format and pattern) and is checked before any request: the refund stays pending."""
+    ledger = tmp_path / "refunds.log"
+    env = {"DATABASE_URL": database_url, "REFUNDS_LEDGER": str(ledger), **WITH_MCP}
+    token = json.loads(toren_cli("keys", "create", "mcp", "--json", env=env).stdout)["key"]
+    shutil.copytree(APPROVAL_DESK, tmp_path / "crews" / "approval-desk")
+    server = start_toren("serve", "--workers", "--dir", str(tmp_path / "crews"), "--port", "0",
+                         "--json", env=env)
+    url = str(server.next_json()["url"])
+    async with http_session(url, token) as (read, write), ClientSession(read, write) as mcp:
+        await mcp.initialize()
+        for tool in (await mcp.list_tools()).tools:
+            for name, schema in tool.input_schema["properties"].items():
+                if name.endswith("_id"):
+                    shape = next(s for s in schema.get("anyOf", [schema])
+                                 if s.get("type") == "string")
+                    assert shape["format"] == "uuid", (tool.name, name)
+                    assert re.fullmatch(shape["pattern"], ZERO), (tool.name, name)
+                    assert not re.search(shape["pattern"], "../approvals"), (tool.name, name)
+        run = data(await mcp.call_tool("start_run", {"agent": "approval-desk", "input": "A7"}))
+        approvals: list[dict[str, Any]] = []
+        for _ in range(300):
+            approvals = data(await mcp.call_tool("approvals_list", {}))["approvals"]
+            if approvals:
+                break
+            await asyncio.sleep(0.2)
+        [pending] = approvals
+        approval = pending["id"]
+        walks = [f"../approvals/{approval}/approve?x=", "../approvals?status=pending&x=",
+                 f"..%2Fapprovals%2F{approval}%2Fapprove", f"{run['id']}/../../approvals",
+                 f"{run['id']}?x=", f"{run['id']}#x", "%2e%2e", "a\x00b", "", ".."]
+        for tool, parameter in (("cancel_run", "run_id"), ("get_run", "run_id"),
+                                ("get_receipt", "run_id"), ("wait_for_run", "run_id"),
+                                ("session_get", "session_id"), ("session_send", "session_id"),
+                                ("approve", "approval_id"), ("deny", "approval_id"),
+                                ("approvals_list", "run_id")):
+            for walk in walks:
+                arguments = {parameter: walk} | ({"text": "hi"} if tool == "session_send"
+                                                 else {})
+                assert parameter in error_text(await mcp.call_tool(tool, arguments)), (
+                    tool, walk)
+        # resources: the SDK matches no template for a traversal; what it does match is checked
+        for uri, expected in (
+                (f"toren://runs/..%2Fapprovals%2F{approval}%2Fapprove/receipt",
+                 "Unknown resource"),
+                ("toren://runs/%2e%2e/receipt", "Unknown resource"),
+                ("toren://runs/a%3Fb/receipt", "invalid_id: run id 'a?b' is not a run id"),
+                ("toren://runs/not-a-run/receipt", "invalid_id"),
+                ("toren://sessions/%2e%2e%3F/transcript", "invalid_id: session id"),
+                ("toren://sessions/x%23y/transcript", "invalid_id")):
+            with pytest.raises(MCPError) as refused:
+                await mcp.read_resource(uri)
+            assert expected in str(refused.value), (uri, refused.value)
+        # nothing was decided, nothing cancelled; the real ids still work
+        assert data(await mcp.call_tool("approvals_list", {}))["approvals"][0][
+            "status"] == "pending"
+        assert data(await mcp.call_tool("get_run", {"run_id": run["id"]}))[
+            "status"] == "awaiting_approval"
+        assert not ledger.exists() or ledger.read_text() == ""
+        denied = data(await mcp.call_tool("deny", {"approval_id": approval.upper(),
+                                                   "reason": "a test"}))
+        assert denied["status"] == "denied"
 
 
 async def test_http_mcp_on_toren_dev_without_keys(start_toren: Any, database_url: str,

@@ -14,7 +14,8 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import Field
 
 import toren
-from toren.client import TorenAPIError, TorenClient, TorenUnreachable
+from toren.client import TorenClient, TorenUnreachable, check_id
+from toren.errors import TorenError
 
 #: The longest one ``wait_for_run`` call waits (MCP clients time tool calls out near a minute
 #: or more); call it again to keep waiting: the run goes on either way.
@@ -27,12 +28,18 @@ _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 #: ``TOREN_API_KEY``; ``/mcp`` on the server forwards the caller's own key.
 ClientFactory = Callable[[Context], AbstractAsyncContextManager[TorenClient]]
 
-RunId = Annotated[str, Field(description="The run's id (a UUID), as start_run returned it.",
-                             min_length=1, max_length=100)]
-SessionId = Annotated[str, Field(description="The session's id, as session_start returned it.",
-                                 min_length=1, max_length=100)]
-ApprovalId = Annotated[str, Field(description="The approval's id, from approvals_list.",
-                                  min_length=1, max_length=100)]
+#: The ids Toren hands out (runs, sessions, approvals) are UUIDs. The schema says so twice:
+#: ``format`` (which not every MCP client checks) and ``pattern``; the SDK checks the pattern
+#: before a tool runs, and ``toren.client`` checks every id again before sending it.
+UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+Uuid = Annotated[str, Field(pattern=UUID_PATTERN, json_schema_extra={"format": "uuid"})]
+RunId = Annotated[Uuid, Field(description="The run's id, a UUID such as "
+                                          "3f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f, as start_run "
+                                          "returned it.")]
+SessionId = Annotated[Uuid, Field(description="The session's id (a UUID), as session_start "
+                                              "returned it.")]
+ApprovalId = Annotated[Uuid, Field(description="The approval's id (a UUID), from "
+                                               "approvals_list.")]
 Reason = Annotated[str | None, Field(description="Why (recorded, and shown to the model on "
                                                  "deny).", max_length=2000)]
 
@@ -46,10 +53,10 @@ async def env_client(_: Context) -> AsyncIterator[TorenClient]:
 
 
 def _tool_error(exc: Exception) -> ToolError:
-    if isinstance(exc, TorenAPIError):
-        return ToolError(f"{exc.code}: {exc.message}")
     if isinstance(exc, TorenUnreachable):
         return ToolError(exc.message)
+    if isinstance(exc, TorenError):  # an API error, or an id the client refused to send
+        return ToolError(f"{exc.code}: {exc.message}")
     return ToolError(str(exc))
 
 
@@ -70,7 +77,7 @@ def build_server(client_for: ClientFactory = env_client) -> MCPServer:
         try:
             async with client_for(ctx) as client:
                 yield client
-        except (TorenAPIError, TorenUnreachable) as exc:
+        except TorenError as exc:
             raise _tool_error(exc) from exc
 
     @server.tool()
@@ -185,7 +192,7 @@ def build_server(client_for: ClientFactory = env_client) -> MCPServer:
             ctx: Context,
             status: Annotated[str | None, Field(max_length=40)] = "pending",
             agent: Annotated[str | None, Field(max_length=200)] = None,
-            run_id: Annotated[str | None, Field(max_length=100)] = None,
+            run_id: Annotated[Uuid | None, Field(description="Only this run's.")] = None,
             limit: Annotated[int, Field(ge=1, le=200)] = 50) -> dict[str, Any]:
         """Tool calls waiting for a person's decision (or, with ``status``, decided ones)."""
         async with api(ctx) as client:
@@ -210,18 +217,20 @@ def build_server(client_for: ClientFactory = env_client) -> MCPServer:
     async def receipt_resource(run_id: str, ctx: Context) -> str:
         """A run's receipt (as get_receipt)."""
         try:
+            run_id = check_id("run_id", run_id)
             async with client_for(ctx) as client:
                 return json.dumps(await client.receipt(run_id))
-        except (TorenAPIError, TorenUnreachable) as exc:
+        except TorenError as exc:
             raise ResourceError(str(_tool_error(exc))) from exc
 
     @server.resource("toren://sessions/{session_id}/transcript", mime_type="application/json")
     async def transcript_resource(session_id: str, ctx: Context) -> str:
         """A session's transcript."""
         try:
+            session_id = check_id("session_id", session_id)
             async with client_for(ctx) as client:
                 return json.dumps(await client.get_session(session_id))
-        except (TorenAPIError, TorenUnreachable) as exc:
+        except TorenError as exc:
             raise ResourceError(str(_tool_error(exc))) from exc
 
     return server
