@@ -189,12 +189,13 @@ MIN_INT, MAX_INT = -(2**63), 2**64 - 1
 MAX_JSON_DEPTH = 128
 
 
-def unstorable(value: Any) -> str | None:
+def unstorable(value: Any, *, nesting_only: bool = False) -> str | None:
     """Why the run log cannot store ``value`` (parsed JSON), or ``None`` if it can.
 
     Postgres refuses NUL in text and JSON; unpaired surrogates are not UTF-8; numbers must fit
     in 64 bits; arrays and objects may nest at most ``MAX_JSON_DEPTH`` levels. Inputs and
-    messages are checked with it before anything is written.
+    messages are checked with it before anything is written. ``nesting_only``: the depth
+    alone (a chat webhook's body, whose few fields kept are cleaned rather than refused).
     """
     pending: list[tuple[Any, int]] = [(value, 0)]
     while pending:  # not recursive: a JSON parser allows nesting deeper than Python's stack
@@ -205,6 +206,8 @@ def unstorable(value: Any) -> str | None:
                         "deep")
             children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
             pending += [(child, depth + 1) for child in children]
+        elif nesting_only:
+            continue
         elif isinstance(item, str):
             if "\x00" in item:
                 return "strings may not contain NUL (\\u0000)"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import os
 from collections.abc import Mapping
@@ -14,6 +13,7 @@ from aiohttp import web
 
 from toren.errors import ChannelError
 from toren.host.chat import COMMON_SETTINGS, ChatBot, ChatChannel
+from toren.host.chat.webhooks import WebhookBodyError, webhook_json
 from toren.seams.store.channels import ChannelUpdate
 from toren_telegram.api import DEFAULT_API_URL, BotApi
 from toren_telegram.markup import to_telegram_html
@@ -152,9 +152,9 @@ class TelegramChannel(ChatChannel):
         if len(raw) > MAX_WEBHOOK_BYTES:
             return _error(413, "too_large", "an update is at most 256 KiB")
         try:
-            item = json.loads(raw)
-        except ValueError:
-            return _error(400, "bad_request", "the body is not JSON")
+            item = await webhook_json(raw)
+        except WebhookBodyError as exc:
+            return _error(400, "bad_request", str(exc))
         if not isinstance(item, dict) or not isinstance(item.get("update_id"), int):
             return _error(400, "bad_request", "an update is an object with an update_id")
         update = parse_update(bot.agent, item)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +14,7 @@ from aiohttp import web
 
 from toren.errors import ChannelError
 from toren.host.chat import COMMON_SETTINGS, ChatBot, ChatChannel
+from toren.host.chat.webhooks import WebhookBodyError, webhook_json
 from toren.seams.store.channels import ChannelUpdate
 from toren_whatsapp.markup import to_whatsapp
 from toren_whatsapp.signature import signature_valid
@@ -26,6 +27,9 @@ MAX_MESSAGE_CHARS = 4096
 #: Largest webhook body accepted (Meta batches a few messages per call).
 MAX_WEBHOOK_BYTES = 1024 * 1024
 SIGNATURE_HEADER = "X-Hub-Signature-256"
+#: Longest ``hub.challenge`` echoed by the verification handshake (Meta sends a number).
+MAX_CHALLENGE_CHARS = 200
+_CHALLENGE = re.compile(rf"[A-Za-z0-9._-]{{1,{MAX_CHALLENGE_CHARS}}}")
 #: Graph API error codes that mean "slow down" (besides HTTP 429).
 _RATE_LIMIT_CODES = {4, 80007, 130429, 131048, 131056}
 
@@ -115,7 +119,14 @@ class WhatsAppChannel(ChatChannel):
                 or not hmac.compare_digest(token.encode(), expected.encode())):
             return _error(403, "forbidden", "hub.mode must be subscribe and hub.verify_token "
                                             "the agent's verify token")
-        return web.Response(text=query.get("hub.challenge", "")[:1000])
+        challenge = query.get("hub.challenge", "")
+        if not _CHALLENGE.fullmatch(challenge):
+            return _error(400, "bad_request", "hub.challenge must be 1 to "
+                                              f"{MAX_CHALLENGE_CHARS} letters, digits, '.', "
+                                              "'_' or '-' (Meta sends digits)")
+        # echoed as plain text the browser may not sniff as anything else (HTML, script)
+        return web.Response(text=challenge, content_type="text/plain",
+                            headers={"X-Content-Type-Options": "nosniff"})
 
     async def _notification(self, request: web.Request) -> web.Response:
         bot = self.bots.get(request.match_info["agent"])
@@ -131,9 +142,9 @@ class WhatsAppChannel(ChatChannel):
         if not signature_valid(raw, request.headers.get(SIGNATURE_HEADER), secret):
             return _error(401, "bad_signature", f"missing or wrong {SIGNATURE_HEADER}")
         try:
-            body = json.loads(raw)
-        except ValueError:
-            return _error(400, "bad_request", "the body is not JSON")
+            body = await webhook_json(raw)
+        except WebhookBodyError as exc:
+            return _error(400, "bad_request", str(exc))
         updates = parse_notification(bot.agent, str(bot.settings["phone_number_id"]), body)
         # in the order they were sent (Meta's batches need not be), so the turns are too
         for update in sorted(updates, key=lambda update: update.sort_key):
