@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import os
 import random
+import secrets
 import socket
 import time
 import uuid
@@ -42,6 +43,13 @@ from toren.host.chat.access import (
     allow_listed,
     new_pairing_code,
     pairing_text,
+)
+from toren.host.chat.buttons import (
+    KEY_BYTES,
+    NOT_VALID_TEXT,
+    button_data,
+    parse_button,
+    press_signed,
 )
 from toren.seams.channels import Channel
 from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
@@ -103,6 +111,10 @@ class ChatChannel(Channel):
     polls: bool = False
     #: Whether ``send_text`` renders ``payload["buttons"]`` as buttons (approvals use them).
     supports_buttons: bool = False
+    #: Whether ``answer_button`` shows its note on the pressed button (Telegram's
+    #: answerCallbackQuery), so a stranger's press is answered too; otherwise the note is a
+    #: message in the chat, for allowed people only (a stranger's one refusal is a message's).
+    notes_buttons_in_place: bool = False
 
     def __init__(self) -> None:
         self.runtime: Any = None
@@ -111,6 +123,7 @@ class ChatChannel(Channel):
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: dict[str, asyncio.Event] = {}
         self._stopping = asyncio.Event()
+        self._button_key_bytes: bytes | None = None
 
     # -- what a platform implements --------------------------------------------------------
 
@@ -156,8 +169,11 @@ class ChatChannel(Channel):
         return None
 
     async def answer_button(self, bot: ChatBot, update: ChannelUpdate, text: str) -> None:
-        """Acknowledge a button press with a short note (Telegram's answerCallbackQuery)."""
-        return None
+        """Acknowledge a button press with a short note. The default sends the note to the
+        chat as a message (once per press); Telegram shows it on the button instead
+        (answerCallbackQuery)."""
+        await self.runtime.store.enqueue_channel_sends(self.name, bot.agent, [ChannelSend(
+            key=f"button:{update.update_id}", chat_id=update.chat_id, text=text)])
 
     # -- Channel -----------------------------------------------------------------------------
 
@@ -404,26 +420,53 @@ class ChatChannel(Channel):
         return False
 
     async def _press(self, bot: ChatBot, update: ChannelUpdate) -> None:
-        """A button: ``a:<approval id>`` approves, ``d:<approval id>`` denies."""
-        note = "Not allowed."
-        if await self._allowed_silently(bot, update.user_id):
-            action, _, approval_id = update.text.partition(":")
-            outcome = {"a": "approved", "d": "denied"}.get(action)
-            if outcome is None:
-                note = "Unknown button."
-            else:
-                try:
-                    await self.runtime.decide_approval(
-                        approval_id, outcome, decided_by=f"{self.name}:{update.user_id}")
-                    note = "Approved." if outcome == "approved" else "Denied."
-                except (ApprovalNotFound, ApprovalAlreadyDecided, NotAnApprover) as exc:
-                    note = exc.message[:190]
+        """A button: its data (``toren.host.chat.buttons``) decides an approval only if it was
+        signed for this chat and the session it serves, and the presser may decide it."""
+        allowed = await self._allowed_silently(bot, update.user_id)
+        note = await self._decide_pressed(bot, update) if allowed else "Not allowed."
+        # the note before the update is settled: a crash between the two answers the press
+        # again (a platform's own acknowledgement fails harmlessly; a message is keyed)
+        if allowed or self.notes_buttons_in_place:
+            try:
+                await self.answer_button(bot, update, note)
+            except ChannelError as exc:
+                log.info("%s: answering a button failed: %s", self.name, exc.message)
         await self.runtime.store.set_channel_update(self.name, bot.agent, update.update_id,
                                                     "handled")
+
+    async def _decide_pressed(self, bot: ChatBot, update: ChannelUpdate) -> str:
+        """Decide what a button press of an allowed person asks for; the note they read."""
+        press = parse_button(update.text)
+        record, session_id = None, None
+        if press is not None:
+            with contextlib.suppress(ApprovalNotFound):
+                record = await self.runtime.get_approval(press.approval_id)
+            session_id = await self.runtime.store.chat_session(self.name, bot.agent,
+                                                               update.chat_id)
+        if (press is None or record is None or record.agent != bot.agent
+                or record.run_id != session_id
+                or not press_signed(await self._button_key(), press, channel=self.name,
+                                    agent=bot.agent, chat_id=update.chat_id,
+                                    session_id=record.run_id)):
+            # made-up data, a button of another chat or session, another agent's approval:
+            # which of them is not said (it would tell a prober which approval ids exist)
+            log.warning("%s: refused a button press by %s in chat %s of %s: its data %r was "
+                        "not signed for this chat's session", self.name, update.user_id,
+                        update.chat_id, bot.agent, update.text[:80])
+            return NOT_VALID_TEXT
         try:
-            await self.answer_button(bot, update, note)
-        except ChannelError as exc:
-            log.info("%s: answering a button failed: %s", self.name, exc.message)
+            await self.runtime.decide_approval(record.id, press.outcome,
+                                               decided_by=f"{self.name}:{update.user_id}")
+        except (ApprovalNotFound, ApprovalAlreadyDecided, NotAnApprover) as exc:
+            return exc.message[:190]
+        return "Approved." if press.outcome == "approved" else "Denied."
+
+    async def _button_key(self) -> bytes:
+        """The deployment's button key (``ChannelChats.chat_button_key``), read once."""
+        if self._button_key_bytes is None:
+            self._button_key_bytes = await self.runtime.store.chat_button_key(
+                secrets.token_bytes(KEY_BYTES))
+        return self._button_key_bytes
 
     async def _allowed_silently(self, bot: ChatBot, user_id: str) -> bool:
         if allow_listed(bot.settings, user_id):
@@ -469,19 +512,29 @@ class ChatChannel(Channel):
 
     async def _offer_approvals(self, bot: ChatBot, update: ChannelUpdate,
                                approvals: list[dict[str, Any]]) -> None:
+        assert update.session_id is not None
         sends = []
         for approval in approvals:
             args = str(approval.get("arguments", ""))[:500]
             text = (f"The agent wants to run {approval['tool']} with {args}. Allow it?")
             payload: dict[str, Any] = {}
+            key = f"approval:{approval['id']}"
             if self.supports_buttons:
-                payload = {"buttons": [[{"text": "Approve", "data": f"a:{approval['id']}"},
-                                        {"text": "Deny", "data": f"d:{approval['id']}"}]]}
+                signed = {outcome: button_data(
+                    await self._button_key(), channel=self.name, agent=bot.agent,
+                    chat_id=update.chat_id, session_id=update.session_id,
+                    approval_id=approval["id"], outcome=outcome)
+                    for outcome in ("approved", "denied")}
+                payload = {"buttons": [[{"text": "Approve", "data": signed["approved"]},
+                                        {"text": "Deny", "data": signed["denied"]}]]}
+                # a key of its own: an approval offered with unsigned buttons before this
+                # version is offered once more, with buttons that work
+                key += ":signed"
             else:
                 text += (f" An operator decides with `toren approvals approve "
                          f"{approval['id']}` (or deny).")
-            sends.append(ChannelSend(key=f"approval:{approval['id']}", chat_id=update.chat_id,
-                                     text=text, payload=payload))
+            sends.append(ChannelSend(key=key, chat_id=update.chat_id, text=text,
+                                     payload=payload))
         if sends:
             await self.runtime.store.enqueue_channel_sends(self.name, bot.agent, sends)
 

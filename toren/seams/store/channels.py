@@ -167,6 +167,12 @@ class ChannelChats(abc.ABC):
         """Approve or deny the pending pairing with ``code``; ``None`` if no pairing has that
         code. A decided pairing is returned unchanged."""
 
+    @abc.abstractmethod
+    async def chat_button_key(self, new_key: bytes) -> bytes:
+        """The deployment's key that signs approval buttons (``toren.host.chat.buttons``):
+        ``new_key`` is stored if none is yet, and every later call, from any process, returns
+        the stored one (it must outlive restarts: a button shown last week stays valid)."""
+
 
 class ChannelOutbox(abc.ABC):
     """Messages to send to chats, each recorded under a once-only key before it is sent.

@@ -1,4 +1,5 @@
-"""The chat channels' store interfaces in Postgres: ``toren_control.channel_*`` (migration 0011).
+"""The chat channels' store interfaces in Postgres: ``toren_control.channel_*`` (migrations 0011
+and 0014).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from toren_postgres.queries import parse_queries
 def _queries() -> dict[str, str]:
     text = resources.files("toren_postgres").joinpath("sql/channels.sql").read_text("utf-8")
     return parse_queries(text)
+
+
+#: The ``channel_keys`` row of the key that signs approval buttons (migration 0014).
+BUTTON_KEY_NAME = "approval_buttons"
 
 
 def _q(name: str) -> str:
@@ -88,8 +93,8 @@ class PostgresChannelInbox(_ChannelQueries, ChannelInbox):
 
 
 class PostgresChannelChats(_ChannelQueries, ChannelChats):
-    """The ``ChannelChats`` of the Postgres store: ``channel_chats`` and ``channel_pairings``.
-    """
+    """The ``ChannelChats`` of the Postgres store: ``channel_chats``, ``channel_pairings`` and
+    ``channel_keys``."""
 
     async def chat_session(self, channel: str, agent: str, chat_id: str) -> str | None:
         rows = await self._fetch("chat_session", {"channel": channel, "agent": agent,
@@ -128,6 +133,11 @@ class PostgresChannelChats(_ChannelQueries, ChannelChats):
         if not rows:
             rows = await self._fetch("pairing_by_code", {"code": code})
         return _pairing(rows[0]) if rows else None
+
+    async def chat_button_key(self, new_key: bytes) -> bytes:
+        params = {"name": BUTTON_KEY_NAME, "key": new_key}
+        await self._fetch("make_key", params)
+        return bytes((await self._fetch("get_key", params))[0]["key"])
 
 
 class PostgresChannelOutbox(_ChannelQueries, ChannelOutbox):

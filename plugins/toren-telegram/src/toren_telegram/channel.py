@@ -39,6 +39,7 @@ class TelegramChannel(ChatChannel):
     max_message_chars = MAX_MESSAGE_CHARS
     polls = True
     supports_buttons = True
+    notes_buttons_in_place = True
     settings_schema = {
         "type": "object",
         "additionalProperties": False,

@@ -116,3 +116,12 @@ RETURNING *;
 
 -- pairing_by_code --
 SELECT * FROM toren_control.channel_pairings WHERE code = %(code)s;
+
+-- make_key --
+-- The first caller's key wins; the others read it with get_key (a later statement, so it sees
+-- a key another process committed meanwhile).
+INSERT INTO toren_control.channel_keys (name, key) VALUES (%(name)s, %(key)s)
+ON CONFLICT (name) DO NOTHING;
+
+-- get_key --
+SELECT key FROM toren_control.channel_keys WHERE name = %(name)s;
