@@ -215,7 +215,7 @@ async def test_the_client_lists_and_decides_async_and_sync(database_url: str, st
         assert conflict.value.status == 409 and conflict.value.code == "approval_decided"
         assert conflict.value.body["approval"]["status"] == "approved"
         with pytest.raises(TorenAPIError) as missing:
-            await client.get_approval("nope")
+            await client.get_approval("00000000-0000-0000-0000-000000000000")
         assert missing.value.status == 404
     second = next(a for a in pending if a["run_id"] == runs[1])
     sync = SyncTorenClient(url)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_http_api import call, conforms
-from toren.client import SyncTorenClient, TorenAPIError
+from toren.client import InvalidId, SyncTorenClient, TorenAPIError
 from toren.testing import write_agent_dir
 
 pytestmark = pytest.mark.timeout(180)
@@ -61,8 +61,12 @@ def test_child_runs_and_background_runs_over_http_and_the_client(url: str) -> No
 
 def test_children_of_what_is_no_run_is_a_404(url: str) -> None:
     client = SyncTorenClient(url)
-    for run_id in ("not-a-uuid", "00000000-0000-0000-0000-000000000000", "%00",
-                   "%27%20OR%201%3D1%20--", "a" * 3000):
-        with pytest.raises(TorenAPIError) as missing:
+    with pytest.raises(TorenAPIError) as missing:
+        client.children("00000000-0000-0000-0000-000000000000")
+    assert (missing.value.status, missing.value.code) == (404, "run_not_found")
+    # what is no run id at all the client refuses before sending (tests/badinput/test_client_ids)
+    for run_id in ("not-a-uuid", "%00", "%27%20OR%201%3D1%20--", "a" * 3000):
+        with pytest.raises(InvalidId):
             client.children(run_id)
-        assert (missing.value.status, missing.value.code) == (404, "run_not_found"), run_id
+        status, body, _ = call(f"{url}/runs/{run_id}/children")
+        assert (status, body["error"]["code"]) == (404, "run_not_found"), run_id

@@ -222,5 +222,5 @@ def test_receipt_route_hostile_inputs(deployment: Deployment) -> None:
     status, body, _ = call(d.url + "/runs/nope/receipt")
     assert status == 401
     with pytest.raises(TorenAPIError) as raised:
-        SyncTorenClient(d.url, d.key).receipt("nope")
+        SyncTorenClient(d.url, d.key).receipt("00000000-0000-0000-0000-000000000000")
     assert raised.value.status == 404

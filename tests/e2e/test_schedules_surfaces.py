@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import TorenCli, wait_until
 from tests.e2e.test_http_api import TOOLS, call, conforms, finished
-from toren.client import SyncTorenClient, TorenAPIError, TorenClient
+from toren.client import InvalidId, SyncTorenClient, TorenAPIError, TorenClient
 from toren.testing import write_agent_dir
 
 pytestmark = pytest.mark.timeout(180)
@@ -101,8 +101,10 @@ async def test_the_async_client(url: str) -> None:
         runs = await client.list_runs(schedule="yearly")
         assert [r["id"] for r in runs["runs"]] == [fired["run_id"]]
         with pytest.raises(TorenAPIError) as missing:
-            await client.get_schedule("crew", "no/such")  # quoted: one path segment
+            await client.get_schedule("crew", "no-such")
         assert missing.value.status == 404
+        with pytest.raises(InvalidId):  # no schedule's name: refused before anything is sent
+            await client.get_schedule("crew", "no/such")
 
 
 def test_the_sync_client_mirrors_it(url: str) -> None:
