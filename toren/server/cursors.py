@@ -27,7 +27,7 @@ def _decode(token: str) -> Any:
     try:
         padded = token + "=" * (-len(token) % 4)
         return json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):  # deep: [[[[...
         raise InvalidCursor(f"cursor {token[:40]!r} is not valid: pass back a cursor (or SSE "
                             "event id) that Toren returned") from None
 
