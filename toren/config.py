@@ -54,6 +54,11 @@ class Settings:
     #: Live event streams (SSE) one API key may hold open on one server process at once; with
     #: keys off (loopback ``toren dev``), all the process's streams together.
     max_streams_per_key: int = 100
+    #: File uploads (``POST /files``) one API key may start per minute on one server process,
+    #: in bursts of as many; with keys off, all of the process's uploads together.
+    max_uploads_per_minute: int = 60
+    #: Bytes of distinct file content the deployment stores at most (uploads past it: 507).
+    max_total_file_bytes: int = 10 * 1024**3
     #: Events between task checkpoints: a resume reads at most this many events plus one
     #: checkpoint, however long the task's log.
     checkpoint_every: int = 1000
@@ -131,6 +136,10 @@ class Settings:
             tool_threads=positive_number(env, "TOREN_TOOL_THREADS", 2 * concurrency, int),
             blocked_loop_warn_s=positive_number(env, "TOREN_BLOCKED_LOOP_WARN", 1.0, float),
             max_streams_per_key=positive_number(env, "TOREN_MAX_STREAMS_PER_KEY", 100, int),
+            max_uploads_per_minute=positive_number(env, "TOREN_MAX_UPLOADS_PER_MINUTE", 60,
+                                                   int),
+            max_total_file_bytes=positive_number(env, "TOREN_MAX_TOTAL_FILE_BYTES",
+                                                 10 * 1024**3, int),
             checkpoint_every=positive_number(env, "TOREN_CHECKPOINT_EVERY", 1000, int),
             skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
             crash_at=crashpoints.parse(env.get("TOREN_CRASH_AT")),

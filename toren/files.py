@@ -1,23 +1,38 @@
-"""Files handed to agents: the record stores return, names, size cap and content sniffing."""
+"""Files handed to agents: the record stores return, names, size cap, content sniffing, and
+uploads spooled to disk as they arrive."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import io
 import os
 import re
+import struct
+import tempfile
 import unicodedata
 import uuid
 import zipfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePath
-from typing import Any
+from typing import IO, Any, Protocol
 
 from toren.config import positive_number
 from toren.errors import TorenError
 
 MAX_FILE_BYTES_ENV = "TOREN_MAX_FILE_BYTES"
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
+#: Bytes per piece as an upload is spooled, stored and read back: what an upload costs in
+#: memory, whatever its size.
+CHUNK_BYTES = 1024 * 1024
+#: Bytes at the start of a file that its type is sniffed from.
+SNIFF_BYTES = 4096
+#: A zip whose central directory (its list of entries) is larger than this is not listed to
+#: tell a docx or an xlsx (a few KiB of entries) from another zip: a 50 MiB zip of empty
+#: entries would list half a million of them, hundreds of MB in memory.
+MAX_ZIP_DIRECTORY_BYTES = 1024 * 1024
 MAX_NAME_LENGTH = 255
 PDF = "application/pdf"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -54,6 +69,22 @@ class FileTooLarge(BadFile):
 
     code = "file_too_large"
     http_status = 413
+
+
+class StorageQuotaExceeded(TorenError):
+    """Storing the file would take the deployment's files past ``TOREN_MAX_TOTAL_FILE_BYTES``."""
+
+    code = "storage_quota_exceeded"
+    http_status = 507
+
+
+def storage_quota_message(what: str, stored: int, adding: int | None, limit: int) -> str:
+    """Why an upload of ``adding`` bytes (``None``: of any size) is refused with ``stored``
+    bytes stored of ``limit``."""
+    more = "any more" if adding is None else f"{adding:,} more"
+    return (f"{what}: the files stored take {stored:,} bytes; {more} would pass {limit:,} "
+            "bytes, the most this deployment stores (TOREN_MAX_TOTAL_FILE_BYTES); delete "
+            "files no longer needed (toren files rm) or raise the setting")
 
 
 @dataclass(frozen=True)
@@ -155,9 +186,12 @@ def _looks_like_text(head: bytes) -> bool:
 def _zip_kind(open_zip: Any) -> str | None:
     """DOCX, XLSX or ZIP by the archive's entries; ``None`` when it cannot be opened."""
     try:
-        with open_zip() as raw, zipfile.ZipFile(raw) as archive:
-            names = set(archive.namelist())
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        with open_zip() as raw:
+            if _zip_directory_bytes(raw) > MAX_ZIP_DIRECTORY_BYTES:
+                return ZIP  # no office document has that many entries
+            with zipfile.ZipFile(raw) as archive:
+                names = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error):
         return None
     if "word/document.xml" in names:
         return DOCX
@@ -166,9 +200,39 @@ def _zip_kind(open_zip: Any) -> str | None:
     return ZIP
 
 
+def _zip_directory_bytes(raw: IO[bytes]) -> int:
+    """The size of a zip's central directory, from its end record (found as ``zipfile``
+    finds it: at the very end, else the last signature within the largest comment); a zip64
+    archive, whose sizes are in another record, counts as too large to list."""
+    raw.seek(0, os.SEEK_END)
+    size = raw.tell()
+    raw.seek(max(0, size - 22 - 65535))
+    tail = raw.read()
+    at = len(tail) - 22 if tail[-22:-18] == b"PK\x05\x06" else tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) - at < 22:
+        raise zipfile.BadZipFile("no end of central directory record")
+    entries, directory_bytes = struct.unpack("<HI", tail[at + 10:at + 16])
+    if entries == 0xFFFF or directory_bytes == 0xFFFFFFFF:
+        return MAX_ZIP_DIRECTORY_BYTES + 1
+    raw.seek(0)
+    return int(directory_bytes)
+
+
 def sniff_bytes(data: bytes, name: str) -> str:
     """``sniff_type`` for content held in memory."""
     return sniff_type(data[:4096], name, lambda: io.BytesIO(data))
+
+
+class FileContent(Protocol):
+    """A file's content read a piece at a time (an upload spooled to disk): what
+    ``FileStore.add_file`` takes besides ``bytes``, so that no layer holds a whole file."""
+
+    @property
+    def size_bytes(self) -> int:
+        """The content's length."""
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The content from its start, in pieces of at most ``CHUNK_BYTES``."""
 
 
 @dataclass(frozen=True)
@@ -177,14 +241,103 @@ class Upload:
 
     name: str
     content_type: str
-    data: bytes
+    data: bytes | FileContent
     sha256: str
+
+    @property
+    def size_bytes(self) -> int:
+        return content_size(self.data)
+
+
+class UploadSpool:
+    """An upload written to an anonymous temporary file (in ``TMPDIR``) as it arrives, hashed
+    as it goes, and read back in pieces for the store: an upload costs a chunk of memory, not
+    its size. Writes, hashing and reads run in threads, off the event loop.
+
+    ``async with UploadSpool(name, max_bytes) as spool``: ``await spool.write(piece)`` for
+    each piece received (``FileTooLarge`` past ``max_bytes``), then ``await spool.check()``
+    for the ``Upload`` (its ``data`` is the spool: valid until the ``with`` block ends).
+    """
+
+    def __init__(self, name: str, max_bytes: int) -> None:
+        self.name = name
+        self.max_bytes = max_bytes
+        self.size_bytes = 0
+        self._head = b""
+        self._sha256 = hashlib.sha256()
+        self._file: IO[bytes] | None = None
+
+    async def __aenter__(self) -> UploadSpool:
+        self._file = await asyncio.to_thread(tempfile.TemporaryFile, prefix="toren-upload-")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._file is not None:
+            await asyncio.to_thread(self._file.close)
+            self._file = None
+
+    @property
+    def _open(self) -> IO[bytes]:
+        if self._file is None:
+            raise RuntimeError("UploadSpool is used outside its async with block")
+        return self._file
+
+    async def write(self, piece: bytes) -> None:
+        """Append ``piece``; ``FileTooLarge`` (nothing written) when it takes the upload past
+        ``max_bytes``."""
+        if self.size_bytes + len(piece) > self.max_bytes:
+            raise FileTooLarge(f"{self.name} is larger than {self.max_bytes:,} bytes, the most "
+                               f"an upload may be ({MAX_FILE_BYTES_ENV})")
+        if len(self._head) < SNIFF_BYTES:
+            self._head += piece[:SNIFF_BYTES - len(self._head)]
+        self.size_bytes += len(piece)
+        await asyncio.to_thread(self._append, self._open, piece)
+
+    def _append(self, file: IO[bytes], piece: bytes) -> None:
+        file.write(piece)
+        self._sha256.update(piece)  # hashlib lets other threads run while it hashes
+
+    async def check(self) -> Upload:
+        """The spooled upload's name, sniffed type and SHA-256; ``BadFile`` saying what is
+        wrong with it (empty, misnamed)."""
+        name = check_file_name(self.name)
+        if not self.size_bytes:
+            raise BadFile(f"{name} is empty")
+        await asyncio.to_thread(self._open.flush)
+        content_type = await asyncio.to_thread(sniff_type, self._head, name, self._reopen)
+        return Upload(name, content_type, self, self._sha256.hexdigest())
+
+    def _reopen(self) -> IO[bytes]:
+        """A second handle on the spool for ``zipfile``, which closes what it is given (it
+        shares the spool's file position, which ``chunks`` does not use)."""
+        return os.fdopen(os.dup(self._open.fileno()), "rb")
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        await asyncio.to_thread(self._open.flush)
+        descriptor, offset = self._open.fileno(), 0
+        while piece := await asyncio.to_thread(os.pread, descriptor, CHUNK_BYTES, offset):
+            offset += len(piece)
+            yield piece
+
+
+async def content_chunks(data: bytes | FileContent) -> AsyncIterator[bytes]:
+    """``data`` in pieces of at most ``CHUNK_BYTES``, from memory or from a ``FileContent``."""
+    if isinstance(data, bytes):
+        for start in range(0, len(data), CHUNK_BYTES):
+            yield data[start:start + CHUNK_BYTES]
+        return
+    async for piece in data.chunks():
+        yield piece
+
+
+def content_size(data: bytes | FileContent) -> int:
+    """``data``'s length, in memory or not."""
+    return len(data) if isinstance(data, bytes) else data.size_bytes
 
 
 def check_upload(name: str, data: bytes, *, max_bytes: int | None = None) -> Upload:
-    """Name, size and sniffed type of an upload, or ``BadFile``/``FileTooLarge`` saying why."""
-    import hashlib
-
+    """Name, size and sniffed type of an upload held in memory, or ``BadFile``/``FileTooLarge``
+    saying why (uploads that arrive in pieces go through ``UploadSpool``)."""
     name = check_file_name(name)
     limit = max_file_bytes() if max_bytes is None else max_bytes
     if len(data) > limit:

@@ -1,11 +1,14 @@
-"""`toren files add|list|show|rm` in real subprocesses against real Postgres, with bad files."""
+"""`toren files add|list|show|rm` in real subprocesses against real Postgres, with bad files,
+a large file and paging."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
 
+from tests.badinput.test_uploads import read_back
 from tests.conftest import TorenCli
 
 
@@ -50,3 +53,43 @@ def test_bad_files_are_refused_before_the_database_starts(toren_cli: TorenCli,
         error = json.loads(result.stdout)["error"]
         assert error["code"] == code and message in error["message"], error
     assert not (tmp_path / "toren-home").exists()  # nothing was started
+
+
+def test_a_large_file_is_added_in_pieces_and_list_pages(toren_cli: TorenCli, database_url: str,
+                                                        tmp_path: Path) -> None:
+    env = {"DATABASE_URL": database_url}
+    big = tmp_path / "big.log"
+    with big.open("wb") as handle:  # 2.5 MiB: stored as chunks
+        for number in range(40_000):
+            handle.write(b"line %07d of a long log file, padded out to sixty-six bytes ....\n"
+                         % number)
+    added = toren_cli("files", "add", str(big), "--json", env=env)
+    assert added.returncode == 0, added.stderr
+    stored = json.loads(added.stdout)
+    assert stored["size_bytes"] == big.stat().st_size
+    assert asyncio.run(read_back(database_url, stored["id"])) == hashlib.sha256(
+        big.read_bytes()).hexdigest()
+    for number in range(4):
+        small = tmp_path / f"note{number}.md"
+        small.write_text(f"# Note {number}\n")
+        assert toren_cli("files", "add", str(small), "--json", env=env).returncode == 0
+
+    first = json.loads(toren_cli("files", "list", "--limit", "2", "--json", env=env).stdout)
+    assert [f["name"] for f in first["files"]] == ["note3.md", "note2.md"]
+    second = json.loads(toren_cli("files", "list", "--limit", "2", "--cursor",
+                                  first["next_cursor"], "--json", env=env).stdout)
+    assert [f["name"] for f in second["files"]] == ["note1.md", "note0.md"]
+    last = json.loads(toren_cli("files", "list", "--limit", "2", "--cursor",
+                                second["next_cursor"], "--json", env=env).stdout)
+    assert [f["name"] for f in last["files"]] == ["big.log"] and last["next_cursor"] is None
+    every = json.loads(toren_cli("files", "list", "--all", "--limit", "2", "--json",
+                                 env=env).stdout)
+    assert len(every["files"]) == 5 and every["next_cursor"] is None
+    human = toren_cli("files", "list", "--limit", "2", env=env)
+    assert f"--cursor {first['next_cursor']}" in human.stdout
+
+    for bad in (["--cursor", "garbage!"], ["--limit", "0"], ["--limit", "1001"]):
+        result = toren_cli("files", "list", *bad, "--json", env=env)
+        assert result.returncode != 0, bad
+    refused = toren_cli("files", "list", "--cursor", "garbage!", "--json", env=env)
+    assert json.loads(refused.stdout)["error"]["code"] == "invalid_cursor"

@@ -3,7 +3,9 @@ show, delete, content addressing, and hostile uploads that leave the server heal
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import io
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,13 +22,18 @@ MakeRuntime = Callable[..., Awaitable[Runtime]]
 
 
 @pytest.fixture
-async def server(toren_runtime: MakeRuntime, tmp_path: Path,
-                 monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
-    monkeypatch.setenv("TOREN_MAX_FILE_BYTES", str(1024 * 1024))
+async def served(toren_runtime: MakeRuntime, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[str, Runtime]]:
+    monkeypatch.setenv("TOREN_MAX_FILE_BYTES", str(8 * 1024 * 1024))
     runtime = await toren_runtime([write_agent_dir(tmp_path, "reader")])
     runner, url = await serve_on_free_port(create_app(runtime, require_keys=False))
-    yield url
+    yield url, runtime
     await runner.cleanup()
+
+
+@pytest.fixture
+def server(served: tuple[str, Runtime]) -> str:
+    return served[0]
 
 
 async def upload(url: str, name: str, data: Any,
@@ -88,7 +95,7 @@ async def test_misnamed_and_empty_uploads_are_refused(server: str, name: str, da
     status, body = await upload(server, name, data)
     assert (status, body["error"]["code"]) == (415, code)
     assert name in body["error"]["message"]
-    assert (await call(f"{server}/files"))[1] == {"files": []}
+    assert (await call(f"{server}/files"))[1] == {"files": [], "next_cursor": None}
 
 
 async def test_a_body_that_is_not_multipart_or_has_no_file_part(server: str) -> None:
@@ -174,7 +181,7 @@ async def test_the_client_uploads_lists_attaches_and_deletes(server: str, tmp_pa
     async with TorenClient(server) as client:
         stored = await client.upload_file(sheet)
         assert (stored["name"], stored["content_type"]) == ("data.csv", "text/csv")
-        assert [f["id"] for f in await client.list_files()] == [stored["id"]]
+        assert [f["id"] for f in (await client.list_files())["files"]] == [stored["id"]]
         assert await client.get_file(stored["id"]) == stored
         run = await client.create_run("reader", "Sum the columns", files=[stored["id"]])
         events = await client.events(run["id"])
@@ -208,3 +215,50 @@ async def test_malformed_multipart_bodies_are_client_errors(server: str) -> None
                     "Content-Type": f"multipart/form-data; boundary={boundary}"}) as answer:
                 assert 400 <= answer.status < 500, (body, await answer.text())
         assert (await call(f"{server}/healthz"))[0] == 200
+
+
+async def test_content_past_one_chunk_is_stored_in_pieces_and_reads_back(
+        served: tuple[str, Runtime]) -> None:
+    url, runtime = served
+    data = bytes(range(256)) * (3 * 4096) + b"!"  # 3 MiB and a byte: four chunks
+    # the same content twice at once: one waits for the other's blob, then shares it
+    (first_status, first), (second_status, second) = await asyncio.gather(
+        upload(url, "a.bin", io.BytesIO(data)), upload(url, "b.bin", io.BytesIO(data)))
+    assert (first_status, second_status) == (201, 201)
+    assert first["sha256"] == second["sha256"] == hashlib.sha256(data).hexdigest()
+    assert first["size_bytes"] == len(data)
+    for stored in (first, second):
+        found = await runtime.store.read_file(stored["id"])
+        assert found is not None and found[1] == data and found[0].id == stored["id"]
+    assert await runtime.store.stored_bytes() == len(data)  # kept once
+    await call(f"{url}/files/{first['id']}", "DELETE")
+    found = await runtime.store.read_file(second["id"])
+    assert found is not None and found[1] == data
+    await call(f"{url}/files/{second['id']}", "DELETE")
+    assert await runtime.store.stored_bytes() == 0
+    assert await runtime.store.read_file(second["id"]) is None
+
+
+async def test_content_stored_whole_by_an_earlier_version_still_reads(
+        served: tuple[str, Runtime], database_url: str) -> None:
+    """Before uploads were stored in pieces, each blob held its content in one value."""
+    url, runtime = served
+    data = b"old line\n" * (300 * 1024)  # 2.7 MiB in one bytea, as 0007 stored it
+    sha256 = hashlib.sha256(data).hexdigest()
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO toren_control.file_blobs (sha256, size_bytes, data) "
+                     "VALUES (%s, %s, %s)", [sha256, len(data), data])
+        row = conn.execute(
+            "INSERT INTO toren_control.files (name, content_type, size_bytes, sha256) "
+            "VALUES ('old.txt', 'text/plain', %s, %s) RETURNING id", [len(data), sha256]
+        ).fetchone()
+    assert row is not None
+    found = await runtime.store.read_file(str(row[0]))
+    assert found is not None and found[1] == data
+    status, again = await upload(url, "again.txt", io.BytesIO(data))  # the same: shared
+    assert status == 201 and again["sha256"] == sha256
+    found = await runtime.store.read_file(again["id"])
+    assert found is not None and found[1] == data
+    assert await runtime.store.stored_bytes() == len(data)
+    assert [f["name"] for f in (await call(f"{url}/files"))[1]["files"]] == [
+        "again.txt", "old.txt"]

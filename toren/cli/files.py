@@ -2,32 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated
 
 import typer
 from rich.table import Table
 
-from toren.cli.common import with_database
+from toren.cli.common import run_async, with_database
 from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
 from toren.files import (
+    CHUNK_BYTES,
     BadFile,
     FileNotFound,
     FileTooLarge,
     StoredFile,
-    check_upload,
+    UploadSpool,
     max_file_bytes,
+    parse_file_id,
 )
+from toren.host.runtime import Runtime
+from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
 
 app = typer.Typer(help="Files for agents to read: add, list, show, rm.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
 FileId = Annotated[str, typer.Argument(metavar="FILE_ID", help="The file's id.")]
+#: Files per page of ``toren files list`` at most (as ``GET /files``).
+MAX_PAGE = 1000
 
 
-def read_upload(path: Path, limit: int) -> bytes:
-    """The file's bytes, reading at most ``limit`` + 1 of them (a device or a growing file
-    cannot exhaust memory); ``BadFile`` or ``FileTooLarge`` saying what is wrong."""
+def open_upload(path: Path, limit: int) -> IO[bytes]:
+    """``path`` opened for reading, after the checks that need no reading; ``BadFile`` or
+    ``FileTooLarge`` saying what is wrong."""
     try:
         if not path.is_file():
             raise BadFile(f"{path}: not a file")
@@ -35,14 +42,33 @@ def read_upload(path: Path, limit: int) -> bytes:
         if size > limit:
             raise FileTooLarge(f"{path} is {size:,} bytes; uploads may be at most {limit:,} "
                                "bytes (TOREN_MAX_FILE_BYTES)")
-        with path.open("rb") as handle:
-            data = handle.read(limit + 1)
+        return path.open("rb")
     except OSError as exc:
         raise BadFile(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise FileTooLarge(f"{path} holds more than {limit:,} bytes, the most an upload may be "
-                           "(TOREN_MAX_FILE_BYTES)")
-    return data
+
+
+async def add_path(path: Path, limit: int, uploaded_by: str) -> StoredFile:
+    """Spool ``path`` a piece at a time (at most ``limit`` + 1 bytes: a device or a growing
+    file cannot exhaust memory), check it, and only then start the database and store it."""
+    async with UploadSpool(path.name, limit) as spool:
+        handle = await asyncio.to_thread(open_upload, path, limit)
+        try:
+            while piece := await asyncio.to_thread(handle.read, CHUNK_BYTES):
+                await spool.write(piece)
+        except OSError as exc:
+            raise BadFile(f"{path}: cannot be read: {exc.strerror or exc}") from None
+        finally:
+            await asyncio.to_thread(handle.close)
+        upload = await spool.check()
+        runtime = Runtime(agents=[])
+        await runtime.start(workers=False)
+        try:
+            return await runtime.store.add_file(
+                name=upload.name, content_type=upload.content_type, data=upload.data,
+                sha256=upload.sha256, uploaded_by=uploaded_by,
+                max_stored_bytes=runtime.settings.max_total_file_bytes)
+        finally:
+            await runtime.stop()
 
 
 def _found(stored: StoredFile | None, file_id: str) -> StoredFile:
@@ -71,15 +97,11 @@ def add(
     as_json: JsonOption = False,
 ) -> None:
     """Upload a file; prints its id, which agents pass to read_document."""
-    limit = max_file_bytes()
-    upload = check_upload(path.name, read_upload(path, limit), max_bytes=limit)
     try:
         who = f"cli {getpass.getuser()}"
     except (KeyError, OSError):  # no name for this uid (a container)
         who = "cli"
-    stored = with_database(lambda rt: rt.store.add_file(
-        name=upload.name, content_type=upload.content_type, data=upload.data,
-        sha256=upload.sha256, uploaded_by=who))
+    stored = run_async(add_path(path, max_file_bytes(), who))
     if as_json:
         print_json(stored.to_json())
         return
@@ -88,16 +110,43 @@ def add(
 
 
 @app.command("list")
-def list_files(as_json: JsonOption = False) -> None:
-    """List files, newest first."""
-    files = with_database(lambda rt: rt.store.list_files())
+def list_files(
+    limit: Annotated[int, typer.Option(metavar="N", min=1, max=MAX_PAGE,
+                                       help="At most this many (a page).")] = 100,
+    cursor: Annotated[str | None, typer.Option(
+        metavar="CURSOR", help="The page after the one that printed this next_cursor.")] = None,
+    every: Annotated[bool, typer.Option(
+        "--all", help="Every file, page after page (--limit sets the page size).")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List files, newest first, a page at a time (--cursor for the next, --all for all)."""
+    after = decode_page_cursor(cursor)
+    if after is not None and parse_file_id(after[1]) is None:
+        raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
+                            "toren files list printed")
+
+    async def pages(runtime: Runtime) -> tuple[list[StoredFile], str | None]:
+        found: list[StoredFile] = []
+        before = after
+        while True:
+            page = await runtime.store.list_files(limit=limit + 1, before=before)
+            more = len(page) > limit
+            found += page[:limit]
+            before = (found[-1].created_at, found[-1].id) if more else None
+            if before is None or not every:
+                return found, None if before is None else encode_page_cursor(*before)
+
+    files, next_cursor = with_database(pages)
     if as_json:
-        print_json({"files": [stored.to_json() for stored in files]})
+        print_json({"files": [stored.to_json() for stored in files], "next_cursor": next_cursor})
         return
     if not files:
-        console.print("No files yet: upload one with `toren files add PATH`.")
+        console.print("No files yet: upload one with `toren files add PATH`." if after is None
+                      else "No more files.")
         return
     print_table(_table(files))
+    if next_cursor:
+        console.print(f"More: toren files list --cursor {next_cursor} (or --all)")
 
 
 @app.command("show")

@@ -1,27 +1,69 @@
-"""Files over HTTP: upload (multipart, streamed up to the size cap), list, show, delete."""
+"""Files over HTTP: upload (multipart, spooled to disk in pieces), list (in pages), show,
+delete; the per-key upload rate and the deployment's storage quota."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
+from collections.abc import Callable
 from urllib.parse import unquote
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from toren.files import FileNotFound, FileTooLarge, check_upload, max_file_bytes
+from toren.files import (
+    FileNotFound,
+    FileTooLarge,
+    UploadSpool,
+    max_file_bytes,
+    parse_file_id,
+    storage_quota_message,
+)
 from toren.server.auth import API_KEY
 from toren.server.context import RUNTIME
+from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
 from toren.server.errors import json_error
 
 log = logging.getLogger(__name__)
 ONE_PART = ("the form has exactly one part, named 'file', holding the file (its filename is "
             "the file's name), e.g. curl -F file=@report.pdf")
-#: Bytes read from the request per chunk while streaming an upload.
+#: Bytes read from the request per piece while spooling an upload.
 CHUNK_BYTES = 256 * 1024
+#: Files per page of ``GET /files``: the default, and the most a ``limit`` may ask for.
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+
+
+class UploadRate:
+    """How many uploads each caller (an API key's id; ``""`` without keys) may start: a
+    bucket of ``per_minute`` uploads per caller, refilled at ``per_minute`` a minute, so a
+    caller may send a burst of that many and then that many a minute. Per server process."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # caller -> (uploads left, when)
+
+    def take(self, caller: str) -> float:
+        """``0`` when ``caller`` may start an upload now (and counts it), else the seconds
+        until it may."""
+        now = self._clock()
+        left, then = self._buckets.get(caller, (float(self.per_minute), now))
+        left = min(float(self.per_minute), left + (now - then) * self.per_minute / 60)
+        if left >= 1:
+            self._buckets[caller] = (left - 1, now)
+            return 0.0
+        self._buckets[caller] = (left, now)
+        return (1 - left) * 60 / self.per_minute
+
+
+UPLOAD_RATE = web.AppKey("upload_rate", UploadRate)
 
 
 def routes(app: web.Application) -> None:
+    app[UPLOAD_RATE] = UploadRate(app[RUNTIME].settings.max_uploads_per_minute)
     app.router.add_post("/files", upload_file)
     app.router.add_get("/files", list_files)
     app.router.add_get("/files/{file_id}", get_file)
@@ -31,14 +73,26 @@ def routes(app: web.Application) -> None:
 async def upload_file(request: web.Request) -> web.Response:
     """``multipart/form-data`` with one part named ``file`` (its filename is the file's name).
 
-    The body is streamed: reading stops at ``TOREN_MAX_FILE_BYTES`` + 1 bytes with ``413``, so
-    a 2 GB upload costs the cap in memory, not 2 GB. Each chunk must arrive within
-    ``TOREN_BODY_TIMEOUT`` seconds.
+    The body is spooled to a temporary file a piece at a time, then copied to the store a
+    piece at a time: an upload costs a few chunks of memory however large it is. Reading
+    stops at ``TOREN_MAX_FILE_BYTES`` + 1 bytes with ``413``; each piece must arrive within
+    ``TOREN_BODY_TIMEOUT`` seconds. Past the caller's ``TOREN_MAX_UPLOADS_PER_MINUTE``:
+    ``429`` with ``Retry-After``; past the deployment's ``TOREN_MAX_TOTAL_FILE_BYTES``:
+    ``507``; either before the body is read.
     """
     runtime = request.app[RUNTIME]
+    key = request.get(API_KEY)
+    wait_s = request.app[UPLOAD_RATE].take(key.id if key is not None else "")
+    if wait_s:
+        return too_many_uploads(request.app[UPLOAD_RATE].per_minute, key is not None, wait_s)
     if not request.content_type.startswith("multipart/"):
         return json_error(415, "invalid_body", "send the file as multipart/form-data with a "
                                                "part named 'file', e.g. curl -F file=@report.pdf")
+    most_stored = runtime.settings.max_total_file_bytes
+    stored_bytes = await runtime.store.stored_bytes()
+    if stored_bytes >= most_stored:
+        return json_error(507, "storage_quota_exceeded", storage_quota_message(
+            "the upload", stored_bytes, None, most_stored))
     limit = max_file_bytes()
     timeout_s = runtime.settings.body_timeout_s
     try:
@@ -46,16 +100,18 @@ async def upload_file(request: web.Request) -> web.Response:
         part = await asyncio.wait_for(reader.next(), timeout_s)
         if not isinstance(part, BodyPartReader) or part.name != "file":
             return json_error(400, "invalid_body", ONE_PART)
-        # percent-encoded by some clients (aiohttp's); directories are dropped by check_upload
-        name = unquote(part.filename or "")
-        data = bytearray()
-        while chunk := await asyncio.wait_for(part.read_chunk(CHUNK_BYTES), timeout_s):
-            data += chunk
-            if len(data) > limit:
-                raise FileTooLarge(f"{name or 'the upload'} is larger than {limit:,} bytes, the "
-                                   "most an upload may be (TOREN_MAX_FILE_BYTES)")
-        if await asyncio.wait_for(reader.next(), timeout_s) is not None:
-            return json_error(400, "invalid_body", ONE_PART)
+        # percent-encoded by some clients (aiohttp's); directories are dropped by the check
+        name = unquote(part.filename or "") or "upload"
+        async with UploadSpool(name, limit) as spool:
+            while chunk := await asyncio.wait_for(part.read_chunk(CHUNK_BYTES), timeout_s):
+                await spool.write(chunk)
+            if await asyncio.wait_for(reader.next(), timeout_s) is not None:
+                return json_error(400, "invalid_body", ONE_PART)
+            upload = await spool.check()
+            stored = await runtime.store.add_file(
+                name=upload.name, content_type=upload.content_type, data=upload.data,
+                sha256=upload.sha256, uploaded_by=f"api key {key.name}" if key else "http",
+                max_stored_bytes=most_stored)
     except FileTooLarge as exc:
         # the rest of the body is not read: close the connection rather than drain it
         response = json_error(413, exc.code, exc.message)
@@ -69,17 +125,40 @@ async def upload_file(request: web.Request) -> web.Response:
     except (ValueError, HttpProcessingError) as exc:  # a malformed multipart body
         return json_error(400, "invalid_body", "the multipart body cannot be read: "
                                                f"{type(exc).__name__}")
-    upload = check_upload(name or "upload", bytes(data), max_bytes=limit)
-    key = request.get(API_KEY)
-    stored = await runtime.store.add_file(
-        name=upload.name, content_type=upload.content_type, data=upload.data,
-        sha256=upload.sha256, uploaded_by=f"api key {key.name}" if key else "http")
     return web.json_response(stored.to_json(), status=201)
 
 
+def too_many_uploads(per_minute: int, keyed: bool, wait_s: float) -> web.Response:
+    whose = "this API key" if keyed else "this server (it has no API keys)"
+    retry_after = max(1, math.ceil(wait_s))
+    response = json_error(
+        429, "too_many_uploads",
+        f"{whose} may start {per_minute} uploads a minute (TOREN_MAX_UPLOADS_PER_MINUTE) and "
+        f"has started them; try again in {retry_after} s")
+    response.headers["Retry-After"] = str(retry_after)
+    return response
+
+
 async def list_files(request: web.Request) -> web.Response:
-    files = await request.app[RUNTIME].store.list_files()
-    return web.json_response({"files": [stored.to_json() for stored in files]})
+    """A page of files, newest first: ``limit`` (1 to ``MAX_PAGE``, default 100) and
+    ``cursor`` (the ``next_cursor`` of the previous page; ``null`` on the last page)."""
+    query = request.query
+    try:
+        limit = int(query.get("limit", str(DEFAULT_PAGE)))
+    except ValueError:
+        return json_error(400, "invalid_limit", "limit must be an integer")
+    if not 1 <= limit <= MAX_PAGE:
+        return json_error(400, "invalid_limit", f"limit must be between 1 and {MAX_PAGE}")
+    after = decode_page_cursor(query.get("cursor"))
+    if after is not None and parse_file_id(after[1]) is None:
+        raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
+                            "Toren returned")
+    files = await request.app[RUNTIME].store.list_files(limit=limit + 1, before=after)
+    page = files[:limit]
+    next_cursor = (encode_page_cursor(page[-1].created_at, page[-1].id)
+                   if len(files) > limit else None)
+    return web.json_response({"files": [stored.to_json() for stored in page],
+                              "next_cursor": next_cursor})
 
 
 async def get_file(request: web.Request) -> web.Response:

@@ -6,7 +6,9 @@ import abc
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from toren.files import StoredFile
+    from datetime import datetime
+
+    from toren.files import FileContent, StoredFile
 
 
 class FileStore(abc.ABC):
@@ -19,14 +21,29 @@ class FileStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    async def add_file(self, *, name: str, content_type: str, data: bytes, sha256: str,
-                       uploaded_by: str | None = None, agent: str | None = None,
-                       run_id: str | None = None) -> StoredFile:
-        """Record a file; its content is kept once per distinct ``sha256``."""
+    async def add_file(self, *, name: str, content_type: str, data: bytes | FileContent,
+                       sha256: str, uploaded_by: str | None = None, agent: str | None = None,
+                       run_id: str | None = None,
+                       max_stored_bytes: int | None = None) -> StoredFile:
+        """Record a file; its content is kept once per distinct ``sha256``.
+
+        ``data`` is the content in memory or a ``FileContent`` to read in pieces (an upload
+        spooled to disk): a driver must not need all of it in memory at once. With
+        ``max_stored_bytes`` (``TOREN_MAX_TOTAL_FILE_BYTES``), content not stored yet that
+        would take ``stored_bytes()`` past it raises ``StorageQuotaExceeded`` and nothing is
+        written; content already stored costs nothing and is always accepted.
+        """
 
     @abc.abstractmethod
-    async def list_files(self, *, limit: int = 100) -> list[StoredFile]:
-        """Files, newest first, at most ``limit``."""
+    async def list_files(self, *, limit: int = 100,
+                         before: tuple[datetime, str] | None = None) -> list[StoredFile]:
+        """Files, newest first, at most ``limit``; with ``before`` (a file's ``created_at``
+        and ``id``), only the files listed after that one: pages that miss and repeat
+        nothing however many files are added meanwhile."""
+
+    @abc.abstractmethod
+    async def stored_bytes(self) -> int:
+        """Bytes of distinct content stored: what ``max_stored_bytes`` caps."""
 
     @abc.abstractmethod
     async def get_file(self, file_id: str) -> StoredFile | None:

@@ -775,13 +775,34 @@ VALUES (%(scope)s,
         %(run_id)s::uuid)
 ON CONFLICT DO NOTHING
 RETURNING scope;
+-- add_file_blob --
+-- New content's row: data holds content of one chunk; larger content has data NULL and its
+-- chunks copied next (copy_file_blob_chunks), in the same transaction. No row when the content
+-- is stored already, or is being stored: this waits for that upload's transaction to end.
+INSERT INTO toren_control.file_blobs (sha256, size_bytes, data)
+VALUES (%(sha256)s, %(size_bytes)s, %(data)s)
+ON CONFLICT (sha256) DO NOTHING
+RETURNING sha256;
+
+-- share_file_blob --
+-- Stored content, locked so that delete_orphan_blob cannot take it before the new file's row
+-- commits. No row: its last file was deleted since add_file_blob looked; add it again.
+SELECT sha256 FROM toren_control.file_blobs WHERE sha256 = %(sha256)s FOR KEY SHARE;
+
+-- copy_file_blob_chunks --
+COPY toren_control.file_blob_chunks (sha256, seq, data) FROM STDIN (FORMAT BINARY);
+
+-- lock_file_storage --
+-- Uploads of new content check the storage quota one at a time, each holding this lock to its
+-- commit: two uploads cannot both take the room left for one.
+SELECT pg_advisory_xact_lock(%(key)s);
+
+-- stored_file_bytes --
+SELECT coalesce(sum(size_bytes), 0)::bigint AS stored_bytes FROM toren_control.file_blobs;
+
 -- add_file --
--- The content is written once per distinct SHA-256; the row is new for every upload.
-WITH blob AS (
-    INSERT INTO toren_control.file_blobs (sha256, size_bytes, data)
-    VALUES (%(sha256)s, %(size_bytes)s, %(data)s)
-    ON CONFLICT (sha256) DO NOTHING
-)
+-- A new file's row (every upload has its own) over content add_file_blob stored or
+-- share_file_blob found.
 INSERT INTO toren_control.files (agent, run_id, name, content_type, size_bytes, sha256,
                                  uploaded_by)
 VALUES (%(agent)s, %(run_id)s, %(name)s, %(content_type)s, %(size_bytes)s, %(sha256)s,
@@ -789,18 +810,28 @@ VALUES (%(agent)s, %(run_id)s, %(name)s, %(content_type)s, %(size_bytes)s, %(sha
 RETURNING id, agent, run_id, name, content_type, size_bytes, sha256, uploaded_by, created_at;
 
 -- list_files --
+-- Keyset pagination: after the last file of the previous page (before_at, before_id), in
+-- this order; the coalesce keeps created_at <= ... an index condition of files_created_at.
 SELECT id, agent, run_id, name, content_type, size_bytes, sha256, uploaded_by, created_at
-FROM toren_control.files ORDER BY created_at DESC, id LIMIT %(limit)s;
+FROM toren_control.files
+WHERE created_at <= coalesce(%(before_at)s::timestamptz, 'infinity')
+  AND (created_at < coalesce(%(before_at)s::timestamptz, 'infinity')
+       OR id > %(before_id)s::uuid)
+ORDER BY created_at DESC, id LIMIT %(limit)s;
 
 -- get_file --
 SELECT id, agent, run_id, name, content_type, size_bytes, sha256, uploaded_by, created_at
 FROM toren_control.files WHERE id = %(id)s;
 
 -- read_file --
+-- data is NULL when the content is in chunks (read_file_chunks).
 SELECT f.id, f.agent, f.run_id, f.name, f.content_type, f.size_bytes, f.sha256, f.uploaded_by,
        f.created_at, coalesce(b.data, f.data) AS data
 FROM toren_control.files f LEFT JOIN toren_control.file_blobs b ON b.sha256 = f.sha256
 WHERE f.id = %(id)s;
+
+-- read_file_chunks --
+SELECT data FROM toren_control.file_blob_chunks WHERE sha256 = %(sha256)s ORDER BY seq;
 
 -- delete_file --
 DELETE FROM toren_control.files WHERE id = %(id)s
