@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import io
 import json
+import os
+import socket
+import time
 import tracemalloc
 import zipfile
 from collections.abc import AsyncIterator
@@ -23,7 +27,7 @@ import psycopg
 import pytest
 from toren_postgres.files import PostgresFileStore
 
-from tests.conftest import TorenCli
+from tests.conftest import TorenCli, TorenProcess, wait_until
 from tests.e2e.test_http_api import TOOLS, call, conforms
 from toren.config import Settings
 from toren.files import ZIP, BadFile, sniff_type
@@ -77,17 +81,19 @@ async def read_back(database_url: str, file_id: str) -> str:
 
 
 def dev_server(start_toren: Any, database_url: str, tmp_path: Path,
-               **env: str) -> tuple[str, int]:
-    """``toren dev`` serving the agent ``crew``; its URL and process id (it serves the API)."""
+               **env: str) -> tuple[str, TorenProcess]:
+    """``toren dev`` serving the agent ``crew``: its URL and its process (which serves the
+    API)."""
     write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
     dev = start_toren("dev", "--dir", str(tmp_path / "crews"), "--port", "0", "--json",
                       env={"DATABASE_URL": database_url, **env})
-    return dev.next_json()["url"], dev.proc.pid
+    return dev.next_json()["url"], dev
 
 
 def test_four_concurrent_50_mib_uploads_cost_bounded_memory_and_read_back_exactly(
         start_toren: Any, database_url: str, tmp_path: Path) -> None:
-    url, pid = dev_server(start_toren, database_url, tmp_path)
+    url, dev = dev_server(start_toren, database_url, tmp_path)
+    pid = dev.proc.pid
     assert call(f"{url}/healthz")[0] == 200
     before = memory_kib(pid)
 
@@ -109,6 +115,33 @@ def test_four_concurrent_50_mib_uploads_cost_bounded_memory_and_read_back_exactl
     # 200 MiB went through: the old server held each upload whole (about 700 MB more)
     assert grown_mib < 100, f"the server's peak memory grew by {grown_mib:.0f} MiB"
     assert call(f"{url}/healthz")[0] == 200
+
+
+def test_uploads_abandoned_mid_body_leave_nothing_behind(start_toren: Any, database_url: str,
+                                                          tmp_path: Path) -> None:
+    url, dev = dev_server(start_toren, database_url, tmp_path)
+    host, port = url.removeprefix("http://").split(":")
+    head = (b"POST /files HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50000000\r\n"
+            b"Content-Type: multipart/form-data; boundary=XX\r\n\r\n--XX\r\n"
+            b'Content-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\n')
+    for _ in range(4):  # 3 MB of a promised 50 MB, then the client is gone
+        with socket.create_connection((host, int(port))) as client:
+            client.sendall(head + b"x" * 3_000_000)
+            time.sleep(0.2)
+
+    def spooled() -> list[str]:
+        """The server's open files that are deleted temporary files (spooled uploads)."""
+        names = []
+        for entry in Path(f"/proc/{dev.proc.pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                names.append(os.readlink(entry))
+        return [name for name in names if "(deleted)" in name]
+
+    assert wait_until(lambda: not spooled(), 10), spooled()
+    assert counts(database_url) == (0, 0)
+    assert call(f"{url}/healthz")[0] == 200
+    assert "unhandled error" not in dev.stderr  # an abandoned upload is no server error
+    assert upload_now(url, "after.txt", b"still serving")[0] == 201
 
 
 def upload_now(url: str, name: str, data: bytes, headers: dict[str, str] | None = None

@@ -125,6 +125,9 @@ async def upload_file(request: web.Request) -> web.Response:
     except (ValueError, HttpProcessingError) as exc:  # a malformed multipart body
         return json_error(400, "invalid_body", "the multipart body cannot be read: "
                                                f"{type(exc).__name__}")
+    except ConnectionResetError:  # the client went away mid-body: nothing was stored
+        log.info("an upload to POST /files ended with its connection, unfinished")
+        return json_error(400, "invalid_body", "the connection closed before the upload ended")
     return web.json_response(stored.to_json(), status=201)
 
 
