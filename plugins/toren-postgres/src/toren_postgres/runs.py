@@ -347,7 +347,7 @@ class PostgresRunLog(PostgresConnection, RunLog):
             for message in messages:
                 cursor = await conn.execute(query("ensure_message"), {
                     "agent": agent, "run_id": run_id, "kind": message.kind,
-                    "payload": Jsonb(message.payload)})
+                    "payload": Jsonb(message.payload), "delay_s": message.delay_s})
                 sent += cursor.rowcount
         return sent
 

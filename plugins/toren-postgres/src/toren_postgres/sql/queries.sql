@@ -211,7 +211,8 @@ WITH seen AS (
     FROM turn, base, json_array_elements(%(events)s) WITH ORDINALITY AS e(doc, n)
 ), enqueued AS (
     INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
-    SELECT %(agent)s, turn.id, m->>'kind', m->'payload', now()
+    SELECT %(agent)s, turn.id, m->>'kind', m->'payload',
+           now() + (m->>'delay_s')::float8 * interval '1 second'
     FROM turn, jsonb_array_elements(%(messages)s) AS m
 ), notified AS (
     SELECT pg_notify('toren_appends', turn.id::text) FROM turn
@@ -296,8 +297,9 @@ WHERE heartbeat_at > now() - %(max_age_s)s * interval '1 second'
 ORDER BY started_at;
 
 -- ensure_message --
-INSERT INTO toren_control.queue (agent, run_id, kind, payload)
-SELECT %(agent)s, %(run_id)s, %(kind)s, %(payload)s
+INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at)
+SELECT %(agent)s, %(run_id)s, %(kind)s, %(payload)s,
+       now() + %(delay_s)s * interval '1 second'
 WHERE NOT EXISTS (
     SELECT 1 FROM toren_control.queue
     WHERE run_id = %(run_id)s AND kind = %(kind)s
