@@ -349,7 +349,7 @@ def _snapshot_or_none(directory: Path, prompt_file: str,
 
 
 #: agent.yaml sections that configure plugin tools (validated by agent.schema.json).
-TOOL_CONFIG_KEYS = ("sandbox",)
+TOOL_CONFIG_KEYS = ("sandbox", "sql")
 
 
 def _tool_choices(available: Mapping[str, Tool]) -> str:

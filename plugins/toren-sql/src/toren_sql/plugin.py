@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import toren
 from toren.config import positive_number
@@ -24,6 +25,12 @@ def settings(env: Mapping[str, str] | None = None) -> tuple[float, int]:
             positive_number(env, MAX_ROWS_VAR, 1000, int))
 
 
+def allows_privileged_role(agent_config: Mapping[str, Any]) -> bool:
+    """Whether the agent set ``sql: {allowPrivilegedRole: true}`` in its agent.yaml."""
+    section = agent_config.get("sql") or {}
+    return section.get("allowPrivilegedRole") is True
+
+
 @toren.tool(idempotent=True, requires_env=(URL_VAR,))
 async def sql_query(query: str, max_rows: int = 100) -> str:
     """Run one read-only SQL SELECT against the database and get its rows back as JSON.
@@ -31,7 +38,8 @@ async def sql_query(query: str, max_rows: int = 100) -> str:
     The result has columns (name and Postgres type), rows (lists of values, in column order),
     row_count, and truncated/truncated_by when rows were left out (max_rows, or the size
     limit of a tool result): then narrow the query or aggregate. One statement per call;
-    writes of any kind are refused.
+    writes of any kind, and functions that act outside the query (pg_terminate_backend,
+    advisory locks, large objects, nextval, ...), are refused.
 
     Args:
         query: One SELECT statement (WITH ... SELECT and VALUES too), e.g.
@@ -45,7 +53,8 @@ async def sql_query(query: str, max_rows: int = 100) -> str:
     timeout_s, row_cap = settings()
     return (await run_readonly_query(
         url, query, max_rows=max(1, min(max_rows, row_cap)),
-        max_bytes=call.max_output_bytes, timeout_s=timeout_s)).to_json()
+        max_bytes=call.max_output_bytes, timeout_s=timeout_s,
+        allow_privileged_role=allows_privileged_role(call.agent_config))).to_json()
 
 
 @toren.hookimpl
