@@ -26,7 +26,8 @@ REFUSED: dict[str, str] = {
         "pg_create_physical_replication_slot", "pg_create_logical_replication_slot",
         "pg_copy_physical_replication_slot", "pg_copy_logical_replication_slot",
         "pg_drop_replication_slot", "pg_replication_slot_advance",
-        "pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes"), SERVER),
+        "pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes",
+        "pg_stat_statements_reset"), SERVER),
     "pg_notify": NOTIFY,
     **dict.fromkeys((
         "lo_close", "lo_creat", "lo_create", "lo_export", "lo_from_bytea", "lo_get",
