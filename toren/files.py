@@ -212,8 +212,15 @@ def _zip_directory_bytes(raw: IO[bytes]) -> int:
     if at < 0 or len(tail) - at < 22:
         raise zipfile.BadZipFile("no end of central directory record")
     entries, directory_bytes = struct.unpack("<HI", tail[at + 10:at + 16])
-    if entries == 0xFFFF or directory_bytes == 0xFFFFFFFF:
-        return MAX_ZIP_DIRECTORY_BYTES + 1
+    locator = tail[at - 20:at] if at >= 20 else b""
+    if (entries == 0xFFFF or directory_bytes == 0xFFFFFFFF) and locator[:4] == b"PK\x06\x07":
+        # zip64: the sizes are in the zip64 end record the locator points at
+        (record_at,) = struct.unpack("<Q", locator[8:16])
+        raw.seek(record_at)
+        record = raw.read(56)
+        if record[:4] != b"PK\x06\x06" or len(record) < 56:
+            raise zipfile.BadZipFile("no zip64 end of central directory record")
+        (directory_bytes,) = struct.unpack("<Q", record[40:48])
     raw.seek(0)
     return int(directory_bytes)
 
