@@ -96,6 +96,9 @@ class Settings:
     default_retention_s: float | None = None
     archive_interval_s: float = 3600.0
     archive_batch: int = 1000
+    #: Most bytes read from (and decompressed from) an archive object whose size the archive
+    #: index did not record (runs archived before Toren recorded digests); ``TOREN_ARCHIVE_MAX_MB``.
+    archive_max_bytes: int = 256 * 1024 * 1024
     #: A port for the worker's ``/metrics`` listener (Prometheus); ``None``: no listener.
     metrics_port: int | None = None
     #: The interface that listener binds (``0.0.0.0`` in a container).
@@ -158,6 +161,7 @@ class Settings:
             default_retention_s=retention_age(env),
             archive_interval_s=positive_number(env, "TOREN_ARCHIVE_INTERVAL", 3600.0, float),
             archive_batch=positive_number(env, "TOREN_ARCHIVE_BATCH", 1000, int),
+            archive_max_bytes=positive_number(env, "TOREN_ARCHIVE_MAX_MB", 256, int) * 1024 * 1024,
             metrics_port=_port(env, "TOREN_METRICS_PORT"),
             metrics_host=env.get("TOREN_METRICS_HOST") or "127.0.0.1",
             metrics_public=switch(env, "TOREN_METRICS_PUBLIC", False),

@@ -18,7 +18,7 @@ import pytest
 
 from toren.core import events as ev
 from toren.core.events import NewEvent
-from toren.core.retention import decode_archive
+from toren.core.retention import decode_archive, encode_archive_object
 from toren.errors import ArchiveNotConfigured, ArchiveUnavailable, RunNotFound
 from toren.host.runtime import Runtime
 from toren.testing import write_agent_dir
@@ -207,10 +207,12 @@ async def test_one_pass_at_a_time_and_a_died_purge_is_finished_by_the_next(
     # a pass that died after indexing the run, with half its events deleted
     exported = await runtime.store.export_run("keeper", run_id)
     assert exported is not None
+    encoded = encode_archive_object(*exported)
     location = await runtime.archive_backend().put(f"keeper/died/{run_id}.jsonl.gz",
-                                                   _encode(exported))
+                                                   encoded.data)
     assert await runtime.store.index_archived_run("keeper", exported[0], location,
-                                                  {"events": len(events)}, len(events))
+                                                  {"events": len(events)}, len(events),
+                                                  encoded.digest)
     sql(database_url, f"DELETE FROM {SCHEMA}.events WHERE ctid IN (SELECT ctid FROM "
                       f"{SCHEMA}.events WHERE run_id = %s LIMIT 3)", (run_id,))
     assert await runtime.events(run_id) == events  # the archive is read, not the half log
@@ -218,12 +220,6 @@ async def test_one_pass_at_a_time_and_a_died_purge_is_finished_by_the_next(
     assert report["agents"]["keeper"]["resumed_purges"] == 1
     assert hot_counts(database_url, run_id) == (0, 0)
     assert await runtime.events(run_id) == events
-
-
-def _encode(exported: Any) -> bytes:
-    from toren.core.retention import encode_archive
-
-    return encode_archive(*exported)
 
 
 async def test_an_archive_that_cannot_be_read_is_a_typed_error(make_runtime, tmp_path: Path,

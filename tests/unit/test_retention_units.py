@@ -4,9 +4,13 @@ the settings, agent.yaml's retention:, and the file backend's refusals."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import time
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,9 +20,12 @@ from toren.core.retention import (
     ArchiveFormatError,
     archive_key,
     archive_summary,
+    check_tool_manifests,
     decode_archive,
     encode_archive,
+    encode_archive_object,
     parse_age,
+    workspace_path_problem,
 )
 from toren.core.runs import RunRecord
 from toren.errors import AgentDefinitionError, ArchiveUnavailable, ConfigError
@@ -41,6 +48,12 @@ EVENTS = [
     Event(RECORD.id, "task:main", 2, "ToolCallCompleted", {"output": "x" * 10_000}, AT),
 ]
 
+MANIFEST = {"scope": "sandbox:main", "seq": 0, "parent_seq": None, "step": 1, "epoch": 1,
+            "call_id": "c1", "full_state": True, "total_bytes": 2, "removed": [],
+            "created_at": AT.isoformat(),
+            "entries": {"src": ["d"], "src/a.txt": ["f", "ab" * 32, 2, False],
+                        "link": ["l", "/etc"]}}
+
 
 @pytest.mark.parametrize(("text", "seconds"), [
     ("30d", 30 * 86400), ("12h", 43200), ("2w", 1209600), ("90m", 5400), ("45s", 45),
@@ -57,7 +70,7 @@ def test_bad_ages_say_what_an_age_looks_like(text: str) -> None:
 
 
 def test_an_archive_round_trips_every_value() -> None:
-    manifests = [{"scope": "workspace", "seq": 1, "entries": {"a.txt": "ab12"}}]
+    manifests = [MANIFEST]
     data = encode_archive(RECORD, EVENTS, manifests)
     assert data == encode_archive(RECORD, EVENTS, manifests)  # same run, same bytes
     back = decode_archive(data, {"archive": {"location": "x"}})
@@ -127,15 +140,134 @@ def test_agent_yaml_retention_and_the_fleet_default(tmp_path: Path) -> None:
 async def test_the_file_backend_stays_in_its_directory(tmp_path: Path) -> None:
     archive = FileArchive((tmp_path / "a").as_uri(), Settings())
     location = await archive.put("crew/2026/03/x.jsonl.gz", b"data")
-    assert await archive.get(location) == b"data"
+    assert await archive.get(location, max_bytes=4) == b"data"
     assert not list((tmp_path / "a").rglob("*.tmp"))
     for key in ("../escape", "/etc/passwd", "crew/../../x"):
         with pytest.raises(ArchiveUnavailable, match="leaves the archive directory"):
             await archive.put(key, b"x")
     with pytest.raises(ArchiveUnavailable, match="cannot read"):
-        await archive.get((tmp_path / "a" / "gone").as_uri())
+        await archive.get((tmp_path / "a" / "gone").as_uri(), max_bytes=4)
     with pytest.raises(ArchiveUnavailable, match="not in a file archive"):
-        await archive.get("s3://bucket/key")
+        await archive.get("s3://bucket/key", max_bytes=4)
     for url in ("file://host/dir", "file:relative"):
         with pytest.raises(ConfigError, match="file:///absolute/dir"):
             FileArchive(url, Settings())
+
+
+def _lines(data: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in gzip.decompress(data).split(b"\n") if line]
+
+
+def _gzip_lines(lines: list[Any]) -> bytes:
+    return gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode())
+
+
+def test_a_line_separator_inside_a_string_round_trips() -> None:
+    """json.dumps leaves U+2028, U+2029 and U+0085 unescaped; a reader that split lines with
+    str.splitlines cut such an event in two, and the run could never be archived."""
+    events = [Event(RECORD.id, "run", 1, "RunCreated", {"input": "a\u2028b\u2029c\x85d"}, AT)]
+    assert decode_archive(encode_archive(RECORD, events)).events == events
+
+
+def test_the_digest_binds_the_bytes() -> None:
+    encoded = encode_archive_object(RECORD, EVENTS, [MANIFEST])
+    assert encoded.digest.sha256 == hashlib.sha256(encoded.data).hexdigest()
+    assert encoded.digest.object_bytes == len(encoded.data)
+    assert encoded.digest.content_bytes == len(gzip.decompress(encoded.data))
+    assert encoded.data == encode_archive(RECORD, EVENTS, [MANIFEST])
+
+
+def test_decompression_stops_at_the_cap() -> None:
+    data = encode_archive(RECORD, EVENTS)
+    size = len(gzip.decompress(data))
+    assert decode_archive(data, max_content_bytes=size).events == EVENTS
+    with pytest.raises(ArchiveFormatError, match=f"decompresses to more than {size - 1} bytes"):
+        decode_archive(data, max_content_bytes=size - 1)
+    # a valid first line, then a GiB of newlines: refused after the cap, not after the GiB
+    first = gzip.decompress(data).split(b"\n")[0] + b"\n"
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = deflate.compress(first) + b"".join(deflate.compress(b"\n" * (1 << 20))
+                                              for _ in range(64)) + deflate.flush()
+    with pytest.raises(ArchiveFormatError, match="decompresses to more than 1048576 bytes"):
+        decode_archive(bomb, max_content_bytes=1 << 20)
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    (lambda ls: ls.insert(-1, {"line": "sql", "q": "DROP"}), "unknown kind 'sql'"),
+    (lambda ls: ls.append({"line": "event"}), "goes on after its end line"),
+    (lambda ls: ls.insert(2, dict(ls[1])), "twice"),
+    (lambda ls: ls[1].update(seq=0), "seq outside"),
+    (lambda ls: ls[1].update(seq=2**40), "seq outside"),
+    (lambda ls: ls[1].update(seq=True), "wrong type"),
+    (lambda ls: ls[1].update(stream=7), "wrong type"),
+    (lambda ls: ls[1].update(type="Run\u0000Created"), "NUL"),
+    (lambda ls: ls[1].update(created_at="yesterday"), "malformed created_at"),
+    (lambda ls: ls[1].update(extra=1), "unknown fields"),
+    (lambda ls: ls[1].pop("data"), "lacks"),
+    (lambda ls: ls[0]["run"].update(id="../x"), "malformed"),
+    (lambda ls: ls[0]["run"].update(id=RECORD.id.upper()), "malformed"),
+    (lambda ls: ls[0]["run"].update(status="running"), "only finished runs"),
+    (lambda ls: ls[0]["run"].update(depth=-1), "out of range"),
+    (lambda ls: ls[0]["run"].update(admin=True), "unknown fields"),
+    (lambda ls: ls[0]["run"].pop("agent"), "lacks"),
+    (lambda ls: ls[0].update(run=[1]), "not a JSON object"),
+    (lambda ls: ls.insert(1, [1, 2]), "not a JSON object"),
+])
+def test_lines_of_the_wrong_shape_are_refused(edit: Any, reason: str) -> None:
+    lines = _lines(encode_archive(RECORD, EVENTS))
+    edit(lines)
+    with pytest.raises(ArchiveFormatError, match=reason):
+        decode_archive(_gzip_lines(lines))
+
+
+def test_what_is_not_one_whole_gzip_json_lines_stream_is_refused() -> None:
+    data = encode_archive(RECORD, EVENTS)
+    with pytest.raises(ArchiveFormatError, match="data after the end"):
+        decode_archive(data + data)
+    with pytest.raises(ArchiveFormatError, match="not JSON"):
+        decode_archive(gzip.compress(gzip.decompress(data).replace(b"0.25", b"NaN", 1)))
+    with pytest.raises(ArchiveFormatError, match="not JSON"):
+        decode_archive(gzip.compress(b"[" * 100_000 + b"\n"))
+    with pytest.raises(ArchiveFormatError, match="not JSON"):
+        decode_archive(gzip.compress(b"\xff\xfe\n"))
+    with pytest.raises(ArchiveFormatError, match="truncated"):
+        decode_archive(data[:-9])
+
+
+def _manifest(seq: int, entries: dict[str, Any], *, parent: int | None = None,
+              removed: list[str] | None = None) -> dict[str, Any]:
+    return MANIFEST | {"seq": seq, "parent_seq": parent, "full_state": parent is None,
+                       "entries": entries, "removed": removed or []}
+
+
+def test_workspace_paths() -> None:
+    for good in ("a", "a/b.txt", ".hidden", "...", "a b/c\\d", "ü/☃"):
+        assert workspace_path_problem(good) is None, good
+    for bad in ("", "/a", "a/../b", "..", ".", "a/", "a//b", "a\x00", 7, None):
+        assert workspace_path_problem(bad), bad
+
+
+def test_legitimate_workspace_histories_pass() -> None:
+    f = ["f", "ab" * 32, 2, False]
+    check_tool_manifests([
+        # a link replaced by a directory, a file beneath it; then a directory by a link after
+        # its entries went; a branch from seq 1 (a crashed attempt's state) beside the chain
+        _manifest(0, {"l": ["l", "../../etc"], "d": ["d"], "d/x": f}),
+        _manifest(1, {"l": ["d"], "l/y": f}, parent=0),
+        _manifest(2, {"d": ["l", "/"]}, parent=1, removed=["d/x"]),
+        _manifest(3, {"z": f}, parent=1),
+        _manifest(4, {"l": ["d"], "d": ["d"], "d/x": f}, parent=2),
+        _manifest(5, {"n": ["d"]}) | {"scope": "sandbox:other"},
+    ])
+
+
+def test_a_long_workspace_history_is_checked_in_linear_time() -> None:
+    f = ["f", "ab" * 32, 2, False]
+    tree = {f"d{n}/sub/file{m}.txt": f for n in range(100) for m in range(100)}
+    history = [_manifest(0, tree)] + [
+        _manifest(seq, {f"d{seq % 100}/sub/file{seq}.txt": f}, parent=seq - 1,
+                  removed=[f"d{seq % 100}/sub/file{seq % 100}.txt"])
+        for seq in range(1, 2001)]
+    started = time.perf_counter()
+    check_tool_manifests(history)
+    assert time.perf_counter() - started < 20  # 10,000 entries, 2,000 changes: a blink

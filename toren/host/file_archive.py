@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import stat
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from toren.errors import ArchiveUnavailable, ConfigError
+from toren.errors import ArchiveMismatch, ArchiveUnavailable, ConfigError
 from toren.seams.archive import ArchiveBackend
 
 if TYPE_CHECKING:
@@ -43,17 +45,51 @@ class FileArchive(ArchiveBackend):
             raise ArchiveUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
         return path.as_uri()
 
-    async def get(self, location: str) -> bytes:
+    async def get(self, location: str, *, max_bytes: int) -> bytes:
         parts = urlsplit(location)
         if parts.scheme != "file":
             raise ArchiveUnavailable(f"{location!r} is not in a file archive (TOREN_ARCHIVE is "
                                      f"{self.url})")
         path = Path(unquote(parts.path))
         try:
-            return await asyncio.to_thread(path.read_bytes)
+            return await asyncio.to_thread(_read_object, path, max_bytes)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ArchiveMismatch(f"the archived run's object {path} is a symbolic link, "
+                                      "not the file that was archived: it was replaced; "
+                                      "nothing was read through it") from exc
             raise ArchiveUnavailable(f"cannot read archived run {path}: "
                                      f"{exc.strerror or exc}") from exc
+
+
+def _read_object(path: Path, max_bytes: int) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``max_bytes`` of them. Opened without
+    following a symlink there (ELOOP) and without blocking: a FIFO opens at once, then is
+    refused, instead of waiting for a writer that never comes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ArchiveMismatch(f"the archived run's object {path} is not a regular file "
+                              f"(mode {stat.filemode(info.st_mode)}): it was replaced; "
+                              "nothing was read from it")
+    with os.fdopen(fd, "rb") as file:
+        if info.st_size > max_bytes:
+            raise _too_large(path, max_bytes)
+        data = file.read(max_bytes + 1)  # the file may grow after fstat
+    if len(data) > max_bytes:
+        raise _too_large(path, max_bytes)
+    return data
+
+
+def _too_large(path: Path, max_bytes: int) -> ArchiveMismatch:
+    return ArchiveMismatch(f"the archived run's object {path} holds more than {max_bytes} "
+                           "bytes, more than was archived (or than TOREN_ARCHIVE_MAX_MB allows "
+                           "for a run archived without a digest); nothing was read from it")
 
 
 def _write_whole(path: Path, data: bytes) -> None:

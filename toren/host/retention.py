@@ -10,6 +10,8 @@ so ``toren jobs show`` and the HTTP run routes read an archived run as they read
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import logging
 import time
 from datetime import datetime
@@ -18,15 +20,24 @@ from typing import TYPE_CHECKING, Any
 from toren.core import events as ev
 from toren.core.events import Event
 from toren.core.retention import (
+    ArchiveDigest,
+    ArchivedRunData,
     ArchiveFormatError,
     archive_key,
     archive_summary,
     decode_archive,
-    encode_archive,
+    encode_archive_object,
     parse_age,
+    run_row,
 )
 from toren.core.runs import RunRecord
-from toren.errors import ArchiveNotConfigured, ArchiveUnavailable, ConfigError, RunNotFound
+from toren.errors import (
+    ArchiveMismatch,
+    ArchiveNotConfigured,
+    ArchiveUnavailable,
+    ConfigError,
+    RunNotFound,
+)
 from toren.seams.archive import ArchiveBackend, archive_scheme
 from toren.seams.drivers import driver_class
 from toren.seams.store import Store
@@ -170,20 +181,29 @@ class RetentionApi:
             return None
         record, events, manifests = exported
         # compressing a long run takes a while: off the event loop, which serves live work
-        data = await asyncio.to_thread(encode_archive, record, events, manifests)
-        location = await backend.put(archive_key(record), data)
+        encoded = await asyncio.to_thread(encode_archive_object, record, events, manifests)
+        digest = encoded.digest
+        try:
+            # what every later read checks: refused here, the run stays hot and readable
+            await asyncio.to_thread(decode_archive, encoded.data,
+                                    max_content_bytes=digest.content_bytes)
+        except ArchiveFormatError as exc:
+            log.warning("run %s of %s is not archived: its archive would not read back (%s)",
+                        run_id, agent, exc)
+            return None
+        location = await backend.put(archive_key(record), encoded.data)
         # read back what was stored before anything leaves the hot tables
-        stored = await asyncio.to_thread(decode_archive, await backend.get(location))
-        if stored.events != events:
+        stored = await backend.get(location, max_bytes=digest.object_bytes)
+        if await asyncio.to_thread(_sha256, stored) != digest.sha256:
             raise ArchiveUnavailable(f"the archive of run {run_id} at {location} does not read "
                                      "back as written; nothing was deleted")
-        summary = archive_summary(events) | {"bytes": len(data)}
+        summary = archive_summary(events) | {"bytes": digest.object_bytes}
         if not await self.store.index_archived_run(agent, record, location, summary,
-                                                   len(events)):
+                                                   len(events), digest):
             log.info("run %s changed while it was archived; the next pass takes it", run_id)
             return None
         await self.store.purge_archived_run(agent, run_id, self.settings.archive_batch)
-        return {"location": location, "events": len(events), "bytes": len(data)}
+        return {"location": location, "events": len(events), "bytes": digest.object_bytes}
 
     async def archived_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
         """An archived run's row from the archive index (``extra["archive"]``), looked up in
@@ -205,14 +225,33 @@ class RetentionApi:
         return reader
 
     async def archived_events(self, record: RunRecord) -> list[Event]:
-        """Every event of an archived run, read back from its archive object."""
-        location = record.extra["archive"]["location"]
+        """Every event of an archived run, read back from its archive object
+        (``read_archived_run``'s checks)."""
+        return (await self.read_archived_run(record)).events
+
+    async def read_archived_run(self, record: RunRecord) -> ArchivedRunData:
+        """The run in the archive object of ``record`` (an index row, ``archived_run``),
+        checked against what the index recorded when it was archived: the object's size and
+        SHA-256, then its run (docs/guides/retention.md, "What binds an object to its run").
+        ``ArchiveMismatch`` if anything differs, ``ArchiveUnavailable`` if it cannot be read.
+        A run archived before digests were recorded is checked by what its index row holds
+        (size, run, counts) and read at most ``TOREN_ARCHIVE_MAX_MB`` decompressed."""
+        archive = record.extra["archive"]
+        location = archive["location"]
+        digest: ArchiveDigest | None = record.extra.get("archive_digest")
+        cap = self.settings.archive_max_bytes
+        recorded = (archive.get("summary") or {}).get("bytes")
+        # the index's sizes are what was archived; the cap stands in for the ones it lacks
+        max_object = digest.object_bytes if digest else (
+            recorded if isinstance(recorded, int) and recorded > 0 else cap)
+        data = await self._backend_for(location).get(location, max_bytes=max_object)
         try:
-            data = await self._backend_for(location).get(location)
-            return (await asyncio.to_thread(decode_archive, data)).events
+            return await asyncio.to_thread(_checked_archive, data, record,
+                                           digest.content_bytes if digest else cap)
         except ArchiveFormatError as exc:
-            raise ArchiveUnavailable(f"the archive of run {record.id} at {location} is "
-                                     f"damaged: {exc}") from exc
+            raise ArchiveMismatch(f"the archive of run {record.id} at {location} is damaged "
+                                  f"or was changed since it was archived: {exc}; nothing was "
+                                  "read from it") from exc
 
     async def list_archived_runs(self, *, agent: str | None = None, limit: int = 50,
                                  before: tuple[datetime, str] | None = None
@@ -232,19 +271,13 @@ class RetentionApi:
         if record is None:
             raise RunNotFound(f"no archived run {run_id!r} in this database (see `toren jobs "
                               "list --archived`)")
-        location = record.extra["archive"]["location"]
-        try:
-            data = await asyncio.to_thread(decode_archive,
-                                           await self._backend_for(location).get(location))
-        except ArchiveFormatError as exc:
-            raise ArchiveUnavailable(f"the archive of run {run_id} at {location} is "
-                                     f"damaged: {exc}") from exc
+        # every check before the first write: a refused object leaves the run as it was
+        data = await self.read_archived_run(record)
         restored = await self.store.restore_archived_run(record.agent, data.record,
                                                          data.events, data.tool_manifests)
-        if not restored:
+        found = await self.store.get_run(run_id, record.agent) if restored else None
+        if found is None:
             raise RunNotFound(f"run {run_id!r} was restored meanwhile")
-        found = await self.store.get_run(run_id, record.agent)
-        assert found is not None
         return found
 
     async def close_archive(self) -> None:
@@ -259,3 +292,52 @@ class RetentionApi:
 def is_archived(record: RunRecord) -> bool:
     """Whether ``record`` was read from the archive index."""
     return "archive" in record.extra
+
+
+#: The summary counts an index row keeps that the object's events must give again.
+_SUMMARY_COUNTS = ("events", "model_calls", "tool_calls", "input_tokens", "output_tokens",
+                   "cost_usd")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _checked_archive(data: bytes, record: RunRecord, max_content_bytes: int) -> ArchivedRunData:
+    """The run in ``data`` if it is the object the index row ``record`` describes (in a thread:
+    hashing and decompressing take a while); ``ArchiveFormatError`` saying how it differs."""
+    digest: ArchiveDigest | None = record.extra.get("archive_digest")
+    archive = record.extra["archive"]
+    if digest is not None:
+        actual = _sha256(data)
+        if len(data) != digest.object_bytes or actual != digest.sha256:
+            raise ArchiveFormatError(f"it holds {len(data)} bytes of SHA-256 {actual}, not the "
+                                     f"{digest.object_bytes} bytes of SHA-256 {digest.sha256} "
+                                     "recorded when it was archived")
+    else:
+        recorded = (archive.get("summary") or {}).get("bytes")
+        if isinstance(recorded, int) and len(data) != recorded:
+            raise ArchiveFormatError(f"it holds {len(data)} bytes, not the {recorded} recorded "
+                                     "when it was archived")
+    decoded = decode_archive(data, max_content_bytes=max_content_bytes)
+    if decoded.record.id != record.id or decoded.record.agent != record.agent:
+        raise ArchiveFormatError(f"it holds run {decoded.record.id} of agent "
+                                 f"{decoded.record.agent!r}, not run {record.id} of "
+                                 f"{record.agent!r}")
+    indexed, held = run_row(record), run_row(decoded.record)
+    changed = sorted(name for name in indexed if indexed[name] != held[name])
+    if changed:
+        raise ArchiveFormatError(f"its run row differs from the index's in {', '.join(changed)}")
+    if digest is None:
+        summary = archive.get("summary") or {}
+        try:
+            counted = archive_summary(decoded.events)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ArchiveFormatError(f"its model calls are malformed: {exc}") from exc
+        changed = sorted(name for name in _SUMMARY_COUNTS
+                         if name in summary and summary[name] != counted[name])
+        if changed:
+            raise ArchiveFormatError(f"its events differ from the index's summary in "
+                                     f"{', '.join(changed)}")
+    return dataclasses.replace(decoded, record=dataclasses.replace(decoded.record,
+                                                                   extra=record.extra))

@@ -43,9 +43,12 @@ class ArchiveBackend(abc.ABC):
         the location to read it back from (a URL that ``get`` takes)."""
 
     @abc.abstractmethod
-    async def get(self, location: str) -> bytes:
+    async def get(self, location: str, *, max_bytes: int) -> bytes:
         """The bytes ``put`` stored at ``location``; ``ArchiveUnavailable`` if they cannot be
-        read (gone, no access, the service down)."""
+        read (gone, no access, the service down), ``ArchiveMismatch`` if there are more than
+        ``max_bytes`` of them (the size the archive index recorded, or
+        ``TOREN_ARCHIVE_MAX_MB``). Never reads more than ``max_bytes + 1`` bytes, nor trusts
+        what is at the location to be a plain object: the host checks the bytes' digest."""
 
     async def close(self) -> None:
         """Let go of clients and connections (called once by the host at shutdown)."""

@@ -105,9 +105,17 @@ class ArchivedRunReader(RunReader):
     ``GET /runs/{id}/events``: it replays the archived events and ends, as for any finished
     run. Everything but the run itself is the store's."""
 
-    def __init__(self, runtime: Runtime, record: RunRecord) -> None:
+    def __init__(self, runtime: Runtime, record: RunRecord, events: list[Event]) -> None:
         self.runtime = runtime
         self.record = record
+        self.events = events
+
+    @classmethod
+    async def read(cls, runtime: Runtime, record: RunRecord) -> ArchivedRunReader:
+        """A reader over the events of ``record``'s archive object, read and checked once,
+        now (``ArchiveMismatch`` before any response is started, if it is not what was
+        archived)."""
+        return cls(runtime, record, await runtime.archived_events(record))
 
     async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
         return self.record if run_id == self.record.id else await self.runtime.store.get_run(
@@ -127,10 +135,11 @@ class ArchivedRunReader(RunReader):
 
     async def load_events(self, agent: str, run_id: str,
                           after: Mapping[str, int] | None = None) -> list[Event]:
-        return await self.runtime.run_events(self.record, after)
+        position = dict(after or {})
+        return [e for e in self.events if e.seq > position.get(e.stream, 0)]
 
     async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
-        return [e for e in await self.runtime.run_events(self.record) if e.stream == stream]
+        return [e for e in self.events if e.stream == stream]
 
 
 def archived_json(run: RunRecord) -> dict[str, Any]:

@@ -300,7 +300,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     if "text/event-stream" in accept:
         after = request.headers.get("Last-Event-ID") or request.query.get("after")
         # decoded before the stream starts: once it has, an error can no longer be a 400
-        return await stream_events(request, _run_reader(request, record), record,
+        return await stream_events(request, await _run_reader(request, record), record,
                                    _event_position(after))
     runtime = request.app[RUNTIME]
     position = _event_position(request.query.get("after"))
@@ -313,11 +313,12 @@ async def run_events(request: web.Request) -> web.StreamResponse:
                               "status": record.status})
 
 
-def _run_reader(request: web.Request, record: RunRecord) -> RunReader:
-    """Where the run's events are read from: the store, or an archived run's object."""
+async def _run_reader(request: web.Request, record: RunRecord) -> RunReader:
+    """Where the run's events are read from: the store, or an archived run's object (read
+    and checked before the stream starts: once it has, a refusal can no longer be a 409)."""
     runtime = request.app[RUNTIME]
     if is_archived(record):
         from toren.server.archive import ArchivedRunReader  # it imports this module
 
-        return ArchivedRunReader(runtime, record)
+        return await ArchivedRunReader.read(runtime, record)
     return runtime.store

@@ -44,7 +44,7 @@ async def test_put_and_get_under_the_prefix(archive: S3Archive, bucket: str,
     data = bytes(range(256)) * 1000
     location = await archive.put("crew/2026/03/run.jsonl.gz", data)
     assert location == f"s3://{bucket}/runs/archive/crew/2026/03/run.jsonl.gz"
-    assert await archive.get(location) == data
+    assert await archive.get(location, max_bytes=len(data)) == data
     head = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").head_object(
         Bucket=bucket, Key="runs/archive/crew/2026/03/run.jsonl.gz")
     assert head["ContentLength"] == len(data)
@@ -53,9 +53,9 @@ async def test_put_and_get_under_the_prefix(archive: S3Archive, bucket: str,
 async def test_missing_objects_and_buckets_are_typed_errors(archive: S3Archive,
                                                             bucket: str) -> None:
     with pytest.raises(ArchiveUnavailable, match="NoSuchKey"):
-        await archive.get(f"s3://{bucket}/runs/archive/gone.jsonl.gz")
+        await archive.get(f"s3://{bucket}/runs/archive/gone.jsonl.gz", max_bytes=10)
     with pytest.raises(ArchiveUnavailable, match="not an S3 location"):
-        await archive.get("file:///etc/passwd")
+        await archive.get("file:///etc/passwd", max_bytes=10)
     missing = S3Archive(f"s3://{bucket}-missing", Settings())
     try:
         with pytest.raises(ArchiveUnavailable, match="NoSuchBucket"):

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from toren.core.events import Event
+from toren.core.retention import ArchiveDigest
 from toren.core.runs import RunRecord
 
 
@@ -48,10 +49,13 @@ class RunArchiveIndex(abc.ABC):
 
     @abc.abstractmethod
     async def index_archived_run(self, agent: str, record: RunRecord, location: str,
-                                 summary: dict[str, Any], events: int) -> bool:
-        """Record that ``record`` is archived at ``location``, if it is still terminal and
-        still has exactly ``events`` events (else nothing is written and ``False`` returned:
-        it changed since the export and the next pass archives it again)."""
+                                 summary: dict[str, Any], events: int,
+                                 digest: ArchiveDigest | None) -> bool:
+        """Record that ``record`` is archived at ``location`` as the object ``digest``
+        describes (``None`` only for an object written by a Toren that recorded none), if it
+        is still terminal and still has exactly ``events`` events (else nothing is written and
+        ``False`` returned: it changed since the export and the next pass archives it
+        again)."""
 
     @abc.abstractmethod
     async def purge_archived_run(self, agent: str, run_id: str, batch_size: int) -> int:
@@ -67,7 +71,8 @@ class RunArchiveIndex(abc.ABC):
     async def archived_run(self, run_id: str,
                            agents: Sequence[str] | None = None) -> RunRecord | None:
         """An archived run's row as the index keeps it (``extra["archive"]``: location,
-        archived_at, summary), looked up in ``agents``' schemas (every registered one if
+        archived_at, summary, sha256; ``extra["archive_digest"]``: the ``ArchiveDigest``
+        recorded, or ``None``), looked up in ``agents``' schemas (every registered one if
         ``None``); ``None`` if not archived."""
 
     @abc.abstractmethod
@@ -75,8 +80,9 @@ class RunArchiveIndex(abc.ABC):
                                  limit: int = 50,
                                  before: tuple[datetime, str] | None = None
                                  ) -> list[RunRecord]:
-        """Archived runs, newest first (``created_at``, ``id``), with ``extra["archive"]``;
-        ``before`` is the ``(created_at, id)`` of the previous page's last run."""
+        """Archived runs, newest first (``created_at``, ``id``), with ``extra`` as
+        ``archived_run`` gives it; ``before`` is the ``(created_at, id)`` of the previous
+        page's last run."""
 
     @abc.abstractmethod
     async def restore_archived_run(self, agent: str, record: RunRecord,
@@ -84,8 +90,9 @@ class RunArchiveIndex(abc.ABC):
                                    tool_manifests: Sequence[dict[str, Any]]) -> bool:
         """Put an archived run back into the hot tables as its archive object holds it (row,
         events, tool manifests) and drop its index row, in one transaction (replacing whatever
-        a died purge left); ``False`` if the index has no such run. Called by
-        ``Runtime.restore_run`` (``toren db restore``)."""
+        a died purge left); ``False`` if the index has no such run; ``ArchiveMismatch``, with
+        nothing written, if the database refuses a value. Called by ``Runtime.restore_run``
+        (``toren db restore``) once it has checked the object against the index."""
 
     @abc.abstractmethod
     async def hot_table_sizes(self, agents: Sequence[str]) -> dict[str, dict[str, int]]:

@@ -17,8 +17,9 @@ from psycopg.types.json import Json, Jsonb
 
 from toren.agents import schema_name_for
 from toren.core.events import Event
-from toren.core.retention import record_from_row, run_row
+from toren.core.retention import ArchiveDigest, record_from_row, run_row
 from toren.core.runs import RunRecord
+from toren.errors import ArchiveMismatch
 from toren.seams.store import RunArchiveIndex
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import registered_agents
@@ -45,8 +46,11 @@ def archive_query(name: str, schema: str) -> sql.Composed:
 
 def _archived(agent: str, row: dict[str, Any]) -> RunRecord:
     archive = {"location": row["location"], "archived_at": row["archived_at"].isoformat(),
-               "summary": row["summary"]}
-    return record_from_row({**row["record"], "agent": agent}, {"archive": archive})
+               "summary": row["summary"], "sha256": row["sha256"]}
+    digest = None if row["sha256"] is None else ArchiveDigest(
+        row["sha256"], row["object_bytes"], row["content_bytes"])
+    return record_from_row({**row["record"], "agent": agent},
+                           {"archive": archive, "archive_digest": digest})
 
 
 def _record(agent: str, row: dict[str, Any]) -> RunRecord:
@@ -100,12 +104,16 @@ class PostgresRunArchive(PostgresConnection, RunArchiveIndex):
         return _record(agent, row), events, manifests
 
     async def index_archived_run(self, agent: str, record: RunRecord, location: str,
-                                 summary: dict[str, Any], events: int) -> bool:
+                                 summary: dict[str, Any], events: int,
+                                 digest: ArchiveDigest | None) -> bool:
         async with self.pool.connection() as conn:
             cursor = await conn.execute(
                 archive_query("index_archived_run", schema_name_for(agent)),
                 {"run_id": record.id, "location": location, "record": Jsonb(run_row(record)),
-                 "summary": Jsonb(summary), "events": events})
+                 "summary": Jsonb(summary), "events": events,
+                 "sha256": digest.sha256 if digest else None,
+                 "object_bytes": digest.object_bytes if digest else None,
+                 "content_bytes": digest.content_bytes if digest else None})
             return await cursor.fetchone() is not None
 
     async def purge_archived_run(self, agent: str, run_id: str, batch_size: int) -> int:
@@ -172,20 +180,28 @@ class PostgresRunArchive(PostgresConnection, RunArchiveIndex):
                                    tool_manifests: Sequence[dict[str, Any]]) -> bool:
         schema = schema_name_for(agent)
         row = {k: v for k, v in run_row(record).items() if k != "agent"}
-        async with self.pool.connection() as conn, conn.transaction():
-            cursor = await conn.execute(archive_query("unindex_archived_run", schema),
-                                        {"run_id": record.id})
-            if await cursor.fetchone() is None:
-                return False
-            await conn.execute(archive_query("clear_hot_run", schema), {"run_id": record.id})
-            await conn.execute(archive_query("restore_run", schema), {"row": Jsonb(row)})
-            await conn.execute(archive_query("restore_events", schema), {
-                "run_id": record.id,
-                "events": Json([{"stream": e.stream, "seq": e.seq, "type": e.type,
-                                 "data": e.data, "created_at": e.created_at.isoformat()
-                                 if e.created_at else None} for e in events])})
-            await conn.execute(archive_query("restore_tool_manifests", schema),
-                               {"run_id": record.id, "manifests": Jsonb(list(tool_manifests))})
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                cursor = await conn.execute(archive_query("unindex_archived_run", schema),
+                                            {"run_id": record.id})
+                if await cursor.fetchone() is None:
+                    return False
+                await conn.execute(archive_query("clear_hot_run", schema),
+                                   {"run_id": record.id})
+                await conn.execute(archive_query("restore_run", schema), {"row": Jsonb(row)})
+                await conn.execute(archive_query("restore_events", schema), {
+                    "run_id": record.id,
+                    "events": Json([{"stream": e.stream, "seq": e.seq, "type": e.type,
+                                     "data": e.data, "created_at": e.created_at.isoformat()
+                                     if e.created_at else None} for e in events])})
+                await conn.execute(archive_query("restore_tool_manifests", schema),
+                                   {"run_id": record.id,
+                                    "manifests": Jsonb(list(tool_manifests))})
+        except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+            # the transaction rolled back: the run is archived as before, nothing is hot
+            raise ArchiveMismatch(f"run {record.id} was not restored: Postgres refuses what "
+                                  f"its archive object holds ({exc.diag.message_primary or exc})"
+                                  "; it stays archived") from exc
         return True
 
     async def hot_table_sizes(self, agents: Sequence[str]) -> dict[str, dict[str, int]]:

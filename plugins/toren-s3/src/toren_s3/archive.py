@@ -16,7 +16,7 @@ import botocore.config
 import botocore.exceptions
 
 from toren.config import Settings
-from toren.errors import ArchiveUnavailable, ConfigError
+from toren.errors import ArchiveMismatch, ArchiveUnavailable, ConfigError
 from toren.seams.archive import ArchiveBackend
 
 T = TypeVar("T")
@@ -24,6 +24,8 @@ T = TypeVar("T")
 #: Threads (and HTTP connections) for S3 calls: an archive pass reads and writes one at a time,
 #: concurrent reads of archived runs (the HTTP API) take more.
 POOL_SIZE = 8
+#: Bytes read from a response body per call.
+READ_CHUNK = 1 << 20
 
 
 class S3Archive(ArchiveBackend):
@@ -75,7 +77,7 @@ class S3Archive(ArchiveBackend):
                          ContentEncoding="gzip")
         return where
 
-    async def get(self, location: str) -> bytes:
+    async def get(self, location: str, *, max_bytes: int) -> bytes:
         parts = urlsplit(location)
         if parts.scheme != "s3" or not parts.netloc:
             raise ArchiveUnavailable(f"{location!r} is not an S3 location (TOREN_ARCHIVE is "
@@ -84,10 +86,38 @@ class S3Archive(ArchiveBackend):
                                  Key=parts.path.lstrip("/"))
         body = found["Body"]
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, body.read)
+            if int(found.get("ContentLength") or 0) > max_bytes:
+                raise _too_large(location, max_bytes)
+            # the object's length is the server's word: the read stops one byte past the cap
+            # whatever it said
+            data = await asyncio.get_running_loop().run_in_executor(
+                self._executor, _read_capped, body, max_bytes)
+        except botocore.exceptions.BotoCoreError as exc:
+            raise ArchiveUnavailable(f"S3 GetObject of {location} failed while reading: "
+                                     f"{exc}") from exc
         finally:
             body.close()
+        if len(data) > max_bytes:
+            raise _too_large(location, max_bytes)
+        return data
 
     async def close(self) -> None:
         self._client.close()
         self._executor.shutdown(wait=False)
+
+
+def _read_capped(body: Any, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of a response body, a chunk at a time."""
+    data = bytearray()
+    while len(data) <= max_bytes:
+        chunk = body.read(min(READ_CHUNK, max_bytes + 1 - len(data)))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
+def _too_large(location: str, max_bytes: int) -> ArchiveMismatch:
+    return ArchiveMismatch(f"the archived run's object {location} holds more than {max_bytes} "
+                           "bytes, more than was archived (or than TOREN_ARCHIVE_MAX_MB allows "
+                           "for a run archived without a digest); nothing was read from it")

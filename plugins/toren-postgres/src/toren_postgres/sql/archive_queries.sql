@@ -55,11 +55,12 @@ FROM {tool_manifests} WHERE run_id = %(run_id)s ORDER BY scope, seq;
 -- index_archived_run --
 -- Written only if the run is as it was exported: still terminal, with the same number of
 -- events. The row lock makes a concurrent cancel or append (which update the row) wait for
--- this short transaction, or this one see their result.
+-- this short transaction, or this one see their result. sha256, object_bytes and
+-- content_bytes bind the object to the run (agent migration 0015): reads refuse any other.
 INSERT INTO {archived_runs} (id, kind, status, schedule, created_at, finished_at, location,
-                             record, summary)
+                             record, summary, sha256, object_bytes, content_bytes)
 SELECT r.id, r.kind, r.status, r.schedule, r.created_at, r.finished_at, %(location)s,
-       %(record)s, %(summary)s
+       %(record)s, %(summary)s, %(sha256)s, %(object_bytes)s, %(content_bytes)s
 FROM (SELECT * FROM {runs} WHERE id = %(run_id)s
       AND status IN ('completed', 'stopped', 'failed', 'cancelled') FOR UPDATE) r
 WHERE (SELECT count(*) FROM {events} e WHERE e.run_id = r.id) = %(events)s
@@ -87,10 +88,12 @@ SELECT a.id::text FROM {archived_runs} a JOIN {runs} r ON r.id = a.id
 ORDER BY a.archived_at LIMIT %(limit)s;
 
 -- archived_run --
-SELECT record, location, archived_at, summary FROM {archived_runs} WHERE id = %(run_id)s;
+SELECT record, location, archived_at, summary, sha256, object_bytes, content_bytes
+FROM {archived_runs} WHERE id = %(run_id)s;
 
 -- list_archived_runs --
-SELECT record, location, archived_at, summary FROM {archived_runs}
+SELECT record, location, archived_at, summary, sha256, object_bytes, content_bytes
+FROM {archived_runs}
 WHERE (%(before_at)s::timestamptz IS NULL
        OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
 ORDER BY created_at DESC, id DESC
