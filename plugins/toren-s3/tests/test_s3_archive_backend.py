@@ -12,7 +12,7 @@ import pytest
 from toren_s3 import S3Archive
 
 from toren.config import Settings
-from toren.errors import ArchiveUnavailable, ConfigError
+from toren.errors import ArchiveMismatch, ArchiveUnavailable, ConfigError
 from toren.seams.drivers import driver_class
 
 
@@ -68,3 +68,14 @@ async def test_missing_objects_and_buckets_are_typed_errors(archive: S3Archive,
 def test_malformed_urls_say_what_one_looks_like(url: str) -> None:
     with pytest.raises(ConfigError, match="s3://bucket/prefix"):
         S3Archive(url, Settings())
+
+
+async def test_an_object_longer_than_the_cap_is_refused_unread(archive: S3Archive) -> None:
+    """The cap is the length the archive index recorded: a replaced, longer object (a gzip
+    bomb's 3 MB, say) is refused by its ContentLength, and the read never goes past the cap."""
+    data = b"x" * 5000
+    location = await archive.put("crew/2026/03/long.jsonl.gz", data)
+    assert await archive.get(location, max_bytes=5000) == data
+    for cap in (4999, 1, 0):
+        with pytest.raises(ArchiveMismatch, match=f"holds more than {cap} bytes"):
+            await archive.get(location, max_bytes=cap)
