@@ -19,6 +19,10 @@ class Queue(abc.ABC):
     Made by ``Runtime.start`` once the store is open (``driver(settings, store)``); the worker
     calls ``claim``, ``ack``, ``defer``, ``return_unknown`` and ``wait`` in its poll loop and
     handlers, and ``renew`` in its heartbeat; the outbox relay calls ``enqueue``.
+
+    Each process has its own queue object and its worker uses one worker id with it: a
+    message's ``id`` is what that object gave it (it may mean nothing to another process's
+    object). ``toren.testing.contracts.QueueContract`` checks what follows.
     """
 
     #: ``True`` when the store's outbox is this queue (the Postgres queue: the outbox is its
@@ -52,12 +56,23 @@ class Queue(abc.ABC):
         """Claim up to ``limit`` ready messages of ``agents``; hide each for ``visibility_s``.
 
         Returns ``(claimed, dead)``: ``dead`` are messages already delivered
-        ``max_deliveries`` times, moved to the dead letters instead of being delivered again.
+        ``max_deliveries`` times, moved to the dead letters instead of being delivered again
+        (never delivered after that). Each claimed message's ``attempts`` counts this
+        delivery; a message is held by one claimer at a time, however many claim at once, and
+        comes back (counting one more delivery) once its visibility runs out unacknowledged.
+        A claim may return fewer messages than are ready.
         """
 
     @abc.abstractmethod
     async def ack(self, message: QueueMessage, worker_id: str) -> None:
-        """Delete a message this worker still holds (no-op if another worker reclaimed it)."""
+        """Delete a message this worker still holds (no-op if another worker reclaimed it).
+
+        The worker acknowledges only once the work the message asked for is recorded, so a
+        queue that cannot tell a reclaimed message from a held one may delete it anyway (SQS
+        deletes with any receipt handle it gave out): the reclaiming worker finds that work
+        done. The contract checks the no-op; toren-sqs runs that check as an expected
+        failure.
+        """
 
     @abc.abstractmethod
     async def defer(self, message: QueueMessage, worker_id: str, delay_s: float) -> None:
@@ -74,8 +89,9 @@ class Queue(abc.ABC):
     @abc.abstractmethod
     async def renew(self, worker_id: str, message_ids: Sequence[int],
                     visibility_s: float) -> None:
-        """Hide the messages ``worker_id`` still holds for another ``visibility_s``: work in
-        hand outlasting a visibility timeout is not delivered again meanwhile.
+        """Hide the messages ``worker_id`` still holds for another ``visibility_s`` from now
+        (ids it does not hold are ignored): work in hand outlasting a visibility timeout is
+        not delivered again meanwhile.
 
         The worker calls it every third of ``TOREN_LEASE_TTL`` if the queue does not read the
         outbox; for one that does, ``WorkerRegistry.heartbeat`` renews the messages in the
@@ -84,7 +100,8 @@ class Queue(abc.ABC):
 
     @abc.abstractmethod
     async def enqueue(self, agent: str, run_id: str | None, message: OutgoingMessage) -> None:
-        """Send one message on its own (the outbox relay sends each outbox entry with it)."""
+        """Send one message on its own (the outbox relay sends each outbox entry with it, due
+        now); a ``delay_s`` keeps it from being claimed until it has passed."""
 
     @abc.abstractmethod
     async def wait(self, timeout_s: float) -> None:

@@ -19,6 +19,10 @@ class ApprovalStore(abc.ABC):
     The task loop opens the approvals its log requested before it parks; the host API
     (``Runtime.decide_approval``, behind the CLI and ``POST /approvals/{id}/approve``)
     decides them; both read them. A decision wakes the parked task in the same transaction.
+
+    Every record the store returns carries ``extra["due"]``: whether its expiry has passed by
+    the store's clock (``False`` without one). The task loop and the host expire a pending
+    approval that is due (``decide_approval(..., "expired", ...)``).
     """
 
     @abc.abstractmethod
@@ -38,8 +42,8 @@ class ApprovalStore(abc.ABC):
     @abc.abstractmethod
     async def decide_approval(self, approval_id: str, outcome: str, decided_by: str,
                               reason: str | None) -> tuple[ApprovalRecord, bool] | None:
-        """Decide a pending approval (``approved``, ``denied``, or ``expired`` once its
-        expiry has passed), in one transaction with waking its task: the run becomes
+        """Decide a pending approval (``approved`` or ``denied`` before its expiry, ``expired``
+        once it has passed), in one transaction with waking its task: the run becomes
         ``running`` if it was ``awaiting_approval`` and the task's message is queued.
 
         Called by ``Runtime.decide_approval`` and by the task loop (for expiry). Returns the
@@ -51,7 +55,8 @@ class ApprovalStore(abc.ABC):
 
     @abc.abstractmethod
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
-        """One approval by id (``None``: none, or the id is no UUID)."""
+        """One approval by id (``None``: none, or the id is no UUID). ``decide_approval``
+        answers ``None`` for such an id too."""
 
     @abc.abstractmethod
     async def list_approvals(self, *, agents: Sequence[str] | None, agent: str | None = None,

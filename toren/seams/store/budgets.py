@@ -39,9 +39,13 @@ class BudgetLedger(abc.ABC):
     @abc.abstractmethod
     async def spend(self, agent: str, run_id: str, run_budget_usd: float | None,
                     daily_budget_usd: float | None) -> dict[str, object]:
-        """The run's spend against its budget and the agent's spend today against its daily
-        budget: ``{"run": {...}, "daily": {...}, "held_usd": ...}`` (a scope without a budget
-        shows its spend with ``budget_usd`` null)."""
+        """The run's spend against its budget and the agent's spend today (UTC) against its
+        daily budget: ``{"run": {...}, "daily": {...}, "held_usd": ...,
+        "expired_reservations": ...}``: each scope ``scope``, ``spent_usd`` (settled, held and
+        expired), ``budget_usd`` and ``remaining_usd`` (``BudgetSpend.to_json``; a scope
+        without a budget shows its spend with ``budget_usd`` and ``remaining_usd`` null), the
+        run's reservations still held, and how many of them were charged at their worst case.
+        Reconciles the agent's expired reservations first, as ``reserve`` does."""
 
 
 __all__ = ["BudgetDecision", "BudgetLedger", "BudgetRequest", "BudgetSpend"]

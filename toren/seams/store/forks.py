@@ -26,4 +26,6 @@ class ForkStore(abc.ABC):
                           messages: Sequence[OutgoingMessage]) -> None:
         """Insert the run (status ``queued``), every stream's events numbered 1, 2, ... and
         ``messages`` (to the outbox), all in one transaction: a fork exists whole or not at
-        all. ``streams`` maps a stream name (``run``, ``task:<id>``) to its events."""
+        all. ``streams`` maps a stream name (``run``, ``task:<id>``) to its events.
+        ``run_id`` is new (the host makes it); should a run have it, the fork fails and
+        writes nothing."""

@@ -18,7 +18,9 @@ class Guardian(abc.ABC):
     async def guardian_sweep(self, agents: Sequence[str]) -> list[str]:
         """Write a ``run`` tick to the outbox for every active run of ``agents`` with no
         message pending in the outbox and no live lease (no worker is working it); return
-        those runs' ids.
+        those runs' ids. The tick's payload is ``{"run_id": ..., "reason": "guardian"}``.
+        Active: ``queued`` or ``running``. A run written to in the last second or so may be
+        left for a later sweep (its message may be on its way).
 
         With a queue that does not read the outbox, messages already relayed are not pending
         in it, so an active run between two leases (its message waiting in that queue) gets a

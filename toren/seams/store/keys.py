@@ -20,7 +20,13 @@ class KeyStore(abc.ABC):
 
     @abc.abstractmethod
     async def create_key(self, name: str) -> tuple[ApiKey, str]:
-        """Make a key named ``name``; return its record and the key itself (never stored)."""
+        """Make a key named ``name``; return its record and the key itself (never stored).
+
+        ``toren keys create`` calls it with what the user typed: the name is checked with
+        ``toren.keys.check_key_name`` (``ConfigError`` if empty, too long or not printable).
+        Keys are made by ``toren.keys.generate_key`` (``toren_<prefix>_<secret>``; the prefix
+        names one key); ``toren.keys.parse_key`` reads one back.
+        """
 
     @abc.abstractmethod
     async def list_keys(self) -> list[ApiKey]:

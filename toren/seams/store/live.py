@@ -18,7 +18,10 @@ class LiveText(abc.ABC):  # noqa: B024 - every method has a default (publish and
     be lost (a listener reconnecting); readers render the completed call from the log in any
     case.
 
-    The defaults publish nothing and hear nothing: with a store that cannot notify, only
+    A run is watched while a reader of some process waits for its appends
+    (``RunReader.wait_for_appends`` has it in its set: the stream hub of a server with a live
+    event stream of the run open). The defaults publish nothing and hear nothing: with a store
+    that cannot notify, only
     watchers in the worker's own process see text live. The ``postgres`` store uses NOTIFY
     (each payload must stay under its 8000-byte limit).
     """

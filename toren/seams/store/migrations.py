@@ -19,13 +19,19 @@ class Migrator(abc.ABC):
 
     @abc.abstractmethod
     async def pending_migrations(self, agents: Sequence[AgentSchema]) -> list[Migration]:
-        """Migrations not yet applied for the control schema and each agent's schema."""
+        """Migrations not yet applied for the control schema and each agent's schema (an
+        agent's have its ``schema_name`` as their ``scope``), in the order they apply."""
 
     @abc.abstractmethod
     async def migrate(self, agents: Sequence[AgentSchema]) -> list[Migration]:
         """Apply pending migrations under a lock, register the agents; return what was applied.
 
-        Idempotent and safe when several processes call it at once.
+        Idempotent and safe when several processes call it at once: each migration is
+        applied once, by one of them. Registering records each agent's name, schema, model,
+        directory and ``accepts_from`` (an ``AgentSpec``'s ``acceptsFrom:``; none if the
+        object has no such attribute), replacing what its previous start registered. An agent
+        whose ``schema_name`` belongs to an agent of another name is refused with
+        ``ConfigError`` (``my-crew`` and ``my_crew`` share ``agent_my_crew``).
         """
 
     @abc.abstractmethod

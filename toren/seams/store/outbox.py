@@ -47,4 +47,5 @@ class Outbox(abc.ABC):
     @abc.abstractmethod
     async def ack_outbox(self, relay_id: str, entry_ids: Sequence[int]) -> int:
         """Delete the entries ``relay_id`` still holds (sent); return how many. An entry whose
-        claim expired and was taken by another relay is left to that relay."""
+        claim expired and was taken by another relay is left to that relay. Concurrent
+        claims never hand one entry to two relays while its claim lasts."""

@@ -25,7 +25,9 @@ class RunReader(abc.ABC):
 
     @abc.abstractmethod
     async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
-        """One run, looked up in ``agent``'s schema or, if ``None``, in every registered one."""
+        """One run, looked up in ``agent``'s schema or, if ``None``, in every registered one.
+        ``None`` if there is none, whatever the form of ``run_id`` (the HTTP API passes on
+        what it is given)."""
 
     @abc.abstractmethod
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
@@ -33,21 +35,24 @@ class RunReader(abc.ABC):
                         before: tuple[datetime, str] | None = None,
                         kind: str | None = None, schedule: str | None = None
                         ) -> list[RunRecord]:
-        """Newest runs first, optionally filtered by agent(s), status, kind and the schedule
-        that started them; ``before`` is the ``(created_at, id)`` of the last run of the
-        previous page (keyset pagination)."""
+        """Newest runs first (by ``created_at``, then id), at most ``limit``, optionally
+        filtered by agent (``agent``, else ``agents``, else every registered agent), status,
+        kind and the schedule that started them; ``before`` is the ``(created_at, id)`` of the
+        last run of the previous page (keyset pagination: only runs strictly older)."""
 
     @abc.abstractmethod
     async def child_runs(self, run_id: str) -> list[RunRecord]:
         """The runs that ``run_id``'s tasks started (peer calls, background runs), in every
         registered agent's schema, oldest first. Called by ``Runtime.children`` (``toren jobs
-        show``, ``GET /runs/{id}/children``) and ``Runtime.cancel_run``, which cancels them."""
+        show``, ``GET /runs/{id}/children``) and ``Runtime.cancel_run``, which cancels them.
+        ``[]`` for an id that names no run, whatever its form."""
 
     @abc.abstractmethod
     async def load_events(self, agent: str, run_id: str,
                           after: Mapping[str, int] | None = None) -> list[Event]:
-        """Events of a run, every stream, oldest first; with ``after`` (stream -> last seq
-        seen) only the ones a reader has not seen."""
+        """Events of a run, every stream, oldest first (each stream in sequence order, an
+        earlier append's events before a later one's); with ``after`` (stream -> last seq
+        seen) only the ones a reader has not seen (a stream not named starts at 1)."""
 
     async def get_run_and_events(self, agent: str, run_id: str,
                                  after: Mapping[str, int] | None = None

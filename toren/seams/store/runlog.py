@@ -50,7 +50,12 @@ class RunLog(abc.ABC):
     The outbox contract: the ``messages`` of ``create_run``, ``session_input``, ``append`` and
     ``ensure_messages`` are written to the outbox in the same transaction as the rest of the
     write, so a message is sent if and only if its write commits (see
-    ``toren.seams.store.outbox``).
+    ``toren.seams.store.outbox``); each is due once its ``delay_s`` has passed.
+
+    Run ids are UUIDs' text, made by the host. Leases and expiries go by the store's clock (a
+    worker's clock never decides). A run is finished once its status is ``completed``,
+    ``stopped``, ``failed`` or ``cancelled`` (``toren.core.events.TERMINAL_STATUSES``).
+    ``toren.testing.contracts.RunLogContract`` checks all of this.
     """
 
     @abc.abstractmethod
@@ -66,9 +71,11 @@ class RunLog(abc.ABC):
         ``(run_id, created)``; with an ``idempotency_key`` already used for this agent,
         returns the existing run's id and ``False`` and writes nothing. ``kind`` is ``run`` or
         ``session`` (which starts ``awaiting_input``). A ``parent`` makes it a child run: when
-        it becomes terminal (finished, cancelled or dead-lettered), a ``task`` message for the
-        parent's agent wakes the parent's task in the same transaction (payload
-        ``child_run_id``), so the wake-up is never lost.
+        it becomes terminal (finished, cancelled or dead-lettered), whichever write makes it
+        so, a ``task`` message for the parent's agent wakes the parent's task in the same
+        transaction (payload ``task_id``: the parent's task, ``subagent`` and ``input``
+        ``None``, ``key``: ``child:<child run id>``, ``child_run_id``), so the wake-up is never
+        lost. The run's row records the link (``RunRecord.parent``, ``depth``).
         """
 
     @abc.abstractmethod
@@ -81,8 +88,10 @@ class RunLog(abc.ABC):
         Called by ``Runtime.send_message`` and ``Runtime.close_session``. Taking the input
         sets the run ``running``, appends ``events`` at the end of ``stream`` and sends
         ``messages``; a ``UserMessage`` gets its ``turn`` number from the stream in the same
-        statement. Returns ``(taken, status, turn)``: ``status`` is the session's status as
-        found (``None`` when there is no such session); nothing is written unless taken.
+        transaction (its data's ``turn``: one more than the stream's ``UserMessage`` events),
+        so of two concurrent inputs one is taken. Returns ``(taken, status, turn)``:
+        ``status`` is the session's status as found (``None`` when there is no such session,
+        or the run is no session); nothing is written unless taken.
         With an ``idempotency_key`` that a ``UserMessage`` of the stream already carries,
         nothing is written and the result is ``(True, status, that message's turn)``.
         """
@@ -92,7 +101,9 @@ class RunLog(abc.ABC):
                             ttl_s: float) -> Lease | None:
         """Take the stream's lease if it is free or expired (bumping the epoch); else ``None``.
 
-        The worker's path is ``acquire_and_load``; this one is for tests and tools.
+        A lease held and unexpired is refused to anyone, its holder included. Each new holder
+        of a stream gets a higher epoch than every earlier one (the fencing token appends
+        check). The worker's path is ``acquire_and_load``; this one is for tests and tools.
         """
 
     @abc.abstractmethod
@@ -103,9 +114,11 @@ class RunLog(abc.ABC):
         in one round trip.
 
         Called by the worker for each message it works, before execution folds the stream.
-        With ``with_finished`` the events also include every ``TaskFinished`` of the run's
+        "From its latest checkpoint": from the stream's last ``TaskCheckpoint`` event on, that
+        event included (the whole stream if it has none), in sequence order. With
+        ``with_finished`` the events also include every ``TaskFinished`` of the run's
         task streams (what the orchestrator absorbs). ``LeaseBusy`` if the lease is held
-        elsewhere, saying when it expires. The events must include every event committed
+        (by anyone), saying when it expires. The events must include every event committed
         under earlier epochs (their ``created_at`` may be ``None``). The lease should carry
         the run's ``RunCreated`` time and ``traceparent`` (``Lease.run_created_at``): a
         tracing worker starts the run's root span there and joins that trace; without the
@@ -115,7 +128,8 @@ class RunLog(abc.ABC):
     @abc.abstractmethod
     async def release_lease(self, lease: Lease) -> None:
         """Give the lease up early so another worker may take it at once (called by the worker
-        when a handler ends without its last append having released it)."""
+        when a handler ends without its last append having released it). Only the lease of
+        this holder at this epoch: one taken over since is left to its new holder."""
 
     @abc.abstractmethod
     async def append(self, agent: str, lease: Lease, expected_seq: int,
@@ -129,8 +143,12 @@ class RunLog(abc.ABC):
         tick). The transaction also renews (or with ``release`` gives up) the lease, writes
         ``messages`` to the outbox, applies ``run_update`` and deletes ``ack`` from the outbox
         if the lease holder claimed it there. It commits only if the lease is still held with
-        the same epoch and the run is not cancelled; otherwise it raises ``LeaseLost`` or
-        ``RunCancelled`` and writes nothing. If the connection breaks with the append in
+        the same epoch, unexpired (even if nobody took it since), and the run is not
+        cancelled; otherwise it raises ``LeaseLost`` or ``RunCancelled`` and writes nothing.
+        The sequence numbers are a compare-and-swap: if any of them is taken (another append
+        wrote there first), it raises ``LeaseLost`` and writes nothing, so of two appends at one
+        number exactly one commits. ``run_update`` never changes a run already finished (the
+        events are appended all the same). If the connection breaks with the append in
         flight, the store finds out from the log whether it committed before it answers.
 
         ``progress`` is the message being worked (not acknowledged yet): the append shows that
@@ -165,9 +183,12 @@ class RunLog(abc.ABC):
     async def cancel_run(self, run_id: str, reason: str) -> RunRecord | None:
         """Mark the run cancelled, drop its messages from the outbox, record ``RunCancelled``.
 
-        Called by ``Runtime.cancel_run``. Returns the updated run, or ``None`` if there is no
-        such run. Cancelling a finished run changes nothing. Messages already in a queue
-        that does not read the outbox stay there and are no-ops when they arrive.
+        Called by ``Runtime.cancel_run``. The run's status and stop reason become
+        ``cancelled`` and it is finished (``finished_at``); ``RunCancelled`` (``reason``) is
+        appended to its ``run`` stream, unleased. Returns the updated run, or ``None`` if there
+        is no such run. Cancelling a finished run changes nothing (and returns it). Messages
+        already in a queue that does not read the outbox stay there and are no-ops when they
+        arrive.
         """
 
     @abc.abstractmethod
@@ -179,7 +200,8 @@ class RunLog(abc.ABC):
     async def ensure_messages(self, agent: str, run_id: str,
                               messages: Sequence[OutgoingMessage]) -> int:
         """Write each message to the outbox unless one of the same kind and
-        ``payload["key"]`` is pending there; return how many were written.
+        ``payload["key"]`` is pending there for this run (claimed or not); return how many
+        were written.
 
         Called by the orchestrator on a guardian's tick, to re-send the message of every
         unfinished task and unfired timer.

@@ -87,7 +87,11 @@ class ScheduleStore(abc.ABC):
     @abc.abstractmethod
     async def trigger_schedule(self, agent: str, name: str, make_run: RunFactory) -> FiredSlot:
         """Fire ``name`` now (slot: the database's now), whatever its timetable and even when
-        paused; ``ScheduleNotFound`` or ``ScheduleRemoved`` otherwise."""
+        paused; ``ScheduleNotFound`` or ``ScheduleRemoved`` otherwise.
+
+        The run of every fired slot (here or by ``fire_due_schedules``) is tagged with its
+        schedule (``RunRecord.schedule``, ``RunReader.list_runs(schedule=...)``) and listed
+        in the schedule's ``fires``."""
 
     @abc.abstractmethod
     async def set_schedule_paused(self, agent: str, name: str, paused: bool) -> ScheduleRecord:

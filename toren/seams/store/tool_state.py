@@ -72,7 +72,7 @@ class ToolStateStore(abc.ABC):
                              seqs: Iterable[int] | None = None,
                              headers_only: bool = False) -> list[ToolManifest]:
         """The scope's manifests in ``seq`` order (only ``seqs`` if given); with
-        ``headers_only``, without their ``entries`` and ``removed`` (to choose which to read)."""
+        ``headers_only``, with empty ``entries`` and ``removed`` (to choose which to read)."""
 
     @abc.abstractmethod
     async def unfinished_runs(self, agent: str, run_ids: Iterable[str]) -> set[str]:

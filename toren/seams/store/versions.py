@@ -37,6 +37,12 @@ class AgentVersionStore(abc.ABC):
     call ``run_agent_version`` for each message and ``load_agent_version`` (cached by hash) for
     a version their directory no longer holds; ``toren jobs upgrade`` and ``onChange: upgrade``
     call ``set_run_version``.
+
+    A run's version is the ``version`` (and ``human_version``) of the last
+    ``AgentVersionPinned`` or ``AgentVersionUpgraded`` on its ``run`` stream, whichever write
+    appended it (``create_run``'s first events, an unleased or leased append,
+    ``set_run_version``): what ``run_agent_version`` and ``RunRecord.agent_version`` /
+    ``agent_human_version`` say, from the same transaction on.
     """
 
     @abc.abstractmethod
@@ -69,4 +75,5 @@ class AgentVersionStore(abc.ABC):
 
     @abc.abstractmethod
     async def list_agent_versions(self, agent: str) -> list[VersionSummary]:
-        """Every kept version of ``agent``, newest first, with its runs counted."""
+        """Every kept version of ``agent``, newest first (first kept), with its runs and its
+        unfinished runs counted (runs on it now)."""

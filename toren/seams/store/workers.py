@@ -21,7 +21,10 @@ class WorkerRegistry(abc.ABC):
     async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
                         message_ids: Sequence[int], leases: Sequence[Lease] = ()) -> None:
         """Renew ``leases`` and the claimed ``message_ids`` of work in hand; record the
-        worker's sign-in and liveness.
+        worker's sign-in and liveness (``worker``: ``id``, ``version``, ``agents``).
+
+        Exactly ``leases`` are renewed, for ``ttl_s`` from now, if ``worker["id"]`` still holds
+        them: another lease of that holder (one an aborted handler left) is left to expire.
 
         ``message_ids`` are messages claimed from the outbox by a queue that reads it
         (``Queue.reads_outbox``); a store whose outbox no queue reads may ignore them.
@@ -34,4 +37,5 @@ class WorkerRegistry(abc.ABC):
 
     @abc.abstractmethod
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
-        """Workers whose heartbeat is younger than ``max_age_s`` (id, version, agents, ...)."""
+        """Workers whose heartbeat is younger than ``max_age_s``, each once (``id``,
+        ``version``, ``agents``, and what else the store keeps: host, pid, times)."""
