@@ -1,0 +1,62 @@
+"""Driver contract suites: pytest classes a store or queue driver subclasses with one fixture.
+
+Each class checks what the docstrings of one interface of ``toren.seams`` promise, through its
+methods only (no SQL, nothing of one driver), concurrency rules included: a driver that passes
+is one the host can run on. A store driver runs every store contract at once::
+
+    import pytest_asyncio
+    from toren.config import Settings
+    from toren.testing.contracts import StoreContract
+
+    class TestMyStore(StoreContract):
+        @pytest_asyncio.fixture
+        async def store(self):
+            store = MyStore(Settings(database_url=...))
+            await store.open()
+            await store.migrate([])
+            yield store
+            await store.close()
+
+or adopts one layer at a time (``class TestMyRunLog(RunLogContract)``: each class's docstring
+names the interfaces it also uses to look). A queue driver subclasses ``QueueContract`` with a
+``queue`` fixture. Then ``pytest``. The suites need pytest and pytest-asyncio; they mark
+their tests, so ``asyncio_mode`` may be ``strict`` or ``auto``.
+
+``python -m toren.testing.contracts`` prints, per interface, its abstract methods and which of
+them the suites call.
+"""
+
+from __future__ import annotations
+
+from toren.testing.contracts.decisions import (
+    ApprovalStoreContract,
+    BudgetLedgerContract,
+    ScheduleStoreContract,
+)
+from toren.testing.contracts.fleet import (
+    FleetReaderContract,
+    GuardianContract,
+    OutboxContract,
+    WorkerRegistryContract,
+)
+from toren.testing.contracts.queue import QueueContract
+from toren.testing.contracts.records import (
+    AgentVersionStoreContract,
+    KeyStoreContract,
+    PromptStoreContract,
+    ToolStateContract,
+)
+from toren.testing.contracts.runs import ForkStoreContract, RunLogContract, RunReaderContract
+from toren.testing.contracts.store import (
+    LiveTextContract,
+    MigratorContract,
+    StoreContract,
+    StoreLifecycleContract,
+)
+
+__all__ = ["AgentVersionStoreContract", "ApprovalStoreContract", "BudgetLedgerContract",
+           "FleetReaderContract", "ForkStoreContract", "GuardianContract", "KeyStoreContract",
+           "LiveTextContract", "MigratorContract", "OutboxContract", "PromptStoreContract",
+           "QueueContract", "RunLogContract", "RunReaderContract", "ScheduleStoreContract",
+           "StoreContract", "StoreLifecycleContract", "ToolStateContract",
+           "WorkerRegistryContract"]
