@@ -36,6 +36,8 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 NEVER = "never"
 #: Bytes decompressed per step: what one step of a read holds besides the lines parsed so far.
 _INFLATE_STEP = 1 << 20
+#: Compressed bytes handed to zlib at a time.
+_FEED_STEP = 1 << 16
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _MAX_INT4 = 2**31 - 1
 _NONE = type(None)
@@ -197,16 +199,23 @@ def _json_lines(data: bytes, max_content_bytes: int) -> Iterator[dict[str, Any]]
     """The JSON objects of a gzip JSON-lines object, decompressed a step at a time: never more
     than ``max_content_bytes`` in all (a gzip bomb stops at the cap, not at the memory's end)."""
     inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing only
-    pending = data
+    view = memoryview(data)
+    fed = 0
+    # fed a slice at a time: zlib copies the input it has not used into unconsumed_tail at
+    # every step, which for the whole object would be quadratic
+    pending: bytes | memoryview = b""
     buffer = bytearray()
     total = 0
     while not inflater.eof:
+        if not pending and fed < len(data):
+            pending = view[fed:fed + _FEED_STEP]
+            fed += len(pending)
         try:
             chunk = inflater.decompress(pending, _INFLATE_STEP)
         except zlib.error as exc:
             raise ArchiveFormatError(f"not a gzip JSON-lines archive: {exc}") from exc
         pending = inflater.unconsumed_tail
-        if not chunk and not pending and not inflater.eof:
+        if not chunk and not pending and fed >= len(data) and not inflater.eof:
             raise ArchiveFormatError("the archive is truncated (its gzip stream stops before "
                                      "its end)")
         total += len(chunk)
@@ -222,7 +231,7 @@ def _json_lines(data: bytes, max_content_bytes: int) -> Iterator[dict[str, Any]]
                 yield _json_line(buffer[start:stop])
             start = stop + 1
         del buffer[:start]
-    if inflater.unused_data:
+    if inflater.unused_data or fed < len(data):
         raise ArchiveFormatError("the archive has data after the end of its gzip stream")
     if buffer.strip():
         yield _json_line(buffer)
