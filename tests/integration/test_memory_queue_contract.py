@@ -1,0 +1,33 @@
+"""The tests' memory queue (``tests/memory_queue.py``, a stand-in for a queue on another
+service in the outbox relay's tests) keeps the queue contract too, so what those tests prove
+holds for a queue that behaves as the interface says."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest_asyncio
+
+from tests.memory_queue import MemoryQueue, reset_broker
+from toren.config import Settings
+from toren.seams.queue import Queue
+from toren.testing.contracts import QueueContract
+
+
+class TestMemoryQueue(QueueContract):
+    @pytest_asyncio.fixture
+    async def make_queue(self) -> AsyncIterator[Callable[[], Awaitable[Queue]]]:
+        reset_broker()
+        made: list[MemoryQueue] = []
+
+        async def make() -> Queue:
+            store: Any = None  # the memory queue never touches the store
+            queue = MemoryQueue(Settings(), store)
+            await queue.open()
+            made.append(queue)
+            return queue
+
+        yield make
+        for queue in made:
+            await queue.close()
