@@ -3,9 +3,13 @@ the settings, agent.yaml's retention:, and the file backend's refusals."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import json
+import os
+import socket
+import stat
 import time
 import zlib
 from datetime import UTC, datetime
@@ -28,7 +32,7 @@ from toren.core.retention import (
     workspace_path_problem,
 )
 from toren.core.runs import RunRecord
-from toren.errors import AgentDefinitionError, ArchiveUnavailable, ConfigError
+from toren.errors import AgentDefinitionError, ArchiveMismatch, ArchiveUnavailable, ConfigError
 from toren.host.file_archive import FileArchive
 from toren.host.retention import effective_retention
 from toren.seams.archive import archive_scheme
@@ -271,3 +275,39 @@ def test_a_long_workspace_history_is_checked_in_linear_time() -> None:
     started = time.perf_counter()
     check_tool_manifests(history)
     assert time.perf_counter() - started < 20  # 10,000 entries, 2,000 changes: a blink
+
+
+async def test_the_file_backend_reads_regular_files_only_and_at_most_the_cap(
+        tmp_path: Path) -> None:
+    """What stands at an object's path is not trusted: a symlink (or a loop of them), a FIFO
+    nobody writes (the read must not wait for a writer), a directory, a socket, a device, a
+    file longer than the cap: each refused with archive_mismatch, at once."""
+    archive = FileArchive((tmp_path / "a").as_uri(), Settings())
+    location = await archive.put("crew/2026/03/x.jsonl.gz", b"data")
+    path = tmp_path / "a" / "crew" / "2026" / "03" / "x.jsonl.gz"
+    with pytest.raises(ArchiveMismatch, match="holds more than 3 bytes"):
+        await archive.get(location, max_bytes=3)
+    (tmp_path / "target").write_bytes(b"data")
+    listener = socket.socket(socket.AF_UNIX)
+    makers = {
+        "symlink": lambda: path.symlink_to(tmp_path / "target"),
+        "loop": lambda: (path.symlink_to(tmp_path / "other"),
+                         (tmp_path / "other").symlink_to(path)),
+        "fifo": lambda: os.mkfifo(path),
+        "directory": lambda: path.mkdir(),
+        "socket": lambda: listener.bind(str(path)),
+        "device": lambda: os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5)),  # /dev/zero
+    }
+    with listener:
+        for name, make in makers.items():
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            path.unlink(missing_ok=True)
+            (tmp_path / "other").unlink(missing_ok=True)
+            try:
+                make()
+            except PermissionError:
+                assert name == "device"  # no CAP_MKNOD here
+                continue
+            with pytest.raises(ArchiveMismatch, match=r"symbolic link|not a regular file"):
+                await asyncio.wait_for(archive.get(location, max_bytes=1 << 20), 10)

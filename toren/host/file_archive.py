@@ -58,6 +58,10 @@ class FileArchive(ArchiveBackend):
                 raise ArchiveMismatch(f"the archived run's object {path} is a symbolic link, "
                                       "not the file that was archived: it was replaced; "
                                       "nothing was read through it") from exc
+            if exc.errno == errno.ENXIO:  # a socket: it cannot even be opened
+                raise ArchiveMismatch(f"the archived run's object {path} is not a regular "
+                                      "file (a socket): it was replaced; nothing was read from "
+                                      "it") from exc
             raise ArchiveUnavailable(f"cannot read archived run {path}: "
                                      f"{exc.strerror or exc}") from exc
 
