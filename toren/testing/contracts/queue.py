@@ -91,7 +91,7 @@ class QueueContract:
 
     async def pause(self) -> None:
         """Long enough for a short visibility timeout to run out."""
-        await asyncio.sleep(self.short_visibility_s + 0.7)
+        await asyncio.sleep(self.short_visibility_s + 0.5)
 
     async def test_a_message_goes_to_its_agent_s_workers_and_is_hidden_while_claimed(
             self, queue: Queue, other: Queue, agent: str) -> None:
