@@ -351,3 +351,11 @@ class ArchiveMismatch(ArchiveUnavailable):
     code = "archive_mismatch"
     http_status = 409
     retryable = False
+
+
+class RestoreConflict(TorenError):
+    """An archived run cannot be restored: a run in the hot tables holds what it needs (its
+    idempotency key). It stays archived."""
+
+    code = "restore_conflict"
+    http_status = 409

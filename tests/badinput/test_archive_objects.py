@@ -510,3 +510,28 @@ async def test_the_event_stream_of_a_changed_object_is_a_409_not_an_empty_200(
             body = (await answer.read()).decode()
     assert body.count("\nevent: ") == len(await runtime.events(second)) + 1  # and the end
     assert "event: end" in body
+
+
+async def test_a_restore_whose_idempotency_key_was_reused_is_a_409_not_a_500(
+        make_runtime: Any, tmp_path: Path, database_url: str) -> None:
+    """Once a run is archived, a new run may take its idempotency key; restoring the old one
+    then conflicts: 409 restore_conflict naming the key, and both runs stay as they were."""
+    crew = write_agent_dir(tmp_path, "crew", tools_py=TOOLS, retention="30d")
+    runtime = await make_runtime(dirs=[crew], archive_url=(tmp_path / "archive").as_uri())
+    old = await runtime.start_run("crew", "first", idempotency_key="order-7")
+    await runtime.wait_for_run(old, timeout_s=60)
+    sql(database_url, f"UPDATE {SCHEMA}.runs SET finished_at = now() - interval '40 days'")
+    await runtime.archive_runs()
+    new = await runtime.start_run("crew", "second", idempotency_key="order-7")
+    assert new != old
+    await runtime.wait_for_run(new, timeout_s=60)
+    new_events = await runtime.events(new)
+    runner, url = await serve_on_free_port(create_app(runtime, require_keys=False))
+    try:
+        status, body = await get(url, f"/runs/{old}/restore", "POST")
+    finally:
+        await runner.cleanup()
+    assert (status, body["error"]["code"]) == (409, "restore_conflict"), body
+    assert "'order-7'" in body["error"]["message"]
+    assert stored(database_url, old) == (0, 0, 0, 1)
+    assert await runtime.events(new) == new_events

@@ -19,7 +19,7 @@ from toren.agents import schema_name_for
 from toren.core.events import Event
 from toren.core.retention import ArchiveDigest, record_from_row, run_row
 from toren.core.runs import RunRecord
-from toren.errors import ArchiveMismatch
+from toren.errors import ArchiveMismatch, RestoreConflict
 from toren.seams.store import RunArchiveIndex
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import registered_agents
@@ -197,11 +197,15 @@ class PostgresRunArchive(PostgresConnection, RunArchiveIndex):
                 await conn.execute(archive_query("restore_tool_manifests", schema),
                                    {"run_id": record.id,
                                     "manifests": Jsonb(list(tool_manifests))})
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != "runs_idempotency_key_key":
+                raise _refused(record, exc) from exc
+            # a run started with the same key after this one left the hot tables
+            raise RestoreConflict(f"run {record.id} was not restored: its idempotency key "
+                                  f"{record.idempotency_key!r} is now held by another run of "
+                                  f"{agent!r}; it stays archived") from exc
         except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
-            # the transaction rolled back: the run is archived as before, nothing is hot
-            raise ArchiveMismatch(f"run {record.id} was not restored: Postgres refuses what "
-                                  f"its archive object holds ({exc.diag.message_primary or exc})"
-                                  "; it stays archived") from exc
+            raise _refused(record, exc) from exc
         return True
 
     async def hot_table_sizes(self, agents: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -216,3 +220,10 @@ class PostgresRunArchive(PostgresConnection, RunArchiveIndex):
                     entry[f"{name}_bytes"] = int(size)
                 sizes[agent] = entry
         return sizes
+
+
+def _refused(record: RunRecord, exc: psycopg.Error) -> ArchiveMismatch:
+    # the transaction rolled back: the run is archived as before, nothing is hot
+    return ArchiveMismatch(f"run {record.id} was not restored: Postgres refuses what its "
+                           f"archive object holds ({exc.diag.message_primary or exc}); it stays "
+                           "archived")
