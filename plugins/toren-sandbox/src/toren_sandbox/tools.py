@@ -3,12 +3,15 @@
 Each runs on the workspace of the task calling it (``toren.current_tool_call()``), restored from
 the store first when this worker does not hold it current, and recorded after it when it may
 have changed it. They are registered as idempotent: a call a crash interrupted before its result
-was recorded runs again, on the workspace as it was before that call.
+was recorded runs again, on the workspace as it was before that call. The file tools do their
+file work in a thread: a slow disk, or a large file, must not stall the worker's event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from pathlib import Path
 
 from toren import current_tool_call, tool
 from toren.errors import ToolError
@@ -45,7 +48,8 @@ async def bash(command: str) -> str:
     context = current_tool_call()
     config = _config()
     WORKSPACES.owner = _owner()
-    async with WORKSPACES.open(context, config, mutating=True) as directory:
+    notes: list[str] = []
+    async with WORKSPACES.open(context, config, mutating=True, notes=notes) as directory:
         result = await run_isolated(command, directory, config, os.environ, uid=WORKSPACES.owner,
                                     isolate=ISOLATED)
     if ISOLATED and result.exit_code == 1 and result.stderr.startswith(b"bwrap: "):
@@ -54,7 +58,7 @@ async def bash(command: str) -> str:
         raise ToolError(f"the sandbox could not start on this worker: "
                         f"{result.stderr.decode(errors='replace').strip()}; see "
                         "docs/tools/sandbox.md (user namespaces must be allowed)")
-    return result.render(config.timeout_s)
+    return "\n".join([result.render(config.timeout_s), *notes])
 
 
 @tool(idempotent=True)
@@ -66,14 +70,16 @@ async def read_file(path: str, offset: int = 1, limit: int = 2000) -> str:
         offset: the first line to show (1 is the first line of the file).
         limit: how many lines to show at most.
     """
+    if offset < 1 or limit < 1:
+        raise ToolError("offset and limit must be at least 1")
     context = current_tool_call()
     config = _config()
     async with WORKSPACES.open(context, config, mutating=False) as directory:
-        data = files.read_bytes(directory, path)
-    text = data.decode("utf-8", "replace")
-    lines = text.splitlines()
-    if offset < 1 or limit < 1:
-        raise ToolError("offset and limit must be at least 1")
+        return await asyncio.to_thread(_read_lines, directory, path, offset, limit)
+
+
+def _read_lines(directory: Path, path: str, offset: int, limit: int) -> str:
+    lines = files.read_bytes(directory, path).decode("utf-8", "replace").splitlines()
     shown = lines[offset - 1:offset - 1 + limit]
     body = "\n".join(f"{offset + index:6}\t{line}" for index, line in enumerate(shown))
     rest = len(lines) - (offset - 1 + len(shown))
@@ -95,7 +101,8 @@ async def write_file(path: str, content: str) -> str:
     WORKSPACES.owner = _owner()
     data = content.encode()
     async with WORKSPACES.open(context, config, mutating=True) as directory:
-        created = files.write_bytes(directory, path, data, owner=WORKSPACES.owner)
+        created = await asyncio.to_thread(files.write_bytes, directory, path, data,
+                                          owner=WORKSPACES.owner)
     return f"{'created' if created else 'replaced'} {path} ({len(data)} bytes)"
 
 
@@ -117,14 +124,25 @@ async def edit_file(path: str, old_text: str, new_text: str, replace_all: bool =
     config = _config()
     WORKSPACES.owner = _owner()
     async with WORKSPACES.open(context, config, mutating=True) as directory:
-        text = files.read_bytes(directory, path).decode("utf-8")
-        count = text.count(old_text)
-        if count == 0:
-            raise ToolError(f"old_text was not found in {path}; read the file and copy the "
-                            "text exactly, whitespace included")
-        if count > 1 and not replace_all:
-            raise ToolError(f"old_text occurs {count} times in {path}: include more context "
-                            "to make it unique, or set replace_all")
-        files.write_bytes(directory, path, text.replace(old_text, new_text).encode(),
-                          owner=WORKSPACES.owner)
+        count = await asyncio.to_thread(_replace, directory, path, old_text, new_text,
+                                        replace_all, WORKSPACES.owner)
     return f"edited {path}: {count if replace_all else 1} replacement(s)"
+
+
+def _replace(directory: Path, path: str, old_text: str, new_text: str, replace_all: bool,
+             owner: int | None) -> int:
+    """Replace ``old_text`` in the file (see ``edit_file``); how many times it occurred."""
+    try:
+        text = files.read_bytes(directory, path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"{path} is not UTF-8 text (byte {exc.start}); edit_file edits text "
+                        "files: use write_file or bash for this one") from None
+    count = text.count(old_text)
+    if count == 0:
+        raise ToolError(f"old_text was not found in {path}; read the file and copy the "
+                        "text exactly, whitespace included")
+    if count > 1 and not replace_all:
+        raise ToolError(f"old_text occurs {count} times in {path}: include more context "
+                        "to make it unique, or set replace_all")
+    files.write_bytes(directory, path, text.replace(old_text, new_text).encode(), owner=owner)
+    return count
