@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from toren.agents.channels import load_channels
 from toren.agents.children import background_tool, peer_tool
+from toren.agents.regular_files import NotARegularFile, open_regular, read_regular
 from toren.agents.schedules import load_schedules
 from toren.agents.versions import AgentVersion, snapshot
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
@@ -166,9 +168,11 @@ def discover_agent_dirs(dirs: Sequence[Path] | None = None) -> list[Path]:
         root = root.resolve()
         if not root.is_dir():
             raise AgentDefinitionError(f"{root}: not a directory")
-        matches = [root] if (root / AGENT_FILE).is_file() else []
+        # anything named agent.yaml counts (a FIFO, a dangling link): loading it says what is
+        # wrong with it, rather than the directory being passed over in silence
+        matches = [root] if os.path.lexists(root / AGENT_FILE) else []
         matches += sorted(child for child in root.iterdir()
-                          if child.is_dir() and (child / AGENT_FILE).is_file())
+                          if child.is_dir() and os.path.lexists(child / AGENT_FILE))
         if not matches:
             raise AgentDefinitionError(
                 f"{root}: no {AGENT_FILE} here or in its immediate subdirectories; "
@@ -223,8 +227,12 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     directory = directory.resolve()
     timeout_s = import_timeout() if import_timeout_s is None else import_timeout_s
     yaml_path = directory / AGENT_FILE
-    if not yaml_path.is_file():
+    if not os.path.lexists(yaml_path):
         raise AgentDefinitionError(f"no {AGENT_FILE} in this directory", path=str(directory))
+    # agent.yaml holds allowOutsideFiles, so that key cannot vouch for agent.yaml itself
+    check_inside(directory, yaml_path, False, remedy=(
+        f"{AGENT_FILE} must be in its directory (allowOutsideFiles, which it holds, cannot "
+        "allow it): copy the file into the directory"))
     located = load_located(read_definition(yaml_path, max_bytes=MAX_CHARS), path=str(yaml_path))
     if located.data is None:
         located.data = {}
@@ -254,7 +262,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
     before = _snapshot_or_none(directory, prompt_file, data.get("version"))
     prompt = _read_prompt(directory, prompt_file, yaml_path, located, allow_outside)
     for code_file in ("tools.py", "workflow.py"):
-        if (directory / code_file).is_file():
+        if os.path.lexists(directory / code_file):
             check_inside(directory, directory / code_file, allow_outside)
     crew_tools = load_tools_file(directory / "tools.py", name, timeout_s=timeout_s)
     enabled = dict(crew_tools)
@@ -519,12 +527,14 @@ def import_timeout(env: Mapping[str, str] | None = None) -> float:
                            DEFAULT_IMPORT_TIMEOUT_S, float)
 
 
-def check_inside(directory: Path, path: Path, allow_outside: bool) -> None:
+def check_inside(directory: Path, path: Path, allow_outside: bool, *,
+                 remedy: str | None = None) -> None:
     """Refuse a definition file that resolves outside ``directory`` (a resolved path).
 
     A symbolic link out of the directory would not travel with it, and it exposes whatever it
     points at: a ``prompt.md`` linked to ``/etc/passwd`` is sent to the model provider.
-    ``allowOutsideFiles: true`` in agent.yaml allows it.
+    ``allowOutsideFiles: true`` in agent.yaml allows it; ``remedy`` replaces that advice
+    where it does not apply.
     """
     if allow_outside:
         return
@@ -535,8 +545,8 @@ def check_inside(directory: Path, path: Path, allow_outside: bool) -> None:
     if not target.is_relative_to(directory):
         raise AgentDefinitionError(
             f"resolves to {target}, outside the agent directory (through a symbolic link); "
-            "copy the file into the directory, or set allowOutsideFiles: true in "
-            f"{AGENT_FILE} to allow it", path=str(path))
+            + (remedy or "copy the file into the directory, or set allowOutsideFiles: true in "
+               f"{AGENT_FILE} to allow it"), path=str(path))
 
 
 def _read_prompt(directory: Path, prompt_file: str, yaml_path: Path,
@@ -549,12 +559,12 @@ def _read_prompt(directory: Path, prompt_file: str, yaml_path: Path,
             f"prompt: {_short(prompt_file)} is not a file inside the agent directory; give a "
             "path relative to it, such as prompt.md", path=str(yaml_path), line=line)
     prompt_path = directory / relative
-    if prompt_path.is_symlink() or prompt_path.exists():
+    if os.path.lexists(prompt_path):
         check_inside(directory, prompt_path, allow_outside)
     if prompt_path.is_dir():
         raise AgentDefinitionError(f"prompt: {prompt_path} is a directory; name the file that "
                                    "holds the system prompt", path=str(yaml_path), line=line)
-    if not prompt_path.is_file():
+    if not os.path.lexists(prompt_path):  # anything else there: read_definition says what
         raise AgentDefinitionError(
             f"the prompt file {prompt_path.name} is missing: create {prompt_path} with the "
             "system prompt, or set prompt: to the file that holds it",
@@ -570,24 +580,28 @@ def read_definition(path: Path, *, max_bytes: int | None = None,
                     hint: str = "keep long text in prompt.md") -> str:
     """A file of an agent directory as text (a UTF-8 byte order mark is dropped).
 
-    Raises ``AgentDefinitionError`` if it cannot be read, is larger than ``max_bytes`` (the
-    error ends with ``hint``) or is not UTF-8. At most ``max_bytes + 1`` bytes are read, so a
-    file that grows, or one whose size the file system does not report, cannot exhaust memory.
+    Raises ``AgentDefinitionError`` if it cannot be read, is not a regular file (a FIFO or a
+    device is never read: one would hang the loader, the other need not end), is larger than
+    ``max_bytes`` (the error ends with ``hint``) or is not UTF-8. At most ``max_bytes + 1``
+    bytes are read, so a file that grows, or one whose size the file system does not report,
+    cannot exhaust memory.
     """
     try:
-        size = path.stat().st_size
-        if max_bytes is None:
-            raw = path.read_bytes()
-        else:
-            too_large = (f"more than the {max_bytes:,} bytes an agent definition of its kind may "
-                         f"have; {hint}")
-            if size > max_bytes:
-                raise AgentDefinitionError(f"the file is {size:,} bytes, {too_large}",
-                                           path=str(path))
-            with path.open("rb") as file:
+        fd, info = open_regular(path)
+        with os.fdopen(fd, "rb") as file:
+            if max_bytes is None:
+                raw = file.read()
+            else:
+                too_large = (f"more than the {max_bytes:,} bytes an agent definition of its "
+                             f"kind may have; {hint}")
+                if info.st_size > max_bytes:
+                    raise AgentDefinitionError(f"the file is {info.st_size:,} bytes, "
+                                               f"{too_large}", path=str(path))
                 raw = file.read(max_bytes + 1)
-            if len(raw) > max_bytes:  # it grew, or its size is not reported (/proc, devices)
-                raise AgentDefinitionError(f"the file holds {too_large}", path=str(path))
+                if len(raw) > max_bytes:  # it grew, or its size is not reported (/proc)
+                    raise AgentDefinitionError(f"the file holds {too_large}", path=str(path))
+    except NotARegularFile as exc:
+        raise not_regular(path, exc) from None
     except OSError as exc:
         raise AgentDefinitionError(f"cannot be read: {exc.strerror or exc}",
                                    path=str(path)) from None
@@ -600,13 +614,35 @@ def read_definition(path: Path, *, max_bytes: int | None = None,
                                    line=line) from None
 
 
+def not_regular(path: Path, exc: NotARegularFile) -> AgentDefinitionError:
+    """The error for a definition file that is a FIFO, a device, a socket or a directory."""
+    return AgentDefinitionError(f"is {exc.kind}, not a regular file; the files of an agent "
+                                "directory must be regular files: replace it with one",
+                                path=str(path))
+
+
+def _code_file_exists(path: Path) -> bool:
+    """Whether ``path`` (tools.py, workflow.py) is there to import: ``False`` if nothing is;
+    ``AgentDefinitionError`` if something is that cannot be (a FIFO, a dangling link...)."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        os.close(open_regular(path)[0])
+    except NotARegularFile as exc:
+        raise not_regular(path, exc) from None
+    except OSError as exc:
+        raise AgentDefinitionError(f"cannot be read: {exc.strerror or exc}",
+                                   path=str(path)) from None
+    return True
+
+
 def load_tools_file(path: Path, agent_name: str, *,
                     timeout_s: float | None = None) -> dict[str, Tool]:
     """Every public function defined in ``tools.py`` as a tool (empty if there is no file).
 
     The import may take ``timeout_s`` (default: ``TOREN_IMPORT_TIMEOUT``, else 10 s).
     """
-    if not path.is_file():
+    if not _code_file_exists(path):
         return {}
     module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_tools",
                           import_timeout() if timeout_s is None else timeout_s)
@@ -649,7 +685,7 @@ def load_workflow_file(path: Path, agent_name: str, *,
 
     The import may take ``timeout_s`` (default: ``TOREN_IMPORT_TIMEOUT``, else 10 s).
     """
-    if not path.is_file():
+    if not _code_file_exists(path):
         return None
     module = _import_file(path, f"toren_crew_{schema_name_for(agent_name)}_workflow",
                           import_timeout() if timeout_s is None else timeout_s)
@@ -662,6 +698,16 @@ def load_workflow_file(path: Path, agent_name: str, *,
                                    f"`async def workflow(ctx)`, not {kind}", path=str(path),
                                    line=_source_line(function))
     return function  # type: ignore[no-any-return]
+
+
+class _RegularFileLoader(importlib.machinery.SourceFileLoader):
+    """Imports a definition file reading only regular files, without blocking: the source
+    (checked before the import, but it may be swapped for a FIFO since) and its cached
+    bytecode (one that is not a regular file raises ``OSError``: the import compiles the source
+    instead)."""
+
+    def get_data(self, path: str) -> bytes:
+        return read_regular(Path(path))
 
 
 class _ExitAtImport(BaseException):
@@ -714,7 +760,8 @@ def _import_file(path: Path, module_name: str, timeout_s: float) -> ModuleType:
     it raises instead (calls from other threads exit as usual). One consequence of the
     thread: code that must run in the main thread, such as ``signal.signal``, fails at import.
     """
-    spec = importlib.util.spec_from_file_location(module_name, path)
+    spec = importlib.util.spec_from_file_location(
+        module_name, path, loader=_RegularFileLoader(module_name, str(path)))
     assert spec is not None and spec.loader is not None
     loader = spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -811,7 +858,7 @@ def load_subagents(agent: AgentSpec,
                 f"subagent name {_short(name)} (the file name) is invalid: use lowercase "
                 "letters, digits, '-' and '_', starting with a letter", path=str(path))
         check_inside(agent.directory, path, agent.allow_outside_files)
-        if not path.is_file():
+        if path.is_dir():  # anything else that is not a regular file: read_definition says
             raise AgentDefinitionError("is not a file; a subagent is a Markdown file "
                                        "subagents/<name>.md", path=str(path))
         text = read_definition(path, max_bytes=MAX_PROMPT_BYTES, hint=PROMPT_TOO_LARGE)

@@ -7,6 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from toren.agents.regular_files import read_regular
+
 # the value and its hashing are the core's; re-exported for the loader and the host
 from toren.core.versions import AgentVersion as AgentVersion
 from toren.core.versions import manifest_hash as manifest_hash
@@ -36,7 +38,7 @@ def snapshot(directory: Path, prompt_file: str, human: str | None) -> AgentVersi
     files: dict[str, bytes] = {}
     for relative in definition_paths(directory, prompt_file):
         try:
-            files[relative] = (directory / relative).read_bytes()
+            files[relative] = read_regular(directory / relative)  # a FIFO would block
         except OSError as exc:
             raise AgentDefinitionError(f"cannot be read: {exc.strerror or exc}",
                                        path=str(directory / relative)) from None
