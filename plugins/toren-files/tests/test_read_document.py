@@ -2,43 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from datetime import UTC, datetime
-
 import documents
 import pytest
-from toren_files.plugin import read_document
+from reading import Files, read
 
 from toren.errors import ToolError
-from toren.files import StoredFile, sniff_bytes
-from toren.testing import tool_call
-
-
-class Files:
-    """Uploaded files by id, as the store's ``read_file`` returns them."""
-
-    def __init__(self) -> None:
-        self.by_id: dict[str, tuple[StoredFile, bytes]] = {}
-
-    def add(self, name: str, data: bytes) -> str:
-        file_id = f"file-{len(self.by_id)}"
-        self.by_id[file_id] = (StoredFile(
-            id=file_id, name=name, content_type=sniff_bytes(data, name), size_bytes=len(data),
-            sha256=hashlib.sha256(data).hexdigest(), created_at=datetime.now(UTC)), data)
-        return file_id
-
-    async def read_file(self, file_id: str) -> tuple[StoredFile, bytes] | None:
-        return self.by_id.get(file_id)
-
-
-async def read(files: Files, file_id: str, max_output_bytes: int = 65536,
-               **arguments: object) -> tuple[dict[str, object], str]:
-    with tool_call(read_file=files.read_file, max_output_bytes=max_output_bytes):
-        output = await read_document(file_id, **arguments)  # type: ignore[arg-type]
-    assert len(output.encode()) <= max_output_bytes
-    header, _, text = output.partition("\n")
-    return json.loads(header.split(" (more follows")[0]), text
 
 
 @pytest.fixture

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
+import os
 from collections.abc import Callable
 
 import toren
 from toren.errors import ToolError
-from toren_files.extract import extract_text
+from toren_files.reader import ReaderLimits, Request, document_kind, read_window
 
 #: Bytes of a result kept for the header line around the chunk of text.
 HEADER_ROOM = 600
+#: Bytes of the header's description of the document (its name, sheets, pages) as JSON.
+MAX_DESCRIBED = 300
 
 
 @toren.tool(idempotent=True)
@@ -33,34 +35,37 @@ async def read_document(file_id: str, pages: str | None = None, sheet: str | Non
     call = toren.current_tool_call()
     if call.read_file is None:
         raise ToolError("this Toren process has no file store to read uploaded files from")
+    if cursor < 0:
+        raise ToolError(f"cursor={cursor} is outside the text; start from cursor 0")
+    limits = ReaderLimits.from_env(os.environ)
     found = await call.read_file(file_id)
     if found is None:
         raise ToolError(f"no file has the id {file_id!r}; upload files with POST /files or "
                         "`toren files add PATH`, and pass the id they return")
     stored, data = found
-    text, part = await asyncio.to_thread(extract_text, data, stored.content_type, stored.name,
-                                         pages=pages, sheet=sheet, cell_range=cell_range)
-    return chunk(text, cursor, call.max_output_bytes - HEADER_ROOM,
-                 f"{stored.name} ({stored.content_type}), {part}")
+    kind = document_kind(stored.content_type, stored.name)  # refused here: no reader started
+    # the document is parsed in a reader process with its own limits, never in this one
+    answer = await read_window(data, Request(
+        name=stored.name, kind=kind, cursor=cursor,
+        budget=max(64, call.max_output_bytes - HEADER_ROOM), pages=pages, sheet=sheet,
+        cell_range=cell_range), limits)
+    return render(answer, f"{stored.name} ({stored.content_type}), {answer['label']}")
 
 
-def chunk(text: str, cursor: int, budget: int, described: str) -> str:
-    """The part of ``text`` from ``cursor`` that fits ``budget`` UTF-8 bytes, after a header
-    saying where it is and where the next part starts."""
-    if not 0 <= cursor <= len(text):
-        raise ToolError(f"cursor={cursor} is outside the text, which has {len(text)} "
-                        "characters; start again from cursor 0")
-    budget = max(64, budget)
-    piece = text[cursor:cursor + budget]
-    while len(piece.encode("utf-8")) > budget:  # multi-byte characters: cut by bytes
-        excess = len(piece.encode("utf-8")) - budget
-        piece = piece[:len(piece) - max(1, excess // 4)]
-    end = cursor + len(piece)
-    header = {"document": described, "characters": [cursor, end], "total_characters": len(text),
-              "next_cursor": end if end < len(text) else None}
-    more = (f" (more follows: call read_document again with cursor={end})"
-            if end < len(text) else "")
-    return json.dumps(header, ensure_ascii=False) + more + "\n" + piece
+def render(answer: dict[str, object], described: str) -> str:
+    """The reader's window of text after a header saying where it is in the document and where
+    the next part starts (``total_characters`` is ``null`` when reading stopped at the window,
+    before the end)."""
+    end = answer["end"]
+    more = bool(answer["more"])
+    if len(json.dumps(described, ensure_ascii=False).encode("utf-8")) > MAX_DESCRIBED:
+        while len(json.dumps(described, ensure_ascii=False).encode("utf-8")) > MAX_DESCRIBED - 5:
+            described = described[:len(described) * 4 // 5]
+        described += "..."
+    header = {"document": described, "characters": [answer["start"], end],
+              "total_characters": answer["total"], "next_cursor": end if more else None}
+    follows = (f" (more follows: call read_document again with cursor={end})" if more else "")
+    return json.dumps(header, ensure_ascii=False) + follows + "\n" + str(answer["text"])
 
 
 @toren.hookimpl
