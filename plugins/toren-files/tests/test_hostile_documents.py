@@ -190,6 +190,22 @@ async def test_a_cancelled_read_leaves_no_reader_behind(files: Files) -> None:
     assert still_present(readers) == []
 
 
+async def test_readers_at_once_are_bounded(files: Files, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    monkeypatch.setenv("TOREN_FILES_MAX_READERS", "1")
+    monkeypatch.setenv("TOREN_FILES_TIMEOUT", "1")
+    file_id = files.add("busy.pdf", documents.busy_pdf())
+    calls = asyncio.gather(*(read(files, file_id) for _ in range(3)), return_exceptions=True)
+    most = 0
+    async with asyncio.timeout(BOUND_S):
+        while not calls.done():
+            most = max(most, len(reader_processes()))
+            await asyncio.sleep(0.02)
+    assert most == 1  # one at a time, each stopped by the wall clock in its turn
+    for outcome in await calls:
+        assert isinstance(outcome, ToolError) and "took longer than 1 s" in str(outcome)
+
+
 # --- the window: what one call returns of a long document ---
 
 async def test_pdf_pages_and_sheet_rows_come_in_chunks_that_join_up(files: Files) -> None:
