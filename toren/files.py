@@ -15,11 +15,12 @@ import uuid
 import zipfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import PurePath
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from toren.config import positive_number
+from toren.core.files import FileContent as FileContent
+from toren.core.files import StoredFile as StoredFile
 from toren.errors import TorenError
 
 MAX_FILE_BYTES_ENV = "TOREN_MAX_FILE_BYTES"
@@ -85,27 +86,6 @@ def storage_quota_message(what: str, stored: int, adding: int | None, limit: int
     return (f"{what}: the files stored take {stored:,} bytes; {more} would pass {limit:,} "
             "bytes, the most this deployment stores (TOREN_MAX_TOTAL_FILE_BYTES); delete "
             "files no longer needed (toren files rm) or raise the setting")
-
-
-@dataclass(frozen=True)
-class StoredFile:
-    """A file's record (its bytes are read separately): what ``GET /files`` lists."""
-
-    id: str
-    name: str
-    content_type: str
-    size_bytes: int
-    sha256: str
-    created_at: datetime
-    uploaded_by: str | None = None
-    agent: str | None = None
-    run_id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "content_type": self.content_type,
-                "size_bytes": self.size_bytes, "sha256": self.sha256,
-                "created_at": self.created_at.isoformat(), "uploaded_by": self.uploaded_by,
-                "agent": self.agent, "run_id": self.run_id}
 
 
 def max_file_bytes(env: dict[str, str] | None = None) -> int:
@@ -228,18 +208,6 @@ def _zip_directory_bytes(raw: IO[bytes]) -> int:
 def sniff_bytes(data: bytes, name: str) -> str:
     """``sniff_type`` for content held in memory."""
     return sniff_type(data[:4096], name, lambda: io.BytesIO(data))
-
-
-class FileContent(Protocol):
-    """A file's content read a piece at a time (an upload spooled to disk): what
-    ``FileStore.add_file`` takes besides ``bytes``, so that no layer holds a whole file."""
-
-    @property
-    def size_bytes(self) -> int:
-        """The content's length."""
-
-    def chunks(self) -> AsyncIterator[bytes]:
-        """The content from its start, in pieces of at most ``CHUNK_BYTES``."""
 
 
 @dataclass(frozen=True)

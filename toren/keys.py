@@ -8,9 +8,8 @@ import secrets
 import unicodedata
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
+from toren.core.keys import ApiKey as ApiKey
 from toren.errors import ConfigError, TorenError
 
 #: Every key starts with this, so secret scanners and people can recognise one.
@@ -30,30 +29,6 @@ class NoApiKeys(ConfigError):
     """No active API key exists, and serving needs one."""
 
     code = "no_api_keys"
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    """A stored API key: everything but the secret (which is never stored) and its hash."""
-
-    id: str
-    name: str
-    prefix: str
-    created_at: datetime
-    last_used_at: datetime | None = None
-    revoked_at: datetime | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.revoked_at is None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "name": self.name, "prefix": self.prefix,
-            "created_at": self.created_at.isoformat(),
-            "last_used_at": self.last_used_at.isoformat() if self.last_used_at else None,
-            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
-        }
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ def test_debug_shows_the_traceback(toren_cli: TorenCli, tmp_path: Path) -> None:
 
     assert result.returncode != 0
     assert "Traceback (most recent call last)" in result.stderr
-    assert "toren.errors.AgentDefinitionError" in result.stderr
+    assert "errors.AgentDefinitionError" in result.stderr  # toren.core.errors, re-exported
 
 
 def test_debug_from_the_environment(toren_cli: TorenCli, tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from toren.core import events as ev
+from toren.core.errors import ForkRefused, InvalidForkStep
 from toren.core.events import Event, NewEvent
 from toren.core.runs import RunRecord
-from toren.errors import ForkRefused, InvalidForkStep
 
 #: The single-task run's task (``toren.execution.messages.MAIN_TASK``).
 MAIN_TASK = "main"

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,7 @@ from toren.errors import (
 )
 from toren.seams.archive import ArchiveBackend, archive_scheme
 from toren.seams.drivers import driver_class
-from toren.seams.store import Store
+from toren.seams.store import RunReader, Store
 
 if TYPE_CHECKING:
     from toren.agents import AgentSpec
@@ -341,3 +342,42 @@ def _checked_archive(data: bytes, record: RunRecord, max_content_bytes: int) -> 
                                      f"{', '.join(changed)}")
     return dataclasses.replace(decoded, record=dataclasses.replace(decoded.record,
                                                                    extra=record.extra))
+
+
+class ArchivedRunReader(RunReader):
+    """A ``RunReader`` over one archived run, for the live event stream (SSE) of
+    ``GET /runs/{id}/events``: it replays the archived events and ends, as for any finished
+    run. Everything but the run itself is ``store``'s.
+
+    ``events`` are the run's archived events, read and checked once before the stream starts
+    (``RetentionApi.archived_events``), so that an object that is not what was archived is a
+    409 before any response is started."""
+
+    def __init__(self, store: RunReader, record: RunRecord, events: list[Event]) -> None:
+        self.store = store
+        self.record = record
+        self.events = events
+
+    async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
+        return self.record if run_id == self.record.id else await self.store.get_run(
+            run_id, agent)
+
+    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
+                        limit: int = 50, agents: Sequence[str] | None = None,
+                        before: tuple[datetime, str] | None = None,
+                        kind: str | None = None, schedule: str | None = None
+                        ) -> list[RunRecord]:
+        return await self.store.list_runs(agent=agent, status=status, limit=limit,
+                                                  agents=agents, before=before, kind=kind,
+                                                  schedule=schedule)
+
+    async def child_runs(self, run_id: str) -> list[RunRecord]:
+        return await self.store.child_runs(run_id)
+
+    async def load_events(self, agent: str, run_id: str,
+                          after: Mapping[str, int] | None = None) -> list[Event]:
+        position = dict(after or {})
+        return [e for e in self.events if e.seq > position.get(e.stream, 0)]
+
+    async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
+        return [e for e in self.events if e.stream == stream]

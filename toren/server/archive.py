@@ -7,23 +7,19 @@ An archived run is read through the run routes as a hot one is (``GET /runs/{id}
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from toren.core.events import Event
 from toren.core.runs import RunRecord
 from toren.host.retention import MAX_ARCHIVED_PAGE, is_archived
-from toren.seams.store import RunReader
 from toren.server.context import RUNTIME
 from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
 from toren.server.errors import json_error
-from toren.server.runs import _served_run, is_uuid, read_json_object, refuse_a_body
+from toren.server.runs import is_uuid, read_json_object, refuse_a_body, served_run
 
 if TYPE_CHECKING:
-    from toren.host.runtime import Runtime
+    pass
 
 #: Most runs one ``POST /archive`` may be asked to archive.
 MAX_RUNS_PER_REQUEST = 100_000
@@ -91,55 +87,13 @@ async def restore_run(request: web.Request) -> web.Response:
     """Put an archived run back into the hot tables, whole (``Runtime.restore_run``); the run
     as the API reads it afterwards. 409 if the run is in the hot tables already. A body, if
     sent, is an empty JSON object."""
-    record = await _served_run(request)
+    record = await served_run(request)
     await refuse_a_body(request)
     if not is_archived(record):
         return json_error(409, "run_not_archived", f"run {record.id} is in the hot tables, "
                                                    "not archived: there is nothing to restore")
     restored = await request.app[RUNTIME].restore_run(record.id)
     return web.json_response(restored.to_json())
-
-
-class ArchivedRunReader(RunReader):
-    """A ``RunReader`` over one archived run, for the live event stream (SSE) of
-    ``GET /runs/{id}/events``: it replays the archived events and ends, as for any finished
-    run. Everything but the run itself is the store's."""
-
-    def __init__(self, runtime: Runtime, record: RunRecord, events: list[Event]) -> None:
-        self.runtime = runtime
-        self.record = record
-        self.events = events
-
-    @classmethod
-    async def read(cls, runtime: Runtime, record: RunRecord) -> ArchivedRunReader:
-        """A reader over the events of ``record``'s archive object, read and checked once,
-        now (``ArchiveMismatch`` before any response is started, if it is not what was
-        archived)."""
-        return cls(runtime, record, await runtime.archived_events(record))
-
-    async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
-        return self.record if run_id == self.record.id else await self.runtime.store.get_run(
-            run_id, agent)
-
-    async def list_runs(self, *, agent: str | None = None, status: str | None = None,
-                        limit: int = 50, agents: Sequence[str] | None = None,
-                        before: tuple[datetime, str] | None = None,
-                        kind: str | None = None, schedule: str | None = None
-                        ) -> list[RunRecord]:
-        return await self.runtime.store.list_runs(agent=agent, status=status, limit=limit,
-                                                  agents=agents, before=before, kind=kind,
-                                                  schedule=schedule)
-
-    async def child_runs(self, run_id: str) -> list[RunRecord]:
-        return await self.runtime.store.child_runs(run_id)
-
-    async def load_events(self, agent: str, run_id: str,
-                          after: Mapping[str, int] | None = None) -> list[Event]:
-        position = dict(after or {})
-        return [e for e in self.events if e.seq > position.get(e.stream, 0)]
-
-    async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
-        return [e for e in self.events if e.stream == stream]
 
 
 def archived_json(run: RunRecord) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from toren.core import events as ev
 from toren.core.decisions import unstorable
 from toren.core.runs import RunRecord
 from toren.errors import RunNotFound
-from toren.host.retention import is_archived
+from toren.host.retention import ArchivedRunReader, is_archived
 from toren.seams.store import RunReader
 from toren.seams.telemetry import parse_traceparent
 from toren.server.context import RUNTIME
@@ -170,7 +170,7 @@ def idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-async def _served_run(request: web.Request) -> RunRecord:
+async def served_run(request: web.Request) -> RunRecord:
     """The run named in the path; 404 when unknown or of an agent not served here."""
     runtime = request.app[RUNTIME]
     run_id = request.match_info["run_id"]
@@ -236,7 +236,7 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def get_run(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    record = await _served_run(request)
+    record = await served_run(request)
     receipt = await runtime.receipt(record.id)
     totals = receipt["totals"]
     return web.json_response(record.to_json() | {
@@ -251,21 +251,21 @@ async def get_run(request: web.Request) -> web.Response:
 async def run_receipt(request: web.Request) -> web.Response:
     """Every model call (tokens, cost, latency), tool call, peer call and task of a run, the
     totals, why it stopped and its prompts: what ``toren jobs receipt --json`` prints."""
-    record = await _served_run(request)
+    record = await served_run(request)
     receipt = await request.app[RUNTIME].receipt(record.id)
     return web.json_response(receipt, dumps=lambda data: json.dumps(data, default=str))
 
 
 async def run_children(request: web.Request) -> web.Response:
     """The runs a run's tasks started (peer calls, background runs), of any agent."""
-    record = await _served_run(request)
+    record = await served_run(request)
     children = await request.app[RUNTIME].children(record.id)
     return web.json_response({"children": [child.to_json() for child in children]})
 
 
 async def cancel_run(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    record = await _served_run(request)
+    record = await served_run(request)
     reason = "cancelled over HTTP"
     if request.can_read_body:
         body = await read_json_object(request)
@@ -295,7 +295,7 @@ def _event_position(cursor: str | None) -> dict[str, int]:
 
 
 async def run_events(request: web.Request) -> web.StreamResponse:
-    record = await _served_run(request)
+    record = await served_run(request)
     accept = request.headers.get("Accept", "")
     if "text/event-stream" in accept:
         after = request.headers.get("Last-Event-ID") or request.query.get("after")
@@ -318,7 +318,5 @@ async def _run_reader(request: web.Request, record: RunRecord) -> RunReader:
     and checked before the stream starts: once it has, a refusal can no longer be a 409)."""
     runtime = request.app[RUNTIME]
     if is_archived(record):
-        from toren.server.archive import ArchivedRunReader  # it imports this module
-
-        return await ArchivedRunReader.read(runtime, record)
+        return ArchivedRunReader(runtime.store, record, await runtime.archived_events(record))
     return runtime.store

@@ -8,7 +8,7 @@ from toren.server.approvals import ANONYMOUS
 from toren.server.auth import API_KEY
 from toren.server.context import RUNTIME
 from toren.server.errors import json_error
-from toren.server.runs import _served_run, refuse_a_body
+from toren.server.runs import refuse_a_body, served_run
 
 
 def routes(app: web.Application) -> None:
@@ -29,7 +29,7 @@ async def agent_versions(request: web.Request) -> web.Response:
 async def upgrade_run(request: web.Request) -> web.Response:
     """Move the run to the version of its agent this server serves (``Runtime.upgrade_run``).
     A body, if sent, is an empty JSON object."""
-    record = await _served_run(request)
+    record = await served_run(request)
     await refuse_a_body(request)
     key = request.get(API_KEY)
     result = await request.app[RUNTIME].upgrade_run(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from toren.files import FileContent, StoredFile
+    from toren.core.files import FileContent, StoredFile
 
 
 class FileStore(abc.ABC):

@@ -6,7 +6,7 @@ import abc
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from toren.keys import ApiKey
+    from toren.core.keys import ApiKey
 
 
 class KeyStore(abc.ABC):

@@ -1,0 +1,361 @@
+"""Typed errors: every user-facing failure is a TorenError with a message a user can act on."""
+
+from __future__ import annotations
+
+
+class TorenError(Exception):
+    """Toren failed."""
+
+    #: Short machine-readable code, used by the CLI's --json output and the HTTP error body.
+    code = "toren_error"
+    #: The HTTP status the API answers with (``None``: 503 if retryable, else 400).
+    http_status: int | None = None
+    #: Whether retrying the same operation later may succeed (network blips, 5xx, timeouts).
+    retryable = False
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or self.code).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class ConfigError(TorenError):
+    """The configuration is invalid."""
+
+    code = "config_error"
+
+
+class AgentDefinitionError(ConfigError):
+    """An agent directory is invalid."""
+
+    code = "agent_definition_error"
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = path if line is None else f"{path}:{line}"
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path = path
+        self.line = line
+
+
+class MissingEnvError(ConfigError):
+    """Environment variables that agents require are not set."""
+
+    code = "missing_env"
+
+
+class DriverNotFound(ConfigError):
+    """No installed distribution provides the configured driver."""
+
+    code = "driver_not_found"
+
+
+class PluginError(TorenError):
+    """A plugin could not be loaded or registered something invalid."""
+
+    code = "plugin_error"
+
+
+class PluginUnavailable(PluginError):
+    """An installed plugin cannot work on this machine, so it registered nothing.
+
+    Raised by a plugin's hook (e.g. toren-sandbox's ``register_tools`` where bubblewrap is
+    missing) with ``names``, the tools (or tool groups) it would have registered: Toren loads
+    without them, logs the message, and an agent that enables one of them fails to load with it.
+    """
+
+    code = "plugin_unavailable"
+
+    def __init__(self, message: str | None = None, *, names: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.names = names
+
+
+class PluginNotInstalled(PluginError):
+    """A command that a separately installed plugin provides was asked for without it
+    (``toren mcp`` without toren-mcp); the message names the distribution to install."""
+
+    code = "plugin_not_installed"
+
+
+class DatabaseUnavailable(TorenError):
+    """The database cannot be reached."""
+
+    code = "database_unavailable"
+    retryable = True
+
+
+class DatabaseTlsError(DatabaseUnavailable):
+    """The database's TLS certificate was refused: it is not signed by the CA given in
+    ``sslrootcert``, or does not hold the host name connected to (``sslmode=verify-full``)."""
+
+    code = "database_tls_error"
+    #: A configuration problem: retrying the same connection cannot succeed. Still the
+    #: server's problem, not the client's, when an API request meets it.
+    retryable = False
+    http_status = 503
+
+
+class MigrationError(TorenError):
+    """A database migration failed."""
+
+    code = "migration_error"
+
+
+class ProviderError(TorenError):
+    """A model provider call failed.
+
+    Provider plugins raise it at their boundary (``raise ProviderError(...) from exc``):
+    ``retryable`` for 429, 5xx, timeouts and connection errors (the task backs off, at least
+    ``retry_after_s`` when the provider said so), permanent for 400/401/403 and the like.
+    """
+
+    code = "provider_error"
+    #: The kind of failure when the provider does not say (see ``reason``).
+    default_reason = "provider_error"
+
+    def __init__(self, message: str | None = None, *, retryable: bool = False,
+                 retry_after_s: float | None = None, status: int | None = None,
+                 reason: str | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+        self.status = status
+        #: What kind of failure, classified by the provider from the SDK's exception:
+        #: ``overloaded``, ``model_not_found``, ``context_window_exceeded``, ``rate_limited``,
+        #: ``server_error``, ``timeout``, ``connection``, ``auth``, ``quota``,
+        #: ``invalid_request``. The task loop falls back to the agent's ``fallbacks:`` on it
+        #: (``overloaded`` at once, other retryable kinds once retries are exhausted).
+        self.reason = reason or self.default_reason
+
+
+class ContextWindowExceeded(ProviderError):
+    """The request does not fit the model's context window.
+
+    The task loop compacts the conversation and retries the call once.
+    """
+
+    code = "context_window_exceeded"
+    default_reason = "context_window_exceeded"
+
+
+class ToolError(TorenError):
+    """A tool failed or was called incorrectly."""
+
+    code = "tool_error"
+
+
+class CallRefused(ToolError):
+    """A cross-agent call or background run was refused: consent is missing on one side, the
+    agent is unknown, or the chain of calls is too deep. The model gets it as the tool's error
+    result; nothing was started."""
+
+    code = "call_refused"
+
+
+class ChannelError(TorenError):
+    """A channel (CLI, HTTP, chat integrations) failed.
+
+    Chat channels raise it at their platform boundary: ``retryable`` for 429, 5xx, timeouts
+    and connection errors (the channel backs off, at least ``retry_after_s`` when the platform
+    said so), permanent for a refused token, an unknown chat and the like.
+    """
+
+    code = "channel_error"
+
+    def __init__(self, message: str | None = None, *, retryable: bool = False,
+                 retry_after_s: float | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+        self.status = status
+
+
+class PairingNotFound(TorenError):
+    """No chat-channel pairing has this code."""
+
+    code = "pairing_not_found"
+    http_status = 404
+
+
+class NonDeterminismError(TorenError):
+    """Workflow code diverged from what its run recorded."""
+
+    code = "non_determinism"
+
+
+class LeaseLost(TorenError):
+    """This worker no longer holds the stream's lease (another worker took over)."""
+
+    code = "lease_lost"
+
+
+class RunCancelled(TorenError):
+    """The run was cancelled."""
+
+    code = "run_cancelled"
+
+
+class UnstorableValue(TorenError):
+    """A run's input or a message holds what the run log cannot store (NUL, an unpaired
+    surrogate, a number beyond 64 bits)."""
+
+    code = "unstorable_value"
+
+
+class RunNotFound(TorenError):
+    """No such run."""
+
+    code = "run_not_found"
+    http_status = 404
+
+
+class SessionNotFound(RunNotFound):
+    """No such session."""
+
+    code = "session_not_found"
+
+
+class SessionBusy(TorenError):
+    """The session's agent is taking its turn; wait until the session is ``awaiting_input``."""
+
+    code = "session_busy"
+    http_status = 409
+
+
+class SessionEnded(TorenError):
+    """The session has ended (closed, failed or cancelled) and takes no more messages."""
+
+    code = "session_ended"
+    http_status = 409
+
+
+class ApprovalNotFound(TorenError):
+    """No such approval."""
+
+    code = "approval_not_found"
+    http_status = 404
+
+
+class ApprovalAlreadyDecided(TorenError):
+    """The approval was decided before (or expired, or its run ended): it is decided once.
+    ``approval`` holds it as it is, with the first decision."""
+
+    code = "approval_decided"
+    http_status = 409
+
+    def __init__(self, message: str | None = None, approval: dict[str, object] | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.approval = approval or {}
+
+
+class NotAnApprover(TorenError):
+    """Whoever asked may not decide this approval (agent.yaml's ``approvals.TOOL.approvers``)."""
+
+    code = "not_an_approver"
+    http_status = 403
+class ScheduleNotFound(TorenError):
+    """No such schedule."""
+
+    code = "schedule_not_found"
+    http_status = 404
+
+
+class ScheduleRemoved(TorenError):
+    """The schedule is no longer in its agent.yaml."""
+
+    code = "schedule_removed"
+    http_status = 409
+
+
+# -- fork and replay (docs/guides/fork-and-replay.md) -------------------------------------------
+
+class ForkRefused(TorenError):
+    """The run cannot be forked there: it is a session, or the step asked for is not complete
+    in its log yet."""
+
+    code = "fork_refused"
+    http_status = 409
+
+
+class InvalidForkStep(TorenError):
+    """The step to fork at is not one the run has (``--at-step`` takes 0 to the run's steps)."""
+
+    code = "invalid_fork_step"
+    http_status = 400
+
+
+class InvalidForkOverride(ConfigError):
+    """The model or prompt to fork with cannot be used: a model no provider serves, or an empty
+    prompt."""
+
+    code = "invalid_fork_override"
+    http_status = 400
+
+
+# -- agent versions (issue 26 part 2) ----------------------------------------------------------
+
+class RunNotUpgradable(TorenError):
+    """The run cannot be upgraded: it has ended, or it is a session between versions."""
+
+    code = "run_not_upgradable"
+    http_status = 409
+
+
+class RunVersionStale(TorenError):
+    """A run tick was handed a definition other than the run's version (as read with the
+    lease): nothing was appended; the worker resolves the version and ticks again."""
+
+    code = "run_version_stale"
+
+
+class AgentVersionMissing(TorenError):
+    """A run is pinned to a version of its agent that the database does not hold."""
+
+    code = "agent_version_missing"
+
+
+class AgentNotRegistered(TorenError):
+    """No agent of that name has a schema in this database."""
+
+    code = "agent_not_found"
+    http_status = 404
+
+
+# -- retention (docs/guides/retention.md) ---------------------------------------------------
+
+
+class ArchiveNotConfigured(ConfigError):
+    """No archive is configured: set TOREN_ARCHIVE to file:///path/to/dir or
+    s3://bucket/prefix."""
+
+    code = "archive_not_configured"
+    http_status = 409
+
+
+class ArchiveUnavailable(TorenError):
+    """An archived run's object cannot be read or written (gone, no access, the service down)."""
+
+    code = "archive_unavailable"
+    http_status = 503
+    retryable = True
+
+
+class ArchiveMismatch(ArchiveUnavailable):
+    """An archived run's object is not what was archived (its digest, size or run differ from
+    the archive index's record, or it is damaged): it was changed or replaced since. Nothing
+    was read from it or restored."""
+
+    code = "archive_mismatch"
+    http_status = 409
+    retryable = False
+
+
+class RestoreConflict(TorenError):
+    """An archived run cannot be restored: a run in the hot tables holds what it needs (its
+    idempotency key). It stays archived."""
+
+    code = "restore_conflict"
+    http_status = 409
