@@ -52,7 +52,8 @@ def test_the_kernel_type_checks_strictly() -> None:
 
 def test_the_layers_hold() -> None:
     """import-linter's contracts in pyproject.toml: the kernel imports no plugin, arrows point
-    surfaces -> host -> execution -> core, the core has no effects, the seams import no layer."""
+    surfaces -> host -> execution -> core, the core imports nothing of toren outside itself and
+    has no effects, the seams import only the core."""
     done = subprocess.run([tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
