@@ -40,12 +40,20 @@ from toren.errors import (
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.files import FileNotFound
 from toren.host.approvals import ApprovalsApi
+from toren.host.chat.pairing import decide_pairing, list_pairings
 from toren.host.forks import ForksApi
 from toren.host.gc_tuning import tune_for_workers, untune_for_workers
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.metrics import Metrics, MetricsListener
 from toren.host.relay import OutboxRelay
 from toren.host.retention import RetentionApi, is_archived
+from toren.host.services import (
+    DatabaseService,
+    FilesService,
+    FleetService,
+    KeysService,
+    RunsService,
+)
 from toren.host.versions import AgentVersions
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.channels import Channel
@@ -55,6 +63,7 @@ from toren.seams.plugins import PluginHost
 from toren.seams.queue import Queue
 from toren.seams.shapes import Migration, TextDelta
 from toren.seams.store import Store
+from toren.seams.store.channels import ChannelPairing
 from toren.seams.store.schedules import FiredSlot, NewRun, SlotToFire
 from toren.seams.telemetry import Tracer
 from toren.seams.worker_runtime import WorkerRuntime
@@ -123,6 +132,19 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         #: Spans of runs, tasks, model and tool calls: a no-op unless a ``toren.tracer``
         #: driver is configured (``TOREN_TRACER``, or an ``OTEL_EXPORTER_OTLP_ENDPOINT``).
         self.tracer: Tracer = self._make_tracer()
+        # the host API by noun (``toren.host.services``): the server and the CLI call these,
+        # never ``store``
+        #: Uploaded files under the storage quota.
+        self.files = FilesService(self.store, self.settings)
+        #: API keys of the HTTP API.
+        self.keys = KeysService(self.store)
+        #: Opening the store without starting, and migrations.
+        self.database = DatabaseService(self.store, list(self.agents.values()))
+        #: Health, live workers, the fleet's snapshot, hot table sizes.
+        self.fleet = FleetService(self.store, self.settings, list(self.agents),
+                                  queue_depth=lambda: self.metrics.queue_depth)
+        #: Pages of runs (hot and archived) and the reader of a run's events.
+        self.runs = RunsService(self.store, list(self.agents), self.archived_events)
         self._metrics_listener: MetricsListener | None = None
         #: Whether this runtime's workers hold the process's collector tuning (``gc_tuning``).
         self._gc_tuned = False
@@ -265,6 +287,17 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
             await channel.start(self)
             self._channels.append(channel)
 
+    async def list_pairings(self, status: str | None = "pending") -> list[ChannelPairing]:
+        """Pairing requests of every chat channel and agent, newest first (``None``: every
+        status); ``toren channels pair list``."""
+        return await list_pairings(self.store, status)
+
+    async def decide_pairing(self, code: str, outcome: str,
+                             decided_by: str) -> tuple[ChannelPairing, bool]:
+        """Approve or deny the pairing with ``code``; it and whether this call decided it
+        (``toren.host.chat.pairing.decide_pairing``); ``toren channels pair approve|deny``."""
+        return await decide_pairing(self.store, code, outcome, decided_by)
+
     async def notify_channels(self, agent: str, session_id: str, text: str) -> None:
         """Offer a notice committed to a session (a background run's result) to every channel
         ``agent`` lists: ``Channel.notify`` if the channel was started in this process, else
@@ -343,12 +376,13 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         raise ConfigError(f"agent {agent!r} is not served here; served agents: {served}{hint}")
 
     async def pending_migrations(self) -> list[Migration]:
-        return await self.store.pending_migrations(list(self.agents.values()))
+        """Delegates to ``database.pending_migrations`` (kept for compatibility)."""
+        return await self.database.pending_migrations()
 
     def describe(self) -> dict[str, Any]:
         """What this runtime serves and where its state lives (printed by ``toren dev``)."""
         return {
-            "database": self.store.description,
+            "database": self.database.description,
             "queue": self.queue.description if self.queue else None,
             "workers": self.workers.description if self.workers else None,
             "agents": [agent.to_json() for agent in self.agents.values()],

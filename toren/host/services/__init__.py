@@ -1,0 +1,17 @@
+"""The host API by noun: small services the ``Runtime`` composes (``runtime.files``,
+``runtime.keys``, ``runtime.database``, ``runtime.fleet``, ``runtime.runs``).
+
+The HTTP routes (``toren.server``), the CLI (``toren.cli``) and the local operator call these,
+never the store: a policy both surfaces share (the storage quota, paging, "create a key only
+if none is active") lives here once. See docs/reference/host-api.md.
+"""
+
+from toren.host.services.database import DatabaseService
+from toren.host.services.files import FilesService
+from toren.host.services.fleet import FleetService
+from toren.host.services.keys import KeysService
+from toren.host.services.pages import Page
+from toren.host.services.runs import RunsService
+
+__all__ = ["DatabaseService", "FilesService", "FleetService", "KeysService", "Page",
+           "RunsService"]
