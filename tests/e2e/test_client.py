@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
+from tests.conftest import wait_until
 from tests.e2e.test_http_api import TOOLS, conforms
 from toren.client import SyncTorenClient, TorenAPIError, TorenClient
 from toren.testing import write_agent_dir
@@ -93,6 +97,73 @@ async def test_client_sessions_take_turns(url: str) -> None:
         with pytest.raises(TorenAPIError) as ended:
             await client.send_message(created["id"], "hello?")
         assert (ended.value.status, ended.value.code) == (409, "session_ended")
+
+
+def test_sync_client_streams_a_run_like_the_async_one(url: str) -> None:
+    """``stream_events`` and ``stream_live`` of the sync client are iterators of the same
+    items: each event once, in order, until the run ends."""
+    client = SyncTorenClient(url)
+    run_id = client.create_run("crew", "postgres")["id"]
+    streamed = list(client.stream_events(run_id))
+    for event in streamed:
+        conforms("Event", event)
+    assert streamed[0]["type"] == "RunCreated" and streamed[-1]["stream"] == "run"
+    logged = client.events(run_id)
+    assert logged["status"] == "completed"
+    assert [(e["stream"], e["seq"]) for e in streamed] == [
+        (e["stream"], e["seq"]) for e in logged["events"]]
+    # from a cursor, the rest only; stream_live adds text pieces (none for a finished run)
+    later = [event for event in client.stream_live(run_id, after=streamed[2]["cursor"])
+             if "cursor" in event]
+    assert [e["seq"] for e in later] == [e["seq"] for e in streamed[3:]]
+
+
+def test_leaving_a_sync_stream_closes_its_connection() -> None:
+    """``break`` out of a sync stream that is still open: the connection is closed at once (a
+    server that writes to it sees it gone), and the client works on."""
+    seen: list[str] = []
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        seen.append("opened")
+        await response.write(b'id: c1\ndata: {"run_id": "r", "seq": 1, "cursor": "c1"}\n\n')
+        try:
+            for _ in range(600):  # a run that goes on for a minute
+                await asyncio.sleep(0.1)
+                await response.write(b": still running\n\n")
+        except (ConnectionError, asyncio.CancelledError):
+            seen.append("closed")
+            raise
+        seen.append("ran to the end")
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "version_skew": False})
+
+    app = web.Application()
+    app.router.add_get("/runs/{run_id}/events", events)
+    app.router.add_get("/healthz", health)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        client = SyncTorenClient(f"http://127.0.0.1:{runner.addresses[0][1]}")
+        for event in client.stream_events("3f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"):
+            assert event["seq"] == 1  # the first event, while the server is still sending
+            break
+        assert wait_until(lambda: "closed" in seen, 30), seen
+        assert seen == ["opened", "closed"]
+        assert client.healthz()["status"] == "ok"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
 
 
 def test_sync_client_sessions(url: str) -> None:
