@@ -1,5 +1,6 @@
-"""toren-postgres runs Toren's driver contracts (``toren.testing.contracts``): the store's,
-appends alone as well as group-committed, and the queue's."""
+"""toren-postgres runs Toren's driver contracts (``toren.testing.contracts``): the store's
+(every interface of ``Store``: files, chat channels and the archive index included), appends
+alone as well as group-committed, and the queue's."""
 
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ is one the host can run on. A store driver runs every store contract at once::
 
 or adopts one layer at a time (``class TestMyRunLog(RunLogContract)``: each class's docstring
 names the interfaces it also uses to look). A queue driver subclasses ``QueueContract`` with a
-``queue`` fixture. Then ``pytest``. The suites need pytest and pytest-asyncio; they mark
+``make_queue`` fixture, an archive backend ``ArchiveContract`` with a ``backend`` fixture.
+Then ``pytest``. The suites need pytest and pytest-asyncio; they mark
 their tests, so ``asyncio_mode`` may be ``strict`` or ``auto``.
 
 ``python -m toren.testing.contracts`` prints, per interface, its abstract methods and which of
@@ -28,11 +29,18 @@ them the suites call.
 
 from __future__ import annotations
 
+from toren.testing.contracts.archive import ArchiveContract, RunArchiveIndexContract
+from toren.testing.contracts.channels import (
+    ChannelChatsContract,
+    ChannelInboxContract,
+    ChannelOutboxContract,
+)
 from toren.testing.contracts.decisions import (
     ApprovalStoreContract,
     BudgetLedgerContract,
     ScheduleStoreContract,
 )
+from toren.testing.contracts.files import FileStoreContract
 from toren.testing.contracts.fleet import (
     FleetReaderContract,
     GuardianContract,
@@ -54,9 +62,11 @@ from toren.testing.contracts.store import (
     StoreLifecycleContract,
 )
 
-__all__ = ["AgentVersionStoreContract", "ApprovalStoreContract", "BudgetLedgerContract",
-           "FleetReaderContract", "ForkStoreContract", "GuardianContract", "KeyStoreContract",
-           "LiveTextContract", "MigratorContract", "OutboxContract", "PromptStoreContract",
-           "QueueContract", "RunLogContract", "RunReaderContract", "ScheduleStoreContract",
-           "StoreContract", "StoreLifecycleContract", "ToolStateContract",
-           "WorkerRegistryContract"]
+__all__ = ["AgentVersionStoreContract", "ApprovalStoreContract", "ArchiveContract",
+           "BudgetLedgerContract", "ChannelChatsContract", "ChannelInboxContract",
+           "ChannelOutboxContract", "FileStoreContract", "FleetReaderContract",
+           "ForkStoreContract", "GuardianContract", "KeyStoreContract", "LiveTextContract",
+           "MigratorContract", "OutboxContract", "PromptStoreContract", "QueueContract",
+           "RunArchiveIndexContract", "RunLogContract", "RunReaderContract",
+           "ScheduleStoreContract", "StoreContract", "StoreLifecycleContract",
+           "ToolStateContract", "WorkerRegistryContract"]

@@ -248,18 +248,22 @@ class BudgetLedgerContract(StoreFixtures):
                 silent_spend["expired_reservations"]) == (0, 1)
 
 
+def scheduled_run(slot: SlotToFire) -> NewRun:
+    """The run of a schedule's slot as the host's run factory makes it."""
+    return NewRun(run_id=new_id(), input=slot.input, idempotency_key=None,
+                  events=[*first_events(slot.agent, slot.input), NewEvent.of(
+                      ev.ScheduleFired(schedule=slot.schedule, slot=slot.slot_at.isoformat(),
+                                       trigger=cast(Trigger, slot.trigger),
+                                       timezone=slot.timezone))],
+                  messages=[first_message(slot.input)])
+
+
 class ScheduleStoreContract(StoreFixtures):
     """``toren.seams.store.ScheduleStore``: timetables, and each slot firing exactly one run.
     Uses ``RunLog`` and ``RunReader`` for the runs fired."""
 
     def make_run(self, slot: SlotToFire) -> NewRun:
-        """The host's run factory, in effect."""
-        return NewRun(run_id=new_id(), input=slot.input, idempotency_key=None,
-                      events=[*first_events(slot.agent, slot.input), NewEvent.of(
-                          ev.ScheduleFired(schedule=slot.schedule, slot=slot.slot_at.isoformat(),
-                                           trigger=cast(Trigger, slot.trigger),
-                                           timezone=slot.timezone))],
-                      messages=[first_message(slot.input)])
+        return scheduled_run(slot)
 
     async def test_sync_keeps_the_timetable_and_retires_what_is_gone(
             self, store: Store, fresh_agent: str) -> None:

@@ -12,12 +12,19 @@ import pytest
 
 from toren.errors import ConfigError
 from toren.seams.store import Store
+from toren.testing.contracts.archive import RunArchiveIndexContract
 from toren.testing.contracts.base import StoreFixtures
+from toren.testing.contracts.channels import (
+    ChannelChatsContract,
+    ChannelInboxContract,
+    ChannelOutboxContract,
+)
 from toren.testing.contracts.decisions import (
     ApprovalStoreContract,
     BudgetLedgerContract,
     ScheduleStoreContract,
 )
+from toren.testing.contracts.files import FileStoreContract
 from toren.testing.contracts.fleet import (
     FleetReaderContract,
     GuardianContract,
@@ -173,6 +180,7 @@ class StoreContract(StoreLifecycleContract, MigratorContract, RunLogContract, Ru
                     ForkStoreContract, WorkerRegistryContract, GuardianContract, OutboxContract,
                     FleetReaderContract, KeyStoreContract, PromptStoreContract,
                     ToolStateContract, AgentVersionStoreContract, ApprovalStoreContract,
-                    BudgetLedgerContract, ScheduleStoreContract, LiveTextContract):
-    """Every store contract: what a ``toren.seams.store.Store`` driver runs. (Not yet covered:
-    ``FileStore``, ``RunArchiveIndex`` and the channel stores.)"""
+                    BudgetLedgerContract, ScheduleStoreContract, LiveTextContract,
+                    FileStoreContract, ChannelInboxContract, ChannelChatsContract,
+                    ChannelOutboxContract, RunArchiveIndexContract):
+    """Every store contract: what a ``toren.seams.store.Store`` driver runs."""
