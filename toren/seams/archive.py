@@ -25,6 +25,7 @@ class ArchiveBackend(abc.ABC):
     run is read, from ``TOREN_ARCHIVE``. ``put`` is called by the archive pass once per run
     before the run leaves the hot tables; ``get`` by every read of an archived run
     (``toren jobs show``, ``GET /runs/{id}``, ...). Both must be safe to call concurrently.
+    ``toren.testing.contracts.ArchiveContract`` checks what a backend promises.
     """
 
     def __init__(self, url: str, settings: Settings) -> None:
@@ -39,16 +40,19 @@ class ArchiveBackend(abc.ABC):
     @abc.abstractmethod
     async def put(self, key: str, data: bytes) -> str:
         """Store ``data`` under ``key`` (``<agent>/<YYYY>/<MM>/<run>.jsonl.gz``), durably and
-        whole (a reader never sees part of it), replacing any object already there; return
-        the location to read it back from (a URL that ``get`` takes)."""
+        whole (a reader never sees part of it), replacing any object already there (the same
+        key gives the same location); return the location to read it back from (a URL that
+        ``get`` takes). ``data`` may be empty."""
 
     @abc.abstractmethod
     async def get(self, location: str, *, max_bytes: int) -> bytes:
         """The bytes ``put`` stored at ``location``; ``ArchiveUnavailable`` if they cannot be
         read (gone, no access, the service down), ``ArchiveMismatch`` if there are more than
         ``max_bytes`` of them (the size the archive index recorded, or
-        ``TOREN_ARCHIVE_MAX_MB``). Never reads more than ``max_bytes + 1`` bytes, nor trusts
-        what is at the location to be a plain object: the host checks the bytes' digest."""
+        ``TOREN_ARCHIVE_MAX_MB``). A location another backend wrote (another scheme) is
+        ``ArchiveUnavailable``, never read. Never reads more than ``max_bytes + 1`` bytes, nor
+        trusts what is at the location to be a plain object: the host checks the bytes'
+        digest."""
 
     async def close(self) -> None:
         """Let go of clients and connections (called once by the host at shutdown)."""

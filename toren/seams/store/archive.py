@@ -23,12 +23,15 @@ class RunArchiveIndex(abc.ABC):
     ``index_archived_run`` -> ``purge_archived_run``. A pass that dies between any two steps
     leaves the run readable: before the index row it is still hot; after it, reads go to the
     archive object, and the next pass finishes the purge (``unpurged_runs``).
+    ``toren.testing.contracts.RunArchiveIndexContract`` checks each step.
     """
 
     @abc.abstractmethod
     def archive_lock(self) -> AbstractAsyncContextManager[bool]:
         """Hold the fleet-wide archive lock while the context is open; yields whether it was
-        had (``False``: another process is archiving now; do nothing)."""
+        had (``False``: another pass, in this process or another, is archiving now; do
+        nothing). The lock is let go when the context exits, by an exception too, and when
+        its process dies (a crashed pass never blocks the next one)."""
 
     @abc.abstractmethod
     async def archivable_runs(self, agent: str, older_than_s: float, limit: int,
@@ -55,13 +58,14 @@ class RunArchiveIndex(abc.ABC):
         describes (``None`` only for an object written by a Toren that recorded none), if it
         is still terminal and still has exactly ``events`` events (else nothing is written and
         ``False`` returned: it changed since the export and the next pass archives it
-        again)."""
+        again). ``False`` too for a run indexed already (the first location stays)."""
 
     @abc.abstractmethod
     async def purge_archived_run(self, agent: str, run_id: str, batch_size: int) -> int:
         """Delete an indexed run's events ``batch_size`` at a time, each batch its own short
         transaction, then its row (tool manifests go with it); return the events deleted.
-        Never deletes a run that is not in the index."""
+        Never deletes a run that is not in the index (0, the run untouched); 0 for a run
+        purged already."""
 
     @abc.abstractmethod
     async def unpurged_runs(self, agent: str, limit: int) -> list[str]:
@@ -73,7 +77,8 @@ class RunArchiveIndex(abc.ABC):
         """An archived run's row as the index keeps it (``extra["archive"]``: location,
         archived_at, summary, sha256; ``extra["archive_digest"]``: the ``ArchiveDigest``
         recorded, or ``None``), looked up in ``agents``' schemas (every registered one if
-        ``None``); ``None`` if not archived."""
+        ``None``); ``None`` if not archived (hot runs included), whatever the form of
+        ``run_id``."""
 
     @abc.abstractmethod
     async def list_archived_runs(self, *, agents: Sequence[str] | None = None,
@@ -82,7 +87,7 @@ class RunArchiveIndex(abc.ABC):
                                  ) -> list[RunRecord]:
         """Archived runs, newest first (``created_at``, ``id``), with ``extra`` as
         ``archived_run`` gives it; ``before`` is the ``(created_at, id)`` of the previous
-        page's last run."""
+        page's last run. ``agents`` ``None``: every registered agent's; ``[]``: none."""
 
     @abc.abstractmethod
     async def restore_archived_run(self, agent: str, record: RunRecord,
@@ -91,10 +96,14 @@ class RunArchiveIndex(abc.ABC):
         """Put an archived run back into the hot tables as its archive object holds it (row,
         events, tool manifests) and drop its index row, in one transaction (replacing whatever
         a died purge left); ``False`` if the index has no such run; ``ArchiveMismatch``, with
-        nothing written, if the database refuses a value. Called by ``Runtime.restore_run``
+        nothing written, if the database refuses a value (an event's ``(stream, seq)`` twice,
+        say); ``RestoreConflict``, with nothing written, if the run's idempotency key is held
+        by a hot run of the agent started since. Called by ``Runtime.restore_run``
         (``toren db restore``) once it has checked the object against the index."""
 
     @abc.abstractmethod
     async def hot_table_sizes(self, agents: Sequence[str]) -> dict[str, dict[str, int]]:
         """Per agent: rows and bytes (with indexes and TOAST) of its runs and events tables,
-        as the database estimates them (``toren db archive --json`` reports them)."""
+        as the database estimates them, under the keys ``runs_rows``, ``runs_bytes``,
+        ``events_rows`` and ``events_bytes`` (a driver may add others); ``toren db archive
+        --json`` reports them."""

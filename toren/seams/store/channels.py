@@ -86,13 +86,16 @@ class ChannelInbox(abc.ABC):
 
     The lease holder (one process per channel and agent) calls every method but
     ``record_channel_update``, which any process may call (a webhook lands on any server).
+    An update's texts and ids arrive cleaned (``toren.core.chat_text.storable_text``: no NUL,
+    no lone surrogate). ``toren.testing.contracts.ChannelInboxContract`` checks these rules.
     """
 
     @abc.abstractmethod
     async def claim_channel_lease(self, channel: str, agent: str, holder: str,
                                   ttl_s: float) -> bool:
-        """Take or renew the poller lease of ``channel`` for ``agent`` for ``ttl_s`` seconds;
-        ``True`` if ``holder`` holds it now (it was free, expired, or already its own)."""
+        """Take or renew the poller lease of ``channel`` for ``agent`` for ``ttl_s`` seconds
+        (the store's clock); ``True`` if ``holder`` holds it now (it was free, expired, or
+        already its own). Of holders claiming a free lease at once, exactly one gets it."""
 
     @abc.abstractmethod
     async def release_channel_lease(self, channel: str, agent: str, holder: str) -> None:
@@ -100,14 +103,16 @@ class ChannelInbox(abc.ABC):
 
     @abc.abstractmethod
     async def record_channel_update(self, update: ChannelUpdate) -> bool:
-        """Record an incoming update under its unique id; ``False`` if it was recorded before
-        (a duplicate or a redelivery). Returns only once the insert is committed, so the
-        caller may then acknowledge the update to the platform."""
+        """Record an incoming update under its unique id (per channel and agent); ``False`` if
+        it was recorded before (a duplicate or a redelivery): of processes recording one
+        update at once, exactly one gets ``True``. Returns only once the insert is committed,
+        so the caller may then acknowledge the update to the platform."""
 
     @abc.abstractmethod
     async def pending_channel_updates(self, channel: str, agent: str,
                                       limit: int = 100) -> list[ChannelUpdate]:
-        """Updates not yet handled, each chat's in order (``sort_key``, then arrival)."""
+        """Updates still ``pending``, at most ``limit``, each chat's in order (``sort_key``,
+        then arrival)."""
 
     @abc.abstractmethod
     async def delivered_channel_updates(self, channel: str, agent: str) -> list[ChannelUpdate]:
@@ -117,7 +122,8 @@ class ChannelInbox(abc.ABC):
     async def set_channel_update(self, channel: str, agent: str, update_id: str, status: str,
                                  *, session_id: str | None = None,
                                  turn: int | None = None) -> None:
-        """Move an update to ``status`` (one of ``UPDATE_STATUSES``), with its session/turn."""
+        """Move an update to ``status`` (one of ``UPDATE_STATUSES``), with its session/turn
+        (``None`` keeps what it had); an unknown update is left alone."""
 
     @abc.abstractmethod
     async def answer_channel_update(self, channel: str, agent: str, update_id: str,
@@ -132,7 +138,8 @@ class ChannelChats(abc.ABC):
 
     The lease holder calls every method but ``list_pairings`` and ``decide_pairing``, which
     ``toren channels pair`` calls; ``session_chat`` is also called by any process that offers a
-    session's notice (``ChatChannel.notify``).
+    session's notice (``ChatChannel.notify``). ``toren.testing.contracts.ChannelChatsContract``
+    checks these rules.
     """
 
     @abc.abstractmethod
@@ -171,7 +178,8 @@ class ChannelChats(abc.ABC):
     async def chat_button_key(self, new_key: bytes) -> bytes:
         """The deployment's key that signs approval buttons (``toren.host.chat.buttons``):
         ``new_key`` is stored if none is yet, and every later call, from any process, returns
-        the stored one (it must outlive restarts: a button shown last week stays valid)."""
+        the stored one (it must outlive restarts: a button shown last week stays valid).
+        Processes starting at once each offer a key: one is stored, and all of them get it."""
 
 
 class ChannelOutbox(abc.ABC):
@@ -180,13 +188,15 @@ class ChannelOutbox(abc.ABC):
     Any process may call ``enqueue_channel_sends`` (a worker committing a notice); the lease
     holder claims, sends and finishes them. ``ChannelInbox.answer_channel_update`` writes
     replies here in the transaction that marks their update answered.
+    ``toren.testing.contracts.ChannelOutboxContract`` checks these rules.
     """
 
     @abc.abstractmethod
     async def enqueue_channel_sends(self, channel: str, agent: str,
                                     sends: list[ChannelSend]) -> int:
-        """Record messages to send; a key recorded before is skipped. Returns how many were
-        new."""
+        """Record messages to send; a key recorded before (per channel and agent, sent or
+        not) is skipped, and of processes recording one key at once one records it. Returns
+        how many were new."""
 
     @abc.abstractmethod
     async def due_channel_sends(self, channel: str, agent: str,
@@ -205,4 +215,5 @@ class ChannelOutbox(abc.ABC):
     @abc.abstractmethod
     async def retry_channel_send(self, channel: str, agent: str, key: str, delay_s: float,
                                  error: str) -> None:
-        """Keep a message for another try after ``delay_s`` seconds, recording ``error``."""
+        """Keep a message for another try after ``delay_s`` seconds, recording ``error`` and
+        counting the attempt (``ChannelSend.attempts``); a settled message stays settled."""
