@@ -166,7 +166,8 @@ class ChannelChats(abc.ABC):
 
     @abc.abstractmethod
     async def list_pairings(self, status: str | None = None) -> list[ChannelPairing]:
-        """Pairings of every channel and agent, newest first (``status`` filters)."""
+        """Pairings of every channel and agent, newest first (``status`` filters); a driver
+        may stop at the newest few hundred (the ``postgres`` store lists 500)."""
 
     @abc.abstractmethod
     async def decide_pairing(self, code: str, status: str,

@@ -21,7 +21,7 @@ from toren.core.schedules import ScheduleSpec
 from toren.errors import ArchiveMismatch, ArchiveUnavailable, RestoreConflict
 from toren.seams.archive import ArchiveBackend
 from toren.seams.shapes import OutgoingMessage
-from toren.seams.store import Store
+from toren.seams.store import Store, ToolManifest
 from toren.testing.contracts.base import StoreFixtures
 from toren.testing.contracts.decisions import request, scheduled_run, wake
 from toren.testing.contracts.runs import leased
@@ -322,6 +322,29 @@ class RunArchiveIndexContract(StoreFixtures):
         assert await store.restore_archived_run(agent, record, events, manifests) is False
         assert run_id in await eventually(lambda: self.archivable(store, agent),
                                           "the restored run archivable again")
+
+    async def test_tool_manifests_are_exported_purged_and_restored_with_their_run(
+            self, store: Store, fresh_agent: str) -> None:
+        agent = fresh_agent
+        run_id = await self.create(store, agent)
+        for seq in (1, 2):
+            await store.save_manifest(agent, run_id, "sandbox:main", ToolManifest(
+                seq=seq, parent_seq=seq - 1 or None, step=seq, epoch=1, call_id=f"c{seq}",
+                full=seq == 1, entries={f"f{seq}.txt": {"sha256": "0" * 64}},
+                removed=["old.txt"] if seq == 2 else [], total_bytes=seq * 10))
+        await self.finish(store, agent, run_id)
+        before = await store.load_manifests(agent, run_id, "sandbox:main")
+        record, events, manifests = await self.indexed(store, agent, run_id)
+        assert [(m["scope"], m["seq"], m["parent_seq"], m["call_id"], m["full_state"],
+                 m["entries"], m["removed"], m["total_bytes"]) for m in manifests] == [
+            ("sandbox:main", 1, None, "c1", True, {"f1.txt": {"sha256": "0" * 64}}, [], 10),
+            ("sandbox:main", 2, 1, "c2", False, {"f2.txt": {"sha256": "0" * 64}},
+             ["old.txt"], 20)]
+        assert all(isinstance(m["created_at"], str) for m in manifests)  # JSON, as archived
+        await store.purge_archived_run(agent, run_id, 100)
+        assert await store.load_manifests(agent, run_id, "sandbox:main") == []
+        assert await store.restore_archived_run(agent, record, events, manifests) is True
+        assert await store.load_manifests(agent, run_id, "sandbox:main") == before
 
     async def test_a_restore_replaces_what_a_died_purge_left(
             self, store: Store, fresh_agent: str) -> None:
