@@ -145,7 +145,8 @@ def small_app(store: KeyStore, **options: Any) -> web.Application:
         key = request.get(API_KEY)
         return web.json_response({"key": key.name if key else None})
 
-    app = web.Application(middlewares=[error_middleware, auth_middleware(store, **options)])
+    app = web.Application(middlewares=[error_middleware,
+                                       auth_middleware(store.verify_key, **options)])
     app.router.add_get("/healthz", public)
     app.router.add_get("/openapi.json", public)
     app.router.add_get("/agents", whoami)

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from toren.cli.common import with_database
 from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
-from toren.host.chat.pairing import decide_pairing, list_pairings
 from toren.host.runtime import Runtime
 from toren.seams.store.channels import PAIRING_STATUSES, ChannelPairing
 
@@ -32,7 +31,7 @@ def list_(
     as_json: JsonOption = False,
 ) -> None:
     """Pairing requests, newest first (pending ones unless --status or --all)."""
-    found = with_database(lambda rt: list_pairings(rt.store, None if all_ else status))
+    found = with_database(lambda rt: rt.list_pairings(None if all_ else status))
     if as_json:
         print_json({"pairings": [pairing.to_json() for pairing in found]})
         return
@@ -50,7 +49,7 @@ def _decide(code: str, outcome: str, as_json: bool) -> None:
     who = f"cli:{getpass.getuser()}"
 
     async def decide(rt: Runtime) -> tuple[ChannelPairing, bool]:
-        return await decide_pairing(rt.store, code, outcome, who)
+        return await rt.decide_pairing(code, outcome, who)
 
     record, decided = with_database(decide)
     if as_json:

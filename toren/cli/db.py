@@ -28,10 +28,10 @@ def migrate(
 
 
 async def _migrate(runtime: Runtime, *, print_sql: bool, as_json: bool) -> None:
-    await runtime.store.open()
+    await runtime.database.open()
     try:
         if not as_json:
-            err_console.print(f"Database: {safe(runtime.store.description)}")
+            err_console.print(f"Database: {safe(runtime.database.description)}")
         if print_sql:
             pending = await runtime.pending_migrations()
             if as_json:
@@ -39,10 +39,10 @@ async def _migrate(runtime: Runtime, *, print_sql: bool, as_json: bool) -> None:
             elif not pending:
                 err_console.print("Nothing to apply: the database is current.")
             else:
-                console.print(runtime.store.render_migrations(pending),
+                console.print(runtime.database.render_migrations(pending),
                               markup=False, highlight=False, soft_wrap=True)
             return
-        applied = await runtime.store.migrate(list(runtime.agents.values()))
+        applied = await runtime.database.migrate()
         if as_json:
             print_json({"applied": [_describe(m) for m in applied],
                         "agents": list(runtime.agents)})
@@ -52,7 +52,7 @@ async def _migrate(runtime: Runtime, *, print_sql: bool, as_json: bool) -> None:
             for migration in applied:
                 console.print(f"applied {migration.scope} {migration.version:04d}_{migration.name}")
     finally:
-        await runtime.store.close()
+        await runtime.database.close()
 
 
 def _describe(migration: object) -> dict[str, object]:

@@ -119,7 +119,7 @@ async def _serve(runtime: Runtime, *, host: str, as_json: bool, workers: bool,
     else:
         await runtime.start(workers=workers)
     try:
-        await refuse_without_keys(runtime.store, command, host)  # before anything is served
+        await refuse_without_keys(runtime.keys, command, host)  # before anything is served
     except BaseException:
         await runtime.stop()
         raise

@@ -63,10 +63,7 @@ async def add_path(path: Path, limit: int, uploaded_by: str) -> StoredFile:
         runtime = Runtime(agents=[])
         await runtime.start(workers=False)
         try:
-            return await runtime.store.add_file(
-                name=upload.name, content_type=upload.content_type, data=upload.data,
-                sha256=upload.sha256, uploaded_by=uploaded_by,
-                max_stored_bytes=runtime.settings.max_total_file_bytes)
+            return await runtime.files.add(upload, uploaded_by=uploaded_by)
         finally:
             await runtime.stop()
 
@@ -129,10 +126,9 @@ def list_files(
         found: list[StoredFile] = []
         before = after
         while True:
-            page = await runtime.store.list_files(limit=limit + 1, before=before)
-            more = len(page) > limit
-            found += page[:limit]
-            before = (found[-1].created_at, found[-1].id) if more else None
+            page = await runtime.files.page(limit=limit, before=before)
+            found += page.items
+            before = page.after
             if before is None or not every:
                 return found, None if before is None else encode_page_cursor(*before)
 
@@ -152,7 +148,7 @@ def list_files(
 @app.command("show")
 def show(file_id: FileId, as_json: JsonOption = False) -> None:
     """Show one file's record (name, type, size, SHA-256, who uploaded it)."""
-    stored = _found(with_database(lambda rt: rt.store.get_file(file_id)), file_id)
+    stored = _found(with_database(lambda rt: rt.files.get(file_id)), file_id)
     if as_json:
         print_json(stored.to_json())
         return
@@ -163,7 +159,7 @@ def show(file_id: FileId, as_json: JsonOption = False) -> None:
 @app.command("rm")
 def remove(file_id: FileId, as_json: JsonOption = False) -> None:
     """Delete a file (its content goes once no other file shares it)."""
-    stored = _found(with_database(lambda rt: rt.store.delete_file(file_id)), file_id)
+    stored = _found(with_database(lambda rt: rt.files.delete(file_id)), file_id)
     if as_json:
         print_json({"id": stored.id, "deleted": True})
         return

@@ -41,11 +41,7 @@ def create(
     check_key_name(name)  # before the database starts
 
     async def create_key(rt: Runtime) -> tuple[ApiKey, str] | list[ApiKey]:
-        if if_none:
-            active = [key for key in await rt.store.list_keys() if key.active]
-            if active:
-                return active
-        return await rt.store.create_key(name)
+        return await (rt.keys.create_if_none(name) if if_none else rt.keys.create(name))
 
     created = with_database(create_key)
     if isinstance(created, list):
@@ -68,7 +64,7 @@ def create(
 @app.command("list")
 def list_keys(as_json: JsonOption = False) -> None:
     """List keys, newest first: id, name, prefix, created, last used, revoked."""
-    keys = with_database(lambda rt: rt.store.list_keys())
+    keys = with_database(lambda rt: rt.keys.list_keys())
     if as_json:
         print_json({"keys": [key.to_json() for key in keys]})
         return
@@ -94,7 +90,7 @@ def revoke(
     as_json: JsonOption = False,
 ) -> None:
     """Revoke a key for good; running servers refuse it within a few seconds."""
-    key = with_database(lambda rt: rt.store.revoke_key(id_or_prefix))
+    key = with_database(lambda rt: rt.keys.revoke(id_or_prefix))
     if key is None:
         parsed = parse_key(id_or_prefix.strip())
         shown = parsed[0] if parsed else id_or_prefix  # never echo a whole key's secret

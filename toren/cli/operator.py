@@ -24,7 +24,6 @@ import typer
 from toren.cli.common import load_runtime, run_async, stop_runtime
 from toren.core.events import Event
 from toren.errors import ApprovalNotFound, ConfigError, RunNotFound, TorenError
-from toren.host.fleet import fleet_snapshot
 from toren.host.runtime import Runtime
 from toren.seams.shapes import TextDelta
 
@@ -249,9 +248,7 @@ class LocalOperator(Operator):
         await self.runtime.start(workers=self.workers)
 
     async def fleet(self) -> JsonDict:
-        settings = self.runtime.settings
-        return await fleet_snapshot(self.runtime.store, max(10.0, 3 * settings.lease_ttl_s),
-                                    queue_depth=self.runtime.metrics.queue_depth)
+        return await self.runtime.fleet.snapshot()
 
     async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
                         schedule: str | None) -> list[JsonDict]:
@@ -260,14 +257,8 @@ class LocalOperator(Operator):
         return [run.to_json() for run in runs]
 
     async def run_pages(self) -> AsyncIterator[list[JsonDict]]:
-        before = None
-        while True:
-            page = await self.runtime.store.list_runs(limit=_PAGE, before=before)
+        async for page in self.runtime.runs.every_run(_PAGE):
             yield [run.to_json() for run in page]
-            last = page[-1] if page else None
-            if len(page) < _PAGE or last is None or last.created_at is None:
-                return
-            before = (last.created_at, last.id)
 
     async def receipt(self, run_id: str) -> JsonDict:
         return await self.runtime.receipt(run_id)
@@ -334,8 +325,7 @@ class LocalOperator(Operator):
 
     async def archive(self, *, dry_run: bool, max_runs: int | None) -> JsonDict:
         report = await self.runtime.archive_runs(dry_run=dry_run, max_runs=max_runs)
-        report["hot_tables"] = await self.runtime.store.hot_table_sizes(
-            list(self.runtime.agents))
+        report["hot_tables"] = await self.runtime.fleet.hot_table_sizes()
         return report
 
     async def restore_run(self, run_id: str) -> JsonDict:

@@ -59,7 +59,7 @@ async def _run(runtime: Runtime, agent: str, text: str, *, follow: bool, key: st
                 console.print(run_id)
             return
         if not as_json:
-            err_console.print(f"run {run_id} ({agent}) on {safe(runtime.store.description)}")
+            err_console.print(f"run {run_id} ({agent}) on {safe(runtime.database.description)}")
         printer = LiveTextPrinter()
         try:
             async for item in runtime.follow_live(run_id):

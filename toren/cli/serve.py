@@ -61,13 +61,13 @@ async def serve_api(runtime: Runtime, *, host: str, port: int, as_json: bool,
     sockets = dev.bind(host, port)
     try:
         if keys_required("serve", host, env):
-            store = runtime.store
-            await store.open()
+            await runtime.database.open()
             try:
-                await store.migrate([])  # a brand-new database has no keys table yet
-                await refuse_without_keys(store, "serve", host, env)
+                # a brand-new database has no keys table yet
+                await runtime.database.migrate_control()
+                await refuse_without_keys(runtime.keys, "serve", host, env)
             finally:
-                await store.close()
+                await runtime.database.close()
         await serve_http(runtime, host=host, port=port, as_json=as_json, workers=workers,
                          command="serve", sockets=sockets)
     finally:

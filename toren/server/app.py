@@ -51,12 +51,12 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
                                      allowed_hosts=allowed_host_names(bound_host, allowed_hosts))
     app = web.Application(
         middlewares=[error_middleware, guard,
-                     auth_middleware(runtime.store, enabled=require_keys,
+                     auth_middleware(runtime.keys.verify, enabled=require_keys,
                                      public_paths=observability.public_paths(runtime.settings),
                                      public_timeout_s=runtime.settings.pool_timeout_s)],
         client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
-    app[STREAMS] = StreamHub(runtime.store, runtime.live,
+    app[STREAMS] = StreamHub(runtime.runs.reader, runtime.live,
                              max_per_key=runtime.settings.max_streams_per_key)
     # live event streams never end by themselves: end them first, so that stopping waits for
     # no open request (aiohttp awaits on_shutdown before it waits for handlers to finish)
@@ -87,11 +87,6 @@ async def _end_streams(app: web.Application) -> None:
     await app[STREAMS].close()
 
 
-def live_window_s(runtime: toren.Runtime) -> float:
-    """A worker whose last heartbeat is older than this is not counted as live."""
-    return max(10.0, 3 * runtime.settings.lease_ttl_s)
-
-
 async def healthz(request: web.Request) -> web.Response:
     """``status`` and ``version_skew`` for anyone (a load balancer); the version, database
     and live workers only for a trusted caller (a valid key, or keyless local use).
@@ -106,9 +101,9 @@ async def healthz(request: web.Request) -> web.Response:
     rows: list[dict[str, Any]] = []
     try:
         async with asyncio.timeout_at(deadline):
-            database = await runtime.store.health()
+            database = await runtime.fleet.health()
             if database.get("reachable"):
-                rows = await runtime.store.live_workers(live_window_s(runtime))
+                rows = await runtime.fleet.live_workers()
     except TimeoutError:
         database = {"reachable": False, "error": "the database did not answer within "
                                                  f"{runtime.settings.pool_timeout_s:g}s "

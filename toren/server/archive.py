@@ -49,14 +49,9 @@ async def list_archived_runs(request: web.Request) -> web.Response:
     if before is not None and not is_uuid(before[1]):
         raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
                             "Toren returned")
-    runs = await runtime.store.list_archived_runs(agents=[agent] if agent else
-                                                  list(runtime.agents),
-                                                  limit=limit + 1, before=before)
-    page, more = runs[:limit], len(runs) > limit
-    next_cursor = None
-    if more and page and page[-1].created_at is not None:
-        next_cursor = encode_page_cursor(page[-1].created_at, page[-1].id)
-    return web.json_response({"runs": [archived_json(run) for run in page],
+    page = await runtime.runs.archived_page(limit=limit, before=before, agent=agent)
+    next_cursor = encode_page_cursor(*page.after) if page.after else None
+    return web.json_response({"runs": [archived_json(run) for run in page.items],
                               "next_cursor": next_cursor})
 
 

@@ -8,15 +8,15 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from toren.errors import DatabaseUnavailable
+from toren.host.services import KeysService
 from toren.keys import ApiKey, NoApiKeys
-from toren.seams.store import KeyStore
 from toren.server.context import BROWSER_CHECKS_PASSED, PUBLIC_DEADLINE, TRUSTED
 from toren.server.errors import error_body
 
@@ -85,7 +85,7 @@ def keys_required(command: Command, host: str, env: Mapping[str, str] | None = N
     return command == "serve" and not _flag(env, "TOREN_ALLOW_NO_KEYS")
 
 
-async def refuse_without_keys(store: KeyStore, command: Command, host: str,
+async def refuse_without_keys(keys: KeysService, command: Command, host: str,
                               env: Mapping[str, str] | None = None) -> None:
     """Raise ``NoApiKeys`` (one line) if keys are required on ``host`` and none is active.
 
@@ -94,13 +94,17 @@ async def refuse_without_keys(store: KeyStore, command: Command, host: str,
     env = os.environ if env is None else env
     if not keys_required(command, host, env):
         return
-    if any(key.active for key in await store.list_keys()):
+    if await keys.active():
         return
     message = (f"no API keys exist: create one with `toren keys create NAME` before serving "
                f"on {host}")
     if command == "serve" and is_loopback(host) and not _flag(env, "TOREN_REQUIRE_KEYS"):
         message += " (or set TOREN_ALLOW_NO_KEYS=1 to try it locally without keys)"
     raise NoApiKeys(message)
+
+
+#: Verifies a presented key: its record if it is an active key, else ``None``.
+VerifyKey = Callable[[str], Awaitable[ApiKey | None]]
 
 
 class KeyCache:
@@ -112,19 +116,19 @@ class KeyCache:
 
     max_entries = 1024
 
-    def __init__(self, store: KeyStore, ttl_s: float = CACHE_TTL_S) -> None:
-        self.store = store
+    def __init__(self, verify: VerifyKey, ttl_s: float = CACHE_TTL_S) -> None:
+        self._verify = verify
         self.ttl_s = ttl_s
         self._entries: dict[str, tuple[ApiKey, float]] = {}
 
     async def verify(self, token: str) -> ApiKey | None:
-        """The record of ``token`` if it is an active key (cached or from the store)."""
+        """The record of ``token`` if it is an active key (cached, or asked of ``verify``)."""
         digest = hashlib.sha256(token.encode()).hexdigest()  # no plaintext keys in memory
         now = time.monotonic()
         cached = self._entries.get(digest)
         if cached is not None and cached[1] > now:
             return cached[0]
-        key = await self.store.verify_key(token)
+        key = await self._verify(token)
         if key is None:
             self._entries.pop(digest, None)
             return None
@@ -161,14 +165,15 @@ def unauthorized(message: str) -> web.Response:
                              headers={"WWW-Authenticate": "Bearer"})
 
 
-def auth_middleware(store: KeyStore, *, enabled: bool = True,
+def auth_middleware(verify: VerifyKey, *, enabled: bool = True,
                     cache_ttl_s: float = CACHE_TTL_S,
                     public_paths: frozenset[str] = frozenset(),
                     public_timeout_s: float = 5.0) -> Middleware:
     """A middleware requiring ``Authorization: Bearer <key>`` on all but ``PUBLIC_PATHS``.
 
     Args:
-        store: verifies keys (it must be open by the first request).
+        verify: a key's record if it is active, else ``None`` (``KeysService.verify``:
+            the store must be open by the first request).
         enabled: ``False`` lets every request through (``keys_required`` said no).
         cache_ttl_s: how long a verified key is trusted without a query.
         public_paths: more paths served without a key (``/metrics`` with
@@ -176,7 +181,7 @@ def auth_middleware(store: KeyStore, *, enabled: bool = True,
         public_timeout_s: how long a public route may take over the database, its optional
             key check included (``TOREN_POOL_TIMEOUT``): ``PUBLIC_DEADLINE`` of the request.
     """
-    cache = KeyCache(store, cache_ttl_s)
+    cache = KeyCache(verify, cache_ttl_s)
 
     async def optional_key(header: str, deadline: float) -> ApiKey | None:
         scheme, _, token = header.partition(" ")

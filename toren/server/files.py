@@ -19,7 +19,6 @@ from toren.files import (
     UploadSpool,
     max_file_bytes,
     parse_file_id,
-    storage_quota_message,
 )
 from toren.server.auth import API_KEY
 from toren.server.context import RUNTIME
@@ -88,11 +87,7 @@ async def upload_file(request: web.Request) -> web.Response:
     if not request.content_type.startswith("multipart/"):
         return json_error(415, "invalid_body", "send the file as multipart/form-data with a "
                                                "part named 'file', e.g. curl -F file=@report.pdf")
-    most_stored = runtime.settings.max_total_file_bytes
-    stored_bytes = await runtime.store.stored_bytes()
-    if stored_bytes >= most_stored:
-        return json_error(507, "storage_quota_exceeded", storage_quota_message(
-            "the upload", stored_bytes, None, most_stored))
+    await runtime.files.check_room("the upload")  # 507 before the body is read
     limit = max_file_bytes()
     timeout_s = runtime.settings.body_timeout_s
     try:
@@ -108,10 +103,8 @@ async def upload_file(request: web.Request) -> web.Response:
             if await asyncio.wait_for(reader.next(), timeout_s) is not None:
                 return json_error(400, "invalid_body", ONE_PART)
             upload = await spool.check()
-            stored = await runtime.store.add_file(
-                name=upload.name, content_type=upload.content_type, data=upload.data,
-                sha256=upload.sha256, uploaded_by=f"api key {key.name}" if key else "http",
-                max_stored_bytes=most_stored)
+            stored = await runtime.files.add(
+                upload, uploaded_by=f"api key {key.name}" if key else "http")
     except FileTooLarge as exc:
         # the rest of the body is not read: close the connection rather than drain it
         response = json_error(413, exc.code, exc.message)
@@ -156,23 +149,21 @@ async def list_files(request: web.Request) -> web.Response:
     if after is not None and parse_file_id(after[1]) is None:
         raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
                             "Toren returned")
-    files = await request.app[RUNTIME].store.list_files(limit=limit + 1, before=after)
-    page = files[:limit]
-    next_cursor = (encode_page_cursor(page[-1].created_at, page[-1].id)
-                   if len(files) > limit else None)
-    return web.json_response({"files": [stored.to_json() for stored in page],
+    page = await request.app[RUNTIME].files.page(limit=limit, before=after)
+    next_cursor = encode_page_cursor(*page.after) if page.after else None
+    return web.json_response({"files": [stored.to_json() for stored in page.items],
                               "next_cursor": next_cursor})
 
 
 async def get_file(request: web.Request) -> web.Response:
-    stored = await request.app[RUNTIME].store.get_file(request.match_info["file_id"])
+    stored = await request.app[RUNTIME].files.get(request.match_info["file_id"])
     if stored is None:
         raise FileNotFound(f"no file has the id {request.match_info['file_id']!r}")
     return web.json_response(stored.to_json())
 
 
 async def delete_file(request: web.Request) -> web.Response:
-    stored = await request.app[RUNTIME].store.delete_file(request.match_info["file_id"])
+    stored = await request.app[RUNTIME].files.delete(request.match_info["file_id"])
     if stored is None:
         raise FileNotFound(f"no file has the id {request.match_info['file_id']!r}")
     return web.json_response({"id": stored.id, "deleted": True})

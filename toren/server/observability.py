@@ -6,7 +6,6 @@ from __future__ import annotations
 from aiohttp import web
 
 from toren.config import Settings
-from toren.host.fleet import fleet_snapshot
 from toren.host.metrics import CONTENT_TYPE
 from toren.server.context import RUNTIME
 
@@ -31,7 +30,4 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def fleet(request: web.Request) -> web.Response:
     """Workers, queue, runs in flight and recent failures (``toren.host.fleet``)."""
-    runtime = request.app[RUNTIME]
-    window = max(10.0, 3 * runtime.settings.lease_ttl_s)
-    return web.json_response(await fleet_snapshot(runtime.store, window,
-                                                  queue_depth=runtime.metrics.queue_depth))
+    return web.json_response(await request.app[RUNTIME].fleet.snapshot())

@@ -15,7 +15,6 @@ from toren.core import events as ev
 from toren.core.decisions import unstorable
 from toren.core.runs import RunRecord
 from toren.errors import RunNotFound
-from toren.host.retention import ArchivedRunReader, is_archived
 from toren.seams.store import RunReader
 from toren.seams.telemetry import parse_traceparent
 from toren.server.context import RUNTIME
@@ -223,14 +222,10 @@ async def list_runs(request: web.Request) -> web.Response:
     if before is not None and not is_uuid(before[1]):
         raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
                             "Toren returned")
-    runs = await runtime.store.list_runs(agent=agent, status=status, limit=limit + 1,
-                                         agents=list(runtime.agents), before=before, kind=kind,
-                                         schedule=schedule)
-    page, more = runs[:limit], len(runs) > limit
-    next_cursor = None
-    if more and page and page[-1].created_at is not None:
-        next_cursor = encode_page_cursor(page[-1].created_at, page[-1].id)
-    return web.json_response({"runs": [run.to_json() for run in page],
+    page = await runtime.runs.page(limit=limit, before=before, agent=agent, status=status,
+                                   kind=kind, schedule=schedule)
+    next_cursor = encode_page_cursor(*page.after) if page.after else None
+    return web.json_response({"runs": [run.to_json() for run in page.items],
                               "next_cursor": next_cursor})
 
 
@@ -316,7 +311,4 @@ async def run_events(request: web.Request) -> web.StreamResponse:
 async def _run_reader(request: web.Request, record: RunRecord) -> RunReader:
     """Where the run's events are read from: the store, or an archived run's object (read
     and checked before the stream starts: once it has, a refusal can no longer be a 409)."""
-    runtime = request.app[RUNTIME]
-    if is_archived(record):
-        return ArchivedRunReader(runtime.store, record, await runtime.archived_events(record))
-    return runtime.store
+    return await request.app[RUNTIME].runs.reader_for(record)

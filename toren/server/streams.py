@@ -398,8 +398,9 @@ class StreamHub:
     ``open`` counts streams per API key (``max_per_key``); ``close`` ends them all at shutdown.
     """
 
-    def __init__(self, store: RunReader, live: LiveTextHub, *, max_per_key: int) -> None:
-        self.store = store
+    def __init__(self, reader: RunReader, live: LiveTextHub, *, max_per_key: int) -> None:
+        #: The hot tables' reader (``runtime.runs.reader``), whose reads streams share.
+        self.reader = reader
         #: Pieces of model text as they are generated (``text_delta`` events between events).
         self.live = live
         self.max_per_key = max_per_key
@@ -433,7 +434,7 @@ class StreamHub:
         async def fetch() -> EventBatch:
             return EventBatch(await store.load_events(agent, run_id, seen), seen)
 
-        if store is not self.store:
+        if store is not self.reader:
             return await fetch()
         return await self.reads.read(("events", run_id, frozenset(seen.items())), run_id, fetch)
 
@@ -442,7 +443,7 @@ class StreamHub:
                                   ) -> tuple[RunRecord | None, EventBatch]:
         """The run's row and then its events after ``after`` (``get_run_and_events``: one
         round trip with the ``postgres`` store), read once for all of its streams that have
-        seen the same and ask at the same time (from the hub's store: a stream reading
+        seen the same and ask at the same time (from the hub's reader: a stream reading
         elsewhere, such as an archived run's, reads alone)."""
         seen = dict(after)
 
@@ -450,7 +451,7 @@ class StreamHub:
             record, events = await store.get_run_and_events(agent, run_id, seen)
             return record, EventBatch(events, seen)
 
-        if store is not self.store:
+        if store is not self.reader:
             return await fetch()
         return await self.reads.read(("events", run_id, frozenset(seen.items()), "run"),
                                      run_id, fetch)
@@ -565,7 +566,7 @@ class StreamHub:
         for agent, runs in by_agent.items():
             self.reads.made["push"] += 1
             try:
-                found = await self.store.get_runs_and_events(
+                found = await self.reader.get_runs_and_events(
                     agent, {run_id: after for run_id, (after, _) in runs.items()})
             except Exception as exc:  # each stream waits the failure out itself
                 log.debug("reading the new events of %d run(s) failed: %s", len(runs), exc)
@@ -588,7 +589,7 @@ class StreamHub:
     async def _watch(self) -> None:
         while True:
             try:
-                found = await self.store.wait_for_appends(set(self._slots), SSE_WATCH_SYNC_S)
+                found = await self.reader.wait_for_appends(set(self._slots), SSE_WATCH_SYNC_S)
             except Exception:
                 # streams fall back to their slow look meanwhile
                 log.exception("waiting for new events failed; trying again")
@@ -704,7 +705,7 @@ async def _respond(request: web.Request, store: RunReader, record: RunRecord,
                                                "Cache-Control": "no-cache",
                                                "X-Accel-Buffering": "no"})
         # chunked, as aiohttp does by itself for HTTP/1.1, but said: the hub writes chunks
-        direct = request.version == HttpVersion11 and store is slot.hub.store
+        direct = request.version == HttpVersion11 and store is slot.hub.reader
         if direct:
             response.enable_chunked_encoding()
         try:
