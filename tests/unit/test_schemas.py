@@ -86,7 +86,9 @@ def test_the_openapi_document_lists_exactly_the_routes_the_server_has() -> None:
     from toren.server.app import create_app
 
     # the document describes /mcp too, which the toren-mcp plugin adds (register_routes)
-    runtime = types.SimpleNamespace(store=None, settings=Settings(), live=None,
+    runtime = types.SimpleNamespace(keys=types.SimpleNamespace(verify=None),
+                                    runs=types.SimpleNamespace(reader=None),
+                                    settings=Settings(), live=None,
                                     plugins=PluginHost(["toren-mcp"]),
                                     listed_channels=lambda: [])  # no chat channel listed
     app = create_app(runtime, require_keys=False)  # type: ignore[arg-type]
