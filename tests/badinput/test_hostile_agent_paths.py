@@ -19,7 +19,7 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from tests.badinput.test_agent_corpus import GOOD, PLUGIN_TOOLS, known_model
 from tests.conftest import TorenCli, one_line
 from toren.agents import discover_agent_dirs, load_agent, load_agents
 from toren.errors import AgentDefinitionError, TorenError
+from toren.testing import writers_for_fifos
 
 #: A load that takes longer than this has hung (FIFOs get a writer after it, to end a hang).
 HANG_S = 8.0
@@ -128,31 +129,6 @@ CASES: dict[str, Case] = {
 }
 
 
-@contextlib.contextmanager
-def writers_for_fifos(directory: Path) -> Iterator[None]:
-    """After ``HANG_S``, open the write end of every FIFO under ``directory`` that a reader
-    waits on, so a load blocked on one (the bug) ends and its test fails instead of hanging."""
-    done = threading.Event()
-
-    def release() -> None:
-        if done.wait(HANG_S):
-            return
-        while not done.is_set():
-            for path in directory.rglob("*"):
-                with contextlib.suppress(OSError):
-                    if stat.S_ISFIFO(path.lstat().st_mode):
-                        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            time.sleep(0.1)
-
-    thread = threading.Thread(target=release, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(5)
-
-
 def load_in_time(directory: Path) -> tuple[float, BaseException | None]:
     """Load ``directory`` in a thread; how long it took and what it raised (``None``: it
     loaded). A load still running after ``4 * HANG_S`` is reported as a ``TimeoutError``."""
@@ -166,7 +142,7 @@ def load_in_time(directory: Path) -> tuple[float, BaseException | None]:
             outcome.append(exc)
 
     started = time.monotonic()
-    with writers_for_fifos(directory):
+    with writers_for_fifos(lambda: directory.rglob("*"), HANG_S):
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         thread.join(HANG_S * 4)
@@ -210,7 +186,7 @@ def test_a_good_agent_loads_beside_and_after(case: str, tmp_path: Path) -> None:
     bad = build(case, tmp_path / "bad")
     good = shutil.copytree(GOOD, tmp_path / "good-agent")
     for order in ([good, bad], [bad, good]):
-        with writers_for_fifos(bad), pytest.raises(TorenError) as info:
+        with writers_for_fifos(lambda: bad.rglob("*"), HANG_S), pytest.raises(TorenError) as info:
             load_agents(order, PLUGIN_TOOLS, known_model)
         assert info.value.message.startswith(str(bad)), info.value.message
     assert load_agent(good, PLUGIN_TOOLS, known_model).name == "good-agent"
@@ -247,7 +223,8 @@ def test_discovery_finds_an_agent_yaml_that_is_not_a_file_and_the_load_names_it(
     found = discover_agent_dirs([crews])
 
     assert found == [bad, crews / "good-agent"]
-    with writers_for_fifos(bad), pytest.raises(AgentDefinitionError, match="FIFO"):
+    with writers_for_fifos(lambda: bad.rglob("*"), HANG_S), \
+            pytest.raises(AgentDefinitionError, match="FIFO"):
         load_agents(found, PLUGIN_TOOLS, known_model)
 
 
@@ -260,7 +237,7 @@ def test_toren_dev_exits_with_the_one_line_error(case: str, toren_cli: TorenCli,
     target = (directory / "agent.yaml").resolve()
     target.write_text(yaml_text.replace("tools: [web_search]\n", ""))
 
-    with writers_for_fifos(directory):
+    with writers_for_fifos(lambda: directory.rglob("*"), HANG_S):
         result = toren_cli("dev", "--dir", str(directory), "--port", "0", timeout=60)
 
     assert result.returncode == 1, result.stderr

@@ -15,14 +15,17 @@ installed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import queue
 import signal
+import stat
 import subprocess
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
 __all__ = ["OutputProcess", "ScriptedModel", "ScriptedProvider", "respond_with_tools",
-           "serve_on_free_port", "tool_call", "wait_for", "write_agent_dir"]
+           "serve_on_free_port", "tool_call", "wait_for", "write_agent_dir", "writers_for_fifos"]
 
 
 @contextmanager
@@ -166,3 +169,33 @@ async def serve_on_free_port(app: web.Application) -> tuple[web.AppRunner, str]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def writers_for_fifos(find: Callable[[], Iterable[Path]], after_s: float) -> Iterator[None]:
+    """For tests of code that must never block on a FIFO: after ``after_s``, keep opening the
+    write end of every FIFO ``find()`` names while a reader waits on it, so that code blocked
+    on one (the bug the test is about) is let go and its test fails instead of hanging.
+
+    ``find`` is called again at each look (a run's directories may appear later); paths that
+    are gone or not FIFOs are passed over.
+    """
+    done = threading.Event()
+
+    def release() -> None:
+        if done.wait(after_s):
+            return
+        while not done.is_set():
+            for path in find():
+                with contextlib.suppress(OSError):  # ENXIO: no reader; ENOENT: gone
+                    if stat.S_ISFIFO(path.lstat().st_mode):
+                        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=release, daemon=True, name="toren-fifo-writers")
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(5)

@@ -14,7 +14,6 @@ the plugin's own tools (``TOREN_SANDBOX_UNSAFE`` lets it load where bubblewrap i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -50,7 +49,7 @@ from toren_sandbox.workspace import (
 from toren import ToolCallContext
 from toren.host.runtime import Runtime
 from toren.seams.store import ToolManifest
-from toren.testing import OutputProcess
+from toren.testing import OutputProcess, writers_for_fifos
 
 #: A call that blocks longer than this has hung (the FIFO's writer is opened after it).
 HANG_S = 8.0
@@ -93,29 +92,6 @@ def hostile(tmp_path: Path) -> Iterator[Path]:
         server.close()
 
 
-@contextlib.contextmanager
-def fifo_writer_after(fifo: Path, delay_s: float) -> Iterator[None]:
-    """After ``delay_s``, open the FIFO's write end whenever a reader waits on it: a reader
-    blocked on its open (the bug) is let go, so a failing test fails instead of hanging."""
-    done = threading.Event()
-
-    def release() -> None:
-        if done.wait(delay_s):
-            return
-        while not done.is_set():
-            with contextlib.suppress(OSError):  # ENXIO: nobody reads; ENOENT: gone
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            time.sleep(0.1)
-
-    thread = threading.Thread(target=release, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(5)
-
-
 def finishes(call: Callable[[], object], fifo: Path) -> tuple[float, BaseException | None]:
     """Run ``call`` (in a thread); the seconds it took and what it raised."""
     outcome: list[BaseException | None] = []
@@ -128,7 +104,7 @@ def finishes(call: Callable[[], object], fifo: Path) -> tuple[float, BaseExcepti
             outcome.append(exc)
 
     started = time.monotonic()
-    with fifo_writer_after(fifo, HANG_S):
+    with writers_for_fifos(lambda: [fifo], HANG_S):
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         thread.join(HANG_S * 4)
@@ -381,7 +357,8 @@ async def test_file_tools_on_special_files_fail_at_once_and_the_loop_keeps_runni
                       (tool, {"path": kind, **arguments})]
             cases.append((kind, tool))
     run_id = await runtime.start_run("boxed", plan(*calls))
-    with LoopWatch() as watch, fifo_writer_after_glob(workspaces / "boxed" / run_id):
+    fifos = workspaces / "boxed" / run_id
+    with LoopWatch() as watch, writers_for_fifos(lambda: fifos.glob("*/fifo"), HANG_S):
         record = await runtime.wait_for_run(run_id, timeout_s=120)
     assert record.status == "completed", record
     assert watch.worst < HANG_S / 2, f"the event loop stalled for {watch.worst:.1f} s"
@@ -393,30 +370,6 @@ async def test_file_tools_on_special_files_fail_at_once_and_the_loop_keeps_runni
         assert result["is_error"], (kind, tool, result)
         assert f"'{kind}' " in result["output"] and kinds[kind] in result["output"], \
             (kind, tool, result["output"])
-
-
-@contextlib.contextmanager
-def fifo_writer_after_glob(run_directory: Path, name: str = "fifo") -> Iterator[None]:
-    """``fifo_writer_after`` for the FIFO ``name`` a task of the run will have (its task's
-    directory is not known before the run starts)."""
-    done = threading.Event()
-
-    def release() -> None:
-        if done.wait(HANG_S):
-            return
-        while not done.is_set():
-            for fifo in run_directory.glob(f"*/{name}"):
-                with contextlib.suppress(OSError):
-                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            time.sleep(0.1)
-
-    thread = threading.Thread(target=release, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(5)
 
 
 TOREN = Path(sys.executable).parent / "toren"
@@ -453,7 +406,8 @@ def test_toren_dev_answers_throughout_the_fifo_reproduction(
     run_id = created["id"]
     slow: list[str] = []
     status = "queued"
-    with fifo_writer_after_glob(tmp_path / "disk" / "sandbox-crew" / run_id, "p"):
+    with writers_for_fifos(
+            lambda: (tmp_path / "disk" / "sandbox-crew" / run_id).glob("*/p"), HANG_S):
         deadline = time.monotonic() + 120
         while status not in ("completed", "failed") and time.monotonic() < deadline:
             try:
