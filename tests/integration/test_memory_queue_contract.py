@@ -13,6 +13,7 @@ from tests.memory_queue import MemoryQueue, reset_broker
 from toren.config import Settings
 from toren.seams.queue import Queue
 from toren.testing.contracts import QueueContract
+from toren.testing.contracts.queue import opened_queues
 
 
 class TestMemoryQueue(QueueContract):
@@ -21,15 +22,6 @@ class TestMemoryQueue(QueueContract):
     @pytest_asyncio.fixture
     async def make_queue(self) -> AsyncIterator[Callable[[], Awaitable[Queue]]]:
         reset_broker()
-        made: list[MemoryQueue] = []
-
-        async def make() -> Queue:
-            store: Any = None  # the memory queue never touches the store
-            queue = MemoryQueue(Settings(), store)
-            await queue.open()
-            made.append(queue)
-            return queue
-
-        yield make
-        for queue in made:
-            await queue.close()
+        store: Any = None  # the memory queue never touches the store
+        async for make in opened_queues(lambda: MemoryQueue(Settings(), store)):
+            yield make

@@ -13,6 +13,7 @@ from toren_sqs.queue import SqsQueue
 from toren.config import Settings
 from toren.seams.queue import Queue
 from toren.testing.contracts import QueueContract
+from toren.testing.contracts.queue import opened_queues
 
 
 class TestSqsQueue(QueueContract):
@@ -22,18 +23,9 @@ class TestSqsQueue(QueueContract):
     @pytest_asyncio.fixture
     async def make_queue(self, sqs_env: dict[str, str]
                          ) -> AsyncIterator[Callable[[], Awaitable[Queue]]]:
-        made: list[SqsQueue] = []
-
-        async def make() -> Queue:
-            store: Any = None  # the SQS queue never touches the store
-            queue = SqsQueue(Settings(), store)
-            await queue.open()
-            made.append(queue)
-            return queue
-
-        yield make
-        for queue in made:
-            await queue.close()
+        store: Any = None  # the SQS queue never touches the store
+        async for make in opened_queues(lambda: SqsQueue(Settings(), store)):
+            yield make
 
     @pytest.mark.xfail(strict=True, reason=(
         "SQS deletes a message with any receipt handle it gave out, so an ack after another "

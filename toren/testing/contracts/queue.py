@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import ClassVar
 
 import pytest
@@ -18,6 +18,23 @@ from toren.testing.contracts.support import eventually, new_agent_name, new_id
 
 #: A visibility that outlasts any test: a message claimed with it stays hidden.
 LONG_S = 60.0
+
+
+async def opened_queues(construct: Callable[[], Queue]
+                        ) -> AsyncIterator[Callable[[], Awaitable[Queue]]]:
+    """What a driver's ``make_queue`` fixture may yield: a factory that opens one more queue
+    made by ``construct`` at each call, all closed after the test."""
+    made: list[Queue] = []
+
+    async def make() -> Queue:
+        queue = construct()
+        await queue.open()
+        made.append(queue)
+        return queue
+
+    yield make
+    for queue in made:
+        await queue.close()
 
 
 def who(agent: str, worker: str) -> str:
