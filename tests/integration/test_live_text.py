@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psycopg
 from aiohttp.test_utils import TestServer
+from toren_postgres.live_text import CHANNEL as TEXT_CHANNEL
 from toren_postgres.store import PostgresStore
 
 from toren.client import TorenClient
@@ -25,6 +27,7 @@ from toren.seams.model import ModelResponse
 from toren.seams.shapes import TEXT_DELTA_MAX_CHARS, LeaseBusy, TextDelta
 from toren.server.app import create_app
 from toren.testing import write_agent_dir
+from toren.testing.contracts.support import eventually
 
 ANSWER = "Postgres keeps the log; every piece of this answer streams before it is recorded."
 
@@ -62,6 +65,20 @@ async def test_a_runs_text_reaches_a_watcher_in_pieces_before_its_completed_call
                    for event in log)
 
 
+async def listeners_connected(database_url: str, count: int) -> None:
+    """Wait until ``count`` live text listeners of this database have run their LISTEN (the
+    last statement ``pg_stat_activity`` shows for their dedicated connections)."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        async def listening() -> bool:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query = %s", (f"LISTEN {TEXT_CHANNEL}",))
+            row = await cursor.fetchone()
+            return row is not None and row[0] >= count
+
+        await eventually(listening, f"{count} live text listener(s) connected")
+
+
 async def open_store(database_url: str, tmp_path: Path) -> PostgresStore:
     store = PostgresStore(Settings(database_url=database_url, home=tmp_path / "home",
                                    load_plugins=()))
@@ -80,7 +97,7 @@ async def test_text_crosses_processes_through_notify_for_watched_runs_only(
         with server.watch(watched) as heard, server.watch(unwatched) as not_heard, \
                 worker.watch(watched) as own:
             await server_store.wait_for_appends({watched}, 0.1)  # an open SSE stream's watch
-            await asyncio.sleep(0.5)  # the listeners are connected
+            await listeners_connected(database_url, 2)  # the server's and the worker's
             # the longest piece, every character escaped in JSON: still within NOTIFY's limit
             # and what a Postgres array literal must escape or quote (publish_texts sends one)
             texts = ["one ", "two ", "\x01" * TEXT_DELTA_MAX_CHARS, 'a "b", {c} \\ NULL ',
@@ -160,7 +177,7 @@ async def test_one_statement_publishes_the_text_of_many_runs_watched_ones_only(
         queues = [server.watch(run_id) for run_id in watched]
         heard = [q.__enter__() for q in queues]
         await server_store.wait_for_appends(set(watched), 0.1)
-        await asyncio.sleep(0.5)  # the listener is connected
+        await listeners_connected(database_url, 1)
         payloads = {run_id: [json.dumps({"origin": "w", "run_id": run_id, "task_id": "main",
                                          "step": 1, "index": i, "text": f"{run_id[:4]}-{i}"})
                              for i in range(5)]

@@ -19,6 +19,7 @@ from toren.server.app import create_app
 from toren.server.cursors import decode_event_cursor
 from toren.server.streams import STREAMS
 from toren.testing import write_agent_dir
+from toren.testing.contracts.support import eventually
 
 SUBSCRIBERS = 20
 TOOLS = "\n".join(f'def noop_{i}(text: str) -> str:\n    """Does nothing."""\n    return "ok"\n'
@@ -121,9 +122,14 @@ async def test_lost_notices_cost_one_shared_look_per_run_not_one_per_stream(
                    for _ in range(SUBSCRIBERS)]
         for _ in range(SUBSCRIBERS):
             await asyncio.wait_for(attached.get(), 30)
-        await asyncio.sleep(1.0)  # the run is watched within SSE_WATCH_SYNC_S
         with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute("DELETE FROM toren_control.watched_runs")  # its notices are lost
+            # the hub records the watch within SSE_WATCH_SYNC_S; then its notices are lost
+            async def watched() -> object:
+                return conn.execute("SELECT 1 FROM toren_control.watched_runs "
+                                    "WHERE run_id = %s", (run_id,)).fetchone()
+
+            await eventually(watched, "the hub records the run's watch")
+            conn.execute("DELETE FROM toren_control.watched_runs")
         reads_before, looks_before = hub.reads.made["events"], hub.looks
         notices_before = hub.notices
         await make_runtime(dirs=[directory], models=models)
