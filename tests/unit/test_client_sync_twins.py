@@ -99,8 +99,7 @@ def test_mypy_types_the_twins_for_users(tmp_path: Path) -> None:
     ``py.typed`` marker): their parameters and return types, and wrong arguments caught (a
     class whose methods appear at run time would type them as ``Any``)."""
     mypy = Path(sys.executable).parent / "mypy"
-    if not mypy.exists():
-        pytest.skip("mypy is not installed in this environment")
+    assert mypy.exists(), "mypy is a test dependency (requirements/test.txt): install it"
     script = tmp_path / "user_code.py"
     script.write_text(USER_CODE)
     done = subprocess.run(

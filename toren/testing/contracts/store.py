@@ -148,9 +148,18 @@ class LiveTextContract(StoreFixtures):
 
     async def test_text_of_a_watched_run_is_heard_in_order(self, store: Store,
                                                            agent: str) -> None:
-        if not self.live_text:
-            pytest.skip("this store keeps LiveText's defaults (watchers in the worker's "
-                        "process only)")
+        if not self.live_text:  # the defaults: nothing is sent, and a listener hears nothing
+            run_id = await self.create(store, agent)
+            heard_nothing: list[str] = []
+            listening = asyncio.ensure_future(store.listen_text(heard_nothing.append))
+            await store.wait_for_appends({run_id}, 0.1)
+            assert await store.publish_text(run_id, ["piece"]) is False
+            await asyncio.sleep(0.2)
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
+            assert heard_nothing == []
+            return
         watched, unwatched = await self.create(store, agent), await self.create(store, agent)
         heard: list[str] = []
         listener = asyncio.ensure_future(store.listen_text(heard.append))
