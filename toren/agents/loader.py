@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from toren.agents.channels import load_channels
 from toren.agents.children import background_tool, peer_tool
-from toren.agents.regular_files import NotARegularFile, open_regular, read_regular
 from toren.agents.schedules import load_schedules
 from toren.agents.versions import AgentVersion, snapshot
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
@@ -29,6 +28,7 @@ from toren.core.limits import Compaction, Limits
 from toren.core.pricing import Pricing
 from toren.core.schedules import ScheduleSpec
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
+from toren.regular_files import NotARegularFile, open_regular, read_regular
 from toren.schemas import load_schema
 from toren.seams.channels import Channel
 from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
@@ -587,7 +587,7 @@ def read_definition(path: Path, *, max_bytes: int | None = None,
     cannot exhaust memory.
     """
     try:
-        fd, info = open_regular(path)
+        fd, info = open_regular(path, stat_first=True)
         with os.fdopen(fd, "rb") as file:
             if max_bytes is None:
                 raw = file.read()
@@ -627,7 +627,7 @@ def _code_file_exists(path: Path) -> bool:
     if not os.path.lexists(path):
         return False
     try:
-        os.close(open_regular(path)[0])
+        os.close(open_regular(path, stat_first=True)[0])
     except NotARegularFile as exc:
         raise not_regular(path, exc) from None
     except OSError as exc:

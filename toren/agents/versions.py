@@ -7,13 +7,12 @@ import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from toren.agents.regular_files import read_regular
-
 # the value and its hashing are the core's; re-exported for the loader and the host
 from toren.core.versions import AgentVersion as AgentVersion
 from toren.core.versions import manifest_hash as manifest_hash
 from toren.core.versions import sha256_hex as sha256_hex
 from toren.errors import AgentDefinitionError
+from toren.regular_files import read_regular
 
 #: What ``onChange:`` in agent.yaml may say about runs pinned to an older version.
 ON_CHANGE_POLICIES = ("continue", "upgrade")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from toren.errors import ArchiveMismatch, ArchiveUnavailable, ConfigError
+from toren.regular_files import NotARegularFile, open_regular
 from toren.seams.archive import ArchiveBackend
 
 if TYPE_CHECKING:
@@ -70,17 +71,12 @@ def _read_object(path: Path, max_bytes: int) -> bytes:
     """The bytes of the regular file at ``path``, at most ``max_bytes`` of them. Opened without
     following a symlink there (ELOOP) and without blocking: a FIFO opens at once, then is
     refused, instead of waiting for a writer that never comes."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        info = os.fstat(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
+        fd, info = open_regular(path, follow_symlinks=False)
+    except NotARegularFile as exc:
         raise ArchiveMismatch(f"the archived run's object {path} is not a regular file "
-                              f"(mode {stat.filemode(info.st_mode)}): it was replaced; "
-                              "nothing was read from it")
+                              f"(mode {stat.filemode(exc.mode)}): it was replaced; "
+                              "nothing was read from it") from None
     with os.fdopen(fd, "rb") as file:
         if info.st_size > max_bytes:
             raise _too_large(path, max_bytes)

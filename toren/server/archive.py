@@ -7,7 +7,7 @@ An archived run is read through the run routes as a hot one is (``GET /runs/{id}
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -17,9 +17,6 @@ from toren.server.context import RUNTIME
 from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
 from toren.server.errors import json_error
 from toren.server.runs import is_uuid, read_json_object, refuse_a_body, served_run
-
-if TYPE_CHECKING:
-    pass
 
 #: Most runs one ``POST /archive`` may be asked to archive.
 MAX_RUNS_PER_REQUEST = 100_000

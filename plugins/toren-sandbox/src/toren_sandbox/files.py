@@ -20,28 +20,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
+from toren import regular_files
 from toren.errors import ToolError
+from toren.regular_files import kind_of
 
 #: Where commands see the workspace; file tools accept paths under it as well.
 MOUNT = PurePosixPath("/workspace")
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Added to every open of a file: never follow a final link, never wait for a FIFO's peer.
 FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
 
 class WorkspacePathError(ToolError):
     """A path that would leave the workspace, or that the file tools refuse."""
 
     code = "workspace_path"
-
-
-def kind_of(mode: int) -> str:
-    """What a file of this ``st_mode`` is, in words ("a FIFO (named pipe)")."""
-    return next((name for test, name in _KINDS if test(mode)), "a regular file"
-                if stat.S_ISREG(mode) else "a special file")
 
 
 def relative_parts(path: str) -> tuple[str, ...]:
@@ -107,22 +99,15 @@ def not_regular(shown: str, mode: int) -> WorkspacePathError:
 
 def open_regular(parent: int, name: str, flags: int, shown: str) -> int:
     """A descriptor of the regular file ``name`` in the directory ``parent``, opened with
-    ``flags`` (plus ``FILE_FLAGS``); anything else there is refused without blocking."""
+    ``flags`` (never following a final link, never waiting for a FIFO's peer); anything
+    else there is refused without blocking (``toren.regular_files``)."""
     try:
-        fd = os.open(name, flags | FILE_FLAGS, 0o666, dir_fd=parent)
+        fd, _ = regular_files.open_regular(name, flags, dir_fd=parent, follow_symlinks=False)
+    except regular_files.NotARegularFile as exc:
+        raise not_regular(shown, exc.mode) from None
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing with no reader
             raise _refusal(exc, shown) from None
-        raise
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise not_regular(shown, mode)
-        # reads and writes of a regular file never block on O_NONBLOCK: it only mattered for
-        # the open, but a clean descriptor is easier to hand on
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
         raise
     return fd
 

@@ -42,9 +42,10 @@ from typing import Any
 
 from toren import ToolCallContext
 from toren.errors import ToolError
+from toren.regular_files import kind_of
 from toren.seams.store import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren_sandbox.config import MIB, SandboxConfig, workspaces_root
-from toren_sandbox.files import DIR_FLAGS, FILE_FLAGS, kind_of, open_regular, parent_fd
+from toren_sandbox.files import DIR_FLAGS, FILE_FLAGS, open_regular, parent_fd
 
 log = logging.getLogger(__name__)
 #: Seconds between two sweeps of this worker's disk for workspaces of finished runs.
