@@ -16,7 +16,7 @@ stop_dockerd() {
 }
 trap stop_dockerd EXIT
 
-version=$(python3 -c 'import re; print(re.search(r"__version__ = \"(.+)\"", open("toren/__init__.py").read())[1])')
+version=$(python3 -c 'import re; print(re.search(r"__version__ = \"(.+)\"", open("toren/version.py").read())[1])')
 # builds behind a TLS-intercepting proxy need its CA for pip (the build's downloads only)
 extra_ca=""
 for cert in /usr/local/share/ca-certificates/*.crt; do
