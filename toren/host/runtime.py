@@ -40,6 +40,7 @@ from toren.errors import (
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.files import FileNotFound
 from toren.host.approvals import ApprovalsApi
+from toren.host.chat.context import RuntimeChannelContext
 from toren.host.chat.pairing import decide_pairing, list_pairings
 from toren.host.forks import ForksApi
 from toren.host.gc_tuning import tune_for_workers, untune_for_workers
@@ -56,7 +57,7 @@ from toren.host.services import (
 )
 from toren.host.versions import AgentVersions
 from toren.host.watchdog import LoopWatchdog
-from toren.seams.channels import Channel
+from toren.seams.channels import Channel, ChannelContext
 from toren.seams.drivers import driver_class
 from toren.seams.model import Model
 from toren.seams.plugins import PluginHost
@@ -265,6 +266,12 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         return {name: dict(agent.channels[channel]) for name, agent in self.agents.items()
                 if channel in agent.channels}
 
+    @property
+    def channel_context(self) -> ChannelContext:
+        """What this runtime hands its channels (``Channel.start``, ``routes``,
+        ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more."""
+        return RuntimeChannelContext(self)
+
     def listed_channels(self) -> list[Channel]:
         """The installed channels that at least one served agent lists (the ones to start)."""
         return [channel for name, channel in self.plugins.channels.items()
@@ -284,7 +291,7 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
             raise MissingEnvError("missing environment variables for channels: "
                                   + ", ".join(dict.fromkeys(problems)))
         for channel in self.listed_channels():
-            await channel.start(self)
+            await channel.start(self.channel_context)
             self._channels.append(channel)
 
     async def list_pairings(self, status: str | None = "pending") -> list[ChannelPairing]:
@@ -311,7 +318,8 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
                 if channel.name in started:
                     await channel.notify(session_id, agent, text)
                 else:
-                    await channel.notify_elsewhere(self, session_id, agent, text)
+                    await channel.notify_elsewhere(self.channel_context, session_id, agent,
+                                                   text)
             except Exception:
                 log.exception("channel %s failed to take a notice for session %s",
                               channel.name, session_id)

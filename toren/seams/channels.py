@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from toren.core.approvals import ApprovalRecord
+    from toren.seams.store.channels import ChannelChats, ChannelInbox, ChannelOutbox
 
 #: Distributions that provide the channels Toren documents, for the error naming what to install
 #: when an agent lists a channel that no installed plugin registered.
-KNOWN_CHANNEL_PLUGINS = {"telegram": "toren-telegram", "whatsapp": "toren-whatsapp"}
+KNOWN_CHANNEL_PLUGINS = {"telegram": "toren-telegram", "whatsapp": "toren-whatsapp",
+                         "slack": "toren-slack"}
 
 
 def plugin_for_channel(name: str) -> str:
@@ -16,14 +22,82 @@ def plugin_for_channel(name: str) -> str:
     return KNOWN_CHANNEL_PLUGINS.get(name, f"toren-{name}")
 
 
+class ChannelContext(Protocol):
+    """What a channel may do with the Toren process that started it (plugin API v1).
+
+    Handed to ``Channel.start``, ``Channel.routes`` and ``Channel.notify_elsewhere`` instead
+    of the whole runtime: a channel starts and continues sessions, reads them, decides the
+    approvals its people are offered, and keeps its own state (intake, outbox, chats, its
+    poller lease) durably through the three channel stores. Nothing else of the kernel is
+    reachable from here, so a channel written against this keeps working across minor
+    releases (docs/reference/versioning.md).
+    """
+
+    @property
+    def inbox(self) -> ChannelInbox:
+        """Updates recorded before they are acknowledged, and the poller lease."""
+
+    @property
+    def chats(self) -> ChannelChats:
+        """Which session a chat is bound to, people's pairing status, the button key."""
+
+    @property
+    def outbox(self) -> ChannelOutbox:
+        """Messages to send, keyed so that each is sent once."""
+
+    @property
+    def lease_ttl_s(self) -> float:
+        """How long a poller lease lives unless renewed (``TOREN_LEASE_TTL``)."""
+
+    @property
+    def poll_interval_s(self) -> float:
+        """How often the deployment polls its own tables (``TOREN_POLL_INTERVAL``)."""
+
+    @property
+    def home(self) -> Path:
+        """The deployment's ``TOREN_HOME``, for files a channel keeps on this machine."""
+
+    @property
+    def skip_preflight(self) -> bool:
+        """Whether start-up skips the platforms' credential checks (``TOREN_SKIP_PREFLIGHT``)."""
+
+    def channel_agents(self, channel: str) -> dict[str, dict[str, Any]]:
+        """The served agents that list ``channel`` under ``channels:``, with their settings."""
+
+    async def start_session(self, agent: str, *, idempotency_key: str | None = None) -> str:
+        """Open a session with ``agent``; the same id again for an ``idempotency_key`` used
+        before. ``toren.Runtime.start_session``."""
+
+    async def send_message(self, session_id: str, text: str, *,
+                           idempotency_key: str | None = None) -> int:
+        """The person's next message; the turn it started. ``SessionBusy``, ``SessionEnded``,
+        ``SessionNotFound`` as ``toren.Runtime.send_message``."""
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        """The session's status, transcript and pending approvals
+        (``toren.Runtime.get_session``); ``SessionNotFound``."""
+
+    async def session_status(self, session_id: str, agent: str) -> str | None:
+        """The session's run status as its row has it (``running``, ``awaiting_input``, ...),
+        ``None`` if there is none: cheap enough to ask at every tick."""
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord:
+        """One approval; ``ApprovalNotFound``."""
+
+    async def decide_approval(self, approval_id: str, outcome: str, *,
+                              decided_by: str) -> ApprovalRecord:
+        """Approve or deny (``outcome``) as ``decided_by`` (``<channel>:<user id>``);
+        ``ApprovalNotFound``, ``ApprovalAlreadyDecided``, ``NotAnApprover``."""
+
+
 class Channel(abc.ABC):
     """A channel registered through the ``register_channels`` hook.
 
     ``toren dev`` calls ``start`` once after the runtime is up and ``stop`` once on shutdown,
     but only for a channel that at least one served agent lists under ``channels:`` in its
-    agent.yaml; the channel serves exactly those agents (``runtime.channel_agents(name)``
+    agent.yaml; the channel serves exactly those agents (``context.channel_agents(name)``
     gives each one's settings). ``start`` must return promptly: run long-lived loops as
-    background tasks. Chat apps build on ``toren.host.chat.ChatChannel``, which adds the
+    background tasks. Chat apps build on ``toren.plugin.ChatChannel``, which adds the
     shared machinery (elected poller, exactly-once delivery, allow-list and pairing).
     """
 
@@ -55,7 +129,7 @@ class Channel(abc.ABC):
         The default is none."""
         return []
 
-    def routes(self, app: Any, runtime: Any) -> None:
+    def routes(self, app: Any, context: ChannelContext) -> None:
         """Add HTTP routes (webhooks) to the Toren server's aiohttp ``app``.
 
         Called by ``toren.server.app.create_app`` once for every channel a served agent
@@ -67,8 +141,9 @@ class Channel(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def start(self, runtime: Any) -> None:
-        """Begin serving; ``runtime`` is the host API (``toren.Runtime``) to start runs with."""
+    async def start(self, context: ChannelContext) -> None:
+        """Begin serving; ``context`` is what the channel may do with this process
+        (``ChannelContext``)."""
 
     @abc.abstractmethod
     async def stop(self) -> None:
@@ -85,14 +160,14 @@ class Channel(abc.ABC):
         """
         return None
 
-    async def notify_elsewhere(self, runtime: Any, session_id: str, agent: str,
+    async def notify_elsewhere(self, context: ChannelContext, session_id: str, agent: str,
                                text: str) -> None:
         """Hand ``text`` to the process that runs this channel, for session ``session_id`` of
         ``agent`` (an agent that lists this channel), from a process that did not start it.
 
         Called by a worker that runs beside the server instead of in it (``toren worker``
-        beside ``toren serve``: Compose, AWS) right after it committed such a notice; ``runtime``
-        is that worker's ``toren.Runtime``. A channel whose sends are durable queues it where
+        beside ``toren serve``: Compose, AWS) right after it committed such a notice; ``context``
+        is that worker's ``ChannelContext``. A channel whose sends are durable queues it where
         the process holding the channel sends it (``ChatChannel`` does); the default does
         nothing, and the notice stays in the transcript.
         """

@@ -2,6 +2,8 @@
 
 Every hook receives a ``register`` callback (or the object to extend) and is called once per
 process by ``toren.seams.plugins.PluginHost`` when plugins are loaded, before any agent is loaded.
+Plugins import what the hooks hand them, and everything else they use, from ``toren.plugin``
+(plugin API v1, docs/reference/plugins.md).
 Hooks are synchronous; what they register has async methods. Call hooks with keyword
 arguments only; a hook implementation may accept fewer arguments than the spec names.
 """
@@ -9,7 +11,7 @@ arguments only; a hook implementation may accept fewer arguments than the spec n
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 
     from toren.seams.channels import Channel
     from toren.seams.model import ModelProvider
+    from toren.seams.plugin_api import PluginRuntime
 
 hookspec = pluggy.HookspecMarker("toren")
 hookimpl = pluggy.HookimplMarker("toren")
@@ -34,7 +37,7 @@ def register_models(register: Callable[[ModelProvider], None]) -> None:
     """Register model providers.
 
     Called once when plugins load. Call ``register(provider)`` with a
-    ``toren.seams.model.ModelProvider`` for each id prefix the plugin serves (``anthropic`` serves
+    ``toren.plugin.ModelProvider`` for each id prefix the plugin serves (``anthropic`` serves
     ``anthropic/<model>``). An agent's ``model:`` routes to the provider owning its prefix; two
     plugins registering the same prefix is an error naming both.
     """
@@ -68,7 +71,7 @@ def register_channels(register: Callable[[Channel], None]) -> None:
     """Register channels: ways for people to talk to agents (chat apps, terminals, HTTP).
 
     Called once when plugins load. Call ``register(channel)`` with a
-    ``toren.seams.channels.Channel`` (chat apps: a ``toren.host.chat.ChatChannel``).
+    ``toren.plugin.Channel`` (chat apps: a ``toren.plugin.ChatChannel``).
     An agent selects the channels that serve it under ``channels:`` in agent.yaml, with each
     one's settings, which the loader validates against the channel's ``settings_schema`` and
     ``check_settings``; a listed channel that no plugin registered is a load error naming the
@@ -100,13 +103,14 @@ def register_commands(app: typer.Typer) -> None:
 
 
 @hookspec
-def register_routes(app: web.Application, runtime: Any) -> None:
+def register_routes(app: web.Application, runtime: PluginRuntime) -> None:
     """Add HTTP routes to the Toren server (``toren serve``, ``toren dev``).
 
     Called once per server by ``toren.server.app.create_app``, after the API's own routes
     and the channels' webhooks exist and before the server listens; ``runtime`` is the
-    started ``toren.Runtime`` the API serves. Add routes to the aiohttp ``app``
-    (``app.router.add_post(...)``) and any start-up/clean-up to ``app.cleanup_ctx``.
+    started runtime the API serves, as ``toren.plugin.PluginRuntime`` documents it. Add
+    routes to the aiohttp ``app`` (``app.router.add_post(...)``) and any start-up/clean-up
+    to ``app.cleanup_ctx``.
     Unlike a channel's webhooks, these routes are part of the API: the same API keys
     (``Authorization: Bearer``) and browser guard apply to them as to ``/runs``. A route
     that is already taken (by the API or another plugin) is an error naming the plugin.

@@ -17,6 +17,7 @@ from toren.errors import ConfigError, PluginError, PluginUnavailable, ToolError,
 from toren.seams import hookspecs
 from toren.seams.channels import Channel
 from toren.seams.model import ModelProvider
+from toren.seams.plugin_api import check_plugin_api, declared_api_range
 from toren.seams.tools import Tool, tool_from_function
 
 ENTRY_POINT_GROUP = "toren"
@@ -41,12 +42,14 @@ class PluginInfo:
     default: bool = False
     #: Why the plugin registered nothing on this machine (``PluginUnavailable``), if it did not.
     unavailable: str | None = None
+    #: The plugin API versions it declares it supports (``TOREN_PLUGIN_API``), if it does.
+    api: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = {
             "name": self.name, "distribution": self.distribution, "version": self.version,
             "default": self.default, "hooks": self.hooks, "models": self.models,
-            "tools": self.tools, "channels": self.channels,
+            "tools": self.tools, "channels": self.channels, "api": self.api,
         }
         if self.unavailable is not None:
             data["unavailable"] = self.unavailable
@@ -133,12 +136,14 @@ class PluginHost:
     def _register(
         self, module: ModuleType, name: str, dist: str, version: str, *, default: bool = False
     ) -> None:
+        check_plugin_api(module, name, dist, version)
         try:
             self.pm.register(module, name=name)
         except ValueError as exc:
             raise PluginError(f"plugin {name!r} ({dist}) is registered twice: {exc}") from exc
         hooks = [impl_name for impl_name in hookspecs.HOOK_NAMES if hasattr(module, impl_name)]
-        self.info[name] = PluginInfo(name, dist, version, hooks=hooks, default=default)
+        self.info[name] = PluginInfo(name, dist, version, hooks=hooks, default=default,
+                                     api=declared_api_range(module))
 
     def _call_each(self, hook_name: str, **kwargs: Any) -> None:
         """Call every implementation of a hook, binding ``plugin`` so registrations are traced."""

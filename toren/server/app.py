@@ -76,7 +76,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     archive_routes.routes(app)
     console.routes(app)
     for channel in runtime.listed_channels():  # webhooks of chat apps (docs/channels/)
-        channel.routes(app, runtime)
+        channel.routes(app, runtime.channel_context)
     observability.routes(app)  # /metrics, /fleet (docs/guides/observability.md)
     # routes of plugins, behind the same middlewares (toren-mcp's /mcp: docs/channels/mcp.md)
     runtime.plugins.add_routes(app, runtime)

@@ -51,8 +51,15 @@ from toren.host.chat.buttons import (
     parse_button,
     press_signed,
 )
-from toren.seams.channels import Channel
-from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
+from toren.seams.channels import Channel, ChannelContext
+from toren.seams.store.channels import (
+    ChannelChats,
+    ChannelInbox,
+    ChannelOutbox,
+    ChannelPairing,
+    ChannelSend,
+    ChannelUpdate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +124,7 @@ class ChatChannel(Channel):
     notes_buttons_in_place: bool = False
 
     def __init__(self) -> None:
-        self.runtime: Any = None
+        self.context: ChannelContext | None = None
         self.bots: dict[str, ChatBot] = {}
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._tasks: list[asyncio.Task[None]] = []
@@ -172,7 +179,7 @@ class ChatChannel(Channel):
         """Acknowledge a button press with a short note. The default sends the note to the
         chat as a message (once per press); Telegram shows it on the button instead
         (answerCallbackQuery)."""
-        await self.runtime.store.enqueue_channel_sends(self.name, bot.agent, [ChannelSend(
+        await self._outbox.enqueue_channel_sends(self.name, bot.agent, [ChannelSend(
             key=f"button:{update.update_id}", chat_id=update.chat_id, text=text)])
 
     # -- Channel -----------------------------------------------------------------------------
@@ -185,14 +192,32 @@ class ChatChannel(Channel):
                                 "or turn pairing on")]
         return []
 
-    async def start(self, runtime: Any) -> None:
-        self.runtime = runtime
+    @property
+    def _context(self) -> ChannelContext:
+        if self.context is None:
+            raise ChannelError(f"the {self.name} channel is not started (Channel.start)")
+        return self.context
+
+    @property
+    def _inbox(self) -> ChannelInbox:
+        return self._context.inbox
+
+    @property
+    def _chats(self) -> ChannelChats:
+        return self._context.chats
+
+    @property
+    def _outbox(self) -> ChannelOutbox:
+        return self._context.outbox
+
+    async def start(self, context: ChannelContext) -> None:
+        self.context = context
         self._stopping.clear()
-        for agent, settings in runtime.channel_agents(self.name).items():
+        for agent, settings in context.channel_agents(self.name).items():
             bot = ChatBot(agent=agent, settings=settings)
             await self.open_bot(bot)
             self.bots[agent] = bot
-            if not runtime.settings.skip_preflight:
+            if not context.skip_preflight:
                 await self._preflight(bot)
             self._wake[agent] = asyncio.Event()
             self._tasks.append(asyncio.create_task(self._lease_loop(bot),
@@ -225,8 +250,8 @@ class ChatChannel(Channel):
         for bot in self.bots.values():
             if bot.leading:
                 try:
-                    await self.runtime.store.release_channel_lease(self.name, bot.agent,
-                                                                   self.holder)
+                    await self._inbox.release_channel_lease(self.name, bot.agent,
+                                                                    self.holder)
                 except TorenError as exc:
                     log.warning("could not release the %s lease of %s: %s", self.name,
                                 bot.agent, exc.message)
@@ -237,26 +262,27 @@ class ChatChannel(Channel):
         """Queue ``text`` (a background run's result) for the chat that owns the session."""
         if agent not in self.bots:
             return
-        if await self._queue_notice(self.runtime.store, session_id, agent, text):
+        if await self._queue_notice(self._context, session_id, agent, text):
             self._wake[agent].set()
 
-    async def notify_elsewhere(self, runtime: Any, session_id: str, agent: str,
+    async def notify_elsewhere(self, context: ChannelContext, session_id: str, agent: str,
                                text: str) -> None:
         """Queue ``text`` from a worker beside the server: the sends are durable rows, which
         the process holding this agent's lease sends on its next tick (at most half a
         second)."""
-        await self._queue_notice(runtime.store, session_id, agent, text)
+        await self._queue_notice(context, session_id, agent, text)
 
-    async def _queue_notice(self, store: Any, session_id: str, agent: str, text: str) -> bool:
+    async def _queue_notice(self, context: ChannelContext, session_id: str, agent: str,
+                            text: str) -> bool:
         """Queue the notice's parts for the chat that owns the session, once per text (a
         redelivered notice is the same sends); whether the session has a chat here."""
-        found = await store.session_chat(self.name, session_id)
+        found = await context.chats.session_chat(self.name, session_id)
         if found is None:
             return False
         _agent, chat_id = found
         sends = _parts(f"notice:{session_id}:{_digest(text)}", chat_id, text,
                        self.max_message_chars)
-        await store.enqueue_channel_sends(self.name, agent, sends)
+        await context.outbox.enqueue_channel_sends(self.name, agent, sends)
         return True
 
     # -- intake --------------------------------------------------------------------------
@@ -264,7 +290,7 @@ class ChatChannel(Channel):
     async def receive(self, update: ChannelUpdate) -> bool:
         """Record an update (a webhook calls this before answering the platform); ``False``
         for one recorded before. Wakes the lease holder if it is this process."""
-        new = bool(await self.runtime.store.record_channel_update(_storable(update)))
+        new = bool(await self._inbox.record_channel_update(_storable(update)))
         wake = self._wake.get(update.agent)
         if wake is not None:
             wake.set()
@@ -274,14 +300,14 @@ class ChatChannel(Channel):
 
     @property
     def _ttl_s(self) -> float:
-        return float(self.runtime.settings.lease_ttl_s)
+        return self._context.lease_ttl_s
 
     async def _lease_loop(self, bot: ChatBot) -> None:
         """Take and renew the lease (every third of its life); one holder per deployment."""
         while not self._stopping.is_set():
             try:
-                held = await self.runtime.store.claim_channel_lease(self.name, bot.agent,
-                                                                    self.holder, self._ttl_s)
+                held = await self._inbox.claim_channel_lease(self.name, bot.agent,
+                                                                     self.holder, self._ttl_s)
             except TorenError as exc:
                 log.warning("%s lease of %s: %s", self.name, bot.agent, exc.message)
                 held = False
@@ -302,7 +328,7 @@ class ChatChannel(Channel):
             try:
                 updates = await self.fetch_updates(bot)
                 for update in updates:
-                    await self.runtime.store.record_channel_update(_storable(update))
+                    await self._inbox.record_channel_update(_storable(update))
                 # only now, with every update committed, may the platform forget them
                 await self.acknowledge(bot, updates)
                 if updates:
@@ -317,7 +343,7 @@ class ChatChannel(Channel):
 
     async def _work_loop(self, bot: ChatBot) -> None:
         wake = self._wake[bot.agent]
-        tick = min(0.5, float(self.runtime.settings.poll_interval_s))
+        tick = min(0.5, self._context.poll_interval_s)
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=tick)
@@ -336,10 +362,9 @@ class ChatChannel(Channel):
     # -- pending updates -> turns --------------------------------------------------------
 
     async def _dispatch(self, bot: ChatBot) -> None:
-        store = self.runtime.store
         busy_chats = {update.chat_id for update in
-                      await store.delivered_channel_updates(self.name, bot.agent)}
-        for update in await store.pending_channel_updates(self.name, bot.agent):
+                      await self._inbox.delivered_channel_updates(self.name, bot.agent)}
+        for update in await self._inbox.pending_channel_updates(self.name, bot.agent):
             if update.kind == "button":
                 await self._press(bot, update)
                 continue
@@ -347,7 +372,7 @@ class ChatChannel(Channel):
                 continue
             if update.chat_id in busy_chats:
                 if bot.settings.get("when_busy") == "reply":
-                    await store.answer_channel_update(
+                    await self._inbox.answer_channel_update(
                         self.name, bot.agent, update.update_id, "busy",
                         [ChannelSend(key=f"busy:{update.update_id}", chat_id=update.chat_id,
                                      text=BUSY_TEXT)])
@@ -359,15 +384,14 @@ class ChatChannel(Channel):
     async def _allowed(self, bot: ChatBot, update: ChannelUpdate) -> bool:
         """Whether the sender may reach the model; if not, the update is refused, with one
         pairing code or one polite refusal per person (outbox keys make them once-only)."""
-        store = self.runtime.store
         if allow_listed(bot.settings, update.user_id):
             return True
-        status = await store.channel_user_status(self.name, bot.agent, update.user_id)
+        status = await self._chats.channel_user_status(self.name, bot.agent, update.user_id)
         if status == "approved":
             return True
         sends: list[ChannelSend] = []
         if bot.settings.get("pairing", True) and status is None:
-            pairing = await store.request_pairing(ChannelPairing(
+            pairing = await self._chats.request_pairing(ChannelPairing(
                 channel=self.name, agent=bot.agent, user_id=update.user_id,
                 chat_id=update.chat_id, code=new_pairing_code(), status="pending",
                 display_name=str(update.payload.get("name", ""))[:200]))
@@ -376,29 +400,30 @@ class ChatChannel(Channel):
         elif not bot.settings.get("pairing", True) or status == "denied":
             sends.append(ChannelSend(key=f"refusal:{update.user_id}", chat_id=update.chat_id,
                                      text=REFUSAL_TEXT))
-        await store.answer_channel_update(self.name, bot.agent, update.update_id, "refused",
+        await self._inbox.answer_channel_update(self.name, bot.agent, update.update_id, "refused",
                                           sends)
         log.info("%s: refused a message from %s to %s (not allowed)", self.name,
                  update.user_id, bot.agent)
         return False
 
     async def _start_turn(self, bot: ChatBot, update: ChannelUpdate) -> bool:
-        runtime, store = self.runtime, self.runtime.store
+        context = self._context
         for _attempt in range(2):
-            session_id = await store.chat_session(self.name, bot.agent, update.chat_id)
+            session_id = await self._chats.chat_session(self.name, bot.agent, update.chat_id)
             if session_id is None:
-                session_id = await runtime.start_session(
+                session_id = await context.start_session(
                     bot.agent, idempotency_key=f"{self.name}:{update.chat_id}:{update.update_id}")
-                await store.bind_chat_session(self.name, bot.agent, update.chat_id, session_id)
+                await self._chats.bind_chat_session(self.name, bot.agent, update.chat_id,
+                                                    session_id)
             try:
-                turn = await runtime.send_message(session_id, update.text,
+                turn = await context.send_message(session_id, update.text,
                                                   idempotency_key=f"{self.name}:"
                                                                   f"{update.update_id}")
             except (SessionEnded, SessionNotFound):
                 # the chat's session ended (closed, failed, cancelled): the chat gets a new one
-                fresh = await runtime.start_session(
+                fresh = await context.start_session(
                     bot.agent, idempotency_key=f"{self.name}:{update.chat_id}:{update.update_id}")
-                await store.bind_chat_session(self.name, bot.agent, update.chat_id, fresh)
+                await self._chats.bind_chat_session(self.name, bot.agent, update.chat_id, fresh)
                 continue
             except SessionBusy:
                 return False  # another surface took the turn; try again on the next tick
@@ -407,14 +432,14 @@ class ChatChannel(Channel):
                     raise
                 # a message the session cannot take (unstorable text, too long): say so once
                 # and move on, or it would block the chat's every later message
-                await store.answer_channel_update(
+                await self._inbox.answer_channel_update(
                     self.name, bot.agent, update.update_id, "handled",
                     [ChannelSend(key=f"unusable:{update.update_id}", chat_id=update.chat_id,
                                  text=f"Sorry, I could not take that message: "
                                       f"{exc.message[:300]}")])
                 return False
-            await store.set_channel_update(self.name, bot.agent, update.update_id, "delivered",
-                                           session_id=session_id, turn=turn)
+            await self._inbox.set_channel_update(self.name, bot.agent, update.update_id,
+                                                 "delivered", session_id=session_id, turn=turn)
             await self._typing(bot, update.chat_id, force=True)
             return True
         return False
@@ -431,7 +456,7 @@ class ChatChannel(Channel):
                 await self.answer_button(bot, update, note)
             except ChannelError as exc:
                 log.info("%s: answering a button failed: %s", self.name, exc.message)
-        await self.runtime.store.set_channel_update(self.name, bot.agent, update.update_id,
+        await self._inbox.set_channel_update(self.name, bot.agent, update.update_id,
                                                     "handled")
 
     async def _decide_pressed(self, bot: ChatBot, update: ChannelUpdate) -> str:
@@ -440,8 +465,8 @@ class ChatChannel(Channel):
         record, session_id = None, None
         if press is not None:
             with contextlib.suppress(ApprovalNotFound):
-                record = await self.runtime.get_approval(press.approval_id)
-            session_id = await self.runtime.store.chat_session(self.name, bot.agent,
+                record = await self._context.get_approval(press.approval_id)
+            session_id = await self._chats.chat_session(self.name, bot.agent,
                                                                update.chat_id)
         if (press is None or record is None or record.agent != bot.agent
                 or record.run_id != session_id
@@ -455,7 +480,7 @@ class ChatChannel(Channel):
                         update.chat_id, bot.agent, update.text[:80])
             return NOT_VALID_TEXT
         try:
-            await self.runtime.decide_approval(record.id, press.outcome,
+            await self._context.decide_approval(record.id, press.outcome,
                                                decided_by=f"{self.name}:{update.user_id}")
         except (ApprovalNotFound, ApprovalAlreadyDecided, NotAnApprover) as exc:
             return exc.message[:190]
@@ -464,30 +489,29 @@ class ChatChannel(Channel):
     async def _button_key(self) -> bytes:
         """The deployment's button key (``ChannelChats.chat_button_key``), read once."""
         if self._button_key_bytes is None:
-            self._button_key_bytes = await self.runtime.store.chat_button_key(
+            self._button_key_bytes = await self._chats.chat_button_key(
                 secrets.token_bytes(KEY_BYTES))
         return self._button_key_bytes
 
     async def _allowed_silently(self, bot: ChatBot, user_id: str) -> bool:
         if allow_listed(bot.settings, user_id):
             return True
-        status = await self.runtime.store.channel_user_status(self.name, bot.agent, user_id)
+        status = await self._chats.channel_user_status(self.name, bot.agent, user_id)
         return bool(status == "approved")
 
     # -- finished turns -> outbox ----------------------------------------------------------
 
     async def _collect(self, bot: ChatBot) -> None:
-        store = self.runtime.store
-        for update in await store.delivered_channel_updates(self.name, bot.agent):
+        for update in await self._inbox.delivered_channel_updates(self.name, bot.agent):
             assert update.session_id is not None and update.turn is not None
-            record = await store.get_run(update.session_id, bot.agent)
-            if record is not None and record.status in ("queued", "running", "waiting"):
+            row_status = await self._context.session_status(update.session_id, bot.agent)
+            if row_status in ("queued", "running", "waiting"):
                 await self._typing(bot, update.chat_id)  # the row, not the transcript
                 continue
             try:
-                session = await self.runtime.get_session(update.session_id)
+                session = await self._context.get_session(update.session_id)
             except SessionNotFound:
-                await store.set_channel_update(self.name, bot.agent, update.update_id,
+                await self._inbox.set_channel_update(self.name, bot.agent, update.update_id,
                                                "answered")
                 continue
             status = session["status"]
@@ -507,7 +531,7 @@ class ChatChannel(Channel):
             text = text or "(no reply)"
             sends = _parts(f"reply:{update.session_id}:{update.turn}", update.chat_id, text,
                            self.max_message_chars)
-            await store.answer_channel_update(self.name, bot.agent, update.update_id,
+            await self._inbox.answer_channel_update(self.name, bot.agent, update.update_id,
                                               "answered", sends)
 
     async def _offer_approvals(self, bot: ChatBot, update: ChannelUpdate,
@@ -536,7 +560,7 @@ class ChatChannel(Channel):
             sends.append(ChannelSend(key=key, chat_id=update.chat_id, text=text,
                                      payload=payload))
         if sends:
-            await self.runtime.store.enqueue_channel_sends(self.name, bot.agent, sends)
+            await self._outbox.enqueue_channel_sends(self.name, bot.agent, sends)
 
     async def _typing(self, bot: ChatBot, chat_id: str, *, force: bool = False) -> None:
         now = time.monotonic()
@@ -551,25 +575,24 @@ class ChatChannel(Channel):
     # -- outbox -> platform ---------------------------------------------------------------
 
     async def _send_due(self, bot: ChatBot) -> None:
-        store = self.runtime.store
-        for send in await store.due_channel_sends(self.name, bot.agent):
+        for send in await self._outbox.due_channel_sends(self.name, bot.agent):
             try:
                 await self.send_text(bot, send.chat_id, send.text, send.payload)
             except ChannelError as exc:
                 if not exc.retryable:
                     log.error("%s: giving up on message %s to %s: %s", self.name, send.key,
                               send.chat_id, exc.message)
-                    await store.finish_channel_send(self.name, bot.agent, send.key,
+                    await self._outbox.finish_channel_send(self.name, bot.agent, send.key,
                                                     error=exc.message)
                     continue
                 delay = _backoff(send.attempts + 1, exc.retry_after_s)
                 log.warning("%s: sending %s failed (%s); retrying in %.1fs", self.name,
                             send.key, exc.message, delay)
-                await store.retry_channel_send(self.name, bot.agent, send.key, delay,
+                await self._outbox.retry_channel_send(self.name, bot.agent, send.key, delay,
                                                exc.message)
                 # the platform asked this bot to slow down: the rest wait for the next tick
                 break
-            await store.finish_channel_send(self.name, bot.agent, send.key)
+            await self._outbox.finish_channel_send(self.name, bot.agent, send.key)
 
 
 def _storable(update: ChannelUpdate) -> ChannelUpdate:

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from toren.errors import ChannelError
+from toren.plugin import ChannelError
 
 DEFAULT_API_URL = "https://api.telegram.org"
 

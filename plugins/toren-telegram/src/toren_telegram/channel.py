@@ -11,10 +11,16 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from toren.errors import ChannelError
-from toren.host.chat import COMMON_SETTINGS, ChatBot, ChatChannel
-from toren.host.chat.webhooks import WebhookBodyError, webhook_json
-from toren.seams.store.channels import ChannelUpdate
+from toren.plugin import (
+    COMMON_SETTINGS,
+    ChannelContext,
+    ChannelError,
+    ChannelUpdate,
+    ChatBot,
+    ChatChannel,
+    WebhookBodyError,
+    webhook_json,
+)
 from toren_telegram.api import DEFAULT_API_URL, BotApi
 from toren_telegram.markup import to_telegram_html
 
@@ -135,7 +141,7 @@ class TelegramChannel(ChatChannel):
 
     # -- webhook ----------------------------------------------------------------------------
 
-    def routes(self, app: web.Application, runtime: Any) -> None:
+    def routes(self, app: web.Application, context: ChannelContext) -> None:
         """``POST /channels/telegram/<agent>``: Telegram's webhook calls (webhook mode)."""
         app.router.add_post("/channels/telegram/{agent}", self._webhook)
 

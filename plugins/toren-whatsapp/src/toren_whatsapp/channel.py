@@ -12,10 +12,16 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from toren.errors import ChannelError
-from toren.host.chat import COMMON_SETTINGS, ChatBot, ChatChannel
-from toren.host.chat.webhooks import WebhookBodyError, webhook_json
-from toren.seams.store.channels import ChannelUpdate
+from toren.plugin import (
+    COMMON_SETTINGS,
+    ChannelContext,
+    ChannelError,
+    ChannelUpdate,
+    ChatBot,
+    ChatChannel,
+    WebhookBodyError,
+    webhook_json,
+)
 from toren_whatsapp.markup import to_whatsapp
 from toren_whatsapp.signature import signature_valid
 
@@ -102,7 +108,7 @@ class WhatsAppChannel(ChatChannel):
 
     # -- webhook ----------------------------------------------------------------------------
 
-    def routes(self, app: web.Application, runtime: Any) -> None:
+    def routes(self, app: web.Application, context: ChannelContext) -> None:
         """``GET /channels/whatsapp/<agent>``: Meta's verification handshake;
         ``POST``: signed message notifications, recorded before they are answered 200."""
         app.router.add_get("/channels/whatsapp/{agent}", self._verify)

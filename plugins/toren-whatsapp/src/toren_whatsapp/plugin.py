@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import toren
-from toren.seams.channels import Channel
+from toren.plugin import Channel
 from toren_whatsapp.channel import WhatsAppChannel
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 
 @toren.hookimpl

@@ -9,8 +9,14 @@ from typing import Any
 import typer
 
 import toren
-from toren.seams.channels import Channel
-from toren.seams.model import Model, ModelProvider, ModelRequest, ModelResponse
+from toren.plugin import (
+    Channel,
+    ChannelContext,
+    Model,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+)
 
 
 def echo_upper(text: str) -> str:
@@ -55,9 +61,9 @@ class RecordingChannel(Channel):
         self.started: Any = None
         self.stopped = False
 
-    async def start(self, runtime: Any) -> None:
-        self.started = runtime
-        _note(f"start {','.join(sorted(runtime.agents))}")
+    async def start(self, context: ChannelContext) -> None:
+        self.started = context
+        _note(f"start {','.join(sorted(context.channel_agents(self.name)))}")
 
     async def stop(self) -> None:
         self.stopped = True

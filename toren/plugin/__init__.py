@@ -1,0 +1,178 @@
+"""The plugin API, version 1: everything a third-party tool, model provider, channel or route
+plugin may import from Toren, in one module (docs/reference/plugins.md).
+
+What is here is public: it changes only as docs/reference/versioning.md says (a minor release
+adds, a major one may remove; a removal is announced with a ``DeprecationWarning`` for one minor
+release first). Everything else under ``toren.`` is internal and may change in any release.
+Drivers (store, queue, archive, worker runtime, tracer, secrets) add ``toren.plugin.drivers``;
+plugins that add CLI commands add ``toren.plugin.cli``; tests use ``toren.testing``.
+
+A plugin says which versions of this API it was written for with a module attribute on the
+module its entry point names (``TOREN_PLUGIN_API = ">=1.0,<2"``, a PEP 440 range); Toren
+refuses to load a plugin whose range does not hold ``API_VERSION``, naming both.
+"""
+
+from toren.client import TorenClient, TorenUnreachable, check_id
+from toren.config import Settings, positive_number, switch
+from toren.core.approvals import ApprovalRecord
+from toren.core.chat_text import split_text, storable_text
+from toren.core.pricing import Pricing
+from toren.core.runs import RunRecord
+from toren.errors import (
+    AgentDefinitionError,
+    AgentNotRegistered,
+    AgentVersionMissing,
+    ApprovalAlreadyDecided,
+    ApprovalNotFound,
+    ArchiveMismatch,
+    ArchiveNotConfigured,
+    ArchiveUnavailable,
+    CallRefused,
+    ChannelError,
+    ConfigError,
+    ContextWindowExceeded,
+    DatabaseTlsError,
+    DatabaseUnavailable,
+    DriverNotFound,
+    ForkRefused,
+    InvalidForkOverride,
+    InvalidForkStep,
+    LeaseLost,
+    MigrationError,
+    MissingEnvError,
+    NonDeterminismError,
+    NotAnApprover,
+    PairingNotFound,
+    PluginError,
+    PluginNotInstalled,
+    PluginUnavailable,
+    ProviderError,
+    RestoreConflict,
+    RunCancelled,
+    RunNotFound,
+    RunNotUpgradable,
+    RunVersionStale,
+    ScheduleNotFound,
+    ScheduleRemoved,
+    SessionBusy,
+    SessionEnded,
+    SessionNotFound,
+    ToolError,
+    TorenError,
+    UnstorableValue,
+)
+from toren.execution.context import ToolCallContext, current_tool_call
+from toren.files import DOCX, PDF, XLSX
+from toren.host.chat import COMMON_SETTINGS, ChatBot, ChatChannel
+from toren.host.chat.webhooks import WebhookBodyError, webhook_json
+from toren.regular_files import NotARegularFile, kind_of, open_regular, read_regular
+from toren.seams.channels import Channel, ChannelContext
+from toren.seams.hookspecs import HOOK_NAMES, hookimpl
+from toren.seams.model import (
+    Message,
+    Model,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    OnText,
+    StopReason,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from toren.seams.plugin_api import API_ATTRIBUTE, PluginRuntime
+from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
+from toren.seams.tools import tool
+from toren.version import PLUGIN_API_VERSION as API_VERSION
+from toren.version import __version__
+
+__all__ = [
+    "API_ATTRIBUTE",
+    "API_VERSION",
+    "COMMON_SETTINGS",
+    "DOCX",
+    "HOOK_NAMES",
+    "PDF",
+    "XLSX",
+    "AgentDefinitionError",
+    "AgentNotRegistered",
+    "AgentVersionMissing",
+    "ApprovalAlreadyDecided",
+    "ApprovalNotFound",
+    "ApprovalRecord",
+    "ArchiveMismatch",
+    "ArchiveNotConfigured",
+    "ArchiveUnavailable",
+    "CallRefused",
+    "Channel",
+    "ChannelContext",
+    "ChannelError",
+    "ChannelPairing",
+    "ChannelSend",
+    "ChannelUpdate",
+    "ChatBot",
+    "ChatChannel",
+    "ConfigError",
+    "ContextWindowExceeded",
+    "DatabaseTlsError",
+    "DatabaseUnavailable",
+    "DriverNotFound",
+    "ForkRefused",
+    "InvalidForkOverride",
+    "InvalidForkStep",
+    "LeaseLost",
+    "Message",
+    "MigrationError",
+    "MissingEnvError",
+    "Model",
+    "ModelProvider",
+    "ModelRequest",
+    "ModelResponse",
+    "NonDeterminismError",
+    "NotARegularFile",
+    "NotAnApprover",
+    "OnText",
+    "PairingNotFound",
+    "PluginError",
+    "PluginNotInstalled",
+    "PluginRuntime",
+    "PluginUnavailable",
+    "Pricing",
+    "ProviderError",
+    "RestoreConflict",
+    "RunCancelled",
+    "RunNotFound",
+    "RunNotUpgradable",
+    "RunRecord",
+    "RunVersionStale",
+    "ScheduleNotFound",
+    "ScheduleRemoved",
+    "SessionBusy",
+    "SessionEnded",
+    "SessionNotFound",
+    "Settings",
+    "StopReason",
+    "ToolCall",
+    "ToolCallContext",
+    "ToolError",
+    "ToolSpec",
+    "TorenClient",
+    "TorenError",
+    "TorenUnreachable",
+    "UnstorableValue",
+    "Usage",
+    "WebhookBodyError",
+    "__version__",
+    "check_id",
+    "current_tool_call",
+    "hookimpl",
+    "kind_of",
+    "open_regular",
+    "positive_number",
+    "read_regular",
+    "split_text",
+    "storable_text",
+    "switch",
+    "tool",
+    "webhook_json",
+]

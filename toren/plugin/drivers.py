@@ -1,0 +1,106 @@
+"""The driver side of the plugin API, version 1: what a store, queue, archive, worker runtime,
+tracer or secret source (stevedore groups ``toren.store``, ``toren.queue``, ...) implements and
+the records it reads and writes (docs/reference/plugins.md, "Writing a second driver").
+
+A store driver implements the interfaces below (``Store`` is all of them) and proves it with
+``toren.testing.contracts``. These names follow the same policy as ``toren.plugin``
+(docs/reference/versioning.md).
+"""
+
+from toren.agents import schema_name_for
+from toren.core import events
+from toren.core.approvals import ApprovalRecord
+from toren.core.budgets import (
+    BudgetDecision,
+    BudgetRequest,
+    BudgetScope,
+    BudgetSpend,
+    decide_reservation,
+)
+from toren.core.events import ApprovalRequested, Event, NewEvent
+from toren.core.retention import ArchiveDigest, record_from_row, run_row
+from toren.core.runs import KEEP, ChildLink, RunRecord, RunUpdate
+from toren.core.schedules import RECENT_FIRES, ScheduleRecord, ScheduleSpec, due_slots, next_slot
+from toren.core.versions import AgentVersion
+from toren.files import (
+    CHUNK_BYTES,
+    FileContent,
+    StorageQuotaExceeded,
+    StoredFile,
+    content_chunks,
+    content_size,
+    parse_file_id,
+    storage_quota_message,
+)
+from toren.host.worker import Worker
+from toren.keys import (
+    ApiKey,
+    check_key_name,
+    generate_key,
+    hash_secret,
+    parse_key,
+    parse_key_reference,
+)
+from toren.seams.archive import ArchiveBackend
+from toren.seams.queue import Queue
+from toren.seams.secrets import SecretSource
+from toren.seams.shapes import (
+    AgentSchema,
+    Lease,
+    LeaseBusy,
+    Migration,
+    OutboxEntry,
+    OutgoingMessage,
+    QueueMessage,
+)
+from toren.seams.store import (
+    AgentVersionStore,
+    ApprovalStore,
+    BudgetLedger,
+    ChannelChats,
+    ChannelInbox,
+    ChannelOutbox,
+    FileStore,
+    ForkStore,
+    Guardian,
+    KeyStore,
+    LiveText,
+    ManifestSeqTaken,
+    MessageHandOff,
+    Migrator,
+    Outbox,
+    PromptStore,
+    RunArchiveIndex,
+    RunLog,
+    RunReader,
+    ScheduleStore,
+    Store,
+    StoreLifecycle,
+    ToolManifest,
+    ToolStateStore,
+    VersionSummary,
+    WorkerRegistry,
+)
+from toren.seams.store.fleet import FleetGauges, FleetReader, QueueGauge, RunInFlight
+from toren.seams.store.schedules import FiredSlot, RunFactory, SlotToFire
+from toren.seams.telemetry import Tracer, trace_ids, traceparent_ids
+from toren.seams.worker_runtime import WorkerRuntime
+
+__all__ = [
+    "CHUNK_BYTES", "KEEP", "RECENT_FIRES", "AgentSchema", "AgentVersion", "AgentVersionStore",
+    "ApiKey", "ApprovalRecord", "ApprovalRequested", "ApprovalStore", "ArchiveBackend",
+    "ArchiveDigest", "BudgetDecision", "BudgetLedger", "BudgetRequest", "BudgetScope",
+    "BudgetSpend", "ChannelChats", "ChannelInbox", "ChannelOutbox", "ChildLink", "Event",
+    "FileContent", "FileStore", "FiredSlot", "FleetGauges", "FleetReader", "ForkStore",
+    "Guardian", "KeyStore", "Lease", "LeaseBusy", "LiveText", "ManifestSeqTaken",
+    "MessageHandOff", "Migration", "Migrator", "NewEvent", "Outbox", "OutboxEntry",
+    "OutgoingMessage", "PromptStore", "Queue", "QueueGauge", "QueueMessage", "RunArchiveIndex",
+    "RunFactory", "RunInFlight", "RunLog", "RunReader", "RunRecord", "RunUpdate",
+    "ScheduleRecord", "ScheduleSpec", "ScheduleStore", "SecretSource", "SlotToFire",
+    "StorageQuotaExceeded", "Store", "StoreLifecycle", "StoredFile", "ToolManifest",
+    "ToolStateStore", "Tracer", "VersionSummary", "Worker", "WorkerRegistry", "WorkerRuntime",
+    "check_key_name", "content_chunks", "content_size", "decide_reservation", "due_slots",
+    "events", "generate_key", "hash_secret", "next_slot", "parse_file_id", "parse_key",
+    "parse_key_reference", "record_from_row", "run_row", "schema_name_for",
+    "storage_quota_message", "trace_ids", "traceparent_ids",
+]

@@ -1,0 +1,112 @@
+"""The plugin API's contracts that are not a hook: what ``register_routes`` hands a plugin
+(``PluginRuntime``), and whether a plugin was written for this kernel's API
+(``check_plugin_api``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from toren.errors import PluginError
+from toren.version import PLUGIN_API_VERSION, __version__
+
+if TYPE_CHECKING:
+    from toren.config import Settings
+    from toren.core.approvals import ApprovalRecord
+    from toren.core.runs import RunRecord
+    from toren.seams.channels import ChannelContext
+
+#: The module attribute a plugin declares its supported API range with.
+API_ATTRIBUTE = "TOREN_PLUGIN_API"
+
+
+class PluginRuntime(Protocol):
+    """The started Toren process a ``register_routes`` hook receives (plugin API v1): the
+    documented subset of ``toren.Runtime`` a plugin's routes may call. Each method behaves
+    and raises as its namesake on ``toren.Runtime`` (docs/reference/host-api.md)."""
+
+    @property
+    def settings(self) -> Settings:
+        """The deployment's settings (read from the environment at start)."""
+
+    @property
+    def agents(self) -> Mapping[str, object]:
+        """The served agents by name."""
+
+    @property
+    def channel_context(self) -> ChannelContext:
+        """The narrower object channels get: sessions, approvals, the channel stores."""
+
+    async def start_run(self, agent: str, input: Any, *,
+                        idempotency_key: str | None = None,
+                        files: Sequence[str] | None = None,
+                        traceparent: str | None = None) -> str:
+        """Start a run of ``agent``; its id (the same id again for a used key)."""
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """The run's row; ``RunNotFound``."""
+
+    async def wait_for_run(self, run_id: str, *, timeout_s: float | None = None,
+                           poll_s: float = 0.1) -> RunRecord:
+        """Wait until the run is terminal; ``TimeoutError`` after ``timeout_s``."""
+
+    async def cancel_run(self, run_id: str, reason: str = "cancelled by request") -> RunRecord:
+        """Cancel the run now."""
+
+    async def start_session(self, agent: str, *, idempotency_key: str | None = None,
+                            traceparent: str | None = None) -> str:
+        """Open a session with ``agent``; its id."""
+
+    async def send_message(self, session_id: str, text: str, *,
+                           idempotency_key: str | None = None,
+                           files: Sequence[str] | None = None) -> int:
+        """The session's next message; the turn it started."""
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        """The session's status and transcript."""
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord:
+        """One approval; ``ApprovalNotFound``."""
+
+    async def decide_approval(self, approval_id: str, outcome: str, *, decided_by: str,
+                              reason: str | None = None) -> ApprovalRecord:
+        """Approve or deny a pending approval as ``decided_by``."""
+
+
+def declared_api_range(module: ModuleType) -> str | None:
+    """The range of plugin API versions ``module`` declares (``TOREN_PLUGIN_API``), if any."""
+    declared = getattr(module, API_ATTRIBUTE, None)
+    return None if declared is None else str(declared)
+
+
+def check_plugin_api(module: ModuleType, name: str, distribution: str, version: str) -> None:
+    """Refuse a plugin written for another plugin API than this kernel's: ``PluginError``
+    naming both versions and what to upgrade. A plugin that declares nothing is let through
+    (``PluginHost`` warns once: v1 reads an absent range as "any 1.x")."""
+    declared = getattr(module, API_ATTRIBUTE, None)
+    if declared is None:
+        return
+    where = f"plugin {name!r} ({distribution} {version})"
+    try:
+        supported = SpecifierSet(str(declared))
+    except (InvalidSpecifier, TypeError):
+        raise PluginError(f"{where} declares {API_ATTRIBUTE} = {declared!r}, which is not a "
+                          "version range; write one such as \">=1.0,<2\"") from None
+    if Version(PLUGIN_API_VERSION) in supported:
+        return
+    # below one of the plugin's lower bounds: this toren is too old for it; else too new
+    kernel_too_old = any(spec.operator in (">", ">=") and not spec.contains(PLUGIN_API_VERSION)
+                         for spec in supported)
+    advice = (f"upgrade toren to a release whose plugin API is in {declared} "
+              f"(pip install -U toren), or install an older {distribution}"
+              if kernel_too_old else
+              f"upgrade {distribution} to a release written for plugin API "
+              f"{PLUGIN_API_VERSION} (pip install -U {distribution}), or install a toren "
+              f"whose plugin API is in {declared}")
+    raise PluginError(f"{where} supports plugin API {declared}, but toren {__version__} has "
+                      f"plugin API {PLUGIN_API_VERSION}: {advice}. Uninstall it or leave it "
+                      "out with TOREN_LOAD_PLUGINS to start without it")
