@@ -12,7 +12,9 @@ module its entry point names (``TOREN_PLUGIN_API = ">=1.0,<2"``, a PEP 440 range
 refuses to load a plugin whose range does not hold ``API_VERSION``, naming both.
 """
 
-from toren.client import TorenClient, TorenUnreachable, check_id
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from toren.config import Settings, positive_number, switch
 from toren.core.approvals import ApprovalRecord
 from toren.core.chat_text import split_text, storable_text
@@ -85,6 +87,24 @@ from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdat
 from toren.seams.tools import tool
 from toren.version import PLUGIN_API_VERSION as API_VERSION
 from toren.version import __version__
+
+if TYPE_CHECKING:
+    from toren.client import TorenClient, TorenUnreachable, check_id
+
+#: Names imported when first used: they pull in aiohttp's client, which a tool plugin's
+#: import (every CLI command loads plugins) should not pay for.
+_LAZY = {"TorenClient": "toren.client", "TorenUnreachable": "toren.client",
+         "check_id": "toren.client"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toren.plugin' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "API_ATTRIBUTE",

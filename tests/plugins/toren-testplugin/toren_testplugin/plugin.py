@@ -18,6 +18,9 @@ from toren.plugin import (
     ModelResponse,
 )
 
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
+
 
 def echo_upper(text: str) -> str:
     """Return the text in upper case.
