@@ -23,7 +23,7 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
         print_json({"plugins": listed, "drivers": drivers})
         return
     table = Table(title="Plugins (entry-point group 'toren')")
-    for column in ("plugin", "distribution", "version", "registers"):
+    for column in ("plugin", "distribution", "version", "plugin API", "registers"):
         table.add_column(column)
     for info in listed:
         registers = []
@@ -36,7 +36,7 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
             registers = [f"nothing: unavailable: {info['unavailable']}"]
         name = safe(info["name"]) + (" (built-in)" if info["default"] else "")
         table.add_row(name, safe(info["distribution"]), safe(info["version"]),
-                      safe("; ".join(registers) or "-"))
+                      safe(info["api"] or "-"), safe("; ".join(registers) or "-"))
     print_table(table)
     drivers_table = Table(title="Drivers (chosen by TOREN_STORE, TOREN_QUEUE, TOREN_RUNTIME, "
                                 "TOREN_TRACER, the scheme of TOREN_ARCHIVE)")

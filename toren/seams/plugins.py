@@ -17,7 +17,7 @@ from toren.errors import ConfigError, PluginError, PluginUnavailable, ToolError,
 from toren.seams import hookspecs
 from toren.seams.channels import Channel
 from toren.seams.model import ModelProvider
-from toren.seams.plugin_api import check_plugin_api, declared_api_range
+from toren.seams.plugin_api import PluginRuntime, check_plugin_api, declared_api_range
 from toren.seams.tools import Tool, tool_from_function
 
 ENTRY_POINT_GROUP = "toren"
@@ -265,7 +265,7 @@ class PluginHost:
                     raise PluginError(f"plugin {self._describe(impl.plugin_name)} adds the "
                                       f"command {name!r}, which already exists")
 
-    def add_routes(self, app: Any, runtime: Any) -> None:
+    def add_routes(self, app: Any, runtime: PluginRuntime) -> None:
         """Let plugins add HTTP routes to the server's aiohttp ``app`` (``register_routes``).
 
         Called once by ``toren.server.app.create_app``; a route a plugin cannot add (a path
