@@ -285,15 +285,15 @@ class LocalOperator(Operator):
         return record.to_json()
 
     async def list_schedules(self, agent: str | None) -> list[JsonDict]:
-        return [s.to_json() for s in await self.runtime.list_schedules(agent)]
+        return [s.to_json() for s in await self.runtime.schedules.list(agent)]
 
     async def schedule_action(self, action: str, agent: str, name: str) -> JsonDict:
         if action == "trigger":
-            fired = await self.runtime.trigger_schedule(agent, name)
+            fired = await self.runtime.schedules.trigger(agent, name)
             return {"agent": fired.agent, "schedule": fired.schedule, "run_id": fired.run_id,
                     "slot_at": fired.slot_at.isoformat(), "trigger": fired.trigger}
-        do = {"get": self.runtime.get_schedule, "pause": self.runtime.pause_schedule,
-              "resume": self.runtime.resume_schedule}[action]
+        do = {"get": self.runtime.schedules.get, "pause": self.runtime.schedules.pause,
+              "resume": self.runtime.schedules.resume}[action]
         return (await do(agent, name)).to_json()
 
     async def open_session(self, agent: str, session_id: str | None) -> JsonDict:

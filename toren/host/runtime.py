@@ -20,7 +20,7 @@ from toren.core.decisions import unstorable
 from toren.core.events import Event, NewEvent
 from toren.core.receipts import build_receipt, prompt_hashes
 from toren.core.runs import RunRecord
-from toren.core.schedules import RECENT_FIRES, ScheduleRecord
+from toren.core.schedules import ScheduleRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
     AgentNotRegistered,
@@ -30,7 +30,6 @@ from toren.errors import (
     ProviderError,
     RunNotFound,
     RunNotUpgradable,
-    ScheduleNotFound,
     SessionBusy,
     SessionEnded,
     SessionNotFound,
@@ -54,6 +53,7 @@ from toren.host.services import (
     FleetService,
     KeysService,
     RunsService,
+    SchedulesService,
 )
 from toren.host.versions import AgentVersions
 from toren.host.watchdog import LoopWatchdog
@@ -146,6 +146,9 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
                                   queue_depth=lambda: self.metrics.queue_depth)
         #: Pages of runs (hot and archived) and the reader of a run's events.
         self.runs = RunsService(self.store, list(self.agents), self.archived_events)
+        #: The served agents' schedules: synced, fired once per slot, paused, triggered.
+        self.schedules = SchedulesService(self.store, self.store, self.agents, self.versions,
+                                          self.check_served, self._scheduled_run)
         self._metrics_listener: MetricsListener | None = None
         #: Whether this runtime's workers hold the process's collector tuning (``gc_tuning``).
         self._gc_tuned = False
@@ -226,7 +229,7 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
                                          poll_interval_s=self.settings.poll_interval_s)
                 await self.relay.start()
             if workers:
-                await self.sync_schedules()
+                await self.schedules.sync()
                 self.workers = self._runtime_class(self.settings)
                 await self.workers.start(self)
             if workers and self.settings.metrics_port is not None:
@@ -621,17 +624,17 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
 
     # -- schedules -----------------------------------------------------------------------------
 
+    # schedules: thin delegates of ``self.schedules`` (``SchedulesService``), kept for
+    # compatibility with code written against the Runtime
+
     @property
     def has_schedules(self) -> bool:
-        """Whether any served agent lists ``schedules:`` (else workers never look)."""
-        return any(agent.schedules for agent in self.agents.values())
+        """Whether any served agent lists ``schedules:`` (``SchedulesService.any``)."""
+        return self.schedules.any
 
     async def sync_schedules(self) -> None:
-        """Write the ``schedules:`` of every served agent to the database (workers do at start):
-        new entries start firing, changed ones restart from their next slot, removed ones stop.
-        """
-        for agent in self.agents.values():
-            await self.store.sync_schedules(agent.name, agent.schedules)
+        """``SchedulesService.sync``."""
+        await self.schedules.sync()
 
     def _scheduled_run(self, slot: SlotToFire) -> NewRun:
         """The run a claimed slot starts (called by the store inside the claiming transaction).
@@ -644,46 +647,28 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
                              fired)
 
     async def fire_due_schedules(self) -> list[FiredSlot]:
-        """Fire every due slot of the served agents' schedules, each exactly once (whatever
-        the number of processes calling this at once); return the slots this call fired.
-        Workers call it in their schedule loop; call it yourself when embedding without
-        workers."""
-        await self.versions.save_served()  # the runs fired name them (a no-op once kept)
-        return await self.store.fire_due_schedules(list(self.agents), self._scheduled_run)
+        """``SchedulesService.fire_due``: call it yourself when embedding without workers."""
+        return await self.schedules.fire_due()
 
     async def list_schedules(self, agent: str | None = None) -> list[ScheduleRecord]:
-        """The schedules of ``agent``, else of the served agents (with none served, as in
-        ``toren schedules list``: of every agent in the database), removed ones included."""
-        agents = ([agent] if agent else list(self.agents)
-                  or sorted(await self.store.registered_agents()))
-        return await self.store.list_schedules(agents)
+        """``SchedulesService.list``."""
+        return await self.schedules.list(agent)
 
     async def get_schedule(self, agent: str, name: str) -> ScheduleRecord:
-        """One schedule with its most recent fires; ``ScheduleNotFound`` if there is none.
-
-        Like pause and resume, it reads the database: the agent need not be served here."""
-        found = await self.store.list_schedules([agent], name, fires=RECENT_FIRES)
-        if not found:
-            raise ScheduleNotFound(f"agent {agent!r} has no schedule {name!r} (see `toren "
-                                   "schedules list`)")
-        return found[0]
+        """``SchedulesService.get``."""
+        return await self.schedules.get(agent, name)
 
     async def pause_schedule(self, agent: str, name: str) -> ScheduleRecord:
-        """Stop ``name`` from firing until ``resume_schedule`` (kept across restarts)."""
-        return await self.store.set_schedule_paused(agent, name, True)
+        """``SchedulesService.pause``."""
+        return await self.schedules.pause(agent, name)
 
     async def resume_schedule(self, agent: str, name: str) -> ScheduleRecord:
-        """Fire ``name`` again from its next slot after now (paused slots are skipped)."""
-        return await self.store.set_schedule_paused(agent, name, False)
+        """``SchedulesService.resume``."""
+        return await self.schedules.resume(agent, name)
 
     async def trigger_schedule(self, agent: str, name: str) -> FiredSlot:
-        """Start a run of ``name`` now, as its next slot would (even while paused). The agent
-        must be served here: its run is built from its directory, whose schedules: are
-        written to the database first (so a schedule no worker has synced yet can fire)."""
-        spec = self.check_served(agent)
-        await self.store.sync_schedules(agent, spec.schedules)
-        await self.versions.save(agent)
-        return await self.store.trigger_schedule(agent, name, self._scheduled_run)
+        """``SchedulesService.trigger``."""
+        return await self.schedules.trigger(agent, name)
 
     # -- sessions ------------------------------------------------------------------------------
 

@@ -242,7 +242,7 @@ class Worker:
         while not self._stopping.is_set():
             wait = interval
             try:
-                if self.runtime.has_schedules:
+                if self.runtime.schedules.any:
                     wait = await self._fire_schedules(interval)
             except asyncio.CancelledError:
                 raise
@@ -255,7 +255,7 @@ class Worker:
         """Fire what is due; return seconds until the next look."""
         until = await self.runtime.store.seconds_to_next_slot(self.agent_names)
         if until is not None and until <= 0:
-            fired = await self.runtime.fire_due_schedules()
+            fired = await self.runtime.schedules.fire_due()
             for slot in fired:
                 log.info("schedule %s of %s fired slot %s (%s): run %s", slot.schedule,
                          slot.agent, slot.slot_at.isoformat(), slot.trigger, slot.run_id)

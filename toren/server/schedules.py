@@ -44,29 +44,29 @@ async def list_schedules(request: web.Request) -> web.Response:
     if agent is not None and agent not in runtime.agents:
         return json_error(404, "agent_not_found", f"no agent named {agent[:100]!r} is served "
                                                   "here")
-    schedules = await runtime.list_schedules(agent)
+    schedules = await runtime.schedules.list(agent)
     return web.json_response({"schedules": [s.to_json() for s in schedules]})
 
 
 async def get_schedule(request: web.Request) -> web.Response:
     agent, name = await _target(request)
-    return web.json_response((await request.app[RUNTIME].get_schedule(agent, name)).to_json())
+    return web.json_response((await request.app[RUNTIME].schedules.get(agent, name)).to_json())
 
 
 async def pause_schedule(request: web.Request) -> web.Response:
     agent, name = await _target(request)
-    return web.json_response((await request.app[RUNTIME].pause_schedule(agent, name)).to_json())
+    return web.json_response((await request.app[RUNTIME].schedules.pause(agent, name)).to_json())
 
 
 async def resume_schedule(request: web.Request) -> web.Response:
     agent, name = await _target(request)
-    record = await request.app[RUNTIME].resume_schedule(agent, name)
+    record = await request.app[RUNTIME].schedules.resume(agent, name)
     return web.json_response(record.to_json())
 
 
 async def trigger_schedule(request: web.Request) -> web.Response:
     agent, name = await _target(request)
-    fired = await request.app[RUNTIME].trigger_schedule(agent, name)
+    fired = await request.app[RUNTIME].schedules.trigger(agent, name)
     return web.json_response({"agent": fired.agent, "schedule": fired.schedule,
                               "run_id": fired.run_id, "slot_at": fired.slot_at.isoformat(),
                               "trigger": fired.trigger}, status=201)

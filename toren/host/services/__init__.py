@@ -1,5 +1,6 @@
 """The host API by noun: small services the ``Runtime`` composes (``runtime.files``,
-``runtime.keys``, ``runtime.database``, ``runtime.fleet``, ``runtime.runs``).
+``runtime.keys``, ``runtime.database``, ``runtime.fleet``, ``runtime.runs``,
+``runtime.schedules``).
 
 The HTTP routes (``toren.server``), the CLI (``toren.cli``) and the local operator call these,
 never the store: a policy both surfaces share (the storage quota, paging, "create a key only
@@ -12,6 +13,7 @@ from toren.host.services.fleet import FleetService
 from toren.host.services.keys import KeysService
 from toren.host.services.pages import Page
 from toren.host.services.runs import RunsService
+from toren.host.services.schedules import SchedulesService
 
 __all__ = ["DatabaseService", "FilesService", "FleetService", "KeysService", "Page",
-           "RunsService"]
+           "RunsService", "SchedulesService"]
