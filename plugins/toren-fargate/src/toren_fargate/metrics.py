@@ -24,7 +24,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from toren.errors import TorenError
+from toren.plugin import TorenError
 from toren_fargate.settings import FargateSettings
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from toren.errors import TorenError
+from toren.plugin import TorenError
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from toren.config import Settings
-from toren.host.worker import Worker
-from toren.seams.worker_runtime import WorkerRuntime
+from toren.plugin import Settings
+from toren.plugin.drivers import Worker, WorkerRuntime
 from toren_fargate.health import HealthServer
 from toren_fargate.metrics import QueueDepthPublisher
 from toren_fargate.protection import TaskProtection
 from toren_fargate.settings import FargateSettings
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,11 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from toren.errors import ConfigError
-from toren.seams.secrets import SecretSource
+from toren.plugin import ConfigError
+from toren.plugin.drivers import SecretSource
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 
 class SecretsManagerSource(SecretSource):

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from toren.errors import ConfigError
+from toren.plugin import ConfigError
 
 #: Fargate's longest ``stopTimeout`` (seconds between SIGTERM and SIGKILL).
 MAX_STOP_TIMEOUT_S = 120

@@ -23,7 +23,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from toren.errors import TorenError
+from toren.plugin import TorenError
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack

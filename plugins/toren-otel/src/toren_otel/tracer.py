@@ -47,10 +47,11 @@ from opentelemetry.trace import (
 )
 
 import toren
-from toren.config import Settings
-from toren.core.events import NewEvent
-from toren.seams.shapes import QueueMessage
-from toren.seams.telemetry import Tracer, trace_ids, traceparent_ids
+from toren.plugin import Settings
+from toren.plugin.drivers import NewEvent, QueueMessage, Tracer, trace_ids, traceparent_ids
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,13 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from toren.agents import schema_name_for
-from toren.core.approvals import ApprovalRecord
-from toren.core.events import ApprovalRequested
-from toren.seams.shapes import OutgoingMessage
-from toren.seams.store import ApprovalStore
+from toren.plugin.drivers import (
+    ApprovalRecord,
+    ApprovalRequested,
+    ApprovalStore,
+    OutgoingMessage,
+    schema_name_for,
+)
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query, query
 

@@ -15,12 +15,16 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Json, Jsonb
 
-from toren.agents import schema_name_for
-from toren.core.events import Event
-from toren.core.retention import ArchiveDigest, record_from_row, run_row
-from toren.core.runs import RunRecord
-from toren.errors import ArchiveMismatch, RestoreConflict
-from toren.seams.store import RunArchiveIndex
+from toren.plugin import ArchiveMismatch, RestoreConflict
+from toren.plugin.drivers import (
+    ArchiveDigest,
+    Event,
+    RunArchiveIndex,
+    RunRecord,
+    record_from_row,
+    run_row,
+    schema_name_for,
+)
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import registered_agents
 from toren_postgres.queries import parse_queries

@@ -6,15 +6,15 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from toren.agents import schema_name_for
-from toren.core.budgets import (
+from toren.plugin.drivers import (
     BudgetDecision,
+    BudgetLedger,
     BudgetRequest,
     BudgetScope,
     BudgetSpend,
     decide_reservation,
+    schema_name_for,
 )
-from toren.seams.store import BudgetLedger
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query, query
 

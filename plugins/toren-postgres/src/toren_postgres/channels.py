@@ -11,8 +11,8 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from toren.seams.store import ChannelChats, ChannelInbox, ChannelOutbox
-from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
+from toren.plugin import ChannelPairing, ChannelSend, ChannelUpdate
+from toren.plugin.drivers import ChannelChats, ChannelInbox, ChannelOutbox
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import parse_queries
 

@@ -7,7 +7,7 @@ import asyncio
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from toren.errors import ConfigError, DatabaseTlsError, DatabaseUnavailable
+from toren.plugin import ConfigError, DatabaseTlsError, DatabaseUnavailable
 
 
 def describe_url(url: str) -> str:

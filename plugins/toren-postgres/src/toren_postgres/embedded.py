@@ -25,7 +25,7 @@ import psutil
 import psycopg
 from psycopg import sql
 
-from toren.errors import DatabaseUnavailable
+from toren.plugin import DatabaseUnavailable
 
 DATABASE_NAME = "toren"
 #: pgserver's list of the processes using the server (a JSON list of ids), in pgdata.

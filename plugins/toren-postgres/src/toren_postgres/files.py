@@ -10,10 +10,11 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from toren.config import Settings
-from toren.files import (
+from toren.plugin import Settings
+from toren.plugin.drivers import (
     CHUNK_BYTES,
     FileContent,
+    FileStore,
     StorageQuotaExceeded,
     StoredFile,
     content_chunks,
@@ -21,7 +22,6 @@ from toren.files import (
     parse_file_id,
     storage_quota_message,
 )
-from toren.seams.store import FileStore
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import query
 

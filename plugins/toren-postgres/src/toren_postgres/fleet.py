@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from toren.agents import schema_name_for
-from toren.seams.store.fleet import FleetGauges, FleetReader, QueueGauge, RunInFlight
+from toren.plugin.drivers import FleetGauges, FleetReader, QueueGauge, RunInFlight, schema_name_for
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query, query
 

@@ -9,10 +9,7 @@ from typing import Any
 import orjson
 from psycopg.types.json import Json, Jsonb
 
-from toren.agents import schema_name_for
-from toren.core.events import NewEvent
-from toren.seams.shapes import OutgoingMessage
-from toren.seams.store import ForkStore
+from toren.plugin.drivers import ForkStore, NewEvent, OutgoingMessage, schema_name_for
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query
 

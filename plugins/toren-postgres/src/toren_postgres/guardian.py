@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from toren.agents import schema_name_for
-from toren.seams.store import Guardian
+from toren.plugin.drivers import Guardian, schema_name_for
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query
 

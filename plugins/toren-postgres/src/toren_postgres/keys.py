@@ -7,16 +7,16 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from toren.errors import TorenError
-from toren.keys import (
+from toren.plugin import TorenError
+from toren.plugin.drivers import (
     ApiKey,
+    KeyStore,
     check_key_name,
     generate_key,
     hash_secret,
     parse_key,
     parse_key_reference,
 )
-from toren.seams.store import KeyStore
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import query
 

@@ -9,9 +9,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from toren.config import Settings
-from toren.errors import DatabaseUnavailable
-from toren.seams.store import StoreLifecycle
+from toren.plugin import DatabaseUnavailable, Settings
+from toren.plugin.drivers import StoreLifecycle
 from toren_postgres.connection import check_connection, describe_url
 from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from toren.seams.store import LiveText
+from toren.plugin.drivers import LiveText
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.notifications import listen_forever
 from toren_postgres.queries import query

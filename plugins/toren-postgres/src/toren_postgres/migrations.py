@@ -17,9 +17,8 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from toren.errors import ConfigError, MigrationError
-from toren.seams.shapes import AgentSchema, Migration
-from toren.seams.store import Migrator
+from toren.plugin import ConfigError, MigrationError
+from toren.plugin.drivers import AgentSchema, Migration, Migrator
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import query
 

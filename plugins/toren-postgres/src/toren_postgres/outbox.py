@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from toren.config import Settings
-from toren.seams.shapes import OutboxEntry
-from toren.seams.store import Outbox
+from toren.plugin import Settings
+from toren.plugin.drivers import Outbox, OutboxEntry
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.notifications import QueueNotifications
 from toren_postgres.queries import query

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from toren.agents import schema_name_for
-from toren.config import Settings
-from toren.seams.store import PromptStore
+from toren.plugin import Settings
+from toren.plugin.drivers import PromptStore, schema_name_for
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query
 

@@ -12,13 +12,13 @@ from dataclasses import replace
 
 from psycopg.types.json import Jsonb
 
-from toren.config import Settings
-from toren.errors import ConfigError
-from toren.seams.queue import Queue
-from toren.seams.shapes import OutgoingMessage, QueueMessage
-from toren.seams.store import Store
+from toren.plugin import ConfigError, Settings
+from toren.plugin.drivers import OutgoingMessage, Queue, QueueMessage, Store
 from toren_postgres.notifications import QueueNotifications
 from toren_postgres.queries import query
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 
 class PostgresQueue(Queue):

@@ -11,11 +11,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from toren.agents import schema_name_for
-from toren.config import Settings
-from toren.core.events import Event
-from toren.core.runs import RunRecord
-from toren.seams.store import RunReader
+from toren.plugin import Settings
+from toren.plugin.drivers import Event, RunReader, RunRecord, schema_name_for
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import registered_agents
 from toren_postgres.notices import AppendNotices

@@ -11,13 +11,23 @@ import psycopg
 from psycopg.types.json import Json, Jsonb
 from psycopg_pool import PoolTimeout
 
-from toren.agents import schema_name_for
-from toren.core import events as ev
-from toren.core.events import Event, NewEvent
-from toren.core.runs import KEEP, ChildLink, RunRecord, RunUpdate
-from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled
-from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
-from toren.seams.store import MessageHandOff, RunLog
+from toren.plugin import DatabaseUnavailable, LeaseLost, RunCancelled
+from toren.plugin.drivers import (
+    KEEP,
+    ChildLink,
+    Event,
+    Lease,
+    LeaseBusy,
+    MessageHandOff,
+    NewEvent,
+    OutgoingMessage,
+    QueueMessage,
+    RunLog,
+    RunRecord,
+    RunUpdate,
+    schema_name_for,
+)
+from toren.plugin.drivers import events as ev
 from toren_postgres.group_commit import GroupCommit, GroupFailed
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query, query

@@ -10,11 +10,19 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from toren.agents import schema_name_for
-from toren.core.schedules import RECENT_FIRES, ScheduleRecord, ScheduleSpec, due_slots, next_slot
-from toren.errors import ScheduleNotFound, ScheduleRemoved, TorenError
-from toren.seams.store import ScheduleStore
-from toren.seams.store.schedules import FiredSlot, RunFactory, SlotToFire
+from toren.plugin import ScheduleNotFound, ScheduleRemoved, TorenError
+from toren.plugin.drivers import (
+    RECENT_FIRES,
+    FiredSlot,
+    RunFactory,
+    ScheduleRecord,
+    ScheduleSpec,
+    ScheduleStore,
+    SlotToFire,
+    due_slots,
+    next_slot,
+    schema_name_for,
+)
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query, query
 from toren_postgres.runs import create_run_params

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
 
-from toren.errors import DatabaseUnavailable
-from toren.seams.store import Store
+from toren.plugin import DatabaseUnavailable
+from toren.plugin.drivers import Store
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.archive import PostgresRunArchive
 from toren_postgres.budgets import PostgresBudgetLedger
@@ -48,6 +48,9 @@ from toren_postgres.schedules import PostgresScheduleStore
 from toren_postgres.tool_state import PostgresToolStateStore
 from toren_postgres.versions import PostgresAgentVersionStore
 from toren_postgres.workers import PostgresWorkerRegistry
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 _Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
 

@@ -8,8 +8,7 @@ from collections.abc import Iterable, Mapping
 import psycopg
 from psycopg.types.json import Jsonb
 
-from toren.agents import schema_name_for
-from toren.seams.store import ManifestSeqTaken, ToolManifest, ToolStateStore
+from toren.plugin.drivers import ManifestSeqTaken, ToolManifest, ToolStateStore, schema_name_for
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query
 

@@ -13,12 +13,14 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from toren.agents import schema_name_for
-from toren.config import Settings
-from toren.core.events import NewEvent
-from toren.core.versions import AgentVersion
-from toren.errors import LeaseLost
-from toren.seams.store import AgentVersionStore, VersionSummary
+from toren.plugin import LeaseLost, Settings
+from toren.plugin.drivers import (
+    AgentVersion,
+    AgentVersionStore,
+    NewEvent,
+    VersionSummary,
+    schema_name_for,
+)
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import parse_queries
 from toren_postgres.runs import _events_json

@@ -10,8 +10,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from toren.seams.shapes import Lease
-from toren.seams.store import WorkerRegistry
+from toren.plugin.drivers import Lease, WorkerRegistry
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import query
 

@@ -15,9 +15,11 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from toren.config import Settings
-from toren.errors import ArchiveMismatch, ArchiveUnavailable, ConfigError
-from toren.seams.archive import ArchiveBackend
+from toren.plugin import ArchiveMismatch, ArchiveUnavailable, ConfigError, Settings
+from toren.plugin.drivers import ArchiveBackend
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 T = TypeVar("T")
 

@@ -11,8 +11,15 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from toren.cli.common import DirsOption, load_runtime
-from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
+from toren.plugin.cli import (
+    JSON_OPTION_HELP,
+    DirsOption,
+    console,
+    load_runtime,
+    print_json,
+    print_table,
+    safe,
+)
 from toren_sqs.queue import Body
 from toren_sqs.settings import SqsSettings
 from toren_sqs.sqs import POOL_SIZE, SqsClient

@@ -6,6 +6,9 @@ import typer
 
 from toren import hookimpl
 
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
+
 
 @hookimpl
 def register_commands(app: typer.Typer) -> None:

@@ -31,13 +31,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from toren.config import Settings
-from toren.seams.queue import Queue
-from toren.seams.shapes import OutgoingMessage, QueueMessage
-from toren.seams.store import Store
+from toren.plugin import Settings
+from toren.plugin.drivers import OutgoingMessage, Queue, QueueMessage, Store
 from toren_sqs.batching import MAX_BATCH, Batcher
 from toren_sqs.settings import MAX_DELAY_S, SqsSettings
 from toren_sqs.sqs import POOL_SIZE, SqsClient
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from toren.errors import ConfigError
+from toren.plugin import ConfigError
 
 #: SQS queue names: letters, digits, hyphens and underscores, at most 80 characters.
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")

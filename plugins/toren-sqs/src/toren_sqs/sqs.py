@@ -14,7 +14,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from toren.errors import ConfigError, TorenError
+from toren.plugin import ConfigError, TorenError
 from toren_sqs.settings import SqsSettings
 
 T = TypeVar("T")
