@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import anthropic
 
-from toren.errors import ContextWindowExceeded, ProviderError
+from toren.plugin import ContextWindowExceeded, ProviderError
 from toren_anthropic.provider import KEY_VAR, TIMEOUT_VAR
 
 #: How the API words a request that does not fit the model's context window, e.g.

@@ -11,8 +11,7 @@ import logging
 
 import anthropic
 
-from toren.errors import ProviderError
-from toren.seams.model import Model, ModelRequest, ModelResponse, OnText
+from toren.plugin import Model, ModelRequest, ModelResponse, OnText, ProviderError
 from toren_anthropic import wire
 from toren_anthropic.errors import api_detail, one_line, provider_error
 from toren_anthropic.prices import price_for

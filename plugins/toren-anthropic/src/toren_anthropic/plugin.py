@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from toren import hookimpl
-from toren.seams.model import ModelProvider
+from toren.plugin import ModelProvider
 from toren_anthropic.provider import AnthropicProvider
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 
 @hookimpl

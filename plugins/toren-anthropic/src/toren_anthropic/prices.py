@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from toren.core.pricing import Pricing
-from toren.seams.model import Usage
+from toren.plugin import Pricing, Usage
 
 #: ``claude-sonnet-4-5-20250929`` is the dated snapshot of the ``claude-sonnet-4-5`` row.
 _DATED = re.compile(r"^(?P<base>.+?)-(?P<date>20\d{6})$")

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 
-from toren.config import positive_number
-from toren.errors import ConfigError
-from toren.seams.model import Model, ModelProvider
+from toren.plugin import ConfigError, Model, ModelProvider, positive_number
 
 KEY_VAR = "ANTHROPIC_API_KEY"
 TIMEOUT_VAR = "TOREN_ANTHROPIC_TIMEOUT"

@@ -15,15 +15,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from toren.seams.model import (
-    Message,
-    ModelRequest,
-    ModelResponse,
-    StopReason,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
+from toren.plugin import Message, ModelRequest, ModelResponse, StopReason, ToolCall, ToolSpec, Usage
 
 if TYPE_CHECKING:
     from anthropic.types import Message as ApiMessage

@@ -7,8 +7,11 @@ import os
 from collections.abc import Callable
 
 import toren
-from toren.errors import ToolError
+from toren.plugin import ToolError
 from toren_files.reader import ReaderLimits, Request, document_kind, read_window
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 #: Bytes of a result kept for the header line around the chunk of text.
 HEADER_ROOM = 600

@@ -18,9 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from toren.config import positive_number
-from toren.errors import ToolError
-from toren.files import DOCX, PDF, XLSX
+from toren.plugin import DOCX, PDF, XLSX, ToolError, positive_number
 from toren_files.extract import DEFAULT_MAX_UNCOMPRESSED, MAX_UNCOMPRESSED_ENV
 
 MEMORY_ENV = "TOREN_FILES_MAX_MEMORY"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toren.cli.common import run_async
+from toren.plugin.cli import run_async
 
 
 def mcp() -> None:

@@ -17,8 +17,7 @@ from aiohttp import web
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from toren.client import TorenClient
-from toren.server.errors import json_error
+from toren.plugin import TorenClient
 from toren_mcp.server import build_server
 
 #: Set by ``McpEndpoint`` on every request it forwards (any such header a caller sent is
@@ -84,17 +83,18 @@ class McpEndpoint:
         """Hand ``request`` to the SDK's ASGI transport and stream back what it sends.
 
         What the transport would refuse in a shape of its own (plain text) is refused here
-        first, as every other route refuses: a JSON error naming what to send."""
+        first, as every other route refuses: the API's error middleware answers the HTTP error
+        raised as JSON (``{"error": {"code", "message"}}``) naming what to send."""
         if request.content_type != "application/json":
-            return json_error(415, "unsupported_media_type",
-                              "POST /mcp takes one JSON-RPC message: send it with "
-                              "Content-Type: application/json")
+            raise web.HTTPUnsupportedMediaType(
+                text="POST /mcp takes one JSON-RPC message: send it with "
+                     "Content-Type: application/json")
         accepted = {part.split(";")[0].strip().lower()
                     for part in request.headers.get("Accept", "").split(",")}
         if not {"application/json", "text/event-stream"} <= accepted:
-            return json_error(406, "not_acceptable",
-                              "an MCP client must accept both application/json and "
-                              "text/event-stream (Accept: application/json, text/event-stream)")
+            raise web.HTTPNotAcceptable(
+                text="an MCP client must accept both application/json and "
+                     "text/event-stream (Accept: application/json, text/event-stream)")
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         host, port = (sockname[0], sockname[1]) if sockname else ("127.0.0.1", 80)
         host = f"[{host}]" if ":" in host else host

@@ -9,6 +9,9 @@ from aiohttp import web
 
 import toren
 
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
+
 
 @toren.hookimpl
 def register_commands(app: typer.Typer) -> None:

@@ -14,8 +14,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import Field
 
 import toren
-from toren.client import TorenClient, TorenUnreachable, check_id
-from toren.errors import TorenError
+from toren.plugin import TorenClient, TorenError, TorenUnreachable, check_id
 
 #: The longest one ``wait_for_run`` call waits (MCP clients time tool calls out near a minute
 #: or more); call it again to keep waiting: the run goes on either way.

@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 
-from toren.errors import ContextWindowExceeded, ProviderError
+from toren.plugin import ContextWindowExceeded, ProviderError
 
 #: Longest wait a Retry-After header may ask for before it is taken as nonsense (one day).
 MAX_RETRY_AFTER_S = 86_400.0

@@ -13,8 +13,7 @@ from typing import Any
 
 import openai
 
-from toren.errors import ProviderError
-from toren.seams.model import Model, ModelRequest, ModelResponse, OnText
+from toren.plugin import Model, ModelRequest, ModelResponse, OnText, ProviderError
 from toren_openai import errors, prices, wire
 from toren_openai.provider import (
     BASE_URL_VAR,

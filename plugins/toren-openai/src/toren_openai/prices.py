@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from toren.core.pricing import Pricing
+from toren.plugin import Pricing
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
-from toren.config import positive_number
-from toren.errors import ConfigError
-from toren.seams.model import Model, ModelProvider
+from toren.plugin import ConfigError, Model, ModelProvider, positive_number
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: Seconds a model call may take before it fails (retryably); ``TOREN_OPENAI_TIMEOUT``.

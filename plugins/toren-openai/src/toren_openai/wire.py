@@ -13,8 +13,15 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from toren.errors import ProviderError
-from toren.seams.model import Message, ModelRequest, ModelResponse, StopReason, ToolCall, Usage
+from toren.plugin import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    StopReason,
+    ToolCall,
+    Usage,
+)
 
 #: The output-limit field of a request. OpenAI's own API wants ``max_completion_tokens`` (its
 #: reasoning models reject ``max_tokens``); most compatible servers only know ``max_tokens``.

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toren.errors import PluginUnavailable, ToolError
+from toren.plugin import PluginUnavailable, ToolError
 
 #: ``1`` runs commands without isolation where bubblewrap is missing (loud warning).
 UNSAFE_ENV = "TOREN_SANDBOX_UNSAFE"

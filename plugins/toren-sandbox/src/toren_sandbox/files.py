@@ -20,9 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from toren import regular_files
-from toren.errors import ToolError
-from toren.regular_files import kind_of
+from toren.plugin import NotARegularFile, ToolError, kind_of
+from toren.plugin import open_regular as open_regular_file
 
 #: Where commands see the workspace; file tools accept paths under it as well.
 MOUNT = PurePosixPath("/workspace")
@@ -100,10 +99,10 @@ def not_regular(shown: str, mode: int) -> WorkspacePathError:
 def open_regular(parent: int, name: str, flags: int, shown: str) -> int:
     """A descriptor of the regular file ``name`` in the directory ``parent``, opened with
     ``flags`` (never following a final link, never waiting for a FIFO's peer); anything
-    else there is refused without blocking (``toren.regular_files``)."""
+    else there is refused without blocking (``toren.plugin.open_regular``)."""
     try:
-        fd, _ = regular_files.open_regular(name, flags, dir_fd=parent, follow_symlinks=False)
-    except regular_files.NotARegularFile as exc:
+        fd, _ = open_regular_file(name, flags, dir_fd=parent, follow_symlinks=False)
+    except NotARegularFile as exc:
         raise not_regular(shown, exc.mode) from None
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing with no reader

@@ -10,6 +10,9 @@ from toren import hookimpl
 from toren_sandbox import tools
 from toren_sandbox.config import UNSAFE_ENV, check_available
 
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
+
 log = logging.getLogger(__name__)
 GROUP = "sandbox"
 

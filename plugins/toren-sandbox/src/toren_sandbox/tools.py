@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from toren import current_tool_call, tool
-from toren.errors import ToolError
+from toren.plugin import ToolError
 from toren_sandbox import files
 from toren_sandbox.config import SandboxConfig, sandbox_uid
 from toren_sandbox.jail import run_isolated

@@ -41,9 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from toren import ToolCallContext
-from toren.errors import ToolError
-from toren.regular_files import kind_of
-from toren.seams.store import ManifestSeqTaken, ToolManifest, ToolStateStore
+from toren.plugin import ToolError, kind_of
+from toren.plugin.drivers import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren_sandbox.config import MIB, SandboxConfig, workspaces_root
 from toren_sandbox.files import DIR_FLAGS, FILE_FLAGS, open_regular, parent_fd
 

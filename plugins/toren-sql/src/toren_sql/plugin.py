@@ -7,9 +7,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import toren
-from toren.config import positive_number
-from toren.errors import ToolError
+from toren.plugin import ToolError, positive_number
 from toren_sql.query import run_readonly_query
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 #: The database the tool reads (an agent may rename it: tools: [{name: sql_query, env: ...}]).
 URL_VAR = "SQL_DATABASE_URL"

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import errors, pq, sql
 from psycopg.conninfo import conninfo_to_dict
 
-from toren.errors import ToolError
+from toren.plugin import ToolError
 from toren_sql.screen import refused_function
 
 #: The cursor's name: one per connection, and each call has its own connection.

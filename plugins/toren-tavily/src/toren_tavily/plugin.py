@@ -17,8 +17,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import toren
-from toren.config import positive_number
-from toren.errors import ToolError
+from toren.plugin import ToolError, positive_number
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 KEY_VAR = "TAVILY_API_KEY"
 BASE_URL_VAR = "TOREN_TAVILY_BASE_URL"
