@@ -271,17 +271,17 @@ class LocalOperator(Operator):
 
     async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
                              status: str | None = None, limit: int = 50) -> list[JsonDict]:
-        found = await self.runtime.list_approvals(agent=agent, run_id=run_id, status=status,
+        found = await self.runtime.approvals.list(agent=agent, run_id=run_id, status=status,
                                                   limit=limit)
         return [a.to_json() for a in found]
 
     async def get_approval(self, approval_id: str) -> JsonDict:
-        return (await self.runtime.get_approval(approval_id)).to_json()
+        return (await self.runtime.approvals.get(approval_id)).to_json()
 
     async def decide_approval(self, approval_id: str, outcome: str,
                               reason: str | None) -> JsonDict:
-        record = await self.runtime.decide_approval(approval_id, outcome,
-                                                    decided_by=self.decided_by, reason=reason)
+        record = await self.runtime.approvals.decide(approval_id, outcome,
+                                                     decided_by=self.decided_by, reason=reason)
         return record.to_json()
 
     async def list_schedules(self, agent: str | None) -> list[JsonDict]:

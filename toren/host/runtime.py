@@ -16,6 +16,7 @@ from typing import Any
 from toren.agents import AgentSpec, check_env, discover_agent_dirs, load_agents
 from toren.config import Settings
 from toren.core import events as ev
+from toren.core.approvals import ApprovalRecord
 from toren.core.decisions import unstorable
 from toren.core.events import Event, NewEvent
 from toren.core.receipts import build_receipt, prompt_hashes
@@ -38,7 +39,6 @@ from toren.errors import (
 )
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.files import FileNotFound
-from toren.host.approvals import ApprovalsApi
 from toren.host.chat.context import RuntimeChannelContext
 from toren.host.chat.pairing import decide_pairing, list_pairings
 from toren.host.forks import ForksApi
@@ -48,6 +48,7 @@ from toren.host.metrics import Metrics, MetricsListener
 from toren.host.relay import OutboxRelay
 from toren.host.retention import RetentionApi, is_archived
 from toren.host.services import (
+    ApprovalsService,
     DatabaseService,
     FilesService,
     FleetService,
@@ -72,7 +73,7 @@ from toren.seams.worker_runtime import WorkerRuntime
 log = logging.getLogger(__name__)
 
 
-class Runtime(ApprovalsApi, ForksApi, RetentionApi):
+class Runtime(ForksApi, RetentionApi):
     """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
 
     Construction loads and validates everything that needs no database (plugins, agent
@@ -149,6 +150,8 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
         #: The served agents' schedules: synced, fired once per slot, paused, triggered.
         self.schedules = SchedulesService(self.store, self.store, self.agents, self.versions,
                                           self.check_served, self._scheduled_run)
+        #: Tool calls waiting for a person: listed, read, decided once.
+        self.approvals = ApprovalsService(self.store, list(self.agents))
         self._metrics_listener: MetricsListener | None = None
         #: Whether this runtime's workers hold the process's collector tuning (``gc_tuning``).
         self._gc_tuned = False
@@ -622,6 +625,42 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
             return None
         return await self.store.spend(record.agent, record.id, run_budget, daily_budget)
 
+    # -- approvals ----------------------------------------------------------------------------
+
+    # approvals: thin delegates of ``self.approvals`` (``ApprovalsService``), kept for
+    # compatibility with code written against the Runtime
+
+    async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
+                             status: str | None = None, limit: int = 50
+                             ) -> list[ApprovalRecord]:
+        """``ApprovalsService.list``."""
+        return await self.approvals.list(agent=agent, run_id=run_id, status=status,
+                                         limit=limit)
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord:
+        """``ApprovalsService.get``."""
+        return await self.approvals.get(approval_id)
+
+    async def approve(self, approval_id: str, *, decided_by: str,
+                      reason: str | None = None) -> ApprovalRecord:
+        """``ApprovalsService.approve``."""
+        return await self.approvals.approve(approval_id, decided_by=decided_by, reason=reason)
+
+    async def deny(self, approval_id: str, *, decided_by: str,
+                   reason: str | None = None) -> ApprovalRecord:
+        """``ApprovalsService.deny``."""
+        return await self.approvals.deny(approval_id, decided_by=decided_by, reason=reason)
+
+    async def decide_approval(self, approval_id: str, outcome: str, *, decided_by: str,
+                              reason: str | None = None) -> ApprovalRecord:
+        """``ApprovalsService.decide``."""
+        return await self.approvals.decide(approval_id, outcome, decided_by=decided_by,
+                                           reason=reason)
+
+    async def pending_approvals(self, run_id: str) -> list[dict[str, Any]]:
+        """``ApprovalsService.pending``."""
+        return await self.approvals.pending(run_id)
+
     # -- schedules -----------------------------------------------------------------------------
 
     # schedules: thin delegates of ``self.schedules`` (``SchedulesService``), kept for
@@ -716,7 +755,7 @@ class Runtime(ApprovalsApi, ForksApi, RetentionApi):
                 "created_at": record.created_at.isoformat() if record.created_at else None,
                 "updated_at": record.updated_at.isoformat() if record.updated_at else None,
                 "finished_at": record.finished_at.isoformat() if record.finished_at else None,
-                "pending_approvals": await self.pending_approvals(record.id),
+                "pending_approvals": await self.approvals.pending(record.id),
                 } | transcript(stream)
 
     async def _background_runs(self, stream: Sequence[Event]) -> list[dict[str, Any]]:

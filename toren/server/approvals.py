@@ -10,7 +10,7 @@ from aiohttp import web
 
 from toren.core.approvals import APPROVAL_STATUSES, MAX_REASON_CHARS
 from toren.errors import ApprovalAlreadyDecided
-from toren.host.approvals import MAX_APPROVALS_PAGE
+from toren.host.services.approvals import MAX_APPROVALS_PAGE
 from toren.server.auth import API_KEY
 from toren.server.context import RUNTIME
 from toren.server.errors import error_body, json_error
@@ -33,13 +33,13 @@ async def list_approvals(request: web.Request) -> web.Response:
     run_id = request.query.get("run")
     if run_id is not None and not is_uuid(run_id):
         return json_error(400, "invalid_run", "run must be a run id (a UUID)")
-    found = await runtime.list_approvals(agent=agent, run_id=run_id, status=status, limit=limit)
+    found = await runtime.approvals.list(agent=agent, run_id=run_id, status=status, limit=limit)
     return web.json_response({"approvals": [record.to_json() for record in found]})
 
 
 async def get_approval(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    record = await runtime.get_approval(_approval_id(request))
+    record = await runtime.approvals.get(_approval_id(request))
     return web.json_response(record.to_json())
 
 
@@ -72,8 +72,8 @@ async def _decide(request: web.Request, outcome: str) -> web.Response:
     key = request.get(API_KEY)
     decided_by = key.name if key is not None else ANONYMOUS
     try:
-        record = await runtime.decide_approval(approval_id, outcome, decided_by=decided_by,
-                                               reason=reason)
+        record = await runtime.approvals.decide(approval_id, outcome, decided_by=decided_by,
+                                                reason=reason)
     except ApprovalAlreadyDecided as exc:
         return web.json_response(error_body(exc.code, exc.message) | {"approval": exc.approval},
                                  status=409)

@@ -240,7 +240,7 @@ async def get_run(request: web.Request) -> web.Response:
                                                 "output_tokens", "cost_usd",
                                                 "cost_unknown_calls", "retries",
                                                 "peer_cost_usd")},
-        "pending_approvals": await runtime.pending_approvals(record.id)})
+        "pending_approvals": await runtime.approvals.pending(record.id)})
 
 
 async def run_receipt(request: web.Request) -> web.Response:
