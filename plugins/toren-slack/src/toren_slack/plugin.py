@@ -1,0 +1,17 @@
+"""The ``slack`` entry point: registers the Slack channel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import toren
+from toren.plugin import Channel
+from toren_slack.channel import SlackChannel
+
+#: The plugin API versions this plugin is written for (docs/reference/versioning.md).
+TOREN_PLUGIN_API = ">=1.0,<2"
+
+
+@toren.hookimpl
+def register_channels(register: Callable[[Channel], None]) -> None:
+    register(SlackChannel())
