@@ -109,8 +109,8 @@ async def fork_on(operator: Operator, run_id: str, at_step: int, prompt: str | N
         return dict(await operator.client.fork_run(run_id, at_step, prompt=prompt, model=model))
     assert isinstance(operator, LocalOperator)
     runtime = operator.runtime
-    record = await runtime.fork_run(run_id, at_step, prompt=prompt, model=model)
-    return {"run": record.to_json(), "fork": await runtime.fork_of(record.id)}
+    record = await runtime.forks.fork(run_id, at_step, prompt=prompt, model=model)
+    return {"run": record.to_json(), "fork": await runtime.forks.fork_of(record.id)}
 
 
 def _print_fork(made: dict[str, Any]) -> None:
@@ -178,7 +178,7 @@ def diff(
         if isinstance(operator, RemoteOperator):
             return dict(await operator.client.diff_runs(a, b))
         assert isinstance(operator, LocalOperator)
-        return await operator.runtime.diff_runs(a, b)
+        return await operator.runtime.forks.diff(a, b)
 
     found = operate(compare, url=url)
     if as_json:

@@ -41,7 +41,6 @@ from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.files import FileNotFound
 from toren.host.chat.context import RuntimeChannelContext
 from toren.host.chat.pairing import decide_pairing, list_pairings
-from toren.host.forks import ForksApi
 from toren.host.gc_tuning import tune_for_workers, untune_for_workers
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.metrics import Metrics, MetricsListener
@@ -52,6 +51,7 @@ from toren.host.services import (
     DatabaseService,
     FilesService,
     FleetService,
+    ForksService,
     KeysService,
     RunsService,
     SchedulesService,
@@ -73,7 +73,7 @@ from toren.seams.worker_runtime import WorkerRuntime
 log = logging.getLogger(__name__)
 
 
-class Runtime(ForksApi, RetentionApi):
+class Runtime(RetentionApi):
     """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
 
     Construction loads and validates everything that needs no database (plugins, agent
@@ -152,6 +152,8 @@ class Runtime(ForksApi, RetentionApi):
                                           self.check_served, self._scheduled_run)
         #: Tool calls waiting for a person: listed, read, decided once.
         self.approvals = ApprovalsService(self.store, list(self.agents))
+        #: Forks of runs (a copied log, then live) and diffs between runs.
+        self.forks = ForksService(self.store, self.store, self.store, self.check_model)
         self._metrics_listener: MetricsListener | None = None
         #: Whether this runtime's workers hold the process's collector tuning (``gc_tuning``).
         self._gc_tuned = False
@@ -624,6 +626,24 @@ class Runtime(ForksApi, RetentionApi):
         if run_budget is None and daily_budget is None:
             return None
         return await self.store.spend(record.agent, record.id, run_budget, daily_budget)
+
+    # -- forks --------------------------------------------------------------------------------
+
+    # forks: thin delegates of ``self.forks`` (``ForksService``), kept for compatibility with
+    # code written against the Runtime
+
+    async def fork_run(self, run_id: str, at_step: int, *, prompt: str | None = None,
+                       model: str | None = None) -> RunRecord:
+        """``ForksService.fork``."""
+        return await self.forks.fork(run_id, at_step, prompt=prompt, model=model)
+
+    async def fork_of(self, run_id: str) -> dict[str, Any] | None:
+        """``ForksService.fork_of``."""
+        return await self.forks.fork_of(run_id)
+
+    async def diff_runs(self, run_a: str, run_b: str) -> dict[str, Any]:
+        """``ForksService.diff``."""
+        return await self.forks.diff(run_a, run_b)
 
     # -- approvals ----------------------------------------------------------------------------
 

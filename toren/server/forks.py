@@ -55,10 +55,10 @@ async def fork_run(request: web.Request) -> web.Response:
     for name in ("prompt", "model"):
         if name in body and not isinstance(body[name], str):
             return json_error(400, "invalid_body", f"{name!r} must be {_FORK_FIELDS[name]}")
-    record = await runtime.fork_run(source.id, at_step, prompt=body.get("prompt"),
-                                    model=body.get("model"))
-    return web.json_response({"run": record.to_json(), "fork": await runtime.fork_of(record.id)},
-                             status=201)
+    record = await runtime.forks.fork(source.id, at_step, prompt=body.get("prompt"),
+                                      model=body.get("model"))
+    return web.json_response({"run": record.to_json(),
+                              "fork": await runtime.forks.fork_of(record.id)}, status=201)
 
 
 async def diff_runs(request: web.Request) -> web.Response:
@@ -66,4 +66,4 @@ async def diff_runs(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     a = await _served(request, "run_id")
     b = await _served(request, "other_id")
-    return web.json_response(await runtime.diff_runs(a.id, b.id))
+    return web.json_response(await runtime.forks.diff(a.id, b.id))

@@ -1,6 +1,6 @@
 """The host API by noun: small services the ``Runtime`` composes (``runtime.files``,
 ``runtime.keys``, ``runtime.database``, ``runtime.fleet``, ``runtime.runs``,
-``runtime.schedules``, ``runtime.approvals``).
+``runtime.schedules``, ``runtime.approvals``, ``runtime.forks``).
 
 The HTTP routes (``toren.server``), the CLI (``toren.cli``) and the local operator call these,
 never the store: a policy both surfaces share (the storage quota, paging, "create a key only
@@ -11,10 +11,11 @@ from toren.host.services.approvals import ApprovalsService
 from toren.host.services.database import DatabaseService
 from toren.host.services.files import FilesService
 from toren.host.services.fleet import FleetService
+from toren.host.services.forks import ForksService
 from toren.host.services.keys import KeysService
 from toren.host.services.pages import Page
 from toren.host.services.runs import RunsService
 from toren.host.services.schedules import SchedulesService
 
-__all__ = ["ApprovalsService", "DatabaseService", "FilesService", "FleetService", "KeysService",
-           "Page", "RunsService", "SchedulesService"]
+__all__ = ["ApprovalsService", "DatabaseService", "FilesService", "FleetService", "ForksService",
+           "KeysService", "Page", "RunsService", "SchedulesService"]

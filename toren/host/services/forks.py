@@ -1,9 +1,7 @@
-"""The host API for forks and diffs: replay a run from any step with a changed prompt, model or
-agent definition, and compare two runs step by step (docs/guides/fork-and-replay.md).
-
-``toren.Runtime`` inherits it; the CLI (``toren jobs fork``, ``toren jobs diff``) and the HTTP
-API (``POST /runs/{id}/fork``, ``GET /runs/{a}/diff/{b}``) call these methods.
-"""
+"""Forks and diffs: replay a run from any step with a changed prompt, model or agent
+definition, and compare two runs step by step (docs/guides/fork-and-replay.md).
+``POST /runs/{id}/fork``, ``GET /runs/{a}/diff/{b}``, ``toren jobs fork`` and ``toren jobs diff``
+call this service."""
 
 from __future__ import annotations
 
@@ -19,27 +17,35 @@ from toren.core.forking import diff_runs, plan_fork
 from toren.core.runs import RunRecord
 from toren.errors import ConfigError, InvalidForkOverride, RunNotFound
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
-from toren.seams.store import Store
+from toren.seams.store.forks import ForkStore
+from toren.seams.store.prompts import PromptStore
+from toren.seams.store.reader import RunReader
 
 #: The longest system prompt a fork takes (1 MiB of text; prompt.md files are far smaller).
 MAX_FORK_PROMPT_CHARS = 1_048_576
 
 
-class ForksApi:
-    """Forks and diffs on the runtime's store."""
+class ForksService:
+    """Forks of runs and diffs between runs, on the hot tables (``reader``), the store's
+    ``ForkStore`` (the fork's copied log) and ``PromptStore`` (a fork's prompt).
+    ``runtime.forks``; needs the store open. ``check_model`` is the runtime's: a
+    ``ConfigError`` for a model no provider serves."""
 
-    store: Store
-    #: ``Runtime.check_model``: a ``ConfigError`` for a model no provider serves.
-    check_model: Callable[[str], object]
+    def __init__(self, reader: RunReader, forks: ForkStore, prompts: PromptStore,
+                 check_model: Callable[[str], object]) -> None:
+        self._reader = reader
+        self._forks = forks
+        self._prompts = prompts
+        self._check_model = check_model
 
     async def _run(self, run_id: str) -> RunRecord:
-        record = await self.store.get_run(run_id)
+        record = await self._reader.get_run(run_id)
         if record is None:
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
         return record
 
-    async def fork_run(self, run_id: str, at_step: int, *, prompt: str | None = None,
-                       model: str | None = None) -> RunRecord:
+    async def fork(self, run_id: str, at_step: int, *, prompt: str | None = None,
+                   model: str | None = None) -> RunRecord:
         """Create a fork of run ``run_id``: a new run whose log starts as a copy of the
         source's up to ``at_step`` (a step of a single-task run, a wave of a workflow run),
         then goes on live, with ``prompt`` (system prompt text) and ``model`` instead of the
@@ -57,18 +63,18 @@ class ForksApi:
                 raise InvalidForkOverride("the model to fork with must be a model id such as "
                                           "anthropic/claude-sonnet-4-5")
             try:
-                self.check_model(model)
+                self._check_model(model)
             except ConfigError as exc:
                 raise InvalidForkOverride(f"cannot fork with model {model!r}: "
                                           f"{exc.message}") from exc
         digest = None
         if prompt is not None:
             digest = _check_prompt(prompt)
-        events = await self.store.load_events(source.agent, source.id)
+        events = await self._reader.load_events(source.agent, source.id)
         plan = plan_fork(source, events, at_step, model=model, prompt_sha256=digest)
         if prompt is not None and digest is not None:
             # kept before the fork names it, as a task keeps its prompt before TaskStarted
-            await self.store.save_prompt(source.agent, digest, prompt)
+            await self._prompts.save_prompt(source.agent, digest, prompt)
         forked = ev.RunForked(source_run_id=source.id, at_step=at_step, unit=plan.unit,
                               copied_events=plan.copied_events, model=plan.model,
                               prompt_sha256=plan.prompt_sha256)
@@ -80,9 +86,9 @@ class ForksApi:
         else:  # the orchestrator re-executes workflow.py: waves 1..N from the log, then live
             first = run_tick(f"forked from {source.id} at wave {at_step}")
         fork_id = str(uuid.uuid4())
-        await self.store.create_fork(source.agent, fork_id, source.input,
-                                     streams={ev.RUN_STREAM: run_events, **plan.task_events},
-                                     messages=[first])
+        await self._forks.create_fork(source.agent, fork_id, source.input,
+                                      streams={ev.RUN_STREAM: run_events, **plan.task_events},
+                                      messages=[first])
         return await self._run(fork_id)
 
     async def fork_of(self, run_id: str) -> dict[str, Any] | None:
@@ -90,17 +96,17 @@ class ForksApi:
         ``unit``, ``copied_events``, ``model``, ``prompt_sha256``), or ``None`` for a run that
         is not a fork. ``RunNotFound`` for no such run."""
         record = await self._run(run_id)
-        stream = await self.store.load_stream(record.agent, record.id, ev.RUN_STREAM)
+        stream = await self._reader.load_stream(record.agent, record.id, ev.RUN_STREAM)
         return next((e.data for e in stream if e.type == ev.RUN_FORKED), None)
 
-    async def diff_runs(self, run_a: str, run_b: str) -> dict[str, Any]:
+    async def diff(self, run_a: str, run_b: str) -> dict[str, Any]:
         """Where runs ``run_a`` and ``run_b`` diverge: every task's steps side by side (the
         model's text and tool calls, the tool results), the first step that differs, and how
         each run ended (``toren.core.forking.diff_runs``). ``RunNotFound`` for either."""
         a = await self._run(run_a)
         b = await self._run(run_b)
-        a_events = await self.store.load_events(a.agent, a.id)
-        b_events = await self.store.load_events(b.agent, b.id)
+        a_events = await self._reader.load_events(a.agent, a.id)
+        b_events = await self._reader.load_events(b.agent, b.id)
         return diff_runs(a, a_events, b, b_events)
 
 
