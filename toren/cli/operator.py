@@ -321,15 +321,15 @@ class LocalOperator(Operator):
 
     async def list_archived_runs(self, *, agent: str | None, limit: int) -> list[JsonDict]:
         return [archived_json(run) for run in
-                await self.runtime.list_archived_runs(agent=agent, limit=limit)]
+                await self.runtime.archive.list(agent=agent, limit=limit)]
 
     async def archive(self, *, dry_run: bool, max_runs: int | None) -> JsonDict:
-        report = await self.runtime.archive_runs(dry_run=dry_run, max_runs=max_runs)
+        report = await self.runtime.archive.archive_due(dry_run=dry_run, max_runs=max_runs)
         report["hot_tables"] = await self.runtime.fleet.hot_table_sizes()
         return report
 
     async def restore_run(self, run_id: str) -> JsonDict:
-        return (await self.runtime.restore_run(run_id)).to_json()
+        return (await self.runtime.archive.restore(run_id)).to_json()
 
 
 class RemoteOperator(Operator):

@@ -8,7 +8,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -20,6 +20,7 @@ from toren.core.approvals import ApprovalRecord
 from toren.core.decisions import unstorable
 from toren.core.events import Event, NewEvent
 from toren.core.receipts import build_receipt, prompt_hashes
+from toren.core.retention import ArchivedRunData
 from toren.core.runs import RunRecord
 from toren.core.schedules import ScheduleRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
@@ -45,9 +46,10 @@ from toren.host.gc_tuning import tune_for_workers, untune_for_workers
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.metrics import Metrics, MetricsListener
 from toren.host.relay import OutboxRelay
-from toren.host.retention import RetentionApi, is_archived
+from toren.host.retention import is_archived
 from toren.host.services import (
     ApprovalsService,
+    ArchiveService,
     DatabaseService,
     FilesService,
     FleetService,
@@ -58,6 +60,7 @@ from toren.host.services import (
 )
 from toren.host.versions import AgentVersions
 from toren.host.watchdog import LoopWatchdog
+from toren.seams.archive import ArchiveBackend
 from toren.seams.channels import Channel, ChannelContext
 from toren.seams.drivers import driver_class
 from toren.seams.model import Model
@@ -73,7 +76,7 @@ from toren.seams.worker_runtime import WorkerRuntime
 log = logging.getLogger(__name__)
 
 
-class Runtime(RetentionApi):
+class Runtime:
     """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
 
     Construction loads and validates everything that needs no database (plugins, agent
@@ -145,8 +148,10 @@ class Runtime(RetentionApi):
         #: Health, live workers, the fleet's snapshot, hot table sizes.
         self.fleet = FleetService(self.store, self.settings, list(self.agents),
                                   queue_depth=lambda: self.metrics.queue_depth)
+        #: Archive passes (runs past their agent's ``retention:``) and archived runs read back.
+        self.archive = ArchiveService(self.store, self.store, self.agents, self.settings)
         #: Pages of runs (hot and archived) and the reader of a run's events.
-        self.runs = RunsService(self.store, list(self.agents), self.archived_events)
+        self.runs = RunsService(self.store, list(self.agents), self.archive.events)
         #: The served agents' schedules: synced, fired once per slot, paused, triggered.
         self.schedules = SchedulesService(self.store, self.store, self.agents, self.versions,
                                           self.check_served, self._scheduled_run)
@@ -366,7 +371,7 @@ class Runtime(RetentionApi):
             self.queue = None
         await self.live.close()
         self.versions.close()
-        await self.close_archive()
+        await self.archive.close()
         # flushing spans may wait on the collector: not on the event loop
         await asyncio.to_thread(self.tracer.shutdown)
         await self.store.close()
@@ -481,7 +486,7 @@ class Runtime(RetentionApi):
         record = await self.store.get_run(run_id)
         if record is None or record.status in ev.TERMINAL_STATUSES:
             # indexed but not yet purged (a pass died mid-purge): the archive is the whole run
-            archived = await self.archived_run(run_id, record.agent if record else None)
+            archived = await self.archive.get(run_id, record.agent if record else None)
             record = archived or record
         if record is None:
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
@@ -509,7 +514,7 @@ class Runtime(RetentionApi):
         seen), from the hot tables or, for an archived run, its archive object."""
         if is_archived(record):
             position = dict(after or {})
-            return [e for e in await self.archived_events(record)
+            return [e for e in await self.archive.events(record)
                     if e.seq > position.get(e.stream, 0)]
         return await self.store.load_events(record.agent, record.id, after)
 
@@ -570,7 +575,7 @@ class Runtime(RetentionApi):
         record = await self.store.cancel_run(run_id, reason)
         if record is None:
             # an archived run ended long ago: there is nothing left to cancel
-            record = await self.archived_run(run_id)
+            record = await self.archive.get(run_id)
             if record is not None:
                 return record
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
@@ -626,6 +631,50 @@ class Runtime(RetentionApi):
         if run_budget is None and daily_budget is None:
             return None
         return await self.store.spend(record.agent, record.id, run_budget, daily_budget)
+
+    # -- archive ------------------------------------------------------------------------------
+
+    # retention: thin delegates of ``self.archive`` (``ArchiveService``), kept for compatibility
+    # with code written against the Runtime
+
+    def archive_backend(self) -> ArchiveBackend:
+        """``ArchiveService.backend``."""
+        return self.archive.backend()
+
+    def retentions(self) -> dict[str, float]:
+        """``ArchiveService.retentions``."""
+        return self.archive.retentions()
+
+    async def archive_runs(self, *, dry_run: bool = False,
+                           max_runs: int | None = None) -> dict[str, Any]:
+        """``ArchiveService.archive_due``."""
+        return await self.archive.archive_due(dry_run=dry_run, max_runs=max_runs)
+
+    async def archived_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
+        """``ArchiveService.get``."""
+        return await self.archive.get(run_id, agent)
+
+    async def archived_events(self, record: RunRecord) -> list[Event]:
+        """``ArchiveService.events``."""
+        return await self.archive.events(record)
+
+    async def read_archived_run(self, record: RunRecord) -> ArchivedRunData:
+        """``ArchiveService.read``."""
+        return await self.archive.read(record)
+
+    async def list_archived_runs(self, *, agent: str | None = None, limit: int = 50,
+                                 before: tuple[datetime, str] | None = None
+                                 ) -> list[RunRecord]:
+        """``ArchiveService.list``."""
+        return await self.archive.list(agent=agent, limit=limit, before=before)
+
+    async def restore_run(self, run_id: str) -> RunRecord:
+        """``ArchiveService.restore``."""
+        return await self.archive.restore(run_id)
+
+    async def close_archive(self) -> None:
+        """``ArchiveService.close`` (``stop`` calls it)."""
+        await self.archive.close()
 
     # -- forks --------------------------------------------------------------------------------
 
@@ -838,7 +887,7 @@ class Runtime(RetentionApi):
             await asyncio.sleep(poll_s)
 
     async def _session(self, session_id: str) -> RunRecord:
-        record = await self.store.get_run(session_id) or await self.archived_run(session_id)
+        record = await self.store.get_run(session_id) or await self.archive.get(session_id)
         if record is None or record.kind != "session" or record.agent not in self.agents:
             raise SessionNotFound(f"no session {session_id!r} of an agent served here")
         return record

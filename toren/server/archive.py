@@ -12,7 +12,8 @@ from typing import Any
 from aiohttp import web
 
 from toren.core.runs import RunRecord
-from toren.host.retention import MAX_ARCHIVED_PAGE, is_archived
+from toren.host.retention import is_archived
+from toren.host.services.archive import MAX_ARCHIVED_PAGE
 from toren.server.context import RUNTIME
 from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
 from toren.server.errors import json_error
@@ -71,12 +72,12 @@ async def archive(request: web.Request) -> web.Response:
                                  or not 1 <= max_runs <= MAX_RUNS_PER_REQUEST):
         return json_error(400, "invalid_body", "'max_runs' must be an integer from 1 to "
                                                f"{MAX_RUNS_PER_REQUEST}")
-    report = await runtime.archive_runs(dry_run=dry_run, max_runs=max_runs)
+    report = await runtime.archive.archive_due(dry_run=dry_run, max_runs=max_runs)
     return web.json_response(report)
 
 
 async def restore_run(request: web.Request) -> web.Response:
-    """Put an archived run back into the hot tables, whole (``Runtime.restore_run``); the run
+    """Put an archived run back into the hot tables, whole (``ArchiveService.restore``); the run
     as the API reads it afterwards. 409 if the run is in the hot tables already. A body, if
     sent, is an empty JSON object."""
     record = await served_run(request)
@@ -84,7 +85,7 @@ async def restore_run(request: web.Request) -> web.Response:
     if not is_archived(record):
         return json_error(409, "run_not_archived", f"run {record.id} is in the hot tables, "
                                                    "not archived: there is nothing to restore")
-    restored = await request.app[RUNTIME].restore_run(record.id)
+    restored = await request.app[RUNTIME].archive.restore(record.id)
     return web.json_response(restored.to_json())
 
 

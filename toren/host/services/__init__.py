@@ -1,6 +1,6 @@
 """The host API by noun: small services the ``Runtime`` composes (``runtime.files``,
 ``runtime.keys``, ``runtime.database``, ``runtime.fleet``, ``runtime.runs``,
-``runtime.schedules``, ``runtime.approvals``, ``runtime.forks``).
+``runtime.schedules``, ``runtime.approvals``, ``runtime.forks``, ``runtime.archive``).
 
 The HTTP routes (``toren.server``), the CLI (``toren.cli``) and the local operator call these,
 never the store: a policy both surfaces share (the storage quota, paging, "create a key only
@@ -8,6 +8,7 @@ if none is active") lives here once. See docs/reference/host-api.md.
 """
 
 from toren.host.services.approvals import ApprovalsService
+from toren.host.services.archive import ArchiveService
 from toren.host.services.database import DatabaseService
 from toren.host.services.files import FilesService
 from toren.host.services.fleet import FleetService
@@ -17,5 +18,5 @@ from toren.host.services.pages import Page
 from toren.host.services.runs import RunsService
 from toren.host.services.schedules import SchedulesService
 
-__all__ = ["ApprovalsService", "DatabaseService", "FilesService", "FleetService", "ForksService",
-           "KeysService", "Page", "RunsService", "SchedulesService"]
+__all__ = ["ApprovalsService", "ArchiveService", "DatabaseService", "FilesService", "FleetService",
+           "ForksService", "KeysService", "Page", "RunsService", "SchedulesService"]

@@ -31,7 +31,7 @@ class RunsService:
 
     async def reader_for(self, record: RunRecord) -> RunReader:
         """Where ``record``'s events are read from: the hot tables, or its archive object,
-        read and checked now (``RetentionApi.archived_events``)."""
+        read and checked now (``ArchiveService.events``)."""
         if is_archived(record):
             return ArchivedRunReader(self._store, record, await self._archived_events(record))
         return self._store
