@@ -251,7 +251,8 @@ async def test_http_mcp_ids_cannot_walk_into_other_routes(
 
 async def test_http_mcp_on_toren_dev_without_keys(start_toren: Any, database_url: str,
                                                   tmp_path: Path) -> None:
-    """Local `toren dev` needs no key; a caller cannot redirect the tools' own API calls."""
+    """Local `toren dev` needs no key; a caller cannot redirect the tools' own API calls; what
+    the transport cannot take is refused as every route refuses, in the API's JSON error."""
     write_agent_dir(tmp_path / "crews", "crew", tools_py=TOOLS)
     dev = start_toren("dev", "--dir", str(tmp_path / "crews"), "--port", "0", "--json",
                       env={"DATABASE_URL": database_url, **WITH_MCP})
@@ -266,6 +267,18 @@ async def test_http_mcp_on_toren_dev_without_keys(start_toren: Any, database_url
         run = data(await mcp.call_tool("wait_for_run", {"run_id": started["id"],
                                                         "timeout_s": 60}))
         assert run["status"] == "completed"
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    async with httpx2.AsyncClient(timeout=60) as http:
+        as_text = await http.post(url + "/mcp", content=json.dumps(message), headers={
+            "Content-Type": "text/plain", "Accept": "application/json, text/event-stream"})
+        json_only = await http.post(url + "/mcp", json=message,
+                                    headers={"Accept": "application/json"})
+    assert as_text.status_code == 415
+    assert as_text.json()["error"]["code"] == "unsupported_media_type"
+    assert "Content-Type: application/json" in as_text.json()["error"]["message"]
+    assert json_only.status_code == 406
+    assert json_only.json()["error"]["code"] == "not_acceptable"
+    assert "text/event-stream" in json_only.json()["error"]["message"]
 
 
 # -- the kernel without toren-mcp ----------------------------------------------------------------
