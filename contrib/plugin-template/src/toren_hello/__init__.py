@@ -1,4 +1,9 @@
-"""toren-hello: an example Toren plugin with a tool (``greet``) and a channel (``hello-log``)."""
+"""toren-hello: an example Toren plugin with a tool (``greet``) and two channels: ``hello-log``
+(the channel lifecycle, nothing else) and ``parley`` (a chat platform, ``toren_hello.parley``).
+
+This is the module the entry point names, so it declares the plugin API versions it is
+written for and holds the hook implementations. It imports Toren only through ``toren.plugin``.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,20 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import toren
-from toren.seams.channels import Channel
+from toren.plugin import Channel, ChannelContext, hookimpl, tool
+from toren_hello.parley import ParleyChannel
 
 __version__ = "0.1.0"
+
+#: The plugin API versions this plugin works with (a PEP 440 range, checked when it loads).
+TOREN_PLUGIN_API = ">=1.0,<2"
 
 #: Overrides where the hello-log channel writes (default: hello-log.txt under TOREN_HOME).
 LOG_ENV_VAR = "TOREN_HELLO_LOG"
 
 
-@toren.tool(idempotent=True)
+@tool(idempotent=True)
 def greet(name: str) -> str:
     """Greet someone by name.
 
@@ -31,7 +38,7 @@ def greet(name: str) -> str:
 class HelloLogChannel(Channel):
     """Appends one line to a log file when it starts and one when it stops.
 
-    The file is ``TOREN_HELLO_LOG`` if set, else ``hello-log.txt`` in the runtime's
+    The file is ``TOREN_HELLO_LOG`` if set, else ``hello-log.txt`` in the deployment's
     ``TOREN_HOME`` (``./.toren`` by default). It shows the channel lifecycle and nothing else.
     """
 
@@ -41,10 +48,10 @@ class HelloLogChannel(Channel):
     def __init__(self) -> None:
         self.path: Path | None = None
 
-    async def start(self, runtime: Any) -> None:
+    async def start(self, context: ChannelContext) -> None:
         configured = os.environ.get(LOG_ENV_VAR)
-        self.path = Path(configured) if configured else runtime.settings.home / "hello-log.txt"
-        agents = ", ".join(sorted(runtime.agents)) or "none"
+        self.path = Path(configured) if configured else context.home / "hello-log.txt"
+        agents = ", ".join(sorted(context.channel_agents(self.name))) or "none"
         await asyncio.to_thread(_append, self.path, f"started (agents: {agents})")
 
     async def stop(self) -> None:
@@ -60,11 +67,12 @@ def _append(path: Path, message: str) -> None:
         handle.write(f"{stamp} hello-log {message}\n")
 
 
-@toren.hookimpl
+@hookimpl
 def register_tools(register: Callable[..., None]) -> None:
     register(greet)
 
 
-@toren.hookimpl
+@hookimpl
 def register_channels(register: Callable[[Channel], None]) -> None:
     register(HelloLogChannel())
+    register(ParleyChannel())
