@@ -297,17 +297,17 @@ class LocalOperator(Operator):
         return (await do(agent, name)).to_json()
 
     async def open_session(self, agent: str, session_id: str | None) -> JsonDict:
-        self.session_id = session_id or await self.runtime.start_session(agent)
-        found = await self.runtime.get_session(self.session_id)
+        self.session_id = session_id or await self.runtime.sessions.start(agent)
+        found = await self.runtime.sessions.get(self.session_id)
         for event in await self.runtime.events(self.session_id):
             self.position[event.stream] = max(self.position.get(event.stream, 0), event.seq)
         return found
 
     async def send_message(self, text: str) -> None:
-        await self.runtime.send_message(self.session_id, text)
+        await self.runtime.sessions.send(self.session_id, text)
 
     async def close_session(self) -> None:
-        await self.runtime.close_session(self.session_id, "closed from toren chat")
+        await self.runtime.sessions.close(self.session_id, "closed from toren chat")
 
     async def session_events(self) -> AsyncIterator[Event | TextDelta]:
         async for item in self.runtime.follow_live(self.session_id, after=self.position):

@@ -17,13 +17,11 @@ from toren.agents import AgentSpec, check_env, discover_agent_dirs, load_agents
 from toren.config import Settings
 from toren.core import events as ev
 from toren.core.approvals import ApprovalRecord
-from toren.core.decisions import unstorable
 from toren.core.events import Event, NewEvent
 from toren.core.receipts import build_receipt, prompt_hashes
 from toren.core.retention import ArchivedRunData
 from toren.core.runs import RunRecord
 from toren.core.schedules import ScheduleRecord
-from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
 from toren.errors import (
     AgentNotRegistered,
     ConfigError,
@@ -32,11 +30,7 @@ from toren.errors import (
     ProviderError,
     RunNotFound,
     RunNotUpgradable,
-    SessionBusy,
-    SessionEnded,
-    SessionNotFound,
     TorenError,
-    UnstorableValue,
 )
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.files import FileNotFound
@@ -57,7 +51,9 @@ from toren.host.services import (
     KeysService,
     RunsService,
     SchedulesService,
+    SessionsService,
 )
+from toren.host.services.values import check_storable
 from toren.host.versions import AgentVersions
 from toren.host.watchdog import LoopWatchdog
 from toren.seams.archive import ArchiveBackend
@@ -157,6 +153,12 @@ class Runtime:
                                           self.check_served, self._scheduled_run)
         #: Tool calls waiting for a person: listed, read, decided once.
         self.approvals = ApprovalsService(self.store, list(self.agents))
+        #: Durable conversations: opened, one message per turn, read back, closed.
+        self.sessions = SessionsService(
+            self.store, self.store, agents=list(self.agents), check_served=self.check_served,
+            versions=self.versions, attach_files=self.attach_files,
+            archived_run=self.archive.get, archived_events=self.archive.events,
+            pending_approvals=self.approvals.pending)
         #: Forks of runs (a copied log, then live) and diffs between runs.
         self.forks = ForksService(self.store, self.store, self.store, self.check_model)
         self._metrics_listener: MetricsListener | None = None
@@ -450,8 +452,8 @@ class Runtime:
 
         self.check_served(agent)
         input = await self.attach_files(input, files)
-        _check_storable(input, "input")
-        _check_storable(idempotency_key, "idempotency key")
+        check_storable(input, "input")
+        check_storable(idempotency_key, "idempotency key")
         await self.versions.save(agent)  # kept before the run that names it
         new = self._new_run(agent, input, idempotency_key, traceparent=traceparent)
         found, _created = await self.store.create_run(
@@ -780,135 +782,35 @@ class Runtime:
 
     # -- sessions ------------------------------------------------------------------------------
 
+    # sessions: thin delegates of ``self.sessions`` (``SessionsService``), kept for
+    # compatibility with code written against the Runtime
+
     async def start_session(self, agent: str, *, idempotency_key: str | None = None,
                             traceparent: str | None = None) -> str:
-        """Open a durable conversation with ``agent``; return its id. It starts
-        ``awaiting_input``: nothing runs until ``send_message``.
-
-        With an ``idempotency_key`` already used for this agent, returns that session's id.
-        ``traceparent`` puts the session's spans in the caller's trace (as ``start_run``).
-        """
-
-        spec = self.check_served(agent)
-        if spec.workflow is not None:
-            raise ConfigError(f"agent {agent!r} runs a workflow (workflow.py), which takes one "
-                              "input and ends; sessions are for agents without a workflow. "
-                              "Start a run instead")
-        _check_storable(idempotency_key, "idempotency key")
-        session_id = str(uuid.uuid4())
-        await self.versions.save(agent)
-        pinned = self.versions.pin_event(agent)
-        events = [NewEvent.of(ev.RunCreated(agent=agent, input=None,
-                                            idempotency_key=idempotency_key, session=True,
-                                            traceparent=traceparent)),
-                  NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None, input=None,
-                                               session=True)),
-                  *([pinned] if pinned is not None else [])]
-        found, _created = await self.store.create_run(
-            agent, session_id, None, idempotency_key=idempotency_key, events=events,
-            messages=[], kind="session", status="awaiting_input")
-        return found
+        """``SessionsService.start``."""
+        return await self.sessions.start(agent, idempotency_key=idempotency_key,
+                                         traceparent=traceparent)
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
-        """The session's status and full transcript (``toren.core.sessions.transcript``)."""
-
-        record = await self._session(session_id)
-        main = ev.task_stream(MAIN_TASK)
-        stream = (sorted((e for e in await self.run_events(record) if e.stream == main),
-                         key=lambda e: e.seq)
-                  if is_archived(record) else
-                  await self.store.load_stream(record.agent, record.id, main))
-        return {"id": record.id, "agent": record.agent, "status": record.status,
-                "background_runs": await self._background_runs(stream),
-                "stop_reason": record.stop_reason, "error": record.error,
-                "created_at": record.created_at.isoformat() if record.created_at else None,
-                "updated_at": record.updated_at.isoformat() if record.updated_at else None,
-                "finished_at": record.finished_at.isoformat() if record.finished_at else None,
-                "pending_approvals": await self.approvals.pending(record.id),
-                } | transcript(stream)
-
-    async def _background_runs(self, stream: Sequence[Event]) -> list[dict[str, Any]]:
-        """The background runs a session started, with their status now."""
-        told = {e.data["run_id"] for e in stream if e.type == ev.BACKGROUND_RUN_FINISHED}
-        found = []
-        for event in stream:
-            if event.type != ev.BACKGROUND_RUN_STARTED:
-                continue
-            child = await self.store.get_run(event.data["run_id"], event.data["agent"])
-            found.append({"run_id": event.data["run_id"], "agent": event.data["agent"],
-                          "status": child.status if child else "unknown",
-                          "reported": event.data["run_id"] in told,
-                          "started_at": event.created_at.isoformat()
-                          if event.created_at else None})
-        return found
+        """``SessionsService.get``."""
+        return await self.sessions.get(session_id)
 
     async def send_message(self, session_id: str, text: str, *,
                            idempotency_key: str | None = None,
                            files: Sequence[str] | None = None) -> int:
-        """Give the session the user's next message and start the agent's turn; return the
-        turn's number.
-
-        Raises ``SessionBusy`` while the agent is still answering (wait for
-        ``awaiting_input``), ``SessionEnded`` once the session is over, ``SessionNotFound``.
-        A message with an ``idempotency_key`` the session already took is not taken again:
-        the turn it started is returned (a client's retry after a lost answer). ``files``
-        are ids of uploaded files attached to the message (``attach_files``).
-        """
-        if not isinstance(text, str) or not text.strip():
-            raise ConfigError("a message needs non-empty text")
-        text = await self.attach_files(text, files)
-        if len(text) > MAX_MESSAGE_CHARS:
-            raise ConfigError(f"a message may be at most {MAX_MESSAGE_CHARS} characters; this "
-                              f"one has {len(text)}")
-        _check_storable([text, idempotency_key], "message")
-        # a UserMessage without its turn: the store numbers it in the statement that takes it
-        data = {"text": text} | ({"idempotency_key": idempotency_key} if idempotency_key else {})
-        return await self._session_input(session_id, NewEvent(ev.USER_MESSAGE, data),
-                                         idempotency_key)
+        """``SessionsService.send``."""
+        return await self.sessions.send(session_id, text, idempotency_key=idempotency_key,
+                                        files=files)
 
     async def close_session(self, session_id: str, reason: str = "closed by the user") -> None:
-        """End the session after its current turn: the agent is not called again, the run
-        completes with the last reply as its output. ``SessionBusy`` mid-turn (wait for
-        ``awaiting_input``, or cancel the run to stop it at once)."""
-        await self._session_input(session_id, NewEvent.of(ev.CloseRequested(reason=reason)))
+        """``SessionsService.close``."""
+        await self.sessions.close(session_id, reason)
 
     async def wait_for_turn(self, session_id: str, *, timeout_s: float | None = None,
                             poll_s: float = 0.1) -> dict[str, Any]:
-        """Wait until the session is no longer ``running`` (it awaits input again, or it
-        ended); return it as ``get_session`` does. ``TimeoutError`` after ``timeout_s``."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            record = await self._session(session_id)
-            if record.status not in ("queued", "running", "waiting"):
-                return await self.get_session(session_id)
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"session {session_id} is still {record.status} after "
-                                   f"{timeout_s}s")
-            await asyncio.sleep(poll_s)
-
-    async def _session(self, session_id: str) -> RunRecord:
-        record = await self.store.get_run(session_id) or await self.archive.get(session_id)
-        if record is None or record.kind != "session" or record.agent not in self.agents:
-            raise SessionNotFound(f"no session {session_id!r} of an agent served here")
-        return record
-
-    async def _session_input(self, session_id: str, event: NewEvent,
-                             idempotency_key: str | None = None) -> int:
-
-        record = await self._session(session_id)
-        taken, status, turn = await self.store.session_input(
-            record.agent, record.id, ev.task_stream(MAIN_TASK), [event],
-            [task_message(MAIN_TASK, None, None)], idempotency_key)
-        if taken:
-            return turn
-        if status in ev.TERMINAL_STATUSES:
-            raise SessionEnded(f"session {session_id} has ended ({status}); start a new one")
-        if status == "awaiting_approval":
-            raise SessionBusy(f"session {session_id} is waiting for approval of a tool call; "
-                              "approve or deny it (`toren approvals list`), then send the "
-                              "message again once its status is awaiting_input")
-        raise SessionBusy(f"session {session_id} is busy: the agent is taking its turn. Wait "
-                          "until its status is awaiting_input, then send the message again")
+        """``SessionsService.wait_for_turn``."""
+        return await self.sessions.wait_for_turn(session_id, timeout_s=timeout_s,
+                                                 poll_s=poll_s)
 
     async def __aenter__(self) -> Runtime:
         await self.start()
@@ -969,8 +871,3 @@ class Runtime:
         return {"agent": agent, "current": current,
                 "versions": [v.to_json() | {"current": v.hash == current} for v in versions]}
 
-
-def _check_storable(value: Any, name: str) -> None:
-    problem = unstorable(value)
-    if problem is not None:
-        raise UnstorableValue(f"the {name} cannot be stored: {problem}; remove or replace it")

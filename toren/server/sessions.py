@@ -24,7 +24,7 @@ def routes(app: web.Application) -> None:
 async def create_session(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     body = await read_agent_body(request, ())
-    session_id = await runtime.start_session(
+    session_id = await runtime.sessions.start(
         body["agent"], idempotency_key=idempotency_key(request),
         traceparent=parse_traceparent(request.headers.get("traceparent")))
     record = await runtime.get_run(session_id)
@@ -33,7 +33,7 @@ async def create_session(request: web.Request) -> web.Response:
 
 async def get_session(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    return web.json_response(await runtime.get_session(request.match_info["session_id"]))
+    return web.json_response(await runtime.sessions.get(request.match_info["session_id"]))
 
 
 async def post_message(request: web.Request) -> web.Response:
@@ -53,7 +53,7 @@ async def post_message(request: web.Request) -> web.Response:
                                                    "closing a session")
         if body["close"] is not True:
             return json_error(400, "invalid_body", "'close' must be true")
-        await runtime.close_session(session_id, "closed over HTTP")
+        await runtime.sessions.close(session_id, "closed over HTTP")
         return web.json_response({"id": session_id, "status": "running", "closing": True},
                                  status=202)
     text = body["text"]
@@ -62,6 +62,6 @@ async def post_message(request: web.Request) -> web.Response:
     if len(text) > MAX_MESSAGE_CHARS:
         return json_error(400, "invalid_body", f"'text' may be at most {MAX_MESSAGE_CHARS} "
                                                f"characters; this has {len(text)}")
-    turn = await runtime.send_message(session_id, text, files=body.get("files"),
-                                      idempotency_key=idempotency_key(request))
+    turn = await runtime.sessions.send(session_id, text, files=body.get("files"),
+                                       idempotency_key=idempotency_key(request))
     return web.json_response({"id": session_id, "status": "running", "turn": turn}, status=202)

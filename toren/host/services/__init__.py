@@ -1,6 +1,7 @@
 """The host API by noun: small services the ``Runtime`` composes (``runtime.files``,
 ``runtime.keys``, ``runtime.database``, ``runtime.fleet``, ``runtime.runs``,
-``runtime.schedules``, ``runtime.approvals``, ``runtime.forks``, ``runtime.archive``).
+``runtime.schedules``, ``runtime.approvals``, ``runtime.forks``, ``runtime.archive``,
+``runtime.sessions``).
 
 The HTTP routes (``toren.server``), the CLI (``toren.cli``) and the local operator call these,
 never the store: a policy both surfaces share (the storage quota, paging, "create a key only
@@ -17,6 +18,8 @@ from toren.host.services.keys import KeysService
 from toren.host.services.pages import Page
 from toren.host.services.runs import RunsService
 from toren.host.services.schedules import SchedulesService
+from toren.host.services.sessions import SessionsService
 
 __all__ = ["ApprovalsService", "ArchiveService", "DatabaseService", "FilesService", "FleetService",
-           "ForksService", "KeysService", "Page", "RunsService", "SchedulesService"]
+           "ForksService", "KeysService", "Page", "RunsService", "SchedulesService",
+           "SessionsService"]
