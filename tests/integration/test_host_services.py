@@ -1,18 +1,22 @@
 """The host services the server and the CLI share (``toren.host.services``), on real Postgres:
 the files' pages and storage quota, keys created only when none is active, migrations, the
-fleet's health, and runs' pages. The surfaces' own tests check the same through HTTP and the CLI.
+fleet's health, runs' pages, and approvals and sessions seen only by a runtime serving their
+agent. The surfaces' own tests check the same through HTTP and the CLI.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
+from toren.errors import ApprovalNotFound, ConfigError, NotAnApprover, SessionNotFound
 from toren.files import StorageQuotaExceeded, StoredFile, UploadSpool
 from toren.host.runtime import Runtime
-from toren.testing import write_agent_dir
+from toren.seams.model import ModelRequest, ModelResponse, ToolCall
+from toren.testing import ScriptedModel, write_agent_dir
 
 MakeRuntime = Callable[..., Awaitable[Runtime]]
 
@@ -111,3 +115,60 @@ async def test_database_fleet_and_runs_services_of_a_started_runtime(
     archived = await runtime.runs.archived_page(limit=10)
     assert archived.items == [] and archived.after is None
     assert [page async for page in runtime.runs.every_run()] == [[]]
+
+
+REFUND = '''
+def refund(order: str) -> str:
+    """Refund an order."""
+    return f"refunded {order}"
+'''
+
+
+def refund_then_answer(request: ModelRequest) -> ModelResponse:
+    if not any(m.role == "tool" for m in request.messages):
+        return ModelResponse(text="Refunding.", stop_reason="tool_use",
+                             tool_calls=(ToolCall(id="c1", name="refund",
+                                                  arguments={"order": "A7"}),))
+    return ModelResponse(text="Done.")
+
+
+async def test_approvals_and_sessions_are_seen_only_by_a_runtime_serving_their_agent(
+        make_runtime: Callable[..., Awaitable[Runtime]], tmp_path: Path) -> None:
+    desk = write_agent_dir(tmp_path, "desk", tools_py=REFUND, model="test/desk",
+                           approvals={"refund": {"approvers": ["alice"]}})
+    serving = await make_runtime(dirs=[desk],
+                                 models={"desk": ScriptedModel(script=refund_then_answer)})
+    elsewhere = await make_runtime(dirs=[write_agent_dir(tmp_path, "other")], workers=False)
+    operator = await make_runtime(agents=[], workers=False)  # as `toren approvals` is
+
+    run_id = await serving.start_run("desk", "refund A7")
+    session_id = await serving.sessions.start("desk")
+    async with asyncio.timeout(30):  # the task parks on the approval
+        while not (pending := await serving.approvals.pending(run_id)):
+            await asyncio.sleep(0.05)
+    (approval,) = await operator.approvals.list(status="pending")
+    assert [approval.id] == [a["id"] for a in pending]
+    assert (await serving.approvals.get(approval.id)).tool == "refund"
+
+    # another agent's runtime sees none of it: not listed, not found, not decided
+    assert await elsewhere.approvals.list(status="pending") == []
+    with pytest.raises(ApprovalNotFound):
+        await elsewhere.approvals.get(approval.id)
+    with pytest.raises(ApprovalNotFound):
+        await elsewhere.approvals.approve(approval.id, decided_by="alice")
+    with pytest.raises(ConfigError, match="not served here"):
+        await elsewhere.approvals.list(agent="desk")
+    with pytest.raises(SessionNotFound):
+        await elsewhere.sessions.get(session_id)
+    with pytest.raises(SessionNotFound):
+        await elsewhere.sessions.send(session_id, "hello")
+    with pytest.raises(NotAnApprover):
+        await operator.approvals.approve(approval.id, decided_by="mallory")
+
+    decided = await operator.approvals.approve(approval.id, decided_by="alice")
+    assert decided.status == "approved" and decided.decided_by == "alice"
+    finished = await serving.wait_for_run(run_id, timeout_s=30)
+    assert finished.status == "completed" and finished.output == "Done."
+    assert await serving.approvals.pending(run_id) == []
+    session = await serving.sessions.get(session_id)
+    assert (session["status"], session["pending_approvals"]) == ("awaiting_input", [])

@@ -33,7 +33,7 @@ async def _migrate(runtime: Runtime, *, print_sql: bool, as_json: bool) -> None:
         if not as_json:
             err_console.print(f"Database: {safe(runtime.database.description)}")
         if print_sql:
-            pending = await runtime.pending_migrations()
+            pending = await runtime.database.pending_migrations()
             if as_json:
                 print_json({"pending": [_describe(m) | {"sql": m.sql} for m in pending]})
             elif not pending:

@@ -399,7 +399,7 @@ class Runtime:
         raise ConfigError(f"agent {agent!r} is not served here; served agents: {served}{hint}")
 
     async def pending_migrations(self) -> list[Migration]:
-        """Delegates to ``database.pending_migrations`` (kept for compatibility)."""
+        """``DatabaseService.pending_migrations`` (kept for compatibility)."""
         return await self.database.pending_migrations()
 
     def describe(self) -> dict[str, Any]:
