@@ -19,6 +19,7 @@ import abc
 import json
 import logging
 import re
+import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from stevedore import DriverManager
 from stevedore.exception import NoMatches
 
 from toren.errors import ConfigError
+from toren.seams.plugin_api import check_plugin_api
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,12 @@ def _source(scheme: str, schemes: set[str]) -> SecretSource:
         raise ConfigError(f"no secret source named {scheme!r} is installed{hint}; installed: "
                           f"{', '.join(sorted(schemes)) or 'none'}") from exc
     source = manager.driver
+    entry_point = manager.extensions[0].entry_point
+    module = sys.modules.get(type(source).__module__)
+    if module is not None:
+        check_plugin_api(module, f"secret source {scheme}",
+                         entry_point.dist.name if entry_point.dist else "?",
+                         entry_point.dist.version if entry_point.dist else "?")
     if not isinstance(source, SecretSource):
         raise ConfigError(f"the secret source {scheme!r} is not a SecretSource")
     return source

@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from toren.default_plugins.scripted import ScriptedModel, ScriptedProvider, respond_with_tools
 from toren.execution.context import ToolCallContext, _current
+from toren.seams.plugins import PluginHost
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-__all__ = ["OutputProcess", "ScriptedModel", "ScriptedProvider", "respond_with_tools",
+__all__ = ["OutputProcess", "PluginHost", "ScriptedModel", "ScriptedProvider", "respond_with_tools",
            "serve_on_free_port", "tool_call", "wait_for", "write_agent_dir", "writers_for_fifos"]
 
 

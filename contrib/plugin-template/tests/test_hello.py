@@ -10,8 +10,10 @@ import toren_hello
 
 from toren import Runtime
 from toren.plugin import API_VERSION, Message, ModelRequest, Settings
-from toren.seams.plugins import PluginHost  # the real loader (docs/reference/plugins.md)
-from toren.testing import ScriptedModel
+from toren.testing import (
+    PluginHost,  # the real loader (docs/reference/plugins.md)
+    ScriptedModel,
+)
 
 
 def load_hello() -> PluginHost:
