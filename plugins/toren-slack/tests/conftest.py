@@ -32,7 +32,7 @@ def slack_agent(fake_slack: FakeSlack, tmp_path: Path) -> Callable[..., Path]:
 
     def make(*, tools_py: str | None = None, approvals: dict[str, Any] | None = None,
              settings: dict[str, Any] | None = None) -> Path:
-        extra = {"approvals": approvals} if approvals else {}
+        extra: dict[str, Any] = {"approvals": approvals} if approvals else {}
         return write_agent_dir(tmp_path / "agents", "bot", tools_py=tools_py, **extra,
                                channels={"slack": settings or slack_settings(fake_slack)})
 

@@ -56,6 +56,7 @@ class FakeSlack:
         #: While true, acknowledgements are read and dropped (lost on the way).
         self.drop_acks = False
         self._disconnect: set[int] = set()
+        self._drop: set[int] = set()
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -93,6 +94,12 @@ class FakeSlack:
         """Send every live connection Slack's ``disconnect`` (``refresh_requested``)."""
         with self.lock:
             self._disconnect |= self.live
+
+    def drop(self) -> None:
+        """Close every live connection from this end, with no word first (a network
+        failure, a Slack restart)."""
+        with self.lock:
+            self._drop |= self.live
 
     def settled(self) -> bool:
         """Whether every pushed envelope was acknowledged."""
@@ -198,6 +205,11 @@ class FakeSlack:
                         self.in_flight[envelope["envelope_id"]] = (connection, envelope)
                     disconnect = connection in self._disconnect
                     self._disconnect.discard(connection)
+                    drop = connection in self._drop
+                    self._drop.discard(connection)
+                if drop:
+                    await socket.close()
+                    break
                 for envelope in sending:
                     await socket.send_json(envelope)
                 if disconnect:

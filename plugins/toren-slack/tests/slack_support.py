@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 import psycopg
-from fake_slack import APP_TOKEN, BOT_ID, BOT_USER, BOT_TOKEN, TEAM, FakeSlack
+from fake_slack import APP_TOKEN, BOT_ID, BOT_TOKEN, BOT_USER, TEAM, FakeSlack
 from toren_slack.signature import sign
 
 from toren.testing import OutputProcess
@@ -188,6 +188,12 @@ def start_dev(directory: Path, env: dict[str, str], stderr: Path) -> Dev:
     except BaseException:
         process.stop()
         raise
+    if "url" not in ready:  # {"error": {...}}: it could not start, and exits
+        try:
+            code = process.proc.wait(timeout=30)
+        finally:
+            process.stop()
+        raise AssertionError(f"toren dev exited with {code}: {ready}")
     return Dev(process, ready["url"])
 
 
