@@ -79,6 +79,12 @@ class Runtime:
     directories, required environment, drivers), so a bad configuration fails before anything
     is created. ``start()`` connects, migrates and starts workers; ``stop()`` undoes it.
 
+    The host API by noun is composed of services (``toren.host.services``: ``files``,
+    ``keys``, ``database``, ``fleet``, ``runs``, ``schedules``, ``approvals``, ``forks``,
+    ``archive``, ``sessions``); the Runtime's methods of those nouns (``list_approvals``,
+    ``fork_run``, ``archive_runs``, ``send_message``, ...) are thin delegates of them, kept for
+    code written against the Runtime (docs/reference/host-api.md, "Services").
+
     Args:
         dirs: agent directories (see ``toren.agents.discover_agent_dirs``); ``None`` means the
             current directory. Pass ``agents=`` instead to serve already loaded specs.
