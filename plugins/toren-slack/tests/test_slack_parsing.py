@@ -17,6 +17,8 @@ from toren_slack.events import parse_event, parse_interaction, sort_key, split_c
 from toren_slack.markup import to_mrkdwn, unescape
 from toren_slack.signature import sign, signature_valid
 
+from toren.plugin import ChatBot
+
 PLUGIN = Path(__file__).resolve().parents[1]
 #: What a plugin's source may import of Toren (docs/reference/plugin-api.md).
 PUBLIC = {"toren", "toren.plugin", "toren.plugin.drivers", "toren.plugin.cli"}
@@ -214,3 +216,23 @@ def test_the_app_manifest_asks_for_what_the_channel_uses_and_the_docs_show_it() 
     assert manifest["settings"]["socket_mode_enabled"] is False
     docs = (PLUGIN.parents[1] / "docs" / "channels" / "slack.md").read_text()
     assert text.strip() in docs  # the page shows the file as it is
+
+
+async def test_socket_mode_envelopes_carry_events_and_presses_alike() -> None:
+    channel = SlackChannel()
+    bot = ChatBot(agent="bot", settings={"bot_token_env": "BOT", "mode": "socket"},
+                  state={"threads": {}, "bot_user": BOT_USER})
+    events = {"envelope_id": "e1", "type": "events_api", "payload": dm("hi", "1.5")}
+    interactive = {"envelope_id": "e2", "type": "interactive",
+                   "payload": press("a:1:x", trigger="9.9.z")}
+    update = await channel._envelope_update(bot, events)
+    assert update is not None and (update.kind, update.text, update.chat_id) == (
+        "message", "hi", DM)
+    update = await channel._envelope_update(bot, interactive)
+    assert update is not None and (update.kind, update.text, update.update_id) == (
+        "button", "a:1:x", "press:9.9.z")
+    for other in ({"envelope_id": "e3", "type": "slash_commands", "payload": {"x": 1}},
+                  {"envelope_id": "e4", "type": "events_api", "payload": "x"},
+                  {"envelope_id": "e5", "type": "events_api",
+                   "payload": {"type": "app_rate_limited"}}):
+        assert await channel._envelope_update(bot, other) is None
