@@ -291,7 +291,8 @@ class Runtime:
     def channel_context(self) -> ChannelContext:
         """What this runtime hands its channels (``Channel.start``, ``routes``,
         ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more."""
-        return RuntimeChannelContext(self)
+        return RuntimeChannelContext(self.store, self.settings, self.channel_agents,
+                                     self.sessions, self.approvals)
 
     def listed_channels(self) -> list[Channel]:
         """The installed channels that at least one served agent lists (the ones to start)."""

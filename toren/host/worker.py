@@ -148,7 +148,7 @@ class Worker:
                                 name="toren-guardian"),
             asyncio.create_task(self._schedule_loop(), name="toren-schedules"),
         ]
-        if self.settings.archive_url is not None and self.runtime.retentions():
+        if self.settings.archive_url is not None and self.runtime.archive.retentions():
             self._loops.append(asyncio.create_task(
                 self._every(self.settings.archive_interval_s, self._archive),
                 name="toren-archive"))
@@ -468,7 +468,7 @@ class Worker:
     async def _archive(self) -> None:
         """One archive pass (``Runtime.archive_runs``): every worker tries; the one that gets
         the fleet's archive lock works it, the others find it taken and wait for the next."""
-        report = await self.runtime.archive_runs()
+        report = await self.runtime.archive.archive_due()
         archived = sum(counts["archived"] for counts in report["agents"].values())
         if archived:
             log.info("archived %d finished run(s) past their retention in %.1fs", archived,

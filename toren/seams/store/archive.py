@@ -17,7 +17,7 @@ class RunArchiveIndex(abc.ABC):
     """Choosing runs to archive, indexing them, purging them from the hot tables in small
     batches, and finding them afterwards.
 
-    Called by the host's archive pass (``toren.host.retention``: the elected worker's
+    Called by the host's archive pass (``toren.host.services.archive``: the elected worker's
     maintenance loop, ``toren db archive``, ``POST /archive``) in this order per run:
     ``archivable_runs`` -> ``export_run`` -> (the backend stores the object) ->
     ``index_archived_run`` -> ``purge_archived_run``. A pass that dies between any two steps
