@@ -182,6 +182,31 @@ async def test_a_429_waits_its_retry_after_and_the_reply_is_sent_once(
     assert "ratelimited" in settled[0][2] and "channel_not_found" in settled[1][2]
 
 
+async def test_a_429_to_one_chat_pauses_the_rest_of_the_batch_only_as_long_as_asked(
+        fake_slack: FakeSlack, slack_agent: Callable[..., Path],
+        slack_dev: Callable[..., Dev], database_url: str) -> None:
+    # two replies due in one pass: the first chat's is rate limited (Retry-After: 2); the
+    # second's was claimed with it and is given back, due after the same pause, not after
+    # the claim's minute, and without an attempt counted for it
+    fake_slack.fail(DM, 429, "ratelimited", retry_after="2")
+    dev = slack_dev(slack_agent(settings=slack_settings(fake_slack,
+                                                        allow_from=[FRIEND, OTHER])))
+    assert dev.events
+    rows(database_url, "INSERT INTO toren_control.channel_sends "
+                       "(channel, agent, key, chat_id, text, payload) VALUES "
+                       "('slack', 'bot', 'first', %s, 'to the first chat', '{}'), "
+                       "('slack', 'bot', 'second', %s, 'to the second chat', '{}') "
+                       "RETURNING key", DM, OTHER_DM)
+    await until(lambda: fake_slack.texts(OTHER_DM), within=20.0)
+    await until(lambda: fake_slack.texts(DM), within=20.0)
+    posts = [(at, status) for at, method, status in fake_slack.calls
+             if method == "chat.postMessage"]
+    assert [status for _at, status in posts] == [429, 200, 200]
+    assert posts[1][0] - posts[0][0] >= 2.0  # the rest waited the pause the platform asked
+    assert rows(database_url, "SELECT key, attempts FROM toren_control.channel_sends "
+                              "ORDER BY seq") == [("first", 2), ("second", 1)]
+
+
 def nested(depth: int) -> bytes:
     """An event_callback whose extra field nests ``depth`` arrays."""
     return (b'{"type": "event_callback", "event_id": "Ev1", "event": {}, "extra": '

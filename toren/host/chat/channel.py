@@ -575,7 +575,8 @@ class ChatChannel(Channel):
     # -- outbox -> platform ---------------------------------------------------------------
 
     async def _send_due(self, bot: ChatBot) -> None:
-        for send in await self._outbox.due_channel_sends(self.name, bot.agent):
+        due = await self._outbox.due_channel_sends(self.name, bot.agent)
+        for index, send in enumerate(due):
             try:
                 await self.send_text(bot, send.chat_id, send.text, send.payload)
             except ChannelError as exc:
@@ -583,14 +584,19 @@ class ChatChannel(Channel):
                     log.error("%s: giving up on message %s to %s: %s", self.name, send.key,
                               send.chat_id, exc.message)
                     await self._outbox.finish_channel_send(self.name, bot.agent, send.key,
-                                                    error=exc.message)
+                                                           error=exc.message)
                     continue
                 delay = _backoff(send.attempts + 1, exc.retry_after_s)
                 log.warning("%s: sending %s failed (%s); retrying in %.1fs", self.name,
                             send.key, exc.message, delay)
                 await self._outbox.retry_channel_send(self.name, bot.agent, send.key, delay,
-                                               exc.message)
-                # the platform asked this bot to slow down: the rest wait for the next tick
+                                                      exc.message)
+                # the platform asked this bot to slow down: the rest of the batch is given
+                # back, due after the same pause (not held for the claim's whole minute), in
+                # its order, and without counting an attempt it did not make
+                rest = [later.key for later in due[index + 1:]]
+                if rest:
+                    await self._outbox.release_channel_sends(self.name, bot.agent, rest, delay)
                 break
             await self._outbox.finish_channel_send(self.name, bot.agent, send.key)
 

@@ -218,3 +218,15 @@ class ChannelOutbox(abc.ABC):
                                  error: str) -> None:
         """Keep a message for another try after ``delay_s`` seconds, recording ``error`` and
         counting the attempt (``ChannelSend.attempts``); a settled message stays settled."""
+
+    async def release_channel_sends(self, channel: str, agent: str, keys: list[str],
+                                    delay_s: float) -> None:
+        """Give back claimed messages that were not tried (the platform asked the sender to
+        slow down before their turn): each is due again after ``delay_s`` seconds, its
+        attempts and error unchanged; a settled message stays settled.
+
+        Added in plugin API 1.0 with a default for drivers written before it, which counts an
+        attempt for each (``retry_channel_send``); a driver should override it."""
+        for key in keys:
+            await self.retry_channel_send(channel, agent, key, delay_s,
+                                          "not tried: the platform asked to slow down")

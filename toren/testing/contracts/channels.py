@@ -229,6 +229,24 @@ class ChannelOutboxContract(StoreFixtures):
         assert await store.due_channel_sends(CHANNEL, agent) == []
         assert await store.enqueue_channel_sends(CHANNEL, agent, [send("sent")]) == 0
 
+    async def test_released_sends_come_back_after_the_pause_in_order_without_an_attempt(
+            self, store: Store) -> None:
+        agent = new_agent_name()
+        await store.enqueue_channel_sends(CHANNEL, agent, [send("a"), send("b"), send("c")])
+        assert [s.key for s in await store.due_channel_sends(CHANNEL, agent)] == ["a", "b",
+                                                                                    "c"]
+        await store.finish_channel_send(CHANNEL, agent, "a")
+        await store.release_channel_sends(CHANNEL, agent, ["a", "b", "c"], 0.3)
+        assert await store.due_channel_sends(CHANNEL, agent) == []  # not before the pause
+
+        async def due_again() -> list[ChannelSend]:
+            return await store.due_channel_sends(CHANNEL, agent)
+
+        again = await eventually(due_again, "released sends coming due after the pause")
+        # well before the claim's minute; the sent one stays sent; nothing counted
+        assert [(s.key, s.attempts, s.last_error) for s in again] == [("b", 0, None),
+                                                                      ("c", 0, None)]
+
     async def test_a_retried_send_comes_back_after_its_delay_with_its_error(
             self, store: Store) -> None:
         agent = new_agent_name()

@@ -174,6 +174,11 @@ class PostgresChannelOutbox(_ChannelQueries, ChannelOutbox):
         await self._fetch("retry_send", {"channel": channel, "agent": agent, "key": key,
                                          "delay_s": delay_s, "error": error[:2000]})
 
+    async def release_channel_sends(self, channel: str, agent: str, keys: list[str],
+                                    delay_s: float) -> None:
+        await self._fetch("release_sends", {"channel": channel, "agent": agent,
+                                            "keys": list(keys), "delay_s": delay_s})
+
 
 def _send_params(channel: str, agent: str, send: ChannelSend) -> dict[str, Any]:
     return {"channel": channel, "agent": agent, "key": send.key, "chat_id": send.chat_id,

@@ -88,6 +88,13 @@ SET attempts = attempts + 1, last_error = %(error)s,
     not_before = now() + make_interval(secs => %(delay_s)s)
 WHERE channel = %(channel)s AND agent = %(agent)s AND key = %(key)s;
 
+-- release_sends --
+-- Claimed messages not tried: due again after the pause, attempts and error unchanged
+UPDATE toren_control.channel_sends
+SET not_before = now() + make_interval(secs => %(delay_s)s)
+WHERE channel = %(channel)s AND agent = %(agent)s AND key = ANY(%(keys)s)
+  AND sent_at IS NULL;
+
 -- user_status --
 SELECT status FROM toren_control.channel_pairings
 WHERE channel = %(channel)s AND agent = %(agent)s AND user_id = %(user_id)s;
