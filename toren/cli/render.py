@@ -23,6 +23,43 @@ def _cost(value: float | None) -> str:
     return "cost unknown" if value is None else f"${value:.4f}"
 
 
+def _cache_cell(tokens: int, cost: float | None) -> str:
+    """Cache tokens of one kind and what they cost: ``1200 · $0.0004``."""
+    if not tokens:
+        return ""
+    return f"{tokens}" + ("" if cost is None else f" · ${cost:.4f}")
+
+
+def _cache_rate(calls: list[dict[str, Any]], kind: str) -> str:
+    """`` at $0.30/MTok`` when every priced call with tokens of ``kind`` had that price."""
+    rates = {c["pricing"][f"{kind}_per_mtok"] for c in calls
+             if c.get("pricing") and c[f"{kind}_tokens"] and not c.get("copied")}
+    return f" at ${rates.pop():g}/MTok" if len(rates) == 1 else ""
+
+
+def cache_rows(receipt: dict[str, Any]) -> list[tuple[str, str]]:
+    """The receipt's prompt-cache lines (none for a run that read and wrote no cache): reads
+    and writes with their prices, and what caching saved against the uncached price."""
+    totals = receipt["totals"]
+    read, written = totals.get("cache_read_tokens", 0), totals.get("cache_write_tokens", 0)
+    if not read and not written:
+        return []
+    calls = [c for task in receipt["tasks"] for c in task["model_calls"]]
+    saved = totals.get("cache_saved_usd", 0.0)
+    uncached = totals.get("uncached_cost_usd", 0.0)
+    priced = sum(1 for c in calls if c.get("cache_saved_usd") is not None and not c["copied"])
+    rows = [("cache reads", f"{read} tokens{_cache_rate(calls, 'cache_read')}: "
+                            f"${totals.get('cache_read_cost_usd', 0.0):.4f}"),
+            ("cache writes", f"{written} tokens{_cache_rate(calls, 'cache_write')}: "
+                             f"${totals.get('cache_write_cost_usd', 0.0):.4f}")]
+    if priced:
+        rows.append(("caching saved", f"${saved:.4f} (${uncached:.4f} without caching)"
+                     if saved >= 0 else
+                     f"-${-saved:.4f}: cache writes not read back yet (${uncached:.4f} "
+                     "without caching)"))
+    return rows
+
+
 def event_line(event: Event) -> str | None:
     """One line for a live event, or ``None`` for events not worth a line."""
     d = event.data
@@ -35,8 +72,10 @@ def event_line(event: Event) -> str | None:
         calls = ", ".join(c["name"] for c in d["tool_calls"])
         then = f" → calls {safe(calls)}" if calls else " → answers"
         repeated = " [yellow](repeated after a crash)[/]" if d.get("repeated") else ""
+        read, written = usage.get("cache_read_tokens", 0), usage.get("cache_write_tokens", 0)
+        cached = f" (cache {read} read, {written} written)" if read or written else ""
         return (f"  step {d['step']} · {safe(d['model'])} · {usage['input_tokens']}→"
-                f"{usage['output_tokens']} tokens · {_cost(d['cost_usd'])} · "
+                f"{usage['output_tokens']} tokens{cached} · {_cost(d['cost_usd'])} · "
                 f"{d['latency_ms']:.1f} ms{then}{repeated}")
     if event.type == ev.TOOL_CALL_COMPLETED:
         colour = "red" if d["is_error"] else "green"
@@ -94,6 +133,8 @@ def run_summary(receipt: dict[str, Any]) -> Table:
     unknown = totals["cost_unknown_calls"]
     table.add_row("cost", f"${totals['cost_usd']:.4f}"
                   + (f" + {unknown} call(s) of unknown cost" if unknown else ""))
+    for label, value in cache_rows(receipt):
+        table.add_row(label, value)
     if totals["repeated_calls"]:
         table.add_row("repeated calls", f"{totals['repeated_calls']} (in flight at a crash)")
     budget = receipt.get("budget")
@@ -155,11 +196,18 @@ def children_tree(run_id: str, children: list[dict[str, Any]]) -> Tree:
     return tree
 
 
+def _saved(call: dict[str, Any]) -> str:
+    saved = call.get("cache_saved_usd")
+    if saved is None or not (call["cache_read_tokens"] or call["cache_write_tokens"]):
+        return ""
+    return f"${saved:.4f}" if saved >= 0 else f"-${-saved:.4f}"
+
+
 def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
     """Every model call and tool call of a run."""
     calls = Table(title="Model calls")
-    for column in ("task", "step", "model", "purpose", "in", "out", "cache r/w", "cost",
-                   "latency", "replayed", "repeated"):
+    for column in ("task", "step", "model", "purpose", "in", "out", "cache read",
+                   "cache write", "cost", "cache saved", "latency", "replayed", "repeated"):
         calls.add_column(column)
     tools = Table(title="Tool calls")
     for column in ("task", "step", "tool", "result", "ms", "idempotency key"):
@@ -169,8 +217,11 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
             calls.add_row(safe(task["task_id"]), str(call["step"]), safe(call["model"]),
                           call["purpose"],
                           str(call["input_tokens"]), str(call["output_tokens"]),
-                          f"{call['cache_read_tokens']}/{call['cache_write_tokens']}",
-                          _cost(call["cost_usd"]), f"{call['latency_ms']:.1f} ms",
+                          _cache_cell(call["cache_read_tokens"], call.get("cache_read_cost_usd")),
+                          _cache_cell(call["cache_write_tokens"],
+                                      call.get("cache_write_cost_usd")),
+                          _cost(call["cost_usd"]), _saved(call),
+                          f"{call['latency_ms']:.1f} ms",
                           "copied (fork)" if call.get("copied") else
                           "yes" if call["replayed"] else "", "yes" if call["repeated"] else "")
         for tool in task["tool_calls"]:

@@ -236,6 +236,15 @@ class TokenUsage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     cache_write_tokens: Count = 0
 
 
+class CallPricing(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The prices a model call was charged at, USD per million tokens of each kind."""
+
+    input_per_mtok: Annotated[float, msgspec.Meta(ge=0)]
+    output_per_mtok: Annotated[float, msgspec.Meta(ge=0)]
+    cache_read_per_mtok: Annotated[float, msgspec.Meta(ge=0)]
+    cache_write_per_mtok: Annotated[float, msgspec.Meta(ge=0)]
+
+
 class TaskStarted(EventData, frozen=True):
     """A worker started the task. The conversation begins with input as the user message.
 
@@ -285,6 +294,10 @@ class ModelCallCompleted(EventData, frozen=True):
     provider_data: Annotated[dict[str, Any] | None, msgspec.Meta(
         description="What the provider needs back verbatim with this turn in later requests "
                     "(e.g. Anthropic thinking blocks); opaque to Toren.")] = None
+    pricing: Annotated[CallPricing | None, msgspec.Meta(
+        description="The prices cost_usd was computed at (the agent's pricing: or the "
+                    "provider's); absent when the price is unknown. Receipts split the cost "
+                    "by kind of token and show what prompt caching saved from it.")] = None
 
 
 class ToolCallStarted(EventData, frozen=True):

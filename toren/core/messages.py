@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from toren.core.pricing import Pricing
+
 Role = Literal["user", "assistant", "tool"]
 #: Told each piece of the model's text as it is generated (``Model.stream``); never blocks.
 OnText = Callable[[str], None]
@@ -99,6 +101,10 @@ class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int = 4096
+    #: Ask the provider to cache the prompt's prefix (tools, system prompt, the conversation so
+    #: far) for the next call to read: the task loop sets it from the agent's
+    #: ``promptCaching:``. Providers that cache on their own (OpenAI) or not at all ignore it.
+    prompt_caching: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,9 @@ class ModelResponse:
     cost_usd: float | None = 0.0
     #: Opaque data to send back with this turn in later requests (see ``Message``).
     provider_data: dict[str, Any] | None = None
+    #: The prices the provider applied when it set ``cost_usd`` itself (a price that depends
+    #: on the prompt's length, say), so receipts can split the cost and what caching saved.
+    pricing: Pricing | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,4 +133,5 @@ class ModelResponse:
     def from_json(cls, data: dict[str, Any]) -> ModelResponse:
         calls = tuple(ToolCall(**call) for call in data.get("tool_calls", ()))
         usage = Usage(**data.get("usage", {}))
-        return cls(**{**data, "tool_calls": calls, "usage": usage})
+        pricing = Pricing(**data["pricing"]) if data.get("pricing") else None
+        return cls(**{**data, "tool_calls": calls, "usage": usage, "pricing": pricing})

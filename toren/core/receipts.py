@@ -8,6 +8,8 @@ from typing import Any
 from toren.core import events as ev
 from toren.core.approvals import waiting_text
 from toren.core.events import Event
+from toren.core.messages import Usage
+from toren.core.pricing import Pricing
 from toren.core.runs import RunRecord
 
 STOP_REASON_TEXT = {
@@ -48,6 +50,7 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
         if e.type != ev.MODEL_CALL_COMPLETED:
             continue
         usage = e.data["usage"]
+        copied = e.seq < fork_at
         model_calls.append({
             "step": e.data["step"], "model": e.data["model"],
             "provider": e.data["model"].partition("/")[0],
@@ -69,7 +72,10 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             # copied from the source run by a fork (no call made): its cost there
             "copied": e.seq < fork_at,
             "source_cost_usd": e.data["cost_usd"] if e.seq < fork_at else None,
-        })
+            # USD per million tokens of each kind (absent when the price was unknown)
+            "pricing": e.data.get("pricing"),
+        } | cache_costs(usage, e.data.get("pricing"), 0.0 if copied else e.data["cost_usd"],
+                        copied=copied))
         fell_back = None
     tool_calls = [{
         "step": e.data["step"], "name": e.data["name"], "call_id": e.data["call_id"],
@@ -114,12 +120,45 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             "model_calls": len(model_calls), "tool_calls": len(tool_calls),
             "input_tokens": sum(c["input_tokens"] for c in model_calls),
             "output_tokens": sum(c["output_tokens"] for c in model_calls),
+            **{key: sum(c[key] for c in model_calls) for key in CACHE_TOKENS},
+            **{key: round(sum(c[key] for c in model_calls if c[key] is not None), 10)
+               for key in CACHE_COSTS},
             "cost_usd": round(sum(known), 10),
             "cost_unknown_calls": len(model_calls) - len(known),
             "repeated_calls": sum(1 for c in model_calls if c["repeated"]),
             "copied_calls": sum(1 for c in model_calls if c["copied"]),
         },
     }
+
+
+#: Token counts of prompt caching in a receipt's totals.
+CACHE_TOKENS = ("cache_read_tokens", "cache_write_tokens")
+#: What prompt caching cost and saved, in a receipt's calls and totals (totals count the calls
+#: whose prices are known).
+CACHE_COSTS = ("cache_read_cost_usd", "cache_write_cost_usd", "uncached_cost_usd",
+               "cache_saved_usd")
+
+
+def cache_costs(usage: Mapping[str, int], pricing: Mapping[str, float] | None,
+                cost_usd: float | None, *, copied: bool = False) -> dict[str, float | None]:
+    """A call's cache reads and writes in dollars, what it would have cost without caching
+    (every cached token billed as plain input) and what caching saved (that minus
+    ``cost_usd``, negative when it wrote more than it read); ``None`` without prices."""
+    if copied:  # made and paid for by the run a fork copied it from
+        return dict.fromkeys(CACHE_COSTS, 0.0)
+    if pricing is None or cost_usd is None:
+        return dict.fromkeys(CACHE_COSTS)
+    prices = Pricing(pricing["input_per_mtok"], pricing["output_per_mtok"],
+                     pricing["cache_read_per_mtok"], pricing["cache_write_per_mtok"])
+    counts = Usage(input_tokens=usage.get("input_tokens", 0),
+                   output_tokens=usage.get("output_tokens", 0),
+                   cache_read_tokens=usage.get("cache_read_tokens", 0),
+                   cache_write_tokens=usage.get("cache_write_tokens", 0))
+    uncached = prices.uncached_cost(counts)
+    return {"cache_read_cost_usd": round(counts.cache_read_tokens * prices.cache_read / 1e6, 10),
+            "cache_write_cost_usd": round(counts.cache_write_tokens * prices.cache_write / 1e6,
+                                          10),
+            "uncached_cost_usd": uncached, "cache_saved_usd": round(uncached - cost_usd, 10)}
 
 
 def _task_budget(events: Sequence[Event]) -> dict[str, Any]:
@@ -171,8 +210,10 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
     tasks.sort(key=lambda task: (task["wave"] or 0, _task_order(task["task_id"])))
     totals = {key: sum(task["totals"][key] for task in tasks)
               for key in ("model_calls", "tool_calls", "input_tokens", "output_tokens",
-                          "cost_unknown_calls", "repeated_calls")}
+                          "cost_unknown_calls", "repeated_calls", *CACHE_TOKENS)}
     totals["cost_usd"] = round(sum(task["totals"]["cost_usd"] for task in tasks), 10)
+    for key in CACHE_COSTS:
+        totals[key] = round(sum(task["totals"][key] for task in tasks), 10)
     totals["retries"] = sum(len(task["retries"]) for task in tasks)
     totals["copied_calls"] = sum(task["totals"]["copied_calls"] for task in tasks)
     by_subagent: dict[str, dict[str, Any]] = {}
