@@ -1,13 +1,16 @@
 """Receipts split a run's cost into prompt-cache reads and writes at their prices, and show
-what caching saved against the uncached price (``toren.core.receipts``, ``toren.cli.render``)."""
+what caching saved against the uncached price (``toren.core.receipts``, ``toren.cli.render``);
+agent.yaml's ``promptCaching`` switch."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
+from toren.agents import load_agent
 from toren.cli.render import cache_rows, event_line, receipt_tables, run_summary
 from toren.core import events as ev
 from toren.core.catalog import validate_event
@@ -16,6 +19,8 @@ from toren.core.messages import Usage
 from toren.core.pricing import Pricing
 from toren.core.receipts import build_receipt
 from toren.core.runs import RunRecord
+from toren.errors import AgentDefinitionError
+from toren.testing import write_agent_dir
 
 SONNET = Pricing(3.0, 15.0, 0.30, 3.75)
 PRICES = {"input_per_mtok": 3.0, "output_per_mtok": 15.0, "cache_read_per_mtok": 0.30,
@@ -107,3 +112,11 @@ def test_only_writes_so_far_say_so_and_a_run_without_cache_shows_nothing() -> No
     assert cache_rows(made)[-1][1].startswith(f"-${2000 * 0.75 / 1e6:.4f}: cache writes not "
                                               "read back yet")
     assert cache_rows(receipt(call(1, 1, Usage(10, 20)))) == []
+
+
+def test_prompt_caching_is_on_unless_agent_yaml_turns_it_off(tmp_path: Path) -> None:
+    assert load_agent(write_agent_dir(tmp_path, "plain")).prompt_caching is True
+    off = load_agent(write_agent_dir(tmp_path, "off", promptCaching=False))
+    assert off.prompt_caching is False and off.to_json()["promptCaching"] is False
+    with pytest.raises(AgentDefinitionError, match=r"agent.yaml:2: promptCaching"):
+        load_agent(write_agent_dir(tmp_path, "bad", promptCaching="yes"))

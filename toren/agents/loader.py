@@ -112,6 +112,8 @@ class AgentSpec:
     #: ``retention:``: how long the agent's finished runs stay in the hot tables before they
     #: are archived (``30d``, ``never``); ``None`` takes ``TOREN_RETENTION``.
     retention: str | None = None
+    #: ``promptCaching:``: model calls ask the provider to cache their prompt's prefix.
+    prompt_caching: bool = True
 
     @property
     def schema_name(self) -> str:
@@ -148,6 +150,7 @@ class AgentSpec:
             "version": self.version.hash if self.version else None,
             "humanVersion": self.version.human if self.version else None,
             "onChange": self.on_change, "retention": self.retention,
+            "promptCaching": self.prompt_caching,
         }
 
 
@@ -327,6 +330,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         background=tuple(data.get("background", ())),
         channels=load_channels(located, str(yaml_path), channels),
         retention=data.get("retention"),
+        prompt_caching=bool(data.get("promptCaching", True)),
     )
     if agent.channels and agent.workflow is not None:
         raise AgentDefinitionError(

@@ -305,7 +305,7 @@ class TaskRunner:
             request = ModelRequest(
                 model=self.model_id, system=self.spec.prompt,
                 messages=tuple(self.state.messages),
-                tools=self.spec.tool_specs)
+                tools=self.spec.tool_specs, prompt_caching=self.agent.prompt_caching)
             reservation = await self.reserve(action.step, None, model, request)
             if reservation is False:
                 return False
@@ -498,6 +498,7 @@ class TaskRunner:
             self.call_ids.update(c.id for c in tool_calls)
         usage = response.usage
         cost_usd = self.cost(response, model)
+        pricing = self.pricing(model) or response.pricing
         self.record(ev.ModelCallCompleted(
             step=step, epoch=self.lease.epoch,
             model=response.model or self.model_id, text=clean_text(response.text),
@@ -511,7 +512,11 @@ class TaskRunner:
                                 cache_write_tokens=usage.cache_write_tokens),
             cost_usd=cost_usd, latency_ms=latency_ms, repeated=repeated,
             purpose=purpose,
-            provider_data=response.provider_data if purpose is None else None))
+            provider_data=response.provider_data if purpose is None else None,
+            pricing=None if pricing is None or cost_usd is None else ev.CallPricing(
+                input_per_mtok=pricing.input_per_mtok, output_per_mtok=pricing.output_per_mtok,
+                cache_read_per_mtok=pricing.cache_read,
+                cache_write_per_mtok=pricing.cache_write)))
         # unknown cost with a reservation: charge the worst case reserved (budgets need prices)
         self.settle(reservation, cost_usd if cost_usd is not None
                     else reservation.amount_usd if reservation is not None else None)
