@@ -5,15 +5,24 @@ checks the rules the real API enforces on a conversation (alternating roles, non
 tool results right after their calls, tools defined when tool blocks are present), answers from
 a script in order (then from a responder function) and counts requests.
 
+With ``cache=PromptCache()`` it also keeps a prompt cache as the API does and bills from it:
+``cache_control`` breakpoints (at most 4) write the prefix before them, a later request whose
+prefix matches one written (at a breakpoint or up to 20 blocks before one) reads it, and the
+answer's ``usage`` says so (``input_tokens`` after the last breakpoint,
+``cache_creation_input_tokens``, ``cache_read_input_tokens``), with tokens counted as a block's
+JSON length / 4.
+
 In-process: ``FakeAnthropic(script=[...])``, ``await fake.start()``, ``fake.url``. As a process
-(for crash tests): ``python fake_anthropic.py --tool-steps 8 --delay 0.3`` prints
-``{"port": N}`` and serves until killed; ``GET /_fake/stats`` returns the request counts.
+(for crash tests): ``python fake_anthropic.py --tool-steps 8 --delay 0.3 [--cache]`` prints
+``{"port": N}`` and serves until killed; ``GET /_fake/stats`` returns the request counts and
+``GET /_fake/requests`` every ``/v1/messages`` body with the usage it was billed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import itertools
 import json
 import re
@@ -150,6 +159,95 @@ def conversation_problem(body: Body) -> str | None:
     return None
 
 
+def tokens(unit: Body) -> int:
+    """The fake's token count of one block: its JSON length / 4 (at least 1)."""
+    return max(1, len(json.dumps(unit, sort_keys=True)) // 4)
+
+
+def prompt_units(body: Body) -> list[tuple[Body, bool]]:
+    """The request's prompt as the API caches it, tools, then system, then messages: one unit
+    per tool definition or content block (its turn and role included, its ``cache_control``
+    left out), each with whether it carries a breakpoint."""
+    units: list[tuple[Body, bool]] = []
+
+    def add(unit: Body, block: Body) -> None:
+        bare = {key: value for key, value in block.items() if key != "cache_control"}
+        units.append(({**unit, "block": bare}, "cache_control" in block))
+
+    for tool in body.get("tools") or ():
+        add({"at": "tools"}, tool)
+    system = body.get("system")
+    for block in [{"type": "text", "text": system}] if isinstance(system, str) else system or ():
+        add({"at": "system"}, block)
+    for index, turn in enumerate(body.get("messages") or ()):
+        content = turn["content"]
+        for block in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+            add({"at": "messages", "turn": index, "role": turn["role"]}, block)
+    return units
+
+
+class PromptCache:
+    """The API's prompt cache, as far as billing sees it.
+
+    Args:
+        min_tokens: the shortest prefix cached (1,024 for Sonnet; a shorter one is neither
+            written nor read, without an error).
+        ttl_s: how long an entry lives after it was last written or read.
+        lookback: how many blocks before a breakpoint a hit is looked for.
+    """
+
+    def __init__(self, *, min_tokens: int = 1024, ttl_s: float = 300.0,
+                 lookback: int = 20) -> None:
+        self.min_tokens = min_tokens
+        self.ttl_s = ttl_s
+        self.lookback = lookback
+        #: prefix digest -> when it expires (``time.monotonic()``)
+        self.entries: dict[str, float] = {}
+
+    def problem(self, body: Body) -> str | None:
+        """What the real API rejects about the request's breakpoints, or ``None``."""
+        marks = [block for block, marked in prompt_units(body) if marked]
+        if len(marks) > 4:
+            return (f"A maximum of 4 blocks with cache_control may be provided. Found "
+                    f"{len(marks)}.")
+        for unit in marks:
+            if unit["block"].get("type") in ("thinking", "redacted_thinking"):
+                return f"{unit['at']}: cache_control cannot be set for thinking blocks"
+        return None
+
+    def bill(self, body: Body) -> tuple[int, int, int]:
+        """``(input_tokens, cache_read_tokens, cache_write_tokens)`` of the request, reading
+        and writing the cache as the API does."""
+        now = time.monotonic()
+        units = prompt_units(body)
+        digests: list[str] = []
+        totals: list[int] = []
+        digest, total = "", 0
+        for unit, _marked in units:
+            digest = hashlib.sha256((digest + json.dumps(unit, sort_keys=True)).encode()
+                                    ).hexdigest()
+            total += tokens(unit)
+            digests.append(digest)
+            totals.append(total)
+        breakpoints = [index for index, (_unit, marked) in enumerate(units) if marked]
+        hit = -1
+        for point in breakpoints:
+            for index in range(point, max(-1, point - self.lookback - 1), -1):
+                if self.entries.get(digests[index], 0.0) > now:
+                    hit = max(hit, index)
+                    break
+        read = totals[hit] if hit >= 0 else 0
+        if hit >= 0:
+            self.entries[digests[hit]] = now + self.ttl_s
+        written_to = hit
+        for point in breakpoints:
+            if totals[point] >= self.min_tokens:
+                self.entries[digests[point]] = now + self.ttl_s
+                written_to = max(written_to, point)
+        written = totals[written_to] - read if written_to > hit else 0
+        return total - read - written, read, written
+
+
 class FakeAnthropic:
     """The fake API server.
 
@@ -164,13 +262,18 @@ class FakeAnthropic:
             (an outage: ``server_error()``; a gateway without the list: a 404).
         models_delay: seconds to wait before each ``/v1/models`` answer (a hung API).
         stream_delay: seconds between the deltas of a streamed answer.
+        cache: a ``PromptCache``: answers' input and cache usage are billed from it (their
+            output tokens are the script's).
     """
 
     def __init__(self, script: Sequence[ScriptItem] = (), *, responder: Responder | None = None,
                  delay: float = 0.0, api_key: str | None = None,
                  models_reply: Reply | None = None, models_delay: float = 0.0,
-                 stream_delay: float = 0.0) -> None:
+                 stream_delay: float = 0.0, cache: PromptCache | None = None) -> None:
         self.script = list(script)
+        self.cache = cache
+        #: The ``usage`` of each 200 answer to ``/v1/messages``, in order (``None`` for others).
+        self.usages: list[Body | None] = []
         self.stream_delay = stream_delay
         #: ``time.monotonic()`` of each streamed delta as it was written.
         self.deltas_sent_at: list[float] = []
@@ -198,6 +301,7 @@ class FakeAnthropic:
         app.router.add_post("/v1/messages", self.messages)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/_fake/stats", self.stats)
+        app.router.add_get("/_fake/requests", self.requests_made)
         return app
 
     async def start(self, port: int = 0) -> FakeAnthropic:
@@ -227,16 +331,27 @@ class FakeAnthropic:
     async def messages(self, request: web.Request) -> web.Response:
         self.counts["/v1/messages"] += 1
         body = await request.json()
+        index = len(self.requests)
         self.requests.append(body)
+        self.usages.append(None)
         self.headers.append({k.lower(): v for k, v in request.headers.items()})
         if self.delay:
             await asyncio.sleep(self.delay)
         reply = self._auth_problem(request)
         if reply is None:
-            problem = conversation_problem(body)
+            problem = conversation_problem(body) or (self.cache.problem(body) if self.cache
+                                                     else None)
             reply = invalid(problem) if problem else self._next(body)
         if reply.status == 200 and reply.body.get("model") is None:
             reply = Reply(200, {**reply.body, "model": body["model"]}, reply.headers)
+        if reply.status == 200 and self.cache is not None:
+            billed, read, written = self.cache.bill(body)
+            reply = Reply(200, {**reply.body, "usage": {
+                **reply.body["usage"], "input_tokens": billed,
+                "cache_read_input_tokens": read, "cache_creation_input_tokens": written}},
+                reply.headers)
+        if reply.status == 200:
+            self.usages[index] = reply.body["usage"]
         if reply.status == 200 and body.get("stream"):
             return await self._stream(request, reply)
         return web.json_response(reply.body, status=reply.status, headers=reply.headers)
@@ -281,6 +396,11 @@ class FakeAnthropic:
 
     async def stats(self, request: web.Request) -> web.Response:
         return web.json_response(dict(self.counts))
+
+    async def requests_made(self, request: web.Request) -> web.Response:
+        return web.json_response([{"body": body, "usage": usage}
+                                  for body, usage in zip(self.requests, self.usages,
+                                                         strict=True)])
 
 
 def stream_events(message_body: Body) -> list[tuple[str, Body]]:
@@ -342,7 +462,9 @@ def tool_loop(steps: int, tool: str = "step") -> Responder:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    fake = FakeAnthropic(responder=tool_loop(args.tool_steps), delay=args.delay)
+    fake = FakeAnthropic(responder=tool_loop(args.tool_steps), delay=args.delay,
+                         cache=PromptCache(min_tokens=args.cache_min_tokens) if args.cache
+                         else None)
     await fake.start(args.port)
     print(json.dumps({"port": fake.port}), flush=True)
     stop = asyncio.Event()
@@ -358,6 +480,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--tool-steps", type=int, default=8)
+    parser.add_argument("--cache", action="store_true", help="keep and bill a prompt cache")
+    parser.add_argument("--cache-min-tokens", type=int, default=1024)
     asyncio.run(serve(parser.parse_args()))
 
 

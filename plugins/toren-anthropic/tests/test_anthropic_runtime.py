@@ -60,8 +60,9 @@ async def test_a_tool_calling_conversation_end_to_end_with_usage_and_cost(
         tmp_path: Path, fake_anthropic: FakeFactory, anthropic_runtime: RuntimeFactory) -> None:
     def answer(body: dict[str, Any]) -> fake.Reply:
         results = fake.tool_results(body)
+        # the last block of the prefix carries a cache breakpoint (promptCaching is on)
         if results != [{"type": "tool_result", "tool_use_id": "toolu_paris",
-                        "content": "sunny in Paris"}]:
+                        "content": "sunny in Paris", "cache_control": {"type": "ephemeral"}}]:
             return fake.invalid(f"expected the lookup result, got {results}")
         return fake.text("It is sunny in Paris.", input_tokens=200, output_tokens=12)
 
@@ -90,7 +91,9 @@ async def test_a_tool_calling_conversation_end_to_end_with_usage_and_cost(
     assert (tool["output"], tool["is_error"]) == ("sunny in Paris", False)
     # what went over the wire: the agent's prompt, its tools, then the tool result
     assert [r["model"] for r in server.requests] == ["claude-sonnet-4-6"] * 2
-    assert server.requests[0]["system"].startswith("You are a test agent.")
+    (system,) = server.requests[0]["system"]
+    assert system["text"].startswith("You are a test agent.")
+    assert system["cache_control"] == {"type": "ephemeral"}
     assert {t["name"] for t in server.requests[0]["tools"]} == {"lookup", "fetch"}
     assert server.requests[1]["messages"][1]["content"][-1]["id"] == "toolu_paris"
 

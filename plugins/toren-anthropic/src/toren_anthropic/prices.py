@@ -39,13 +39,17 @@ class ModelPrice:
         """Whether one ``Pricing`` prices every call (no prompt-length tier)."""
         return self.long_prompt is None
 
-    def cost(self, usage: Usage) -> float:
-        """The cost of one call, picking the tier by the call's prompt length."""
+    def tier(self, usage: Usage) -> Pricing:
+        """The prices of one call, picked by the call's prompt length."""
         prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
         if (self.long_prompt is not None and self.long_prompt_threshold is not None
                 and prompt > self.long_prompt_threshold):
-            return self.long_prompt.cost(usage)
-        return self.pricing.cost(usage)
+            return self.long_prompt
+        return self.pricing
+
+    def cost(self, usage: Usage) -> float:
+        """The cost of one call, at its tier's prices."""
+        return self.tier(usage).cost(usage)
 
 
 def _price(input_: float, output: float, cache_read: float, cache_write: float,

@@ -5,6 +5,14 @@ and assistant turns alternate (consecutive turns of one role are merged, tool re
 ``tool_result`` blocks of a user turn, ahead of its text), no content block is empty, and
 ``tool_use``/``tool_result`` blocks appear only when the request defines tools (a request
 without tools, such as a compaction summary, gets past tool calls and results as text).
+
+Prompt caching (``ModelRequest.prompt_caching``) marks ``cache_control`` breakpoints, at most
+four (the API's limit): the last tool definition, the system prompt, the last block of the
+previous user turn (where the previous step's request ended, so this step reads what that step
+wrote, however many blocks the step added) and the last block of the last user turn (written
+for the next step). A request is a pure function of the conversation, so the request rebuilt
+after a restart is byte for byte the one the crashed worker would have sent, and reads the
+same cache.
 """
 
 from __future__ import annotations
@@ -32,6 +40,10 @@ Block = dict[str, Any]
 Replay = Mapping[str, Sequence[Block]]
 #: Where this plugin keeps its data in ``Message.provider_data``.
 PROVIDER_DATA_KEY = "anthropic"
+#: A cache breakpoint with the API's default lifetime (5 minutes, refreshed by each read).
+CACHE_BREAKPOINT = {"type": "ephemeral"}
+#: The most ``cache_control`` breakpoints one request may carry.
+MAX_BREAKPOINTS = 4
 
 
 def tool_param(spec: ToolSpec) -> Block:
@@ -55,7 +67,43 @@ def request_params(request: ModelRequest, *, model: str, replay: Replay | None =
         params["system"] = request.system
     if tools:
         params["tools"] = tools
+    if request.prompt_caching:
+        mark_cache_breakpoints(params)
     return params
+
+
+def mark_cache_breakpoints(params: Params) -> None:
+    """Put ``cache_control`` on the prefix's stable points (see the module's docstring).
+
+    The API caches the prompt in the order tools, system, messages: a breakpoint caches
+    everything before it. Only user turns are marked (an assistant turn may hold thinking
+    blocks, which cannot carry one, and is sent back verbatim).
+    """
+    if params.get("tools"):
+        params["tools"][-1]["cache_control"] = dict(CACHE_BREAKPOINT)
+    if params.get("system"):
+        params["system"] = [{"type": "text", "text": params["system"],
+                             "cache_control": dict(CACHE_BREAKPOINT)}]
+    user_turns = [turn for turn in params["messages"] if turn["role"] == "user"]
+    for turn in user_turns[-2:]:
+        turn["content"][-1]["cache_control"] = dict(CACHE_BREAKPOINT)
+
+
+def cache_breakpoints(params: Params) -> list[str]:
+    """Where a request's breakpoints are, e.g. ``["tools.1", "system.0",
+    "messages.2.content.0"]`` (for tests, and for anyone checking a request by hand)."""
+    found = [f"tools.{index}" for index, tool in enumerate(params.get("tools", ()))
+             if "cache_control" in tool]
+    system = params.get("system")
+    if isinstance(system, list):
+        found += [f"system.{index}" for index, block in enumerate(system)
+                  if "cache_control" in block]
+    for index, turn in enumerate(params["messages"]):
+        content = turn["content"]
+        if isinstance(content, list):
+            found += [f"messages.{index}.content.{position}"
+                      for position, block in enumerate(content) if "cache_control" in block]
+    return found
 
 
 def wire_messages(messages: Iterable[Message], *, tools_offered: bool = True) -> list[Block]:
@@ -121,9 +169,24 @@ def conversation_key(system: str, tools: Sequence[Block], messages: Sequence[Blo
 
 
 def params_key(params: Params) -> str:
-    """``conversation_key`` of a request built by ``request_params``."""
-    return conversation_key(params.get("system", ""), params.get("tools", []),
-                            params["messages"])
+    """``conversation_key`` of a request built by ``request_params`` (its cache breakpoints
+    aside: the key is what the model saw, with or without caching)."""
+    system = params.get("system", "")
+    if isinstance(system, list):
+        system = "".join(block["text"] for block in system)
+    return conversation_key(system, _unmarked(params.get("tools", [])),
+                            _unmarked(params["messages"]))
+
+
+def _unmarked(blocks: Sequence[Block]) -> list[Block]:
+    """Tools or turns without their ``cache_control`` breakpoints."""
+    unmarked: list[Block] = []
+    for block in blocks:
+        block = {key: value for key, value in block.items() if key != "cache_control"}
+        if isinstance(block.get("content"), list):
+            block["content"] = _unmarked(block["content"])
+        unmarked.append(block)
+    return unmarked
 
 
 def replayable_turn(message: ApiMessage) -> list[Block] | None:
@@ -182,7 +245,9 @@ def model_response(message: ApiMessage, *, model_id: str, price: ModelPrice | No
     counts = Usage(input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0,
                    cache_read_tokens=usage.cache_read_input_tokens or 0,
                    cache_write_tokens=usage.cache_creation_input_tokens or 0)
-    cost = price.cost(counts) if price is not None and not price.flat else None
+    # a price that depends on the prompt's length: this call's tier, recorded with the call
+    tier = price.tier(counts) if price is not None and not price.flat else None
+    cost = tier.cost(counts) if tier is not None else None
     turn = replayable_turn(message)
     provider_data = None
     if turn is not None and asked is not None:
@@ -190,7 +255,7 @@ def model_response(message: ApiMessage, *, model_id: str, price: ModelPrice | No
     return ModelResponse(text="".join(parts), tool_calls=tuple(calls),
                          stop_reason=stop_reason(message.stop_reason, bool(calls)),
                          usage=counts, model=model_id, cost_usd=cost,
-                         provider_data=provider_data)
+                         provider_data=provider_data, pricing=tier)
 
 
 def recorded_replay(messages: Iterable[Message]) -> dict[str, Sequence[Block]]:
