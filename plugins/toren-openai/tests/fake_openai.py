@@ -5,6 +5,11 @@ It speaks the wire format (``POST /v1/chat/completions``, ``GET /v1/models``, er
 a responder function), records every request body and counts requests per path. Run it as a
 script to serve from its own process: it prints ``{"port": N, "url": ...}`` on one line, and
 ``GET /_fake/stats`` returns the counts.
+
+With ``cache=PrefixCache()`` it caches prompts as OpenAI does, on its own: a prompt of 1,024
+tokens or more is cached, and a later prompt that starts with a cached one reports that much
+(in steps of 128 tokens) as ``usage.prompt_tokens_details.cached_tokens``, with tokens counted as
+a tool list's or a message's JSON length / 4. Nothing marks a breakpoint; writing costs nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import re
 import time
@@ -157,6 +163,43 @@ def call_each_tool(body: Mapping[str, Any]) -> Answer:
     return completion("; ".join(results) or f"You said: {text}", usage_data=spent)
 
 
+class PrefixCache:
+    """OpenAI's automatic prompt cache, as far as billing sees it.
+
+    Args:
+        min_tokens: the shortest prompt cached (1,024).
+        step: cached prefixes count in steps of this many tokens past the minimum (128).
+    """
+
+    def __init__(self, *, min_tokens: int = 1024, step: int = 128) -> None:
+        self.min_tokens = min_tokens
+        self.step = step
+        self.prefixes: set[str] = set()
+
+    @staticmethod
+    def units(body: Mapping[str, Any]) -> list[Any]:
+        """What the prompt is made of, in order: the tools, then each message."""
+        return [body.get("tools") or [], *body.get("messages", ())]
+
+    def bill(self, body: Mapping[str, Any]) -> tuple[int, int]:
+        """``(prompt_tokens, cached_tokens)`` of a request; caches its prompt."""
+        digest, total, cached = "", 0, 0
+        seen: list[tuple[str, int]] = []
+        for unit in self.units(body):
+            digest = hashlib.sha256((digest + json.dumps(unit, sort_keys=True)).encode()
+                                    ).hexdigest()
+            total += max(1, len(json.dumps(unit, sort_keys=True)) // 4)
+            seen.append((digest, total))
+            if digest in self.prefixes:
+                cached = total
+        if cached >= self.min_tokens:
+            cached = self.min_tokens + (cached - self.min_tokens) // self.step * self.step
+        else:
+            cached = 0
+        self.prefixes.update(digest for digest, tokens in seen if tokens >= self.min_tokens)
+        return total, cached
+
+
 class FakeOpenAI:
     """The fake server. ``script`` answers are used in order, then ``responder``.
 
@@ -171,14 +214,17 @@ class FakeOpenAI:
         models_delay_s: seconds to wait before each ``GET /v1/models`` answer (a hung server).
         models: ids ``GET /v1/models`` lists.
         stream_delay_s: seconds between the content chunks of a streamed answer.
+        cache: a ``PrefixCache``: answers' prompt and cached token counts are billed from it.
     """
 
     def __init__(self, script: Iterable[Answer | Responder] = (), *,
                  responder: Responder = call_each_tool, delay_s: float = 0.0,
                  max_prompt_chars: int | None = None, models_status: int = 200,
                  models: Iterable[str] = ("gpt-4o-mini", "gpt-4o"),
-                 models_delay_s: float = 0.0, stream_delay_s: float = 0.0) -> None:
+                 models_delay_s: float = 0.0, stream_delay_s: float = 0.0,
+                 cache: PrefixCache | None = None) -> None:
         self.script: list[Answer | Responder] = list(script)
+        self.cache = cache
         self.stream_delay_s = stream_delay_s
         #: ``time.monotonic()`` of each streamed content chunk as it was written.
         self.first_content_at: list[float] = []
@@ -241,6 +287,10 @@ class FakeOpenAI:
             answer = self.responder
         if callable(answer):
             answer = answer(body)
+        if self.cache is not None and not isinstance(answer, Fail):
+            prompt, cached = self.cache.bill(body)
+            completion_tokens = (answer.get("usage") or {}).get("completion_tokens", 0)
+            answer = {**answer, "usage": usage(prompt, completion_tokens, cached)}
         self.statuses.append(answer.status if isinstance(answer, Fail) else 200)
         if body.get("stream") and not isinstance(answer, Fail):
             return await self._stream(request, answer, body)
