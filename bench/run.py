@@ -39,7 +39,9 @@ console = Console(stderr=True)
 
 HISTORY = BENCH / "history"
 TOREN_FIGURES = ("throughput", "latency", "queue", "resume", "memory", "scaleout", "recovery",
-                 "inflight", "growth", "fanout", "delivery")
+                 "inflight", "growth", "fanout", "delivery", "caching")
+#: Figures measured by a script of their own (its arguments: --server-url URL [--smoke]).
+OWN_SCRIPT = {"caching": "prompt_caching.py"}
 #: Figures --smoke leaves out unless --only names them (they take more than a few seconds).
 NOT_IN_SMOKE = ("fanout", "inflight")
 #: Figures a full run leaves out unless --only names them (minutes each: agent scale).
@@ -375,6 +377,22 @@ def figures(reps: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         "another agent waiting", each("toren_growth", "foreign_backlog_claim", "claim_ms_p50"),
         "ms", theirs=each("toren_growth", "empty", "claim_ms_p50"), peer_name="empty queue",
         target="<= 2x empty", check=lambda v, r: r <= 2)
+    loop = median(each("toren_caching", "steps"))
+    add("11 prompt caching", f"Anthropic, a {loop or 0:g}-step tool loop: cost with "
+        "promptCaching (cache_control breakpoints) against without, Sonnet 4.6 prices",
+        each("toren_caching", "anthropic", "cost_with_usd"), "USD",
+        theirs=each("toren_caching", "anthropic", "cost_without_usd"),
+        peer_name="promptCaching: false", target="<= 0.5x", check=lambda v, r: r <= 0.5)
+    add("11 prompt caching", "OpenAI (automatic caching), the same loop: cost against its cost "
+        "at the uncached price, gpt-4o-mini prices",
+        each("toren_caching", "openai", "cost_usd"), "USD",
+        theirs=each("toren_caching", "openai", "cost_at_uncached_price_usd"),
+        peer_name="uncached price")
+    add("11 prompt caching", "receipts' costs equal to the fakes' bills (1: every run)",
+        [None if rep.get("toren_caching", {}).get("anthropic") is None else float(
+            rep["toren_caching"]["anthropic"]["receipts_match_provider_bill"]
+            and rep["toren_caching"]["openai"]["receipt_matches_provider_bill"])
+         for rep in reps], "", target="1", check=lambda v, r: v == 1)
     return rows
 
 
@@ -659,6 +677,9 @@ def main() -> int:
                     log(f"repetition {rep}/{reps_n}: toren {figure}")
                     command = [sys.executable, str(BENCH / "toren_bench.py"), figure,
                                "--server-url", server_url, *smoke, *args.toren_arg]
+                    if figure in OWN_SCRIPT:
+                        command = [sys.executable, str(BENCH / OWN_SCRIPT[figure]),
+                                   "--server-url", server_url, *smoke]
                     results[f"toren_{figure}"] = run_json(command, toren_env_full,
                                                           timeout=3600)
                     if figure == "recovery":

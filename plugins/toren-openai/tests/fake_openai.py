@@ -242,6 +242,8 @@ class FakeOpenAI:
         self.counts: Counter[str] = Counter()
         #: Statuses answered to chat requests, in order.
         self.statuses: list[int] = []
+        #: The ``usage`` of each completion answered, in order (what the provider bills).
+        self.usages: list[dict[str, Any]] = []
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -292,6 +294,8 @@ class FakeOpenAI:
             completion_tokens = (answer.get("usage") or {}).get("completion_tokens", 0)
             answer = {**answer, "usage": usage(prompt, completion_tokens, cached)}
         self.statuses.append(answer.status if isinstance(answer, Fail) else 200)
+        if not isinstance(answer, Fail) and isinstance(answer.get("usage"), dict):
+            self.usages.append(answer["usage"])
         if body.get("stream") and not isinstance(answer, Fail):
             return await self._stream(request, answer, body)
         return self._respond(answer)
