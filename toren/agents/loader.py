@@ -31,6 +31,7 @@ from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, Toren
 from toren.regular_files import NotARegularFile, open_regular, read_regular
 from toren.schemas import load_schema
 from toren.seams.channels import Channel
+from toren.seams.tool_sources import ToolSource, ToolSourceEntry, entries_json
 from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class SubagentSpec:
     tools: dict[str, Tool]
     limits: Limits
     path: Path
+    #: The tool-source entries it uses (``mcpServers:``): its own, and the agent's it takes.
+    tool_sources: tuple[ToolSourceEntry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,9 @@ class AgentSpec:
     retention: str | None = None
     #: ``promptCaching:``: model calls ask the provider to cache their prompt's prefix.
     prompt_caching: bool = True
+    #: Entries of tool-source keys (``mcpServers:``), bound by their plugins: tools discovered
+    #: while the agent runs (``toren.seams.tool_sources``).
+    tool_sources: tuple[ToolSourceEntry, ...] = ()
 
     @property
     def schema_name(self) -> str:
@@ -138,7 +144,8 @@ class AgentSpec:
             "directory": str(self.directory), "schema": self.schema_name,
             "limits": self.limits.to_json(), "tools": list(self.tools), "env": list(self.env),
             "subagents": {name: {"model": sub.model, "tools": list(sub.tools),
-                                 "description": sub.description}
+                                 "description": sub.description,
+                                 "toolSources": entries_json(sub.tool_sources)}
                           for name, sub in self.subagents.items()},
             "baseUrl": self.base_url, "workflow": self.workflow is not None,
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
@@ -151,6 +158,7 @@ class AgentSpec:
             "humanVersion": self.version.human if self.version else None,
             "onChange": self.on_change, "retention": self.retention,
             "promptCaching": self.prompt_caching,
+            "toolSources": entries_json(self.tool_sources),
         }
 
 
@@ -189,7 +197,8 @@ def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
                 known_models: ModelCheck | None = None, *,
                 unavailable: Mapping[str, str] | None = None,
                 import_timeout_s: float | None = None,
-                channels: Mapping[str, Channel] | None = None) -> list[AgentSpec]:
+                channels: Mapping[str, Channel] | None = None,
+                tool_sources: Mapping[str, ToolSource] | None = None) -> list[AgentSpec]:
     """Load every agent directory; names must map to distinct schema names.
 
     ``tools`` are the plugin-registered tools agents may enable; ``known_models``, if given, is
@@ -199,12 +208,15 @@ def load_agents(dirs: Iterable[Path], tools: Mapping[str, Tool],
     plugins could not register on this machine to why (``PluginHost.unavailable_tools``).
     ``channels`` are the installed channels that ``channels:`` may list (``None``: any name is
     accepted and settings are not checked, for tools that only read definitions).
+    ``tool_sources`` are the installed tool sources by agent.yaml key (``mcpServers``);
+    ``None``: such keys are checked against the schema only and bind no entries.
     """
     agents: list[AgentSpec] = []
     by_schema: dict[str, AgentSpec] = {}
     for directory in dirs:
         agent = load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s,
-                           unavailable=unavailable, channels=channels)
+                           unavailable=unavailable, channels=channels,
+                           tool_sources=tool_sources)
         other = by_schema.get(agent.schema_name)
         if other is not None:
             raise AgentDefinitionError(
@@ -221,7 +233,9 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                known_models: ModelCheck | None = None, *,
                import_timeout_s: float | None = None,
                unavailable: Mapping[str, str] | None = None,
-               channels: Mapping[str, Channel] | None = None, attempt: int = 1) -> AgentSpec:
+               channels: Mapping[str, Channel] | None = None,
+               tool_sources: Mapping[str, ToolSource] | None = None,
+               attempt: int = 1) -> AgentSpec:
     """Load and validate one agent directory, or raise ``AgentDefinitionError``.
 
     The spec carries the ``version`` of what was loaded: if a definition file changes during
@@ -312,6 +326,15 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
             where = f"{yaml_path}:{line}" if line else str(yaml_path)
             env_sources.setdefault(var, []).append(f"tool {tool_name} enabled at {where}")
     _add_child_tools(enabled, data, located, str(yaml_path))
+    entries = bind_tool_sources(name, data, located, str(yaml_path), tool_sources, enabled)
+    for entry in entries:  # their variables join the agent's required env, as tools' do
+        line = located.line_of((entry_key(data, entry), entry.name), key=True)
+        where = f"{yaml_path}:{line}" if line else str(yaml_path)
+        for var in entry.required_env:
+            if var not in env:
+                env.append(var)
+            env_sources.setdefault(var, []).append(
+                f"{entry_key(data, entry)}.{entry.name} at {where}")
     limits = Limits.from_yaml(data.get("limits"))
     agent = AgentSpec(
         name=name, directory=directory, model=model, prompt=prompt,
@@ -324,20 +347,21 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         workflow=load_workflow_file(directory / "workflow.py", name, timeout_s=timeout_s),
         allow_outside_files=allow_outside, fallbacks=fallbacks,
         tool_config={key: data[key] for key in TOOL_CONFIG_KEYS if key in data},
-        approvals=_approvals(data, enabled, located, str(yaml_path)),
+        approvals=_approvals(data, enabled, located, str(yaml_path), entries),
         schedules=load_schedules(located, str(yaml_path)),
         peers=tuple(data.get("peers", ())), accepts_from=tuple(data.get("acceptsFrom", ())),
         background=tuple(data.get("background", ())),
         channels=load_channels(located, str(yaml_path), channels),
         retention=data.get("retention"),
         prompt_caching=bool(data.get("promptCaching", True)),
+        tool_sources=entries,
     )
     if agent.channels and agent.workflow is not None:
         raise AgentDefinitionError(
             "channels: this agent runs a workflow (workflow.py), which takes one input and "
             "ends; chat channels talk to agents in sessions. Remove channels: or workflow.py",
             path=str(yaml_path), line=located.line_of(("channels",), key=True))
-    subagents = load_subagents(agent, known_models)
+    subagents = load_subagents(agent, known_models, tool_sources=tool_sources)
     version = snapshot(directory, prompt_file, data.get("version"))
     if version != before:
         # a file changed while the directory was loaded: what was loaded may mix both
@@ -346,9 +370,20 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                                        "loaded; try again once it is written",
                                        path=str(directory))
         return load_agent(directory, tools, known_models, import_timeout_s=import_timeout_s,
-                          unavailable=unavailable, channels=channels, attempt=attempt + 1)
+                          unavailable=unavailable, channels=channels,
+                          tool_sources=tool_sources, attempt=attempt + 1)
+    # the variables of the subagents' own tool-source entries are required at startup too
+    env_sources = {var: list(who) for var, who in agent.env_sources.items()}
+    for sub in subagents.values():
+        for entry in sub.tool_sources:
+            for var in entry.required_env:
+                if entry not in agent.tool_sources:
+                    env_sources.setdefault(var, []).append(
+                        f"mcpServers.{entry.name} of {sub.path}")
     return AgentSpec(**{**agent.__dict__, "subagents": subagents, "version": version,
-                        "on_change": data.get("onChange", "continue")})
+                        "on_change": data.get("onChange", "continue"),
+                        "env": tuple(dict.fromkeys([*agent.env, *env_sources])),
+                        "env_sources": {var: tuple(who) for var, who in env_sources.items()}})
 
 
 def _snapshot_or_none(directory: Path, prompt_file: str,
@@ -370,11 +405,69 @@ def _tool_choices(available: Mapping[str, Tool]) -> str:
     return ", ".join([*sorted(available), *groups]) or "none"
 
 
+#: agent.yaml keys whose entries a tool source binds, and the distribution that serves each.
+TOOL_SOURCE_KEYS = {"mcpServers": "toren-mcp"}
+
+
+def entry_key(data: Mapping[str, Any], entry: ToolSourceEntry) -> str:
+    """The agent.yaml key that declared ``entry``."""
+    return next((key for key in TOOL_SOURCE_KEYS if entry.name in (data.get(key) or {})),
+                next(iter(TOOL_SOURCE_KEYS)))
+
+
+def bind_tool_sources(agent: str, data: Mapping[str, Any], located: LocatedYaml, path: str,
+                      sources: Mapping[str, ToolSource] | None,
+                      tools: Mapping[str, Tool], *, taken: Iterable[str] = ()
+                      ) -> tuple[ToolSourceEntry, ...]:
+    """The entries of each tool-source key (``mcpServers:``) bound by their installed
+    sources; none when ``sources`` is ``None`` (definitions read, not served). A tool whose
+    name starts with an entry's prefix, or two entries with one prefix, are errors: the
+    model could not tell their tools apart."""
+    entries: list[ToolSourceEntry] = []
+    prefixes = {prefix: "the agent's mcpServers" for prefix in taken}
+    for key, distribution in TOOL_SOURCE_KEYS.items():
+        declared = data.get(key) or {}
+        if not declared or sources is None:
+            continue
+        source = sources.get(key)
+        if source is None:
+            raise AgentDefinitionError(
+                f"{key}: no installed plugin serves this key; install {distribution} "
+                f"(pip install {distribution}) or remove {key}:", path=path,
+                line=located.line_of((key,), key=True))
+        for name, config in declared.items():
+            line = located.line_of((key, name), key=True)
+            try:
+                entry = source.bind(agent, name, config)
+            except ToolError as exc:
+                raise AgentDefinitionError(f"{key}.{name}: {exc.message}", path=path,
+                                           line=line) from None
+            if entry.prefix in prefixes:
+                raise AgentDefinitionError(
+                    f"{key}.{name}: its tools would be named {entry.prefix}... as those of "
+                    f"{prefixes[entry.prefix]}; rename one of them", path=path, line=line)
+            clash = next((tool for tool in tools if tool.startswith(entry.prefix)), None)
+            if clash is not None:
+                raise AgentDefinitionError(
+                    f"{key}.{name}: its tools are named {entry.prefix}<tool>, and so is the "
+                    f"tool {clash!r} ({tools[clash].source or 'tools.py'}); rename that tool "
+                    "or the server", path=path, line=line)
+            prefixes[entry.prefix] = f"{key}.{name}"
+            entries.append(entry)
+    return tuple(entries)
+
+
 def _approvals(data: dict[str, Any], tools: Mapping[str, Tool], located: LocatedYaml,
-               path: str) -> dict[str, ApprovalPolicy]:
-    """``approvals:`` of agent.yaml, plus every tool marked ``requires_approval=True``."""
+               path: str, entries: Sequence[ToolSourceEntry] = ()
+               ) -> dict[str, ApprovalPolicy]:
+    """``approvals:`` of agent.yaml, plus every tool marked ``requires_approval=True``. A
+    tool of a tool-source entry (``time__convert_time``) is named before it is discovered:
+    its name only has to start with the entry's prefix."""
     policies = {name: ApprovalPolicy() for name, tool in tools.items() if tool.requires_approval}
     for tool_name, entry in (data.get("approvals") or {}).items():
+        if any(tool_name.startswith(e.prefix) and tool_name != e.prefix for e in entries):
+            policies[tool_name] = ApprovalPolicy.from_yaml(entry)
+            continue
         if tool_name not in tools:
             raise AgentDefinitionError(
                 f"approvals: the agent has no tool {tool_name!r}"
@@ -846,9 +939,13 @@ FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*\r?\n?", re.DOTALL | 
 FRONT_MATTER_START = re.compile(r"\A---[ \t]*\r?\n")
 
 
-def load_subagents(agent: AgentSpec,
-                   known_models: ModelCheck | None = None) -> dict[str, SubagentSpec]:
-    """``subagents/*.md`` of an agent: YAML front matter between ``---`` lines, then the prompt."""
+def load_subagents(agent: AgentSpec, known_models: ModelCheck | None = None, *,
+                   tool_sources: Mapping[str, ToolSource] | None = None
+                   ) -> dict[str, SubagentSpec]:
+    """``subagents/*.md`` of an agent: YAML front matter between ``---`` lines, then the prompt.
+
+    A subagent uses the agent's tool-source entries (``mcpServers:``) unless it lists
+    ``tools:``, where ``<server>__*`` takes one of them; its own ``mcpServers:`` add more."""
     folder = agent.directory / "subagents"
     if not folder.is_dir():
         return {}
@@ -882,9 +979,16 @@ def load_subagents(agent: AgentSpec,
         if known_models is not None and "model" in data:
             _check_model(known_models, model, str(path), located.line_of(("model",)))
         tools = dict(agent.tools)
+        inherited = agent.tool_sources
         if "tools" in data:
             tools = {}
+            inherited = ()
             for index, tool_name in enumerate(data["tools"]):
+                taken = next((entry for entry in agent.tool_sources
+                              if tool_name == f"{entry.prefix}*"), None)
+                if taken is not None:
+                    inherited += (taken,)
+                    continue
                 if tool_name not in agent.tools:
                     raise AgentDefinitionError(
                         f"unknown tool {tool_name!r}{_suggest(tool_name, agent.tools)}; a "
@@ -895,10 +999,13 @@ def load_subagents(agent: AgentSpec,
         if not body.strip():
             raise AgentDefinitionError("the prompt (the text after the front matter) is empty",
                                        path=str(path))
+        own = bind_tool_sources(agent.name, data, located, str(path), tool_sources, tools,
+                                taken=[entry.prefix for entry in agent.tool_sources])
         subagents[name] = SubagentSpec(
             name=name, description=data.get("description", ""), model=model,
             prompt=body.strip() + "\n", tools=tools,
             limits=Limits.from_yaml(data.get("limits"), agent.limits), path=path,
+            tool_sources=(*inherited, *own),
         )
     return subagents
 

@@ -87,6 +87,7 @@ from toren.seams.shapes import (
     QueueMessage,
     TextDelta,
 )
+from toren.seams.tool_sources import ToolSourceEntry, ToolSourceUnavailable, source_tools
 from toren.seams.tools import Tool
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,8 @@ class TaskSpec:
     limits: Limits
     #: Tools that need a person's approval before each call, by name.
     approvals: dict[str, ApprovalPolicy] = dataclasses.field(default_factory=dict)
+    #: Tool-source entries (``mcpServers:``) whose tools join ``tools`` as the task starts.
+    sources: tuple[ToolSourceEntry, ...] = ()
 
     @functools.cached_property
     def tool_specs(self) -> tuple[ToolSpec, ...]:
@@ -123,12 +126,13 @@ class TaskSpec:
 def task_spec(agent: AgentSpec, subagent: str | None) -> TaskSpec:
     if subagent is None:
         return TaskSpec(None, agent.model, agent.prompt, agent.tools, agent.limits,
-                        agent.approvals)
+                        agent.approvals, agent.tool_sources)
     sub: SubagentSpec | None = agent.subagents.get(subagent)
     if sub is None:
         raise TorenError(f"agent {agent.name!r} has no subagent {subagent!r} "
                          f"(subagents/{subagent}.md); it may have been removed")
-    return TaskSpec(sub.name, sub.model, sub.prompt, sub.tools, sub.limits, agent.approvals)
+    return TaskSpec(sub.name, sub.model, sub.prompt, sub.tools, sub.limits, agent.approvals,
+                    sub.tool_sources)
 
 
 class TaskRunner:
@@ -208,6 +212,8 @@ class TaskRunner:
                 return
             if self.state.fork is None:
                 self.record(fork)  # a task the fork started afresh: before its TaskStarted
+        if self.spec.sources and not await self.add_source_tools():
+            return
         if self.state.started is None:
             await self.start()
         else:
@@ -240,6 +246,19 @@ class TaskRunner:
                 return
             if not await self.call_model(action):
                 return
+
+    async def add_source_tools(self) -> bool:
+        """Add the tools the spec's tool sources (MCP servers) offer now; ``False`` when they
+        cannot be had: the task retries later with backoff, the error shown on the run."""
+        try:
+            found = await source_tools(self.spec.sources, source=f"agent {self.agent.name}:")
+        except TorenError as exc:
+            if self.state.started is None:
+                await self.start()
+            await self.schedule_retry(self.state.steps + 1, ToolSourceUnavailable(exc.message))
+            return False
+        self.spec = replace(self.spec, tools={**found, **self.spec.tools})
+        return True
 
     async def version_still_current(self) -> bool:
         """``False`` (after handing the message back) when the run moved to another version

@@ -109,7 +109,8 @@ class Runtime:
         if agents is None:
             agents = load_agents(discover_agent_dirs(dirs), self.plugins.tools, self.check_model,
                                  unavailable=self.plugins.unavailable_tools,
-                                 channels=self.plugins.channels)
+                                 channels=self.plugins.channels,
+                                 tool_sources=self.plugins.tool_sources)
         self.agents: dict[str, AgentSpec] = {agent.name: agent for agent in agents}
         for agent in self.agents.values():
             for model_id in agent.model_ids:
@@ -130,7 +131,7 @@ class Runtime:
         self.versions = AgentVersions(
             self.store, self.agents, self.plugins.tools, self.plugins.unavailable_tools,
             recheck_s=max(0.2, min(2.0, self.settings.lease_ttl_s / 3)),
-            known_models=self.check_model)
+            known_models=self.check_model, tool_sources=self.plugins.tool_sources)
         # each append tells the run's version (postgres): no read per task message and step
         self.store.on_run_version(self.versions.seen)
         #: Prometheus metrics of this process (``/metrics``; ``toren.host.metrics``).

@@ -26,6 +26,7 @@ from toren.core.events import NewEvent
 from toren.errors import AgentVersionMissing
 from toren.seams.shapes import Lease
 from toren.seams.store import AgentVersionStore
+from toren.seams.tool_sources import ToolSource
 from toren.seams.tools import Tool
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,15 @@ class AgentVersions:
     def __init__(self, store: AgentVersionStore, served: Mapping[str, AgentSpec],
                  tools: Mapping[str, Tool], unavailable: Mapping[str, str] | None = None,
                  *, recheck_s: float = 2.0,
-                 known_models: Callable[[str], object] | None = None) -> None:
+                 known_models: Callable[[str], object] | None = None,
+                 tool_sources: Mapping[str, ToolSource] | None = None) -> None:
         self.store = store
         self.served = served
         self.tools = tools
         self.unavailable = unavailable
         self.known_models = known_models
+        #: Installed tool sources (``mcpServers:``), for loading a stored version.
+        self.tool_sources = tool_sources
         self.recheck_s = recheck_s
         self._loaded: dict[tuple[str, str], AgentSpec] = {}
         self._loading: dict[tuple[str, str], asyncio.Lock] = {}
@@ -214,7 +218,7 @@ class AgentVersions:
             # importing tools.py / workflow.py waits on a thread: keep the event loop free
             spec = await asyncio.to_thread(
                 load_agent, directory, self.tools, self.known_models,
-                unavailable=self.unavailable)
+                unavailable=self.unavailable, tool_sources=self.tool_sources)
             if spec.name != agent:
                 raise AgentVersionMissing(f"version {version_hash[:12]} of {agent} names the "
                                           f"agent {spec.name!r}")

@@ -34,6 +34,7 @@ from toren.host.relay import QueueAcknowledgingLog
 from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
 from toren.seams.store import Guardian, RunLog, WorkerRegistry
 from toren.seams.telemetry import log_context
+from toren.seams.tool_sources import ToolSourceEntry, start_entries, stop_entries
 from toren.seams.tools import build_validators
 from toren.version import __version__
 
@@ -102,6 +103,8 @@ class Worker:
         self._starting: set[int] = set()
         self._max_starting = max(1, self.settings.pool_size // 2)
         self._start_done = asyncio.Event()
+        #: Tool-source entries (MCP servers) this worker started, stopped on shutdown.
+        self._tool_sources: list[ToolSourceEntry] = []
         #: A claim (or an append that handed messages to this worker) failed: it may have
         #: committed unseen (see ``Queue.return_unknown``).
         self._claims_unknown = False
@@ -135,6 +138,12 @@ class Worker:
 
     async def start(self) -> None:
         await self.registry.heartbeat(self.info(), self.settings.lease_ttl_s, [])
+        # MCP servers and other tool sources: started now, so one that cannot start stops
+        # the worker here, naming the agent and the server, rather than failing its runs
+        self._tool_sources = await start_entries(
+            entry for agent in self.runtime.agents.values()
+            for entry in (*agent.tool_sources,
+                          *(e for sub in agent.subagents.values() for e in sub.tool_sources)))
         await asyncio.to_thread(build_validators, [
             tool for agent in self.runtime.agents.values() for tool in agent.all_tools])
         if self.queue.reads_outbox:
@@ -174,6 +183,9 @@ class Worker:
             loop.cancel()
         await asyncio.gather(*self._loops[1:], return_exceptions=True)
         self._loops = []
+        await stop_entries(self._tool_sources)
+        self._tool_sources = []
+        await self.runtime.plugins.close_tool_sources()
         try:
             async with asyncio.timeout(SIGN_OUT_TIMEOUT_S):
                 if not self.queue.reads_outbox:

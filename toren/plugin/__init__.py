@@ -84,6 +84,7 @@ from toren.seams.model import (
 )
 from toren.seams.plugin_api import API_ATTRIBUTE, PluginRuntime
 from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
+from toren.seams.tool_sources import SourcedTool, ToolSource, ToolSourceEntry
 from toren.seams.tools import tool
 from toren.version import PLUGIN_API_VERSION as API_VERSION
 from toren.version import __version__
@@ -171,10 +172,13 @@ __all__ = [
     "SessionEnded",
     "SessionNotFound",
     "Settings",
+    "SourcedTool",
     "StopReason",
     "ToolCall",
     "ToolCallContext",
     "ToolError",
+    "ToolSource",
+    "ToolSourceEntry",
     "ToolSpec",
     "TorenClient",
     "TorenError",

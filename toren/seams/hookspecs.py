@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from toren.seams.channels import Channel
     from toren.seams.model import ModelProvider
     from toren.seams.plugin_api import PluginRuntime
+    from toren.seams.tool_sources import ToolSource
 
 hookspec = pluggy.HookspecMarker("toren")
 hookimpl = pluggy.HookimplMarker("toren")
@@ -58,6 +59,20 @@ def register_tools(register: Callable[..., None]) -> None:
     ``register(function, group="sandbox")`` also puts it in a group that ``tools: [sandbox]``
     enables at once. Tool names are what the model sees, so a name registered by two plugins is
     an error naming both (and so is a group two plugins share).
+    """
+
+
+@hookspec
+def register_tool_sources(register: Callable[[ToolSource], None]) -> None:
+    """Register tool sources: tools an agent.yaml key declares and the plugin discovers while
+    the agent runs (toren-mcp's ``mcpServers:``), rather than functions known at load.
+
+    Called once when plugins load. Call ``register(source)`` with a
+    ``toren.plugin.ToolSource`` naming the top-level agent.yaml ``key`` it reads; two plugins
+    registering the same key is an error naming both. The loader hands it each entry of the
+    key (``bind``, no I/O); workers start the entries of the agents they serve and stop them on
+    shutdown; each task asks its entries for their current tools. Their calls are tool calls
+    like any other (recorded, capped, approved by name, never re-run once completed).
     """
 
 

@@ -18,6 +18,7 @@ from toren.seams import hookspecs
 from toren.seams.channels import Channel
 from toren.seams.model import ModelProvider
 from toren.seams.plugin_api import PluginRuntime, check_plugin_api, declared_api_range
+from toren.seams.tool_sources import ToolSource
 from toren.seams.tools import Tool, tool_from_function
 
 ENTRY_POINT_GROUP = "toren"
@@ -39,6 +40,8 @@ class PluginInfo:
     models: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     channels: list[str] = field(default_factory=list)
+    #: The agent.yaml keys of the tool sources it registered (``mcpServers``).
+    tool_sources: list[str] = field(default_factory=list)
     default: bool = False
     #: Why the plugin registered nothing on this machine (``PluginUnavailable``), if it did not.
     unavailable: str | None = None
@@ -50,6 +53,7 @@ class PluginInfo:
             "name": self.name, "distribution": self.distribution, "version": self.version,
             "default": self.default, "hooks": self.hooks, "models": self.models,
             "tools": self.tools, "channels": self.channels, "api": self.api,
+            "toolSources": self.tool_sources,
         }
         if self.unavailable is not None:
             data["unavailable"] = self.unavailable
@@ -72,6 +76,8 @@ class PluginHost:
         #: Tool and group names that an unavailable plugin would have registered -> why not.
         self.unavailable_tools: dict[str, str] = {}
         self.channels: dict[str, Channel] = {}
+        #: Tool sources by the agent.yaml key they read (``register_tool_sources``).
+        self.tool_sources: dict[str, ToolSource] = {}
         self._owner: dict[tuple[str, str], str] = {}
         #: plugins were named (TOREN_LOAD_PLUGINS): one that cannot register is a warning
         self._chosen = load is not None
@@ -93,6 +99,7 @@ class PluginHost:
         self._check_pending()
         for hook_name, registrar in (("register_models", self._model_registrar),
                                      ("register_tools", self._tool_registrar),
+                                     ("register_tool_sources", self._tool_source_registrar),
                                      ("register_channels", self._channel_registrar)):
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 if impl.plugin_name == name:
@@ -173,6 +180,7 @@ class PluginHost:
     def _collect(self) -> None:
         self._call_each("register_models", register=self._model_registrar)
         self._call_each("register_tools", register=self._tool_registrar)
+        self._call_each("register_tool_sources", register=self._tool_source_registrar)
         self._call_each("register_channels", register=self._channel_registrar)
 
     def _claim(self, kind: str, key: str, plugin: str) -> None:
@@ -226,6 +234,28 @@ class PluginHost:
             self.tools[tool.name] = tool
             self.info[plugin].tools.append(tool.name)
         return register
+
+    def _tool_source_registrar(self, plugin: str) -> Callable[[ToolSource], None]:
+        def register(source: ToolSource) -> None:
+            if not isinstance(source, ToolSource):
+                raise PluginError(f"plugin {plugin!r} registered {source!r}, "
+                                  "which is not a toren.plugin.ToolSource")
+            if not source.key:
+                raise PluginError(f"plugin {self._describe(plugin)} registered a tool source "
+                                  "with no key: set ToolSource.key to the agent.yaml key it "
+                                  "reads")
+            self._claim("tool source key", source.key, plugin)
+            self.tool_sources[source.key] = source
+            self.info[plugin].tool_sources.append(source.key)
+        return register
+
+    async def close_tool_sources(self) -> None:
+        """Let each tool source release what it holds for the process (its end)."""
+        for source in self.tool_sources.values():
+            try:
+                await source.close()
+            except Exception:
+                log.exception("tool source %r failed to close", source.key)
 
     def _channel_registrar(self, plugin: str) -> Callable[[Channel], None]:
         def register(channel: Channel) -> None:
