@@ -15,6 +15,7 @@ installed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -37,8 +38,19 @@ from toren.seams.plugins import PluginHost
 if TYPE_CHECKING:
     from aiohttp import web
 
-__all__ = ["OutputProcess", "PluginHost", "ScriptedModel", "ScriptedProvider", "respond_with_tools",
-           "serve_on_free_port", "tool_call", "wait_for", "write_agent_dir", "writers_for_fifos"]
+__all__ = [
+    "OutputProcess",
+    "PluginHost",
+    "ScriptedModel",
+    "ScriptedProvider",
+    "ServerThread",
+    "respond_with_tools",
+    "serve_on_free_port",
+    "tool_call",
+    "wait_for",
+    "write_agent_dir",
+    "writers_for_fifos",
+]
 
 
 @contextmanager
@@ -170,6 +182,69 @@ async def serve_on_free_port(app: web.Application) -> tuple[web.AppRunner, str]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, f"http://127.0.0.1:{port}"
+
+
+class ServerThread:
+    """An aiohttp app served on 127.0.0.1 from a thread with its own event loop: the fake of a
+    platform (a chat API, a model API) that a test's real Toren processes call.
+
+    ``make_app`` is called in that thread, so it may create what belongs to its loop
+    (``asyncio.Condition``, queues). ``start()`` returns once the server listens (on ``port``,
+    or a free port); ``url`` is ``http://127.0.0.1:PORT``; ``loop`` runs its handlers (for
+    ``call_soon_threadsafe``); ``stop()`` closes it. The fakes of toren-telegram,
+    toren-whatsapp, toren-slack and the plugin template are built on it.
+    """
+
+    def __init__(self, make_app: Callable[[], web.Application], *, port: int = 0,
+                 name: str = "fake-server") -> None:
+        self._make_app = make_app
+        self.port = port
+        self._name = name
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerThread:
+        from aiohttp import web
+
+        ready = threading.Event()
+        failed: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self.loop = loop
+            try:
+                runner = web.AppRunner(self._make_app())
+                loop.run_until_complete(runner.setup())
+                site = web.TCPSite(runner, "127.0.0.1", self.port)
+                loop.run_until_complete(site.start())
+            except BaseException as exc:  # reported by start() in the test's thread
+                failed.append(exc)
+                ready.set()
+                loop.close()
+                return
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, daemon=True, name=self._name)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError(f"{self._name} did not start listening within 10 s")
+        if failed:
+            raise failed[0]
+        return self
+
+    def stop(self) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
 
 
 @contextmanager

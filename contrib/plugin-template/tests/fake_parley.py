@@ -34,6 +34,8 @@ from typing import Any
 
 from aiohttp import web
 
+from toren.testing import ServerThread
+
 TOKEN = "parley-test-token"
 MAX_TEXT = 2000
 
@@ -57,7 +59,7 @@ class FakeParley:
         self._next_id = 1
         self._arrived: asyncio.Condition | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ServerThread | None = None
 
     @property
     def url(self) -> str:
@@ -98,40 +100,26 @@ class FakeParley:
     # -- the server --------------------------------------------------------------------------
 
     def start(self) -> FakeParley:
-        ready = threading.Event()
-
-        def serve() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._arrived = asyncio.Condition()
-            app = web.Application()
-            app.router.add_get("/me", self._me)
-            app.router.add_get("/updates", self._get_updates)
-            app.router.add_post("/messages", self._post_message)
-            app.router.add_post("/typing", self._typing)
-            app.router.add_post("/users/{user}/messages", self._user_says)
-            app.router.add_post("/users/{user}/presses", self._user_presses)
-            app.router.add_get("/users/{user}/messages", self._user_reads)
-            runner = web.AppRunner(app)
-            self._loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", self.port)
-            self._loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            self._loop.run_forever()
-            self._loop.run_until_complete(runner.cleanup())
-            self._loop.close()
-
-        self._thread = threading.Thread(target=serve, daemon=True, name="fake-parley")
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the fake Parley server did not start within 10 s")
+        self._server = ServerThread(self._app, port=self.port, name="fake-parley").start()
+        self._loop = self._server.loop
+        self.port = self._server.port
         return self
 
+    def _app(self) -> web.Application:
+        self._arrived = asyncio.Condition()
+        app = web.Application()
+        app.router.add_get("/me", self._me)
+        app.router.add_get("/updates", self._get_updates)
+        app.router.add_post("/messages", self._post_message)
+        app.router.add_post("/typing", self._typing)
+        app.router.add_post("/users/{user}/messages", self._user_says)
+        app.router.add_post("/users/{user}/presses", self._user_presses)
+        app.router.add_get("/users/{user}/messages", self._user_reads)
+        return app
+
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        if self._server is not None:
+            self._server.stop()
 
     def _refusal(self, request: web.Request) -> web.Response | None:
         """The answer to a bot call that fails: a wrong token, or a scripted failure."""

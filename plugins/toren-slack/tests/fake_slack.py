@@ -25,6 +25,8 @@ from urllib.parse import parse_qsl
 
 from aiohttp import WSMsgType, web
 
+from toren.testing import ServerThread
+
 BOT_TOKEN = "xoxb-test-bot-token"
 APP_TOKEN = "xapp-test-app-token"
 BOT_USER = "UBOT0001"
@@ -59,7 +61,7 @@ class FakeSlack:
         self._drop: set[int] = set()
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ServerThread | None = None
         self.port = 0
 
     @property
@@ -109,34 +111,20 @@ class FakeSlack:
     # -- server ------------------------------------------------------------------------------
 
     def start(self) -> FakeSlack:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_post("/api/{method}", self._api)
-            app.router.add_get("/link/", self._link)
-            runner = web.AppRunner(app)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        ready.wait(10)
+        self._server = ServerThread(self._app, name="fake-slack").start()
+        self._loop = self._server.loop
+        self.port = self._server.port
         return self
 
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/link/", self._link)
+        return app
+
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        if self._server is not None:
+            self._server.stop()
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]

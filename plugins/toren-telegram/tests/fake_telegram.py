@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from toren.testing import ServerThread
+
 TOKEN = "123456:TEST-token"
 
 
@@ -34,8 +36,7 @@ class FakeTelegram:
         self.conflicts = 0
         self._polling = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
+        self._server: ServerThread | None = None
         self.port = 0
 
     @property
@@ -77,33 +78,19 @@ class FakeTelegram:
     # -- server ------------------------------------------------------------------------------
 
     def start(self) -> FakeTelegram:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_post("/bot{token}/{method}", self._handle)
-            self._runner = web.AppRunner(app)
-            loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        ready.wait(10)
+        self._server = ServerThread(self._app, name="fake-telegram").start()
+        self._loop = self._server.loop
+        self.port = self._server.port
         return self
 
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/bot{token}/{method}", self._handle)
+        return app
+
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        if self._server is not None:
+            self._server.stop()
 
     async def _handle(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]

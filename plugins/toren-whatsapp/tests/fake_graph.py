@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from toren.testing import ServerThread
+
 ACCESS_TOKEN = "EAAG-test-token"
 PHONE_ID = "1098765"
 #: What the tests' agent is configured with, and the number it allow-lists.
@@ -29,7 +31,7 @@ class FakeGraph:
         self.calls: list[tuple[float, int]] = []
         self.failures: list[tuple[int, int, str | None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ServerThread | None = None
         self.port = 0
 
     @property
@@ -47,34 +49,20 @@ class FakeGraph:
                     for body in self.sent if to is None or body["to"] == to]
 
     def start(self) -> FakeGraph:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_post("/v21.0/{phone}/messages", self._messages)
-            app.router.add_get("/v21.0/{phone}", self._number)
-            runner = web.AppRunner(app)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        ready.wait(10)
+        self._server = ServerThread(self._app, name="fake-graph").start()
+        self._loop = self._server.loop
+        self.port = self._server.port
         return self
 
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v21.0/{phone}/messages", self._messages)
+        app.router.add_get("/v21.0/{phone}", self._number)
+        return app
+
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        if self._server is not None:
+            self._server.stop()
 
     async def _number(self, request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != f"Bearer {ACCESS_TOKEN}":
