@@ -160,6 +160,8 @@ class TaskRunner:
         #: After a compaction it still holds the ids of the calls summarised away, which only
         #: makes a repeated id rarer.
         self.call_ids: set[str] | None = None
+        #: The spec's own tools, before its tool sources' were added (``add_source_tools``).
+        self.static_tools: dict[str, Tool] | None = None
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -244,12 +246,17 @@ class TaskRunner:
             assert isinstance(action, CallModel)
             if not await self.version_still_current():
                 return
+            if self.spec.sources and not await self.add_source_tools():
+                return  # each call offers the sources' tools as they are now
             if not await self.call_model(action):
                 return
 
     async def add_source_tools(self) -> bool:
-        """Add the tools the spec's tool sources (MCP servers) offer now; ``False`` when they
-        cannot be had: the task retries later with backoff, the error shown on the run."""
+        """Add the tools the spec's tool sources (MCP servers) offer now (the spec is replaced
+        only when they changed); ``False`` when they cannot be had: the task retries later with
+        backoff, the error shown on the run."""
+        if self.static_tools is None:
+            self.static_tools = self.spec.tools
         try:
             found = await source_tools(self.spec.sources, source=f"agent {self.agent.name}:")
         except TorenError as exc:
@@ -257,7 +264,10 @@ class TaskRunner:
                 await self.start()
             await self.schedule_retry(self.state.steps + 1, ToolSourceUnavailable(exc.message))
             return False
-        self.spec = replace(self.spec, tools={**found, **self.spec.tools})
+        tools = {**found, **self.static_tools}
+        if tools.keys() != self.spec.tools.keys() or any(
+                tool is not self.spec.tools[name] for name, tool in tools.items()):
+            self.spec = replace(self.spec, tools=tools)
         return True
 
     async def version_still_current(self) -> bool:

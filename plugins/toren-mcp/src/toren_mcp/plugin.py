@@ -1,16 +1,20 @@
-"""The ``mcp`` entry point: ``toren mcp`` (stdio) and ``/mcp`` on the server."""
+"""The ``mcp`` entry point: ``toren mcp`` (stdio), ``/mcp`` on the server, and MCP servers'
+tools for agents (``mcpServers:`` in agent.yaml)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import typer
 from aiohttp import web
 
 import toren
+from toren.plugin import ToolSource
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
-TOREN_PLUGIN_API = ">=1.0,<2"
+#: 1.1: register_tool_sources (mcpServers:).
+TOREN_PLUGIN_API = ">=1.1,<2"
 
 
 @toren.hookimpl
@@ -29,3 +33,12 @@ def register_routes(app: web.Application, runtime: Any) -> None:
     from toren_mcp.http import McpEndpoint
 
     McpEndpoint().install(app)
+
+
+@toren.hookimpl
+def register_tool_sources(register: Callable[[ToolSource], None]) -> None:
+    """``mcpServers:`` in agent.yaml: MCP servers' tools (called once when plugins load)."""
+    # the SDK itself loads only when a server is started, not for every command of the CLI
+    from toren_mcp.client import McpToolSource
+
+    register(McpToolSource())
