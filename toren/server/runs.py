@@ -239,7 +239,8 @@ async def get_run(request: web.Request) -> web.Response:
         "totals": {key: totals[key] for key in ("model_calls", "tool_calls", "input_tokens",
                                                 "output_tokens", "cost_usd",
                                                 "cost_unknown_calls", "retries",
-                                                "peer_cost_usd")},
+                                                "peer_cost_usd", "cache_read_tokens",
+                                                "cache_write_tokens", "cache_saved_usd")},
         "pending_approvals": await runtime.approvals.pending(record.id)})
 
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import fake_anthropic as fake
 import pytest
 from fake_anthropic import FakeFactory, PromptCache, conversation_problem
@@ -19,7 +20,8 @@ from toren.core.catalog import validate_event
 from toren.core.pricing import Pricing
 from toren.host.runtime import Runtime
 from toren.seams.model import Message, ModelRequest, ToolCall, ToolSpec, Usage
-from toren.testing import write_agent_dir
+from toren.server.app import create_app
+from toren.testing import serve_on_free_port, write_agent_dir
 
 RuntimeFactory = Callable[..., Awaitable[Runtime]]
 MODEL = "anthropic/claude-sonnet-4-6"
@@ -252,6 +254,17 @@ async def test_a_run_records_cache_reads_and_writes_priced_and_the_receipt_shows
     assert rows["cache reads"] == f"{read} tokens at $0.3/MTok: ${read * 0.30 / 1e6:.4f}"
     assert rows["cache writes"] == f"{written} tokens at $3.75/MTok: ${written * 3.75 / 1e6:.4f}"
     assert rows["caching saved"].startswith(f"${totals['cache_saved_usd']:.4f} (")
+    # GET /runs/{id} (the console's run page) shows the same cache figures
+    runner, url = await serve_on_free_port(create_app(runtime, require_keys=False))
+    try:
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/runs/{run_id}") as got:
+            shown = (await got.json())["totals"]
+    finally:
+        await runner.cleanup()
+    assert {key: shown[key] for key in ("cache_read_tokens", "cache_write_tokens",
+                                        "cache_saved_usd")} == {
+        key: totals[key] for key in ("cache_read_tokens", "cache_write_tokens",
+                                     "cache_saved_usd")}
 
     # the same run with promptCaching: false sends no breakpoint and costs more
     plain = await fake_anthropic(responder=fake.tool_loop(steps), cache=PromptCache())

@@ -106,6 +106,11 @@ Toren.page({
           el("dt", {}, "Cost"), el("dd", { id: "run-cost" }, money(t.cost_usd) +
             (t.cost_unknown_calls ? " (+" + t.cost_unknown_calls + " calls of unknown cost)"
               : "")),
+          (t.cache_read_tokens || t.cache_write_tokens) ? el("dt", {}, "Prompt cache") : null,
+          (t.cache_read_tokens || t.cache_write_tokens) ? el("dd", { id: "run-cache" },
+            t.cache_read_tokens + " tokens read, " + t.cache_write_tokens + " written; " +
+            (t.cache_saved_usd >= 0 ? "saved " + money(t.cache_saved_usd)
+              : "cost " + money(-t.cache_saved_usd) + " more so far")) : null,
           el("dt", {}, "Retries"), el("dd", {}, String(t.retries)),
           run.error ? el("dt", {}, "Latest error") : null,
           run.error ? el("dd", { class: "error", id: "run-error" },
