@@ -30,6 +30,8 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
         for kind in ("models", "tools", "channels"):
             if info[kind]:
                 registers.append(f"{kind}: {', '.join(info[kind])}")
+        if info.get("toolSources"):
+            registers.append(f"tool sources: {', '.join(info['toolSources'])} (agent.yaml)")
         registers += ["CLI commands"] if "register_commands" in info["hooks"] else []
         registers += ["HTTP routes"] if "register_routes" in info["hooks"] else []
         if "unavailable" in info:

@@ -1,4 +1,5 @@
-"""``toren agents versions NAME`` and ``toren jobs upgrade RUN``: runs pinned to agent versions."""
+"""``toren agents versions NAME``, ``toren agents tools`` and ``toren jobs upgrade RUN``: runs
+pinned to agent versions, and the tools agents are offered."""
 
 from __future__ import annotations
 
@@ -99,3 +100,44 @@ def upgrade(run_id: RunArgument, dirs: DirsOption = None, as_json: JsonOption = 
     console.print(f"run {safe(result['run_id'])} upgraded from version {before} to "
                   f"{result['version'][:12]}{human}")
 
+
+
+@agents_app.command("tools")
+def tools(dirs: DirsOption = None, as_json: JsonOption = False) -> None:
+    """Each agent's tools as its model is offered them: tools.py, tools:, peers, and what
+    its MCP servers (mcpServers:) offer now; the servers are started to be asked, then
+    stopped. A server that cannot start is an error naming the agent, the server and the end
+    of its stderr."""
+    runtime = load_runtime(dirs)
+    data = run_async(_agent_tools(runtime))
+    if as_json:
+        print_json(data)
+        return
+    table = Table()
+    for column in ("agent", "tool", "from", "idempotent", "description"):
+        table.add_column(column)
+    for agent in data["agents"]:
+        for each in agent["tools"]:
+            table.add_row(safe(agent["name"]), safe(each["name"]), safe(each["source"]),
+                          "yes" if each["idempotent"] else "no",
+                          safe(each["description"].splitlines()[0][:80]
+                               if each["description"] else ""))
+    print_table(table)
+
+
+async def _agent_tools(runtime: Runtime) -> dict[str, Any]:
+    from toren.seams.tool_sources import source_tools, start_entries, stop_entries
+
+    listed = []
+    for agent in runtime.agents.values():
+        started = await start_entries(agent.tool_sources)
+        try:
+            found = await source_tools(started, source="mcpServers")
+        finally:
+            await stop_entries(started)
+        every = {**found, **agent.tools}
+        listed.append({"name": agent.name, "tools": [
+            {"name": name, "source": tool.source or "tools.py", "idempotent": tool.idempotent,
+             "description": tool.description} for name, tool in every.items()]})
+    await runtime.plugins.close_tool_sources()
+    return {"agents": listed}

@@ -6,6 +6,8 @@ error result, a server that cannot start, a tool list that changes."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from conftest import AgentFactory
 from mcp_support import of_type, plan, run_plan, until
 
 from toren.errors import MissingEnvError, ToolError
+from toren.testing import write_agent_dir
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -167,3 +170,19 @@ async def test_a_tool_list_that_changes_is_offered_at_the_next_call(
                                      ("fake__newbie", {}))
     results = of_type(events, "ToolCallCompleted")
     assert [r["output"] for r in results] == ["added newbie", "I am newbie"]
+
+
+def test_toren_agents_tools_lists_what_the_servers_offer(tmp_path: Path) -> None:
+    directory = write_agent_dir(tmp_path / "agents", "timely", mcpServers={"time": TIME_SERVER | {
+        "deny": ["convert_*"], "idempotent": ["get_current_time"]}})
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TOREN_")}
+    env |= {"TOREN_LOAD_PLUGINS": "toren-mcp", "TOREN_HOME": str(tmp_path / "home")}
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "toren"), "agents", "tools", "--dir",
+         str(directory), "--json"], env=env, capture_output=True, text=True, timeout=60,
+        check=False)
+    assert listed.returncode == 0, listed.stderr
+    [agent] = json.loads(listed.stdout)["agents"]
+    assert agent["tools"] == [{"name": "time__get_current_time", "source": "mcpServers time",
+                               "idempotent": True,
+                               "description": "Get current time in a specific timezone"}]
