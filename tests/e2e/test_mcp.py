@@ -332,7 +332,8 @@ def test_toren_mcp_with_the_plugin(toren_cli: TorenCli) -> None:
     listed = json.loads(toren_cli("plugins", "--json", env=WITH_MCP).stdout)["plugins"]
     mcp = next(plugin for plugin in listed if plugin["name"] == "mcp")
     assert mcp["distribution"] == "toren-mcp"
-    assert mcp["hooks"] == ["register_commands", "register_routes"]
+    assert mcp["hooks"] == ["register_tool_sources", "register_commands", "register_routes"]
+    assert mcp["toolSources"] == ["mcpServers"] and mcp["api"] == ">=1.1,<2"
 
 
 def test_no_mcp_route_without_the_plugin(start_toren: Any, database_url: str,

@@ -123,7 +123,18 @@ class McpEndpoint:
             await asyncio.get_running_loop().create_future()
             return {"type": "http.disconnect"}
 
+        gone = False
+
         async def send(message: MutableMapping[str, Any]) -> None:
+            nonlocal response, gone
+            if gone:  # the client went away: what the transport still sends goes nowhere
+                return
+            try:
+                await forward(message)
+            except ConnectionResetError:  # a client that closed mid-answer (a dropped stream)
+                gone = True
+
+        async def forward(message: MutableMapping[str, Any]) -> None:
             nonlocal response
             if message["type"] == "http.response.start":
                 response = web.StreamResponse(status=message["status"])
