@@ -77,3 +77,14 @@ def test_the_trust_domain_agents_load() -> None:
 def test_the_ci_agent_loads() -> None:
     agent = load_agent(COMPOSE / "ci" / "agents" / "slow-crew")
     assert sorted(agent.tools) == ["fetch_page", "summarize"]
+
+
+def test_compose_test_reads_the_kernels_version() -> None:
+    # the image is built with TOREN_VERSION from this line; it once read a file the version
+    # had moved out of, and only the CI's Compose step found it
+    script = (ROOT / "compose" / "test.sh").read_text()
+    match = re.search(r"^version=\$\(python3 -c '(.+)'\)$", script, re.M)
+    assert match, "compose/test.sh no longer reads the version as this test expects"
+    found = subprocess.run([sys.executable, "-c", match[1]], cwd=ROOT, capture_output=True,
+                           text=True, check=False)
+    assert (found.returncode, found.stdout.strip()) == (0, toren.__version__), found.stderr
