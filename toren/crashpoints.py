@@ -23,6 +23,8 @@ POINTS = {
     "after_append": "an append committed; the task's message is not acknowledged yet",
     "after_tool": "tool calls ran; their results are not appended yet",
     "mid_compaction": "the summary of a compaction came back; it is not appended yet",
+    "before_output_check": "a final answer is appended; it is not checked against output: "
+                           "yet",
     "mid_wave_dispatch": "a workflow started a wave; its tasks are not scheduled yet",
     "after_approval": "a worker read an approval's decision; it is not recorded (nor the "
                       "approved call run) yet",

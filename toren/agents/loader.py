@@ -6,6 +6,7 @@ import difflib
 import importlib.machinery
 import importlib.util
 import inspect
+import json
 import os
 import re
 import sys
@@ -25,6 +26,7 @@ from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
 from toren.core.approvals import ApprovalPolicy
 from toren.core.limits import Compaction, Limits
+from toren.core.output import OutputSchema
 from toren.core.pricing import Pricing
 from toren.core.schedules import ScheduleSpec
 from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
@@ -64,6 +66,8 @@ class SubagentSpec:
     path: Path
     #: The tool-source entries it uses (``mcpServers:``): its own, and the agent's it takes.
     tool_sources: tuple[ToolSourceEntry, ...] = ()
+    #: ``output:``: the JSON Schema its final answer must match (``None``: text).
+    output: OutputSchema | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,8 @@ class AgentSpec:
     #: Entries of tool-source keys (``mcpServers:``), bound by their plugins: tools discovered
     #: while the agent runs (``toren.seams.tool_sources``).
     tool_sources: tuple[ToolSourceEntry, ...] = ()
+    #: ``output:``: the JSON Schema the final answer must match (``None``: text).
+    output: OutputSchema | None = None
 
     @property
     def schema_name(self) -> str:
@@ -145,7 +151,8 @@ class AgentSpec:
             "limits": self.limits.to_json(), "tools": list(self.tools), "env": list(self.env),
             "subagents": {name: {"model": sub.model, "tools": list(sub.tools),
                                  "description": sub.description,
-                                 "toolSources": entries_json(sub.tool_sources)}
+                                 "toolSources": entries_json(sub.tool_sources),
+                                 "output": sub.output.to_json() if sub.output else None}
                           for name, sub in self.subagents.items()},
             "baseUrl": self.base_url, "workflow": self.workflow is not None,
             "pricing": {model: price.to_json() for model, price in self.pricing.items()},
@@ -159,6 +166,7 @@ class AgentSpec:
             "onChange": self.on_change, "retention": self.retention,
             "promptCaching": self.prompt_caching,
             "toolSources": entries_json(self.tool_sources),
+            "output": self.output.to_json() if self.output else None,
         }
 
 
@@ -276,7 +284,8 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
 
     allow_outside = bool(data.get("allowOutsideFiles", False))
     prompt_file = data.get("prompt", "prompt.md")
-    before = _snapshot_or_none(directory, prompt_file, data.get("version"))
+    output_files = [data["output"]] if isinstance(data.get("output"), str) else []
+    before = _snapshot_or_none(directory, prompt_file, data.get("version"), output_files)
     prompt = _read_prompt(directory, prompt_file, yaml_path, located, allow_outside)
     for code_file in ("tools.py", "workflow.py"):
         if os.path.lexists(directory / code_file):
@@ -355,6 +364,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         retention=data.get("retention"),
         prompt_caching=bool(data.get("promptCaching", True)),
         tool_sources=entries,
+        output=load_output(directory, located, ("output",), str(yaml_path), allow_outside),
     )
     if agent.channels and agent.workflow is not None:
         raise AgentDefinitionError(
@@ -362,8 +372,11 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
             "ends; chat channels talk to agents in sessions. Remove channels: or workflow.py",
             path=str(yaml_path), line=located.line_of(("channels",), key=True))
     subagents = load_subagents(agent, known_models, tool_sources=tool_sources)
-    version = snapshot(directory, prompt_file, data.get("version"))
-    if version != before:
+    output_files += [file for sub in subagents.values()
+                     if (file := _output_file(sub.output)) is not None]
+    version = snapshot(directory, prompt_file, data.get("version"), output_files)
+    if before is None or {path: version.files.get(path) for path in before.files} != dict(
+            before.files):
         # a file changed while the directory was loaded: what was loaded may mix both
         if attempt >= 3:
             raise AgentDefinitionError("the agent directory kept changing while it was "
@@ -386,13 +399,118 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                         "env_sources": {var: tuple(who) for var, who in env_sources.items()}})
 
 
-def _snapshot_or_none(directory: Path, prompt_file: str,
-                      human: str | None) -> AgentVersion | None:
+def _snapshot_or_none(directory: Path, prompt_file: str, human: str | None,
+                      extra: Sequence[str] = ()) -> AgentVersion | None:
     """The version before loading; ``None`` when a file cannot be read (the load says why)."""
     try:
-        return snapshot(directory, prompt_file, human)
+        return snapshot(directory, prompt_file, human, extra)
     except (AgentDefinitionError, ValueError):
         return None
+
+
+def _output_file(output: OutputSchema | None) -> str | None:
+    """The schema file of an ``output:`` (relative to the agent directory), if it is one."""
+    if output is None or output.source.endswith(":output"):
+        return None
+    return output.source
+
+
+#: Largest output schema file, in bytes (a schema goes with every model call of its task).
+MAX_SCHEMA_BYTES = 256 * 1024
+
+
+def load_output(directory: Path, located: LocatedYaml, at: tuple[str, ...], path: str,
+                allow_outside: bool) -> OutputSchema | None:
+    """``output:`` of agent.yaml or a subagent's front matter: a JSON Schema inline or in a
+    file of the agent directory (JSON, or YAML by its suffix). It must be a valid JSON Schema
+    (2020-12) whose root is an object type, with ``$ref`` only within itself; any other is an
+    ``AgentDefinitionError`` naming the file, line and field."""
+    value = located.data.get(at[0]) if isinstance(located.data, dict) else None
+    if value is None:
+        return None
+    where = Path(path).relative_to(directory).as_posix() if Path(path).is_relative_to(
+        directory) else path
+    line = located.line_of(at)
+    if isinstance(value, dict):
+        _check_output_schema(value, f"{where}:output", path,
+                             lambda field: located.line_of((*at, *field)))
+        return OutputSchema(schema=value, source=f"{where}:output")
+    relative = Path(value)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise AgentDefinitionError(
+            f"output: {_short(value)} is not a file inside the agent directory; give a path "
+            "relative to it, such as schemas/answer.json, or the schema itself",
+            path=path, line=line)
+    file = directory / relative
+    if os.path.lexists(file):
+        check_inside(directory, file, allow_outside)
+    if not os.path.lexists(file):
+        raise AgentDefinitionError(
+            f"output: the schema file {relative.as_posix()} is missing: create {file} with "
+            "the JSON Schema of the final answer, or write the schema under output:",
+            path=path, line=line)
+    if file.is_dir():
+        raise AgentDefinitionError(f"output: {file} is a directory; name the file that holds "
+                                   "the JSON Schema", path=path, line=line)
+    text = read_definition(file, max_bytes=MAX_SCHEMA_BYTES,
+                           hint="an output schema goes with every model call of its task")
+    lines: Callable[[tuple[str | int, ...]], int | None] = _no_line
+    if file.suffix.lower() in (".yaml", ".yml"):
+        parsed = load_located(text, path=str(file))
+        schema: Any = parsed.data
+        lines = parsed.line_of
+    else:
+        try:
+            schema = json.loads(text)
+        except ValueError as exc:
+            raise AgentDefinitionError(
+                f"not JSON: {getattr(exc, 'msg', exc)} (a .yaml or .yml file is read as YAML)",
+                path=str(file), line=getattr(exc, "lineno", None)) from None
+    source = relative.as_posix()
+    if not isinstance(schema, dict):
+        raise AgentDefinitionError(f"the output schema must be a JSON object (a JSON Schema), "
+                                   f"not {_json_type(schema)}", path=str(file))
+    _check_output_schema(schema, source, str(file), lines, field_prefix="")
+    return OutputSchema(schema=schema, source=source)
+
+
+def _no_line(field: tuple[str | int, ...]) -> int | None:
+    return None
+
+
+def _check_output_schema(schema: dict[str, Any], source: str, path: str,
+                         line_of: Callable[[tuple[str | int, ...]], int | None], *,
+                         field_prefix: str = "output") -> None:
+    import jsonschema
+
+    def named(field: Sequence[str | int]) -> str:
+        return ".".join(str(part) for part in (field_prefix, *field) if part != "") or "(root)"
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        field = tuple(exc.absolute_path)
+        raise AgentDefinitionError(
+            f"{named(field)}: not a valid JSON Schema: {exc.message} (the schema of "
+            f"{source} is JSON Schema 2020-12)", path=path, line=line_of(field)) from None
+    if schema.get("type") != "object":
+        raise AgentDefinitionError(
+            f"{named(('type',))}: the output schema's root must be an object (type: object); "
+            "the run's output is that object: put a list or a single value in one of its "
+            "properties", path=path, line=line_of(("type",)))
+    pending: list[tuple[Any, tuple[str | int, ...]]] = [(schema, ())]
+    while pending:
+        node, field = pending.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#"):
+                raise AgentDefinitionError(
+                    f"{named((*field, '$ref'))}: {_short(ref)} points outside the schema; "
+                    "Toren fetches nothing: put the definition under $defs and refer to it "
+                    "as #/$defs/<name>", path=path, line=line_of((*field, "$ref")))
+            pending += [(value, (*field, key)) for key, value in node.items()]
+        elif isinstance(node, list):
+            pending += [(value, (*field, index)) for index, value in enumerate(node)]
 
 
 #: agent.yaml sections that configure plugin tools (validated by agent.schema.json).
@@ -1006,6 +1124,8 @@ def load_subagents(agent: AgentSpec, known_models: ModelCheck | None = None, *,
             prompt=body.strip() + "\n", tools=tools,
             limits=Limits.from_yaml(data.get("limits"), agent.limits), path=path,
             tool_sources=(*inherited, *own),
+            output=load_output(agent.directory, located, ("output",), str(path),
+                               agent.allow_outside_files),
         )
     return subagents
 

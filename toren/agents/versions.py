@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 # the value and its hashing are the core's; re-exported for the loader and the host
@@ -20,22 +21,27 @@ ON_CHANGE_POLICIES = ("continue", "upgrade")
 CODE_FILES = ("tools.py", "workflow.py")
 
 
-def definition_paths(directory: Path, prompt_file: str) -> list[str]:
+def definition_paths(directory: Path, prompt_file: str,
+                     extra: Sequence[str] = ()) -> list[str]:
     """The definition files of ``directory`` that exist, as relative POSIX paths: agent.yaml,
-    the prompt file, tools.py, workflow.py and subagents/*.md."""
+    the prompt file, tools.py, workflow.py, subagents/*.md and ``extra`` (the schema files
+    that ``output:`` names)."""
     paths = ["agent.yaml", PurePosixPath(Path(prompt_file).as_posix()).as_posix()]
     paths += [name for name in CODE_FILES if (directory / name).is_file()]
     folder = directory / "subagents"
     if folder.is_dir():
         paths += [f"subagents/{path.name}" for path in sorted(folder.glob("*.md"))
                   if path.is_file()]
+    paths += [PurePosixPath(Path(file).as_posix()).as_posix() for file in extra]
     return list(dict.fromkeys(paths))
 
 
-def snapshot(directory: Path, prompt_file: str, human: str | None) -> AgentVersion:
-    """The version ``directory`` holds now (its files were validated by the loader)."""
+def snapshot(directory: Path, prompt_file: str, human: str | None,
+             extra: Sequence[str] = ()) -> AgentVersion:
+    """The version ``directory`` holds now (its files were validated by the loader);
+    ``extra``: more files of it that the definition names (``output:`` schema files)."""
     files: dict[str, bytes] = {}
-    for relative in definition_paths(directory, prompt_file):
+    for relative in definition_paths(directory, prompt_file, extra):
         try:
             files[relative] = read_regular(directory / relative)  # a FIFO would block
         except OSError as exc:

@@ -13,6 +13,7 @@ from toren.core.events import StopReason
 from toren.core.fold import PendingToolCall, TaskState
 from toren.core.limits import Limits
 from toren.core.messages import ToolCall
+from toren.core.output import MAX_OUTPUT_REPAIRS, OutputSchema, repair_text
 
 #: A model that names unknown tools or passes invalid arguments this many times in a row is
 #: stopped with stop reason ``error`` (each attempt went back to it as a tool error first).
@@ -46,7 +47,8 @@ class Finish:
     """End the task with a stop reason from ``toren.core.events.STOP_REASONS``."""
 
     stop_reason: StopReason
-    output: str | None = None
+    #: The final answer: text, or the JSON value it validated to (``output:``).
+    output: Any = None
     error: dict[str, Any] | None = None
 
 
@@ -60,15 +62,26 @@ class EndTurn:
 
 
 @dataclass(frozen=True)
+class CheckOutput:
+    """The model answered a task that declares ``output:``: check the answer (``text``, of
+    model call ``step``) against the schema (``judge_output``) before the task finishes."""
+
+    step: int
+    text: str
+
+
+@dataclass(frozen=True)
 class Done:
     """The task already finished; nothing to do."""
 
 
-TaskAction = CallModel | RunTools | AwaitApprovals | Finish | EndTurn | Done
+TaskAction = CallModel | RunTools | AwaitApprovals | Finish | EndTurn | CheckOutput | Done
 
 
-def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction:
-    """The next thing a task does, decided from its folded state and its limits."""
+def next_task_action(state: TaskState, limits: Limits, epoch: int,
+                     output: OutputSchema | None = None) -> TaskAction:
+    """The next thing a task does, decided from its folded state and its limits (and the
+    schema its final answer must match, if it has one: a session's turns are text)."""
     if state.finished is not None:
         return Done()
     if state.pending_tools:
@@ -85,6 +98,8 @@ def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction
         if last.role == "assistant" and not last.tool_calls:
             return EndTurn("end_turn", output=last.text)
     elif last is not None and last.role == "assistant" and not last.tool_calls:
+        if output is not None:
+            return CheckOutput(step=state.steps, text=last.text)
         return Finish("end_turn", output=last.text)
     if state.consecutive_invalid_calls >= MAX_CONSECUTIVE_INVALID_TOOL_CALLS:
         return Finish("error", output=partial, error={
@@ -106,6 +121,29 @@ def next_task_action(state: TaskState, limits: Limits, epoch: int) -> TaskAction
     pending = state.model_call_pending
     repeated = pending is not None and pending.epoch != epoch
     return CallModel(step=state.steps + 1, repeated=repeated)
+
+
+def judge_output(state: TaskState, output: OutputSchema, action: CheckOutput,
+                 epoch: int) -> Finish | ev.OutputRejected:
+    """The task's answer against its schema: finish with the parsed value, or a repair turn
+    that tells the model what failed (at most ``MAX_OUTPUT_REPAIRS``), or, when the repairs
+    are spent, fail with ``invalid_output`` naming the schema and what broke it."""
+    checked = output.check(action.text)
+    if checked.problem is None:
+        return Finish("end_turn", output=checked.value)
+    problem = checked.problem
+    attempt = state.output_repairs + 1
+    if attempt > MAX_OUTPUT_REPAIRS:
+        return Finish("error", output=action.text, error={
+            "code": "invalid_output",
+            "message": f"the final answer does not match the output schema ({output.source}) "
+                       f"after {state.output_repairs} repair turn(s): {problem.describe()}",
+            "schema": output.source, "where": problem.where,
+            "schema_path": problem.schema_path})
+    return ev.OutputRejected(
+        step=action.step, attempt=attempt, where=problem.where, problem=problem.message,
+        schema_path=problem.schema_path, schema_source=output.source,
+        text=repair_text(problem, output.schema, attempt, MAX_OUTPUT_REPAIRS), epoch=epoch)
 
 
 def backoff_delay(attempt: int, *, base_s: float, cap_s: float, random_unit: float) -> float:

@@ -44,6 +44,12 @@ Count = Annotated[int, msgspec.Meta(ge=0)]
 ErrorInfo = Annotated[dict[str, Any], msgspec.Meta(
     description="A structured error: code and message (and attempt for retries).")]
 AnyJson = Annotated[Any, msgspec.Meta(description="Any JSON value.")]
+#: A task's or run's final answer: its text, or the JSON value it validated to when the agent
+#: declares ``output:`` (a JSON Schema; docs/guides/structured-output.md).
+Output = Annotated[Any, msgspec.Meta(
+    description="The final answer: the model's text, or (with output: in agent.yaml, or a "
+                "workflow returning a JSON value) the JSON value itself; null when there is "
+                "none.")]
 SessionFlag = Annotated[bool, msgspec.Meta(
     description="True on a session's events: the task takes turns (UserMessage, TurnEnded) "
                 "instead of starting from input. Absent otherwise.")]
@@ -127,7 +133,7 @@ class TaskAbsorbed(EventData, frozen=True):
     task_id: str
     status: TaskStatus
     stop_reason: StopReason
-    output: str | None
+    output: Output
     error: ErrorInfo | None
     cost_usd: float
 
@@ -138,7 +144,7 @@ class RunFinished(EventData, frozen=True):
     stream = "run"
     status: TaskStatus
     stop_reason: StopReason
-    output: str | None
+    output: Output
     error: ErrorInfo | None
 
 
@@ -355,10 +361,32 @@ class TaskFinished(EventData, frozen=True):
     task_id: str
     status: TaskStatus
     stop_reason: StopReason
-    output: str | None
+    output: Output
     error: ErrorInfo | None
     steps: Count
     cost_usd: float
+    epoch: Epoch
+
+
+class OutputRejected(EventData, frozen=True):
+    """The task's final answer did not match its output schema (``output:``): the model is
+    told what failed in ``text``, a user turn the fold adds to the conversation, and answers
+    again. After the last repair turn an invalid answer fails the task with invalid_output."""
+
+    stream = "task"
+    step: Annotated[int, msgspec.Meta(ge=1, description="The model call whose answer failed.")]
+    attempt: Annotated[int, msgspec.Meta(ge=1, description="This repair turn's number.")]
+    where: Annotated[str, msgspec.Meta(
+        description="Where in the answer the problem is, as $.field[0]; $ for the whole "
+                    "answer (not JSON at all).")]
+    problem: str
+    schema_path: Annotated[str, msgspec.Meta(
+        description="The schema keyword the answer broke, as properties/topics/type (empty "
+                    "when the answer is not JSON).")]
+    schema_source: Annotated[str, msgspec.Meta(
+        description="Where the schema is declared: agent.yaml:output, a file of the agent "
+                    "directory, or subagents/<name>.md:output.")]
+    text: Annotated[str, msgspec.Meta(description="The repair turn the model reads.")]
     epoch: Epoch
 
 
@@ -716,7 +744,7 @@ EVENT_CLASSES: tuple[type[EventData], ...] = (
     RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
     WaveStarted, ValueRecorded, TimerStarted, TimerFired, WorkflowLogged,
     TaskStarted, ModelCallStarted, ModelCallCompleted, ToolCallStarted, ToolCallCompleted,
-    RetryScheduled, TaskFinished, Compacted, UserMessage, TurnEnded, CloseRequested,
+    RetryScheduled, TaskFinished, OutputRejected, Compacted, UserMessage, TurnEnded, CloseRequested,
     ApprovalRequested, ApprovalDecided,
     ScheduleFired,
     BudgetReserved, BudgetSettled, BudgetWarning, ModelFellBack,
@@ -745,6 +773,7 @@ TOOL_CALL_STARTED = ToolCallStarted.__name__
 TOOL_CALL_COMPLETED = ToolCallCompleted.__name__
 RETRY_SCHEDULED = RetryScheduled.__name__
 TASK_FINISHED = TaskFinished.__name__
+OUTPUT_REJECTED = OutputRejected.__name__
 COMPACTED = Compacted.__name__
 USER_MESSAGE = UserMessage.__name__
 TURN_ENDED = TurnEnded.__name__

@@ -77,6 +77,8 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     background_told: list[str] = msgspec.field(default_factory=list)
     #: The task belongs to a fork (``TaskForked``): its overrides, and what it copied.
     fork: ev.TaskForked | None = None
+    #: Repair turns its final answers got for not matching the output schema (``output:``).
+    output_repairs: int = 0
 
     def snapshot(self) -> TaskCheckpoint:
         """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
@@ -170,6 +172,9 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
         case ev.ApprovalDecided():
             state.pending_approvals = [a for a in state.pending_approvals
                                        if a.approval_id != event.approval_id]
+        case ev.OutputRejected():
+            state.output_repairs = event.attempt
+            state.messages.append(Message(role="user", text=event.text))
         case ev.Compacted():
             state.messages = compacted(state.messages, event.replaced, event.summary)
             state.compactions += 1

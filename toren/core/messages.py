@@ -105,6 +105,12 @@ class ModelRequest:
     #: far) for the next call to read: the task loop sets it from the agent's
     #: ``promptCaching:``. Providers that cache on their own (OpenAI) or not at all ignore it.
     prompt_caching: bool = False
+    #: The JSON Schema (2020-12, its root an object) the final answer must match: the task
+    #: loop sets it from the agent's or subagent's ``output:``. A provider asks the model for
+    #: it with its native mechanism (OpenAI ``response_format`` ``json_schema``, Anthropic
+    #: ``output_config.format``) and returns the answer as JSON text; Toren validates it
+    #: either way. Tool calls may still come before the answer.
+    output_schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 With no script it behaves like a diligent agent: it calls each of the agent's tools once, in
 order, with arguments made from the user's input, then answers with what the tools returned.
 An input that is a JSON object with ``toolCalls`` (a list of ``{"name": ..., "arguments":
-{...}}``) makes it call exactly those tools, one per step, in that order, instead.
+{...}}``) makes it call exactly those tools, one per step, in that order, instead. Asked for
+an output schema (``output:``), it answers with the latest tool result that is JSON matching
+the schema, else with a value made from the schema (the user's text in its strings).
 Environment knobs (read when the model is made): ``TOREN_SCRIPTED_DELAY`` (seconds per call),
 ``TOREN_SCRIPTED_CALL_LOG`` (a file that gets one JSON line per call, a counter that lives
 outside the database for crash tests) and ``TOREN_SCRIPTED_COST_USD`` (cost of each call).
@@ -172,6 +174,9 @@ def respond_with_tools(request: ModelRequest) -> ModelResponse:
         return ModelResponse(text=f"Calling {spec.name}.", tool_calls=(call,),
                              stop_reason="tool_use")
     results = [m for m in turn if m.role == "tool"]
+    if request.output_schema is not None:
+        return ModelResponse(text=json.dumps(structured_answer(
+            request.output_schema, [m.text for m in results if not m.is_error], user_text)))
     if not results:
         return ModelResponse(text=f"You said: {user_text}" if user_text else "Hello.")
     names = {call.id: call.name for message in turn for call in message.tool_calls}
@@ -199,6 +204,22 @@ def planned_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
             for call in calls if isinstance(call, dict)]
 
 
+def structured_answer(schema: dict[str, Any], results: Sequence[str], text: str) -> Any:
+    """An answer matching ``schema``: the latest tool result that is JSON of its shape, else a
+    value made from the schema."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    for result in reversed(results):
+        try:
+            value = json.loads(result)
+        except ValueError:
+            continue
+        if validator.is_valid(value):
+            return value
+    return _example_value(schema, text, filled=True)
+
+
 def example_arguments(spec: ToolSpec, text: str) -> dict[str, Any]:
     """Arguments that satisfy the tool's schema, with the user's text in string fields."""
     properties = spec.parameters.get("properties", {})
@@ -206,14 +227,25 @@ def example_arguments(spec: ToolSpec, text: str) -> dict[str, Any]:
     return {name: _example_value(properties.get(name, {}), text) for name in required}
 
 
-def _example_value(schema: dict[str, Any], text: str) -> Any:
+def _example_value(schema: dict[str, Any], text: str, *, filled: bool = False) -> Any:
+    """A value of ``schema``; ``filled``: objects and arrays get example contents too (an
+    answer), else they are empty (a tool's arguments)."""
     if "default" in schema:
         return schema["default"]
+    if "const" in schema and filled:
+        return schema["const"]
     if "enum" in schema:
         return schema["enum"][0]
     if "anyOf" in schema:
-        return _example_value(schema["anyOf"][0], text)
+        return _example_value(schema["anyOf"][0], text, filled=filled)
     kind = schema.get("type", "string")
+    if filled and kind == "object":
+        properties = schema.get("properties", {})
+        return {name: _example_value(properties.get(name, {}), text, filled=True)
+                for name in schema.get("required", properties)}
+    if filled and kind == "array" and isinstance(schema.get("items"), dict):
+        return [_example_value(schema["items"], text, filled=True)] * max(
+            1, schema.get("minItems", 0))
     return {"string": text, "integer": 1, "number": 1.0, "boolean": True, "array": [],
             "object": {}, "null": None}.get(kind, text)
 

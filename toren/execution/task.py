@@ -40,12 +40,14 @@ from toren.core.compaction import (
 from toren.core.decisions import (
     AwaitApprovals,
     CallModel,
+    CheckOutput,
     Done,
     EndTurn,
     Finish,
     RunTools,
     backoff_delay,
     clean_text,
+    judge_output,
     next_task_action,
     normalize_calls,
     truncate_output,
@@ -59,6 +61,7 @@ from toren.core.fold import (
     checkpoint_due,
     fold_task,
 )
+from toren.core.output import OutputSchema
 from toren.core.pricing import Pricing
 from toren.core.runs import RunUpdate
 from toren.errors import (
@@ -115,6 +118,8 @@ class TaskSpec:
     approvals: dict[str, ApprovalPolicy] = dataclasses.field(default_factory=dict)
     #: Tool-source entries (``mcpServers:``) whose tools join ``tools`` as the task starts.
     sources: tuple[ToolSourceEntry, ...] = ()
+    #: ``output:``: the JSON Schema the task's final answer must match.
+    output: OutputSchema | None = None
 
     @functools.cached_property
     def tool_specs(self) -> tuple[ToolSpec, ...]:
@@ -126,13 +131,13 @@ class TaskSpec:
 def task_spec(agent: AgentSpec, subagent: str | None) -> TaskSpec:
     if subagent is None:
         return TaskSpec(None, agent.model, agent.prompt, agent.tools, agent.limits,
-                        agent.approvals, agent.tool_sources)
+                        agent.approvals, agent.tool_sources, agent.output)
     sub: SubagentSpec | None = agent.subagents.get(subagent)
     if sub is None:
         raise TorenError(f"agent {agent.name!r} has no subagent {subagent!r} "
                          f"(subagents/{subagent}.md); it may have been removed")
     return TaskSpec(sub.name, sub.model, sub.prompt, sub.tools, sub.limits, agent.approvals,
-                    sub.tool_sources)
+                    sub.tool_sources, sub.output)
 
 
 class TaskRunner:
@@ -221,7 +226,13 @@ class TaskRunner:
         else:
             await self.note_prompt_change()
         while True:
-            action = next_task_action(self.state, self.spec.limits, self.lease.epoch)
+            action = next_task_action(self.state, self.spec.limits, self.lease.epoch,
+                                      None if self.state.session else self.spec.output)
+            if isinstance(action, CheckOutput):
+                judged = await self.check_output(action)
+                if judged is None:
+                    continue  # a repair turn: the model answers again
+                action = judged
             if isinstance(action, Done):
                 told = (await tell_background_outcomes(self)
                         if self.state.awaiting_input and self.state.finished is None else [])
@@ -250,6 +261,22 @@ class TaskRunner:
                 return  # each call offers the sources' tools as they are now
             if not await self.call_model(action):
                 return
+
+    async def check_output(self, action: CheckOutput) -> Finish | None:
+        """Check the final answer against ``output:``: the ``Finish`` that ends the task, or
+        ``None`` after recording a repair turn (``OutputRejected``). The answer is appended
+        first, so a worker stopped here resumes by checking it, never by asking again."""
+        assert self.spec.output is not None
+        await self.flush()
+        self.ports.crash_point("before_output_check")
+        judged = judge_output(self.state, self.spec.output, action, self.lease.epoch)
+        if isinstance(judged, Finish):
+            return judged
+        log.info("run %s task %s: the answer of step %d does not match %s (%s); repair turn "
+                 "%d", self.run_id, self.task_id, action.step, self.spec.output.source,
+                 judged.problem, judged.attempt)
+        self.record(judged)
+        return None
 
     async def add_source_tools(self) -> bool:
         """Add the tools the spec's tool sources (MCP servers) offer now (the spec is replaced
@@ -334,7 +361,9 @@ class TaskRunner:
             request = ModelRequest(
                 model=self.model_id, system=self.spec.prompt,
                 messages=tuple(self.state.messages),
-                tools=self.spec.tool_specs, prompt_caching=self.agent.prompt_caching)
+                tools=self.spec.tool_specs, prompt_caching=self.agent.prompt_caching,
+                output_schema=self.spec.output.schema if self.spec.output is not None
+                and not self.state.session else None)
             reservation = await self.reserve(action.step, None, model, request)
             if reservation is False:
                 return False
@@ -834,7 +863,7 @@ class TaskRunner:
                          done=True)
         await self.notify_session(told)
 
-    async def finish(self, stop_reason: ev.StopReason, output: str | None,
+    async def finish(self, stop_reason: ev.StopReason, output: Any,
                      error: dict[str, Any] | None) -> None:
         self.record(ev.TaskFinished(
             task_id=self.task_id, status=ev.status_for(stop_reason), stop_reason=stop_reason,

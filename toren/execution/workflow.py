@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from toren.agents import AgentSpec
 from toren.core import events as ev
+from toren.core.decisions import clean_json
 from toren.core.events import NewEvent
 from toren.core.fold import RunState, apply_run_event
 from toren.errors import NonDeterminismError, TorenError
@@ -51,7 +52,9 @@ class TaskResult:
     subagent: str | None
     status: str
     stop_reason: str
-    output: str | None
+    #: The task's final answer: its text, or, when the subagent declares ``output:``, the
+    #: JSON value the answer validated to (an object).
+    output: Any
     error: dict[str, Any] | None
     cost_usd: float
 
@@ -260,12 +263,22 @@ async def execute(function: WorkflowFunction, state: RunState, run_id: str, agen
                                       unreplayed)
             return outcome
         outcome.finished = ev.RunFinished(
-            status="completed", stop_reason="end_turn", error=None,
-            output=output if isinstance(output, str | None) else json.dumps(output, default=str))
+            status="completed", stop_reason="end_turn", error=None, output=json_output(output))
     return outcome
 
 
-def _ended(status: ev.TaskStatus, stop_reason: ev.StopReason, output: str | None, code: str,
+def json_output(value: Any) -> Any:
+    """A workflow's return value as the run's output: text or ``None`` as it is, any other
+    value as JSON (a ``datetime`` or other non-JSON value becomes its text)."""
+    if value is None or isinstance(value, str):
+        return clean_json(value)
+    try:
+        return clean_json(json.loads(json.dumps(value, default=str, allow_nan=False)))
+    except ValueError:  # NaN or infinity, which JSON cannot hold
+        return clean_json(str(value))
+
+
+def _ended(status: ev.TaskStatus, stop_reason: ev.StopReason, output: Any, code: str,
            message: str) -> ev.RunFinished:
     return ev.RunFinished(status=status, stop_reason=stop_reason, output=output,
                           error={"code": code, "message": message})
