@@ -6,6 +6,12 @@ a responder function), records every request body and counts requests per path. 
 script to serve from its own process: it prints ``{"port": N, "url": ...}`` on one line, and
 ``GET /_fake/stats`` returns the counts.
 
+A ``response_format`` of type ``json_schema`` with ``strict: true`` is checked as OpenAI checks
+it: a schema strict mode cannot take (an object allowing other properties or leaving one
+optional) is a 400 ``invalid_json_schema``. ``repair_once`` (``--structured`` as a process)
+answers a structured request with text that is not JSON, then, after Toren's repair turn, with
+``STRUCTURED_ANSWER``.
+
 With ``cache=PrefixCache()`` it caches prompts as OpenAI does, on its own: a prompt of 1,024
 tokens or more is cached, and a later prompt that starts with a cached one reports that much
 (in steps of 128 tokens) as ``usage.prompt_tokens_details.cached_tokens``, with tokens counted as
@@ -163,6 +169,53 @@ def call_each_tool(body: Mapping[str, Any]) -> Answer:
     return completion("; ".join(results) or f"You said: {text}", usage_data=spent)
 
 
+#: What ``repair_once`` answers once it has been told its first answer was not JSON.
+STRUCTURED_ANSWER = {"topics": ["durable execution", "event sourcing"]}
+
+
+def repair_once(body: Mapping[str, Any]) -> Answer:
+    """Stateless responder for structured requests: the first answer of a conversation is
+    prose, not JSON; any later one (after a repair turn) is ``STRUCTURED_ANSWER``.
+    Deterministic, so a call repeated after a crash gets the same answer."""
+    answered = sum(1 for m in body.get("messages", ())
+                   if m.get("role") == "assistant" and not m.get("tool_calls"))
+    spent = usage(prompt=max(1, prompt_chars(body) // 4), completion=20)
+    if not answered:
+        return completion("The topics are durable execution and event sourcing.",
+                          usage_data=spent)
+    return completion(json.dumps(STRUCTURED_ANSWER), usage_data=spent)
+
+
+def strict_schema_error(body: Mapping[str, Any]) -> Fail | None:
+    """OpenAI's 400 for a strict ``json_schema`` response format it cannot take."""
+    response_format = body.get("response_format") or {}
+    if response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema") or {}
+    if not spec.get("strict"):
+        return None
+    pending: list[Any] = [spec.get("schema")]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending += node
+        if not isinstance(node, dict):
+            continue
+        if node.get("type") == "object":
+            if node.get("additionalProperties") is not False:
+                return Fail(400, f"Invalid schema for response_format '{spec.get('name')}': "
+                                 "In context=(), 'additionalProperties' is required to be "
+                                 "supplied and to be false.", code="invalid_json_schema",
+                            param="response_format")
+            if set(node.get("required", ())) != set(node.get("properties", {})):
+                return Fail(400, f"Invalid schema for response_format '{spec.get('name')}': "
+                                 "In context=(), 'required' is required to be supplied and to "
+                                 "be an array including every key in properties.",
+                            code="invalid_json_schema", param="response_format")
+        pending += list(node.values())
+    return None
+
+
 class PrefixCache:
     """OpenAI's automatic prompt cache, as far as billing sees it.
 
@@ -281,7 +334,10 @@ class FakeOpenAI:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         answer: Answer | Responder
-        if self.max_prompt_chars is not None and prompt_chars(body) > self.max_prompt_chars:
+        refused = strict_schema_error(body)
+        if refused is not None:
+            answer = refused
+        elif self.max_prompt_chars is not None and prompt_chars(body) > self.max_prompt_chars:
             answer = context_too_long(prompt_chars(body) // 4)
         elif self.script:
             answer = self.script.pop(0)
@@ -348,8 +404,8 @@ class FakeOpenAI:
         return web.json_response(answer)
 
 
-async def _serve(delay_s: float, port: int) -> None:
-    fake = FakeOpenAI(delay_s=delay_s)
+async def _serve(delay_s: float, port: int, structured: bool = False) -> None:
+    fake = FakeOpenAI(delay_s=delay_s, responder=repair_once if structured else call_each_tool)
     url = await fake.start(port=port)
     print(json.dumps({"port": int(url.rsplit(":", 1)[1].split("/")[0]), "url": url}),
           flush=True)
@@ -363,9 +419,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds per chat answer")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--structured", action="store_true",
+                        help="answer with repair_once (prose first, then STRUCTURED_ANSWER)")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.delay, args.port))
+        asyncio.run(_serve(args.delay, args.port, args.structured))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,9 @@ class OpenAIModel(Model):
         #: Whether to ask for usage in a stream's last chunk (a server that rejects
         #: ``stream_options`` is asked without it from then on).
         self.stream_usage = True
+        #: Whether to send ``response_format`` for an output schema (a server that rejects it
+        #: is asked without it from then on: Toren still validates the answer).
+        self.native_output = True
         self._client: openai.AsyncOpenAI | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -87,7 +90,7 @@ class OpenAIModel(Model):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         client = self.client()
-        params = wire.chat_request(request, self.model_name, token_field=self.token_field)
+        params = self._params(request)
         try:
             completion = await self._create_adapting(client, params)
         except openai.OpenAIError as exc:
@@ -98,8 +101,7 @@ class OpenAIModel(Model):
         """The same call streamed (``stream=True``, usage in the last chunk): each text delta
         goes to ``on_text`` as it arrives; the chunks put together are what is recorded."""
         client = self.client()
-        params = wire.chat_request(request, self.model_name, token_field=self.token_field)
-        params |= {"stream": True}
+        params = self._params(request) | {"stream": True}
         if self.stream_usage:
             params["stream_options"] = {"include_usage": True}
         streamed = wire.StreamedCompletion()
@@ -113,16 +115,30 @@ class OpenAIModel(Model):
             raise errors.translate(exc, model_id=self.model_id, endpoint=self.endpoint) from exc
         return wire.model_response(streamed.completion(), self.model_id)
 
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        params = wire.chat_request(request, self.model_name, token_field=self.token_field)
+        if not self.native_output:
+            params.pop("response_format", None)
+        return params
+
     async def _create_adapting(self, client: openai.AsyncOpenAI, params: dict[str, Any]
                                ) -> Any:
-        """``chat.completions.create``; a 400 rejecting the output-limit field or
-        ``stream_options`` (costing nothing) switches the field or drops the option, and asks
-        again, remembering it for later calls."""
+        """``chat.completions.create``; a 400 rejecting the output-limit field,
+        ``stream_options`` or ``response_format`` (costing nothing) switches the field or drops
+        the option, and asks again, remembering it for later calls."""
         switched = False
         while True:
             try:
                 return await client.chat.completions.create(**params)
             except openai.APIStatusError as exc:
+                if "response_format" in params and errors.rejects_parameter(exc,
+                                                                            "response_format"):
+                    log.info("%s rejects response_format; asking without it (Toren validates "
+                             "the answers, and its repair turns quote the schema)",
+                             self.endpoint)
+                    del params["response_format"]
+                    self.native_output = False
+                    continue
                 if "stream_options" in params and errors.rejects_parameter(exc,
                                                                            "stream_options"):
                     log.info("%s rejects stream_options; streaming without usage",

@@ -4,6 +4,12 @@ Chat Completions is the API every OpenAI-compatible server speaks (Ollama, vLLM,
 llama.cpp, proxies), so it is the only one this plugin uses. Responses come in as the JSON of a
 completion (a dict), so the mapping is tested with literal payloads and tolerates servers that
 omit optional fields.
+
+Structured output (``ModelRequest.output_schema``) is ``response_format`` ``json_schema``,
+``strict`` when the schema is one OpenAI's strict mode accepts (``strict_problem``): strict mode
+refuses a schema whose objects allow other properties or leave one optional, so any other
+schema is sent with ``strict: false`` (followed, not enforced; Toren validates the answer
+either way).
 """
 
 from __future__ import annotations
@@ -58,7 +64,58 @@ def chat_request(request: ModelRequest, model_name: str, *,
              "function": {"name": spec.name, "description": spec.description,
                           "parameters": spec.parameters}}
             for spec in request.tools]
+    if request.output_schema is not None:
+        params["response_format"] = response_format(request.output_schema)
     return params
+
+
+#: The name the schema of a structured answer is sent under (``response_format``).
+OUTPUT_SCHEMA_NAME = "output"
+#: Keywords OpenAI's strict mode does not support.
+STRICT_UNSUPPORTED = frozenset({
+    "allOf", "oneOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+    "patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+    "contains", "minContains", "maxContains", "prefixItems", "uniqueItems"})
+
+
+def response_format(schema: dict[str, Any]) -> dict[str, Any]:
+    """``response_format`` asking for an answer of ``schema`` (strict when it can be)."""
+    return {"type": "json_schema",
+            "json_schema": {"name": OUTPUT_SCHEMA_NAME, "schema": schema,
+                            "strict": strict_problem(schema) is None}}
+
+
+def strict_problem(schema: Any, where: str = "$") -> str | None:
+    """Why strict mode would refuse ``schema``, or ``None`` if it accepts it: each object
+    must set ``additionalProperties: false`` and list every property in ``required``, and no
+    unsupported keyword (``STRICT_UNSUPPORTED``) may appear."""
+    if isinstance(schema, list):
+        for index, item in enumerate(schema):
+            problem = strict_problem(item, f"{where}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+    if not isinstance(schema, dict):
+        return None
+    unsupported = sorted(STRICT_UNSUPPORTED & schema.keys())
+    if unsupported:
+        return f"{where}: {unsupported[0]} is not supported in strict mode"
+    if schema.get("type") == "object" or "properties" in schema:
+        if schema.get("additionalProperties") is not False:
+            return f"{where}: additionalProperties must be false"
+        if set(schema.get("required", ())) != set(schema.get("properties", {})):
+            return f"{where}: every property must be required"
+    for key, value in schema.items():
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            for name, sub in value.items():
+                problem = strict_problem(sub, f"{where}.{key}.{name}")
+                if problem is not None:
+                    return problem
+        elif key in ("items", "anyOf", "additionalProperties") and not isinstance(value, bool):
+            problem = strict_problem(value, f"{where}.{key}")
+            if problem is not None:
+                return problem
+    return None
 
 
 def chat_message(message: Message) -> dict[str, Any]:
