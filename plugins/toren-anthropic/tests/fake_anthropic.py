@@ -159,6 +159,29 @@ def conversation_problem(body: Body) -> str | None:
     return None
 
 
+def output_config_problem(body: Body) -> str | None:
+    """What the real API would reject in ``output_config.format`` (structured outputs): a
+    format that is not ``json_schema``, or an object type whose ``additionalProperties`` is
+    not ``false``."""
+    fmt = (body.get("output_config") or {}).get("format")
+    if fmt is None:
+        return None
+    if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        return "output_config.format: expected {\"type\": \"json_schema\", \"schema\": {...}}"
+    pending: list[Any] = [fmt["schema"]]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending += node
+        if not isinstance(node, dict):
+            continue
+        if node.get("type") == "object" and node.get("additionalProperties") is not False:
+            return ("output_config.format.schema: For 'object' type, 'additionalProperties' "
+                    "must be explicitly set to false")
+        pending += list(node.values())
+    return None
+
+
 def tokens(unit: Body) -> int:
     """The fake's token count of one block: its JSON length / 4 (at least 1)."""
     return max(1, len(json.dumps(unit, sort_keys=True)) // 4)
@@ -339,8 +362,8 @@ class FakeAnthropic:
             await asyncio.sleep(self.delay)
         reply = self._auth_problem(request)
         if reply is None:
-            problem = conversation_problem(body) or (self.cache.problem(body) if self.cache
-                                                     else None)
+            problem = (conversation_problem(body) or output_config_problem(body)
+                       or (self.cache.problem(body) if self.cache else None))
             reply = invalid(problem) if problem else self._next(body)
         if reply.status == 200 and reply.body.get("model") is None:
             reply = Reply(200, {**reply.body, "model": body["model"]}, reply.headers)

@@ -53,6 +53,9 @@ class AnthropicModel(Model):
         self.context_window = self.price.context_window if self.price is not None else None
         self._client: anthropic.AsyncAnthropic | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        #: Whether to send ``output_config.format`` for an output schema (a model or gateway
+        #: that refuses it is asked without it from then on: Toren still validates answers).
+        self.native_output = True
 
     def client(self) -> anthropic.AsyncAnthropic:
         """The SDK client, made on first use inside the running event loop (its connection
@@ -74,12 +77,40 @@ class AnthropicModel(Model):
         url = str(client.base_url) if client is not None else (self.base_url or "")
         return url.rstrip("/") or "the default URL"
 
+    def _params(self, request: ModelRequest) -> wire.Params:
+        params = wire.request_params(request, model=self.api_model)
+        if not self.native_output:
+            params.pop("output_config", None)
+        return params
+
+    def _refuses_output_format(self, exc: anthropic.AnthropicError,
+                               params: wire.Params) -> bool:
+        """Whether ``exc`` is a 400 refusing ``output_config`` (a model without structured
+        outputs): if so it is dropped from ``params`` and from later calls."""
+        if "output_config" not in params or not isinstance(exc, anthropic.BadRequestError):
+            return False
+        said = api_detail(exc).lower()
+        if "output_config" not in said and "output_format" not in said and \
+                "structured output" not in said:
+            return False
+        log.info("%s refuses output_config (%s); asking without it (Toren validates the "
+                 "answers, and its repair turns quote the schema)", self.model_id,
+                 one_line(api_detail(exc)))
+        del params["output_config"]
+        self.native_output = False
+        return True
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         client = self.client()
-        params = wire.request_params(request, model=self.api_model)
+        params = self._params(request)
         try:
             # an explicit timeout also stops the SDK from refusing large max_tokens unstreamed
-            message = await client.messages.create(**params, timeout=self.timeout)
+            try:
+                message = await client.messages.create(**params, timeout=self.timeout)
+            except anthropic.BadRequestError as exc:
+                if not self._refuses_output_format(exc, params):
+                    raise
+                message = await client.messages.create(**params, timeout=self.timeout)
         except anthropic.AnthropicError as exc:
             raise provider_error(exc, model_id=self.model_id, endpoint=self.endpoint,
                                  timeout_s=self.timeout_s) from exc
@@ -90,17 +121,26 @@ class AnthropicModel(Model):
         """The same call through the SDK's streaming API (``messages.stream``): each text
         delta goes to ``on_text`` as it arrives; the final message is what is recorded."""
         client = self.client()
-        params = wire.request_params(request, model=self.api_model)
+        params = self._params(request)
         try:
-            async with client.messages.stream(**params, timeout=self.timeout) as stream:
-                async for text in stream.text_stream:
-                    on_text(text)
-                message = await stream.get_final_message()
+            try:
+                message = await self._stream(client, params, on_text)
+            except anthropic.BadRequestError as exc:
+                if not self._refuses_output_format(exc, params):
+                    raise
+                message = await self._stream(client, params, on_text)
         except anthropic.AnthropicError as exc:
             raise provider_error(exc, model_id=self.model_id, endpoint=self.endpoint,
                                  timeout_s=self.timeout_s) from exc
         return wire.model_response(message, model_id=self.model_id, price=self.price,
                                    asked=params)
+
+    async def _stream(self, client: anthropic.AsyncAnthropic, params: wire.Params,
+                      on_text: OnText) -> anthropic.types.Message:
+        async with client.messages.stream(**params, timeout=self.timeout) as stream:
+            async for text in stream.text_stream:
+                on_text(text)
+            return await stream.get_final_message()
 
     async def preflight(self) -> None:
         """List one model (``GET /v1/models?limit=1``: authenticated, free), within

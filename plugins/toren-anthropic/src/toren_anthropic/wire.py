@@ -13,6 +13,12 @@ wrote, however many blocks the step added) and the last block of the last user t
 for the next step). A request is a pure function of the conversation, so the request rebuilt
 after a restart is byte for byte the one the crashed worker would have sent, and reads the
 same cache.
+
+Structured output (``ModelRequest.output_schema``) is the API's ``output_config.format``
+(``json_schema``): the answer is a text block of JSON matching the schema, tools still allowed
+before it. The schema goes through the SDK's ``transform_schema`` (objects closed, keywords the
+API does not take moved into descriptions); Toren validates the answer against the schema as
+written either way.
 """
 
 from __future__ import annotations
@@ -67,9 +73,24 @@ def request_params(request: ModelRequest, *, model: str, replay: Replay | None =
         params["system"] = request.system
     if tools:
         params["tools"] = tools
+    if request.output_schema is not None:
+        params["output_config"] = {"format": output_format(request.output_schema)}
     if request.prompt_caching:
         mark_cache_breakpoints(params)
     return params
+
+
+def output_format(schema: dict[str, Any]) -> Block:
+    """``output_config.format`` for ``schema``, made acceptable to the API by the SDK's
+    ``transform_schema``; a schema it cannot transform (a ``type`` list, say) is sent as
+    written, for the API to take or refuse."""
+    from anthropic import transform_schema  # the SDK is imported lazily (plugin load stays fast)
+
+    try:
+        sent = transform_schema(schema)
+    except (ValueError, TypeError, AssertionError):
+        sent = copy.deepcopy(schema)
+    return {"type": "json_schema", "schema": sent}
 
 
 def mark_cache_breakpoints(params: Params) -> None:
