@@ -16,12 +16,11 @@ from toren.cli.output import (
     JSON_OPTION_HELP,
     console,
     err_console,
-    plain,
     print_json,
     print_table,
     safe,
 )
-from toren.cli.render import event_line, run_summary
+from toren.cli.render import event_line, output_text, run_summary
 from toren.core import events as ev
 from toren.errors import ConfigError
 from toren.seams.shapes import TextDelta
@@ -151,7 +150,7 @@ async def _fork_here(dirs: list[Path], run_id: str, at_step: int, prompt: str | 
             return
         if record.output is not None:
             console.print()
-            console.print(plain(record.output), markup=False)
+            console.print(output_text(record.output), markup=False)
         console.print()
         print_table(run_summary(await runtime.receipt(fork_id)))
     except asyncio.CancelledError:

@@ -9,8 +9,8 @@ from rich.table import Table
 
 from toren.cli import fork
 from toren.cli.operator import Operator, UrlOption, created, operate
-from toren.cli.output import JSON_OPTION_HELP, console, plain, print_json, print_table, safe
-from toren.cli.render import children_tree, receipt_tables, run_summary, run_tree
+from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
+from toren.cli.render import children_tree, output_text, receipt_tables, run_summary, run_tree
 
 app = typer.Typer(help="Runs: list, show, receipt, cancel.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
@@ -85,7 +85,7 @@ def show(run_id: RunArgument, as_json: JsonOption = False,
     print_table(run_summary(receipt))
     if receipt["run"]["output"] is not None:
         console.print()
-        console.print(plain(receipt["run"]["output"]), markup=False)
+        console.print(output_text(receipt["run"]["output"]), markup=False)
     console.print()
     console.print(run_tree(receipt))
     if receipt["children"]:

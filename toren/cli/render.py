@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.table import Table
@@ -12,6 +13,14 @@ from toren.cli.output import console, plain, safe
 from toren.core import events as ev
 from toren.core.events import Event
 from toren.seams.shapes import TextDelta
+
+
+def output_text(output: Any) -> str:
+    """A run's output as the terminal shows it: text as it is, a structured answer (a JSON
+    value, from ``output:`` or a workflow) as indented JSON; without escape sequences."""
+    if isinstance(output, str):
+        return plain(output)
+    return plain(json.dumps(output, indent=2, ensure_ascii=False, sort_keys=False))
 
 
 def _short(text: str | None, limit: int = 100) -> str:
@@ -94,6 +103,10 @@ def event_line(event: Event) -> str | None:
         colour = "green" if d["outcome"] == "approved" else "red"
         why = f": {safe(d['reason'])}" if d.get("reason") else ""
         return f"  [{colour}]✓ {d['outcome']} by {safe(d['decided_by'])}{why}[/]"
+    if event.type == ev.OUTPUT_REJECTED:
+        return (f"  [yellow]↺ the answer of step {d['step']} does not match "
+                f"{safe(d['schema_source'])} at {safe(d['where'])}:[/] "
+                f"{safe(_short(d['problem']))} (repair turn {d['attempt']})")
     if event.type == ev.TASK_FINISHED:
         return f"[bold]■ task {safe(task)}[/] {d['status']} ({d['stop_reason']})"
     if event.type == ev.RUN_CANCELLED:

@@ -12,12 +12,11 @@ from toren.cli.output import (
     JSON_OPTION_HELP,
     console,
     err_console,
-    plain,
     print_json,
     print_table,
     safe,
 )
-from toren.cli.render import LiveTextPrinter, event_line, run_summary
+from toren.cli.render import LiveTextPrinter, event_line, output_text, run_summary
 from toren.core import events as ev
 from toren.host.runtime import Runtime
 from toren.seams.shapes import TextDelta
@@ -84,7 +83,7 @@ async def _run(runtime: Runtime, agent: str, text: str, *, follow: bool, key: st
         receipt = await runtime.receipt(run_id)
         if record.output is not None:
             console.print()
-            console.print(plain(record.output), markup=False)
+            console.print(output_text(record.output), markup=False)
         console.print()
         print_table(run_summary(receipt))
         if record.status not in ("completed",) and record.status in ev.TERMINAL_STATUSES:
