@@ -4,6 +4,7 @@ the log, then fails with ``invalid_output``; a workflow's ``ctx.task`` returns t
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from tests.durable import check_log, types
 from toren.seams.model import ModelRequest, ModelResponse, ToolCall
 from toren.testing import ScriptedModel, write_agent_dir
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "contrib" / "examples"
 PLAN = {"type": "object", "required": ["topics"], "additionalProperties": False,
         "properties": {"topics": {"type": "array", "items": {"type": "string"},
                                   "minItems": 1}}}
@@ -136,3 +138,18 @@ async def test_a_workflow_task_returns_the_parsed_object(make_runtime, tmp_path:
     absorbed = [e.data for e in events if e.type == "TaskAbsorbed"]
     assert absorbed[0]["output"] == {"topics": ["postgres", "sql"]}
     check_log(events)
+
+
+async def test_the_planner_crew_plans_with_structured_output(make_runtime,
+                                                             tmp_path: Path) -> None:
+    shutil.copytree(EXAMPLES / "planner-crew", tmp_path / "planner-crew")
+    runtime = await make_runtime(dirs=[tmp_path / "planner-crew"])
+    record, events = await finish(runtime, "planner-crew",
+                                  "How does durable execution use event sourcing?")
+    assert record.status == "completed", record.error
+    plan = next(e.data for e in events
+                if e.type == "TaskAbsorbed" and e.data["task_id"] == "w1-0")
+    assert plan["output"] == {"topics": ["event sourcing", "durable execution"]}
+    wave = next(e.data for e in events if e.type == "WaveStarted" and e.data["wave"] == 2)
+    assert [t["input"] for t in wave["tasks"]] == ["event sourcing", "durable execution"]
+    assert runtime.agents["planner-crew"].subagents["planner"].output is not None

@@ -12,15 +12,15 @@ LIBRARY = {
 
 
 @tool(idempotent=True)
-def suggest_topics(question: str) -> str:
-    """Suggest the topics to research for a question, comma-separated.
+def suggest_topics(question: str) -> dict[str, list[str]]:
+    """Suggest the topics to research for a question.
 
     Args:
         question: The question to plan research for.
     """
     words = question.lower()
     topics = [topic for topic in LIBRARY if any(part in words for part in topic.split())]
-    return ", ".join(topics or sorted(LIBRARY))
+    return {"topics": topics or sorted(LIBRARY)}
 
 
 @tool(idempotent=True)

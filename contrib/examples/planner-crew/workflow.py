@@ -3,13 +3,10 @@
 Re-executed from the top on every tick of the run: everything already done returns from the
 run's log, so this code must be deterministic (use ctx.now() and ctx.uuid(), never the clock or
 random numbers directly). See docs/guides/workflows-and-waves.md.
+
+The planner declares an output schema (subagents/planner.md, schemas/plan.json): its answer is
+validated JSON, and ctx.task returns it as an object. Nothing here parses text.
 """
-
-
-def parse_topics(plan: str) -> list[str]:
-    """The planner's topics: comma-separated (the offline model quotes the tool's answer)."""
-    text = plan.split("suggest_topics:", 1)[-1]
-    return [topic.strip(" -.\n") for topic in text.split(",") if topic.strip(" -.\n")]
 
 
 async def workflow(ctx):
@@ -17,7 +14,7 @@ async def workflow(ctx):
     plan = await ctx.task("planner", ctx.input)
     if not plan.ok:
         return f"Planning failed: {plan.error['message'] if plan.error else plan.status}"
-    topics = parse_topics(plan.output or "")
+    topics = plan.output["topics"]  # a list of strings: the schema says so
     ctx.log("researching", topics=topics)
     results = await ctx.wave([("researcher", topic) for topic in topics])
     notes = [f"{topic}: {result.output}" for topic, result in zip(topics, results, strict=True)
