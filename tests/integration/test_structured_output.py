@@ -153,3 +153,47 @@ async def test_the_planner_crew_plans_with_structured_output(make_runtime,
     wave = next(e.data for e in events if e.type == "WaveStarted" and e.data["wave"] == 2)
     assert [t["input"] for t in wave["tasks"]] == ["event sourcing", "durable execution"]
     assert runtime.agents["planner-crew"].subagents["planner"].output is not None
+
+
+SAID = {"type": "object", "required": ["said"], "properties": {"said": {"type": "string"}}}
+PER_TASK = '''
+SAID = {"type": "object", "required": ["said"], "properties": {"said": {"type": "string"}}}
+
+async def workflow(ctx):
+    one = await ctx.task("echo", "alpha", output=SAID)
+    wave = await ctx.wave([{"subagent": "echo", "input": "beta", "output": SAID},
+                           ("echo", "gamma")])
+    return {"one": one.output, "wave": [r.output for r in wave]}
+'''
+
+
+async def test_a_workflow_gives_one_task_its_own_output_schema(make_runtime,
+                                                               tmp_path: Path) -> None:
+    directory = write_agent_dir(tmp_path, "flow", subagents={
+        "echo": "---\ntools: []\n---\nRepeat the input.\n"})
+    (directory / "workflow.py").write_text(PER_TASK)
+    runtime = await make_runtime(dirs=[directory])
+    record, events = await finish(runtime, "flow")
+    assert record.status == "completed", record.error
+    assert record.output == {"one": {"said": "alpha"},
+                             "wave": [{"said": "beta"}, "You said: gamma"]}
+    started = {e.stream: e.data for e in events if e.type == "TaskStarted"}
+    assert started["task:w1-0"]["output"] == SAID and "output" not in started["task:w2-1"]
+    scheduled = [e.data for e in events if e.type == "TaskScheduled"]
+    assert [s.get("output") for s in scheduled] == [SAID, SAID, None]
+    check_log(events)
+
+
+async def test_a_bad_per_task_schema_fails_the_workflow_naming_it(make_runtime,
+                                                                 tmp_path: Path) -> None:
+    directory = write_agent_dir(tmp_path, "flow", subagents={
+        "echo": "---\ntools: []\n---\nRepeat the input.\n"})
+    (directory / "workflow.py").write_text(
+        'async def workflow(ctx):\n'
+        '    return (await ctx.task("echo", "x", output={"type": "list"})).output\n')
+    runtime = await make_runtime(dirs=[directory])
+    record, _events = await finish(runtime, "flow")
+    assert (record.status, record.error["code"]) == ("failed", "workflow_error")
+    assert "wave 1, task 0 (echo): its output schema is not usable: type: not a valid JSON " \
+           "Schema" in record.error["message"]
+    assert "(workflow.py:2)" in record.error["message"]

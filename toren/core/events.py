@@ -53,6 +53,10 @@ Output = Annotated[Any, msgspec.Meta(
 SessionFlag = Annotated[bool, msgspec.Meta(
     description="True on a session's events: the task takes turns (UserMessage, TurnEnded) "
                 "instead of starting from input. Absent otherwise.")]
+TaskOutputSchema = Annotated[dict[str, Any] | None, msgspec.Meta(
+    description="The JSON Schema the task's final answer must match, given by the workflow "
+                "(ctx.task(..., output=...)); absent otherwise (a subagent's own output: "
+                "comes from its definition).")]
 Purpose = Annotated[Literal["compaction"] | None, msgspec.Meta(
     description="compaction on the model call that summarises older turns; absent on the "
                 "task's own calls (which count as steps).")]
@@ -124,6 +128,7 @@ class TaskScheduled(EventData, frozen=True):
         description="The workflow wave that scheduled the task (absent for a single-task "
                     "run).")] = None
     session: SessionFlag = False
+    output: TaskOutputSchema = None
 
 
 class TaskAbsorbed(EventData, frozen=True):
@@ -173,6 +178,7 @@ class WaveTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     task_id: str
     subagent: str
     input: AnyJson
+    output: TaskOutputSchema = None
 
 
 class WaveStarted(EventData, frozen=True):
@@ -267,6 +273,7 @@ class TaskStarted(EventData, frozen=True):
     prompt_sha256: str
     epoch: Epoch
     session: SessionFlag = False
+    output: TaskOutputSchema = None
 
 
 class ModelCallStarted(EventData, frozen=True):

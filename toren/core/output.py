@@ -93,6 +93,34 @@ class OutputSchema:
         return {"source": self.source, "schema": self.schema}
 
 
+def schema_problem(schema: Any) -> str | None:
+    """Why ``schema`` cannot be an output schema (not a valid JSON Schema 2020-12, a root that
+    is not an object type, a ``$ref`` outside it), or ``None``. The loader says the same with
+    files and lines; a workflow's ``ctx.task(..., output=...)`` is checked with this."""
+    import jsonschema
+
+    if not isinstance(schema, dict):
+        return f"an output schema is a JSON Schema object, not {type(schema).__name__}"
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = ".".join(str(part) for part in exc.absolute_path) or "(root)"
+        return f"{where}: not a valid JSON Schema: {exc.message}"
+    if schema.get("type") != "object":
+        return "type: the output schema's root must be an object (type: object)"
+    pending: list[Any] = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#"):
+                return f"$ref {ref!r} points outside the schema; use #/$defs/<name>"
+            pending += node.values()
+        elif isinstance(node, list):
+            pending += node
+    return None
+
+
 def strip_fence(text: str) -> str:
     """``text`` without a Markdown code fence around it (```json ... ```), which models add."""
     stripped = text.strip()
@@ -122,4 +150,5 @@ def repair_text(problem: OutputProblem, schema: dict[str, Any], attempt: int,
             f"{json.dumps(schema, sort_keys=True, ensure_ascii=False)}")
 
 
-__all__ = ["MAX_OUTPUT_REPAIRS", "OutputCheck", "OutputProblem", "OutputSchema", "repair_text"]
+__all__ = ["MAX_OUTPUT_REPAIRS", "OutputCheck", "OutputProblem", "OutputSchema", "repair_text",
+           "schema_problem"]

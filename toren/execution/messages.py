@@ -15,10 +15,15 @@ MAIN_TASK = "main"
 
 
 def task_message(task_id: str, subagent: str | None, task_input: Any,
-                 delay_s: float = 0.0) -> OutgoingMessage:
-    """The queue message that makes a worker work on a task."""
-    return OutgoingMessage("task", {"task_id": task_id, "subagent": subagent,
-                                    "input": task_input, "key": f"task:{task_id}"}, delay_s)
+                 delay_s: float = 0.0, *, output: dict[str, Any] | None = None
+                 ) -> OutgoingMessage:
+    """The queue message that makes a worker work on a task; ``output``: the schema a
+    workflow gave the task (``TaskStarted`` records it, so later messages need not carry it)."""
+    payload = {"task_id": task_id, "subagent": subagent, "input": task_input,
+               "key": f"task:{task_id}"}
+    if output is not None:
+        payload["output"] = output
+    return OutgoingMessage("task", payload, delay_s)
 
 
 def run_tick(reason: str) -> OutgoingMessage:

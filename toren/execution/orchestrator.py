@@ -136,7 +136,8 @@ def _heals(message: QueueMessage) -> bool:
 def _expected_messages(state: RunState) -> list[OutgoingMessage]:
     """What should be queued for a waiting run: its unfinished tasks and unfired timers."""
     expected = [task_message(task_id, state.scheduled[task_id].subagent,
-                             state.scheduled[task_id].input)
+                             state.scheduled[task_id].input,
+                             output=state.scheduled[task_id].output)
                 for task_id in state.unfinished_tasks]
     expected += [timer_message(number, 0.0) for number in state.timers
                  if number not in state.timers_fired]

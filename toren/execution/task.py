@@ -225,6 +225,10 @@ class TaskRunner:
             await self.start()
         else:
             await self.note_prompt_change()
+        if self.state.started is not None and self.state.started.output is not None:
+            # the workflow gave this task its own output schema (ctx.task(..., output=...))
+            self.spec = replace(self.spec, output=OutputSchema(
+                self.state.started.output, f"workflow.py (task {self.task_id})"))
         while True:
             action = next_task_action(self.state, self.spec.limits, self.lease.epoch,
                                       None if self.state.session else self.spec.output)
@@ -330,7 +334,8 @@ class TaskRunner:
             input=payload.get("input"), limits=self.spec.limits.to_json(),
             tools=tuple(self.spec.tools),
             prompt_sha256=digest,
-            epoch=self.lease.epoch, session=self.state.session))
+            epoch=self.lease.epoch, session=self.state.session,
+            output=payload.get("output")))
 
     @property
     def model_id(self) -> str:

@@ -22,6 +22,7 @@ from toren.core import events as ev
 from toren.core.decisions import clean_json
 from toren.core.events import NewEvent
 from toren.core.fold import RunState, apply_run_event
+from toren.core.output import schema_problem
 from toren.errors import NonDeterminismError, TorenError
 from toren.execution.messages import task_message, timer_message
 from toren.seams.shapes import OutgoingMessage
@@ -74,9 +75,10 @@ class WorkflowOutcome:
 
 def _spec(item: Any) -> dict[str, Any]:
     if isinstance(item, dict):
-        return {"subagent": item["subagent"], "input": item.get("input")}
-    subagent, task_input = item
-    return {"subagent": subagent, "input": task_input}
+        return {"subagent": item["subagent"], "input": item.get("input"),
+                "output": item.get("output")}
+    subagent, task_input, *rest = item
+    return {"subagent": subagent, "input": task_input, "output": rest[0] if rest else None}
 
 
 def _describe_difference(wave: int, recorded: list[dict[str, Any]],
@@ -85,7 +87,7 @@ def _describe_difference(wave: int, recorded: list[dict[str, Any]],
         return (f"wave {wave} was recorded with {len(recorded)} task(s), but the workflow now "
                 f"asks for {len(asked)}")
     for index, (old, new) in enumerate(zip(recorded, asked, strict=True)):
-        for key in ("subagent", "input"):
+        for key in ("subagent", "input", "output"):
             if old[key] != new[key]:
                 return (f"wave {wave}, task {index}: {key} was {json.dumps(old[key])[:200]} "
                         f"when recorded, the workflow now asks for "
@@ -120,22 +122,30 @@ class WorkflowContext:
     async def wave(self, tasks: Iterable[Any]) -> list[TaskResult]:
         """Run tasks in parallel (on any worker of the fleet); their results, in order.
 
-        Each task is ``(subagent, input)`` or ``{"subagent": ..., "input": ...}``. A failed
-        task is in the results with its status and error: the workflow decides what follows.
+        Each task is ``(subagent, input)``, ``(subagent, input, output)`` or ``{"subagent":
+        ..., "input": ..., "output": ...}``; ``output``, a JSON Schema, is what the task's final
+        answer must match (its result's ``output`` is then the parsed object), in place of the
+        subagent's own ``output:``. A failed task is in the results with its status and error:
+        the workflow decides what follows.
         """
         self._waves += 1
         number = self._waves
         asked = [_spec(item) for item in tasks]
-        for spec in asked:
+        for index, spec in enumerate(asked):
             if spec["subagent"] not in self._agent.subagents:
                 known = ", ".join(self._agent.subagents) or "none"
                 raise TorenError(f"wave {number} asks for subagent {spec['subagent']!r}, which "
                                  f"{self._agent.name} does not have (subagents/*.md: {known})")
+            problem = None if spec["output"] is None else schema_problem(spec["output"])
+            if problem is not None:
+                raise TorenError(f"wave {number}, task {index} ({spec['subagent']}): its output "
+                                 f"schema is not usable: {problem}{_caller_line()}")
         recorded = self._state.waves.get(number)
         if recorded is None:
             self._start_wave(number, asked)
             raise Suspend
-        recorded_specs = [{"subagent": t.subagent, "input": t.input} for t in recorded.tasks]
+        recorded_specs = [{"subagent": t.subagent, "input": t.input, "output": t.output}
+                          for t in recorded.tasks]
         if recorded_specs != asked:
             raise NonDeterminismError(_describe_difference(number, recorded_specs, asked)
                                       + _caller_line())
@@ -144,9 +154,11 @@ class WorkflowContext:
             raise Suspend
         return [self._result(task_id) for task_id in ids]
 
-    async def task(self, subagent: str, input: Any) -> TaskResult:
-        """Run one task and return its result (a wave of one)."""
-        (result,) = await self.wave([(subagent, input)])
+    async def task(self, subagent: str, input: Any,
+                   output: dict[str, Any] | None = None) -> TaskResult:
+        """Run one task and return its result (a wave of one); ``output``: a JSON Schema its
+        final answer must match (see ``wave``)."""
+        (result,) = await self.wave([(subagent, input, output)])
         return result
 
     def _start_wave(self, number: int, asked: Sequence[dict[str, Any]]) -> None:
@@ -170,12 +182,14 @@ class WorkflowContext:
                               f"{task_id} before wave {number}")
 
         tasks = tuple(ev.WaveTask(task_id=f"w{number}-{index}", subagent=spec["subagent"],
-                                  input=spec["input"]) for index, spec in enumerate(asked))
+                                  input=spec["input"], output=spec["output"])
+                      for index, spec in enumerate(asked))
         self._record(ev.WaveStarted(wave=number, tasks=tasks))
         for task in tasks:
             self._record(ev.TaskScheduled(task_id=task.task_id, subagent=task.subagent,
-                                          input=task.input, wave=number))
-            self._outcome.messages.append(task_message(task.task_id, task.subagent, task.input))
+                                          input=task.input, wave=number, output=task.output))
+            self._outcome.messages.append(task_message(task.task_id, task.subagent, task.input,
+                                                       output=task.output))
 
     def _result(self, task_id: str) -> TaskResult:
         absorbed = self._state.absorbed[task_id]
