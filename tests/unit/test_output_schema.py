@@ -159,3 +159,16 @@ def test_a_session_turn_is_not_checked() -> None:
     state = state_with("hello")
     state.session = True
     assert next_task_action(state, Limits(), 1, None).__class__.__name__ == "EndTurn"
+
+
+def test_a_schema_file_linked_from_outside_the_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "secret.json").write_text('{"type": "object"}')
+    directory = write_agent_dir(tmp_path, "linked", output="plan.json")
+    (directory / "plan.json").symlink_to(tmp_path / "secret.json")
+    with pytest.raises(AgentDefinitionError, match=r"plan.json: resolves to .*secret.json, "
+                                                   r"outside the agent directory"):
+        load_agent(directory)
+    (directory / "agent.yaml").write_text("model: toren/scripted\noutput: plan.json\n"
+                                          "allowOutsideFiles: true\n")
+    agent = load_agent(directory)
+    assert agent.output is not None and agent.output.schema == {"type": "object"}

@@ -178,6 +178,11 @@ Toren.timeline = (container, options = {}) => {
           " (in " + Number(d.delay_s).toFixed(1) + " s): ",
           el("span", { class: "error" }, (d.error.code || "") + ": " + (d.error.message || ""))));
         break;
+      case "OutputRejected":  // the answer did not match output: (a repair turn follows)
+        taskNode(taskOf(e)).body.append(el("div", { class: "note warn", role: "status" },
+          "The answer of step " + d.step + " does not match " + d.schema_source + " at " +
+          d.where + ": " + d.problem + " (repair turn " + d.attempt + ")"));
+        break;
       case "TaskFinished":
         taskNode(taskOf(e)).head.append(" · ", Toren.status(d.status), " (" + d.stop_reason +
           ", " + d.steps + " steps, " + money(d.cost_usd) + ")");
