@@ -219,21 +219,26 @@ def _saved(call: dict[str, Any]) -> str:
 def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
     """Every model call and tool call of a run."""
     calls = Table(title="Model calls")
-    for column in ("task", "step", "model", "purpose", "in", "out", "cache read",
-                   "cache write", "cost", "cache saved", "latency", "replayed", "repeated"):
+    every_call = [call for task in receipt["tasks"] for call in task["model_calls"]]
+    # the cache columns only when a call read or wrote a prompt cache: most runs never do
+    cached = any(call["cache_read_tokens"] or call["cache_write_tokens"] for call in every_call)
+    cache_columns = ("cache read", "cache write") if cached else ()
+    for column in ("task", "step", "model", "purpose", "in", "out", *cache_columns, "cost",
+                   *(("cache saved",) if cached else ()), "latency", "replayed", "repeated"):
         calls.add_column(column)
     tools = Table(title="Tool calls")
     for column in ("task", "step", "tool", "result", "ms", "idempotency key"):
         tools.add_column(column)
     for task in receipt["tasks"]:
         for call in task["model_calls"]:
+            cache_cells = (_cache_cell(call["cache_read_tokens"], call.get("cache_read_cost_usd")),
+                           _cache_cell(call["cache_write_tokens"],
+                                       call.get("cache_write_cost_usd"))) if cached else ()
             calls.add_row(safe(task["task_id"]), str(call["step"]), safe(call["model"]),
                           call["purpose"],
                           str(call["input_tokens"]), str(call["output_tokens"]),
-                          _cache_cell(call["cache_read_tokens"], call.get("cache_read_cost_usd")),
-                          _cache_cell(call["cache_write_tokens"],
-                                      call.get("cache_write_cost_usd")),
-                          _cost(call["cost_usd"]), _saved(call),
+                          *cache_cells, _cost(call["cost_usd"]),
+                          *((_saved(call),) if cached else ()),
                           f"{call['latency_ms']:.1f} ms",
                           "copied (fork)" if call.get("copied") else
                           "yes" if call["replayed"] else "", "yes" if call["repeated"] else "")
