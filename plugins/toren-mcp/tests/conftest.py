@@ -12,12 +12,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from mcp_support import FAKE_SERVER
+from mcp_support import FAKE_SERVER, AgentFactory
 
 from toren.host.runtime import Runtime
 from toren.testing import write_agent_dir
-
-AgentFactory = Callable[..., Awaitable[Runtime]]
 
 
 @pytest.fixture

@@ -11,6 +11,9 @@ from typing import Any
 
 from toren.host.runtime import Runtime
 
+#: A fixture's factory of started runtimes serving agents with MCP servers (conftest.py).
+AgentFactory = Callable[..., Awaitable[Runtime]]
+
 FAKE_SERVER = Path(__file__).parent / "fake_mcp_server.py"
 
 

@@ -15,8 +15,7 @@ from typing import Any
 import httpx2
 import psycopg
 import pytest
-from conftest import AgentFactory
-from mcp_support import FAKE_SERVER, of_type, plan, run_plan
+from mcp_support import FAKE_SERVER, AgentFactory, of_type, plan, run_plan
 
 from toren.core.catalog import validate_event
 from toren.testing import OutputProcess, wait_for, write_agent_dir

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AgentFactory
-from mcp_support import of_type, plan, run_plan, until
+from mcp_support import AgentFactory, of_type, plan, run_plan, until
 
 from toren.errors import MissingEnvError, ToolError
 from toren.testing import write_agent_dir
