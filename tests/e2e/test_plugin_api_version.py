@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TorenCli
+from toren.errors import PluginError
 from toren.plugin import API_VERSION
+from toren.seams.drivers import driver_class
 
 
 def install_plugin(root: Path, name: str, declared: str | None, *,
@@ -28,6 +30,7 @@ def install_plugin(root: Path, name: str, declared: str | None, *,
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: toren-{name}-probe\n"
                                    "Version: 2.3.0\n")
     (dist / "entry_points.txt").write_text(f"[{group}]\n{name} = {module}\n")
+    (dist / "RECORD").write_text(f"{module}.py,,\n{dist.name}/METADATA,,\n")
     return {"PYTHONPATH": str(root), "TOREN_LOAD_PLUGINS": f"toren-{name}-probe"}
 
 
@@ -87,3 +90,22 @@ def test_an_in_tree_plugin_declares_the_range_it_was_written_for(
     assert result.returncode == 0, result.stderr
     listed = {p["name"]: p for p in json.loads(result.stdout)["plugins"]}
     assert listed["testplugin"]["api"] == ">=1.0,<2"
+
+
+def test_a_driver_for_another_api_is_refused_when_it_is_chosen(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    install_plugin(site, "oldqueue", ">=0.1,<1", group="toren.queue")
+    module = site / "toren_oldqueue_probe.py"
+    module.write_text(module.read_text() + "\nclass OldQueue:\n    'A queue for API 0.x.'\n")
+    entry_points = site / "toren_oldqueue_probe-2.3.0.dist-info" / "entry_points.txt"
+    entry_points.write_text("[toren.queue]\noldqueue = toren_oldqueue_probe:OldQueue\n")
+    monkeypatch.syspath_prepend(str(site))
+
+    with pytest.raises(PluginError) as refused:
+        driver_class("queue", "oldqueue")
+
+    message = refused.value.message
+    assert "queue driver oldqueue" in message and "(toren-oldqueue-probe 2.3.0)" in message
+    assert "upgrade toren-oldqueue-probe to a release written for plugin API" in message
+    assert "choose another queue driver with TOREN_QUEUE" in message

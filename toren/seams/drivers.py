@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata as metadata
-import sys
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -11,7 +10,7 @@ from stevedore import DriverManager
 from stevedore.exception import NoMatches
 
 from toren.errors import DriverNotFound, PluginError
-from toren.seams.plugin_api import check_plugin_api
+from toren.seams.plugin_api import check_extension_api
 
 
 @dataclass(frozen=True)
@@ -69,14 +68,9 @@ def driver_class(kind: str, name: str) -> type[Any]:
             spec.namespace, name, invoke_on_load=False, on_load_failure_callback=failed)
     except NoMatches as exc:
         raise DriverNotFound(missing_driver_message(spec, name)) from exc
-    driver = cast(type[Any], manager.driver)
-    module = sys.modules.get(driver.__module__)
-    if module is not None:
-        entry_point = manager.extensions[0].entry_point
-        dist = entry_point.dist.name if entry_point.dist else "?"
-        version = entry_point.dist.version if entry_point.dist else "?"
-        check_plugin_api(module, f"{kind} driver {name}", dist, version)
-    return driver
+    check_extension_api(manager.extensions[0], f"{kind} driver {name}",
+                        f"choose another {kind} driver with {spec.env_var}")
+    return cast(type[Any], manager.driver)
 
 
 def missing_driver_message(spec: DriverKind, name: str) -> str:

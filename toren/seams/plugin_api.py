@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
+import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
 
 from toren.errors import PluginError
 from toren.version import PLUGIN_API_VERSION, __version__
@@ -83,21 +84,51 @@ def declared_api_range(module: ModuleType) -> str | None:
     return None if declared is None else str(declared)
 
 
-def check_plugin_api(module: ModuleType, name: str, distribution: str, version: str) -> None:
-    """Refuse a plugin written for another plugin API than this kernel's: ``PluginError``
-    naming both versions and what to upgrade. A plugin that declares nothing is let through
-    (``PluginHost`` warns once: v1 reads an absent range as "any 1.x")."""
+def check_extension_api(extension: Any, what: str, leave_out: str) -> None:
+    """``check_plugin_api`` for what stevedore loaded (a driver's class, a secret source's):
+    the module that defines it; the distribution that installed it is looked up only to
+    name it in a refusal (stevedore's entry points do not carry it)."""
+    module = sys.modules.get(getattr(extension.plugin, "__module__", ""))
+    if module is None or _supported(module):
+        return
+    dist = extension.entry_point.dist
+    names = [dist.name] if dist is not None else metadata.packages_distributions().get(
+        module.__name__.partition(".")[0], [])
+    name = names[0] if names else "?"
+    try:
+        version = metadata.version(name)
+    except (metadata.PackageNotFoundError, ValueError):
+        version = "?"
+    check_plugin_api(module, what, name, version, leave_out=leave_out)
+
+
+def _supported(module: ModuleType) -> bool:
+    """Whether loading ``module`` needs no refusal: it declares no range, or a well-formed
+    one holding this kernel's ``PLUGIN_API_VERSION``."""
     declared = getattr(module, API_ATTRIBUTE, None)
     if declared is None:
+        return True
+    try:
+        return SpecifierSet(str(declared)).contains(PLUGIN_API_VERSION)
+    except (InvalidSpecifier, TypeError):
+        return False
+
+
+def check_plugin_api(module: ModuleType, name: str, distribution: str, version: str, *,
+                     leave_out: str = "leave it out with TOREN_LOAD_PLUGINS") -> None:
+    """Refuse a plugin written for another plugin API than this kernel's: ``PluginError``
+    naming both versions and what to upgrade. A plugin that declares nothing is let through
+    (v1 reads an absent range as "any 1.x"; ``toren plugins`` shows its API as ``-``);
+    ``leave_out`` says how to start without it."""
+    if _supported(module):
         return
+    declared = getattr(module, API_ATTRIBUTE)
     where = f"plugin {name!r} ({distribution} {version})"
     try:
         supported = SpecifierSet(str(declared))
     except (InvalidSpecifier, TypeError):
         raise PluginError(f"{where} declares {API_ATTRIBUTE} = {declared!r}, which is not a "
                           "version range; write one such as \">=1.0,<2\"") from None
-    if Version(PLUGIN_API_VERSION) in supported:
-        return
     # below one of the plugin's lower bounds: this toren is too old for it; else too new
     kernel_too_old = any(spec.operator in (">", ">=") and not spec.contains(PLUGIN_API_VERSION)
                          for spec in supported)
@@ -108,5 +139,5 @@ def check_plugin_api(module: ModuleType, name: str, distribution: str, version: 
               f"{PLUGIN_API_VERSION} (pip install -U {distribution}), or install a toren "
               f"whose plugin API is in {declared}")
     raise PluginError(f"{where} supports plugin API {declared}, but toren {__version__} has "
-                      f"plugin API {PLUGIN_API_VERSION}: {advice}. Uninstall it or leave it "
-                      "out with TOREN_LOAD_PLUGINS to start without it")
+                      f"plugin API {PLUGIN_API_VERSION}: {advice}. Uninstall it or "
+                      f"{leave_out} to start without it")

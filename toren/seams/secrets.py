@@ -19,7 +19,6 @@ import abc
 import json
 import logging
 import re
-import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ from stevedore import DriverManager
 from stevedore.exception import NoMatches
 
 from toren.errors import ConfigError
-from toren.seams.plugin_api import check_plugin_api
+from toren.seams.plugin_api import check_extension_api
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +127,8 @@ def _source(scheme: str, schemes: set[str]) -> SecretSource:
         raise ConfigError(f"no secret source named {scheme!r} is installed{hint}; installed: "
                           f"{', '.join(sorted(schemes)) or 'none'}") from exc
     source = manager.driver
-    entry_point = manager.extensions[0].entry_point
-    module = sys.modules.get(type(source).__module__)
-    if module is not None:
-        check_plugin_api(module, f"secret source {scheme}",
-                         entry_point.dist.name if entry_point.dist else "?",
-                         entry_point.dist.version if entry_point.dist else "?")
+    check_extension_api(manager.extensions[0], f"secret source {scheme}",
+                        f"stop using {scheme}: references")
     if not isinstance(source, SecretSource):
         raise ConfigError(f"the secret source {scheme!r} is not a SecretSource")
     return source
