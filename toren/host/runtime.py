@@ -168,6 +168,10 @@ class Runtime:
             pending_approvals=self.approvals.pending)
         #: Forks of runs (a copied log, then live) and diffs between runs.
         self.forks = ForksService(self.store, self.store, self.store, self.check_model)
+        #: What this runtime hands its channels (``Channel.start``, ``routes``,
+        #: ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more.
+        self.channel_context: ChannelContext = RuntimeChannelContext(
+            self.store, self.settings, self.channel_agents, self.sessions, self.approvals)
         self._metrics_listener: MetricsListener | None = None
         #: Whether this runtime's workers hold the process's collector tuning (``gc_tuning``).
         self._gc_tuned = False
@@ -287,13 +291,6 @@ class Runtime:
         """The served agents that list ``channel`` under ``channels:``, with their settings."""
         return {name: dict(agent.channels[channel]) for name, agent in self.agents.items()
                 if channel in agent.channels}
-
-    @property
-    def channel_context(self) -> ChannelContext:
-        """What this runtime hands its channels (``Channel.start``, ``routes``,
-        ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more."""
-        return RuntimeChannelContext(self.store, self.settings, self.channel_agents,
-                                     self.sessions, self.approvals)
 
     def listed_channels(self) -> list[Channel]:
         """The installed channels that at least one served agent lists (the ones to start)."""
