@@ -207,7 +207,7 @@ class PluginHost:
         def register(provider: ModelProvider) -> None:
             if not isinstance(provider, ModelProvider):
                 raise PluginError(f"plugin {plugin!r} registered {provider!r}, "
-                                  "which is not a toren.seams.model.ModelProvider")
+                                  "which is not a toren.plugin.ModelProvider")
             self._claim("model prefix", provider.prefix, plugin)
             self.providers[provider.prefix] = provider
             self.info[plugin].models.append(f"{provider.prefix}/*")
@@ -261,7 +261,7 @@ class PluginHost:
         def register(channel: Channel) -> None:
             if not isinstance(channel, Channel):
                 raise PluginError(f"plugin {plugin!r} registered {channel!r}, "
-                                  "which is not a toren.seams.channels.Channel")
+                                  "which is not a toren.plugin.Channel")
             self._claim("channel", channel.name, plugin)
             self.channels[channel.name] = channel
             self.info[plugin].channels.append(channel.name)
