@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from stevedore.extension import ExtensionManager
 
 from tests.conftest import TorenCli
 from toren.errors import PluginError
@@ -101,6 +102,10 @@ def test_a_driver_for_another_api_is_refused_when_it_is_chosen(
     entry_points = site / "toren_oldqueue_probe-2.3.0.dist-info" / "entry_points.txt"
     entry_points.write_text("[toren.queue]\noldqueue = toren_oldqueue_probe:OldQueue\n")
     monkeypatch.syspath_prepend(str(site))
+    # stevedore keeps each namespace's entry points for the life of the process (class-level
+    # ENTRY_POINT_CACHE): a test earlier on this worker that loaded a queue driver would hide
+    # the one just installed. A fresh cache for this test; the old one comes back after it.
+    monkeypatch.setattr(ExtensionManager, "ENTRY_POINT_CACHE", {})
 
     with pytest.raises(PluginError) as refused:
         driver_class("queue", "oldqueue")
