@@ -4,14 +4,15 @@ from typing import TYPE_CHECKING, Any
 
 from toren.execution.context import ToolCallContext, current_tool_call
 from toren.seams.hookspecs import hookimpl
-from toren.seams.tools import tool
+from toren.seams.tools import ToolFile, ToolResult, tool
 from toren.version import __version__
 
 if TYPE_CHECKING:
     from toren.host.runtime import Runtime
 
 
-__all__ = ["Runtime", "ToolCallContext", "__version__", "current_tool_call", "hookimpl", "tool"]
+__all__ = ["Runtime", "ToolCallContext", "ToolFile", "ToolResult", "__version__",
+           "current_tool_call", "hookimpl", "tool"]
 
 
 def __getattr__(name: str) -> Any:

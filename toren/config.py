@@ -59,6 +59,9 @@ class Settings:
     max_uploads_per_minute: int = 60
     #: Bytes of distinct file content the deployment stores at most (uploads past it: 507).
     max_total_file_bytes: int = 10 * 1024**3
+    #: Largest file in bytes: an upload (413 past it) or a file a tool returns to show the
+    #: model (``TOREN_MAX_FILE_BYTES``; ``toren.files.max_file_bytes`` reads the same).
+    max_file_bytes: int = 50 * 1024**2
     #: Events between task checkpoints: a resume reads at most this many events plus one
     #: checkpoint, however long the task's log.
     checkpoint_every: int = 1000
@@ -143,6 +146,7 @@ class Settings:
                                                    int),
             max_total_file_bytes=positive_number(env, "TOREN_MAX_TOTAL_FILE_BYTES",
                                                  10 * 1024**3, int),
+            max_file_bytes=positive_number(env, "TOREN_MAX_FILE_BYTES", 50 * 1024**2, int),
             checkpoint_every=positive_number(env, "TOREN_CHECKPOINT_EVERY", 1000, int),
             skip_preflight=env.get("TOREN_SKIP_PREFLIGHT", "") not in ("", "0"),
             crash_at=crashpoints.parse(env.get("TOREN_CRASH_AT")),

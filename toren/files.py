@@ -19,6 +19,7 @@ from pathlib import PurePath
 from typing import IO, Any
 
 from toren.config import positive_number
+from toren.core.attachments import image_type
 from toren.core.files import FileContent as FileContent
 from toren.core.files import StoredFile as StoredFile
 from toren.errors import TorenError
@@ -48,6 +49,10 @@ TEXT_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".csv": "tex
               ".tsv": "text/tab-separated-values"}
 #: Binary document types by extension: a name claiming one must have that content.
 BINARY_TYPES = {".pdf": PDF, ".docx": DOCX, ".xlsx": XLSX, ".zip": ZIP}
+#: Image types by extension: a name claiming one must hold an image (of any of these types:
+#: a PNG saved as .jpg is still shown as the PNG it is).
+IMAGE_EXTENSIONS = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+                    ".gif": "image/gif", ".webp": "image/webp"}
 _UUID = re.compile(r"^[0-9a-fA-F-]{32,36}$")
 
 
@@ -125,7 +130,10 @@ def sniff_type(head: bytes, name: str, open_zip: Any = None) -> str:
     a PDF): a document read as the wrong type gives the model nonsense or an error later.
     """
     extension = PurePath(name).suffix.lower()
-    if head.startswith(b"%PDF-"):
+    image = image_type(head)
+    if image is not None:
+        sniffed = image
+    elif head.startswith(b"%PDF-"):
         sniffed = PDF
     elif head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
         kind = _zip_kind(open_zip) if open_zip is not None else ZIP
@@ -140,6 +148,9 @@ def sniff_type(head: bytes, name: str, open_zip: Any = None) -> str:
                                                           (DOCX, XLSX)):
         raise BadFile(f"{name}: the name says {extension[1:].upper()} but the content is "
                       f"{describe_type(sniffed)}; rename the file or upload the right one")
+    if extension in IMAGE_EXTENSIONS and image is None:
+        raise BadFile(f"{name}: the name says {extension[1:].upper()} but the content is "
+                      f"{describe_type(sniffed)}; rename the file or upload the right one")
     if extension in TEXT_TYPES and not sniffed.startswith(("text/", "application/j",
                                                            "application/y",
                                                            "application/x")):
@@ -149,6 +160,8 @@ def sniff_type(head: bytes, name: str, open_zip: Any = None) -> str:
 
 
 def describe_type(content_type: str) -> str:
+    if content_type.startswith("image/"):
+        return f"a {content_type[6:].upper()} image"
     return {PDF: "a PDF", DOCX: "a Word document (docx)", XLSX: "an Excel workbook (xlsx)",
             ZIP: "a zip archive", OCTET: "binary data"}.get(content_type, f"text ({content_type})")
 

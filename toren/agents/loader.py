@@ -25,6 +25,7 @@ from toren.agents.versions import AgentVersion, snapshot
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
 from toren.core.approvals import ApprovalPolicy
+from toren.core.attachments import AttachmentPolicy
 from toren.core.limits import Compaction, Limits
 from toren.core.output import OutputSchema
 from toren.core.pricing import Pricing
@@ -126,6 +127,8 @@ class AgentSpec:
     tool_sources: tuple[ToolSourceEntry, ...] = ()
     #: ``output:``: the JSON Schema the final answer must match (``None``: text).
     output: OutputSchema | None = None
+    #: ``attachments:``: which files its model is shown as content blocks.
+    attachments: AttachmentPolicy = field(default_factory=AttachmentPolicy)
 
     @property
     def schema_name(self) -> str:
@@ -167,6 +170,7 @@ class AgentSpec:
             "promptCaching": self.prompt_caching,
             "toolSources": entries_json(self.tool_sources),
             "output": self.output.to_json() if self.output else None,
+            "attachments": self.attachments.to_json(),
         }
 
 
@@ -365,6 +369,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         prompt_caching=bool(data.get("promptCaching", True)),
         tool_sources=entries,
         output=load_output(directory, located, ("output",), str(yaml_path), allow_outside),
+        attachments=AttachmentPolicy.from_yaml(data.get("attachments")),
     )
     if agent.channels and agent.workflow is not None:
         raise AgentDefinitionError(

@@ -14,9 +14,12 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
+from toren.core.attachments import Attachment
 from toren.core.messages import ModelRequest
 from toren.core.pricing import Pricing
 
+#: The most one image can take of any provider's input (see ``worst_case_attachment_tokens``).
+WORST_IMAGE_TOKENS = 6_000
 #: Share of a budget at which a ``BudgetWarning`` is recorded (once per run, once per day).
 WARN_SHARE = 0.8
 
@@ -33,12 +36,23 @@ def worst_case_input_tokens(request: ModelRequest) -> int:
     size = len(request.system.encode("utf-8"))
     for message in request.messages:
         size += len(message.text.encode("utf-8")) + 8  # role and framing
+        size += sum(worst_case_attachment_tokens(a) for a in message.attachments)
         for call in message.tool_calls:
             size += len(call.name) + len(json.dumps(call.arguments).encode("utf-8")) + 8
     for tool in request.tools:
         size += len(tool.name) + len(tool.description.encode("utf-8"))
         size += len(json.dumps(tool.parameters).encode("utf-8"))
     return size
+
+
+def worst_case_attachment_tokens(attachment: Attachment) -> int:
+    """An upper bound of the tokens an attachment takes: providers scale images down to a
+    bounded size (the dearest formula, gpt-4o-mini's, stays under 6,000 an image); a PDF's
+    pages are an image each plus their text, which has no more tokens than bytes."""
+    if attachment.kind == "pdf":
+        pages = attachment.pages or max(1, attachment.size_bytes // 1_000)
+        return attachment.size_bytes + WORST_IMAGE_TOKENS * pages
+    return WORST_IMAGE_TOKENS
 
 
 def worst_case_cost(request: ModelRequest, pricing: Pricing) -> float:

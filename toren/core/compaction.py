@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from toren.core.attachments import estimated_tokens, unseen_note
 from toren.core.limits import Compaction
 from toren.core.messages import Message, ModelRequest
 
@@ -35,7 +36,8 @@ def estimate_tokens(system: str, messages: Sequence[Message]) -> int:
     chars = len(system) + sum(
         len(m.text) + sum(len(c.name) + len(str(c.arguments)) for c in m.tool_calls)
         for m in messages)
-    return chars // CHARS_PER_TOKEN + TOKENS_PER_MESSAGE * len(messages)
+    shown = sum(estimated_tokens(a) for m in messages for a in m.attachments)
+    return chars // CHARS_PER_TOKEN + TOKENS_PER_MESSAGE * len(messages) + shown
 
 
 def threshold(settings: Compaction, context_window: int | None) -> int | None:
@@ -77,5 +79,11 @@ def summary_request(model: str, messages: Sequence[Message], cut: int) -> ModelR
 
 
 def compacted(messages: Sequence[Message], replaced: int, summary: str) -> list[Message]:
-    """The conversation after compaction: the summary, then the kept messages."""
-    return [Message(role="user", text=SUMMARY_PREFIX + summary), *messages[replaced:]]
+    """The conversation after compaction: the summary, then the kept messages.
+
+    Files shown in the compacted turns are not shown again (each would cost its tokens on
+    every later call): the summary names them, so the agent's tools can still read them."""
+    files = [a for m in messages[:replaced] for a in m.attachments]
+    text = SUMMARY_PREFIX + summary + ("\n\n" + unseen_note(
+        dict.fromkeys(files), "files shown earlier, no longer attached") if files else "")
+    return [Message(role="user", text=text), *messages[replaced:]]

@@ -21,6 +21,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
+from toren.core.attachments import Attachment
+
 RUN_STREAM = "run"
 
 #: Why a task or run stopped: the single documented enum (docs/reference/events.md).
@@ -57,6 +59,10 @@ TaskOutputSchema = Annotated[dict[str, Any] | None, msgspec.Meta(
     description="The JSON Schema the task's final answer must match, given by the workflow "
                 "(ctx.task(..., output=...)); absent otherwise (a subagent's own output: "
                 "comes from its definition).")]
+Attachments = Annotated[tuple[Attachment, ...], msgspec.Meta(
+    description="Files shown to the model with the input or message (images, PDFs): "
+                "references to stored files (GET /files/{id}), never their bytes. Absent when "
+                "there are none.")]
 Purpose = Annotated[Literal["compaction"] | None, msgspec.Meta(
     description="compaction on the model call that summarises older turns; absent on the "
                 "task's own calls (which count as steps).")]
@@ -274,6 +280,7 @@ class TaskStarted(EventData, frozen=True):
     epoch: Epoch
     session: SessionFlag = False
     output: TaskOutputSchema = None
+    attachments: Attachments = ()
 
 
 class ModelCallStarted(EventData, frozen=True):
@@ -311,6 +318,10 @@ class ModelCallCompleted(EventData, frozen=True):
         description="The prices cost_usd was computed at (the agent's pricing: or the "
                     "provider's); absent when the price is unknown. Receipts split the cost "
                     "by kind of token and show what prompt caching saved from it.")] = None
+    image_tokens: Annotated[int, msgspec.Meta(
+        ge=0, description="Of usage.input_tokens, those the request's images and PDF pages "
+                          "took: an estimate by the provider's published formula (providers "
+                          "report no separate count). Absent without attachments.")] = 0
 
 
 class ToolCallStarted(EventData, frozen=True):
@@ -346,6 +357,9 @@ class ToolCallCompleted(EventData, frozen=True):
     original_bytes: Count
     duration_ms: float
     epoch: Epoch
+    attachments: Annotated[tuple[Attachment, ...], msgspec.Meta(
+        description="Files the tool returned for the model to see (images, PDFs), stored "
+                    "once by content; absent when it returned none.")] = ()
 
 
 class RetryScheduled(EventData, frozen=True):
@@ -424,6 +438,7 @@ class UserMessage(EventData, frozen=True):
     idempotency_key: Annotated[str | None, msgspec.Meta(
         description="The Idempotency-Key the message was sent with: a message with the same "
                     "key is not taken again.")] = None
+    attachments: Attachments = ()
 
 
 class TurnEnded(EventData, frozen=True):

@@ -134,7 +134,8 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.started = event
             state.session = state.session or event.session
             if not event.session:
-                state.messages.append(Message(role="user", text=input_text(event.input)))
+                state.messages.append(Message(role="user", text=input_text(event.input),
+                                              attachments=event.attachments))
         case ev.TaskPromptChanged() if state.started is not None:
             # later steps are made with this prompt: the state names it as the task's own
             state.started = msgspec.structs.replace(state.started,
@@ -145,7 +146,8 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.turn_first_step = state.steps
             state.awaiting_input = False
             state.consecutive_invalid_calls = 0
-            state.messages.append(Message(role="user", text=event.text))
+            state.messages.append(Message(role="user", text=event.text,
+                                          attachments=event.attachments))
         case ev.TurnEnded():
             state.awaiting_input = True
         case ev.CloseRequested():
@@ -162,7 +164,8 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
         case ev.ToolCallCompleted():
             state.pending_tools = [p for p in state.pending_tools if p.call.id != event.call_id]
             state.messages.append(Message(role="tool", text=event.output,
-                                          tool_call_id=event.call_id, is_error=event.is_error))
+                                          tool_call_id=event.call_id, is_error=event.is_error,
+                                          attachments=event.attachments))
             if event.error_kind in ("unknown_tool", "invalid_arguments"):
                 state.consecutive_invalid_calls += 1
             else:

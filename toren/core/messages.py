@@ -9,10 +9,13 @@ be replayed by another.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
+from toren.core.attachments import Attachment
 from toren.core.pricing import Pricing
 
 Role = Literal["user", "assistant", "tool"]
@@ -50,7 +53,9 @@ class Message:
     """One conversation turn.
 
     ``role="tool"`` messages carry the result of the tool call named by ``tool_call_id``;
-    ``is_error`` marks a result that reports a failure back to the model.
+    ``is_error`` marks a result that reports a failure back to the model. ``attachments``
+    are files shown with the turn (images, PDFs: a user's, or a tool's result); their bytes
+    are in ``ModelRequest.attachment_data``.
     """
 
     role: Role
@@ -61,6 +66,7 @@ class Message:
     #: What the provider needs back verbatim with this turn (e.g. Anthropic thinking blocks);
     #: recorded in ``ModelCallCompleted``, so it survives restarts. Opaque to the kernel.
     provider_data: dict[str, Any] | None = None
+    attachments: tuple[Attachment, ...] = ()
 
     # Explicit (not dataclasses.asdict) because checkpoints convert thousands of messages.
     def to_json(self) -> dict[str, Any]:
@@ -69,7 +75,9 @@ class Message:
                                 "arguments_error": c.arguments_error}
                                for c in self.tool_calls],
                 "tool_call_id": self.tool_call_id, "is_error": self.is_error,
-                "provider_data": self.provider_data}
+                "provider_data": self.provider_data} | (
+                    {"attachments": msgspec.to_builtins(self.attachments)}
+                    if self.attachments else {})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Message:
@@ -79,7 +87,8 @@ class Message:
                          for c in calls)
                    if calls else (),
                    data.get("tool_call_id"), data.get("is_error", False),
-                   data.get("provider_data"))
+                   data.get("provider_data"),
+                   msgspec.convert(data.get("attachments") or (), tuple[Attachment, ...]))
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,9 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    #: Of ``input_tokens``, those the request's images and PDF pages took (an estimate by the
+    #: provider's published formula: providers report no separate count). 0 without any.
+    image_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,15 @@ class ModelRequest:
     #: ``output_config.format``) and returns the answer as JSON text; Toren validates it
     #: either way. Tool calls may still come before the answer.
     output_schema: dict[str, Any] | None = None
+    #: The content of every attachment in ``messages``, by ``Attachment.file_id``: read by
+    #: the task loop just before the call (the log holds only references). Only kinds the
+    #: model takes (``Model.input_types``) are ever attached; others reach it as text.
+    attachment_data: Mapping[str, bytes] = field(default_factory=dict)
+
+    @property
+    def attachments(self) -> tuple[Attachment, ...]:
+        """Every attachment of the request's messages, in order."""
+        return tuple(a for m in self.messages for a in m.attachments)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,11 @@ from toren.core.events import Event
 MAX_MESSAGE_CHARS = 200_000
 
 
+def _attachments(data: dict[str, Any]) -> dict[str, Any]:
+    """The files shown with a message or tool result (``attachments``), when there are any."""
+    return {"attachments": data["attachments"]} if data.get("attachments") else {}
+
+
 def transcript(events: Iterable[Event]) -> dict[str, Any]:
     """The conversation recorded on a session's task stream: every user message, every
     assistant reply (with its tool calls), every tool result, in order, by turn; plus totals.
@@ -39,7 +44,8 @@ def transcript(events: Iterable[Event]) -> dict[str, Any]:
         at = event.created_at.isoformat() if event.created_at else None
         if event.type == ev.USER_MESSAGE:
             turn = data["turn"]
-            entries.append({"role": "user", "turn": turn, "text": data["text"], "at": at})
+            entries.append({"role": "user", "turn": turn, "text": data["text"], "at": at}
+                           | _attachments(data))
         elif event.type == ev.MODEL_CALL_COMPLETED:
             usage = data["usage"]
             input_tokens += usage.get("input_tokens", 0)
@@ -51,7 +57,7 @@ def transcript(events: Iterable[Event]) -> dict[str, Any]:
         elif event.type == ev.TOOL_CALL_COMPLETED:
             entries.append({"role": "tool", "turn": turn, "call_id": data["call_id"],
                             "name": data["name"], "output": data["output"],
-                            "is_error": data["is_error"], "at": at})
+                            "is_error": data["is_error"], "at": at} | _attachments(data))
         elif event.type == ev.BACKGROUND_RUN_FINISHED:
             entries.append({"role": "background", "turn": turn, "agent": data["agent"],
                             "run_id": data["run_id"], "status": data["status"],

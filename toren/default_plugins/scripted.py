@@ -23,9 +23,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from toren.core.attachments import estimated_tokens
 from toren.errors import ConfigError
 from toren.seams.hookspecs import hookimpl
 from toren.seams.model import (
+    SHOWABLE_TYPES,
     Message,
     Model,
     ModelProvider,
@@ -42,6 +44,9 @@ Script = Sequence[ModelResponse] | Callable[[ModelRequest], ModelResponse]
 
 class ScriptedModel(Model):
     """A model whose answers are computed, not generated.
+
+    It takes images and PDFs (``input_types``): its answers end with a line per file it was
+    shown in the latest turn, with the bytes it received, so a test can see what arrived.
 
     Args:
         model_id: the id it answers to.
@@ -68,6 +73,8 @@ class ScriptedModel(Model):
         self.cost_usd = cost_usd
         #: Calls made through this instance (in this process).
         self.calls = 0
+
+    input_types = SHOWABLE_TYPES
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         response = await self._answer(request)
@@ -102,7 +109,9 @@ class ScriptedModel(Model):
             # logged when the call starts, as a provider bills a request it received: a call
             # cut short by a crash counts as paid
             line = json.dumps({"pid": os.getpid(), "model": self.model_id, "call": index,
-                               "messages": len(request.messages), "at": time.time()})
+                               "messages": len(request.messages), "at": time.time(),
+                               "attachments": [[a.name, len(request.attachment_data[a.file_id])]
+                                               for a in request.attachments]})
             await asyncio.to_thread(_append_line, self.call_log, line)
         if self.script is None:
             response = respond_with_tools(request)
@@ -135,10 +144,13 @@ def _append_line(path: Path, line: str) -> None:
 
 
 def _usage(request: ModelRequest, response: ModelResponse) -> Usage:
-    """Token counts estimated at four characters a token, so receipts show plausible figures."""
+    """Token counts estimated at four characters a token (and attachments by the published
+    formula), so receipts show plausible figures."""
     prompt = len(request.system) + sum(map(len, map(_text, request.messages)))
     output = len(response.text) + sum(len(json.dumps(c.arguments)) for c in response.tool_calls)
-    return Usage(input_tokens=max(1, prompt // 4), output_tokens=max(1, output // 4))
+    images = sum(estimated_tokens(a) for a in request.attachments)
+    return Usage(input_tokens=max(1, prompt // 4) + images, output_tokens=max(1, output // 4),
+                 image_tokens=images)
 
 
 _text = operator.attrgetter("text")
@@ -174,18 +186,28 @@ def respond_with_tools(request: ModelRequest) -> ModelResponse:
         return ModelResponse(text=f"Calling {spec.name}.", tool_calls=(call,),
                              stop_reason="tool_use")
     results = [m for m in turn if m.role == "tool"]
+    seen = _seen(request, request.messages[max(turn_start, 0):])
     if request.output_schema is not None:
         return ModelResponse(text=json.dumps(structured_answer(
             request.output_schema, [m.text for m in results if not m.is_error], user_text)))
     if not results:
-        return ModelResponse(text=f"You said: {user_text}" if user_text else "Hello.")
+        return ModelResponse(text=(f"You said: {user_text}" if user_text else "Hello.") + seen)
     names = {call.id: call.name for message in turn for call in message.tool_calls}
     lines = [f"Here is what I found for {user_text!r}:"]
     for message in results:
         marker = " (error)" if message.is_error else ""
         lines.append(f"- {names.get(message.tool_call_id or '', 'tool')}{marker}: "
                      f"{message.text}")
-    return ModelResponse(text="\n".join(lines))
+    return ModelResponse(text="\n".join(lines) + seen)
+
+
+def _seen(request: ModelRequest, messages: Sequence[Message]) -> str:
+    """Lines naming the files shown with ``messages`` and the bytes received of each."""
+    lines = [f"- {a.name} ({a.content_type}"
+             + (f", {a.width}x{a.height} px" if a.width and a.height else "")
+             + f"): {len(request.attachment_data.get(a.file_id, b'')):,} bytes received"
+             for message in messages for a in message.attachments]
+    return "\n\nI was shown:\n" + "\n".join(lines) if lines else ""
 
 
 def planned_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:

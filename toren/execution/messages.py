@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from toren.core.attachments import Attachment
 from toren.seams.shapes import OutgoingMessage
 
 #: The task of a single-task run (and of a session): the agent itself.
@@ -15,14 +18,17 @@ MAIN_TASK = "main"
 
 
 def task_message(task_id: str, subagent: str | None, task_input: Any,
-                 delay_s: float = 0.0, *, output: dict[str, Any] | None = None
-                 ) -> OutgoingMessage:
+                 delay_s: float = 0.0, *, output: dict[str, Any] | None = None,
+                 attachments: tuple[Attachment, ...] = ()) -> OutgoingMessage:
     """The queue message that makes a worker work on a task; ``output``: the schema a
-    workflow gave the task (``TaskStarted`` records it, so later messages need not carry it)."""
+    workflow gave the task, ``attachments``: the files shown with its input (``TaskStarted``
+    records both, so later messages need not carry them)."""
     payload = {"task_id": task_id, "subagent": subagent, "input": task_input,
                "key": f"task:{task_id}"}
     if output is not None:
         payload["output"] = output
+    if attachments:
+        payload["attachments"] = msgspec.to_builtins(attachments)
     return OutgoingMessage("task", payload, delay_s)
 
 

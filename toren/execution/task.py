@@ -25,10 +25,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import msgspec
+
 from toren.agents import AgentSpec, Limits, SubagentSpec
 from toren.agents.children import BACKGROUND_TOOL
 from toren.core import events as ev
 from toren.core.approvals import ApprovalPolicy, ApprovalRecord, approval_id, decision_text
+from toren.core.attachments import Attachment
 from toren.core.catalog import decode_events
 from toren.core.compaction import (
     boundary,
@@ -71,6 +74,7 @@ from toren.errors import (
     RunVersionStale,
     TorenError,
 )
+from toren.execution.attachments import AttachmentReader, image_tokens, store_tool_files
 from toren.execution.budget_guard import BudgetGuard, Reservation
 from toren.execution.children import (
     advance_child_calls,
@@ -91,7 +95,7 @@ from toren.seams.shapes import (
     TextDelta,
 )
 from toren.seams.tool_sources import ToolSourceEntry, ToolSourceUnavailable, source_tools
-from toren.seams.tools import Tool
+from toren.seams.tools import Tool, ToolFile, ToolResult
 
 log = logging.getLogger(__name__)
 #: Models already warned about for having no known price (one warning per process).
@@ -167,6 +171,7 @@ class TaskRunner:
         self.call_ids: set[str] | None = None
         #: The spec's own tools, before its tool sources' were added (``add_source_tools``).
         self.static_tools: dict[str, Tool] | None = None
+        self.attachments = AttachmentReader(ports.files)
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -335,7 +340,9 @@ class TaskRunner:
             tools=tuple(self.spec.tools),
             prompt_sha256=digest,
             epoch=self.lease.epoch, session=self.state.session,
-            output=payload.get("output")))
+            output=payload.get("output"),
+            attachments=msgspec.convert(payload.get("attachments") or (),
+                                        tuple[Attachment, ...])))
 
     @property
     def model_id(self) -> str:
@@ -363,12 +370,12 @@ class TaskRunner:
             repeated = False
         while True:
             model = self.ports.model(self.model_id, self.agent.base_url)
-            request = ModelRequest(
+            request = await self.attachments.shown(ModelRequest(
                 model=self.model_id, system=self.spec.prompt,
                 messages=tuple(self.state.messages),
                 tools=self.spec.tool_specs, prompt_caching=self.agent.prompt_caching,
                 output_schema=self.spec.output.schema if self.spec.output is not None
-                and not self.state.session else None)
+                and not self.state.session else None), model)
             reservation = await self.reserve(action.step, None, model, request)
             if reservation is False:
                 return False
@@ -399,7 +406,8 @@ class TaskRunner:
             self.ports.crash_point("after_model_response")
             response, latency_ms = result
             self.record_response(action.step, response, latency_ms, repeated, model,
-                                 reservation=reservation)
+                                 reservation=reservation,
+                                 image_tokens=image_tokens(request, model))
             return True
 
     async def reserve(self, step: int, purpose: Literal["compaction"] | None, model: Model,
@@ -503,7 +511,8 @@ class TaskRunner:
         cut = boundary(messages, self.agent.compaction.keep_recent_messages)
         if cut is None:
             return True
-        request = summary_request(self.model_id, messages, cut)
+        request = await self.attachments.shown(summary_request(self.model_id, messages, cut),
+                                               model)
         reservation = await self.reserve(step, "compaction", model, request)
         if reservation is False:
             return False
@@ -523,7 +532,7 @@ class TaskRunner:
         self.ports.crash_point("mid_compaction")
         response, latency_ms = result
         self.record_response(step, response, latency_ms, repeated, model, purpose="compaction",
-                             reservation=reservation)
+                             reservation=reservation, image_tokens=image_tokens(request, model))
         self.record(ev.Compacted(
             step=step, summary=response.text, replaced=cut, reason=reason,
             tokens_before=before, epoch=self.lease.epoch,
@@ -551,7 +560,10 @@ class TaskRunner:
     def record_response(self, step: int, response: ModelResponse, latency_ms: float,
                         repeated: bool, model: Model,
                         purpose: Literal["compaction"] | None = None,
-                        reservation: Reservation | None = None) -> None:
+                        reservation: Reservation | None = None, image_tokens: int = 0) -> None:
+        """Record the model's answer (``image_tokens``: what the request's attachments took,
+        by the model's formula, unless the provider counted them) and the tool calls and
+        approvals it asks for."""
         had_error = self.state.retry is not None
         if self.call_ids is None:
             self.call_ids = {c.id for m in self.state.messages if m.role == "assistant"
@@ -579,7 +591,9 @@ class TaskRunner:
             pricing=None if pricing is None or cost_usd is None else ev.CallPricing(
                 input_per_mtok=pricing.input_per_mtok, output_per_mtok=pricing.output_per_mtok,
                 cache_read_per_mtok=pricing.cache_read,
-                cache_write_per_mtok=pricing.cache_write)))
+                cache_write_per_mtok=pricing.cache_write),
+            image_tokens=min(usage.image_tokens or image_tokens, usage.input_tokens)
+            if usage.input_tokens else usage.image_tokens or image_tokens))
         # unknown cost with a reservation: charge the worst case reserved (budgets need prices)
         self.settle(reservation, cost_usd if cost_usd is not None
                     else reservation.amount_usd if reservation is not None else None)
@@ -762,7 +776,7 @@ class TaskRunner:
         timeout_s = self.spec.limits.tool_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
-                output, is_error = await invoke_tool(
+                output, is_error, files = await invoke_tool(
                     tool, call.arguments, context, self.ports.tool_threads,
                     wanted=lambda: cancelled is None or not cancelled.is_set())
         except TimeoutError:
@@ -771,12 +785,17 @@ class TaskRunner:
                 "(limits.toolTimeoutSeconds); Toren stopped waiting for it. It may still take "
                 "effect."))
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        attachments, note = await store_tool_files(
+            self.ports.files, files, agent=self.agent.name, run_id=self.run_id, tool=call.name,
+            max_bytes=self.settings.max_file_bytes,
+            max_stored_bytes=self.settings.max_total_file_bytes)
         text, truncated, size = truncate_output(clean_text(output),
                                                 self.spec.limits.max_tool_output_bytes)
         return ev.ToolCallCompleted(
-            step=pending.step, call_id=call.id, name=call.name, output=text, is_error=is_error,
-            error_kind="exception" if is_error else None, truncated=truncated,
-            original_bytes=size, duration_ms=duration_ms, epoch=self.lease.epoch)
+            step=pending.step, call_id=call.id, name=call.name, output=text + note,
+            is_error=is_error, error_kind="exception" if is_error else None,
+            truncated=truncated, original_bytes=size, duration_ms=duration_ms,
+            epoch=self.lease.epoch, attachments=attachments)
 
     async def await_approvals(self, requests: Sequence[ev.ApprovalRequested]) -> bool:
         """Take in the decisions made on ``requests`` (``True``: go on), or park the task as
@@ -879,10 +898,12 @@ class TaskRunner:
 
 async def invoke_tool(tool: Tool, arguments: dict[str, Any], context: ToolCallContext,
                       threads: ToolThreads, *,
-                      wanted: Callable[[], bool] = lambda: True) -> tuple[str, bool]:
-    """Run a tool (sync tools in one of the worker's tool threads); exceptions become error
-    text for the model. ``ToolNotStarted`` when a sync call is no longer ``wanted`` once a
-    thread is free."""
+                      wanted: Callable[[], bool] = lambda: True
+                      ) -> tuple[str, bool, tuple[ToolFile, ...]]:
+    """Run a tool (sync tools in one of the worker's tool threads): its text, whether it
+    failed, and the files it returned (``ToolResult``); exceptions become error text for the
+    model. ``ToolNotStarted`` when a sync call is no longer ``wanted`` once a thread is
+    free."""
     token = _current.set(context)
     try:
         if inspect.iscoroutinefunction(tool.function):
@@ -895,12 +916,14 @@ async def invoke_tool(tool: Tool, arguments: dict[str, Any], context: ToolCallCo
     except ToolNotStarted:
         raise
     except Exception as exc:
-        return f"Error: {type(exc).__name__}: {exc}", True
+        return f"Error: {type(exc).__name__}: {exc}", True, ()
     finally:
         _current.reset(token)
+    if isinstance(result, ToolResult):
+        return str(result.text), bool(result.is_error), tuple(result.files)
     if isinstance(result, str):
-        return result, False
-    return json.dumps(result, default=str, ensure_ascii=False), False
+        return result, False, ()
+    return json.dumps(result, default=str, ensure_ascii=False), False, ()
 
 
 async def work_task(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessage) -> None:

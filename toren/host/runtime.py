@@ -17,12 +17,14 @@ from toren.agents import AgentSpec, check_env, discover_agent_dirs, load_agents
 from toren.config import Settings
 from toren.core import events as ev
 from toren.core.approvals import ApprovalRecord
+from toren.core.attachments import Attachment, describe_file
 from toren.core.events import Event, NewEvent
 from toren.core.receipts import build_receipt, prompt_hashes
 from toren.core.retention import ArchivedRunData
 from toren.core.runs import RunRecord
 from toren.core.schedules import ScheduleRecord
 from toren.errors import (
+    AgentDefinitionError,
     AgentNotRegistered,
     ConfigError,
     DriverNotFound,
@@ -72,6 +74,21 @@ from toren.seams.worker_runtime import WorkerRuntime
 log = logging.getLogger(__name__)
 
 
+def check_attachment_support(agent: AgentSpec, model: Model) -> None:
+    """Refuse an agent with ``attachments: {unsupported: refuse}`` whose model (or fallback,
+    or subagent's model) cannot take a kind it shows: at load, not when a file arrives."""
+    policy = agent.attachments
+    unseen = policy.unseen_kinds(model.input_types)
+    if policy.unsupported != "refuse" or not unseen:
+        return
+    kinds = " or ".join("PDFs" if kind == "pdf" else "images" for kind in unseen)
+    raise AgentDefinitionError(
+        f"attachments.unsupported is refuse, but {model.model_id} (a model this agent uses) "
+        f"cannot take {kinds}, which attachments.show lists; choose a model that can, leave "
+        f"{' and '.join(unseen)} out of attachments.show, or set attachments.unsupported: text "
+        "to pass such files as a note", path=str(agent.directory / "agent.yaml"))
+
+
 class Runtime:
     """Toren in one process: plugins, agents, the store, the queue and (optionally) workers.
 
@@ -114,7 +131,8 @@ class Runtime:
         self.agents: dict[str, AgentSpec] = {agent.name: agent for agent in agents}
         for agent in self.agents.values():
             for model_id in agent.model_ids:
-                self.model(model_id, base_url=agent.base_url)  # baseUrl support, early
+                model = self.model(model_id, base_url=agent.base_url)  # baseUrl support, early
+                check_attachment_support(agent, model)
         check_env(self.agents.values(), self._provider_env())
         self.store: Store = driver_class("store", self.settings.store_driver)(self.settings)
         self._queue_class = driver_class("queue", self.settings.queue_driver)
@@ -418,30 +436,47 @@ class Runtime:
 
     # -- runs ----------------------------------------------------------------------------------
 
-    async def attach_files(self, text: Any, file_ids: Sequence[str] | None) -> Any:
+    async def attach_files(self, agent: str, text: Any, file_ids: Sequence[str] | None
+                           ) -> tuple[Any, tuple[Attachment, ...]]:
         """``text`` with a note listing uploaded files (name, type, size, id) appended, so
-        the agent can read them with ``read_document``; ``text`` itself without files.
+        the agent can read them with its tools (``read_document``), and the attachments its
+        model is shown (images and PDFs, as ``attachments:`` and the model allow); ``text``
+        itself and none without files.
 
         Raises ``FileNotFound`` for an unknown id and ``ConfigError`` when ``text`` is not a
         string (files attach to a text input or message).
         """
         if not file_ids:
-            return text
+            return text, ()
         if not isinstance(text, str):
             raise ConfigError("files can be attached to a text input or message only; "
                               "send the input as a string")
         if not isinstance(file_ids, list | tuple) or not all(
                 isinstance(file_id, str) for file_id in file_ids) or len(file_ids) > 100:
             raise ConfigError("'files' is a list of at most 100 file ids (strings)")
+        spec = self.agents[agent]
+        model = self.model(spec.model, base_url=spec.base_url)
         lines = ["Attached files (read them with read_document, passing the id):"]
+        shown: list[Attachment] = []
         for file_id in dict.fromkeys(file_ids):
             stored = await self.store.get_file(file_id)
+            found = (await self.store.read_file(file_id)
+                     if stored is not None and spec.attachments.shows(stored.content_type,
+                                                                      model.input_types)
+                     else None)
             if stored is None:
                 raise FileNotFound(f"no file has the id {file_id!r}; upload it first "
                                    "(POST /files, toren files add)")
-            lines.append(f"- {stored.name} ({stored.content_type}, {stored.size_bytes:,} "
-                         f"bytes): id {stored.id}")
-        return f"{text}\n\n" + "\n".join(lines)
+            line = (f"- {stored.name} ({stored.content_type}, {stored.size_bytes:,} bytes): "
+                    f"id {stored.id}")
+            if found is not None:
+                shown.append(describe_file(file_id=stored.id, name=stored.name,
+                                           content_type=stored.content_type,
+                                           size_bytes=stored.size_bytes, sha256=stored.sha256,
+                                           data=found[1]))
+                line += " (attached: you can see it)"
+            lines.append(line)
+        return f"{text}\n\n" + "\n".join(lines) if text else "\n".join(lines), tuple(shown)
 
     async def start_run(self, agent: str, input: Any, *,
                         idempotency_key: str | None = None,
@@ -456,11 +491,12 @@ class Runtime:
         """
 
         self.check_served(agent)
-        input = await self.attach_files(input, files)
+        input, attachments = await self.attach_files(agent, input, files)
         check_storable(input, "input")
         check_storable(idempotency_key, "idempotency key")
         await self.versions.save(agent)  # kept before the run that names it
-        new = self._new_run(agent, input, idempotency_key, traceparent=traceparent)
+        new = self._new_run(agent, input, idempotency_key, traceparent=traceparent,
+                            attachments=attachments)
         found, _created = await self.store.create_run(
             agent, new.run_id, input, idempotency_key=idempotency_key, events=new.events,
             messages=new.messages)
@@ -468,7 +504,8 @@ class Runtime:
 
     def _new_run(self, agent: str, input: Any, idempotency_key: str | None,
                  fired: ev.ScheduleFired | None = None, *,
-                 traceparent: str | None = None) -> NewRun:
+                 traceparent: str | None = None,
+                 attachments: tuple[Attachment, ...] = ()) -> NewRun:
         """The id, first events and first message of a new run of ``agent``."""
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=input,
                                             idempotency_key=idempotency_key,
@@ -478,7 +515,7 @@ class Runtime:
         if self.agents[agent].workflow is None:
             events.append(NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None,
                                                        input=input)))
-            first = task_message(MAIN_TASK, None, input)
+            first = task_message(MAIN_TASK, None, input, attachments=attachments)
         else:
             first = run_tick("created")  # the orchestrator runs workflow.py
         pinned = self.versions.pin_event(agent)

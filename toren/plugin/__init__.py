@@ -71,6 +71,10 @@ from toren.regular_files import NotARegularFile, kind_of, open_regular, read_reg
 from toren.seams.channels import Channel, ChannelContext
 from toren.seams.hookspecs import HOOK_NAMES, hookimpl
 from toren.seams.model import (
+    IMAGE_TYPES,
+    PDF_TYPE,
+    SHOWABLE_TYPES,
+    Attachment,
     Message,
     Model,
     ModelProvider,
@@ -85,7 +89,7 @@ from toren.seams.model import (
 from toren.seams.plugin_api import API_ATTRIBUTE, PluginRuntime
 from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
 from toren.seams.tool_sources import SourcedTool, ToolSource, ToolSourceEntry
-from toren.seams.tools import tool
+from toren.seams.tools import ToolFile, ToolResult, tool
 from toren.version import PLUGIN_API_VERSION as API_VERSION
 from toren.version import __version__
 
@@ -113,7 +117,10 @@ __all__ = [
     "COMMON_SETTINGS",
     "DOCX",
     "HOOK_NAMES",
+    "IMAGE_TYPES",
     "PDF",
+    "PDF_TYPE",
+    "SHOWABLE_TYPES",
     "XLSX",
     "AgentDefinitionError",
     "AgentNotRegistered",
@@ -124,6 +131,7 @@ __all__ = [
     "ArchiveMismatch",
     "ArchiveNotConfigured",
     "ArchiveUnavailable",
+    "Attachment",
     "CallRefused",
     "Channel",
     "ChannelContext",
@@ -177,6 +185,8 @@ __all__ = [
     "ToolCall",
     "ToolCallContext",
     "ToolError",
+    "ToolFile",
+    "ToolResult",
     "ToolSource",
     "ToolSourceEntry",
     "ToolSpec",

@@ -10,6 +10,13 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING
 
+from toren.core.attachments import (
+    IMAGE_TYPES,
+    PDF_TYPE,
+    SHOWABLE_TYPES,
+    Attachment,
+    estimated_tokens,
+)
 from toren.core.messages import (
     Message,
     ModelRequest,
@@ -25,8 +32,9 @@ from toren.core.messages import (
 if TYPE_CHECKING:
     from toren.core.pricing import Pricing
 
-__all__ = ["Message", "Model", "ModelProvider", "ModelRequest", "ModelResponse", "OnText", "Role",
-           "StopReason", "ToolCall", "ToolSpec", "Usage"]
+__all__ = ["IMAGE_TYPES", "PDF_TYPE", "SHOWABLE_TYPES", "Attachment", "Message", "Model",
+           "ModelProvider", "ModelRequest", "ModelResponse", "OnText", "Role", "StopReason",
+           "ToolCall", "ToolSpec", "Usage"]
 
 
 class Model(abc.ABC):
@@ -42,6 +50,13 @@ class Model(abc.ABC):
     pricing: Pricing | None = None
     #: The context window in tokens, if known; compaction starts by default at 80% of it.
     context_window: int | None = None
+    #: Content types the model takes as attachments besides text (a subset of
+    #: ``toren.core.attachments.SHOWABLE_TYPES``: PNG, JPEG, GIF, WebP, PDF). Empty (the
+    #: default): it is shown none; a run's files reach it as a note naming them, and an agent
+    #: with ``attachments: {unsupported: refuse}`` that shows a kind it cannot take is refused
+    #: at load. The host reads it when a run or message brings files; the task loop before
+    #: each call, so a fallback model that cannot see them reads the note instead.
+    input_types: frozenset[str] = frozenset()
 
     @abc.abstractmethod
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -69,6 +84,14 @@ class Model(abc.ABC):
         price per token is known; with neither, a budgeted task stops (``unknown_cost``).
         """
         return None
+
+    def attachment_tokens(self, attachment: Attachment) -> int:
+        """The input tokens showing ``attachment`` costs this model, by the provider's
+        published formula. The task loop adds them up for the receipt's image tokens (providers
+        report no separate count) and for budget and compaction estimates; the default is
+        ``toren.core.attachments.estimated_tokens`` (Anthropic's formula).
+        """
+        return estimated_tokens(attachment)
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release connections (HTTP clients); ``Runtime.stop`` calls it once per model.

@@ -92,6 +92,35 @@ class Tool:
         return cls(self.parameters)
 
 
+@dataclass(frozen=True)
+class ToolFile:
+    """A file a tool returns for the model to see: an image (PNG, JPEG, GIF, WebP) or a PDF.
+
+    The task loop stores it (once per distinct content, as an upload) and shows it to the
+    model with the tool's result when the model takes its kind (``Model.input_types``); a
+    model that does not reads a note naming the stored file instead. ``content_type`` must
+    be one of those types; ``name`` is what the model and ``GET /files`` see.
+    """
+
+    name: str
+    content_type: str
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool returns when its result has files besides text (an MCP server's image, a
+    screenshot): ``return toren.ToolResult("the chart", files=[ToolFile(...)])``.
+
+    Tools that return only text return a ``str`` (or any JSON value) as before.
+    ``is_error`` reports a failure back to the model as a raised exception would.
+    """
+
+    text: str
+    files: tuple[ToolFile, ...] = ()
+    is_error: bool = False
+
+
 def build_validators(tools: Iterable[Tool]) -> None:
     """Build each tool's ``validator`` now. A worker calls this once as it starts, in a thread:
     the first call of a tool then neither imports jsonschema (~0.15 s, which would stall every

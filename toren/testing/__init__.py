@@ -22,6 +22,7 @@ import os
 import queue
 import signal
 import stat
+import struct
 import subprocess
 import textwrap
 import threading
@@ -44,6 +45,8 @@ __all__ = [
     "ScriptedModel",
     "ScriptedProvider",
     "ServerThread",
+    "pdf_bytes",
+    "png_bytes",
     "respond_with_tools",
     "serve_on_free_port",
     "tool_call",
@@ -65,6 +68,53 @@ def tool_call(**fields: Any) -> Iterator[ToolCallContext]:
         yield context
     finally:
         _current.reset(token)
+
+
+def png_bytes(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (200, 40, 40)
+              ) -> bytes:
+    """A real PNG of one colour (``width`` x ``height``): what a test attaches or a test tool
+    returns to show a model an image."""
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF))
+
+    row = b"\x00" + bytes(rgb) * width
+    return (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(row * height)) + chunk(b"IEND", b""))
+
+
+def pdf_bytes(*pages: str) -> bytes:
+    """A real PDF with one page per text in ``pages`` (Helvetica, one line each)."""
+    texts = pages or ("Hello from Toren.",)
+    count = len(texts)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               b"<< /Type /Pages /Kids [" + b" ".join(
+                   f"{3 + 2 * i} 0 R".encode() for i in range(count)) + b"] /Count "
+               + str(count).encode() + b" >>"]
+    font = 3 + 2 * count
+    for index, text in enumerate(texts):
+        escaped = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+        stream = f"BT /F1 18 Tf 72 720 Td ({escaped}) Tj ET".encode("latin-1")
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents "
+                       f"{4 + 2 * index} 0 R /Resources << /Font << /F1 {font} 0 R >> >> >>"
+                       .encode())
+        objects.append(b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream
+                       + b"\nendstream")
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{offset:010d} 00000 n \n".encode() for offset in offsets)
+    out += (f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n"
+            .encode())
+    return bytes(out)
 
 
 def write_agent_dir(

@@ -5,31 +5,12 @@ from __future__ import annotations
 import io
 import zipfile
 
+from toren.testing import pdf_bytes
+
 
 def pdf(pages: list[str]) -> bytes:
     """A valid PDF with one line of Helvetica text per page."""
-    objects = ["<< /Type /Catalog /Pages 2 0 R >>", ""]
-    kids = []
-    for index, text in enumerate(pages):
-        page_id, content_id = 4 + 2 * index, 5 + 2 * index
-        kids.append(f"{page_id} 0 R")
-        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET"
-        objects += [f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents "
-                    f"{content_id} 0 R /Resources << /Font << /F1 3 0 R >> >> >>",
-                    f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream"]
-    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(pages)} >>"
-    objects.insert(2, "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += f"{number} 0 obj\n{body}\nendobj\n".encode()
-    xref = len(out)
-    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
-    out += "".join(f"{offset:010d} 00000 n \n" for offset in offsets).encode()
-    out += (f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n"
-            ).encode()
-    return bytes(out)
+    return pdf_bytes(*pages)
 
 
 def encrypted_pdf(pages: list[str], password: str = "secret") -> bytes:

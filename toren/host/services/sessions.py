@@ -9,8 +9,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
+import msgspec
+
 from toren.agents import AgentSpec
 from toren.core import events as ev
+from toren.core.attachments import Attachment
 from toren.core.events import Event, NewEvent
 from toren.core.runs import RunRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
@@ -22,8 +25,10 @@ from toren.host.versions import AgentVersions
 from toren.seams.store.reader import RunReader
 from toren.seams.store.runlog import RunLog
 
-#: ``Runtime.attach_files``: a text with a note naming uploaded files appended.
-AttachFiles = Callable[[Any, Sequence[str] | None], Awaitable[Any]]
+#: ``Runtime.attach_files``: ``(agent, text, file ids)`` -> the text with a note naming the
+#: files appended, and the attachments the agent's model is shown.
+AttachFiles = Callable[[str, Any, Sequence[str] | None],
+                       Awaitable[tuple[Any, tuple[Attachment, ...]]]]
 
 
 class SessionsService:
@@ -124,15 +129,17 @@ class SessionsService:
         the turn it started is returned (a client's retry after a lost answer). ``files``
         are ids of uploaded files attached to the message (``Runtime.attach_files``).
         """
-        if not isinstance(text, str) or not text.strip():
-            raise ConfigError("a message needs non-empty text")
-        text = await self._attach_files(text, files)
+        if not isinstance(text, str) or not (text.strip() or files):
+            raise ConfigError("a message needs non-empty text (or files)")
+        record = await self._session(session_id)
+        text, attachments = await self._attach_files(record.agent, text, files)
         if len(text) > MAX_MESSAGE_CHARS:
             raise ConfigError(f"a message may be at most {MAX_MESSAGE_CHARS} characters; this "
                               f"one has {len(text)}")
         check_storable([text, idempotency_key], "message")
         # a UserMessage without its turn: the store numbers it in the statement that takes it
-        data = {"text": text} | ({"idempotency_key": idempotency_key} if idempotency_key else {})
+        data = ({"text": text} | ({"idempotency_key": idempotency_key} if idempotency_key else {})
+                | ({"attachments": msgspec.to_builtins(attachments)} if attachments else {}))
         return await self._input(session_id, NewEvent(ev.USER_MESSAGE, data), idempotency_key)
 
     async def close(self, session_id: str, reason: str = "closed by the user") -> None:
