@@ -83,8 +83,9 @@ def event_line(event: Event) -> str | None:
         repeated = " [yellow](repeated after a crash)[/]" if d.get("repeated") else ""
         read, written = usage.get("cache_read_tokens", 0), usage.get("cache_write_tokens", 0)
         cached = f" (cache {read} read, {written} written)" if read or written else ""
+        images = f" ({d['image_tokens']} for images)" if d.get("image_tokens") else ""
         return (f"  step {d['step']} · {safe(d['model'])} · {usage['input_tokens']}→"
-                f"{usage['output_tokens']} tokens{cached} · {_cost(d['cost_usd'])} · "
+                f"{usage['output_tokens']} tokens{images}{cached} · {_cost(d['cost_usd'])} · "
                 f"{d['latency_ms']:.1f} ms{then}{repeated}")
     if event.type == ev.TOOL_CALL_COMPLETED:
         colour = "red" if d["is_error"] else "green"
@@ -142,7 +143,10 @@ def run_summary(receipt: dict[str, Any]) -> Table:
                                              + (f" (next attempt {next_at})" if next_at else "")))
     table.add_row("steps", str(totals["model_calls"]))
     table.add_row("tool calls", str(totals["tool_calls"]))
-    table.add_row("tokens", f"{totals['input_tokens']} in / {totals['output_tokens']} out")
+    images = totals.get("image_tokens", 0)
+    table.add_row("tokens", f"{totals['input_tokens']} in / {totals['output_tokens']} out"
+                  + (f" ({images} of the input for images and PDF pages, estimated)"
+                     if images else ""))
     unknown = totals["cost_unknown_calls"]
     table.add_row("cost", f"${totals['cost_usd']:.4f}"
                   + (f" + {unknown} call(s) of unknown cost" if unknown else ""))
@@ -223,7 +227,11 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
     # the cache columns only when a call read or wrote a prompt cache: most runs never do
     cached = any(call["cache_read_tokens"] or call["cache_write_tokens"] for call in every_call)
     cache_columns = ("cache read", "cache write") if cached else ()
-    for column in ("task", "step", "model", "purpose", "in", "out", *cache_columns, "cost",
+    # and the image column only when a call was shown an image or a PDF
+    images = any(call.get("image_tokens") for call in every_call)
+    image_columns = ("image tok",) if images else ()
+    for column in ("task", "step", "model", "purpose", "in", *image_columns, "out",
+                   *cache_columns, "cost",
                    *(("cache saved",) if cached else ()), "latency", "replayed", "repeated"):
         calls.add_column(column)
     tools = Table(title="Tool calls")
@@ -236,7 +244,9 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
                                        call.get("cache_write_cost_usd"))) if cached else ()
             calls.add_row(safe(task["task_id"]), str(call["step"]), safe(call["model"]),
                           call["purpose"],
-                          str(call["input_tokens"]), str(call["output_tokens"]),
+                          str(call["input_tokens"]),
+                          *((str(call.get("image_tokens") or ""),) if images else ()),
+                          str(call["output_tokens"]),
                           *cache_cells, _cost(call["cost_usd"]),
                           *((_saved(call),) if cached else ()),
                           f"{call['latency_ms']:.1f} ms",

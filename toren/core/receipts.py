@@ -59,6 +59,8 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             "output_tokens": usage.get("output_tokens", 0),
             "cache_read_tokens": usage.get("cache_read_tokens", 0),
             "cache_write_tokens": usage.get("cache_write_tokens", 0),
+            # of input_tokens, those the request's images and PDF pages took (an estimate)
+            "image_tokens": e.data.get("image_tokens", 0),
             "cost_usd": 0.0 if e.seq < fork_at else e.data["cost_usd"],
             "latency_ms": e.data["latency_ms"],
             "repeated": e.data.get("repeated", False),
@@ -121,6 +123,7 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             "input_tokens": sum(c["input_tokens"] for c in model_calls),
             "output_tokens": sum(c["output_tokens"] for c in model_calls),
             **{key: sum(c[key] for c in model_calls) for key in CACHE_TOKENS},
+            "image_tokens": sum(c["image_tokens"] for c in model_calls),
             **{key: round(sum(c[key] for c in model_calls if c[key] is not None), 10)
                for key in CACHE_COSTS},
             "cost_usd": round(sum(known), 10),
@@ -210,7 +213,8 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
     tasks.sort(key=lambda task: (task["wave"] or 0, _task_order(task["task_id"])))
     totals = {key: sum(task["totals"][key] for task in tasks)
               for key in ("model_calls", "tool_calls", "input_tokens", "output_tokens",
-                          "cost_unknown_calls", "repeated_calls", *CACHE_TOKENS)}
+                          "cost_unknown_calls", "repeated_calls", *CACHE_TOKENS,
+                          "image_tokens")}
     totals["cost_usd"] = round(sum(task["totals"]["cost_usd"] for task in tasks), 10)
     for key in CACHE_COSTS:
         totals[key] = round(sum(task["totals"][key] for task in tasks), 10)
