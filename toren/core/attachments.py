@@ -10,6 +10,7 @@ the bytes just before a model call and hands them to the provider in
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 from collections.abc import Iterable
@@ -177,7 +178,7 @@ def estimated_tokens(attachment: Attachment) -> int:
         return UNKNOWN_IMAGE_TOKENS
     width, height = float(attachment.width), float(attachment.height)
     scale = min(1.0, IMAGE_MAX_EDGE / max(width, height),
-                (IMAGE_MAX_PIXELS / (width * height)) ** 0.5)
+                math.sqrt(IMAGE_MAX_PIXELS / (width * height)))
     return max(1, round(width * scale * height * scale / IMAGE_PIXELS_PER_TOKEN))
 
 
