@@ -12,6 +12,8 @@ a 2026 connection).
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import fnmatch
 import hashlib
@@ -23,10 +25,21 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import IO, Any
+from urllib.parse import urlparse
 
 import toren
-from toren.plugin import SourcedTool, ToolError, ToolSource, ToolSourceEntry, current_tool_call
+from toren.plugin import (
+    PDF_TYPE,
+    SourcedTool,
+    ToolError,
+    ToolFile,
+    ToolResult,
+    ToolSource,
+    ToolSourceEntry,
+    current_tool_call,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +47,8 @@ KEY = "mcpServers"
 #: ``${NAME}``: the worker's environment variable NAME, in env and header values.
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+#: A resource's own file name, kept for the file it brings when it is this plain.
+SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_TOOL_NAME = 64
 #: How much of a server's stderr an error quotes.
 STDERR_TAIL_CHARS = 1500
@@ -143,30 +158,73 @@ def tool_names(prefix: str, tools: Sequence[str]) -> dict[str, str]:
     return names
 
 
-def result_text(result: Any) -> str:
-    """What the model reads of a ``CallToolResult``: its text blocks; other blocks as a short
-    note (images and audio are not passed on yet); the structured content when there is no
-    text."""
+#: The types of file Toren shows a model (``toren.plugin.SHOWABLE_TYPES``), with the extension
+#: a file an MCP tool returned is named with.
+EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif",
+              "image/webp": ".webp", PDF_TYPE: ".pdf"}
+#: Names servers give a showable type besides its own.
+TYPE_ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg"}
+CANNOT_SHOW = "Toren shows a model PNG, JPEG, GIF and WebP images and PDFs"
+
+
+def result_content(result: Any, tool: str) -> tuple[str, tuple[ToolFile, ...]]:
+    """What the model reads of the ``CallToolResult`` of ``tool``, and the files it is shown.
+
+    Text blocks are the text; an image, or an embedded resource's blob, of a type Toren shows
+    (PNG, JPEG, GIF, WebP, PDF) becomes a file named ``<tool>-<n>.<ext>`` (a resource's own
+    name when its URI ends in one) with a line in the text where it was; other images, audio
+    and blobs a note saying what was dropped and why. The structured content is the text
+    when there is nothing else. A result with text only reads exactly as its text blocks.
+    """
     parts: list[str] = []
+    files: list[ToolFile] = []
+
+    def attach(kind: str, content_type: str, data: str, uri: str | None = None) -> str:
+        content_type = TYPE_ALIASES.get(content_type, content_type)
+        size = len(data) * 3 // 4
+        extension = EXTENSIONS.get(content_type)
+        if extension is None:
+            return f"[{kind} {content_type}, about {size:,} bytes, not shown: {CANNOT_SHOW}]"
+        try:
+            content = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            return f"[{kind} {content_type}, not shown: its data is not base64]"
+        named = PurePosixPath(urlparse(uri).path).name if uri else ""
+        if not SAFE_FILE_NAME.fullmatch(named) or not named.lower().endswith(
+                (extension, ".jpeg") if extension == ".jpg" else extension):
+            named = f"{SAFE_NAME.sub('_', tool)}-{len(files) + 1}{extension}"
+        files.append(ToolFile(named, content_type, content))
+        return f"[{kind}: {named} ({content_type}, {len(content):,} bytes)]"
+
     for block in result.content:
         kind = getattr(block, "type", "?")
         if kind == "text":
             parts.append(block.text)
-        elif kind in ("image", "audio"):
+        elif kind == "image":
+            parts.append(attach("image", block.mime_type, block.data))
+        elif kind == "audio":
             size = len(block.data) * 3 // 4
-            parts.append(f"[{kind} {block.mime_type}, about {size} bytes, not shown]")
+            parts.append(f"[audio {block.mime_type}, about {size:,} bytes, not shown: "
+                         f"{CANNOT_SHOW}, not audio]")
         elif kind == "resource":
             resource = block.resource
             text = getattr(resource, "text", None)
-            parts.append(text if text is not None else
-                         f"[resource {resource.uri} ({resource.mime_type or 'binary'})]")
+            blob = getattr(resource, "blob", None)
+            if text is not None:
+                parts.append(text)
+            elif blob is not None:
+                parts.append(attach(f"resource {resource.uri}",
+                                    resource.mime_type or "application/octet-stream", blob,
+                                    str(resource.uri)))
+            else:
+                parts.append(f"[resource {resource.uri} ({resource.mime_type or 'binary'})]")
         elif kind == "resource_link":
             parts.append(f"[resource link {block.uri}: {block.name}]")
         else:
             parts.append(f"[{kind} content]")
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts)
+    return "\n".join(parts), tuple(files)
 
 
 class McpConnection:
@@ -229,6 +287,7 @@ class McpConnection:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         config = self.config
+        _whole_line_reads()
         await self._discard()
         if self._stderr is not None:  # the last attempt's: its tail was told already
             self._stderr.close()
@@ -436,6 +495,40 @@ class _HttpTransport:
             await self.http.__aexit__(None, None, None)
 
 
+def _whole_line_reads() -> None:
+    """Make the SDK's stdio client read a server's output a line at a time, not in pieces.
+
+    It joins what it holds to each 64 KiB piece it reads and splits the whole again: a
+    message of n bytes costs n^2 / 64 KiB (a 60 MB image, 80 MB of base64 on one line, took
+    nearly two minutes of the worker's event loop). Its reader is given a stream that returns
+    only pieces that end a line, joined once, which it then splits once. Done once per
+    process, and only while the SDK uses anyio's ``TextReceiveStream`` (a fixed SDK that
+    reads otherwise is left alone).
+    """
+    import mcp.client.stdio as stdio
+    from anyio import EndOfStream
+    from anyio.streams.text import TextReceiveStream
+
+    if vars(stdio).get("TextReceiveStream") is not TextReceiveStream:
+        return
+
+    class WholeLines(TextReceiveStream):
+        async def receive(self) -> str:
+            pieces: list[str] = []
+            while True:
+                try:
+                    piece = await super().receive()
+                except EndOfStream:
+                    if pieces:  # the last line, without its newline
+                        return "".join(pieces)
+                    raise
+                pieces.append(piece)
+                if "\n" in piece:
+                    return "".join(pieces)
+
+    stdio.TextReceiveStream = WholeLines  # type: ignore[attr-defined]
+
+
 def _client_info() -> Any:
     from mcp_types import Implementation
 
@@ -508,13 +601,19 @@ class McpServerEntry(ToolSourceEntry):
         return built
 
     def _caller(self, tool: str) -> Any:
-        async def call(arguments: dict[str, Any]) -> str:
+        async def call(arguments: dict[str, Any]) -> str | ToolResult:
             try:
                 key: str | None = current_tool_call().idempotency_key
             except LookupError:
                 key = None
             result = await self.connection.call(tool, arguments, key)
-            text = result_text(result)
+            if all(getattr(block, "type", None) == "text" for block in result.content):
+                text, files = result_content(result, tool)
+            else:  # base64 to decode, maybe megabytes of it: off the event loop
+                text, files = await asyncio.to_thread(result_content, result, tool)
+            if files:
+                return ToolResult(f"Error: {text}" if result.is_error else text, files=files,
+                                  is_error=bool(result.is_error))
             if result.is_error:
                 raise ToolError(text or f"{tool} reported an error and said nothing more")
             return text
@@ -578,5 +677,5 @@ class McpToolSource(ToolSource):
             await connection.close()
 
 
-__all__ = ["McpServerEntry", "McpToolSource", "ServerConfig", "parse_entry", "result_text",
+__all__ = ["McpServerEntry", "McpToolSource", "ServerConfig", "parse_entry", "result_content",
            "tool_names"]
