@@ -32,17 +32,18 @@ def workspaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 async def sandbox_runtime(database_url: str, tmp_path: Path, workspaces: Path
                           ) -> AsyncIterator[RuntimeFactory]:
     """``await sandbox_runtime(sandbox={...}, tools=[...])`` -> ``(runtime, agent directory)``:
-    an agent on the offline model with the sandbox's tools, served by a started runtime."""
+    an agent on the offline model with the sandbox's tools, served by a started runtime
+    (``settings={...}``: other values of its ``Settings``)."""
     started: list[Runtime] = []
 
-    async def make(*, tools: list[str] | None = None, **yaml_fields: Any
-                   ) -> tuple[Runtime, Path]:
+    async def make(*, tools: list[str] | None = None, settings: dict[str, Any] | None = None,
+                   **yaml_fields: Any) -> tuple[Runtime, Path]:
         directory = write_agent_dir(tmp_path / "agents", "boxed", tools=tools or ["sandbox"],
                                     **yaml_fields)
-        settings = dataclasses.replace(
+        configured = dataclasses.replace(
             Settings(database_url=database_url, home=tmp_path / "home",
-                     load_plugins=("toren-sandbox",)), **FAST)
-        runtime = Runtime([directory], settings=settings)
+                     load_plugins=("toren-sandbox",)), **FAST | (settings or {}))
+        runtime = Runtime([directory], settings=configured)
         await runtime.start()
         started.append(runtime)
         return runtime, directory

@@ -11,7 +11,8 @@ from toren_sandbox import tools
 from toren_sandbox.config import UNSAFE_ENV, check_available
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
-TOREN_PLUGIN_API = ">=1.0,<2"
+#: 1.2: toren.plugin.ToolResult (read_file shows images and PDFs).
+TOREN_PLUGIN_API = ">=1.2,<2"
 
 log = logging.getLogger(__name__)
 GROUP = "sandbox"

@@ -5,17 +5,18 @@ the store first when this worker does not hold it current, and recorded after it
 have changed it. They are registered as idempotent: a call a crash interrupted before its result
 was recorded runs again, on the workspace as it was before that call. The file tools do their
 file work in a thread: a slow disk, or a large file, must not stall the worker's event loop.
+``read_file`` shows the model an image or a PDF (``toren.ToolResult``) rather than its bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from toren import current_tool_call, tool
-from toren.plugin import ToolError
-from toren_sandbox import files
+from toren.plugin import PDF_TYPE, ToolError, ToolFile, ToolResult
+from toren_sandbox import files, media
 from toren_sandbox.config import SandboxConfig, sandbox_uid
 from toren_sandbox.jail import run_isolated
 from toren_sandbox.workspace import Workspaces
@@ -62,8 +63,9 @@ async def bash(command: str) -> str:
 
 
 @tool(idempotent=True)
-async def read_file(path: str, offset: int = 1, limit: int = 2000) -> str:
-    """Read a text file of your workspace, with line numbers.
+async def read_file(path: str, offset: int = 1, limit: int = 2000) -> str | ToolResult:
+    """Read a text file of your workspace, with line numbers; an image (PNG, JPEG, GIF, WebP)
+    or a PDF is shown to you instead, e.g. a screenshot you made.
 
     Args:
         path: relative to the workspace (or under /workspace).
@@ -75,11 +77,26 @@ async def read_file(path: str, offset: int = 1, limit: int = 2000) -> str:
     context = current_tool_call()
     config = _config()
     async with WORKSPACES.open(context, config, mutating=False) as directory:
-        return await asyncio.to_thread(_read_lines, directory, path, offset, limit)
+        return await asyncio.to_thread(_read, directory, path, offset, limit)
 
 
-def _read_lines(directory: Path, path: str, offset: int, limit: int) -> str:
-    lines = files.read_bytes(directory, path).decode("utf-8", "replace").splitlines()
+def _read(directory: Path, path: str, offset: int, limit: int) -> str | ToolResult:
+    """The file as ``read_file`` gives it: an image or a PDF as a file for the model (the task
+    loop stores it and shows it, or says why not), anything else as numbered lines."""
+    data = files.read_bytes(directory, path)
+    shown = media.shown_as(data)
+    if shown is None:
+        return _read_lines(data, path, offset, limit)
+    content_type, shape = shown
+    kind = "PDF" if content_type == PDF_TYPE else "image"
+    name = PurePosixPath(path).name
+    return ToolResult(f"{kind} {path} ({f'{shape}, ' if shape else ''}{content_type}), "
+                      f"{len(data):,} bytes: attached to this result",
+                      files=(ToolFile(name, content_type, data),))
+
+
+def _read_lines(data: bytes, path: str, offset: int, limit: int) -> str:
+    lines = data.decode("utf-8", "replace").splitlines()
     shown = lines[offset - 1:offset - 1 + limit]
     body = "\n".join(f"{offset + index:6}\t{line}" for index, line in enumerate(shown))
     rest = len(lines) - (offset - 1 + len(shown))
