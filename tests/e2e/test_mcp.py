@@ -333,7 +333,7 @@ def test_toren_mcp_with_the_plugin(toren_cli: TorenCli) -> None:
     mcp = next(plugin for plugin in listed if plugin["name"] == "mcp")
     assert mcp["distribution"] == "toren-mcp"
     assert mcp["hooks"] == ["register_tool_sources", "register_commands", "register_routes"]
-    assert mcp["toolSources"] == ["mcpServers"] and mcp["api"] == ">=1.1,<2"
+    assert mcp["toolSources"] == ["mcpServers"] and mcp["api"] == ">=1.2,<2"
 
 
 def test_no_mcp_route_without_the_plugin(start_toren: Any, database_url: str,

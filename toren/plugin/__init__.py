@@ -85,6 +85,9 @@ from toren.seams.model import (
     ToolCall,
     ToolSpec,
     Usage,
+    image_size,
+    image_type,
+    pdf_pages,
 )
 from toren.seams.plugin_api import API_ATTRIBUTE, PluginRuntime
 from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
@@ -200,8 +203,11 @@ __all__ = [
     "check_id",
     "current_tool_call",
     "hookimpl",
+    "image_size",
+    "image_type",
     "kind_of",
     "open_regular",
+    "pdf_pages",
     "positive_number",
     "read_regular",
     "split_text",

@@ -16,6 +16,9 @@ from toren.core.attachments import (
     SHOWABLE_TYPES,
     Attachment,
     estimated_tokens,
+    image_size,
+    image_type,
+    pdf_pages,
 )
 from toren.core.messages import (
     Message,
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["IMAGE_TYPES", "PDF_TYPE", "SHOWABLE_TYPES", "Attachment", "Message", "Model",
            "ModelProvider", "ModelRequest", "ModelResponse", "OnText", "Role", "StopReason",
-           "ToolCall", "ToolSpec", "Usage"]
+           "ToolCall", "ToolSpec", "Usage", "image_size", "image_type", "pdf_pages"]
 
 
 class Model(abc.ABC):

@@ -33,9 +33,10 @@ class SourcedTool:
 
     ``call`` is awaited with the model's arguments (already checked against ``parameters``)
     while ``toren.plugin.current_tool_call()`` holds the call's context; it returns the
-    result (text, or anything JSON can hold) or raises for an error the model reads. A
-    source returns the same object while its tool is unchanged (Toren keeps what it builds
-    from each one, such as the arguments' validator, for as long as the object lives).
+    result (text, anything JSON can hold, or a ``toren.ToolResult`` with files) or raises for
+    an error the model reads. A source returns the same object while its tool is unchanged
+    (Toren keeps what it builds from each one, such as the arguments' validator, for as long
+    as the object lives).
     """
 
     #: What the model calls it: starts with the entry's ``prefix``; letters, digits, ``_`` and

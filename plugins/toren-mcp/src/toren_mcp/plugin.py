@@ -14,7 +14,7 @@ from toren.plugin import ToolSource
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
 #: 1.1: register_tool_sources (mcpServers:).
-TOREN_PLUGIN_API = ">=1.1,<2"
+TOREN_PLUGIN_API = ">=1.2,<2"  # 1.2: ToolResult, ToolFile (images and PDFs from MCP tools)
 
 
 @toren.hookimpl
