@@ -10,17 +10,20 @@ real Postgres, through the named crash points (TOREN_CRASH_AT):
 - right after that answer was appended (``after_append``): it is not paid for again.
 
 Either way the receipt counts each recorded call's image tokens once, and ``toren jobs
-receipt`` shows them in its "image tok" column (runs shown no file have none)."""
+receipt`` shows them in its "image tok" column (runs shown no file have none). Last, the
+example contrib/examples/vision-desk runs offline as its README says."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import json
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import psycopg
 import pytest
 
@@ -62,6 +65,7 @@ SHOT = png_bytes(320, 200, (0, 128, 255))
 CHART = png_bytes(800, 600, (200, 40, 40))
 AGENT = "looker"
 SCHEMA = "agent_looker"
+VISION_DESK = Path(__file__).resolve().parents[2] / "contrib" / "examples" / "vision-desk"
 
 
 def looker(tmp_path: Path) -> tuple[Path, Path]:
@@ -226,3 +230,30 @@ def test_jobs_receipt_shows_image_tokens_only_for_runs_shown_files(
         shown.stdout)
     without = toren_cli("jobs", "receipt", blind["id"], env=env)
     assert without.returncode == 0 and "image" not in without.stdout
+
+
+def test_the_vision_desk_example_reads_its_sample_receipt_offline(
+        toren_cli: TorenCli, database_url: str, tmp_path: Path) -> None:
+    env = {"DATABASE_URL": database_url}
+    directory = Path(shutil.copytree(VISION_DESK, tmp_path / "vision-desk"))
+    receipt_pdf = directory / "samples" / "receipt.pdf"
+
+    done = toren_cli("run", "vision-desk", "What does this receipt say?", "--dir",
+                     str(directory), "--file", str(receipt_pdf), "--json", env=env)
+
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    assert run["status"] == "completed", run
+    schema = json.loads((directory / "schemas" / "reading.json").read_text())
+    jsonschema.validate(run["output"], schema)  # the structured answer, as a JSON object
+    (stored,) = run["files"]
+    assert (stored["name"], stored["content_type"]) == ("receipt.pdf", "application/pdf")
+    events = run_events(database_url, "agent_vision_desk", run["id"])
+    started = next(e for e in events if e.type == "TaskStarted")
+    assert [(a["file_id"], a["pages"]) for a in started.data["attachments"]] == [
+        (stored["id"], 1)]
+    receipt = json.loads(toren_cli("jobs", "receipt", run["id"], "--json", env=env).stdout)
+    (task,) = receipt["tasks"]
+    # the offline model added up with the tool, then answered; shown the PDF at both calls
+    assert [t["name"] for t in task["tool_calls"]] == ["add_up"]
+    assert [c["image_tokens"] for c in task["model_calls"]] == [1_600, 1_600]

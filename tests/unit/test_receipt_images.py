@@ -104,6 +104,6 @@ def test_the_terminal_shows_an_image_column_only_when_a_call_was_shown_a_file() 
 
 def test_the_live_line_of_a_call_says_what_its_images_took() -> None:
     line = event_line(call("task:main", 1, 1, image_tokens=1_590))
-    assert line is not None and "2000→30 tokens (1590 for images)" in line
+    assert line is not None and "2000→30 tokens (1590 for images/PDFs)" in line
     plain = event_line(call("task:main", 1, 1))
     assert plain is not None and "for images" not in plain

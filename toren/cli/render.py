@@ -83,7 +83,7 @@ def event_line(event: Event) -> str | None:
         repeated = " [yellow](repeated after a crash)[/]" if d.get("repeated") else ""
         read, written = usage.get("cache_read_tokens", 0), usage.get("cache_write_tokens", 0)
         cached = f" (cache {read} read, {written} written)" if read or written else ""
-        images = f" ({d['image_tokens']} for images)" if d.get("image_tokens") else ""
+        images = f" ({d['image_tokens']} for images/PDFs)" if d.get("image_tokens") else ""
         return (f"  step {d['step']} · {safe(d['model'])} · {usage['input_tokens']}→"
                 f"{usage['output_tokens']} tokens{images}{cached} · {_cost(d['cost_usd'])} · "
                 f"{d['latency_ms']:.1f} ms{then}{repeated}")
