@@ -2,8 +2,10 @@
 
 It speaks the wire format (``POST /v1/messages``, ``GET /v1/models``, the API's error bodies),
 checks the rules the real API enforces on a conversation (alternating roles, non-empty blocks,
-tool results right after their calls, tools defined when tool blocks are present), answers from
-a script in order (then from a responder function) and counts requests.
+tool results right after their calls, tools defined when tool blocks are present, base64
+``image`` and ``document`` blocks whose bytes are what their ``media_type`` says, in user turns
+and inside ``tool_result`` content), answers from a script in order (then from a responder
+function) and counts requests.
 
 With ``cache=PromptCache()`` it also keeps a prompt cache as the API does and bills from it:
 ``cache_control`` breakpoints (at most 4) write the prefix before them, a later request whose
@@ -13,8 +15,9 @@ answer's ``usage`` says so (``input_tokens`` after the last breakpoint,
 JSON length / 4.
 
 In-process: ``FakeAnthropic(script=[...])``, ``await fake.start()``, ``fake.url``. As a process
-(for crash tests): ``python fake_anthropic.py --tool-steps 8 --delay 0.3 [--cache]`` prints
-``{"port": N}`` and serves until killed; ``GET /_fake/stats`` returns the request counts and
+(for crash tests): ``python fake_anthropic.py --tool-steps 8 --delay 0.3 [--cache]
+[--screenshots]`` prints ``{"port": N}`` and serves until killed (``--screenshots``: answers
+from ``look_at_screenshots``); ``GET /_fake/stats`` returns the request counts and
 ``GET /_fake/requests`` every ``/v1/messages`` body with the usage it was billed.
 """
 
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import hashlib
 import itertools
 import json
@@ -119,6 +124,86 @@ def tool_results(body: Body) -> list[Body]:
             for block in turn["content"] if block.get("type") == "tool_result"]
 
 
+#: The media types the API takes for ``image`` and ``document`` blocks, with the signature
+#: their bytes start with (WebP's is at offset 8, after ``RIFF`` and a length).
+IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff",
+                    "image/gif": b"GIF8", "image/webp": b"WEBP"}
+
+
+def source_problem(block: Body, where: str) -> str | None:
+    """What the API would reject in an ``image`` or ``document`` block's base64 source."""
+    kind, source = block["type"], block.get("source") or {}
+    where = f"{where}.{kind}.source"
+    if source.get("type") != "base64":
+        return f"{where}: this fake takes base64 sources only"
+    media_type = source.get("media_type")
+    allowed = list(IMAGE_SIGNATURES) if kind == "image" else ["application/pdf"]
+    if media_type not in allowed:
+        return (f"{where}.base64.media_type: Input should be "
+                + " or ".join(repr(t) for t in allowed))
+    try:
+        data = base64.b64decode(source.get("data") or "", validate=True)
+    except (binascii.Error, ValueError):
+        return f"{where}.base64.data: invalid base64 data"
+    if kind == "document":
+        return None if data.startswith(b"%PDF-") else (
+            f"{where}.base64.data: The PDF specified was not valid.")
+    signature = IMAGE_SIGNATURES[media_type]
+    head = data[8:12] if media_type == "image/webp" else data[:len(signature)]
+    if head != signature:
+        return (f"{where}.base64.data: Image does not match the provided media type "
+                f"{media_type}")
+    return None
+
+
+def block_problem(block: Body, where: str, role: str) -> str | None:
+    """What the API would reject in one content block (a ``tool_result``'s inner blocks
+    included)."""
+    kind = block["type"]
+    if kind == "text" and not block["text"].strip():
+        return f"{where}.text: text content blocks must be non-empty"
+    if kind in ("image", "document"):
+        if role != "user":
+            return f"{where}: {kind} blocks are only allowed in user turns"
+        return source_problem(block, where)
+    if kind == "tool_result" and isinstance(block.get("content"), list):
+        for position, inner in enumerate(block["content"]):
+            inside = f"{where}.content.{position}"
+            if inner.get("type") not in ("text", "image", "document"):
+                return f"{inside}: a tool_result holds text, image and document blocks"
+            problem = block_problem(inner, inside, role)
+            if problem:
+                return problem
+    return None
+
+
+def images(body: Body) -> list[bytes]:
+    """The bytes of every ``image`` block of a request (in tool results too), in order."""
+    found: list[bytes] = []
+    for turn in body.get("messages", []):
+        content = turn["content"] if isinstance(turn["content"], list) else []
+        for block in content:
+            inner = block.get("content") if block.get("type") == "tool_result" else [block]
+            for item in inner if isinstance(inner, list) else []:
+                if item.get("type") == "image":
+                    found.append(base64.b64decode(item["source"]["data"]))
+    return found
+
+
+def look_at_screenshots(body: Body) -> Reply:
+    """Stateless responder for the image crash test: calls ``screenshot``, then (having seen
+    the image it returned, inside the tool result) ``record`` with what it saw, then answers
+    with what it sees. Deterministic, so a call repeated after a crash gets the same answer."""
+    results = tool_results(body)
+    seen = images(body)
+    said = f"saw {len(seen)} image(s) of {sum(map(len, seen))} bytes"
+    if not results:
+        return tool_use("screenshot", {"page": "home"}, call_id="toolu_shot")
+    if len(results) == 1:
+        return tool_use("record", {"seen": said}, call_id="toolu_record")
+    return text(said)
+
+
 def conversation_problem(body: Body) -> str | None:
     """What the real API would reject in this request body, or ``None``."""
     if not isinstance(body.get("max_tokens"), int) or not body.get("model"):
@@ -152,8 +237,9 @@ def conversation_problem(body: Body) -> str | None:
             if block["type"] in ("tool_use", "tool_result") and not tools_defined:
                 return ("Requests which include `tool_use` or `tool_result` blocks must "
                         "define tools.")
-            if block["type"] == "text" and not block["text"].strip():
-                return f"{where}.content.{position}.text: text content blocks must be non-empty"
+            problem = block_problem(block, f"{where}.content.{position}", turn["role"])
+            if problem:
+                return problem
     if pending:
         return "the conversation ends with tool calls that have no results"
     return None
@@ -485,7 +571,8 @@ def tool_loop(steps: int, tool: str = "step") -> Responder:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    fake = FakeAnthropic(responder=tool_loop(args.tool_steps), delay=args.delay,
+    responder = look_at_screenshots if args.screenshots else tool_loop(args.tool_steps)
+    fake = FakeAnthropic(responder=responder, delay=args.delay,
                          cache=PromptCache(min_tokens=args.cache_min_tokens) if args.cache
                          else None)
     await fake.start(args.port)
@@ -505,6 +592,8 @@ def main() -> None:
     parser.add_argument("--tool-steps", type=int, default=8)
     parser.add_argument("--cache", action="store_true", help="keep and bill a prompt cache")
     parser.add_argument("--cache-min-tokens", type=int, default=1024)
+    parser.add_argument("--screenshots", action="store_true",
+                        help="answer with look_at_screenshots (the image crash test)")
     asyncio.run(serve(parser.parse_args()))
 
 

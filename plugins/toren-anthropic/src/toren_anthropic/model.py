@@ -11,7 +11,15 @@ import logging
 
 import anthropic
 
-from toren.plugin import Model, ModelRequest, ModelResponse, OnText, ProviderError
+from toren.plugin import (
+    IMAGE_TYPES,
+    PDF_TYPE,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    OnText,
+    ProviderError,
+)
 from toren_anthropic import wire
 from toren_anthropic.errors import api_detail, one_line, provider_error
 from toren_anthropic.prices import price_for
@@ -28,6 +36,20 @@ log = logging.getLogger(__name__)
 NO_MODEL_LIST = frozenset({404, 405, 501})
 #: Seconds past the SDK's own timeout before the preflight gives up on its own.
 PREFLIGHT_GRACE_S = 2.0
+#: What Claude 3 and every later model take besides text: PNG, JPEG, GIF and WebP images
+#: (``image`` blocks) and PDFs (``document`` blocks).
+VISION_TYPES = IMAGE_TYPES | {PDF_TYPE}
+#: Models from before Claude 3, which take text only.
+TEXT_ONLY_PREFIXES = ("claude-2", "claude-instant")
+
+
+def input_types_for(api_model: str) -> frozenset[str]:
+    """The attachment types an API model id takes: all of ``VISION_TYPES``, except for the
+    text-only models before Claude 3 (a model the kernel cannot show a file reads a note
+    naming it instead)."""
+    if api_model.strip().lower().startswith(TEXT_ONLY_PREFIXES):
+        return frozenset()
+    return VISION_TYPES
 
 
 class AnthropicModel(Model):
@@ -51,6 +73,9 @@ class AnthropicModel(Model):
         # a price that depends on the prompt's length is applied per call (wire.model_response)
         self.pricing = self.price.pricing if self.price is not None and self.price.flat else None
         self.context_window = self.price.context_window if self.price is not None else None
+        #: Images and PDFs are shown as content blocks (``wire.attachment_blocks``); their
+        #: tokens are estimated by the kernel's default, Anthropic's published formula.
+        self.input_types = input_types_for(self.api_model)
         self._client: anthropic.AsyncAnthropic | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         #: Whether to send ``output_config.format`` for an output schema (a model or gateway

@@ -14,6 +14,12 @@ for the next step). A request is a pure function of the conversation, so the req
 after a restart is byte for byte the one the crashed worker would have sent, and reads the
 same cache.
 
+Images and PDFs (``Message.attachments``, their bytes in ``ModelRequest.attachment_data``) go
+as base64 ``image`` and ``document`` blocks: in a user turn ahead of its text, and in a tool
+result's ``content`` after its text (a request without tools gets them after the result's
+text). The last-block cache breakpoint may then land on an image or document block, which
+takes one as a text block does.
+
 Structured output (``ModelRequest.output_schema``) is the API's ``output_config.format``
 (``json_schema``): the answer is a text block of JSON matching the schema, tools still allowed
 before it. The schema goes through the SDK's ``transform_schema`` (objects closed, keywords the
@@ -23,13 +29,24 @@ written either way.
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from toren.plugin import Message, ModelRequest, ModelResponse, StopReason, ToolCall, ToolSpec, Usage
+from toren.plugin import (
+    PDF_TYPE,
+    Attachment,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from anthropic.types import Message as ApiMessage
@@ -64,7 +81,8 @@ def request_params(request: ModelRequest, *, model: str, replay: Replay | None =
     their thinking blocks come back with their tool calls, as the API asks.
     """
     tools = [tool_param(spec) for spec in request.tools]
-    messages = wire_messages(request.messages, tools_offered=bool(tools))
+    messages = wire_messages(request.messages, tools_offered=bool(tools),
+                             attachment_data=request.attachment_data)
     replay = {**recorded_replay(request.messages), **(replay or {})}
     if replay:
         _replay_turns(request.system, tools, messages, replay)
@@ -127,15 +145,18 @@ def cache_breakpoints(params: Params) -> list[str]:
     return found
 
 
-def wire_messages(messages: Iterable[Message], *, tools_offered: bool = True) -> list[Block]:
-    """Toren messages as alternating user/assistant API messages."""
+def wire_messages(messages: Iterable[Message], *, tools_offered: bool = True,
+                  attachment_data: Mapping[str, bytes] | None = None) -> list[Block]:
+    """Toren messages as alternating user/assistant API messages (attachments' bytes from
+    ``attachment_data``, by file id)."""
     names: dict[str, str] = {}
     merged: list[Block] = []
+    data = attachment_data or {}
     for message in messages:
         for call in message.tool_calls:
             names[call.id] = call.name
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message, tools_offered, names)
+        blocks = _blocks(message, tools_offered, names, data)
         if merged and merged[-1]["role"] == role:
             merged[-1]["content"].extend(blocks)
         else:
@@ -150,19 +171,26 @@ def wire_messages(messages: Iterable[Message], *, tools_offered: bool = True) ->
     return merged
 
 
-def _blocks(message: Message, tools_offered: bool, names: Mapping[str, str]) -> list[Block]:
-    blocks: list[Block] = []
+def _blocks(message: Message, tools_offered: bool, names: Mapping[str, str],
+            data: Mapping[str, bytes]) -> list[Block]:
+    shown = attachment_blocks(message.attachments, data)
     if message.role == "tool":
         if tools_offered:
             result: Block = {"type": "tool_result", "tool_use_id": message.tool_call_id or ""}
-            if message.text:
+            if shown:
+                text = [_text(message.text)] if message.text.strip() else []
+                result["content"] = text + shown
+            elif message.text:
                 result["content"] = message.text
             if message.is_error:
                 result["is_error"] = True
             return [result]
         name = names.get(message.tool_call_id or "", "tool")
         label = "error from" if message.is_error else "result of"
-        return [_text(f"[{label} {name} call {message.tool_call_id}]\n{message.text}")]
+        return [_text(f"[{label} {name} call {message.tool_call_id}]\n{message.text}"), *shown]
+    blocks: list[Block] = []
+    if message.role == "user":
+        blocks += shown  # the API reads images best ahead of the question about them
     if message.text.strip():
         blocks.append(_text(message.text))
     for call in message.tool_calls:
@@ -177,6 +205,25 @@ def _blocks(message: Message, tools_offered: bool, names: Mapping[str, str]) -> 
 
 def _text(text: str) -> Block:
     return {"type": "text", "text": text}
+
+
+def attachment_blocks(attachments: Iterable[Attachment], data: Mapping[str, bytes]
+                      ) -> list[Block]:
+    """Base64 ``image`` blocks and, for PDFs, ``document`` blocks. An attachment whose bytes
+    the request lacks (the task loop always reads them: a provider called directly may not)
+    becomes a text block naming the file."""
+    blocks: list[Block] = []
+    for attachment in attachments:
+        content = data.get(attachment.file_id)
+        if content is None:
+            blocks.append(_text(f"[not shown: {attachment.describe()}: its content was not "
+                                "provided]"))
+            continue
+        blocks.append({
+            "type": "document" if attachment.content_type == PDF_TYPE else "image",
+            "source": {"type": "base64", "media_type": attachment.content_type,
+                       "data": base64.b64encode(content).decode("ascii")}})
+    return blocks
 
 
 # -- thinking blocks -----------------------------------------------------------------------------
