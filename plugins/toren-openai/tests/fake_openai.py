@@ -4,7 +4,15 @@ It speaks the wire format (``POST /v1/chat/completions``, ``GET /v1/models``, er
 ``{"error": {"message", "type", "param", "code"}}``), answers from a script in order (then from
 a responder function), records every request body and counts requests per path. Run it as a
 script to serve from its own process: it prints ``{"port": N, "url": ...}`` on one line, and
-``GET /_fake/stats`` returns the counts.
+``GET /_fake/stats`` returns the counts (``--screenshots``: answers from
+``look_at_screenshots``).
+
+It refuses, as OpenAI does (``conversation_problem``), a tool message that does not answer a
+call of the assistant message right before it (other tool messages of that turn aside), an
+assistant message whose calls are not all answered before the next message, content parts a
+role cannot have (images and files are for user messages), an ``image_url`` whose ``data:``
+URL is not a PNG, JPEG, GIF or WebP in base64, a ``file`` whose ``file_data`` is not a PDF,
+and any image sent to a model that takes none (``gpt-3.5-turbo``).
 
 A ``response_format`` of type ``json_schema`` with ``strict: true`` is checked as OpenAI checks
 it: a schema strict mode cannot take (an object allowing other properties or leaving one
@@ -22,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import contextlib
 import hashlib
 import json
@@ -140,13 +150,138 @@ Answer = dict[str, Any] | Fail
 Responder = Callable[[dict[str, Any]], Answer]
 
 
+def text_of(content: Any) -> str:
+    """A message's text: its string content, or its text parts joined."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if part.get("type") == "text")
+    return content or ""
+
+
 def prompt_chars(body: Mapping[str, Any]) -> int:
     """Characters of content in a request's messages (what a context limit is about)."""
     total = 0
     for message in body.get("messages", ()):
-        total += len(message.get("content") or "")
+        total += len(text_of(message.get("content")))
         total += len(json.dumps(message.get("tool_calls") or ""))
     return total
+
+
+#: The image formats OpenAI takes, by the signature their bytes start with (WebP's is at
+#: offset 8, after ``RIFF`` and a length).
+IMAGE_SIGNATURES = {"png": b"\x89PNG\r\n\x1a\n", "jpeg": b"\xff\xd8\xff", "gif": b"GIF8",
+                    "webp": b"WEBP"}
+#: Models that take no images (the fake's stand-in for OpenAI's list).
+TEXT_ONLY_MODELS = ("gpt-3.5",)
+
+
+def data_url(url: str) -> tuple[str, bytes] | None:
+    """A base64 ``data:`` URL's media type and bytes, or ``None``."""
+    head, comma, encoded = url.partition(",")
+    if not comma or not head.startswith("data:") or not head.endswith(";base64"):
+        return None
+    try:
+        return head[5:-7], base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def is_image(data: bytes) -> bool:
+    return any((data[8:12] if kind == "webp" else data[:len(signature)]) == signature
+               for kind, signature in IMAGE_SIGNATURES.items())
+
+
+def part_problem(part: Mapping[str, Any], where: str, role: str, model: str) -> Fail | None:
+    """OpenAI's 400 for one content part, or ``None``."""
+    kind = part.get("type")
+    allowed = ("text", "image_url", "file") if role == "user" else ("text",)
+    if kind not in allowed:
+        return Fail(400, f"Invalid '{where}': content parts of type '{kind}' are not allowed "
+                         f"in messages with role '{role}'.", code="invalid_value", param=where)
+    if kind == "text" and not isinstance(part.get("text"), str):
+        return Fail(400, f"Invalid '{where}.text': expected a string.", param=where)
+    if kind == "image_url":
+        if model.startswith(TEXT_ONLY_MODELS):
+            return Fail(400, "Invalid content type. image_url is only supported by certain "
+                             "models.", code="invalid_value", param=where)
+        found = data_url((part.get("image_url") or {}).get("url") or "")
+        if found is None or not is_image(found[1]):
+            return Fail(400, "You uploaded an unsupported image. Please make sure your image "
+                             "has of one the following formats: ['png', 'jpeg', 'gif', "
+                             "'webp'].", code="invalid_image_format", param=where)
+    if kind == "file":
+        file = part.get("file") or {}
+        found = data_url(file.get("file_data") or "")
+        if not file.get("filename") or found is None or found[0] != "application/pdf" \
+                or not found[1].startswith(b"%PDF-"):
+            return Fail(400, f"Invalid '{where}.file': expected a filename and file_data, a "
+                             "base64 data: URL of a PDF.", code="invalid_value", param=where)
+    return None
+
+
+def conversation_problem(body: Mapping[str, Any]) -> Fail | None:
+    """OpenAI's 400 for the request's messages (see the module's docstring), or ``None``."""
+    model = str(body.get("model") or "")
+    unanswered: list[str] = []  # calls of the last assistant message without a result yet
+    answering = False  # the previous message was that assistant message or one of its results
+    for index, message in enumerate(body.get("messages", ())):
+        where = f"messages[{index}]"
+        role = message.get("role")
+        if role == "tool":
+            if not answering or message.get("tool_call_id") not in unanswered:
+                return Fail(400, "Invalid parameter: messages with role 'tool' must be a "
+                                 "response to a preceeding message with 'tool_calls'.",
+                            param=f"{where}.role")
+            unanswered.remove(message["tool_call_id"])
+        elif unanswered:
+            return Fail(400, "An assistant message with 'tool_calls' must be followed by tool "
+                             "messages responding to each 'tool_call_id'. The following "
+                             f"tool_call_ids did not have response messages: "
+                             f"{', '.join(unanswered)}", param=f"{where}.role")
+        if role == "assistant":
+            unanswered = [call.get("id") for call in message.get("tool_calls") or ()]
+        answering = role in ("assistant", "tool") and bool(unanswered or role == "tool")
+        content = message.get("content")
+        for position, part in enumerate(content if isinstance(content, list) else ()):
+            problem = part_problem(part, f"{where}.content[{position}]", role, model)
+            if problem is not None:
+                return problem
+    if unanswered:
+        return Fail(400, "An assistant message with 'tool_calls' must be followed by tool "
+                         "messages responding to each 'tool_call_id'. The following "
+                         f"tool_call_ids did not have response messages: "
+                         f"{', '.join(unanswered)}", param="messages")
+    return None
+
+
+def images(body: Mapping[str, Any]) -> list[bytes]:
+    """The bytes of every ``image_url`` part of a request, in order."""
+    found: list[bytes] = []
+    for message in body.get("messages", ()):
+        content = message.get("content")
+        for part in content if isinstance(content, list) else ():
+            if part.get("type") == "image_url":
+                decoded = data_url(part["image_url"]["url"])
+                if decoded is not None:
+                    found.append(decoded[1])
+    return found
+
+
+def look_at_screenshots(body: Mapping[str, Any]) -> Answer:
+    """Stateless responder for the image tests: calls ``screenshot``, then (having seen the
+    image it returned, in the user message after the tool message) ``record`` with what it
+    saw, then answers with what it sees. Deterministic, so a call repeated after a crash gets
+    the same answer."""
+    results = [m for m in body.get("messages", ()) if m.get("role") == "tool"]
+    seen = images(body)
+    said = f"saw {len(seen)} image(s) of {sum(map(len, seen))} bytes"
+    spent = usage(prompt=5000, completion=12)
+    if not results:
+        return completion(None, [tool_call("screenshot", {"page": "home"}, call_id="call_shot")],
+                          usage_data=spent)
+    if len(results) == 1:
+        return completion(None, [tool_call("record", {"seen": said}, call_id="call_record")],
+                          usage_data=spent)
+    return completion(said, usage_data=spent)
 
 
 def call_each_tool(body: Mapping[str, Any]) -> Answer:
@@ -155,7 +290,7 @@ def call_each_tool(body: Mapping[str, Any]) -> Answer:
     gets the same answer as the first."""
     messages = list(body.get("messages", ()))
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    text = messages[last_user].get("content", "") if last_user >= 0 else ""
+    text = text_of(messages[last_user].get("content")) if last_user >= 0 else ""
     turn = messages[last_user + 1:]
     called = sum(1 for m in turn if m.get("role") == "assistant" and m.get("tool_calls"))
     tools = body.get("tools") or []
@@ -334,7 +469,7 @@ class FakeOpenAI:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         answer: Answer | Responder
-        refused = strict_schema_error(body)
+        refused = conversation_problem(body) or strict_schema_error(body)
         if refused is not None:
             answer = refused
         elif self.max_prompt_chars is not None and prompt_chars(body) > self.max_prompt_chars:
@@ -404,8 +539,11 @@ class FakeOpenAI:
         return web.json_response(answer)
 
 
-async def _serve(delay_s: float, port: int, structured: bool = False) -> None:
-    fake = FakeOpenAI(delay_s=delay_s, responder=repair_once if structured else call_each_tool)
+async def _serve(delay_s: float, port: int, structured: bool = False,
+                 screenshots: bool = False) -> None:
+    responder = (repair_once if structured else look_at_screenshots if screenshots
+                 else call_each_tool)
+    fake = FakeOpenAI(delay_s=delay_s, responder=responder)
     url = await fake.start(port=port)
     print(json.dumps({"port": int(url.rsplit(":", 1)[1].split("/")[0]), "url": url}),
           flush=True)
@@ -421,9 +559,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--structured", action="store_true",
                         help="answer with repair_once (prose first, then STRUCTURED_ANSWER)")
+    parser.add_argument("--screenshots", action="store_true",
+                        help="answer with look_at_screenshots (the image crash test)")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.delay, args.port, args.structured))
+        asyncio.run(_serve(args.delay, args.port, args.structured, args.screenshots))
 
 
 if __name__ == "__main__":

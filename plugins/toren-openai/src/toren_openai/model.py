@@ -13,8 +13,8 @@ from typing import Any
 
 import openai
 
-from toren.plugin import Model, ModelRequest, ModelResponse, OnText, ProviderError
-from toren_openai import errors, prices, wire
+from toren.plugin import Attachment, Model, ModelRequest, ModelResponse, OnText, ProviderError
+from toren_openai import errors, prices, vision, wire
 from toren_openai.provider import (
     BASE_URL_VAR,
     CONNECT_TIMEOUT_S,
@@ -55,6 +55,9 @@ class OpenAIModel(Model):
         info = prices.lookup(self.model_name)
         self.pricing = info.pricing if info else None
         self.context_window = info.context_window if info else None
+        #: Images and PDFs for the vision models, by name (``toren_openai.vision``); any
+        #: other model reads a note naming the files instead.
+        self.input_types = vision.input_types_for(self.model_name)
         #: OpenAI wants max_completion_tokens; compatible servers know max_tokens. A server that
         #: rejects the one sent gets the other from then on.
         self.token_field = (wire.MAX_COMPLETION_TOKENS if is_openai_endpoint(base_url)
@@ -155,6 +158,13 @@ class OpenAIModel(Model):
                 params[other] = params.pop(self.token_field)
                 self.token_field = other
                 switched = True
+
+    def attachment_tokens(self, attachment: Attachment) -> int:
+        """An image's tokens by OpenAI's published formula for this model (tiles or patches,
+        ``toren_openai.vision``); a PDF's by the kernel's default estimate."""
+        if attachment.kind != "image":
+            return super().attachment_tokens(attachment)
+        return vision.image_tokens(self.model_name, attachment.width, attachment.height)
 
     async def preflight(self) -> None:
         """``GET /models`` with the configured key, within ``PREFLIGHT_TIMEOUT_S`` and without

@@ -9,6 +9,7 @@ its cost is recorded as unknown rather than guessed. An agent's ``pricing:`` ove
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from toren.plugin import Pricing
@@ -71,9 +72,16 @@ def lookup(model_name: str) -> ModelInfo | None:
     wins, so ``gpt-4o-mini-2024-07-18`` is ``gpt-4o-mini`` and never ``gpt-4o``, and
     ``gpt-5.6`` or ``o3-deep-research`` are not mistaken for ``gpt-5`` or ``o3``.
     """
+    name = table_name(model_name, MODELS)
+    return MODELS[name] if name is not None else None
+
+
+def table_name(model_name: str, names: Iterable[str]) -> str | None:
+    """The name of ``names`` that ``model_name`` is, itself or as a dated snapshot (the
+    longest such name), or ``None``: the rule of ``lookup``, for any table keyed by model."""
     name = model_name.strip().lower()
-    for candidate in sorted(MODELS, key=len, reverse=True):
+    for candidate in sorted(names, key=len, reverse=True):
         if name == candidate or (name.startswith(candidate)
                                  and _SNAPSHOT.fullmatch(name[len(candidate):])):
-            return MODELS[candidate]
+            return candidate
     return None

@@ -5,6 +5,13 @@ llama.cpp, proxies), so it is the only one this plugin uses. Responses come in a
 completion (a dict), so the mapping is tested with literal payloads and tolerates servers that
 omit optional fields.
 
+Images and PDFs (``Message.attachments``, their bytes in ``ModelRequest.attachment_data``) are
+content parts of a user message, after its text: ``image_url`` parts with a base64 ``data:``
+URL, and ``file`` parts (``filename``, ``file_data``) for PDFs. A tool message carries text
+only, and every tool message must follow its assistant message directly, so the files tools
+returned go in ONE user message after the tool messages of that assistant turn: a text part
+"Files returned by <tool> (call <id>):" per call, each followed by its files' parts.
+
 Structured output (``ModelRequest.output_schema``) is ``response_format`` ``json_schema``,
 ``strict`` when the schema is one OpenAI's strict mode accepts (``strict_problem``): strict mode
 refuses a schema whose objects allow other properties or leave one optional, so any other
@@ -14,12 +21,15 @@ either way).
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from toren.plugin import (
+    PDF_TYPE,
+    Attachment,
     Message,
     ModelRequest,
     ModelResponse,
@@ -55,7 +65,7 @@ def chat_request(request: ModelRequest, model_name: str, *,
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
-    messages.extend(chat_message(message) for message in request.messages)
+    messages.extend(chat_messages(request.messages, request.attachment_data))
     params: dict[str, Any] = {"model": model_name, "messages": messages,
                               token_field: request.max_tokens}
     if request.tools:
@@ -118,8 +128,69 @@ def strict_problem(schema: Any, where: str = "$") -> str | None:
     return None
 
 
-def chat_message(message: Message) -> dict[str, Any]:
-    """One Toren message as a Chat Completions message."""
+def chat_messages(messages: Iterable[Message],
+                  attachment_data: Mapping[str, bytes] | None = None) -> list[dict[str, Any]]:
+    """Toren messages as Chat Completions messages, the files tools returned in a user
+    message after each run of tool messages (see the module's docstring)."""
+    data = attachment_data or {}
+    names: dict[str, str] = {}
+    sent: list[dict[str, Any]] = []
+    returned: list[Message] = []  # tool messages with files in the current run
+    for message in messages:
+        if message.role != "tool" and returned:
+            sent.append(tool_files_message(returned, names, data))
+            returned = []
+        for call in message.tool_calls:
+            names[call.id] = call.name
+        sent.append(chat_message(message, data))
+        if message.role == "tool" and message.attachments:
+            returned.append(message)
+    if returned:
+        sent.append(tool_files_message(returned, names, data))
+    return sent
+
+
+def tool_files_message(results: Sequence[Message], names: Mapping[str, str],
+                       data: Mapping[str, bytes]) -> dict[str, Any]:
+    """The user message that shows the files of ``results`` (tool messages)."""
+    parts: list[dict[str, Any]] = []
+    for result in results:
+        name = names.get(result.tool_call_id or "", "the tool")
+        parts.append(_text_part(f"Files returned by {name} (call {result.tool_call_id}):"))
+        parts += attachment_parts(result.attachments, data)
+    return {"role": "user", "content": parts}
+
+
+def attachment_parts(attachments: Iterable[Attachment], data: Mapping[str, bytes]
+                     ) -> list[dict[str, Any]]:
+    """``image_url`` parts (a base64 ``data:`` URL) and, for PDFs, ``file`` parts. An
+    attachment whose bytes the request lacks (the task loop always reads them: a provider
+    called directly may not) becomes a text part naming the file."""
+    parts: list[dict[str, Any]] = []
+    for attachment in attachments:
+        content = data.get(attachment.file_id)
+        if content is None:
+            parts.append(_text_part(f"[not shown: {attachment.describe()}: its content was "
+                                    "not provided]"))
+            continue
+        url = (f"data:{attachment.content_type};base64,"
+               f"{base64.b64encode(content).decode('ascii')}")
+        if attachment.content_type == PDF_TYPE:
+            parts.append({"type": "file", "file": {"filename": attachment.name,
+                                                   "file_data": url}})
+        else:
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def chat_message(message: Message, attachment_data: Mapping[str, bytes] | None = None
+                 ) -> dict[str, Any]:
+    """One Toren message as a Chat Completions message (a tool message's files are left to
+    ``chat_messages``: a tool message carries text only)."""
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "",
                 "content": tool_result_text(message)}
@@ -134,6 +205,10 @@ def chat_message(message: Message) -> dict[str, Any]:
         elif not message.text:
             data["content"] = ""  # an empty turn still needs content for most servers
         return data
+    if message.attachments:
+        text = [_text_part(message.text)] if message.text.strip() else []
+        return {"role": "user", "content": text + attachment_parts(message.attachments,
+                                                                   attachment_data or {})}
     return {"role": "user", "content": message.text}
 
 
