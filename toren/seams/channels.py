@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -68,10 +68,31 @@ class ChannelContext(Protocol):
         """Open a session with ``agent``; the same id again for an ``idempotency_key`` used
         before. ``toren.Runtime.start_session``."""
 
+    @property
+    def max_file_bytes(self) -> int:
+        """The largest file ``add_file`` takes (``TOREN_MAX_FILE_BYTES``): a channel need not
+        download a file the platform says is larger."""
+
     async def send_message(self, session_id: str, text: str, *,
-                           idempotency_key: str | None = None) -> int:
-        """The person's next message; the turn it started. ``SessionBusy``, ``SessionEnded``,
+                           idempotency_key: str | None = None,
+                           files: Sequence[str] | None = None) -> int:
+        """The person's next message; the turn it started. ``files`` are ids ``add_file``
+        returned: listed in the message, and the images and PDFs the agent's model can see
+        attached to it (``text`` may then be empty). ``SessionBusy``, ``SessionEnded``,
         ``SessionNotFound`` as ``toren.Runtime.send_message``."""
+
+    async def add_file(self, *, name: str, content_type: str, data: bytes,
+                       uploaded_by: str) -> str:
+        """Store a file a person sent (a photo, a PDF) as ``POST /files`` stores an upload;
+        its id, for ``send_message(files=...)``.
+
+        ``content_type`` is what the platform says the file is: it names a file without an
+        extension (``photo`` -> ``photo.jpg``), and a file said to be an image or a PDF whose
+        content is neither is refused. The type stored is the one sniffed from the content.
+        Raises ``FileTooLarge`` past ``max_file_bytes``, ``BadFile`` for an empty file or one
+        that is not what its name or type says, ``StorageQuotaExceeded`` past the deployment's
+        ``TOREN_MAX_TOTAL_FILE_BYTES`` (nothing is stored then). ``uploaded_by`` is recorded
+        with the file (``<channel>:<user id>``)."""
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
         """The session's status, transcript and pending approvals

@@ -5,7 +5,9 @@ one that polls the platform, starts turns and sends. Updates are recorded in the
 before they are acknowledged (polling) or answered 200 (webhooks), under the platform's
 unique id, so a duplicate never starts a second turn and a crash loses nothing. Replies go
 through a keyed outbox (``reply:<session>:<turn>:<part>``): a turn resumed after a crash, or
-a new lease holder, never sends one twice.
+a new lease holder, never sends one twice. Files a person sends (a photo, a PDF:
+``payload["files"]``) are downloaded and stored before the turn starts, and attached to its
+message; the message's idempotency key makes a retry after a crash start the turn once.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toren.core import events as ev
+from toren.core.attachments import SHOWABLE_TYPES
 from toren.core.chat_text import split_text, storable_text
 from toren.errors import (
     ApprovalAlreadyDecided,
@@ -37,6 +40,7 @@ from toren.errors import (
     SessionNotFound,
     TorenError,
 )
+from toren.files import BadFile, FileTooLarge, StorageQuotaExceeded
 from toren.host.chat.access import (
     BUSY_TEXT,
     REFUSAL_TEXT,
@@ -51,6 +55,7 @@ from toren.host.chat.buttons import (
     parse_button,
     press_signed,
 )
+from toren.host.chat.context import name_with_extension
 from toren.seams.channels import Channel, ChannelContext
 from toren.seams.store.channels import (
     ChannelChats,
@@ -86,6 +91,10 @@ COMMON_SETTINGS: dict[str, Any] = {
 TYPING_EVERY_S = 4.0
 #: Longest pause between retries of a send the platform refused for now (429, 5xx).
 MAX_BACKOFF_S = 300.0
+#: Crash point (``TOREN_CRASH_AT``) between storing a message's files and starting its turn.
+FILES_STORED_CRASH_POINT = "after_channel_files_stored"
+#: What a person is told when they send a file of a type that is not passed on.
+FILE_TYPES_TEXT = "I can take photos, images (PNG, JPEG, GIF, WebP) and PDFs"
 
 
 @dataclass
@@ -108,8 +117,10 @@ class ChatChannel(Channel):
     A subclass sets ``name``, ``max_message_chars`` and ``settings_schema`` (start from
     ``COMMON_SETTINGS``) and implements ``open_bot``, ``close_bot``, ``send_text`` and
     ``send_typing``; a polling platform sets ``polls`` and implements ``fetch_updates``; a
-    webhook platform adds routes (``Channel.routes``) that call ``receive``. Platform errors
-    are raised as ``ChannelError`` (``retryable`` for 429 and 5xx, with ``retry_after_s``).
+    webhook platform adds routes (``Channel.routes``) that call ``receive``. A platform whose
+    people send photos and PDFs lists them in ``payload["files"]`` of a ``message`` update
+    and implements ``download_file``. Platform errors are raised as ``ChannelError``
+    (``retryable`` for 429 and 5xx, with ``retry_after_s``).
     """
 
     #: The platform's longest message; replies are split below it.
@@ -122,6 +133,9 @@ class ChatChannel(Channel):
     #: answerCallbackQuery), so a stranger's press is answered too; otherwise the note is a
     #: message in the chat, for allowed people only (a stranger's one refusal is a message's).
     notes_buttons_in_place: bool = False
+    #: Times a file's download is tried (with backoff) when the platform fails for now (5xx,
+    #: the network) before the person is told it could not be downloaded.
+    download_attempts: int = 4
 
     def __init__(self) -> None:
         self.context: ChannelContext | None = None
@@ -131,6 +145,12 @@ class ChatChannel(Channel):
         self._wake: dict[str, asyncio.Event] = {}
         self._stopping = asyncio.Event()
         self._button_key_bytes: bytes | None = None
+        # (agent, update id) -> the update's files taken so far (index -> stored id, or the
+        # reason it was refused), kept until its turn starts: a turn that waits (the session
+        # busy elsewhere) does not download and store them again at every tick
+        self._files_taken: dict[tuple[str, str], dict[int, _TakenFile]] = {}
+        # (agent, update id) -> (downloads failed for now, when to try again)
+        self._download_retry: dict[tuple[str, str], tuple[int, float]] = {}
 
     # -- what a platform implements --------------------------------------------------------
 
@@ -174,6 +194,18 @@ class ChatChannel(Channel):
         """Tell the platform the updates of the last ``fetch_updates`` are taken (``updates``,
         the ones it returned, are recorded by now; it is called after every fetch)."""
         return None
+
+    async def download_file(self, bot: ChatBot, ref: str, *, max_bytes: int) -> bytes:
+        """The bytes of a file a person sent, by the platform's reference (``ref`` of an item
+        of ``payload["files"]``, as the platform's parser recorded it).
+
+        Reading may stop once more than ``max_bytes`` arrived: what is returned past it is
+        refused as too large, whatever its length. Raise ``ChannelError``: ``retryable`` (5xx,
+        the network) for a download tried again later; with ``status=413`` for a file the
+        platform will not hand over for its size (its message, a sentence for the person,
+        says so); any other, and the person is told it could not be downloaded. The default
+        takes no files."""
+        raise ChannelError(f"the {self.name} channel does not take files")
 
     async def answer_button(self, bot: ChatBot, update: ChannelUpdate, text: str) -> None:
         """Acknowledge a button press with a short note. The default sends the note to the
@@ -408,6 +440,30 @@ class ChatChannel(Channel):
 
     async def _start_turn(self, bot: ChatBot, update: ChannelUpdate) -> bool:
         context = self._context
+        text, file_ids = update.text, []
+        if update.payload.get("files"):
+            files = await self._take_files(bot, update)
+            if files is None:
+                return False  # a download failed for now: tried again on a later tick
+            file_ids = [taken.file_id for taken in files if taken.file_id]
+            refused = [taken for taken in files if taken.refusal]
+            if refused:
+                note = ChannelSend(key=f"files:{update.update_id}", chat_id=update.chat_id,
+                                   text="\n".join(f"Sorry, I could not take {taken.name}: "
+                                                  f"{taken.refusal}" for taken in refused))
+                if not file_ids and not text.strip():
+                    # nothing left for the agent: the note is the whole answer
+                    await self._inbox.answer_channel_update(
+                        self.name, bot.agent, update.update_id, "handled", [note])
+                    self._forget_files(bot, update)
+                    return False
+                await self._outbox.enqueue_channel_sends(self.name, bot.agent, [note])
+                # the agent hears of them too, or it would answer as if it had seen them
+                text = "\n\n".join(part for part in [text] + [
+                    f"({taken.name} was sent too but could not be taken: {taken.refusal})"
+                    for taken in refused] if part)
+            if file_ids:
+                self._crash_point(FILES_STORED_CRASH_POINT)
         for _attempt in range(2):
             session_id = await self._chats.chat_session(self.name, bot.agent, update.chat_id)
             if session_id is None:
@@ -416,9 +472,12 @@ class ChatChannel(Channel):
                 await self._chats.bind_chat_session(self.name, bot.agent, update.chat_id,
                                                     session_id)
             try:
-                turn = await context.send_message(session_id, update.text,
+                # the key makes a retry (after a crash, even with the files stored again)
+                # return the turn the first attempt started
+                turn = await context.send_message(session_id, text,
                                                   idempotency_key=f"{self.name}:"
-                                                                  f"{update.update_id}")
+                                                                  f"{update.update_id}",
+                                                  files=file_ids or None)
             except (SessionEnded, SessionNotFound):
                 # the chat's session ended (closed, failed, cancelled): the chat gets a new one
                 fresh = await context.start_session(
@@ -437,12 +496,107 @@ class ChatChannel(Channel):
                     [ChannelSend(key=f"unusable:{update.update_id}", chat_id=update.chat_id,
                                  text=f"Sorry, I could not take that message: "
                                       f"{exc.message[:300]}")])
+                self._forget_files(bot, update)
                 return False
             await self._inbox.set_channel_update(self.name, bot.agent, update.update_id,
                                                  "delivered", session_id=session_id, turn=turn)
+            self._forget_files(bot, update)
             await self._typing(bot, update.chat_id, force=True)
             return True
         return False
+
+    async def _take_files(self, bot: ChatBot, update: ChannelUpdate) -> list[_TakenFile] | None:
+        """Download and store each file of ``update`` (once per update in this process); what
+        became of each: its stored id, or why it was refused (a type not taken, too large,
+        refused by the upload checks or the storage quota, a download that failed). ``None``
+        while a download failed for now and is to be tried again (after a backoff)."""
+        key = (bot.agent, update.update_id)
+        failures, due = self._download_retry.get(key, (0, 0.0))
+        if time.monotonic() < due:
+            return None
+        taken = self._files_taken.setdefault(key, {})
+        refs = _file_refs(update.payload)
+        limit = self._context.max_file_bytes
+        for index, ref in enumerate(refs):
+            if index in taken:
+                continue
+            name, content_type, size = ref["name"], ref["content_type"], ref["size"]
+            if content_type not in SHOWABLE_TYPES:
+                taken[index] = _TakenFile(name, refusal=f"{FILE_TYPES_TEXT}, and this is "
+                                                        f"{content_type or 'of no known type'}.")
+                continue
+            if size is not None and size > limit:
+                taken[index] = _TakenFile(name, refusal=_too_large(size, limit))
+                continue
+            try:
+                data = await self.download_file(bot, ref["ref"], max_bytes=limit)
+            except ChannelError as exc:
+                if exc.status == 413:  # the platform will not hand over a file that large
+                    taken[index] = _TakenFile(name, refusal=_sentence(exc.message))
+                    continue
+                retry = self._download_failed(bot, update, name, failures, exc.message,
+                                              exc.retryable, exc.retry_after_s)
+                if retry:
+                    return None
+                taken[index] = _TakenFile(name, refusal="it could not be downloaded. Please "
+                                                        "send it again.")
+                continue
+            except OSError as exc:
+                if self._download_failed(bot, update, name, failures,
+                                         f"{type(exc).__name__} (network)", True, None):
+                    return None
+                taken[index] = _TakenFile(name, refusal="it could not be downloaded. Please "
+                                                        "send it again.")
+                continue
+            if len(data) > limit:
+                taken[index] = _TakenFile(name, refusal=_too_large(None, limit))
+                continue
+            try:
+                file_id = await self._context.add_file(
+                    name=name, content_type=content_type, data=data,
+                    uploaded_by=f"{self.name}:{update.user_id}")
+            except FileTooLarge:
+                taken[index] = _TakenFile(name, refusal=_too_large(len(data), limit))
+            except BadFile as exc:
+                # "<name>: the name says PDF but ...": the person's reply names it already
+                reason = exc.message.split(": ", 1)[1] if ": " in exc.message else exc.message
+                taken[index] = _TakenFile(name, refusal=_sentence(reason))
+            except StorageQuotaExceeded:
+                log.error("%s: a file from %s to %s was refused: the storage quota "
+                          "(TOREN_MAX_TOTAL_FILE_BYTES) is used up", self.name,
+                          update.user_id, bot.agent)
+                taken[index] = _TakenFile(name, refusal="there is no room left for files "
+                                                        "here. The operator has been told.")
+            else:
+                taken[index] = _TakenFile(name, file_id=file_id)
+        self._download_retry.pop(key, None)
+        return [taken[index] for index in range(len(refs))]
+
+    def _download_failed(self, bot: ChatBot, update: ChannelUpdate, name: str,
+                         failures: int, reason: str, retryable: bool,
+                         retry_after_s: float | None) -> bool:
+        """Whether a failed download is tried again (after a backoff, at most
+        ``download_attempts`` times in all); otherwise the person is told."""
+        if retryable and failures + 1 < self.download_attempts:
+            delay = _backoff(failures + 1, retry_after_s)
+            self._download_retry[(bot.agent, update.update_id)] = (
+                failures + 1, time.monotonic() + delay)
+            log.warning("%s: downloading %s of update %s for %s failed (%s); retrying in "
+                        "%.1fs", self.name, name, update.update_id, bot.agent, reason, delay)
+            return True
+        log.warning("%s: giving up downloading %s of update %s for %s: %s", self.name, name,
+                    update.update_id, bot.agent, reason)
+        return False
+
+    def _forget_files(self, bot: ChatBot, update: ChannelUpdate) -> None:
+        self._files_taken.pop((bot.agent, update.update_id), None)
+        self._download_retry.pop((bot.agent, update.update_id), None)
+
+    def _crash_point(self, name: str) -> None:
+        """A crash point of the runtime's context (SIGKILL tests); none in another one."""
+        crash_point = getattr(self._context, "crash_point", None)
+        if crash_point is not None:
+            crash_point(name)
 
     async def _press(self, bot: ChatBot, update: ChannelUpdate) -> None:
         """A button: its data (``toren.host.chat.buttons``) decides an approval only if it was
@@ -602,13 +756,70 @@ class ChatChannel(Channel):
 
 
 def _storable(update: ChannelUpdate) -> ChannelUpdate:
-    """The update with its texts cleaned of what Postgres cannot store (``storable_text``)."""
-    payload = {key: storable_text(value) if isinstance(value, str) else value
-               for key, value in update.payload.items()}
+    """The update with its texts cleaned of what Postgres cannot store (``storable_text``),
+    those of its payload too, however nested (a file's name)."""
     return dataclasses.replace(update, text=storable_text(update.text),
                                chat_id=storable_text(update.chat_id),
                                user_id=storable_text(update.user_id),
-                               update_id=storable_text(update.update_id), payload=payload)
+                               update_id=storable_text(update.update_id),
+                               payload=_storable_value(update.payload))
+
+
+def _storable_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return {storable_text(str(key)): _storable_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable_value(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class _TakenFile:
+    """One file of a message: stored (``file_id``) or refused (``refusal``, told the person)."""
+
+    name: str
+    file_id: str = ""
+    refusal: str = ""
+
+
+def _file_refs(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``payload["files"]`` as ``{"ref", "name", "content_type", "size"}`` items, whatever a
+    platform's parser (or an old row) left out."""
+    refs = []
+    files = payload.get("files")
+    for index, item in enumerate(files if isinstance(files, list) else []):
+        if not isinstance(item, dict):
+            continue
+        size = item.get("size")
+        content_type = str(item.get("content_type") or "").lower()
+        refs.append({"ref": str(item.get("ref", "")),
+                     # named as it is stored (a platform's "image" of type image/png is
+                     # image.png), in the replies too
+                     "name": name_with_extension(str(item.get("name") or f"file-{index + 1}")
+                                                 [:255], content_type),
+                     "content_type": content_type,
+                     "size": size if isinstance(size, int) and not isinstance(size, bool)
+                     else None})
+    return refs
+
+
+def _too_large(size: int | None, limit: int) -> str:
+    """Why a file of ``size`` bytes (``None``: a download that went past the limit) is
+    refused."""
+    if size is None:
+        return f"it is larger than {_megabytes(limit)}, the most a file here may be."
+    return f"it is {_megabytes(size)}, and files here may be at most {_megabytes(limit)}."
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()[:300]
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1_000_000:,.1f} MB" if size >= 100_000 else f"{size:,} bytes"
 
 
 def _reply_text(transcript: list[dict[str, Any]], turn: int) -> str:

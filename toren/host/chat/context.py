@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path, PurePath
 from typing import Any
 
 from toren.config import Settings
 from toren.core.approvals import ApprovalRecord
+from toren.core.attachments import SHOWABLE_TYPES
+from toren.files import (
+    IMAGE_EXTENSIONS,
+    BadFile,
+    check_upload,
+    describe_type,
+)
 from toren.host.services.approvals import ApprovalsService
+from toren.host.services.files import FilesService
 from toren.host.services.sessions import SessionsService
 from toren.seams.store import Store
 from toren.seams.store.channels import ChannelChats, ChannelInbox, ChannelOutbox
@@ -18,7 +27,7 @@ class RuntimeChannelContext:
     """What ``Runtime.start_channels``, the server (``Channel.routes``) and a worker beside
     the server (``Channel.notify_elsewhere``) give a channel: the runtime's sessions and
     approvals services, and the store only through its three channel interfaces (and a
-    run's status)."""
+    run's status), and files added under the upload rules and the storage quota."""
 
     def __init__(self, store: Store, settings: Settings,
                  channel_agents: Callable[[str], dict[str, dict[str, Any]]],
@@ -28,6 +37,7 @@ class RuntimeChannelContext:
         self._channel_agents = channel_agents
         self._sessions = sessions
         self._approvals = approvals
+        self._files = FilesService(store, settings)
 
     @property
     def inbox(self) -> ChannelInbox:
@@ -63,9 +73,33 @@ class RuntimeChannelContext:
     async def start_session(self, agent: str, *, idempotency_key: str | None = None) -> str:
         return await self._sessions.start(agent, idempotency_key=idempotency_key)
 
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self._settings.max_file_bytes)
+
     async def send_message(self, session_id: str, text: str, *,
-                           idempotency_key: str | None = None) -> int:
-        return await self._sessions.send(session_id, text, idempotency_key=idempotency_key)
+                           idempotency_key: str | None = None,
+                           files: Sequence[str] | None = None) -> int:
+        return await self._sessions.send(session_id, text, idempotency_key=idempotency_key,
+                                         files=list(files) if files else None)
+
+    async def add_file(self, *, name: str, content_type: str, data: bytes,
+                       uploaded_by: str) -> str:
+        named = name_with_extension(name, content_type)
+        # the size cap, the name and the sniffed type as POST /files checks them; hashing
+        # megabytes runs off the event loop
+        upload = await asyncio.to_thread(check_upload, named, data,
+                                         max_bytes=self.max_file_bytes)
+        if content_type in SHOWABLE_TYPES and upload.content_type not in SHOWABLE_TYPES:
+            raise BadFile(f"{upload.name} was sent as {describe_type(content_type)} but the "
+                          f"content is {describe_type(upload.content_type)}")
+        stored = await self._files.add(upload, uploaded_by=uploaded_by)
+        return stored.id
+
+    def crash_point(self, name: str) -> None:
+        """A named crash point (``toren.crashpoints``) for the channel machinery's SIGKILL
+        tests; nothing unless ``TOREN_CRASH_AT`` names it. Not part of ``ChannelContext``."""
+        self._settings.crash_point(name)
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
         return await self._sessions.get(session_id)
@@ -80,3 +114,17 @@ class RuntimeChannelContext:
     async def decide_approval(self, approval_id: str, outcome: str, *,
                               decided_by: str) -> ApprovalRecord:
         return await self._approvals.decide(approval_id, outcome, decided_by=decided_by)
+
+
+#: The extension a file of a content type is named with when its name has none.
+EXTENSIONS = {content_type: extension for extension, content_type in
+              reversed(list(IMAGE_EXTENSIONS.items()))} | {"application/pdf": ".pdf"}
+
+
+def name_with_extension(name: str, content_type: str) -> str:
+    """``name``, with the extension of ``content_type`` appended when it has none (a
+    platform's ``photo`` of type image/jpeg is stored as ``photo.jpg``)."""
+    extension = EXTENSIONS.get(content_type)
+    if extension is None or PurePath(name.replace("\\", "/")).suffix:
+        return name
+    return name + extension
