@@ -31,15 +31,18 @@ async def telegram_agent(fake_telegram: FakeTelegram,
                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                          ) -> Callable[..., Awaitable[Runtime]]:
     """``await telegram_agent(**settings)`` -> a started runtime serving agent ``bot`` over
-    the telegram channel (its channels started), pointed at the fake Bot API."""
+    the telegram channel (its channels started), pointed at the fake Bot API;
+    ``runtime_settings`` overrides the runtime's ``Settings`` (``max_file_bytes``)."""
     monkeypatch.setenv("TEST_TG_TOKEN", TOKEN)
     started: list[Runtime] = []
 
-    async def make(**settings: Any) -> Runtime:
+    async def make(*, runtime_settings: dict[str, Any] | None = None,
+                   **settings: Any) -> Runtime:
         directory = write_agent_dir(tmp_path / "agents", "bot",
                                     channels={"telegram": telegram_settings(fake_telegram,
                                                                             **settings)})
-        runtime = await toren_runtime([directory], load_plugins=("toren-telegram",))
+        runtime = await toren_runtime([directory], load_plugins=("toren-telegram",),
+                                      **(runtime_settings or {}))
         await runtime.start_channels()
         started.append(runtime)
         return runtime

@@ -15,7 +15,7 @@ import pytest
 from fake_telegram import TOKEN, FakeTelegram
 from telegram_support import FRIEND, telegram_settings
 
-from toren.testing import OutputProcess, wait_for, write_agent_dir
+from toren.testing import OutputProcess, png_bytes, wait_for, write_agent_dir
 
 TOREN = Path(sys.executable).parent / "toren"
 
@@ -28,9 +28,10 @@ def dev_env(database_url: str, home: Path, **extra: str) -> dict[str, str]:
                   "TOREN_HOME": str(home), "NO_COLOR": "1"} | extra
 
 
-def start_dev(directory: Path, env: dict[str, str], stderr: Path) -> OutputProcess:
-    process = OutputProcess([str(TOREN), "dev", "--dir", str(directory), "--port", "0",
-                             "--json"], env=env, stderr_path=stderr)
+def start_dev(directory: Path, env: dict[str, str], stderr: Path,
+              command: list[str] | None = None) -> OutputProcess:
+    process = OutputProcess([*(command or [str(TOREN)]), "dev", "--dir", str(directory),
+                             "--port", "0", "--json"], env=env, stderr_path=stderr)
     process.next_json(timeout=60)  # ready
     return process
 
@@ -101,3 +102,47 @@ def test_a_worker_sigkilled_mid_turn_the_reply_is_sent_exactly_once(
         (sessions,) = conn.execute("SELECT count(*) FROM agent_bot.runs "
                                    "WHERE kind = 'session'").fetchone()
     assert sessions == 1
+
+
+@pytest.mark.slow
+def test_sigkilled_after_a_photo_is_stored_the_next_process_starts_one_turn_with_it(
+        fake_telegram: FakeTelegram, database_url: str, tmp_path: Path,
+        output_processes: list[OutputProcess]) -> None:
+    """Killed between storing a photo and starting its turn: the update is still pending, so
+    the next process downloads and stores it again (a second record of the same content) and
+    sends the message under the same idempotency key: one turn, with the photo."""
+    directory = write_agent_dir(tmp_path / "agents", "bot",
+                                channels={"telegram": telegram_settings(fake_telegram)})
+    env = dev_env(database_url, tmp_path / "home",
+                  TOREN_CRASH_AT="after_channel_files_stored",
+                  TOREN_CRASH_ONCE=str(tmp_path / "crashed-once"))
+    launcher = [sys.executable, str(Path(__file__).parent / "crash_launcher.py")]
+    first = start_dev(directory, env, tmp_path / "dev-0.stderr", command=launcher)
+    output_processes.append(first)
+    photo = png_bytes(64, 48)
+    fake_telegram.photo(300, FRIEND, photo, caption="keep this")
+    try:
+        assert first.proc.wait(timeout=60) == -signal.SIGKILL, first.stderr
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the process did not crash after storing the photo: {first.stderr}")
+    with psycopg.connect(database_url) as conn:
+        stored = conn.execute("SELECT count(*) FROM toren_control.files").fetchone()
+        turns = conn.execute("SELECT count(*) FROM agent_bot.runs").fetchone()
+    assert stored == (1,) and turns == (0,)  # stored; no session, no turn yet
+    second = start_dev(directory, env, tmp_path / "dev-1.stderr", command=launcher)
+    output_processes.append(second)
+    assert wait_for(lambda: fake_telegram.texts(FRIEND), 40), second.stderr
+    time.sleep(2)
+    (reply,) = fake_telegram.texts(FRIEND)
+    assert reply.startswith("You said: keep this")
+    assert reply.endswith(f"photo-300.jpg (image/png, 64x48 px): {len(photo):,} bytes received")
+    with psycopg.connect(database_url) as conn:
+        (session_id,) = conn.execute("SELECT id FROM agent_bot.runs "
+                                     "WHERE kind = 'session'").fetchone()
+        messages = conn.execute(
+            "SELECT data FROM agent_bot.events WHERE run_id = %s AND type = 'UserMessage'",
+            (session_id,)).fetchall()
+        (stored,) = conn.execute("SELECT count(*) FROM toren_control.files").fetchone()
+    ((message,),) = messages  # exactly one turn
+    assert [a["name"] for a in message["attachments"]] == ["photo-300.jpg"]
+    assert stored == 2  # stored again by the second process: same content, another record

@@ -2,20 +2,23 @@
 
 Why not aiogram: Toren needs to decide when an update is acknowledged (only after it is
 committed to Postgres), and aiogram's dispatcher confirms the getUpdates offset itself; the
-five methods used here (getUpdates, sendMessage, sendChatAction, answerCallbackQuery,
-setWebhook) are a few lines each, and the raw API keeps the dependency to aiohttp, which
-the kernel already uses.
+methods used here (getUpdates, sendMessage, sendChatAction, answerCallbackQuery, setWebhook,
+getFile and the file download) are a few lines each, and the raw API keeps the dependency to
+aiohttp, which the kernel already uses.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
 from toren.plugin import ChannelError
 
 DEFAULT_API_URL = "https://api.telegram.org"
+#: Bytes read per piece of a file download.
+CHUNK_BYTES = 256 * 1024
 
 
 class BotApi:
@@ -26,6 +29,7 @@ class BotApi:
                  api_url: str = DEFAULT_API_URL) -> None:
         self.session = session
         self._base = f"{api_url.rstrip('/')}/bot{token}/"
+        self._files = f"{api_url.rstrip('/')}/file/bot{token}/"
 
     async def call(self, method: str, params: dict[str, Any] | None = None, *,
                    timeout_s: float = 30.0) -> Any:
@@ -54,3 +58,35 @@ class BotApi:
         raise ChannelError(f"Telegram {method} answered {status}: "
                            f"{description or 'no description'}",
                            retryable=retryable, retry_after_s=retry_after, status=status)
+
+    async def download(self, file_path: str, *, max_bytes: int, timeout_s: float = 120.0
+                       ) -> bytes:
+        """The file ``getFile`` gave ``file_path`` for (``GET /file/bot<token>/<file_path>``),
+        read until it ends or passes ``max_bytes`` (then what was read, ``max_bytes`` + 1
+        bytes or more, is returned: the caller refuses it as too large). ``ChannelError``
+        (retryable for 429, 5xx and network failures) otherwise; like ``call``'s, its message
+        never holds the token."""
+        try:
+            async with self.session.get(self._files + quote(file_path),
+                                        timeout=aiohttp.ClientTimeout(total=timeout_s)
+                                        ) as response:
+                status = response.status
+                if status == 200:
+                    return await read_at_most(response, max_bytes)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise ChannelError(f"Telegram file download: {type(exc).__name__} (network)",
+                               retryable=True) from None
+        raise ChannelError(f"Telegram file download answered {status}",
+                           retryable=status == 429 or status >= 500, status=status)
+
+
+async def read_at_most(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """A response's body, or its first pieces once they pass ``max_bytes``."""
+    pieces: list[bytes] = []
+    received = 0
+    async for piece in response.content.iter_chunked(CHUNK_BYTES):
+        pieces.append(piece)
+        received += len(piece)
+        if received > max_bytes:
+            break  # the rest is not read: leaving the block closes the connection
+    return b"".join(pieces)

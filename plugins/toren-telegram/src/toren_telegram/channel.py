@@ -197,21 +197,47 @@ class TelegramChannel(ChatChannel):
         await bot.state["api"].call("answerCallbackQuery", {
             "callback_query_id": update.payload.get("callback_id", ""), "text": text[:190]})
 
+    # -- files ------------------------------------------------------------------------------
+
+    async def download_file(self, bot: ChatBot, ref: str, *, max_bytes: int) -> bytes:
+        """``getFile`` for the file's path, then ``GET <api_url>/file/bot<token>/<path>``."""
+        api: BotApi = bot.state["api"]
+        try:
+            found = await api.call("getFile", {"file_id": ref})
+        except ChannelError as exc:
+            if exc.status == 400 and "too big" in exc.message:
+                raise ChannelError("it is larger than the 20 MB Telegram lets a bot download.",
+                                   status=413) from None
+            raise
+        path = found.get("file_path") if isinstance(found, dict) else None
+        if not isinstance(path, str) or not path:
+            raise ChannelError("Telegram getFile gave no file_path")
+        return await api.download(path, max_bytes=max_bytes)
+
 
 def parse_update(agent: str, item: Mapping[str, Any]) -> ChannelUpdate | None:
-    """A Bot API update as a ``ChannelUpdate``: a private chat's text message, or a press of
-    one of the bot's buttons; ``None`` for anything else (groups, stickers, edits)."""
+    """A Bot API update as a ``ChannelUpdate``: a private chat's message (its text, or a photo
+    or document with its caption: ``payload["files"]``), or a press of one of the bot's
+    buttons; ``None`` for anything else (groups, stickers, voice, edits)."""
     update_id = item["update_id"]
     message = item.get("message")
     if isinstance(message, dict):
-        chat, sender, text = message.get("chat"), message.get("from"), message.get("text")
+        chat, sender = message.get("chat"), message.get("from")
+        text = message.get("text")
+        if not isinstance(text, str):
+            text = message.get("caption")
+        text = text if isinstance(text, str) else ""
+        files = message_files(message)
         if not (isinstance(chat, dict) and chat.get("type") == "private"
-                and isinstance(sender, dict) and isinstance(text, str) and text.strip()):
+                and isinstance(sender, dict) and (text.strip() or files)):
             return None
+        payload: dict[str, Any] = {"name": _name(sender)}
+        if files:
+            payload["files"] = files
         return ChannelUpdate(channel="telegram", agent=agent, update_id=str(update_id),
                              chat_id=str(chat.get("id")), user_id=str(sender.get("id")),
                              kind="message", text=text[:100_000], sort_key=update_id,
-                             payload={"name": _name(sender)})
+                             payload=payload)
     query = item.get("callback_query")
     if isinstance(query, dict) and isinstance(query.get("from"), dict):
         chat = (query.get("message") or {}).get("chat") or {}
@@ -221,6 +247,38 @@ def parse_update(agent: str, item: Mapping[str, Any]) -> ChannelUpdate | None:
                              text=str(query.get("data", ""))[:200], sort_key=update_id,
                              payload={"callback_id": str(query.get("id", ""))})
     return None
+
+
+def message_files(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The files of a message as ``ChatChannel`` takes them (``{"ref", "name",
+    "content_type", "size"}``): a photo's largest size (Telegram sends each photo as JPEG in
+    several sizes), or a document with the type Telegram gives it (the base refuses, with a
+    reply, a type other than an image or a PDF)."""
+    message_id = message.get("message_id", "")
+    photo = message.get("photo")
+    if isinstance(photo, list):
+        sizes = [size for size in photo if isinstance(size, dict)
+                 and isinstance(size.get("file_id"), str) and size["file_id"]]
+        if sizes:
+            largest = max(sizes, key=lambda size: (_int(size.get("width")) or 0)
+                          * (_int(size.get("height")) or 0))
+            return [{"ref": largest["file_id"][:1000], "name": f"photo-{message_id}.jpg",
+                     "content_type": "image/jpeg", "size": _int(largest.get("file_size"))}]
+    document = message.get("document")
+    if isinstance(document, dict) and isinstance(document.get("file_id"), str) \
+            and document["file_id"]:
+        content_type = str(document.get("mime_type") or "").lower()[:200]
+        content_type = "image/jpeg" if content_type == "image/jpg" else content_type
+        name = document.get("file_name")
+        return [{"ref": document["file_id"][:1000],
+                 "name": name[:1000] if isinstance(name, str) and name.strip()
+                 else f"document-{message_id}",
+                 "content_type": content_type, "size": _int(document.get("file_size"))}]
+    return []
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _name(sender: Mapping[str, Any]) -> str:
