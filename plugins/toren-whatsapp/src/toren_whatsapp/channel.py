@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
@@ -38,6 +39,10 @@ MAX_CHALLENGE_CHARS = 200
 _CHALLENGE = re.compile(rf"[A-Za-z0-9._-]{{1,{MAX_CHALLENGE_CHARS}}}")
 #: Graph API error codes that mean "slow down" (besides HTTP 429).
 _RATE_LIMIT_CODES = {4, 80007, 130429, 131048, 131056}
+#: Bytes read per piece of a media download.
+CHUNK_BYTES = 256 * 1024
+#: The message types whose media is passed on (with the key holding it).
+MEDIA_TYPES = ("image", "document")
 
 _ENV_NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "maxLength": 200}
 
@@ -197,10 +202,47 @@ class WhatsAppChannel(ChatChannel):
                            retryable=retryable, status=status,
                            retry_after_s=_seconds(retry_after))
 
+    # -- media ------------------------------------------------------------------------------
+
+    async def download_file(self, bot: ChatBot, ref: str, *, max_bytes: int) -> bytes:
+        """``GET /<media id>`` for the media's URL (valid for minutes), then ``GET`` that URL
+        with the same bearer token, as the Cloud API asks."""
+        token = os.environ.get(bot.settings["access_token_env"], "")
+        headers = {"Authorization": f"Bearer {token}"}
+        api_url = bot.settings.get("api_url", DEFAULT_API_URL).rstrip("/")
+        session: aiohttp.ClientSession = bot.state["session"]
+        try:
+            async with session.get(f"{api_url}/{quote(ref, safe='')}", headers=headers,
+                                   timeout=aiohttp.ClientTimeout(total=30)) as response:
+                status = response.status
+                try:
+                    media = await response.json(content_type=None)
+                except ValueError:
+                    media = None
+            if status != 200 or not isinstance(media, dict) \
+                    or not isinstance(media.get("url"), str):
+                raise ChannelError(f"WhatsApp media lookup answered {status}",
+                                   retryable=status == 429 or status >= 500, status=status)
+            size = media.get("file_size")
+            if isinstance(size, int) and not isinstance(size, bool) and size > max_bytes:
+                raise ChannelError(f"it is {_megabytes(size)}, and files here may be at most "
+                                   f"{_megabytes(max_bytes)}.", status=413)
+            async with session.get(media["url"], headers=headers,
+                                   timeout=aiohttp.ClientTimeout(total=120)) as response:
+                if response.status != 200:
+                    raise ChannelError(f"WhatsApp media download answered {response.status}",
+                                       retryable=response.status == 429
+                                       or response.status >= 500, status=response.status)
+                return await _read_at_most(response, max_bytes)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise ChannelError(f"WhatsApp media download: {type(exc).__name__} (network)",
+                               retryable=True) from None
+
 
 def parse_notification(agent: str, phone_number_id: str, body: Any) -> list[ChannelUpdate]:
-    """The text messages and button replies in a Cloud API notification that were sent to
-    ``phone_number_id`` (statuses, media and other numbers' messages are skipped)."""
+    """The text messages, images and documents (with their captions) and button replies in
+    a Cloud API notification that were sent to ``phone_number_id`` (statuses, other media
+    and other numbers' messages are skipped)."""
     updates: list[ChannelUpdate] = []
     if not isinstance(body, dict) or body.get("object") != "whatsapp_business_account":
         return updates
@@ -231,6 +273,7 @@ def _message_update(agent: str, message: Any, names: dict[str, str]) -> ChannelU
     except (TypeError, ValueError):
         sort_key = 0
     kind, text = "message", None
+    payload: dict[str, Any] = {"name": names.get(sender, "")[:200]}
     if message.get("type") == "text":
         body = (message.get("text") or {}).get("body")
         if isinstance(body, str) and body.strip():
@@ -239,11 +282,46 @@ def _message_update(agent: str, message: Any, names: dict[str, str]) -> ChannelU
         reply = (message.get("interactive") or {}).get("button_reply") or {}
         if reply.get("id"):
             kind, text = "button", str(reply["id"])[:200]
+    elif message.get("type") in MEDIA_TYPES:
+        media = message.get(message["type"])
+        if isinstance(media, dict) and isinstance(media.get("id"), str) and media["id"]:
+            caption = media.get("caption")
+            text = caption[:100_000] if isinstance(caption, str) else ""
+            payload["files"] = [_media_file(message["type"], media, sort_key)]
     if text is None:
         return None
     return ChannelUpdate(channel="whatsapp", agent=agent, update_id=str(message["id"])[:200],
                          chat_id=sender, user_id=sender, kind=kind, text=text,
-                         sort_key=sort_key, payload={"name": names.get(sender, "")[:200]})
+                         sort_key=sort_key, payload=payload)
+
+
+def _media_file(kind: str, media: dict[str, Any], sort_key: int) -> dict[str, Any]:
+    """An image's or a document's media as ``ChatChannel`` takes a file: the media id to
+    download it by, a name (a document's own; the base adds the extension of the type),
+    the type WhatsApp says (a type other than an image or a PDF is refused with a reply).
+    WhatsApp does not say the size until the media is looked up."""
+    filename = media.get("filename")
+    name = (filename[:1000] if kind == "document" and isinstance(filename, str)
+            and filename.strip() else f"{kind}-{sort_key}")
+    return {"ref": media["id"][:1000], "name": name,
+            "content_type": str(media.get("mime_type") or "").split(";")[0].strip()
+            .lower()[:200], "size": None}
+
+
+async def _read_at_most(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """A response's body, or its first pieces once they pass ``max_bytes``."""
+    pieces: list[bytes] = []
+    received = 0
+    async for piece in response.content.iter_chunked(CHUNK_BYTES):
+        pieces.append(piece)
+        received += len(piece)
+        if received > max_bytes:
+            break  # the rest is not read: leaving the block closes the connection
+    return b"".join(pieces)
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1_000_000:,.1f} MB" if size >= 100_000 else f"{size:,} bytes"
 
 
 def _seconds(value: str | None) -> float | None:
