@@ -30,6 +30,8 @@ POINTS = {
                       "approved call run) yet",
     "after_child_run": "a peer call or background run created its run; the task has not "
                        "recorded it yet",
+    "after_channel_files_stored": "a chat message's files are stored; its turn is not started "
+                                  "yet",
 }
 _reached: Counter[str] = Counter()
 

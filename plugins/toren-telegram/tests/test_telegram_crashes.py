@@ -28,9 +28,8 @@ def dev_env(database_url: str, home: Path, **extra: str) -> dict[str, str]:
                   "TOREN_HOME": str(home), "NO_COLOR": "1"} | extra
 
 
-def start_dev(directory: Path, env: dict[str, str], stderr: Path,
-              command: list[str] | None = None) -> OutputProcess:
-    process = OutputProcess([*(command or [str(TOREN)]), "dev", "--dir", str(directory),
+def start_dev(directory: Path, env: dict[str, str], stderr: Path) -> OutputProcess:
+    process = OutputProcess([str(TOREN), "dev", "--dir", str(directory),
                              "--port", "0", "--json"], env=env, stderr_path=stderr)
     process.next_json(timeout=60)  # ready
     return process
@@ -116,8 +115,7 @@ def test_sigkilled_after_a_photo_is_stored_the_next_process_starts_one_turn_with
     env = dev_env(database_url, tmp_path / "home",
                   TOREN_CRASH_AT="after_channel_files_stored",
                   TOREN_CRASH_ONCE=str(tmp_path / "crashed-once"))
-    launcher = [sys.executable, str(Path(__file__).parent / "crash_launcher.py")]
-    first = start_dev(directory, env, tmp_path / "dev-0.stderr", command=launcher)
+    first = start_dev(directory, env, tmp_path / "dev-0.stderr")
     output_processes.append(first)
     photo = png_bytes(64, 48)
     fake_telegram.photo(300, FRIEND, photo, caption="keep this")
@@ -129,7 +127,7 @@ def test_sigkilled_after_a_photo_is_stored_the_next_process_starts_one_turn_with
         stored = conn.execute("SELECT count(*) FROM toren_control.files").fetchone()
         turns = conn.execute("SELECT count(*) FROM agent_bot.runs").fetchone()
     assert stored == (1,) and turns == (0,)  # stored; no session, no turn yet
-    second = start_dev(directory, env, tmp_path / "dev-1.stderr", command=launcher)
+    second = start_dev(directory, env, tmp_path / "dev-1.stderr")
     output_processes.append(second)
     assert wait_for(lambda: fake_telegram.texts(FRIEND), 40), second.stderr
     time.sleep(2)
