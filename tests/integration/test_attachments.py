@@ -198,3 +198,21 @@ async def test_compaction_names_the_files_it_no_longer_shows(
     assert model.seen[-1] == []  # the image is no longer sent on every call
     assert "files shown earlier, no longer attached" in model.texts[-1][0]
     assert "big.png (image/png, 1500x1000 px, " in model.texts[-1][0]
+
+
+async def test_show_leaves_a_kind_out_of_what_tools_return_too(
+        make_runtime: MakeRuntime, tmp_path: Path) -> None:
+    model = SeeingModel()
+    runtime = await make_runtime(
+        dirs=[write_agent_dir(tmp_path, "pdfs-only", tools_py=SCREENSHOT_TOOL, model="test/see",
+                              attachments={"show": ["pdf"]})],
+        models={"see": model})
+
+    run_id = await runtime.start_run("pdfs-only", "example.com")
+    record = await runtime.wait_for_run(run_id, timeout_s=30)
+
+    assert record.status == "completed", record.error
+    assert all(seen == [] for seen in model.seen)  # the screenshot is stored, not shown
+    last = model.texts[-1]
+    assert any("attachments.show leaves these files out" in text and "shot.png" in text
+               for text in last)

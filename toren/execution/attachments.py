@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from toren.core.attachments import (
     SHOWABLE_TYPES,
     Attachment,
+    AttachmentPolicy,
     attachment_kind,
     describe_file,
     image_type,
@@ -103,10 +104,12 @@ class AttachmentReader:
             self._content[file_id] = found[1] if found is not None else None
         return self._content[file_id]
 
-    async def shown(self, request: ModelRequest, model: Model) -> ModelRequest:
-        """``request`` as ``model`` is to see it: each attachment it takes with its bytes in
-        ``attachment_data``; one it cannot take, or whose file was deleted, as a note in its
-        message's text. A request without attachments is returned as it is."""
+    async def shown(self, request: ModelRequest, model: Model,
+                    policy: AttachmentPolicy) -> ModelRequest:
+        """``request`` as ``model`` is to see it: each attachment it takes (of a kind the
+        agent's ``attachments.show`` lists) with its bytes in ``attachment_data``; any other,
+        or one whose file was deleted, as a note in its message's text. A request without
+        attachments is returned as it is."""
         if not any(m.attachments for m in request.messages):
             return request
         data: dict[str, bytes] = {}
@@ -117,10 +120,14 @@ class AttachmentReader:
                 continue
             shown: list[Attachment] = []
             unseen: list[Attachment] = []
+            left_out: list[Attachment] = []
             gone: list[Attachment] = []
             for attachment in message.attachments:
                 if attachment.content_type not in model.input_types:
                     unseen.append(attachment)
+                    continue
+                if not policy.shows(attachment.content_type, model.input_types):
+                    left_out.append(attachment)
                     continue
                 content = await self._read(attachment.file_id)
                 if content is None:
@@ -132,6 +139,9 @@ class AttachmentReader:
             if unseen:
                 notes.append(unseen_note(unseen, f"{model.model_id} cannot be shown these "
                                                  "files; tools may read them by id"))
+            if left_out:
+                notes.append(unseen_note(left_out, "the agent's attachments.show leaves these "
+                                                   "files out; tools may read them by id"))
             if gone:
                 notes.append(unseen_note(gone, "these files were deleted and cannot be shown"))
             text = "\n\n".join([message.text, *notes]) if message.text else "\n\n".join(notes)

@@ -375,7 +375,7 @@ class TaskRunner:
                 messages=tuple(self.state.messages),
                 tools=self.spec.tool_specs, prompt_caching=self.agent.prompt_caching,
                 output_schema=self.spec.output.schema if self.spec.output is not None
-                and not self.state.session else None), model)
+                and not self.state.session else None), model, self.agent.attachments)
             reservation = await self.reserve(action.step, None, model, request)
             if reservation is False:
                 return False
@@ -512,7 +512,7 @@ class TaskRunner:
         if cut is None:
             return True
         request = await self.attachments.shown(summary_request(self.model_id, messages, cut),
-                                               model)
+                                               model, self.agent.attachments)
         reservation = await self.reserve(step, "compaction", model, request)
         if reservation is False:
             return False
