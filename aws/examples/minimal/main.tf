@@ -74,7 +74,7 @@ module "toren" {
   domain_name     = var.domain_name
   route53_zone_id = var.route53_zone_id
   image_tag       = var.image_tag
-  agents          = ["research-crew", "planner-crew", "approval-desk", "desk-crew", "desk-writer"]
+  agents          = ["research-crew", "planner-crew", "approval-desk", "desk-crew", "desk-writer", "vision-desk"]
   secret_values   = var.secret_values
 
   environment = {
