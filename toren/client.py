@@ -437,11 +437,7 @@ class TorenClient:
                     headers=self._headers(headers), timeout=self.timeout) as response:
                 payload = await response.json(content_type=None)
                 if response.status >= 400:
-                    error = (payload or {}).get("error", {}) if isinstance(payload, dict) else {}
-                    raise TorenAPIError(response.status, error.get("code", "http_error"),
-                                        error.get("message", response.reason or
-                                                  "request failed"),
-                                        payload if isinstance(payload, dict) else None)
+                    raise _api_error(response, payload)
                 return payload
         except aiohttp.ClientConnectorError as exc:
             raise _unreachable(self.base_url, exc) from exc
@@ -604,6 +600,20 @@ class TorenClient:
         """An uploaded file's record (``GET /files/{id}``)."""
         result: StoredFile = await self._request("GET", "/files/{file_id}", file_id=file_id)
         return result
+
+    async def file_content(self, file_id: str) -> bytes:
+        """An uploaded file's content as stored (``GET /files/{id}/content``): the bytes a
+        model is shown or ``read_document`` reads. ``TorenAPIError`` 404 ``file_not_found``
+        for an unknown or deleted file."""
+        url = self._url("/files/{file_id}/content", file_id=file_id)
+        try:
+            async with self._http().get(url, headers=self._headers(),
+                                        timeout=self.timeout) as response:
+                if response.status >= 400:
+                    raise _api_error(response, await response.json(content_type=None))
+                return await response.read()
+        except aiohttp.ClientConnectorError as exc:
+            raise _unreachable(self.base_url, exc) from exc
 
     async def delete_file(self, file_id: str) -> dict[str, Any]:
         """Delete an uploaded file (``DELETE /files/{id}``): ``{"id", "deleted": true}``."""
@@ -768,6 +778,14 @@ class TorenClient:
         result: Run = await self._request("POST", "/runs/{run_id}/restore", run_id=run_id,
                                           body={})
         return result
+
+
+def _api_error(response: aiohttp.ClientResponse, payload: Any) -> TorenAPIError:
+    """The ``TorenAPIError`` for an answer of status 400 or more and its JSON body."""
+    error = (payload or {}).get("error", {}) if isinstance(payload, dict) else {}
+    return TorenAPIError(response.status, error.get("code", "http_error"),
+                         error.get("message", response.reason or "request failed"),
+                         payload if isinstance(payload, dict) else None)
 
 
 def _stream_error(data: str) -> TorenAPIError:
@@ -940,6 +958,7 @@ class SyncTorenClient:
     upload_file = _blocking(TorenClient.upload_file)
     list_files = _blocking(TorenClient.list_files)
     get_file = _blocking(TorenClient.get_file)
+    file_content = _blocking(TorenClient.file_content)
     delete_file = _blocking(TorenClient.delete_file)
     # approvals
     list_approvals = _blocking(TorenClient.list_approvals)

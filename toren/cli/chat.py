@@ -4,7 +4,8 @@ Locally the session is worked in this process, on the database ``toren dev`` use
 ``TOREN_URL`` (and ``TOREN_API_KEY``) it talks to a deployment through ``toren.client``: the
 two operator backends of ``toren.cli.operator``, as for ``toren jobs``.
 Either way the conversation lives in the event log: resuming replays the whole transcript,
-and leaving prints the command that resumes it.
+and leaving prints the command that resumes it. ``/attach PATH`` queues files for the next
+message: sending it uploads them and attaches them (``files``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import asyncio
 import shlex
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from toren.cli.common import DirsOption, run_interruptible, served_dirs
+from toren.cli.files import attachment_lines, attachment_source
 from toren.cli.operator import LocalOperator, Operator, make_operator
 from toren.cli.output import (
     JSON_OPTION_HELP,
@@ -33,12 +36,14 @@ from toren.cli.render import LiveTextPrinter, event_line
 from toren.core import events as ev
 from toren.core.approvals import waiting_text
 from toren.core.events import Event
-from toren.errors import ConfigError
+from toren.errors import ConfigError, TorenError
 from toren.host.runtime import Runtime
 from toren.seams.shapes import TextDelta
 
-HELP = ("Type a message and press Enter. /exit leaves (the session stays open: resume it "
-        "later), /close ends the session, /help shows this.")
+HELP = ("Type a message and press Enter. /attach PATH adds a file to your next message "
+        "(/attach alone lists them, /detach drops them; Enter alone sends the files by "
+        "themselves). /exit leaves (the session stays open: resume it later), /close ends the "
+        "session, /help shows this.")
 #: Events after which the agent's turn is over and the prompt is the user's again.
 _TURN_OVER = {ev.TURN_ENDED, ev.RUN_FINISHED, ev.RUN_CANCELLED, ev.RUN_DEAD_LETTERED}
 
@@ -82,6 +87,9 @@ def _local_resume(runtime: Runtime, agent: str, dirs: list[Path] | None) -> list
 async def _chat(backend: Operator, agent: str, session_id: str | None, resume: str, *,
                 as_json: bool) -> None:
     lines = _stdin_lines()
+    # chatter about files goes to stdout with the conversation, to stderr beside --json's lines
+    say = err_console.print if as_json else console.print
+    queued: list[Path | str] = []  # /attach: the files of the next message
     try:
         await backend.start()
         found = await backend.open_session(agent, session_id)
@@ -107,15 +115,24 @@ async def _chat(backend: Operator, agent: str, session_id: str | None, resume: s
                     console.print()
                 break
             text = line.strip()
-            if not text:
+            if text == "/attach" or text.startswith("/attach "):
+                _queue(queued, text.removeprefix("/attach").strip(), say)
+                continue
+            if text == "/detach":
+                queued.clear()
+                say("No file is attached to your next message now.")
+                continue
+            if not text and not queued:
                 continue
             if text == "/help":
                 console.print(HELP)
                 continue
             if text == "/close":
                 await backend.close_session()
-            else:
+            elif not queued:
                 await backend.send_message(text)
+            elif not await _send_with_files(backend, text, queued, say):
+                continue  # nothing was sent: the files stay queued
             status = await _follow_turn(backend, as_json)
         _goodbye(backend.session_id, resume, status, as_json)
     except asyncio.CancelledError:  # Ctrl-C
@@ -124,6 +141,45 @@ async def _chat(backend: Operator, agent: str, session_id: str | None, resume: s
         raise
     finally:
         await backend.aclose()
+
+
+def _queue(queued: list[Path | str], words: str, say: Callable[[str], None]) -> None:
+    """``/attach WORDS``: queue the files WORDS names (a path, which may hold spaces, or
+    several, quoted as a shell would, or uploaded files' ids); ``/attach`` lists the queue."""
+    if words:
+        try:
+            named = [words] if Path(words).expanduser().exists() else shlex.split(words)
+        except ValueError:  # an unclosed quote: the words are one name
+            named = [words]
+        try:
+            sources = [attachment_source(word) for word in named]
+        except TorenError as exc:
+            say(f"[red]Not attached:[/] {safe(exc.message)}")
+            return
+        queued += [source for source in sources if source not in queued]
+    if not queued:
+        say("No file is attached to your next message. /attach PATH adds one.")
+        return
+    say(f"Attached to your next message ({len(queued)}; /detach drops them, Enter alone "
+        "sends them without text):")
+    for source in queued:
+        say(f"  📎 {safe(str(source)) if isinstance(source, Path) else 'file id ' + source}")
+
+
+async def _send_with_files(backend: Operator, text: str, queued: list[Path | str],
+                           say: Callable[[str], None]) -> bool:
+    """Upload the queued files and send them with ``text`` (which may be empty); whether the
+    message was sent (else the error was shown and the files stay queued)."""
+    try:
+        files = await backend.attach(queued, say)
+        ids = [str(stored["id"]) for stored in files]
+        queued[:] = ids  # uploaded once: if the message is refused, sending again names them
+        await backend.send_message(text, ids)
+    except TorenError as exc:
+        say(f"[red]Not sent:[/] {safe(exc.message)}")
+        return False
+    queued.clear()
+    return True
 
 
 async def _follow_turn(backend: Operator, as_json: bool) -> str:
@@ -161,6 +217,15 @@ def _show_event(event: Event) -> None:
     line = event_line(event)
     if line and event.type != ev.MODEL_CALL_COMPLETED and event.type != ev.TASK_STARTED:
         console.print(line)
+    if event.type in (ev.USER_MESSAGE, ev.TOOL_CALL_COMPLETED):
+        _show_attachments(data.get("attachments"),
+                          "      " if event.type == ev.TOOL_CALL_COMPLETED else "    ")
+
+
+def _show_attachments(attachments: list[dict[str, Any]] | None, indent: str) -> None:
+    """The files a message or a tool result showed the model, a line each."""
+    for shown in attachment_lines(attachments):
+        console.print(indent + shown)
 
 
 def _show_waiting(tool: str, approval_id: str) -> None:
@@ -195,6 +260,7 @@ def _show_transcript(found: dict[str, Any], as_json: bool) -> None:
         if entry["role"] == "user":
             console.print("[bold cyan]you>[/] ", end="")
             console.print(plain(entry["text"]), markup=False)
+            _show_attachments(entry.get("attachments"), "    ")
         elif entry["role"] == "assistant" and not entry["tool_calls"]:
             console.print("[bold green]agent>[/] ", end="")
             console.print(plain(entry["text"]), markup=False)
@@ -205,6 +271,7 @@ def _show_transcript(found: dict[str, Any], as_json: bool) -> None:
             output = " ".join(entry["output"].split())
             short = output if len(output) <= 100 else output[:99] + "…"
             console.print(f"    [{colour}]↳ {safe(entry['name'])}[/] {safe(short)}")
+            _show_attachments(entry.get("attachments"), "      ")
 
 
 def _goodbye(session_id: str, resume: str, status: str, as_json: bool) -> None:

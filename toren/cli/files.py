@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import getpass
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from toren.cli.common import run_async, with_database
 from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
+from toren.core.attachments import SHOWABLE_TYPES
 from toren.files import (
     CHUNK_BYTES,
     BadFile,
@@ -32,24 +33,49 @@ FileId = Annotated[str, typer.Argument(metavar="FILE_ID", help="The file's id.")
 MAX_PAGE = 1000
 
 
+def check_path(path: Path) -> int:
+    """The size of the regular file at ``path``; ``BadFile`` saying what ``path`` is instead
+    (missing, a directory, a device) and what to give."""
+    try:
+        if not path.exists():
+            raise BadFile(f"{path}: not a file: nothing is there (check the path)")
+        if path.is_dir():
+            raise BadFile(f"{path}: not a file but a directory; give the files in it one "
+                          "by one")
+        if not path.is_file():
+            raise BadFile(f"{path}: not a file (a device, a pipe or a socket); give a regular "
+                          "file")
+        return path.stat().st_size
+    except OSError as exc:
+        raise BadFile(f"{path}: cannot be read: {exc.strerror or exc}") from None
+
+
 def open_upload(path: Path, limit: int) -> IO[bytes]:
     """``path`` opened for reading, after the checks that need no reading; ``BadFile`` or
     ``FileTooLarge`` saying what is wrong."""
+    size = check_path(path)
+    if size > limit:
+        raise FileTooLarge(f"{path} is {size:,} bytes; uploads may be at most {limit:,} "
+                           "bytes (TOREN_MAX_FILE_BYTES)")
     try:
-        if not path.is_file():
-            raise BadFile(f"{path}: not a file")
-        size = path.stat().st_size
-        if size > limit:
-            raise FileTooLarge(f"{path} is {size:,} bytes; uploads may be at most {limit:,} "
-                               "bytes (TOREN_MAX_FILE_BYTES)")
         return path.open("rb")
     except OSError as exc:
         raise BadFile(f"{path}: cannot be read: {exc.strerror or exc}") from None
 
 
-async def add_path(path: Path, limit: int, uploaded_by: str) -> StoredFile:
+def cli_uploader() -> str:
+    """``uploaded_by`` of a file the CLI stores: ``cli <user name>``."""
+    try:
+        return f"cli {getpass.getuser()}"
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return "cli"
+
+
+async def add_path(path: Path, limit: int, uploaded_by: str, *,
+                   runtime: Runtime | None = None) -> StoredFile:
     """Spool ``path`` a piece at a time (at most ``limit`` + 1 bytes: a device or a growing
-    file cannot exhaust memory), check it, and only then start the database and store it."""
+    file cannot exhaust memory), check it, and only then store it: with ``runtime`` (started)
+    or, without one, a runtime started for it (the database is not touched for a bad file)."""
     async with UploadSpool(path.name, limit) as spool:
         handle = await asyncio.to_thread(open_upload, path, limit)
         try:
@@ -60,12 +86,51 @@ async def add_path(path: Path, limit: int, uploaded_by: str) -> StoredFile:
         finally:
             await asyncio.to_thread(handle.close)
         upload = await spool.check()
+        if runtime is not None:
+            return await runtime.files.add(upload, uploaded_by=uploaded_by)
         runtime = Runtime(agents=[])
         await runtime.start(workers=False)
         try:
             return await runtime.files.add(upload, uploaded_by=uploaded_by)
         finally:
             await runtime.stop()
+
+
+def attachment_source(value: str) -> Path | str:
+    """What ``--file``/``/attach`` names: a file on this machine (checked: it exists and is
+    a regular file), or the id of an uploaded file (a UUID that is no path here).
+
+    Raises:
+        BadFile: ``value`` is neither, saying what it is and what to give instead.
+    """
+    path = Path(value).expanduser()
+    file_id = parse_file_id(value.strip())
+    if file_id is not None and not path.exists():
+        return file_id
+    check_path(path)
+    return path
+
+
+def describe_stored(stored: dict[str, Any]) -> str:
+    """One line for an uploaded file's record (its JSON): name, type, size, id, and whether
+    a model can be shown it."""
+    shown = "" if stored["content_type"] in SHOWABLE_TYPES else (
+        " (listed for read_document; only images and PDFs are shown to the model)")
+    return (f"{safe(stored['name'])}: {safe(stored['content_type'])}, "
+            f"{stored['size_bytes']:,} bytes, file id {safe(stored['id'])}{shown}")
+
+
+def attachment_lines(attachments: list[dict[str, Any]] | None) -> list[str]:
+    """A line per attachment of an event (``TaskStarted``, ``UserMessage``,
+    ``ToolCallCompleted``): the files the model was shown, for the terminal."""
+    lines = []
+    for found in attachments or []:
+        shape = (f", {found['width']}x{found['height']} px"
+                 if found.get("width") and found.get("height") else
+                 f", {found['pages']} page(s)" if found.get("pages") else "")
+        lines.append(f"[dim]📎 {safe(found['name'])} ({safe(found['content_type'])}{shape}, "
+                     f"{found['size_bytes']:,} bytes) shown to the model[/]")
+    return lines
 
 
 def _found(stored: StoredFile | None, file_id: str) -> StoredFile:
@@ -94,11 +159,7 @@ def add(
     as_json: JsonOption = False,
 ) -> None:
     """Upload a file; prints its id, which agents pass to read_document."""
-    try:
-        who = f"cli {getpass.getuser()}"
-    except (KeyError, OSError):  # no name for this uid (a container)
-        who = "cli"
-    stored = run_async(add_path(path, max_file_bytes(), who))
+    stored = run_async(add_path(path, max_file_bytes(), cli_uploader()))
     if as_json:
         print_json(stored.to_json())
         return

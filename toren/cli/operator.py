@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 from urllib.parse import urlsplit
@@ -22,8 +22,11 @@ from urllib.parse import urlsplit
 import typer
 
 from toren.cli.common import load_runtime, run_async, stop_runtime
+from toren.cli.files import add_path, cli_uploader, describe_stored
+from toren.cli.output import safe
 from toren.core.events import Event
 from toren.errors import ApprovalNotFound, ConfigError, RunNotFound, TorenError
+from toren.files import FileNotFound, max_file_bytes
 from toren.host.runtime import Runtime
 from toren.seams.shapes import TextDelta
 
@@ -122,8 +125,33 @@ class Operator(abc.ABC):
         transcript, as ``GET /sessions/{id}``). Later session calls are about this one."""
 
     @abc.abstractmethod
-    async def send_message(self, text: str) -> None:
-        """Give the session the user's message (the agent's turn starts)."""
+    async def send_message(self, text: str, files: Sequence[str] = ()) -> None:
+        """Give the session the user's message (the agent's turn starts), with ``files``
+        (ids of uploaded files) attached; ``text`` may be empty when there are files."""
+
+    @abc.abstractmethod
+    async def upload_file(self, path: Path) -> JsonDict:
+        """Store the file at ``path`` on this machine as ``POST /files`` does; its record
+        (``BadFile``, ``FileTooLarge`` or the server's error saying what is wrong)."""
+
+    @abc.abstractmethod
+    async def get_file(self, file_id: str) -> JsonDict:
+        """An uploaded file's record; ``FileNotFound`` (or the API's 404) if there is none."""
+
+    @abc.abstractmethod
+    async def start_run(self, agent: str, input: str, *, idempotency_key: str | None = None,
+                        files: Sequence[str] = ()) -> str:
+        """Start a run of ``agent`` with ``files`` attached to its input; its id (the same
+        run again for an ``idempotency_key`` used before)."""
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str) -> JsonDict:
+        """The run as ``RunRecord.to_json()`` has it (what ``toren run --json`` prints)."""
+
+    @abc.abstractmethod
+    def run_live(self, run_id: str) -> AsyncIterator[Event | TextDelta]:
+        """The run's events from the first, live, until it ends, with the pieces of the
+        model's text as it is generated in between (best-effort)."""
 
     @abc.abstractmethod
     async def close_session(self) -> None:
@@ -141,6 +169,22 @@ class Operator(abc.ABC):
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Let go of the runtime or the HTTP client."""
+
+    async def attach(self, sources: Sequence[Path | str],
+                     say: Callable[[str], None] | None = None) -> list[JsonDict]:
+        """The records of the files ``--file``/``/attach`` named (``attachment_source``):
+        each path uploaded, each file id looked up (an unknown one fails here, before a run
+        or a message names it); ``say`` hears a line per file (rich markup, names escaped)."""
+        found = []
+        for source in sources:
+            if isinstance(source, Path) and say is not None:
+                say(f"uploading {safe(str(source))}…")
+            stored = (await self.upload_file(source) if isinstance(source, Path)
+                      else await self.get_file(source))
+            if say is not None:
+                say(f"  {describe_stored(stored)}")
+            found.append(stored)
+        return found
 
     async def resolve_run_id(self, id_or_prefix: str) -> str:
         """The id of the one run whose id is ``id_or_prefix`` or starts with it.
@@ -242,6 +286,9 @@ class LocalOperator(Operator):
         self.runtime = runtime
         self.decided_by = decided_by
         self.workers = workers
+        #: Whether stopping says nothing (by default it says what it waits for when Ctrl-C
+        #: stops workers); ``toren run --json`` sets it.
+        self.quiet = not workers
         self.position: dict[str, int] = {}
 
     async def start(self) -> None:
@@ -303,8 +350,29 @@ class LocalOperator(Operator):
             self.position[event.stream] = max(self.position.get(event.stream, 0), event.seq)
         return found
 
-    async def send_message(self, text: str) -> None:
-        await self.runtime.sessions.send(self.session_id, text)
+    async def send_message(self, text: str, files: Sequence[str] = ()) -> None:
+        await self.runtime.sessions.send(self.session_id, text, files=list(files) or None)
+
+    async def upload_file(self, path: Path) -> JsonDict:
+        stored = await add_path(path, max_file_bytes(), cli_uploader(), runtime=self.runtime)
+        return stored.to_json()
+
+    async def get_file(self, file_id: str) -> JsonDict:
+        stored = await self.runtime.files.get(file_id)
+        if stored is None:
+            raise FileNotFound(f"no file has the id {file_id!r}; see `toren files list`")
+        return stored.to_json()
+
+    async def start_run(self, agent: str, input: str, *, idempotency_key: str | None = None,
+                        files: Sequence[str] = ()) -> str:
+        return await self.runtime.start_run(agent, input, idempotency_key=idempotency_key,
+                                            files=list(files) or None)
+
+    async def get_run(self, run_id: str) -> JsonDict:
+        return (await self.runtime.get_run(run_id)).to_json()
+
+    def run_live(self, run_id: str) -> AsyncIterator[Event | TextDelta]:
+        return self.runtime.follow_live(run_id)
 
     async def close_session(self) -> None:
         await self.runtime.sessions.close(self.session_id, "closed from toren chat")
@@ -317,7 +385,7 @@ class LocalOperator(Operator):
 
     async def aclose(self) -> None:
         # with workers (toren chat), say what stopping waits for when Ctrl-C brought us here
-        await stop_runtime(self.runtime, quiet=not self.workers)
+        await stop_runtime(self.runtime, quiet=self.quiet)
 
     async def list_archived_runs(self, *, agent: str | None, limit: int) -> list[JsonDict]:
         return [archived_json(run) for run in
@@ -407,21 +475,37 @@ class RemoteOperator(Operator):
         self.cursor = (await self.client.events(self.session_id))["cursor"]
         return found
 
-    async def send_message(self, text: str) -> None:
-        await self.client.send_message(self.session_id, text)
+    async def send_message(self, text: str, files: Sequence[str] = ()) -> None:
+        await self.client.send_message(self.session_id, text, files=list(files) or None)
+
+    async def upload_file(self, path: Path) -> JsonDict:
+        return dict(await self.client.upload_file(path))
+
+    async def get_file(self, file_id: str) -> JsonDict:
+        return dict(await self.client.get_file(file_id))
+
+    async def start_run(self, agent: str, input: str, *, idempotency_key: str | None = None,
+                        files: Sequence[str] = ()) -> str:
+        created = await self.client.create_run(agent, input, idempotency_key=idempotency_key,
+                                               files=list(files) or None)
+        return created["id"]
+
+    async def get_run(self, run_id: str) -> JsonDict:
+        detail = dict(await self.client.get_run(run_id))
+        return {key: value for key, value in detail.items() if key not in _RUN_DETAIL_ONLY}
+
+    async def run_live(self, run_id: str) -> AsyncIterator[Event | TextDelta]:
+        async for item in self.client.stream_live(run_id):
+            yield _event_or_text(item)
 
     async def close_session(self) -> None:
         await self.client.close_session(self.session_id)
 
     async def session_events(self) -> AsyncIterator[Event | TextDelta]:
         async for item in self.client.stream_live(self.session_id, after=self.cursor):
-            if "cursor" not in item:
-                yield TextDelta.from_json(dict(item))
-                continue
-            event = cast("ClientEvent", item)
-            self.cursor = event["cursor"]
-            yield Event(event["run_id"], event["stream"], event["seq"], event["type"],
-                        event["data"])
+            if "cursor" in item:
+                self.cursor = cast("ClientEvent", item)["cursor"]
+            yield _event_or_text(item)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -443,6 +527,18 @@ class RemoteOperator(Operator):
 
     async def restore_run(self, run_id: str) -> JsonDict:
         return dict(await self.client.restore_run(run_id))
+
+
+#: What ``GET /runs/{id}`` adds to the run's own JSON (``RunRecord.to_json()``).
+_RUN_DETAIL_ONLY = frozenset({"why", "budget", "totals", "pending_approvals"})
+
+
+def _event_or_text(item: Any) -> Event | TextDelta:
+    """An item of ``TorenClient.stream_live`` as the runtime's ``follow_live`` yields it."""
+    if "cursor" not in item:
+        return TextDelta.from_json(dict(item))
+    event = cast("ClientEvent", item)
+    return Event(event["run_id"], event["stream"], event["seq"], event["type"], event["data"])
 
 
 def archived_json(run: Any) -> JsonDict:

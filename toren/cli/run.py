@@ -1,13 +1,23 @@
-"""``toren run AGENT INPUT``: start a run and follow it, working it in this process."""
+"""``toren run AGENT INPUT [--file PATH]``: start a run and follow it, working it in this
+process (or on a deployment, with ``--url``/``TOREN_URL``)."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from toren.cli.common import DirsOption, load_runtime, run_interruptible, stop_runtime
+from toren.cli.common import DirsOption, run_interruptible
+from toren.cli.files import attachment_lines, attachment_source
+from toren.cli.operator import (
+    LocalOperator,
+    Operator,
+    RemoteOperator,
+    UrlOption,
+    make_operator,
+)
 from toren.cli.output import (
     JSON_OPTION_HELP,
     console,
@@ -18,8 +28,13 @@ from toren.cli.output import (
 )
 from toren.cli.render import LiveTextPrinter, event_line, output_text, run_summary
 from toren.core import events as ev
-from toren.host.runtime import Runtime
 from toren.seams.shapes import TextDelta
+
+FileOption = Annotated[list[str] | None, typer.Option(
+    "--file", "-f", metavar="PATH",
+    help="A file to attach to the input (repeatable): uploaded first, listed in the input for "
+         "read_document, and shown to the model when it is an image or a PDF the model can "
+         "see. An uploaded file's id (a UUID) is attached as it is.")]
 
 
 def run(
@@ -35,33 +50,41 @@ def run(
     idempotency_key: Annotated[str | None, typer.Option(
         metavar="KEY",
         help="Same key, same run: a repeated command does not start a second run.")] = None,
+    files: FileOption = None,
+    url: UrlOption = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
 ) -> None:
-    """Start a run of AGENT with INPUT."""
-    runtime = load_runtime(dirs, agent)
+    """Start a run of AGENT with INPUT (and files, with --file)."""
+    # every path is checked before anything starts: a typo costs no upload and no database
+    sources = [attachment_source(value) for value in files or []]
+    backend = make_operator(url, dirs=dirs, agent=agent, workers=follow)
+    if isinstance(backend, LocalOperator):
+        backend.quiet = as_json
     # Ctrl-C, or SIGTERM (a supervisor, `kill`): the runtime stops and hands work back, the
     # embedded Postgres is released; a second one quits at once
-    run_interruptible(_run(runtime, agent, input, follow=follow, key=idempotency_key,
-                           as_json=as_json))
+    run_interruptible(_run(backend, agent, input, sources, follow=follow,
+                           key=idempotency_key, as_json=as_json))
 
 
-async def _run(runtime: Runtime, agent: str, text: str, *, follow: bool, key: str | None,
-               as_json: bool) -> None:
-    await runtime.start(workers=follow)
+async def _run(backend: Operator, agent: str, text: str, sources: list[Path | str], *,
+               follow: bool, key: str | None, as_json: bool) -> None:
+    await backend.start()
     try:
-        run_id = await runtime.start_run(agent, text, idempotency_key=key)
+        files = await backend.attach(sources, None if as_json else err_console.print)
+        run_id = await backend.start_run(agent, text, idempotency_key=key,
+                                         files=[stored["id"] for stored in files])
+        extra = {"files": files} if sources else {}
         if not follow:
-            record = await runtime.get_run(run_id)
             if as_json:
-                print_json(record.to_json())
+                print_json(await backend.get_run(run_id) | extra)
             else:
                 console.print(run_id)
             return
         if not as_json:
-            err_console.print(f"run {run_id} ({agent}) on {safe(runtime.database.description)}")
+            err_console.print(f"run {run_id} ({agent}) on {_where(backend)}")
         printer = LiveTextPrinter()
         try:
-            async for item in runtime.follow_live(run_id):
+            async for item in backend.run_live(run_id):
                 if as_json:
                     continue
                 if isinstance(item, TextDelta):
@@ -71,22 +94,41 @@ async def _run(runtime: Runtime, agent: str, text: str, *, follow: bool, key: st
                 line = event_line(item)
                 if line:
                     console.print(line)
+                if item.type in (ev.TASK_STARTED, ev.TOOL_CALL_COMPLETED):
+                    indent = "  " if item.type == ev.TASK_STARTED else "      "
+                    for shown in attachment_lines(item.data.get("attachments")):
+                        console.print(indent + shown)
         except asyncio.CancelledError:
             if not as_json:
-                err_console.print(f"Stopped following. The run is durable: `toren worker` or "
-                                  f"`toren dev` finishes it; see `toren jobs show {run_id}`.")
+                err_console.print(_stopped_following(backend, run_id))
             raise
-        record = await runtime.get_run(run_id)
+        record = await backend.get_run(run_id)
         if as_json:
-            print_json(record.to_json())
+            print_json(record | extra)
             return
-        receipt = await runtime.receipt(run_id)
-        if record.output is not None:
+        receipt = await backend.receipt(run_id)
+        if record["output"] is not None:
             console.print()
-            console.print(output_text(record.output), markup=False)
+            console.print(output_text(record["output"]), markup=False)
         console.print()
         print_table(run_summary(receipt))
-        if record.status not in ("completed",) and record.status in ev.TERMINAL_STATUSES:
-            raise typer.Exit(code=2 if record.status == "failed" else 0)
+        status = record["status"]
+        if status != "completed" and status in ev.TERMINAL_STATUSES:
+            raise typer.Exit(code=2 if status == "failed" else 0)
     finally:
-        await stop_runtime(runtime, quiet=as_json)
+        await backend.aclose()
+
+
+def _where(backend: Operator) -> str:
+    if isinstance(backend, RemoteOperator):
+        return safe(backend.client.base_url)
+    assert isinstance(backend, LocalOperator)
+    return safe(backend.runtime.database.description)
+
+
+def _stopped_following(backend: Operator, run_id: str) -> str:
+    if isinstance(backend, LocalOperator):
+        return (f"Stopped following. The run is durable: `toren worker` or `toren dev` "
+                f"finishes it; see `toren jobs show {run_id}`.")
+    return (f"Stopped following. The run goes on at {_where(backend)}; see "
+            f"`toren jobs show {run_id} --url {_where(backend)}`.")

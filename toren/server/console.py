@@ -25,9 +25,10 @@ ASSET_PREFIX = "/console/"
 #: What an asset may be called: a script or a stylesheet, at the top or in ``pages/``.
 _ASSET_NAME = re.compile(r"^(?:pages/)?[a-z0-9][a-z0-9_-]*\.(?:js|css)$")
 _TYPES = {"js": "text/javascript", "css": "text/css"}
-#: Scripts and styles from this origin only; requests only to this origin; no framing.
+#: Scripts and styles from this origin only; requests only to this origin; no framing. Images
+#: also from ``blob:``: a file's content is fetched with the API key and shown from one.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-       "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+       "img-src 'self' blob:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
                     "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY",
                     "Cache-Control": "no-cache"}

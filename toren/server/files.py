@@ -1,5 +1,5 @@
 """Files over HTTP: upload (multipart, spooled to disk in pieces), list (in pages), show,
-delete; the per-key upload rate and the deployment's storage quota."""
+read the content back, delete; the per-key upload rate and the deployment's storage quota."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from toren.core.attachments import SHOWABLE_TYPES
 from toren.files import (
     FileNotFound,
     FileTooLarge,
@@ -66,6 +67,7 @@ def routes(app: web.Application) -> None:
     app.router.add_post("/files", upload_file)
     app.router.add_get("/files", list_files)
     app.router.add_get("/files/{file_id}", get_file)
+    app.router.add_get("/files/{file_id}/content", file_content)
     app.router.add_delete("/files/{file_id}", delete_file)
 
 
@@ -158,12 +160,96 @@ async def list_files(request: web.Request) -> web.Response:
 async def get_file(request: web.Request) -> web.Response:
     stored = await request.app[RUNTIME].files.get(request.match_info["file_id"])
     if stored is None:
-        raise FileNotFound(f"no file has the id {request.match_info['file_id']!r}")
+        raise no_such_file(request.match_info["file_id"])
     return web.json_response(stored.to_json())
 
 
 async def delete_file(request: web.Request) -> web.Response:
     stored = await request.app[RUNTIME].files.delete(request.match_info["file_id"])
     if stored is None:
-        raise FileNotFound(f"no file has the id {request.match_info['file_id']!r}")
+        raise no_such_file(request.match_info["file_id"])
     return web.json_response({"id": stored.id, "deleted": True})
+
+
+#: Headers of every answer of ``GET /files/{id}/content``: the browser must not guess another
+#: type than the stored one, run anything the file holds (an HTML or SVG upload is a page of
+#: this origin otherwise), or let another site embed it.
+CONTENT_HEADERS = {"X-Content-Type-Options": "nosniff",
+                   "Content-Security-Policy": "sandbox; default-src 'none'",
+                   "Cross-Origin-Resource-Policy": "same-origin",
+                   "Cache-Control": "private, no-cache"}
+#: ``If-None-Match`` values longer than this are not looked into (no file's ETag is).
+MAX_IF_NONE_MATCH = 4096
+
+
+async def file_content(request: web.Request) -> web.StreamResponse:
+    """The stored bytes with the stored (sniffed) content type, for the console to show an
+    image or a PDF and for anyone to download a file.
+
+    Images (PNG, JPEG, GIF, WebP) and PDFs are ``inline``; every other type is an
+    ``attachment`` (a browser saves it, never renders it), with the stored name (RFC 6266).
+    ``ETag`` is the content's SHA-256: ``If-None-Match`` with it answers ``304``. The body is
+    written in pieces of ``CHUNK_BYTES``.
+    """
+    files = request.app[RUNTIME].files
+    file_id = request.match_info["file_id"]
+    stored = await files.get(file_id)
+    if stored is None:
+        raise no_such_file(file_id)
+    etag = f'"{stored.sha256}"'
+    headers = CONTENT_HEADERS | {"ETag": etag,
+                                 "Content-Disposition": content_disposition(
+                                     stored.name, stored.content_type)}
+    if etag_matches(request.headers.getall("If-None-Match", []), stored.sha256):
+        return web.Response(status=304, headers=headers)
+    found = await files.read(stored.id)
+    if found is None:  # deleted since it was looked up
+        raise no_such_file(file_id)
+    data = found[1]
+    response = web.StreamResponse(status=200, headers=headers)
+    response.content_type = stored.content_type
+    response.content_length = len(data)
+    await response.prepare(request)
+    if request.method != "HEAD":
+        for start in range(0, len(data), CHUNK_BYTES):
+            await response.write(data[start:start + CHUNK_BYTES])
+    await response.write_eof()
+    return response
+
+
+def no_such_file(file_id: str) -> FileNotFound:
+    """The 404 for ``file_id`` (of any form: it comes from the URL), quoted at most 80
+    characters long."""
+    shown = repr(file_id)
+    return FileNotFound(f"no file has the id {shown if len(shown) <= 80 else shown[:77] + '...'}")
+
+
+def etag_matches(values: list[str], sha256: str) -> bool:
+    """Whether an ``If-None-Match`` (its header lines) names the ETag ``"<sha256>"``: ``*``,
+    or the tag in a comma-separated list, weak (``W/``) or strong (RFC 9110 compares weakly
+    here)."""
+    for value in values:
+        if len(value) > MAX_IF_NONE_MATCH:
+            continue
+        for tag in value.split(","):
+            tag = tag.strip()
+            if tag == "*" or tag.removeprefix("W/") == f'"{sha256}"':
+                return True
+    return False
+
+
+def content_disposition(name: str, content_type: str) -> str:
+    """``inline`` for what a browser may show (images, PDF), ``attachment`` for the rest, with
+    the name as RFC 6266 has it: an ASCII fallback in ``filename`` (letters, digits and a few
+    harmless marks; anything else, quotes, ``;``, ``=`` and ``*`` among them, replaced by
+    ``_``, so not even a careless parser finds a second parameter in it) and the name itself
+    in ``filename*`` (UTF-8, percent-encoded): no name can add a header or a parameter."""
+    kind = "inline" if content_type in SHOWABLE_TYPES else "attachment"
+    fallback = "".join(ch if ch.isascii() and (ch.isalnum() or ch in _NAME_MARKS) else "_"
+                       for ch in name)
+    encoded = quote(name, safe="")
+    return f"{kind}; filename=\"{fallback}\"; filename*=UTF-8''{encoded}"
+
+
+#: What a file name's ASCII fallback keeps besides letters and digits.
+_NAME_MARKS = frozenset(" .,_-+()[]@#&!~")

@@ -1,8 +1,9 @@
 // The Toren console: a small client of the public HTTP API (no private endpoint), loaded by
 // the page the server renders at "/". Pages live in pages/*.js, one file each, and register
 // themselves with Toren.page(); this file holds what they share: the API key, JSON requests,
-// live event streams (Server-Sent Events read with fetch, so the key travels in a header and
-// never in a URL), DOM building that only ever sets text (never HTML), and the router.
+// uploads and files' content (fetched with the key, shown from blob: URLs), live event streams
+// (Server-Sent Events read with fetch, so the key travels in a header and never in a URL), DOM
+// building that only ever sets text (never HTML), and the router.
 "use strict";
 
 const Toren = (() => {
@@ -76,16 +77,99 @@ const Toren = (() => {
     const init = { method, headers: headers(body === undefined ? {} :
       { "Content-Type": "application/json" }), credentials: "omit", cache: "no-store" };
     if (body !== undefined) init.body = JSON.stringify(body);
-    const response = await fetch(path, init);
+    return answer(await fetch(path, init));
+  }
+
+  // A response's JSON, or the ApiError its error body says (asking for a key on a 401).
+  async function answer(response) {
     let data = null;
     try { data = await response.json(); } catch (_) { data = null; }
-    if (!response.ok) {
-      const error = (data && data.error) || {};
-      if (response.status === 401) askForKey(error.message);
-      throw new ApiError(response.status, error.code || "http_error",
-        error.message || response.statusText, data);
-    }
+    if (!response.ok) throw failure(response, data);
     return data;
+  }
+
+  function failure(response, data) {
+    const error = (data && data.error) || {};
+    if (response.status === 401) askForKey(error.message);
+    return new ApiError(response.status, error.code || "http_error",
+      error.message || response.statusText, data);
+  }
+
+  // -- files: uploads (POST /files) and content (GET /files/{id}/content, fetched with the
+  // key and shown from a blob: URL, so the key never goes in a URL) --------------------------
+  async function upload(file) {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    return answer(await fetch("/files", { method: "POST", headers: headers(), body: form,
+      credentials: "omit", cache: "no-store" }));
+  }
+
+  // Upload every file of a file input, in order; onEach(file) before each. The records.
+  async function uploadAll(input, onEach) {
+    const stored = [];
+    for (const file of Array.from(input.files || [])) {
+      if (onEach) onEach(file);
+      stored.push(await upload(file));
+    }
+    return stored;
+  }
+
+  const fileUrls = new Map();  // file id -> Promise of a blob: URL, for the page shown
+  function fileUrl(fileId) {
+    if (!fileUrls.has(fileId)) {
+      fileUrls.set(fileId, (async () => {
+        const response = await fetch("/files/" + encodeURIComponent(fileId) + "/content",
+          { headers: headers({ Accept: "*/*" }), credentials: "omit" });
+        if (!response.ok) throw failure(response, await response.json().catch(() => null));
+        return URL.createObjectURL(await response.blob());
+      })());
+      fileUrls.get(fileId).catch(() => fileUrls.delete(fileId));  // a later view tries again
+    }
+    return fileUrls.get(fileId);
+  }
+
+  function forgetFileUrls() {
+    for (const pending of fileUrls.values()) {
+      pending.then((url) => URL.revokeObjectURL(url), () => {});
+    }
+    fileUrls.clear();
+  }
+
+  // The files shown to the model with a message or a tool result (an event's attachments):
+  // a thumbnail per image (click: full size), a link per PDF (click: download it).
+  function attachments(list) {
+    if (!list || !list.length) return null;
+    return el("div", { class: "attachments" }, list.map(attachment));
+  }
+
+  function attachment(a) {
+    const shape = a.width && a.height ? a.width + "x" + a.height + " px" :
+      a.pages ? a.pages + (a.pages === 1 ? " page" : " pages") : "";
+    const label = a.name + (shape ? " (" + shape + ")" : "");
+    if (a.content_type === "application/pdf") {
+      const link = el("a", { class: "attachment pdf", href: "#", "data-file": a.file_id,
+        title: "Download " + a.name }, "PDF: " + label);
+      link.addEventListener("click", async (event) => {
+        if (link.dataset.ready) return;  // its href is the content now: the browser saves it
+        event.preventDefault();
+        try {
+          link.href = await fileUrl(a.file_id);
+          link.download = a.name;
+          link.dataset.ready = "1";
+          link.click();
+        } catch (error) {
+          link.append(el("span", { class: "error" }, " (" + error.message + ")"));
+        }
+      });
+      return link;
+    }
+    const image = el("img", { class: "thumb", alt: a.name, title: label });
+    image.addEventListener("click", () => image.classList.toggle("large"));
+    fileUrl(a.file_id).then((url) => { image.src = url; }, (error) => {
+      image.replaceWith(el("span", { class: "muted" }, "(" + error.message + ")"));
+    });
+    return el("figure", { class: "attachment image", "data-file": a.file_id }, image,
+      el("figcaption", {}, label));
   }
 
   // The run's events, then live ones: onEvent(event) for each (once, in order), onText(piece)
@@ -226,6 +310,7 @@ const Toren = (() => {
     for (const fn of cleanup.splice(0)) {
       try { fn(); } catch (_) { /* a page's clean-up must not stop the next page */ }
     }
+    forgetFileUrls();
     const hash = location.hash.replace(/^#/, "") || "/runs";
     const root = document.getElementById("main");
     root.replaceChildren();
@@ -260,5 +345,6 @@ const Toren = (() => {
     window.addEventListener("hashchange", route);
   });
 
-  return { el, folded, money, when, status, api, follow, page, every, showError, ApiError };
+  return { el, folded, money, when, status, api, follow, page, every, showError, ApiError,
+    upload, uploadAll, fileUrl, attachments };
 })();

@@ -1,6 +1,7 @@
 // A run's tree, built from its events as they arrive: waves -> tasks -> steps, each model call
 // with its model, tokens, cost and latency, each tool call with its arguments and result
-// (long values folded), retries with their error; and the model's text as it is generated.
+// (long values folded), retries with their error, the files shown to the model (thumbnails of
+// images, links to PDFs) and the tokens they cost; and the model's text as it is generated.
 // Used by the run page and the session page.
 "use strict";
 
@@ -51,6 +52,11 @@ Toren.timeline = (container, options = {}) => {
 
   function taskOf(event) { return event.stream.replace(/^task:/, ""); }
 
+  // The input tokens a model call spent on images and PDF pages (estimated), 0 for none.
+  function imageTokens(data) {
+    return data.image_tokens || (data.usage && data.usage.image_tokens) || 0;
+  }
+
   function text(piece) {
     const step = stepNode(piece.task_id, piece.step);
     if (step.done) return;
@@ -76,6 +82,11 @@ Toren.timeline = (container, options = {}) => {
         const task = taskNode(taskOf(e));
         task.head.append(" · " + (d.subagent ? "subagent " + d.subagent : "agent") + " · " +
           d.model);
+        if ((d.attachments || []).length) {  // the run's files its model is shown
+          task.head.after(el("div", { class: "task-files" },
+            el("span", { class: "muted" }, "Files shown to the model"),
+            Toren.attachments(d.attachments)));
+        }
         break;
       }
       case "ModelCallStarted":
@@ -98,7 +109,9 @@ Toren.timeline = (container, options = {}) => {
             " (fell back from " + fellBack.get(taskOf(e) + "/" + d.step).from_model + " (" +
             fellBack.get(taskOf(e) + "/" + d.step).reason + "))") : "", " · ",
           el("span", { class: "tokens" }, d.usage.input_tokens + " → " +
-            d.usage.output_tokens + " tokens"), " · ",
+            d.usage.output_tokens + " tokens"),
+          imageTokens(d) ? el("span", { class: "image-tokens" }, " (" + imageTokens(d) +
+            " for images, estimated)") : "", " · ",
           el("span", { class: "cost" }, money(d.cost_usd)), " · ",
           el("span", { class: "latency" }, Number(d.latency_ms).toFixed(1) + " ms"),
           d.repeated ? el("span", { class: "warn" }, " · repeated after a crash") : "");
@@ -134,7 +147,7 @@ Toren.timeline = (container, options = {}) => {
           (d.is_error ? "error" + (d.error_kind ? " (" + d.error_kind + ")" : "") : "result") +
             " · " + Number(d.duration_ms).toFixed(1) + " ms" +
             (d.truncated ? " · truncated from " + d.original_bytes + " bytes" : ""),
-          folded(d.output));
+          folded(d.output), Toren.attachments(d.attachments));
         if (conversation) conversation.toolCompleted(e);
         break;
       }
@@ -189,7 +202,8 @@ Toren.timeline = (container, options = {}) => {
         break;
       case "UserMessage":
         taskNode(taskOf(e)).body.append(el("div", { class: "user-message" },
-          el("strong", {}, "User (turn " + d.turn + ") "), d.text));
+          el("strong", {}, "User (turn " + d.turn + ") "), d.text,
+          Toren.attachments(d.attachments)));
         if (conversation) conversation.user(e);
         break;
       case "TurnEnded":

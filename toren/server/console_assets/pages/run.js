@@ -102,7 +102,8 @@ Toren.page({
           el("dt", {}, "Model calls"), el("dd", {}, String(t.model_calls)),
           el("dt", {}, "Tool calls"), el("dd", {}, String(t.tool_calls)),
           el("dt", {}, "Tokens"), el("dd", {}, t.input_tokens + " in, " + t.output_tokens +
-            " out"),
+            " out" + (t.image_tokens ? " (" + t.image_tokens + " of the input for images and " +
+              "PDF pages, estimated)" : "")),
           el("dt", {}, "Cost"), el("dd", { id: "run-cost" }, money(t.cost_usd) +
             (t.cost_unknown_calls ? " (+" + t.cost_unknown_calls + " calls of unknown cost)"
               : "")),
@@ -117,7 +118,7 @@ Toren.page({
             run.error.code + ": " + run.error.message) : null,
           run.output !== null ? el("dt", {}, "Output") : null,
           run.output !== null ? el("dd", { id: "run-output" }, Toren.folded(run.output)) : null),
-        cancel, upgrade);
+        cancel, upgrade || "");
     }
 
     await refresh();

@@ -1,5 +1,44 @@
-// Runs: the newest runs with filters (agent, status, kind, schedule), refreshed every two seconds.
+// Runs: start a run (an input and files to attach), and the newest runs with filters (agent,
+// status, kind, schedule), refreshed every two seconds.
 "use strict";
+
+// The start-run form: an agent, the input, files to attach (each uploaded with POST /files,
+// then POST /runs names them); a new run opens its page.
+function startRunForm(agents) {
+  const { el, api } = Toren;
+  const agent = el("select", { id: "run-agent", "aria-label": "Agent" },
+    agents.map((name) => el("option", { value: name }, name)));
+  const input = el("textarea", { id: "run-input", rows: 2, placeholder: "The input",
+    "aria-label": "Input" });
+  const files = el("input", { type: "file", id: "run-files", multiple: true });
+  const start = el("button", { type: "submit", id: "start-run" }, "Start run");
+  const note = el("div", { id: "start-run-status", class: "muted", role: "status" });
+  const form = el("form", { class: "start-run", id: "start-run-form" },
+    el("strong", {}, "Start a run of "), agent, input,
+    el("label", { class: "attach" }, "Attach files ", files), start, note);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (!input.value.trim()) {
+      note.replaceChildren(el("span", { class: "error" }, "Give the run an input."));
+      return;
+    }
+    start.disabled = true;
+    try {
+      const stored = await Toren.uploadAll(files, (file) =>
+        note.replaceChildren("Uploading " + file.name + "…"));
+      const body = { agent: agent.value, input: input.value };
+      if (stored.length) body.files = stored.map((file) => file.id);
+      note.replaceChildren("Starting…");
+      const created = await api("POST", "/runs", body);
+      location.hash = "#/runs/" + encodeURIComponent(created.id);
+    } catch (error) {
+      start.disabled = false;
+      note.replaceChildren();
+      Toren.showError(note, error);
+    }
+  });
+  return form;
+}
 
 Toren.page({
   id: "runs",
@@ -32,7 +71,7 @@ Toren.page({
       location.hash = "#/runs" + (chosen.toString() ? "?" + chosen : "");
     });
     const body = el("tbody", { id: "runs-body" });
-    root.append(el("h1", {}, "Runs"), form,
+    root.append(el("h1", {}, "Runs"), startRunForm(agents), form,
       el("table", { class: "list" },
         el("thead", {}, el("tr", {}, ["Run", "Agent", "Kind", "Schedule", "Status", "Created",
           "Output"]

@@ -1,6 +1,7 @@
 // Sessions: start a conversation with any agent, watch it think live (its text as it is
 // generated, tool calls as they start and finish), send the next turn when it waits for
-// one, close it. A reload shows the whole transcript (the session's events, replayed).
+// one (with files attached: thumbnails of the images the model was shown), close it. A reload
+// shows the whole transcript (the session's events, replayed).
 "use strict";
 
 Toren.page({
@@ -54,9 +55,12 @@ Toren.page({
     const chat = el("div", { class: "chat", id: "chat", "aria-live": "polite" });
     const state = el("span", { id: "session-status" }, Toren.status(found.status));
     const input = el("textarea", { id: "message", rows: 3, placeholder: "Your message" });
+    const files = el("input", { type: "file", id: "message-files", multiple: true });
     const send = el("button", { type: "submit", id: "send" }, "Send");
     const close = el("button", { type: "button", id: "close-session" }, "Close session");
-    const form = el("form", { class: "composer", id: "composer" }, input, send, close);
+    const note = el("span", { id: "composer-status", class: "muted", role: "status" });
+    const form = el("form", { class: "composer", id: "composer" }, input,
+      el("label", { class: "attach" }, "Attach files ", files), send, close, note);
     const details = el("details", { class: "session-tree" }, el("summary", {}, "Timeline"));
     root.append(el("h1", {}, "Session with ", found.agent, " ", state), chat, form, details);
     const bubbles = new Map();
@@ -69,15 +73,17 @@ Toren.page({
       send.disabled = value !== "awaiting_input";
       close.disabled = ended;
       input.disabled = ended;
+      files.disabled = ended;
     }
     setStatus(found.status);
 
     function bubble(key, who) {
       if (!bubbles.has(key)) {
         const text = el("div", { class: "bubble-text" });
-        const node = el("div", { class: "bubble " + who, "data-key": key }, text);
+        const shown = el("div", { class: "bubble-files" });
+        const node = el("div", { class: "bubble " + who, "data-key": key }, text, shown);
         chat.append(node);
-        bubbles.set(key, { node, text });
+        bubbles.set(key, { node, text, shown });
       }
       return bubbles.get(key);
     }
@@ -100,23 +106,35 @@ Toren.page({
         const d = event.data;
         const b = bubble("tool/" + d.call_id, "tool" + (d.is_error ? " error" : ""));
         b.text.replaceChildren(el("strong", {}, d.name), " ", Toren.folded(d.output, 200));
+        b.shown.replaceChildren(Toren.attachments(d.attachments) || "");
       },
       user(event) {
-        bubble("user/" + event.data.turn, "user").text.replaceChildren(event.data.text);
+        const b = bubble("user/" + event.data.turn, "user");
+        b.text.replaceChildren(event.data.text);
+        b.shown.replaceChildren(Toren.attachments(event.data.attachments) || "");
       },
     };
     const timeline = Toren.timeline(details, { conversation });
 
+    // a message: its text and the files chosen (uploaded first); files alone are a message
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const text = input.value.trim();
-      if (!text || current !== "awaiting_input") return;
+      const chosen = (files.files || []).length;
+      if ((!text && !chosen) || current !== "awaiting_input") return;
       send.disabled = true;
       try {
-        await api("POST", "/sessions/" + encodeURIComponent(sessionId) + "/messages", { text });
+        const stored = await Toren.uploadAll(files, (file) =>
+          note.replaceChildren("Uploading " + file.name + "…"));
+        const body = { text };
+        if (stored.length) body.files = stored.map((file) => file.id);
+        await api("POST", "/sessions/" + encodeURIComponent(sessionId) + "/messages", body);
         input.value = "";
+        files.value = "";
+        note.replaceChildren();
         setStatus("running");
       } catch (error) {
+        note.replaceChildren();
         setStatus(current);
         Toren.showError(chat, error);
       }
