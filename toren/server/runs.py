@@ -240,7 +240,8 @@ async def get_run(request: web.Request) -> web.Response:
                                                 "output_tokens", "cost_usd",
                                                 "cost_unknown_calls", "retries",
                                                 "peer_cost_usd", "cache_read_tokens",
-                                                "cache_write_tokens", "cache_saved_usd")},
+                                                "cache_write_tokens", "cache_saved_usd",
+                                                "image_tokens")},
         "pending_approvals": await runtime.approvals.pending(record.id)})
 
 
