@@ -216,3 +216,34 @@ async def test_show_leaves_a_kind_out_of_what_tools_return_too(
     last = model.texts[-1]
     assert any("attachments.show leaves these files out" in text and "shot.png" in text
                for text in last)
+
+
+async def test_a_message_of_files_alone_over_http(make_runtime: MakeRuntime,
+                                                  tmp_path: Path) -> None:
+    import aiohttp
+
+    from toren.server.app import create_app
+    from toren.testing import serve_on_free_port
+
+    model = SeeingModel()
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "chat", model="test/see")],
+                                 models={"see": model})
+    image_id = await add_file(runtime, "photo.png", png_bytes(12, 8), "image/png")
+    session = await runtime.start_session("chat")
+    runner, url = await serve_on_free_port(create_app(runtime, require_keys=False))
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{url}/sessions/{session}/messages",
+                                 json={"text": "  "}) as refused:
+                assert refused.status == 400
+                assert "may be empty when files are sent" in (await refused.json())[
+                    "error"]["message"]
+            async with http.post(f"{url}/sessions/{session}/messages",
+                                 json={"text": "", "files": [image_id]}) as taken:
+                assert taken.status == 202, await taken.text()
+        turn = await runtime.wait_for_turn(session, timeout_s=30)
+    finally:
+        await runner.cleanup()
+    user = turn["transcript"][-2]
+    assert user["text"].startswith("Attached files") and user["attachments"][0]["width"] == 12
+    assert model.seen[-1][0][0] == "photo.png"

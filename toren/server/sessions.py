@@ -57,8 +57,9 @@ async def post_message(request: web.Request) -> web.Response:
         return web.json_response({"id": session_id, "status": "running", "closing": True},
                                  status=202)
     text = body["text"]
-    if not isinstance(text, str) or not text.strip():
-        return json_error(400, "invalid_body", "'text' must be a non-empty string")
+    if not isinstance(text, str) or not (text.strip() or body.get("files")):
+        return json_error(400, "invalid_body", "'text' must be a non-empty string (it may be "
+                                               "empty when files are sent)")
     if len(text) > MAX_MESSAGE_CHARS:
         return json_error(400, "invalid_body", f"'text' may be at most {MAX_MESSAGE_CHARS} "
                                                f"characters; this has {len(text)}")
