@@ -86,8 +86,11 @@ async def test_a_60_mb_image_over_the_file_limit_is_a_note_and_the_run_completes
         toren_runtime: Callable[..., Awaitable[Runtime]], tmp_path: Path) -> None:
     # TOREN_MAX_FILE_BYTES, as the runtime's settings hold it: 8 MiB
     limit = 8 * 1024 * 1024
+    # 80 MB of base64 on one line takes ~2 s here alone, far more on a loaded CI machine: the
+    # call's timeout is not what this test is about
     directory = write_agent_dir(tmp_path / "agents", "reacher",
-                                mcpServers={"media": MEDIA_SERVER})
+                                mcpServers={"media": MEDIA_SERVER | {"timeoutSeconds": 300}},
+                                limits={"toolTimeoutSeconds": 300})
     runtime = await toren_runtime([directory], load_plugins=("toren-mcp",),
                                   max_file_bytes=limit, shutdown_grace_s=2.0)
     _run_id, answer, events = await run(
