@@ -66,6 +66,7 @@ from toren.errors import (
 from toren.execution.context import ToolCallContext, current_tool_call
 from toren.files import DOCX, PDF, XLSX
 from toren.host.chat import COMMON_SETTINGS, ChatBot, ChatChannel
+from toren.host.chat.downloads import read_at_most
 from toren.host.chat.webhooks import WebhookBodyError, webhook_json
 from toren.regular_files import NotARegularFile, kind_of, open_regular, read_regular
 from toren.seams.channels import Channel, ChannelContext
@@ -209,6 +210,7 @@ __all__ = [
     "open_regular",
     "pdf_pages",
     "positive_number",
+    "read_at_most",
     "read_regular",
     "split_text",
     "storable_text",

@@ -14,11 +14,9 @@ from urllib.parse import quote
 
 import aiohttp
 
-from toren.plugin import ChannelError
+from toren.plugin import ChannelError, read_at_most
 
 DEFAULT_API_URL = "https://api.telegram.org"
-#: Bytes read per piece of a file download.
-CHUNK_BYTES = 256 * 1024
 
 
 class BotApi:
@@ -80,13 +78,3 @@ class BotApi:
                            retryable=status == 429 or status >= 500, status=status)
 
 
-async def read_at_most(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
-    """A response's body, or its first pieces once they pass ``max_bytes``."""
-    pieces: list[bytes] = []
-    received = 0
-    async for piece in response.content.iter_chunked(CHUNK_BYTES):
-        pieces.append(piece)
-        received += len(piece)
-        if received > max_bytes:
-            break  # the rest is not read: leaving the block closes the connection
-    return b"".join(pieces)

@@ -21,6 +21,7 @@ from toren.plugin import (
     ChatBot,
     ChatChannel,
     WebhookBodyError,
+    read_at_most,
     webhook_json,
 )
 from toren_whatsapp.markup import to_whatsapp
@@ -40,7 +41,6 @@ _CHALLENGE = re.compile(rf"[A-Za-z0-9._-]{{1,{MAX_CHALLENGE_CHARS}}}")
 #: Graph API error codes that mean "slow down" (besides HTTP 429).
 _RATE_LIMIT_CODES = {4, 80007, 130429, 131048, 131056}
 #: Bytes read per piece of a media download.
-CHUNK_BYTES = 256 * 1024
 #: The message types whose media is passed on (with the key holding it).
 MEDIA_TYPES = ("image", "document")
 
@@ -233,7 +233,7 @@ class WhatsAppChannel(ChatChannel):
                     raise ChannelError(f"WhatsApp media download answered {response.status}",
                                        retryable=response.status == 429
                                        or response.status >= 500, status=response.status)
-                return await _read_at_most(response, max_bytes)
+                return await read_at_most(response, max_bytes)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ChannelError(f"WhatsApp media download: {type(exc).__name__} (network)",
                                retryable=True) from None
@@ -306,18 +306,6 @@ def _media_file(kind: str, media: dict[str, Any], sort_key: int) -> dict[str, An
     return {"ref": media["id"][:1000], "name": name,
             "content_type": str(media.get("mime_type") or "").split(";")[0].strip()
             .lower()[:200], "size": None}
-
-
-async def _read_at_most(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
-    """A response's body, or its first pieces once they pass ``max_bytes``."""
-    pieces: list[bytes] = []
-    received = 0
-    async for piece in response.content.iter_chunked(CHUNK_BYTES):
-        pieces.append(piece)
-        received += len(piece)
-        if received > max_bytes:
-            break  # the rest is not read: leaving the block closes the connection
-    return b"".join(pieces)
 
 
 def _megabytes(size: int) -> str:
