@@ -82,23 +82,23 @@ async def test_an_mcp_tools_image_and_pdf_are_stored_and_shown_to_the_model(
     assert "svg" not in answer.split("I was shown:")[1]
 
 
-async def test_a_60_mb_image_over_the_file_limit_is_a_note_and_the_run_completes(
+async def test_an_image_over_the_file_limit_is_a_note_and_the_run_completes(
         toren_runtime: Callable[..., Awaitable[Runtime]], tmp_path: Path) -> None:
     # TOREN_MAX_FILE_BYTES, as the runtime's settings hold it: 8 MiB
     limit = 8 * 1024 * 1024
-    # 80 MB of base64 on one line takes ~2 s here alone, far more on a loaded CI machine: the
-    # call's timeout is not what this test is about
+    # 27 MB of base64 on one line (the SDK's reader, unpatched, took ~12 s of the event loop
+    # for it, ~106 s for 60 MB); the call's timeout is not what this test is about
     directory = write_agent_dir(tmp_path / "agents", "reacher",
                                 mcpServers={"media": MEDIA_SERVER | {"timeoutSeconds": 300}},
                                 limits={"toolTimeoutSeconds": 300})
     runtime = await toren_runtime([directory], load_plugins=("toren-mcp",),
                                   max_file_bytes=limit, shutdown_grace_s=2.0)
     _run_id, answer, events = await run(
-        runtime, ("media__huge_image", {"megabytes": 60}), ("media__chart", {"title": "Q4"}))
+        runtime, ("media__huge_image", {"megabytes": 20}), ("media__chart", {"title": "Q4"}))
     huge, chart = of_type(events, "ToolCallCompleted")
-    size = len(png_bytes(64, 64)) + 60 * 1024 * 1024
+    size = len(png_bytes(64, 64)) + 20 * 1024 * 1024
 
-    assert not huge["is_error"] and "attachments" not in huge
+    assert not huge["is_error"] and "attachments" not in huge, huge["output"][:2000]
     assert huge["output"] == (
         f"the big picture\n[image: huge_image-1.png (image/png, {size:,} bytes)]\n"
         f"[not shown: 'huge_image-1.png' is {size:,} bytes, over the {limit:,} a file may have "
