@@ -35,6 +35,17 @@ def start_dev(directory: Path, env: dict[str, str], stderr: Path) -> OutputProce
     return process
 
 
+def channel_work_done(database_url: str) -> bool:
+    """No update waits to be taken and no session of the bot is mid-turn."""
+    with psycopg.connect(database_url) as conn:
+        (open_updates,) = conn.execute(  # type: ignore[misc]
+            "SELECT count(*) FROM toren_control.channel_updates "
+            "WHERE status IN ('pending', 'delivered')").fetchone()
+        (busy,) = conn.execute(  # type: ignore[misc]
+            "SELECT count(*) FROM agent_bot.runs WHERE status <> 'awaiting_input'").fetchone()
+    return open_updates == 0 and busy == 0
+
+
 def lease_holder_pid(database_url: str) -> int | None:
     with psycopg.connect(database_url) as conn:
         row = conn.execute("SELECT holder FROM toren_control.channel_leases "
@@ -130,7 +141,9 @@ def test_sigkilled_after_a_photo_is_stored_the_next_process_starts_one_turn_with
     second = start_dev(directory, env, tmp_path / "dev-1.stderr")
     output_processes.append(second)
     assert wait_for(lambda: fake_telegram.texts(FRIEND), 40), second.stderr
-    time.sleep(2)
+    # nothing left to work: every update taken and the turn over (a second turn, or a second
+    # reply, could only come from work still open)
+    assert wait_for(lambda: channel_work_done(database_url), 30), second.stderr
     (reply,) = fake_telegram.texts(FRIEND)
     assert reply.startswith("You said: keep this")
     assert reply.endswith(f"photo-300.jpg (image/png, 64x48 px): {len(photo):,} bytes received")
