@@ -86,7 +86,7 @@ from toren.execution.forking import forked_spec, new_task_fork
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
 from toren.execution.tool_threads import ToolNotStarted, ToolThreads
-from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall, ToolSpec
+from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 from toren.seams.shapes import (
     TEXT_DELTA_MAX_CHARS,
     Lease,
@@ -592,8 +592,7 @@ class TaskRunner:
                 input_per_mtok=pricing.input_per_mtok, output_per_mtok=pricing.output_per_mtok,
                 cache_read_per_mtok=pricing.cache_read,
                 cache_write_per_mtok=pricing.cache_write),
-            image_tokens=min(usage.image_tokens or image_tokens, usage.input_tokens)
-            if usage.input_tokens else usage.image_tokens or image_tokens))
+            image_tokens=images_of(usage, image_tokens)))
         # unknown cost with a reservation: charge the worst case reserved (budgets need prices)
         self.settle(reservation, cost_usd if cost_usd is not None
                     else reservation.amount_usd if reservation is not None else None)
@@ -894,6 +893,13 @@ class TaskRunner:
             output=output, error=error, steps=self.state.steps,
             cost_usd=round(self.state.cost_usd, 10), epoch=self.lease.epoch))
         await self.flush(messages=[run_tick(f"task {self.task_id} finished")], done=True)
+
+
+def images_of(usage: Usage, estimated: int) -> int:
+    """A call's image tokens: the provider's count, else the estimate, never more than the
+    input tokens the provider reported (when it reported any)."""
+    counted = usage.image_tokens or estimated
+    return min(counted, usage.input_tokens) if usage.input_tokens else counted
 
 
 async def invoke_tool(tool: Tool, arguments: dict[str, Any], context: ToolCallContext,

@@ -460,13 +460,13 @@ class Runtime:
         shown: list[Attachment] = []
         for file_id in dict.fromkeys(file_ids):
             stored = await self.store.get_file(file_id)
-            found = (await self.store.read_file(file_id)
-                     if stored is not None and spec.attachments.shows(stored.content_type,
-                                                                      model.input_types)
-                     else None)
             if stored is None:
                 raise FileNotFound(f"no file has the id {file_id!r}; upload it first "
                                    "(POST /files, toren files add)")
+            # read only what the model is shown, for its pixels or pages
+            found = (await self.store.read_file(file_id)
+                     if spec.attachments.shows(stored.content_type, model.input_types)
+                     else None)
             line = (f"- {stored.name} ({stored.content_type}, {stored.size_bytes:,} bytes): "
                     f"id {stored.id}")
             if found is not None:
