@@ -2,21 +2,24 @@
 
 Every Toren process started from the same directory shares one server: ``pgserver`` finds the
 running postmaster through ``postmaster.pid`` and counts the processes using it (their ids in
-``pgdata/.handle_pids.json``), stopping the server when the last one exits normally. A process
-killed with SIGKILL leaves the server up for the others (and for its own restart), and its id
-in that list; the next process to join forgets the ids of processes that are gone, so the
-server again stops with the last live process.
+``pgdata/.handle_pids.json``); the last one to exit normally asks the server to stop and exits
+without waiting for its shutdown checkpoint (a process starting meanwhile waits for it). A
+process killed with SIGKILL leaves the server up for the others (and for its own restart), and
+its id in that list; the next process to join forgets the ids of processes that are gone, so
+the server again stops with the last live process.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
 import logging
 import os
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,7 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
             # platformdirs warns at import when XDG_RUNTIME_DIR is unset (containers, CI);
             # pgserver then uses /tmp/runtime-<uid>, which is what we want anyway.
             warnings.simplefilter("ignore")
+            from pgserver import _commands
             from pgserver.postgres_server import PostgresServer, get_server
     except ImportError as exc:  # pragma: no cover - pgserver is a declared dependency
         raise DatabaseUnavailable(
@@ -67,11 +71,20 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
         # pgserver does not guard initdb against another process doing the same at the same
         # moment (one of them fails on the existing directory): take turns
         with _exclusive(home / "embedded.lock"):
+            # a server the last process left is finishing its shutdown checkpoint on its own:
+            # joining it now would fail ("the database system is shutting down")
+            _wait_while_stopping(pgdata)
             # the lock pgserver holds while a process joins or leaves (its exit handler
             # rewrites the list): without it, a process leaving now could be written back
             _forget_dead_handles(PostgresServer._lock, pgdata)
-            server = get_server(pgdata, cleanup_mode="stop")
+            # pgserver would stop the server with `pg_ctl -w stop` when the last process
+            # exits, waiting for the shutdown checkpoint's fsyncs (1.3 s on a quiet disk, more
+            # than 20 s on one the whole test suite writes to): _leave_at_exit stops it
+            # without waiting
+            server = get_server(pgdata, cleanup_mode=None)
             _note_start(pgdata, os.getpid())
+            # pg_ctl is made at import (one function per Postgres binary): not typed
+            _leave_at_exit(server, PostgresServer._lock, getattr(_commands, "pg_ctl"))  # noqa: B009
     except Exception as exc:
         log_file = pgdata / "log"
         raise DatabaseUnavailable(
@@ -81,6 +94,62 @@ def ensure_embedded(home: Path) -> EmbeddedPostgres:
     _create_database(server_url, DATABASE_NAME)
     return EmbeddedPostgres(pgdata=pgdata, url=server.get_uri(DATABASE_NAME),
                             server_url=server_url, pid=server.get_pid())
+
+
+#: The data directories this process registered ``_leave`` for (once each).
+_LEAVING: set[Path] = set()
+#: Longest wait for a server that is stopping before joining (or starting) it anyway.
+STOPPING_WAIT_S = 120.0
+
+
+def _leave_at_exit(server: Any, lock: contextlib.AbstractContextManager[Any],
+                   pg_ctl: Callable[..., Any]) -> None:
+    """At exit, ``_leave`` the server (once per data directory and process). Registered
+    after pgserver's own exit handler, so it runs first (atexit is last in, first out);
+    pgserver's then finds this process already gone from the list and does nothing."""
+    if server.pgdata in _LEAVING:
+        return
+    _LEAVING.add(server.pgdata)
+    atexit.register(_leave, server, lock, pg_ctl)
+
+
+def _leave(server: Any, lock: contextlib.AbstractContextManager[Any],
+           pg_ctl: Callable[..., Any]) -> None:
+    """Take this process off pgserver's list of the processes using the server and, if it
+    was the last one, ask the server to stop (a fast shutdown: its sessions end, the shutdown
+    checkpoint is written) without waiting for it to finish, so the process exits at once;
+    the next process to start waits for that shutdown first (``_wait_while_stopping``)."""
+    with lock:
+        pids = server.global_process_id_list.get_and_remove(os.getpid())
+        if pids != [os.getpid()]:
+            return  # another process still uses the server (or this one never joined)
+        info = server._postmaster_info
+        if info is None or not info.process.is_running():
+            return
+        try:
+            pg_ctl(["-m", "fast", "-W", "stop"], pgdata=server.pgdata, user=server.system_user)
+        except Exception as exc:  # already stopped, or pg_ctl failed: nothing to wait for
+            log.warning("stopping the embedded Postgres in %s failed: %s", server.pgdata, exc)
+
+
+def _wait_while_stopping(pgdata: Path, timeout_s: float = STOPPING_WAIT_S) -> None:
+    """Wait while the server of ``pgdata`` is shutting down (``postmaster.pid`` says
+    ``stopping`` and its postmaster runs): the last process left it without waiting.
+
+    Blocking, like ``ensure_embedded``, whose thread (``asyncio.to_thread``) it runs on while
+    holding the cross-process lock of ``embedded.lock``, never on the event loop: it polls
+    another process's postmaster, which offers nothing to wait on but its pid file."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if len(lines) < 8 or lines[7].strip() != "stopping" or not _running(int(lines[0]), None):
+            return
+        time.sleep(0.05)
+    log.warning("the embedded Postgres in %s has been stopping for %.0f s; starting anyway",
+                pgdata, timeout_s)
 
 
 def _forget_dead_handles(lock: contextlib.AbstractContextManager[Any], pgdata: Path) -> None:

@@ -18,8 +18,10 @@ class PostgresFleetReader(PostgresConnection, FleetReader):
         active: dict[str, dict[str, int]] = {}
         async with self.pool.connection() as conn:
             cursor = await conn.execute(query("fleet_queue"), {"agents": list(agents)})
-            for agent, ready, in_flight, delayed, oldest, dead_count in await cursor.fetchall():
-                queue[agent] = QueueGauge(ready, in_flight, delayed, float(oldest))
+            for (agent, ready, in_flight, delayed, oldest, dead_count,
+                 waiting_slot) in await cursor.fetchall():
+                queue[agent] = QueueGauge(ready, in_flight, delayed, float(oldest),
+                                          waiting_concurrency=waiting_slot)
                 dead[agent] = dead_count
             cursor = await conn.execute(query("fleet_workers"), {"max_age_s": live_window_s})
             workers = {str(version): count for version, count in await cursor.fetchall()}
@@ -29,6 +31,11 @@ class PostgresFleetReader(PostgresConnection, FleetReader):
                 active[agent] = {status: count for status, count in await cursor.fetchall()}
         return FleetGauges(queue=queue, dead_letters=dead, active_runs=active,
                            workers_by_version=workers)
+
+    async def agent_lanes(self) -> dict[str, str]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(query("agent_lanes"))
+            return {name: lane for name, lane in await cursor.fetchall()}
 
     async def runs_in_flight(self, agents: Sequence[str], limit: int) -> list[RunInFlight]:
         found: list[RunInFlight] = []

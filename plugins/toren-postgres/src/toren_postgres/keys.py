@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 
 from toren.plugin import TorenError
 from toren.plugin.drivers import (
     ApiKey,
+    KeyNameTaken,
     KeyStore,
+    check_key_grant,
     check_key_name,
     generate_key,
     hash_secret,
@@ -24,13 +29,27 @@ from toren_postgres.queries import query
 class PostgresKeyStore(PostgresConnection, KeyStore):
     """The ``KeyStore`` of the Postgres store."""
 
-    async def create_key(self, name: str) -> tuple[ApiKey, str]:
+    async def create_key(self, name: str, *, role: str = "admin", scopes: Sequence[str] = (),
+                         agents: Sequence[str] | None = None,
+                         expires_at: datetime | None = None) -> tuple[ApiKey, str]:
         name = check_key_name(name)
+        grant = check_key_grant(role, scopes, agents)
+        params = {"name": name, "role": grant.role, "scopes": list(grant.scopes),
+                  "agents": list(grant.agents) if grant.agents is not None else None,
+                  "expires_at": expires_at}
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
             for _ in range(5):  # prefixes are 32 random bits: even one collision is rare
                 new = generate_key()
-                await cursor.execute(query("create_key"),
-                                     {"name": name, "prefix": new.prefix, "hash": new.hash})
+                try:
+                    await cursor.execute(query("create_key"),
+                                         params | {"prefix": new.prefix, "hash": new.hash})
+                except psycopg.errors.UniqueViolation as exc:
+                    if exc.diag.constraint_name != "keys_active_name":
+                        raise
+                    raise KeyNameTaken(
+                        f"an active API key is named {name!r} already (names are unique, "
+                        "ignoring case): pick another name, or revoke that key first "
+                        "(toren keys list)") from None
                 row = await cursor.fetchone()
                 if row is not None:
                     return _key_record(row), new.token
@@ -74,4 +93,7 @@ class PostgresKeyStore(PostgresConnection, KeyStore):
 def _key_record(row: dict[str, Any]) -> ApiKey:
     return ApiKey(id=str(row["id"]), name=row["name"], prefix=row["prefix"],
                   created_at=row["created_at"], last_used_at=row["last_used_at"],
-                  revoked_at=row["revoked_at"])
+                  revoked_at=row["revoked_at"], role=row["role"],
+                  scopes=tuple(row["scopes"] or ()),
+                  agents=tuple(row["agents"]) if row["agents"] is not None else None,
+                  expires_at=row["expires_at"])

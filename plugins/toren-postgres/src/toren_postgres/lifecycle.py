@@ -38,6 +38,14 @@ class PostgresConnection(StoreLifecycle):
             return "embedded Postgres (not started)"
         return f"Postgres {self.server_version} at {describe_url(self.url)} (DATABASE_URL)"
 
+    def missing(self) -> str | None:
+        if self.url is not None:
+            return None
+        pgdata = self.settings.home / "pgdata"
+        if (pgdata / "PG_VERSION").exists():
+            return None
+        return f"no embedded database in {pgdata} (DATABASE_URL is unset)"
+
     @property
     def pool(self) -> AsyncConnectionPool:
         if self._pool is None:

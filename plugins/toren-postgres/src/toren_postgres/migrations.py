@@ -15,6 +15,7 @@ from importlib import resources
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from toren.plugin import ConfigError, MigrationError
@@ -159,7 +160,13 @@ async def register_agents(conn: psycopg.AsyncConnection, agents: Sequence[AgentS
         await conn.execute(query("register_agent"), {
             "schema_name": agent.schema_name, "name": agent.name,
             "directory": str(agent.directory), "model": agent.model,
-            "accepts_from": list(getattr(agent, "accepts_from", ()))})
+            "accepts_from": list(getattr(agent, "accepts_from", ())),
+            # its notify: (completion webhooks), read by the runs tables' trigger
+            "notify": Jsonb([sub.to_json() for sub in getattr(agent, "notify", ())]),
+            # its lane (runtime:), so toren top anywhere says which lane its runs wait for
+            "runtime": getattr(agent, "runtime", "short"),
+            # its concurrency: limit (0: none), read by the queue's claim
+            "concurrency_limit": getattr(getattr(agent, "concurrency", None), "limit", 0)})
 
 
 def render(migrations: Sequence[Migration]) -> str:

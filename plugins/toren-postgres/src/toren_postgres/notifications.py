@@ -1,5 +1,6 @@
-"""Wake-ups on ``toren_queue``: a trigger NOTIFYs when a ready message enters the queue table
-(the outbox), and one dedicated connection per listener LISTENs."""
+"""Wake-ups by LISTEN/NOTIFY: a trigger NOTIFYs ``toren_queue`` when a ready message enters the
+queue table (the outbox), ``toren_webhooks`` when a webhook delivery is written; one dedicated
+connection per listener LISTENs."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ CHANNEL = "toren_queue"
 
 
 class QueueNotifications:
-    """Keeps a LISTEN connection (reconnecting with backoff) and lets ``wait`` return as soon
-    as a notification arrives; while the connection is down, ``wait`` degrades to polling."""
+    """Keeps a LISTEN connection on ``channel`` (reconnecting with backoff) and lets ``wait``
+    return as soon as a notification arrives; while the connection is down, ``wait`` degrades
+    to polling. Used by the queue, the outbox relay and the webhook dispatcher."""
 
-    def __init__(self, url: Callable[[], str], name: str) -> None:
+    def __init__(self, url: Callable[[], str], name: str, channel: str = CHANNEL) -> None:
         self._url = url
         self._name = name
+        self._channel = channel
         self._wakeup = asyncio.Event()
         self._listener: asyncio.Task[None] | None = None
 
@@ -37,12 +40,16 @@ class QueueNotifications:
 
     async def wait(self, timeout_s: float) -> None:
         """Return when a message may be ready (a notification) or after ``timeout_s``."""
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+        # arrives as the event is set (gh-86296), and the loop that was being stopped (the
+        # outbox relay, the webhook dispatcher) would then run on and its stop() never return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wakeup.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._wakeup.wait()
         self._wakeup.clear()
 
     async def _listen(self) -> None:
-        await listen_forever(self._url, CHANNEL, lambda payload: self._wakeup.set(),
+        await listen_forever(self._url, self._channel, lambda payload: self._wakeup.set(),
                              self._wakeup.set, self._name)
 
 

@@ -48,9 +48,9 @@ class RenderedQuery(sql.Composed):
 @cache
 def agent_query(name: str, schema: str) -> sql.Composed:
     """A named query with ``{runs}``, ``{events}``, ``{prompts}``, ``{tool_blobs}``,
-    ``{tool_manifests}``, ``{budgets}``, ``{budget_warnings}``, ``{append_one}`` and
-    ``{acquire_and_load}`` bound to one agent's schema (cached, rendered once:
-    ``RenderedQuery``)."""
+    ``{tool_manifests}``, ``{budgets}``, ``{budget_warnings}``, ``{append_one}``,
+    ``{acquire_and_load}`` and ``{send_signal}`` bound to one agent's schema (cached, rendered
+    once: ``RenderedQuery``)."""
     return RenderedQuery(sql.SQL(query(name)).format(
         runs=sql.Identifier(schema, "runs"), events=sql.Identifier(schema, "events"),
         prompts=sql.Identifier(schema, "prompts"),
@@ -59,4 +59,5 @@ def agent_query(name: str, schema: str) -> sql.Composed:
         budgets=sql.Identifier(schema, "budget_reservations"),
         budget_warnings=sql.Identifier(schema, "budget_warnings"),
         append_one=sql.Identifier(schema, "append_one"),
-        acquire_and_load=sql.Identifier(schema, "acquire_and_load")))
+        acquire_and_load=sql.Identifier(schema, "acquire_and_load"),
+        send_signal=sql.Identifier(schema, "send_signal")))

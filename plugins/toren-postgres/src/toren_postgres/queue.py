@@ -1,7 +1,8 @@
 """The ``postgres`` queue driver: messages in ``toren_control.queue``, sharing the store's pool.
 
 Claims use ``FOR UPDATE SKIP LOCKED`` and hide a message for a visibility timeout (a worker that
-dies without acknowledging it lets it reappear). A dedicated connection LISTENs on
+dies without acknowledging it lets it reappear), highest effective priority first and within
+each agent's concurrency limit (control migration 0024). A dedicated connection LISTENs on
 ``toren_queue`` (a trigger NOTIFYs on insert), so an idle worker wakes within milliseconds.
 """
 
@@ -30,6 +31,7 @@ class PostgresQueue(Queue):
     """
 
     reads_outbox = True
+    flow_control = True
 
     def __init__(self, settings: Settings, store: Store) -> None:
         from toren_postgres.store import PostgresStore
@@ -62,11 +64,13 @@ class PostgresQueue(Queue):
                     visibility_s: float, max_deliveries: int
                     ) -> tuple[list[QueueMessage], list[QueueMessage]]:
         params = {"agents": list(agents), "worker_id": worker_id, "limit": limit,
-                  "visibility_s": visibility_s, "max_deliveries": max_deliveries}
+                  "visibility_s": visibility_s, "max_deliveries": max_deliveries,
+                  "aging_s": self.settings.priority_aging_s}
         async with self.pg_store.pool.connection() as conn:
             cursor = await conn.execute(query("claim"), params)
             rows = await cursor.fetchall()
-        claimed = [replace(_message(row[:6]), waited_s=row[7]) for row in rows if not row[6]]
+        claimed = [replace(_message(row[:6]), waited_s=row[7], priority=row[8])
+                   for row in rows if not row[6]]
         dead = [_message(row[:6]) for row in rows if row[6]]
         return claimed, dead
 
@@ -104,9 +108,11 @@ class PostgresQueue(Queue):
         async with self.pg_store.pool.connection() as conn:
             cursor = await conn.execute(query("queue_depth"), {"agents": list(agents)})
             rows = await cursor.fetchall()
-        found = {agent: {"ready": 0, "in_flight": 0, "delayed": 0} for agent in agents}
-        for agent, ready, in_flight, delayed in rows:
-            found[agent] = {"ready": ready, "in_flight": in_flight, "delayed": delayed}
+        found = {agent: {"ready": 0, "in_flight": 0, "delayed": 0, "waiting_concurrency": 0}
+                 for agent in agents}
+        for agent, ready, in_flight, delayed, waiting in rows:
+            found[agent] = {"ready": ready, "in_flight": in_flight, "delayed": delayed,
+                            "waiting_concurrency": waiting}
         return found
 
 

@@ -17,7 +17,7 @@ from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import registered_agents
 from toren_postgres.notices import AppendNotices
 from toren_postgres.pipelines import one_transaction
-from toren_postgres.queries import agent_query
+from toren_postgres.queries import agent_query, query
 
 
 def _record(agent: str, row: dict[str, Any]) -> RunRecord:
@@ -66,12 +66,27 @@ class PostgresRunReader(PostgresConnection, RunReader):
     async def get_run(self, run_id: str, agent: str | None = None) -> RunRecord | None:
         return await find_run(self.pool, run_id, agent)
 
+    async def queue_state(self, agent: str, run_id: str) -> dict[str, Any] | None:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(query("run_queue_state"),
+                                        {"agent": agent, "run_id": run_id})
+            row = await cursor.fetchone()
+        assert row is not None
+        priority, key, executing, ready, delayed, limit, busy = row
+        waiting = (None if executing else
+                   "concurrency" if ready and limit and busy >= limit else
+                   "queued" if ready else "delayed" if delayed else None)
+        return {"priority": priority, "concurrency_key": key, "waiting": waiting}
+
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, agents: Sequence[str] | None = None,
                         before: tuple[datetime, str] | None = None,
                         kind: str | None = None, schedule: str | None = None
                         ) -> list[RunRecord]:
-        names = [agent] if agent else list(agents or await registered_agents(self.pool))
+        if agent:  # an agent that never ran here has no tables: no runs, not an SQL error
+            names = [agent] if agent in await registered_agents(self.pool) else []
+        else:
+            names = list(agents or await registered_agents(self.pool))
         params = {"status": status, "limit": limit, "kind": kind, "schedule": schedule,
                   "before_at": before[0] if before else None,
                   "before_id": before[1] if before else None}

@@ -3,7 +3,7 @@ rules, store side)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -52,10 +52,15 @@ def _dumps(value: Any) -> bytes:
     return orjson.dumps(value)  # bytes, which psycopg sends as they are
 
 
+#: An append's change to the run row when it changes nothing (most appends).
+_NO_UPDATE = RunUpdate()
+
+
 def _run_update_params(update: RunUpdate | None) -> dict[str, Any]:
-    update = update or RunUpdate()
+    if update is None:  # most appends: the parameters made once (callers only read them)
+        return _NO_UPDATE_PARAMS
     return {
-        "update_run": update != RunUpdate(),
+        "update_run": update != _NO_UPDATE,
         "status": update.status,
         "set_output": update.output is not KEEP,
         "output": None if update.output is KEEP else Jsonb(update.output),
@@ -66,11 +71,15 @@ def _run_update_params(update: RunUpdate | None) -> dict[str, Any]:
     }
 
 
+_NO_UPDATE_PARAMS = _run_update_params(_NO_UPDATE)
+
+
 def create_run_params(agent: str, run_id: str, input: Any, *, idempotency_key: str | None,
                       events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],
                       kind: str = "run", status: str = "queued",
-                      parent: ChildLink | None = None, hand_off: MessageHandOff | None = None
-                      ) -> dict[str, Any]:
+                      parent: ChildLink | None = None, hand_off: MessageHandOff | None = None,
+                      webhooks: Sequence[Mapping[str, Any]] = (), priority: int = 0,
+                      concurrency_key: str | None = None) -> dict[str, Any]:
     """The parameters of the ``create_run`` statement (also run by the schedule claim); with
     ``hand_off``, as many of the messages as its room says are claimed for that worker."""
     if hand_off is None or not messages:
@@ -86,13 +95,16 @@ def create_run_params(agent: str, run_id: str, input: Any, *, idempotency_key: s
             "parent_run_id": parent.run_id if parent else None,
             "parent_task": parent.task_id if parent else None,
             "child_kind": parent.kind if parent else None,
-            "depth": parent.depth if parent else 0}
+            "depth": parent.depth if parent else 0,
+            "webhooks": Jsonb([dict(w) for w in webhooks]) if webhooks else None,
+            "priority": priority, "concurrency_key": concurrency_key}
 
 
-def _handed(agent: str, run_id: str, handed: str) -> list[QueueMessage]:
+def _handed(agent: str, run_id: str, handed: str, priority: int = 0) -> list[QueueMessage]:
     """The messages a statement claimed for this process's worker (``[[id, kind, payload],
     ...]``), as a claim returns them (first delivery)."""
-    return [QueueMessage(message_id, agent, run_id, kind, payload, 1, waited_s=0.0)
+    return [QueueMessage(message_id, agent, run_id, kind, payload, 1, waited_s=0.0,
+                         priority=priority)
             for message_id, kind, payload in orjson.loads(handed)]
 
 
@@ -121,12 +133,16 @@ class PostgresRunLog(PostgresConnection, RunLog):
                          idempotency_key: str | None, events: Sequence[NewEvent],
                          messages: Sequence[OutgoingMessage], kind: str = "run",
                          status: str = "queued",
-                         parent: ChildLink | None = None) -> tuple[str, bool]:
+                         parent: ChildLink | None = None,
+                         webhooks: Sequence[Mapping[str, Any]] = (),
+                         priority: int = 0,
+                         concurrency_key: str | None = None) -> tuple[str, bool]:
         statement = agent_query("create_run", schema_name_for(agent))
         hand_off = self._hand_off
         params = create_run_params(agent, run_id, input, idempotency_key=idempotency_key,
                                    events=events, messages=messages, kind=kind, status=status,
-                                   parent=parent, hand_off=hand_off)
+                                   parent=parent, hand_off=hand_off, webhooks=webhooks,
+                                   priority=priority, concurrency_key=concurrency_key)
         # A concurrent create with the same key may commit after this statement's snapshot:
         # then neither branch returns a row, and a second try sees the winner.
         for _ in range(3):
@@ -136,7 +152,7 @@ class PostgresRunLog(PostgresConnection, RunLog):
             if row is not None:
                 found = str(row[0])
                 if row[1] is not None and hand_off is not None:
-                    hand_off.handed(_handed(agent, found, row[1]))
+                    hand_off.handed(_handed(agent, found, row[1], priority))
                 return found, found == run_id
         raise RuntimeError(f"could not create or find run with idempotency key {idempotency_key}")
 
@@ -165,8 +181,10 @@ class PostgresRunLog(PostgresConnection, RunLog):
             return LeaseBusy(retry_in_s=retry_in_s if retry_in_s is not None else ttl_s)
         events = [Event(run_id, stream, seq, kind, data)
                   for seq, kind, data in orjson.loads(stream_events or "[]")]
-        events += [Event(run_id, task_stream, seq, "TaskFinished", data)
-                   for task_stream, seq, data in orjson.loads(finished or "[]")]
+        # each row: stream, seq, data and (since agent migration 0017) type
+        events += [Event(run_id, row[0], row[1], row[3] if len(row) > 3 else "TaskFinished",
+                         row[2])
+                   for row in orjson.loads(finished or "[]")]
         return Lease(run_id, stream, holder, epoch, run_created_at=created_at,
                      traceparent=traceparent, agent_version=version, version_read=True), events
 

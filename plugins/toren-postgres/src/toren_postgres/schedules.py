@@ -159,7 +159,7 @@ async def _fire(conn: psycopg.AsyncConnection, row: dict[str, Any], slot_at: dat
     schema = schema_name_for(agent)
     await conn.execute(agent_query("create_run", schema), create_run_params(
         agent, new.run_id, new.input, idempotency_key=new.idempotency_key, events=new.events,
-        messages=new.messages))
+        messages=new.messages, priority=new.priority, concurrency_key=new.concurrency_key))
     await conn.execute(agent_query("tag_scheduled_run", schema),
                        {"run_id": new.run_id, "schedule": name})
     return FiredSlot(agent=agent, schedule=name, slot_at=slot_at, trigger=trigger,

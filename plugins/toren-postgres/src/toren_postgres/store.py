@@ -9,8 +9,10 @@ One class per interface, each in its module and each usable alone (they share
 (``schedules``), ``PostgresLiveText`` (``live_text``), ``PostgresBudgetLedger``
 (``budgets``), ``PostgresFileStore`` (``files``), ``PostgresChannelInbox``,
 ``PostgresChannelChats`` and ``PostgresChannelOutbox`` (``channels``), ``PostgresForkStore``
-(``forks``), ``PostgresAgentVersionStore`` (``versions``) and ``PostgresRunArchive``
-(``archive``). ``PostgresStore`` is all of them over one connection pool.
+(``forks``), ``PostgresAgentVersionStore`` (``versions``), ``PostgresRunArchive``
+(``archive``), ``PostgresSignalLog`` (``signals``), ``PostgresWebhookStore``
+(``webhooks``), ``PostgresRateLimitStore`` (``rate_limits``) and ``PostgresAuditStore``
+(``audit``). ``PostgresStore`` is all of them over one connection pool.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from toren.plugin import DatabaseUnavailable
 from toren.plugin.drivers import Store
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.archive import PostgresRunArchive
+from toren_postgres.audit import PostgresAuditStore
 from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.channels import (
     PostgresChannelChats,
@@ -42,11 +45,15 @@ from toren_postgres.live_text import PostgresLiveText
 from toren_postgres.migrations import PostgresMigrator
 from toren_postgres.outbox import PostgresOutbox
 from toren_postgres.prompts import PostgresPromptStore
+from toren_postgres.questions import PostgresQuestionStore
+from toren_postgres.rate_limits import PostgresRateLimitStore
 from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
 from toren_postgres.schedules import PostgresScheduleStore
+from toren_postgres.signals import PostgresSignalLog
 from toren_postgres.tool_state import PostgresToolStateStore
 from toren_postgres.versions import PostgresAgentVersionStore
+from toren_postgres.webhooks import PostgresWebhookStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
@@ -104,7 +111,8 @@ class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, Postgre
                     PostgresLiveText, PostgresBudgetLedger, PostgresFileStore,
                     PostgresChannelInbox, PostgresChannelChats, PostgresChannelOutbox,
                     PostgresForkStore, PostgresAgentVersionStore, PostgresRunArchive,
-                    PostgresFleetReader, Store):
+                    PostgresFleetReader, PostgresQuestionStore, PostgresSignalLog,
+                    PostgresWebhookStore, PostgresRateLimitStore, PostgresAuditStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

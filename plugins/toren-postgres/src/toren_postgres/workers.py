@@ -22,7 +22,9 @@ class PostgresWorkerRegistry(PostgresConnection, WorkerRegistry):
                         message_ids: Sequence[int], leases: Sequence[Lease] = ()) -> None:
         params = {
             "worker_id": worker["id"], "version": worker["version"],
-            "agents": list(worker["agents"]), "hostname": socket.gethostname(),
+            "agents": list(worker["agents"]), "lane": worker.get("lane", "all"),
+            "supervisor": worker.get("supervisor"),
+            "hostname": socket.gethostname(),
             "pid": os.getpid(), "ttl_s": ttl_s, "message_ids": list(message_ids),
             "lease_runs": [lease.run_id for lease in leases],
             "lease_streams": [lease.stream for lease in leases]}

@@ -78,10 +78,16 @@ WHERE (run_id, stream, seq) IN (
     LIMIT %(batch)s);
 
 -- purge_run --
-DELETE FROM {runs} r
-WHERE r.id = %(run_id)s
-  AND EXISTS (SELECT 1 FROM {archived_runs} a WHERE a.id = r.id)
-  AND NOT EXISTS (SELECT 1 FROM {events} e WHERE e.run_id = r.id);
+-- The run's row once its events are gone, and its queue priority and key (control migration
+-- 0024's run_flow: a finished run has no message left to give them to).
+WITH gone AS (
+    DELETE FROM {runs} r
+    WHERE r.id = %(run_id)s
+      AND EXISTS (SELECT 1 FROM {archived_runs} a WHERE a.id = r.id)
+      AND NOT EXISTS (SELECT 1 FROM {events} e WHERE e.run_id = r.id)
+    RETURNING r.id
+)
+DELETE FROM toren_control.run_flow f USING gone WHERE f.run_id = gone.id;
 
 -- unpurged_runs --
 SELECT a.id::text FROM {archived_runs} a JOIN {runs} r ON r.id = a.id

@@ -24,11 +24,14 @@ INSERT INTO toren_control.migrations (scope, version, name) VALUES (%(scope)s, %
 SELECT name FROM toren_control.agents WHERE schema_name = %(schema_name)s;
 
 -- register_agent --
-INSERT INTO toren_control.agents (schema_name, name, directory, model, accepts_from)
-VALUES (%(schema_name)s, %(name)s, %(directory)s, %(model)s, %(accepts_from)s)
+INSERT INTO toren_control.agents (schema_name, name, directory, model, accepts_from, notify,
+                                  runtime, concurrency_limit)
+VALUES (%(schema_name)s, %(name)s, %(directory)s, %(model)s, %(accepts_from)s, %(notify)s,
+        %(runtime)s, %(concurrency_limit)s)
 ON CONFLICT (schema_name) DO UPDATE
 SET directory = EXCLUDED.directory, model = EXCLUDED.model,
-    accepts_from = EXCLUDED.accepts_from, updated_at = now()
+    accepts_from = EXCLUDED.accepts_from, notify = EXCLUDED.notify, updated_at = now(),
+    runtime = EXCLUDED.runtime, concurrency_limit = EXCLUDED.concurrency_limit
 WHERE toren_control.agents.name = EXCLUDED.name;
 
 -- server_facts --
@@ -43,25 +46,34 @@ SELECT current_setting('server_version') AS server_version, current_database() A
 -- With a repeated idempotency key the INSERT does nothing and neither does anything else.
 WITH run AS (
     INSERT INTO {runs} (id, kind, status, input, idempotency_key, parent_agent, parent_run_id,
-                        parent_task, child_kind, depth)
+                        parent_task, child_kind, depth, webhooks)
     VALUES (%(run_id)s, %(kind)s, %(status)s, %(input)s, %(idempotency_key)s,
-            %(parent_agent)s, %(parent_run_id)s, %(parent_task)s, %(child_kind)s, %(depth)s)
+            %(parent_agent)s, %(parent_run_id)s, %(parent_task)s, %(child_kind)s, %(depth)s,
+            %(webhooks)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id
 ), appended AS (
     INSERT INTO {events} (run_id, stream, seq, type, data)
     SELECT run.id, 'run', e.n::int, e.doc->>'type', e.doc->'data'
     FROM run, json_array_elements(%(events)s) WITH ORDINALITY AS e(doc, n)
+), flow AS (
+    -- its priority and concurrency key, for the messages later statements write (control
+    -- migration 0024's trigger); this statement's own messages take them below, since the
+    -- trigger cannot see this row before the statement ends
+    INSERT INTO toren_control.run_flow (run_id, agent, priority, concurrency_key)
+    SELECT run.id, %(agent)s, %(priority)s, %(concurrency_key)s FROM run
+    WHERE %(priority)s <> 0 OR %(concurrency_key)s::text IS NOT NULL
 ), enqueued AS (
     -- the first hand_limit messages due now go to the worker of this process (hand_to)
     -- already claimed, as an append hands its messages (see append)
     INSERT INTO toren_control.queue (agent, run_id, kind, payload, available_at, attempts,
-                                     claimed_by)
+                                     claimed_by, priority, concurrency_key)
     SELECT %(agent)s, run.id, m.doc->>'kind', m.doc->'payload',
            now() + CASE WHEN handed THEN %(hand_visibility_s)s
                         ELSE (m.doc->>'delay_s')::float8 END * interval '1 second',
            CASE WHEN handed THEN 1 ELSE 0 END,
-           CASE WHEN handed THEN %(hand_to)s END
+           CASE WHEN handed THEN %(hand_to)s END,
+           %(priority)s, %(concurrency_key)s
     FROM run, jsonb_array_elements(%(messages)s) WITH ORDINALITY AS m(doc, n),
          LATERAL (SELECT m.n <= %(hand_limit)s AND (m.doc->>'delay_s')::float8 <= 0
                   AS handed) AS h
@@ -197,6 +209,9 @@ WITH seen AS (
     UPDATE {runs} SET status = 'running', updated_at = now()
     WHERE id = %(run_id)s AND kind = 'session' AND status = 'awaiting_input'
       AND NOT EXISTS (SELECT 1 FROM seen)
+      -- a session whose agent asked a question (ask_user) takes its answer, not a new turn
+      AND NOT EXISTS (SELECT 1 FROM toren_control.questions q
+                      WHERE q.run_id = %(run_id)s AND q.status = 'pending')
     RETURNING id
 ), base AS (
     SELECT COALESCE(max(seq), 0) AS seq,
@@ -224,6 +239,16 @@ SELECT (SELECT count(*) FROM turn) AS taken,
        (SELECT turn FROM base) AS turn,
        (SELECT turn FROM seen) AS seen_turn,
        (SELECT count(*) FROM notified) AS notified;
+
+-- send_signal --
+-- A signal to a run: appended at the end of the run's 'signals' stream (nobody leases it), with
+-- the run tick that wakes its workflow and a message for each task with an open tool wait of
+-- its name, in one call (the function of agent migration 0020, which says why it is one).
+-- A signal whose idempotency key the stream already has is not appended again (seen: its
+-- number).
+SELECT o_status, o_appended, o_seen
+FROM {send_signal}(%(run_id)s::uuid, %(agent)s::text, %(type)s::text, %(data)s::json,
+                   %(key)s::text, %(messages)s::jsonb);
 
 -- user_message_turn --
 -- The turn a message with this idempotency key started, if any.
@@ -291,7 +316,7 @@ ORDER BY k.key, e.created_at, e.stream, e.seq;
 UPDATE {runs} SET schedule = %(schedule)s WHERE id = %(run_id)s;
 
 -- live_workers --
-SELECT id, version, agents, hostname, pid, started_at, heartbeat_at
+SELECT id, version, agents, hostname, pid, started_at, heartbeat_at, lane, supervisor
 FROM toren_control.workers
 WHERE heartbeat_at > now() - %(max_age_s)s * interval '1 second'
 ORDER BY started_at;
@@ -325,6 +350,10 @@ RETURNING run_id;
 -- registered_agents --
 SELECT name, schema_name FROM toren_control.agents ORDER BY name;
 
+-- agent_lanes --
+-- Each agent's lane (runtime: in agent.yaml), for toren top and GET /fleet.
+SELECT name, runtime FROM toren_control.agents;
+
 -- heartbeat_leases --
 -- Renews exactly the leases of work in hand (not every lease with this holder: one left
 -- behind by an aborted handler must be allowed to expire). Leases, messages and the sign-in
@@ -355,8 +384,10 @@ FROM (SELECT id FROM toren_control.queue
 WHERE q.id = free.id;
 
 -- heartbeat_worker --
-INSERT INTO toren_control.workers AS w (id, version, agents, hostname, pid, heartbeat_at)
-VALUES (%(worker_id)s, %(version)s, %(agents)s, %(hostname)s, %(pid)s, now())
+INSERT INTO toren_control.workers AS w (id, version, agents, hostname, pid, heartbeat_at, lane,
+                                        supervisor)
+VALUES (%(worker_id)s, %(version)s, %(agents)s, %(hostname)s, %(pid)s, now(), %(lane)s,
+        %(supervisor)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), agents = EXCLUDED.agents;
 
 -- sign_out --
@@ -373,13 +404,16 @@ WITH released AS (
 DELETE FROM toren_control.workers WHERE id = %(worker_id)s;
 
 -- claim --
--- One round trip per claim (the function, control migration 0012, says how it claims and why
--- it is a function): messages already delivered max_deliveries times move to the dead letters
--- (returned with dead = true, for the worker to record on their runs), and up to limit ready
--- messages are claimed and hidden for visibility_s.
-SELECT o_id, o_agent, o_run_id, o_kind, o_payload, o_attempts, o_dead, o_waited_s
+-- One round trip per claim (the function, control migrations 0012 and 0024, says how it
+-- claims and why it is a function): messages already delivered max_deliveries times move to
+-- the dead letters (returned with dead = true, for the worker to record on their runs), and
+-- up to limit ready messages are claimed and hidden for visibility_s, highest effective
+-- priority first (aging_s: seconds per point gained while waiting), within each agent's
+-- concurrency limit.
+SELECT o_id, o_agent, o_run_id, o_kind, o_payload, o_attempts, o_dead, o_waited_s, o_priority
 FROM toren_control.claim_messages(%(agents)s::text[], %(worker_id)s::text, %(limit)s::int,
-                                  %(visibility_s)s::float8, %(max_deliveries)s::int);
+                                  %(visibility_s)s::float8, %(max_deliveries)s::int,
+                                  %(aging_s)s::float8);
 
 -- ack --
 DELETE FROM toren_control.queue WHERE id = %(id)s AND claimed_by = %(worker_id)s;
@@ -407,13 +441,14 @@ WHERE claimed_by = %(worker_id)s AND NOT (id = ANY(%(held)s::bigint[]));
 -- API keys: only the SHA-256 of a key's secret is stored, next to its public prefix.
 -- A prefix names one key (lookups and revocation go by it): if it is taken, nothing is
 -- inserted and the caller draws another.
-INSERT INTO toren_control.keys (name, prefix, hash)
-SELECT %(name)s, %(prefix)s, %(hash)s
+-- A name an active key has already is a unique violation (keys_active_name).
+INSERT INTO toren_control.keys (name, prefix, hash, role, scopes, agents, expires_at)
+SELECT %(name)s, %(prefix)s, %(hash)s, %(role)s, %(scopes)s, %(agents)s, %(expires_at)s
 WHERE NOT EXISTS (SELECT 1 FROM toren_control.keys WHERE prefix = %(prefix)s)
-RETURNING id, name, prefix, created_at, last_used_at, revoked_at;
+RETURNING id, name, prefix, created_at, last_used_at, revoked_at, role, scopes, agents, expires_at;
 
 -- list_keys --
-SELECT id, name, prefix, created_at, last_used_at, revoked_at
+SELECT id, name, prefix, created_at, last_used_at, revoked_at, role, scopes, agents, expires_at
 FROM toren_control.keys
 ORDER BY created_at DESC, id;
 
@@ -422,15 +457,17 @@ ORDER BY created_at DESC, id;
 UPDATE toren_control.keys
 SET revoked_at = coalesce(revoked_at, now())
 WHERE id = %(id)s::uuid OR prefix = %(prefix)s
-RETURNING id, name, prefix, created_at, last_used_at, revoked_at;
+RETURNING id, name, prefix, created_at, last_used_at, revoked_at, role, scopes, agents, expires_at;
 
 -- find_key --
 -- The active key with a presented key's prefix; the caller compares the hash in constant time.
--- stale: its last use was recorded over a minute ago (database clock), so record this one.
-SELECT id, name, prefix, hash, created_at, last_used_at, revoked_at,
+-- An expired key is not active (database clock). stale: its last use was recorded over a
+-- minute ago, so record this one.
+SELECT id, name, prefix, created_at, last_used_at, revoked_at, role, scopes, agents, expires_at, hash,
        last_used_at IS NULL OR last_used_at < now() - interval '1 minute' AS stale
 FROM toren_control.keys
-WHERE prefix = %(prefix)s AND revoked_at IS NULL;
+WHERE prefix = %(prefix)s AND revoked_at IS NULL
+  AND (expires_at IS NULL OR expires_at > now());
 
 -- touch_key --
 -- At most once a minute per key, so that a busy API does not write on every request.
@@ -531,23 +568,49 @@ SELECT id::text FROM {runs}
 WHERE id = ANY(%(run_ids)s::uuid[])
   AND status NOT IN ('completed', 'stopped', 'failed', 'cancelled');
 -- open_approvals --
--- The task loop keeps what its log requested (again after a crash: nothing changes then).
+-- The task loop keeps what its log requested (again after a crash: nothing changes then). A
+-- request that an approve-always decision of the run covers (same tool and digest) is kept
+-- approved already, naming that decision.
 INSERT INTO toren_control.approvals
-    (id, agent, run_id, task_id, call_id, tool, arguments, approvers, wake, expires_at)
+    (id, agent, run_id, task_id, call_id, tool, arguments, approvers, wake, expires_at, digest,
+     parameters, expires_after_s, on_expiry, escalate_to, remind_after_s, remind_at,
+     status, decided_by, decided_at, reason, granted_by)
 SELECT (r->>'approval_id')::uuid, %(agent)s, %(run_id)s, %(task_id)s, r->>'call_id', r->>'name',
        r->'arguments', ARRAY(SELECT jsonb_array_elements_text(COALESCE(r->'approvers', '[]'))),
-       %(wake)s, now() + (r->>'expires_after_s')::float8 * interval '1 second'
+       %(wake)s, now() + (r->>'expires_after_s')::float8 * interval '1 second', r->>'digest',
+       %(parameters)s::jsonb -> (r->>'name'), (r->>'expires_after_s')::float8,
+       COALESCE(r->>'on_expiry', 'deny'),
+       ARRAY(SELECT jsonb_array_elements_text(COALESCE(r->'escalate_to', '[]'))),
+       (r->>'remind_after_s')::float8,
+       now() + (r->>'remind_after_s')::float8 * interval '1 second',
+       CASE WHEN g.id IS NULL THEN 'pending' ELSE 'approved' END, g.decided_by,
+       CASE WHEN g.id IS NULL THEN NULL ELSE now() END,
+       CASE WHEN g.id IS NULL THEN NULL ELSE 'approved always in this run' END, g.id
 FROM jsonb_array_elements(%(requests)s) AS r
+LEFT JOIN LATERAL (
+    SELECT a.id, a.decided_by FROM toren_control.approvals a
+    WHERE a.run_id = %(run_id)s AND a.tool = r->>'name' AND a.digest = r->>'digest'
+      AND a.scope = 'run' AND a.status = 'approved'
+    ORDER BY a.decided_at LIMIT 1
+) g ON true
 ON CONFLICT (id) DO NOTHING;
 
 -- get_approvals --
 SELECT id, agent, run_id, task_id, call_id, tool, arguments, status, approvers, requested_at,
-       expires_at, decided_by, decided_at, reason, expires_at <= now() AS due
+       expires_at, decided_by, decided_at, reason, expires_at <= now() AS due, digest, scope,
+       edited_arguments, answer, granted_by, parameters, on_expiry, escalate_to,
+       escalation_level, escalated_at, remind_at, reminded_at,
+       status = 'pending' AND remind_at <= now()
+           AND (reminded_at IS NULL OR reminded_at < remind_at) AS remind_due
 FROM toren_control.approvals WHERE id = ANY(%(ids)s::uuid[]);
 
 -- list_approvals --
 SELECT id, agent, run_id, task_id, call_id, tool, arguments, status, approvers, requested_at,
-       expires_at, decided_by, decided_at, reason, expires_at <= now() AS due
+       expires_at, decided_by, decided_at, reason, expires_at <= now() AS due, digest, scope,
+       edited_arguments, answer, granted_by, parameters, on_expiry, escalate_to,
+       escalation_level, escalated_at, remind_at, reminded_at,
+       status = 'pending' AND remind_at <= now()
+           AND (reminded_at IS NULL OR reminded_at < remind_at) AS remind_due
 FROM toren_control.approvals
 WHERE (%(agents)s::text[] IS NULL OR agent = ANY(%(agents)s))
   AND (%(agent)s::text IS NULL OR agent = %(agent)s)
@@ -557,9 +620,11 @@ ORDER BY requested_at DESC, id
 LIMIT %(limit)s;
 
 -- decide_approval --
--- One statement: the decision (only while pending; approve and deny only before the expiry,
+-- One statement: the decision (only while pending; a person decides only before the expiry,
 -- expire only after it), the run back to running if it waits for approval, and the message
 -- that takes the task up again. A pending approval whose run has ended is cancelled instead.
+-- Approved with scope 'run': the run's other pending approvals of the same tool and digest
+-- are approved too (granted_by this one), and their tasks woken.
 WITH target AS (
     SELECT a.id, a.run_id, r.status AS run_status,
            r.status IN ('completed', 'stopped', 'failed', 'cancelled') AS ended
@@ -572,22 +637,54 @@ WITH target AS (
         reason = CASE WHEN target.ended
                       THEN 'the run ended (' || target.run_status || ') before a decision'
                       ELSE %(reason)s END,
-        decided_at = now()
+        decided_at = now(),
+        scope = CASE WHEN target.ended THEN 'call' ELSE %(scope)s END,
+        edited_arguments = CASE WHEN target.ended THEN NULL ELSE %(arguments)s::jsonb END,
+        answer = CASE WHEN target.ended THEN NULL ELSE %(answer)s END
     FROM target
     -- re-checked on the row as the winner of a race left it (READ COMMITTED re-reads it)
     WHERE a.id = target.id AND a.status = 'pending' AND (target.ended OR CASE
         WHEN %(outcome)s = 'expired' THEN a.expires_at <= now()
         ELSE a.expires_at IS NULL OR a.expires_at > now() END)
-    RETURNING a.agent, a.run_id, a.wake, a.status
+    RETURNING a.id, a.agent, a.run_id, a.wake, a.status, a.scope, a.tool,
+              COALESCE(a.digest, '') AS digest, a.decided_by
+), granted AS (
+    UPDATE toren_control.approvals o SET
+        status = 'approved', decided_by = decided.decided_by, decided_at = now(),
+        reason = 'approved always in this run', granted_by = decided.id
+    FROM decided
+    WHERE decided.status = 'approved' AND decided.scope = 'run'
+      AND o.run_id = decided.run_id AND o.tool = decided.tool AND o.digest = decided.digest
+      AND o.id <> decided.id AND o.status = 'pending'
+    RETURNING o.agent, o.run_id, o.wake, o.status
 ), woken AS (
     UPDATE {runs} r SET status = 'running', updated_at = now()
     FROM decided WHERE r.id = decided.run_id AND r.status = 'awaiting_approval'
 ), enqueued AS (
     INSERT INTO toren_control.queue (agent, run_id, kind, payload)
-    SELECT decided.agent, decided.run_id, decided.wake->>'kind', decided.wake->'payload'
-    FROM decided WHERE decided.status <> 'cancelled'
+    SELECT w.agent, w.run_id, w.wake->>'kind', w.wake->'payload'
+    FROM (SELECT DISTINCT agent, run_id, wake FROM (
+              SELECT agent, run_id, wake FROM decided WHERE status <> 'cancelled'
+              UNION ALL SELECT agent, run_id, wake FROM granted) AS both_) AS w
 )
 SELECT status FROM decided;
+
+-- escalate_approval --
+-- Once: a pending approval whose expiry passed moves to its second approvers, with a new
+-- expiry and a new reminder time (the expiry nudge that found it due takes the task up).
+UPDATE toren_control.approvals SET
+    approvers = escalate_to, escalation_level = escalation_level + 1, escalated_at = now(),
+    expires_at = now() + expires_after_s * interval '1 second',
+    remind_at = now() + remind_after_s * interval '1 second'
+WHERE id = %(id)s AND status = 'pending' AND on_expiry = 'escalate' AND escalation_level = 0
+  AND expires_at <= now() AND expires_after_s IS NOT NULL
+RETURNING id;
+
+-- mark_reminded --
+UPDATE toren_control.approvals SET reminded_at = now()
+WHERE id = %(id)s AND status = 'pending' AND remind_at <= now()
+  AND (reminded_at IS NULL OR reminded_at < remind_at)
+RETURNING id;
 
 -- cancel_approvals --
 UPDATE toren_control.approvals
@@ -703,14 +800,20 @@ SELECT run_id FROM watched WHERE (SELECT count(*) FROM sent) >= 0;
 
 -- queue_depth --
 -- Messages per agent for GET /healthz (the console's fleet page). A claimed message is hidden
--- by moving its available_at forward, so it counts as in flight until then.
-SELECT agent,
-       count(*) FILTER (WHERE available_at <= now()) AS ready,
-       count(*) FILTER (WHERE available_at > now() AND claimed_by IS NOT NULL) AS in_flight,
-       count(*) FILTER (WHERE available_at > now() AND claimed_by IS NULL) AS delayed
-FROM toren_control.queue
-WHERE agent = ANY(%(agents)s)
-GROUP BY agent;
+-- by moving its available_at forward, so it counts as in flight until then. The ready ones
+-- waiting for a concurrency slot: the function waiting_for_slots (control migration 0024).
+WITH slots AS (
+    SELECT w.o_agent AS agent, w.o_waiting AS waiting
+    FROM toren_control.waiting_for_slots(%(agents)s::text[]) w
+)
+SELECT q.agent,
+       count(*) FILTER (WHERE q.available_at <= now()) AS ready,
+       count(*) FILTER (WHERE q.available_at > now() AND q.claimed_by IS NOT NULL) AS in_flight,
+       count(*) FILTER (WHERE q.available_at > now() AND q.claimed_by IS NULL) AS delayed,
+       COALESCE(max(s.waiting), 0) AS waiting_concurrency
+FROM toren_control.queue q LEFT JOIN slots s ON s.agent = q.agent
+WHERE q.agent = ANY(%(agents)s)
+GROUP BY q.agent;
 -- budget_lock --
 -- Reservations of one agent are serialised (transaction-scoped; released at commit), so that
 -- the sum each one checks cannot change under it: parallel tasks never over-reserve together.
@@ -867,8 +970,14 @@ WITH run AS (
 SELECT id FROM run;
 
 -- fleet_queue --
--- Per agent: messages ready, claimed and delayed, the oldest ready message's wait, and the
--- dead letters (GET /metrics, toren top). queue_claim_idx (agent, available_at) serves it.
+-- Per agent: messages ready, claimed and delayed, the oldest ready message's wait, the
+-- dead letters (GET /metrics, toren top), and the ready messages waiting for a concurrency
+-- slot (the function waiting_for_slots, control migration 0024). queue_claim_idx (agent,
+-- available_at) serves it.
+WITH slots AS (
+    SELECT w.o_agent AS agent, w.o_waiting AS waiting
+    FROM toren_control.waiting_for_slots(%(agents)s::text[]) w
+)
 SELECT a.agent,
        (SELECT count(*) FROM toren_control.queue q
         WHERE q.agent = a.agent AND q.available_at <= now()) AS ready,
@@ -879,8 +988,32 @@ SELECT a.agent,
        COALESCE((SELECT extract(epoch FROM now() - min(q.available_at))::float8
                  FROM toren_control.queue q
                  WHERE q.agent = a.agent AND q.available_at <= now()), 0),
-       (SELECT count(*) FROM toren_control.dead_letters d WHERE d.agent = a.agent)
+       (SELECT count(*) FROM toren_control.dead_letters d WHERE d.agent = a.agent),
+       COALESCE((SELECT s.waiting FROM slots s WHERE s.agent = a.agent), 0)
 FROM unnest(%(agents)s::text[]) AS a(agent);
+
+-- run_queue_state --
+-- One run's place in the queue (GET /runs/{id}): its priority and concurrency key (run_flow;
+-- none: 0 and the agent-wide key), whether a worker holds one of its messages, has one ready
+-- or one delayed, and its agent's limit with the runs of its key executing now.
+WITH flow AS (
+    SELECT f.priority, f.concurrency_key FROM toren_control.run_flow f
+    WHERE f.run_id = %(run_id)s::uuid
+)
+SELECT COALESCE((SELECT priority FROM flow), 0),
+       (SELECT concurrency_key FROM flow),
+       EXISTS (SELECT 1 FROM toren_control.queue q WHERE q.run_id = %(run_id)s::uuid
+                 AND q.claimed_by IS NOT NULL AND q.available_at > now()),
+       EXISTS (SELECT 1 FROM toren_control.queue q WHERE q.run_id = %(run_id)s::uuid
+                 AND q.available_at <= now()),
+       EXISTS (SELECT 1 FROM toren_control.queue q WHERE q.run_id = %(run_id)s::uuid
+                 AND q.available_at > now() AND q.claimed_by IS NULL),
+       COALESCE((SELECT g.concurrency_limit FROM toren_control.agents g
+                 WHERE g.name = %(agent)s), 0),
+       (SELECT count(DISTINCT q.run_id) FROM toren_control.queue q
+        WHERE q.agent = %(agent)s AND q.claimed_by IS NOT NULL AND q.available_at > now()
+          AND q.run_id IS NOT NULL
+          AND q.concurrency_key IS NOT DISTINCT FROM (SELECT concurrency_key FROM flow));
 
 -- fleet_workers --
 SELECT version, count(*) FROM toren_control.workers
@@ -904,3 +1037,76 @@ FROM {runs} r
 WHERE r.status NOT IN ('completed', 'stopped', 'failed', 'cancelled')
 ORDER BY r.created_at
 LIMIT %(limit)s;
+
+-- reserve_rate --
+-- One call's reservation in every bucket it matches, or how long until it fits (migration
+-- 0023, toren_control.reserve_rate).
+SELECT o_call_id, o_wait_s, o_waiter_id, o_blocked_by
+FROM toren_control.reserve_rate(
+    %(buckets)s::text[], %(requests_limits)s::int[], %(input_limits)s::bigint[],
+    %(output_limits)s::bigint[], %(window_s)s, %(requests)s, %(input)s, %(output)s,
+    %(run_id)s, %(stream)s, %(epoch)s, %(priority)s, %(waiter)s, %(waited_s)s);
+
+-- settle_rate --
+-- Replace reservations by what the calls used (a batch: one row per call), each counted from
+-- when its request was sent if that is later than its reservation (the provider counted it
+-- from its arrival), and tell parked callers on those buckets to look again (unused output
+-- tokens came back).
+WITH used AS (
+    SELECT * FROM unnest(%(calls)s::bigint[], %(requests)s::int[], %(inputs)s::bigint[],
+                         %(outputs)s::bigint[], %(sent_s_ago)s::float8[])
+                  AS u(call_id, requests, input_tokens, output_tokens, sent_s_ago)
+), settled AS (
+    UPDATE toren_control.rate_reservations r
+    SET requests = u.requests, input_tokens = u.input_tokens, output_tokens = u.output_tokens,
+        status = 'settled',
+        created_at = GREATEST(r.created_at,
+                              now() - COALESCE(u.sent_s_ago, 1e9) * interval '1 second')
+    FROM used u
+    WHERE r.call_id = u.call_id
+    RETURNING r.bucket
+)
+SELECT pg_notify('toren_rate_limits', '')
+WHERE EXISTS (SELECT 1 FROM toren_control.rate_waiters w
+              WHERE w.buckets && ARRAY(SELECT DISTINCT bucket FROM settled));
+
+-- pause_rate --
+-- A provider's 429 with Retry-After: the buckets take no call from any worker until then.
+INSERT INTO toren_control.rate_buckets AS b (name, paused_until, pauses_total)
+SELECT name, now() + %(seconds)s * interval '1 second', 1
+FROM unnest(%(buckets)s::text[]) AS name
+ON CONFLICT (name) DO UPDATE
+SET paused_until = GREATEST(COALESCE(b.paused_until, now()), EXCLUDED.paused_until),
+    pauses_total = b.pauses_total + 1;
+
+-- withdraw_rate_waiter --
+-- A parked call gave up (its run was cancelled, its worker is stopping): the next in line
+-- looks again.
+WITH gone AS (
+    DELETE FROM toren_control.rate_waiters WHERE id = %(id)s RETURNING buckets
+)
+SELECT pg_notify('toren_rate_limits', '')
+FROM gone
+WHERE EXISTS (SELECT 1 FROM toren_control.rate_waiters w WHERE w.buckets && gone.buckets);
+
+-- rate_limit_state --
+-- Every bucket: its limits per window, what the window holds, calls waiting, pause, counters.
+SELECT b.name, b.requests_limit, b.input_limit, b.output_limit, b.window_s,
+       COALESCE(u.requests, 0), COALESCE(u.input_tokens, 0), COALESCE(u.output_tokens, 0),
+       COALESCE(u.held, 0),
+       (SELECT count(*) FROM toren_control.rate_waiters w
+        WHERE w.buckets @> ARRAY[b.name]
+          AND EXISTS (SELECT 1 FROM toren_control.leases l
+                      WHERE l.run_id = w.run_id AND l.stream = w.stream
+                        AND l.epoch = w.epoch AND l.expires_at > now())),
+       CASE WHEN b.paused_until > now() THEN b.paused_until END,
+       b.waits_total, b.wait_seconds_total, b.pauses_total
+FROM toren_control.rate_buckets b
+LEFT JOIN LATERAL (
+    SELECT sum(r.requests) AS requests, sum(r.input_tokens) AS input_tokens,
+           sum(r.output_tokens) AS output_tokens,
+           count(*) FILTER (WHERE r.status = 'held') AS held
+    FROM toren_control.rate_reservations r
+    WHERE r.bucket = b.name AND r.created_at > now() - b.window_s * interval '1 second'
+) u ON true
+ORDER BY b.name;
