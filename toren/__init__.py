@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-from toren.execution.context import ToolCallContext, current_tool_call
+from toren.execution.context import ToolCallContext, current_tool_call, wait_for_signal
 from toren.seams.hookspecs import hookimpl
 from toren.seams.tools import ToolFile, ToolResult, tool
 from toren.version import __version__
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 __all__ = ["Runtime", "ToolCallContext", "ToolFile", "ToolResult", "__version__",
-           "current_tool_call", "hookimpl", "tool"]
+           "current_tool_call", "hookimpl", "tool", "wait_for_signal"]
 
 
 def __getattr__(name: str) -> Any:

@@ -90,19 +90,59 @@ class Approval(TypedDict):
     decided_by: str | None
     decided_at: str | None
     reason: str | None
+    #: sha256 of the arguments as canonical JSON: what a decision sends back.
+    digest: NotRequired[str]
+    #: ``run``: approved always (every later call of the tool with this digest in the run).
+    scope: NotRequired[str]
+    edited_arguments: NotRequired[dict[str, Any] | None]
+    answer: NotRequired[str | None]
+    granted_by: NotRequired[str | None]
+    parameters: NotRequired[dict[str, Any] | None]
+    on_expiry: NotRequired[str]
+    escalate_to: NotRequired[list[str]]
+    escalation_level: NotRequired[int]
+    escalated_at: NotRequired[str | None]
+    remind_at: NotRequired[str | None]
+    reminded_at: NotRequired[str | None]
 
 
 class ApprovalList(TypedDict):
     approvals: list[Approval]
 
 
+class Question(TypedDict):
+    """A question a run's agent asked a person (``ask_user``): ``pending``, or settled."""
+
+    id: str
+    agent: str
+    run_id: str
+    task_id: str
+    call_id: str
+    question: str
+    choices: list[str]
+    status: str
+    asked_at: str | None
+    expires_at: str | None
+    answer: str | None
+    answered_by: str | None
+    answered_at: str | None
+
+
+class QuestionList(TypedDict):
+    questions: list[Question]
+
+
 class RunDetail(Run):
     why: str
     totals: dict[str, Any]
     pending_approvals: list[Approval]
+    pending_questions: NotRequired[list[Question]]
     #: Spend against ``limits.maxBudgetUsd`` (``run``) and ``limits.dailyBudgetUsd``
     #: (``daily``), with ``held_usd`` still reserved; ``None`` for an agent without a budget.
     budget: dict[str, Any] | None
+    #: Its place in the queue: ``priority``, ``concurrency_key`` and ``waiting`` (``None``,
+    #: ``concurrency``, ``queued`` or ``delayed``); ``None`` when the store cannot say.
+    queue: NotRequired[dict[str, Any] | None]
 
 
 class RunList(TypedDict):
@@ -197,6 +237,7 @@ class Session(TypedDict):
     turns_ended: int
     totals: dict[str, Any]
     pending_approvals: list[Approval]
+    pending_questions: NotRequired[list[Question]]
     #: Background runs the session started: ``{"run_id", "agent", "status", "reported",
     #: "started_at"}``.
     background_runs: list[dict[str, Any]]
@@ -269,6 +310,19 @@ class RunUpgrade(TypedDict):
     upgraded: bool
 
 
+class SignalSent(TypedDict):
+    """What ``signal`` returns (``POST /runs/{id}/signals/{name}``)."""
+
+    run_id: str
+    name: str
+    #: The signal's place on the run's signals stream.
+    number: int
+    #: ``False``: a signal with the same idempotency key was already recorded (the first one's
+    #: number is returned, nothing was sent again).
+    created: bool
+    status: str
+
+
 class TorenAPIError(TorenError):
     """The API answered with an error: ``status`` and the body's ``code`` and ``message``."""
 
@@ -306,7 +360,8 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
                    re.IGNORECASE)
 _UUID_FORM = "UUIDs such as 3f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 #: agent.yaml's ``name`` (toren.agents.loader.NAME_PATTERN) and a schedule's key under
-#: ``schedules:`` (toren.server.runs.SCHEDULE_NAME): tests keep them the same.
+#: ``schedules:`` (toren.server.runs.SCHEDULE_NAME, which a signal's name follows too:
+#: toren.execution.signals.SIGNAL_NAME): tests keep them the same.
 _AGENT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,56}")
 _SCHEDULE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 _NAME_FORM = "lowercase letters, digits, - and _, starting with a letter (at most {} characters)"
@@ -318,9 +373,11 @@ _PATH_PARAMETERS: dict[str, tuple[str, re.Pattern[str], str]] = {
     "other_run_id": ("run id", _UUID, _UUID_FORM),
     "session_id": ("session id", _UUID, _UUID_FORM),
     "approval_id": ("approval id", _UUID, _UUID_FORM),
+    "question_id": ("question id", _UUID, _UUID_FORM),
     "file_id": ("file id", _UUID, _UUID_FORM),
     "agent": ("agent name", _AGENT_NAME, _NAME_FORM.format(57)),
     "schedule": ("schedule name", _SCHEDULE_NAME, _NAME_FORM.format(64)),
+    "signal": ("signal name", _SCHEDULE_NAME, _NAME_FORM.format(64)),
 }
 #: A route of the API as this module writes it: literal parts and ``{parameter}`` parts.
 _ROUTE = re.compile(r"(?:/(?:[a-z][a-z-]*|\{[a-z_]+\}))+")
@@ -335,9 +392,9 @@ def _shown(value: object) -> str:
 
 
 def check_id(parameter: str, value: object) -> str:
-    """``value`` as the API's paths take it for ``parameter``: a run, session, approval or
-    file id (``run_id``, ``session_id``, ``approval_id``, ``file_id``) as a lowercase UUID, an
-    ``agent`` or ``schedule`` name as it is.
+    """``value`` as the API's paths take it for ``parameter``: a run, session, approval,
+    question or file id (``run_id``, ``session_id``, ``approval_id``, ``question_id``,
+    ``file_id``) as a lowercase UUID, an ``agent`` or ``schedule`` name as it is.
 
     Raises:
         InvalidId: ``value`` is not one (``'../approvals' is not a run id: ...``). Every
@@ -372,9 +429,13 @@ class TorenClient:
     """Async client. Use as an async context manager, or call ``aclose()``."""
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *,
-                 session: aiohttp.ClientSession | None = None, timeout_s: float = 30.0) -> None:
+                 session: aiohttp.ClientSession | None = None, timeout_s: float = 30.0,
+                 headers: dict[str, str] | None = None) -> None:
         self.base_url = (base_url or os.environ.get("TOREN_URL") or DEFAULT_URL).rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("TOREN_API_KEY")
+        #: Sent with every request (toren-mcp sends ``X-Toren-Source: mcp``, which the audit
+        #: trail records as the call's source).
+        self.headers = dict(headers or {})
         self._session = session
         self._owns_session = session is None
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -393,7 +454,7 @@ class TorenClient:
         self._session = None
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        headers = dict(extra or {})
+        headers = self.headers | dict(extra or {})
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
@@ -447,6 +508,11 @@ class TorenClient:
         result: Health = await self._request("GET", "/healthz")
         return result
 
+    async def me(self) -> dict[str, Any]:
+        """The caller's key: id, name, prefix, role, scopes, agents, expiry (``GET /me``)."""
+        result: dict[str, Any] = await self._request("GET", "/me")
+        return result
+
     async def fleet(self) -> dict[str, Any]:
         """Workers, queue, runs in flight and recent failures (``GET /fleet``; ``toren top``)."""
         result: dict[str, Any] = await self._request("GET", "/fleet")
@@ -459,10 +525,17 @@ class TorenClient:
 
     async def create_run(self, agent: str, input: Any, *,
                          idempotency_key: str | None = None,
-                         files: list[str] | None = None) -> Created:
-        """Start a run; ``files`` are ids of uploaded files to attach to a text input."""
+                         files: list[str] | None = None,
+                         webhook: str | dict[str, Any] | list[Any] | None = None,
+                         priority: int | None = None) -> Created:
+        """Start a run; ``files`` are ids of uploaded files to attach to a text input.
+        ``webhook`` is told when the run ends: a URL, ``{"url", "events"}`` or a list of them
+        (docs/guides/webhooks.md). ``priority`` (-100..100; ``None``: the agent's) orders
+        its work in the queue (docs/guides/flow-control.md)."""
         headers = _idempotency(idempotency_key)
-        body = {"agent": agent, "input": input} | ({"files": files} if files else {})
+        body = ({"agent": agent, "input": input} | ({"files": files} if files else {})
+                | ({"webhook": webhook} if webhook is not None else {})
+                | ({"priority": priority} if priority is not None else {}))
         result: Created = await self._request("POST", "/runs", body=body, headers=headers)
         return result
 
@@ -479,6 +552,15 @@ class TorenClient:
         result: dict[str, Any] = await self._request("GET", "/runs/{run_id}/receipt",
                                                      run_id=run_id)
         return result
+
+    async def webhooks(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's completion webhook deliveries (``GET /runs/{id}/webhooks``), oldest first:
+        each with its ``id`` (the event id), ``event``, ``url``, ``state`` (``pending``,
+        ``delivered``, ``failed``), ``attempts``, ``last_error`` and ``history`` (every
+        attempt's status code, error and duration)."""
+        result: dict[str, Any] = await self._request("GET", "/runs/{run_id}/webhooks",
+                                                     run_id=run_id)
+        return list(result["deliveries"])
 
     async def children(self, run_id: str) -> list[Run]:
         """The runs the run's tasks started: peer calls and background runs, oldest first."""
@@ -539,6 +621,18 @@ class TorenClient:
                                           body={"reason": reason} if reason else None)
         return result
 
+    async def signal(self, run_id: str, name: str, payload: Any = None, *,
+                     idempotency_key: str | None = None) -> SignalSent:
+        """Send signal ``name`` with ``payload`` (any JSON value) to the run
+        (``POST /runs/{id}/signals/{name}``); a workflow takes it with
+        ``ctx.wait_for_signal(name)``, and every tool waiting in ``toren.wait_for_signal(name)``
+        gets it. ``TorenAPIError`` 409 ``run_finished`` once the run has
+        finished, 404 for an unknown run, 413 for a payload over 64 KiB of JSON."""
+        result: SignalSent = await self._request(
+            "POST", "/runs/{run_id}/signals/{signal}", run_id=run_id, signal=name,
+            body=payload, headers=_idempotency(idempotency_key))
+        return result
+
     async def wait_for_run(self, run_id: str, *, poll_s: float = 0.5,
                            timeout_s: float | None = None) -> RunDetail:
         """Poll until the run has ended; ``TimeoutError`` after ``timeout_s``."""
@@ -546,10 +640,13 @@ class TorenClient:
                            f"run {run_id}")
 
     async def create_session(self, agent: str, *,
-                             idempotency_key: str | None = None) -> Created:
-        """Open a session (status ``awaiting_input``)."""
+                             idempotency_key: str | None = None,
+                             webhook: str | dict[str, Any] | list[Any] | None = None
+                             ) -> Created:
+        """Open a session (status ``awaiting_input``); ``webhook`` as ``create_run``'s."""
         headers = _idempotency(idempotency_key)
-        result: Created = await self._request("POST", "/sessions", body={"agent": agent},
+        body = {"agent": agent} | ({"webhook": webhook} if webhook is not None else {})
+        result: Created = await self._request("POST", "/sessions", body=body,
                                               headers=headers)
         return result
 
@@ -642,26 +739,70 @@ class TorenClient:
             "agent": agent, "run": run_id, "status": status, "limit": limit})
         return result["approvals"]
 
+    async def list_questions(self, run_id: str, *, status: str | None = None
+                             ) -> list[Question]:
+        """The questions the run's agent asked (``ask_user``), oldest first;
+        ``status="pending"``: the ones waiting for an answer."""
+        result: QuestionList = await self._request(
+            "GET", "/runs/{run_id}/questions", run_id=run_id, params={"status": status})
+        return result["questions"]
+
+    async def answer_question(self, run_id: str, question_id: str, answer: str) -> Question:
+        """Answer a question (exactly once); the answer becomes the ``ask_user`` call's result.
+        ``TorenAPIError`` 409 ``question_answered`` if it was settled before
+        (``.body["question"]`` carries the first answer), 422 ``invalid_answer`` if the answer
+        is not among its choices."""
+        result: Question = await self._request(
+            "POST", "/runs/{run_id}/questions/{question_id}/answer", run_id=run_id,
+            question_id=question_id, body={"answer": answer})
+        return result
+
     async def get_approval(self, approval_id: str) -> Approval:
         """One approval, pending or decided (``GET /approvals/{id}``)."""
         result: Approval = await self._request("GET", "/approvals/{approval_id}",
                                                approval_id=approval_id)
         return result
 
-    async def approve(self, approval_id: str, reason: str | None = None) -> Approval:
-        """Let the call run (exactly once). ``TorenAPIError`` 409 ``approval_decided`` if it
-        was decided before (``.body["approval"]`` is the first decision), 403 if this key is
-        not one of the tool's approvers."""
+    async def approve(self, approval_id: str, reason: str | None = None, *,
+                      digest: str | None = None, always: bool = False) -> Approval:
+        """Let the call run (exactly once; ``always``: and every later call of the tool with
+        the same arguments in the run, without asking). ``digest``: the approval's digest as
+        you saw it (``get_approval``); another is 409 ``approval_stale`` (``.body["digest"]``
+        is the current one). ``TorenAPIError`` 409 ``approval_decided`` if it was decided
+        before (``.body["approval"]`` is the first decision), 403 if this key is not one of
+        the tool's approvers."""
+        body = _decision_body(reason=reason, digest=digest,
+                              scope="run" if always else None)
         result: Approval = await self._request(
-            "POST", "/approvals/{approval_id}/approve", approval_id=approval_id,
-            body={"reason": reason} if reason is not None else None)
+            "POST", "/approvals/{approval_id}/approve", approval_id=approval_id, body=body)
         return result
 
-    async def deny(self, approval_id: str, reason: str | None = None) -> Approval:
+    async def deny(self, approval_id: str, reason: str | None = None, *,
+                   digest: str | None = None) -> Approval:
         """Refuse the call; the model reads the refusal and ``reason``. Errors as ``approve``."""
         result: Approval = await self._request(
             "POST", "/approvals/{approval_id}/deny", approval_id=approval_id,
-            body={"reason": reason} if reason is not None else None)
+            body=_decision_body(reason=reason, digest=digest))
+        return result
+
+    async def edit_approval(self, approval_id: str, arguments: dict[str, Any], *,
+                            digest: str, reason: str | None = None) -> Approval:
+        """Let the call run with ``arguments`` instead (the edit approves the edited call);
+        the model reads what changed with the result. 422 ``invalid_arguments`` (with
+        ``.body["field"]``) when they break the tool's schema; otherwise errors as
+        ``approve``."""
+        result: Approval = await self._request(
+            "POST", "/approvals/{approval_id}/edit", approval_id=approval_id,
+            body=_decision_body(reason=reason, digest=digest) | {"arguments": arguments})
+        return result
+
+    async def answer_approval(self, approval_id: str, answer: str, *, digest: str,
+                              reason: str | None = None) -> Approval:
+        """Give the call's result instead of running the tool (it never runs). Errors as
+        ``approve``."""
+        result: Approval = await self._request(
+            "POST", "/approvals/{approval_id}/answer", approval_id=approval_id,
+            body=_decision_body(reason=reason, digest=digest) | {"answer": answer})
         return result
 
     async def stream_events(self, run_id: str, *, after: str | None = None,
@@ -777,6 +918,19 @@ class TorenClient:
         the run afterwards. ``run_not_archived`` (409) if it is not archived."""
         result: Run = await self._request("POST", "/runs/{run_id}/restore", run_id=run_id,
                                           body={})
+        return result
+
+    async def audit(self, *, actor: str | None = None, action: str | None = None,
+                    agent: str | None = None, run: str | None = None,
+                    outcome: str | None = None, since: str | None = None,
+                    until: str | None = None, limit: int = 50,
+                    cursor: str | None = None) -> dict[str, Any]:
+        """A page of the audit trail, newest first (``GET /audit``; the key needs the
+        ``audit:read`` scope): ``{"entries", "next_cursor"}``. ``action`` may be the start of
+        one (``approval``); ``since``/``until`` an age (``1h``) or an ISO 8601 time."""
+        result: dict[str, Any] = await self._request("GET", "/audit", params={
+            "actor": actor, "action": action, "agent": agent, "run": run, "outcome": outcome,
+            "since": since, "until": until, "limit": limit, "cursor": cursor})
         return result
 
 
@@ -922,6 +1076,7 @@ class SyncTorenClient:
     # One line per call binds TorenClient's definition; tests/unit/test_client_sync_twins.py
     # fails for an async method left without its line here.
     healthz = _blocking(TorenClient.healthz)
+    me = _blocking(TorenClient.me)
     fleet = _blocking(TorenClient.fleet)
     agents = _blocking(TorenClient.agents)
     agent_versions = _blocking(TorenClient.agent_versions)
@@ -930,11 +1085,13 @@ class SyncTorenClient:
     get_run = _blocking(TorenClient.get_run)
     receipt = _blocking(TorenClient.receipt)
     children = _blocking(TorenClient.children)
+    webhooks = _blocking(TorenClient.webhooks)
     list_runs = _blocking(TorenClient.list_runs)
     events = _blocking(TorenClient.events)
     stream_events = _blocking_stream(TorenClient.stream_events)
     stream_live = _blocking_stream(TorenClient.stream_live)
     cancel_run = _blocking(TorenClient.cancel_run)
+    signal = _blocking(TorenClient.signal)
     wait_for_run = _blocking(TorenClient.wait_for_run)
     fork_run = _blocking(TorenClient.fork_run)
     diff_runs = _blocking(TorenClient.diff_runs)
@@ -942,6 +1099,8 @@ class SyncTorenClient:
     list_archived_runs = _blocking(TorenClient.list_archived_runs)
     archive = _blocking(TorenClient.archive)
     restore_run = _blocking(TorenClient.restore_run)
+    # the audit trail
+    audit = _blocking(TorenClient.audit)
     # schedules
     list_schedules = _blocking(TorenClient.list_schedules)
     get_schedule = _blocking(TorenClient.get_schedule)
@@ -964,7 +1123,16 @@ class SyncTorenClient:
     list_approvals = _blocking(TorenClient.list_approvals)
     get_approval = _blocking(TorenClient.get_approval)
     approve = _blocking(TorenClient.approve)
+    list_questions = _blocking(TorenClient.list_questions)
+    answer_question = _blocking(TorenClient.answer_question)
     deny = _blocking(TorenClient.deny)
+    edit_approval = _blocking(TorenClient.edit_approval)
+    answer_approval = _blocking(TorenClient.answer_approval)
+
+
+def _decision_body(**fields: str | None) -> dict[str, Any]:
+    """A decision's body: the fields given (``None`` ones left out)."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _idempotency(key: str | None) -> dict[str, str] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from toren import crashpoints
+from toren.core.forwarded import Network, parse_trusted_proxies
+from toren.core.rate_limits import RateLimitConfigError, RateLimits, parse_rate_limits
 from toren.errors import ConfigError
 
 T = TypeVar("T", int, float)
@@ -27,6 +30,23 @@ class Settings:
     queue_driver: str = "postgres"
     store_driver: str = "postgres"
     runtime_driver: str = "inprocess"
+    #: Which agents this process's workers claim (``TOREN_LANE``, ``toren worker --lane``):
+    #: ``short`` (agents without ``runtime: long``), ``long`` (agents with it) or ``all``.
+    lane: str = "all"
+    #: Worker processes ``toren worker`` (and ``toren serve --workers``) runs on this machine
+    #: (``TOREN_PROCESSES``, ``--processes``: a number or ``auto``, one per available CPU); 1
+    #: runs the worker in the command's own process, more start a supervisor
+    #: (``toren.host.supervisor``).
+    processes: int = 1
+    #: The id of the supervisor that started this worker process (set by the supervisor for
+    #: its children, ``TOREN_SUPERVISOR``; ``None`` for a worker started on its own): it is
+    #: recorded with the worker's sign-in, so ``toren top`` shows which workers are one
+    #: supervisor's processes.
+    supervisor: str | None = None
+    #: This worker process's place (1 to N) among its supervisor's (``TOREN_SUPERVISOR_SLOT``,
+    #: set with ``TOREN_SUPERVISOR``): what one process per machine does (a plugin's health
+    #: endpoint, ECS task protection) is decided by it. ``None`` without a supervisor.
+    supervisor_slot: int | None = None
     load_plugins: tuple[str, ...] | None = None
     connect_timeout_s: float = 5.0
     concurrency: int = 8
@@ -43,6 +63,9 @@ class Settings:
     schedule_interval_s: float = 5.0
     #: Deliveries of one message without completion before it is dead-lettered.
     max_deliveries: int = 5
+    #: Seconds a waiting queue message takes to gain one point of priority (aging), so that
+    #: low-priority work is never starved (docs/guides/flow-control.md).
+    priority_aging_s: float = 30.0
     retry_base_s: float = 1.0
     retry_max_delay_s: float = 300.0
     retry_max_attempts: int = 20
@@ -111,6 +134,28 @@ class Settings:
     #: The ``toren.tracer`` driver (``otel``), or ``None`` for no tracing (the default unless
     #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set).
     tracer: str | None = None
+    #: Completion webhooks (docs/guides/webhooks.md): the deployment's signing secret
+    #: (``TOREN_WEBHOOK_SECRET``; an agent's ``notify:`` may name its own variable), whether
+    #: private, loopback and link-local destinations are allowed, seconds one attempt may
+    #: take, the first retry's delay (doubling, with jitter, up to the cap), and how long after
+    #: the event retries go on before the delivery is marked failed.
+    webhook_secret: str | None = field(default=None, repr=False)
+    webhook_allow_private: bool = False
+    webhook_timeout_s: float = 10.0
+    webhook_retry_base_s: float = 5.0
+    webhook_retry_max_delay_s: float = 3600.0
+    webhook_retry_for_s: float = 86400.0
+    #: How long ended (delivered or failed) deliveries are kept for ``toren jobs show``.
+    webhook_keep_s: float = 30 * 86400.0
+    #: Provider rate limits the fleet shares (docs/guides/flow-control.md), read from the file
+    #: ``TOREN_RATE_LIMITS`` names; ``None``: none (no statement is added to a model call).
+    rate_limits: RateLimits | None = None
+    #: How long the audit trail keeps an entry (``TOREN_AUDIT_RETENTION``: ``365d``, ``90d``;
+    #: ``never``: ``None``, kept for good); the workers delete older ones hourly.
+    audit_retention_s: float | None = 365 * 86400.0
+    #: The proxies whose ``X-Forwarded-For`` names the client (``TOREN_TRUSTED_PROXIES``:
+    #: addresses and CIDR blocks, comma-separated; none by default: the connection's address).
+    trusted_proxies: tuple[Network, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -124,6 +169,11 @@ class Settings:
             queue_driver=env.get("TOREN_QUEUE") or "postgres",
             store_driver=env.get("TOREN_STORE") or "postgres",
             runtime_driver=env.get("TOREN_RUNTIME") or "inprocess",
+            lane=worker_lane(env.get("TOREN_LANE") or "all", "TOREN_LANE"),
+            processes=worker_processes(env.get("TOREN_PROCESSES") or "1", "TOREN_PROCESSES"),
+            supervisor=env.get("TOREN_SUPERVISOR") or None,
+            supervisor_slot=(positive_number(env, "TOREN_SUPERVISOR_SLOT", 1, int)
+                             if env.get("TOREN_SUPERVISOR_SLOT") else None),
             load_plugins=None if load is None else tuple(
                 name.strip() for name in load.split(",") if name.strip()
             ),
@@ -135,6 +185,7 @@ class Settings:
             guardian_interval_s=positive_number(env, "TOREN_GUARDIAN_INTERVAL", 5.0, float),
             schedule_interval_s=positive_number(env, "TOREN_SCHEDULE_INTERVAL", 5.0, float),
             max_deliveries=positive_number(env, "TOREN_MAX_DELIVERIES", 5, int),
+            priority_aging_s=positive_number(env, "TOREN_PRIORITY_AGING_S", 30.0, float),
             retry_base_s=positive_number(env, "TOREN_RETRY_BASE", 1.0, float),
             retry_max_delay_s=positive_number(env, "TOREN_RETRY_MAX_DELAY", 300.0, float),
             retry_max_attempts=positive_number(env, "TOREN_RETRY_MAX_ATTEMPTS", 20, int),
@@ -170,6 +221,18 @@ class Settings:
             metrics_host=env.get("TOREN_METRICS_HOST") or "127.0.0.1",
             metrics_public=switch(env, "TOREN_METRICS_PUBLIC", False),
             tracer=_tracer(env),
+            webhook_secret=env.get("TOREN_WEBHOOK_SECRET") or None,
+            webhook_allow_private=switch(env, "TOREN_WEBHOOK_ALLOW_PRIVATE", False),
+            webhook_timeout_s=positive_number(env, "TOREN_WEBHOOK_TIMEOUT", 10.0, float),
+            webhook_retry_base_s=positive_number(env, "TOREN_WEBHOOK_RETRY_BASE", 5.0, float),
+            webhook_retry_max_delay_s=positive_number(env, "TOREN_WEBHOOK_RETRY_MAX_DELAY",
+                                                      3600.0, float),
+            webhook_retry_for_s=positive_number(env, "TOREN_WEBHOOK_RETRY_FOR", 86400.0,
+                                                float),
+            webhook_keep_s=positive_number(env, "TOREN_WEBHOOK_KEEP", 30 * 86400.0, float),
+            rate_limits=rate_limits_file(env),
+            audit_retention_s=retention_age(env, "TOREN_AUDIT_RETENTION", 365 * 86400.0),
+            trusted_proxies=trusted_proxies(env),
         )
 
     def crash_point(self, name: str) -> None:
@@ -230,15 +293,127 @@ def positive_number(env: Mapping[str, str], name: str, default: T,
     return value
 
 
-def retention_age(env: Mapping[str, str]) -> float | None:
-    """``TOREN_RETENTION``: the fleet's default retention age in seconds (``30d``, ``12h``;
-    unset or ``never``: ``None``)."""
+def retention_age(env: Mapping[str, str], name: str = "TOREN_RETENTION",
+                  default: float | None = None) -> float | None:
+    """``TOREN_RETENTION`` (or ``name``): an age in seconds (``30d``, ``12h``; ``never``:
+    ``None``; unset: ``default``)."""
     from toren.core.retention import parse_age
 
-    raw = env.get("TOREN_RETENTION", "").strip()
+    raw = env.get(name, "").strip()
     if not raw:
-        return None
+        return default
     try:
         return parse_age(raw)
     except ValueError as exc:
-        raise ConfigError(f"TOREN_RETENTION: {exc}") from None
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def trusted_proxies(env: Mapping[str, str]) -> tuple[Network, ...]:
+    """``TOREN_TRUSTED_PROXIES``: the proxies (addresses, CIDR blocks) whose
+    ``X-Forwarded-For`` is believed; ``ConfigError`` naming the entry that is neither."""
+    try:
+        return parse_trusted_proxies(env.get("TOREN_TRUSTED_PROXIES", ""))
+    except ValueError as exc:
+        raise ConfigError(f"TOREN_TRUSTED_PROXIES: {exc}") from None
+
+
+#: The lanes a worker may serve (``TOREN_LANE``): an agent's ``runtime:``, or ``all``.
+WORKER_LANES = ("short", "long", "all")
+
+
+def worker_lane(value: str, source: str) -> str:
+    """``value`` if it names a worker lane, else ``ConfigError`` naming ``source`` (the
+    variable or option it came from) and the lanes there are."""
+    lane = value.strip().lower()
+    if lane not in WORKER_LANES:
+        raise ConfigError(f"{source}={value[:40]!r} is not a lane: use short (agents without "
+                          "runtime: long), long (agents with runtime: long) or all")
+    return lane
+
+
+def worker_processes(value: str, source: str) -> int:
+    """``value`` as a count of worker processes: a whole number from 1 to
+    ``MAX_WORKER_PROCESSES``, or ``auto`` (``available_cpus``); else ``ConfigError`` naming
+    ``source`` (the variable or option it came from) and what to write."""
+    raw = value.strip().lower()
+    if raw == "auto":
+        return available_cpus()
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_WORKER_PROCESSES:
+        raise ConfigError(f"{source}={value[:40]!r} is not a number of worker processes: use "
+                          f"a whole number from 1 to {MAX_WORKER_PROCESSES} (1: the worker "
+                          "runs in this process), or auto (one per CPU available here)")
+    return count
+
+
+#: More worker processes than this on one machine is a typo, not a plan.
+MAX_WORKER_PROCESSES = 256
+#: Where a cgroup v2 container's CPU quota is (``max 100000`` or ``200000 100000``).
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def cgroup_cpu_limit(text: str) -> float | None:
+    """The CPUs a cgroup v2 ``cpu.max`` line allows (quota / period), or ``None`` for no
+    quota (``max``) or a line this does not understand."""
+    parts = text.split()
+    if len(parts) != 2 or parts[0] == "max":
+        return None
+    try:
+        quota, period = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def available_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+    """The CPUs this process may use: the CPUs it may be scheduled on
+    (``os.sched_getaffinity``, else ``os.cpu_count``), capped by the container's CPU quota
+    when one is set (cgroup v2 ``cpu.max``, rounded up: 1.5 CPUs is 2 processes); at least 1."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    try:
+        limit = cgroup_cpu_limit(cpu_max.read_text()[:100])
+    except OSError:  # no cgroup v2 here (macOS, cgroup v1): the CPU count decides
+        limit = None
+    if limit is not None:
+        cpus = min(cpus, math.ceil(limit))
+    return max(1, min(cpus, MAX_WORKER_PROCESSES))
+
+
+#: A limits file is a few dozen lines; this bounds what a mistaken path makes us read.
+MAX_RATE_LIMITS_BYTES = 1_000_000
+
+
+def rate_limits_file(env: Mapping[str, str]) -> RateLimits | None:
+    """The limits file ``TOREN_RATE_LIMITS`` names (YAML or JSON), validated; ``None`` when
+    unset. ``ConfigError`` names the file, the key and what to write instead."""
+    raw = env.get("TOREN_RATE_LIMITS", "").strip()
+    if not raw:
+        return None
+    import yaml  # only a deployment with limits pays for it
+
+    path = Path(raw).expanduser()
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_RATE_LIMITS_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"TOREN_RATE_LIMITS={raw!r}: cannot read the limits file "
+                          f"({exc.strerror or exc}); point it at a YAML file with a "
+                          "'limits:' mapping, or unset it") from None
+    if len(data) > MAX_RATE_LIMITS_BYTES:
+        raise ConfigError(f"{path}: the limits file is larger than "
+                          f"{MAX_RATE_LIMITS_BYTES:,} bytes")
+    try:
+        parsed = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid YAML or JSON: {' '.join(str(exc).split())}"
+                          ) from None
+    try:
+        return parse_rate_limits(parsed, str(path))
+    except RateLimitConfigError as exc:
+        raise ConfigError(str(exc)) from None

@@ -28,10 +28,19 @@ POINTS = {
     "mid_wave_dispatch": "a workflow started a wave; its tasks are not scheduled yet",
     "after_approval": "a worker read an approval's decision; it is not recorded (nor the "
                       "approved call run) yet",
+    "after_question_answer": "a worker read a question's answer (or expiry); it is not "
+                             "recorded yet",
     "after_child_run": "a peer call or background run created its run; the task has not "
                        "recorded it yet",
+    "after_policy_decided": "the policies' decisions on a model response and its tool calls "
+                            "are appended; no tool call of it has run yet",
     "after_channel_files_stored": "a chat message's files are stored; its turn is not started "
                                   "yet",
+    "after_signal_consumed": "a workflow took a signal (SignalConsumed committed with what it "
+                             "did next); the run tick is not acknowledged yet",
+    "after_tool_wait_ended": "a tool's wait for a signal ended (ToolWaitEnded committed); "
+                             "the tool has not run again yet",
+    "after_webhook_sent": "a webhook's receiver answered; the attempt is not recorded yet",
 }
 _reached: Counter[str] = Counter()
 

@@ -7,9 +7,12 @@ import re
 import secrets
 import unicodedata
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from toren.core.keys import ApiKey as ApiKey
+from toren.core.scopes import check_grant, check_key_agents
 from toren.errors import ConfigError, TorenError
 
 #: Every key starts with this, so secret scanners and people can recognise one.
@@ -17,12 +20,26 @@ KEY_MARK = "toren_"
 _KEY = re.compile(r"toren_([0-9a-f]{8})_([A-Za-z0-9_-]{32,})")
 _PREFIX = re.compile(r"(?:toren_)?([0-9a-f]{8})")
 MAX_NAME_LENGTH = 100
+#: Names that start with this (any case) are the CLI's (``cli:<user>``), never a key's.
+RESERVED_NAME_PREFIX = "cli:"
+#: The longest a key may be made to last (``--expires``).
+MAX_KEY_LIFETIME = timedelta(days=3660)
+_LIFETIME = re.compile(r"([0-9]{1,12})([mhdw])")
+_LIFETIME_UNIT = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1),
+                  "w": timedelta(weeks=1)}
 
 
 class KeyNotFound(TorenError):
     """No API key has that id or prefix."""
 
     code = "key_not_found"
+
+
+class KeyNameTaken(ConfigError):
+    """Another active API key has that name (names are unique, ignoring case)."""
+
+    code = "key_name_taken"
+    http_status = 409
 
 
 class NoApiKeys(ConfigError):
@@ -99,6 +116,10 @@ def check_key_name(name: str) -> str:
     if len(name) > MAX_NAME_LENGTH:
         raise ConfigError(f"an API key's name has at most {MAX_NAME_LENGTH} characters; this "
                           f"one has {len(name)}")
+    if name[:4].lower() == RESERVED_NAME_PREFIX:
+        raise ConfigError(f"an API key's name may not start with {RESERVED_NAME_PREFIX!r}: "
+                          "that is how the local CLI's user is shown (cli:<user>); pick "
+                          "another name")
     bad = next((char for char in name if not _printable(char)), None)
     if bad is not None:
         raise ConfigError(f"an API key's name may hold only printable characters; it has "
@@ -113,3 +134,56 @@ def _printable(char: str) -> bool:
     # and odd spaces.
     category = unicodedata.category(char)
     return char == " " or not (category.startswith("C") or category.startswith("Z"))
+
+
+def parse_expiry(text: str, now: datetime | None = None) -> datetime:
+    """When a key made now with ``--expires text`` stops working: ``30d``, ``12h``, ``90m``,
+    ``2w`` from ``now``, or an ISO 8601 time (UTC if it names no zone).
+
+    ``ConfigError`` for anything else, a time not in the future, or more than ten years away.
+    """
+    now = now or datetime.now(UTC)
+    text = text.strip()
+    if len(text) > 40:
+        raise ConfigError("--expires is a lifetime (30d, 12h, 90m, 2w) or an ISO 8601 time; "
+                          f"this is {len(text)} characters long")
+    match = _LIFETIME.fullmatch(text)
+    if match is not None:
+        count, unit = int(match[1]), _LIFETIME_UNIT[match[2]]
+        # compared before multiplying: a huge count overflows a timedelta (and a datetime)
+        if count > MAX_KEY_LIFETIME // unit:
+            raise ConfigError("--expires may be at most ten years away (leave it out for a "
+                              "key that never expires)")
+        when = now + count * unit
+    else:
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            raise ConfigError(f"--expires {text[:40]!r} is neither a lifetime (30d, 12h, 90m, "
+                              "2w) nor an ISO 8601 time (2027-01-31 or "
+                              "2027-01-31T18:00:00+00:00)") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+    if when <= now:
+        raise ConfigError(f"--expires {text!r} is not in the future")
+    if when - now > MAX_KEY_LIFETIME:
+        raise ConfigError("--expires may be at most ten years away (leave it out for a key "
+                          "that never expires)")
+    return when
+
+
+@dataclass(frozen=True)
+class KeyGrant:
+    """What a new key may do, checked: ``role``, ``scopes`` (custom only), ``agents``."""
+
+    role: str
+    scopes: tuple[str, ...]
+    agents: tuple[str, ...] | None
+
+
+def check_key_grant(role: str, scopes: Sequence[str] = (),
+                    agents: Sequence[str] | None = None) -> KeyGrant:
+    """A new key's role, scopes and agents as the store keeps them; ``ConfigError`` naming
+    the fix for an unknown role or scope, scopes on a named role, or a bad agent name."""
+    role, checked = check_grant(role, scopes)
+    return KeyGrant(role, checked, check_key_agents(agents))

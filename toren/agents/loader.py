@@ -20,20 +20,30 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from toren.agents.channels import load_channels
 from toren.agents.children import background_tool, peer_tool
+from toren.agents.questions import ask_user_tool
 from toren.agents.schedules import load_schedules
 from toren.agents.versions import AgentVersion, snapshot
 from toren.agents.yamlfile import MAX_CHARS, LocatedYaml, load_located
 from toren.config import positive_number
 from toren.core.approvals import ApprovalPolicy
 from toren.core.attachments import AttachmentPolicy
+from toren.core.flow import Concurrency
 from toren.core.limits import Compaction, Limits
 from toren.core.output import OutputSchema
 from toren.core.pricing import Pricing
 from toren.core.schedules import ScheduleSpec
-from toren.errors import AgentDefinitionError, MissingEnvError, ToolError, TorenError
+from toren.core.webhooks import WebhookSubscription, parse_subscriptions
+from toren.errors import (
+    AgentDefinitionError,
+    InvalidWebhook,
+    MissingEnvError,
+    ToolError,
+    TorenError,
+)
 from toren.regular_files import NotARegularFile, open_regular, read_regular
 from toren.schemas import load_schema
 from toren.seams.channels import Channel
+from toren.seams.policies import PolicyRef
 from toren.seams.tool_sources import ToolSource, ToolSourceEntry, entries_json
 from toren.seams.tools import TOOL_MARK, Tool, tool_from_function
 
@@ -109,6 +119,8 @@ class AgentSpec:
     accepts_from: tuple[str, ...] = ()
     #: ``background:``: agents a session of this one may start in the background.
     background: tuple[str, ...] = ()
+    #: ``askUser:``: the agent has the tool ``ask_user`` (it asks a person and waits).
+    ask_user: bool = False
     #: ``channels:``: the channels (chat apps) serving this agent, each with its settings
     #: (validated by the channel's ``settings_schema`` and ``check_settings``).
     channels: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -120,6 +132,9 @@ class AgentSpec:
     #: ``retention:``: how long the agent's finished runs stay in the hot tables before they
     #: are archived (``30d``, ``never``); ``None`` takes ``TOREN_RETENTION``.
     retention: str | None = None
+    #: ``runtime:``: the lane of workers that runs it, ``short`` (the default) or ``long``
+    #: (``toren.host.lanes``; ``toren worker --lane``).
+    runtime: str = "short"
     #: ``promptCaching:``: model calls ask the provider to cache their prompt's prefix.
     prompt_caching: bool = True
     #: Entries of tool-source keys (``mcpServers:``), bound by their plugins: tools discovered
@@ -129,6 +144,17 @@ class AgentSpec:
     output: OutputSchema | None = None
     #: ``attachments:``: which files its model is shown as content blocks.
     attachments: AttachmentPolicy = field(default_factory=AttachmentPolicy)
+    #: ``policies:``: the policy plugins asked about its runs, in order, with their settings
+    #: (``toren.seams.policies``); subagents' tasks are asked the same.
+    policies: tuple[PolicyRef, ...] = ()
+    #: ``notify:``: completion webhooks of every run (``toren.core.webhooks``), registered
+    #: with the agent so the store writes their deliveries with the status change.
+    notify: tuple[WebhookSubscription, ...] = ()
+    #: ``concurrency:``: how many of its runs execute at once (per key value), registered with
+    #: the agent so the queue's claim enforces it; ``None``: no limit.
+    concurrency: Concurrency | None = None
+    #: ``priority:``: its runs' priority unless a run sets its own (-100..100).
+    priority: int = 0
 
     @property
     def schema_name(self) -> str:
@@ -164,13 +190,19 @@ class AgentSpec:
             "fallbacks": list(self.fallbacks),
             "peers": list(self.peers), "acceptsFrom": list(self.accepts_from),
             "background": list(self.background), "channels": sorted(self.channels),
+            "askUser": self.ask_user,
             "version": self.version.hash if self.version else None,
             "humanVersion": self.version.human if self.version else None,
-            "onChange": self.on_change, "retention": self.retention,
+            "onChange": self.on_change, "retention": self.retention, "runtime": self.runtime,
             "promptCaching": self.prompt_caching,
             "toolSources": entries_json(self.tool_sources),
             "output": self.output.to_json() if self.output else None,
             "attachments": self.attachments.to_json(),
+            "policies": [ref.to_json() for ref in self.policies],
+            "notify": [{"url": sub.url, "events": list(sub.events),
+                        "secretEnv": sub.secret_env} for sub in self.notify],
+            "concurrency": self.concurrency.to_json() if self.concurrency else None,
+            "priority": self.priority,
         }
 
 
@@ -348,6 +380,11 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
                 env.append(var)
             env_sources.setdefault(var, []).append(
                 f"{entry_key(data, entry)}.{entry.name} at {where}")
+    notify = _notify(data, located, str(yaml_path))
+    for hook in notify:  # a webhook's secret is required at startup, as a tool's key is
+        if hook.secret_env is not None and hook.secret_env not in env:
+            env.append(hook.secret_env)
+            env_sources.setdefault(hook.secret_env, []).append(f"notify: {hook.url}")
     limits = Limits.from_yaml(data.get("limits"))
     agent = AgentSpec(
         name=name, directory=directory, model=model, prompt=prompt,
@@ -364,12 +401,17 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         schedules=load_schedules(located, str(yaml_path)),
         peers=tuple(data.get("peers", ())), accepts_from=tuple(data.get("acceptsFrom", ())),
         background=tuple(data.get("background", ())),
+        ask_user=bool(data.get("askUser", False)),
         channels=load_channels(located, str(yaml_path), channels),
-        retention=data.get("retention"),
+        retention=data.get("retention"), runtime=data.get("runtime", "short"),
         prompt_caching=bool(data.get("promptCaching", True)),
         tool_sources=entries,
         output=load_output(directory, located, ("output",), str(yaml_path), allow_outside),
         attachments=AttachmentPolicy.from_yaml(data.get("attachments")),
+        policies=_policies(data, located, str(yaml_path)),
+        notify=notify,
+        concurrency=Concurrency.from_yaml(data.get("concurrency")),
+        priority=int(data.get("priority", 0)),
     )
     if agent.channels and agent.workflow is not None:
         raise AgentDefinitionError(
@@ -587,28 +629,55 @@ def _approvals(data: dict[str, Any], tools: Mapping[str, Tool], located: Located
     tool of a tool-source entry (``time__convert_time``) is named before it is discovered:
     its name only has to start with the entry's prefix."""
     policies = {name: ApprovalPolicy() for name, tool in tools.items() if tool.requires_approval}
+
+    def policy(tool_name: str, entry: dict[str, Any] | None) -> ApprovalPolicy:
+        try:
+            return ApprovalPolicy.from_yaml(entry)
+        except ValueError as exc:
+            raise AgentDefinitionError(f"approvals.{tool_name}: {exc}", path=path,
+                                       line=located.line_of(("approvals", tool_name),
+                                                            key=True)) from exc
+
     for tool_name, entry in (data.get("approvals") or {}).items():
         if any(tool_name.startswith(e.prefix) and tool_name != e.prefix for e in entries):
-            policies[tool_name] = ApprovalPolicy.from_yaml(entry)
+            policies[tool_name] = policy(tool_name, entry)
             continue
         if tool_name not in tools:
             raise AgentDefinitionError(
                 f"approvals: the agent has no tool {tool_name!r}"
                 f"{_suggest(tool_name, tools)}; its tools: {', '.join(tools) or 'none'}",
                 path=path, line=located.line_of(("approvals", tool_name), key=True))
-        policies[tool_name] = ApprovalPolicy.from_yaml(entry)
+        policies[tool_name] = policy(tool_name, entry)
     return policies
+
+
+def _policies(data: dict[str, Any], located: LocatedYaml, path: str) -> tuple[PolicyRef, ...]:
+    """``policies:`` of agent.yaml (the schema checked their shape); a plugin listed twice is
+    an error at its line. Whether each is installed is checked by the runtime that serves the
+    agent (``toren.host.runtime``), which has the plugins."""
+    refs: list[PolicyRef] = []
+    for index, entry in enumerate(data.get("policies") or ()):
+        ref = (PolicyRef(entry) if isinstance(entry, str)
+               else PolicyRef(entry["name"], dict(entry.get("settings") or {})))
+        if any(other.name == ref.name for other in refs):
+            raise AgentDefinitionError(f"policies: {ref.name!r} is listed twice",
+                                       path=path, line=located.line_of(("policies", index)))
+        refs.append(ref)
+    return tuple(refs)
 
 
 def _add_child_tools(enabled: dict[str, Tool], data: dict[str, Any], located: LocatedYaml,
                      path: str) -> None:
-    """``ask_<peer>`` per ``peers:`` entry and ``start_background_run`` for ``background:``;
+    """``ask_<peer>`` per ``peers:`` entry, ``start_background_run`` for ``background:`` and
+    ``ask_user`` for ``askUser: true``;
     a name clash with another tool is an error at the line of the entry."""
     added: list[tuple[Tool, tuple[str | int, ...]]] = [
         (peer_tool(peer), ("peers", index)) for index, peer in
              enumerate(data.get("peers", ()))]
     if data.get("background"):
         added.append((background_tool(data["background"]), ("background",)))
+    if data.get("askUser"):
+        added.append((ask_user_tool(), ("askUser",)))
     for tool, at in added:
         other = enabled.get(tool.name)
         if other is not None:
@@ -664,6 +733,26 @@ def validate_against_schema(located: LocatedYaml, schema: dict[str, Any], path: 
         raise AgentDefinitionError(message + more, path=path, line=line)
 
 
+#: Characters of valid keys an unknown-key error lists before it points at the reference
+#: instead (agent.yaml's top level has more keys than a one-line error has room for).
+MAX_KEY_LISTING = 200
+
+
+def _key_listing(allowed: list[str]) -> str:
+    """The valid keys, comma-separated; past ``MAX_KEY_LISTING`` characters the first of them
+    and where the rest are documented."""
+    listing = ", ".join(allowed)
+    if len(listing) <= MAX_KEY_LISTING:
+        return listing
+    shown: list[str] = []
+    for key in allowed:
+        if len(", ".join([*shown, key])) > MAX_KEY_LISTING:
+            break
+        shown.append(key)
+    return (f"{', '.join(shown)} and {len(allowed) - len(shown)} more "
+            "(docs/reference/agent-yaml.md)")
+
+
 def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
                     ) -> tuple[int | None, str]:
     if error.validator in ("anyOf", "oneOf"):
@@ -682,8 +771,9 @@ def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
         key = unknown[0]
         where = f"{field_name}." if at else ""
         return (located.line_of((*at, key), key=True),
-                f"unknown key {_short(where + key)}{_suggest(key, allowed)}; valid keys here: "
-                f"{', '.join(allowed)}")
+                # the valid keys take most of a one-line error: the unknown one gets less room
+                f"unknown key {_short(where + key, 40)}{_suggest(key, allowed)}; valid keys here: "
+                f"{_key_listing(allowed)}")
     if error.validator == "required":
         return located.line_of(at), f"{field_name}: {error.message}"
     if error.validator == "pattern" and at == ("name",):
@@ -716,10 +806,10 @@ def _describe_error(error: jsonschema.ValidationError, located: LocatedYaml
 _SHORT = 80
 
 
-def _short(value: Any) -> str:
-    """``repr(value)``, cut to a length that fits in a one-line error."""
+def _short(value: Any, limit: int = _SHORT) -> str:
+    """``repr(value)``, cut to ``limit`` characters or so: it fits in a one-line error."""
     text = repr(value)
-    return text if len(text) <= _SHORT else f"{text[:_SHORT - 20]}... ({len(text):,} characters)"
+    return text if len(text) <= limit else f"{text[:limit - 20]}... ({len(text):,} characters)"
 
 
 def _json_type(value: Any) -> str:
@@ -1133,6 +1223,21 @@ def load_subagents(agent: AgentSpec, known_models: ModelCheck | None = None, *,
                                agent.allow_outside_files),
         )
     return subagents
+
+
+def _notify(data: Mapping[str, Any], located: LocatedYaml,
+            path: str) -> tuple[WebhookSubscription, ...]:
+    """``notify:`` as subscriptions (the schema checked its shape; this checks each URL)."""
+    if "notify" not in data:
+        return ()
+    entries = [{("secret_env" if key == "secretEnv" else key): value
+                for key, value in entry.items()} if isinstance(entry, dict) else entry
+               for entry in data["notify"]]
+    try:
+        return parse_subscriptions(entries, field="notify", allow_secret_env=True)
+    except InvalidWebhook as exc:
+        raise AgentDefinitionError(exc.message, path=path,
+                                   line=located.line_of(("notify",), key=True)) from None
 
 
 def missing_env(agents: Iterable[AgentSpec], extra: Mapping[str, Iterable[str]] | None = None,

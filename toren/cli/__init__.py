@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -11,6 +12,7 @@ import typer
 
 from toren.cli import (
     approvals,
+    audit,
     channels,
     chat,
     db,
@@ -65,6 +67,7 @@ app.command("worker")(worker.worker)
 app.command("run")(run.run)
 app.command("chat")(chat.chat)
 app.command("top")(top.top)
+app.command("audit")(audit.audit)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(db.app, name="db")
 app.add_typer(keys.app, name="keys")
@@ -80,7 +83,9 @@ def _add_plugin_commands() -> None:
     from toren.config import Settings
     from toren.seams.plugins import PluginHost
 
-    PluginHost(Settings.from_env().load_plugins).add_commands(app)
+    # the plugins' commands only: no models, tools or channels are registered (they are when
+    # a command makes its Runtime), so `toren --help` does not pay for them
+    PluginHost(Settings.from_env().load_plugins, collect=False).add_commands(app)
 
 
 def _resolve_secrets() -> None:
@@ -118,8 +123,31 @@ def _tidy_help(command: Any) -> None:
         return option
 
     command.get_help_option = help_option
+    command.help = reflow(command.help)
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
+
+
+def reflow(text: str | None) -> str | None:
+    """A help text whose paragraphs are one line each, so rich wraps them at the terminal's
+    width: a docstring hard-wrapped at 96 columns otherwise keeps its line breaks in the
+    command lists (``toren --help``) and in later paragraphs, and reads ragged. Paragraphs
+    that start with click's ``\b`` marker, and list items (``- ...``), keep their lines."""
+    if not text:
+        return text
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        if paragraph.startswith("\b"):
+            paragraphs.append(paragraph)
+            continue
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if lines and not line.lstrip().startswith(("- ", "* ")):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line.rstrip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
 
 
 def _no_type(ctx: Any) -> None:
@@ -145,6 +173,16 @@ def _configure_logging() -> None:
     logging.getLogger("stevedore").setLevel(logging.ERROR)
 
 
+def build_command() -> Any:
+    """The ``toren`` click command: the kernel's commands, the installed plugins' commands
+    and the absent ones' hints, with tidy help."""
+    _add_plugin_commands()
+    command = typer.main.get_command(app)
+    add_absent_commands(command)  # `toren mcp` without toren-mcp names what to install
+    _tidy_help(command)
+    return command
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``toren`` console script.
 
@@ -152,16 +190,17 @@ def main(argv: list[str] | None = None) -> None:
     with ``--json`` the error is also printed to stdout as ``{"error": {"code", "message"}}``.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["version"], ["--version"], ["version", "--json"]):
+        # nothing to load: no plugin, no secret, no command tree (bench/cli_start.py)
+        version.version(as_json="--json" in args)
+        return
     debug = "--debug" in args or os.environ.get("TOREN_DEBUG") == "1"
     args = [arg for arg in args if arg != "--debug"]
     as_json = "--json" in args
     _configure_logging()
     try:
         _resolve_secrets()
-        _add_plugin_commands()
-        command = typer.main.get_command(app)
-        add_absent_commands(command)  # `toren mcp` without toren-mcp names what to install
-        _tidy_help(command)
+        command = build_command()
         command(args=args, prog_name="toren")  # standalone: handles usage errors, then exits
     except TorenError as exc:
         if debug:

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,9 +36,12 @@ from toren.cli.render import LiveTextPrinter, event_line
 from toren.core import events as ev
 from toren.core.approvals import waiting_text
 from toren.core.events import Event
-from toren.errors import ConfigError, TorenError
-from toren.host.runtime import Runtime
+from toren.core.questions import question_text
+from toren.errors import ConfigError, PolicyRejected, TorenError
 from toren.seams.shapes import TextDelta
+
+if TYPE_CHECKING:
+    from toren.host.runtime import Runtime
 
 HELP = ("Type a message and press Enter. /attach PATH adds a file to your next message "
         "(/attach alone lists them, /detach drops them; Enter alone sends the files by "
@@ -102,6 +105,8 @@ async def _chat(backend: Operator, agent: str, session_id: str | None, resume: s
         if not as_json:
             for approval in found.get("pending_approvals", []):
                 _show_waiting(approval["tool"], approval["id"])
+            for question in found.get("pending_questions", []):
+                _show_question(question["question"], question["choices"])
         if status in ("queued", "running", "awaiting_approval", "waiting"):
             status = await _follow_turn(backend, as_json)
         while status not in ev.TERMINAL_STATUSES:
@@ -130,7 +135,11 @@ async def _chat(backend: Operator, agent: str, session_id: str | None, resume: s
             if text == "/close":
                 await backend.close_session()
             elif not queued:
-                await backend.send_message(text)
+                try:
+                    await backend.send_message(text)
+                except PolicyRejected as exc:  # the agent's policies refused this message
+                    say(f"[red]Not sent:[/] {safe(exc.message)}")
+                    continue
             elif not await _send_with_files(backend, text, queued, say):
                 continue  # nothing was sent: the files stay queued
             status = await _follow_turn(backend, as_json)
@@ -194,6 +203,8 @@ async def _follow_turn(backend: Operator, as_json: bool) -> str:
             print_json(event.to_json())
         elif not printer.completed(event):
             _show_event(event)
+        if event.type == ev.QUESTION_ASKED:
+            return "awaiting_input"  # the user's next line answers it
         if event.type in _TURN_OVER:
             if event.type == ev.TURN_ENDED:
                 return "awaiting_input"
@@ -214,6 +225,9 @@ def _show_event(event: Event) -> None:
     if event.type == ev.APPROVAL_REQUESTED:
         _show_waiting(data["name"], data["approval_id"])
         return
+    if event.type == ev.QUESTION_ASKED:
+        _show_question(data["question"], data.get("choices") or [])
+        return
     line = event_line(event)
     if line and event.type != ev.MODEL_CALL_COMPLETED and event.type != ev.TASK_STARTED:
         console.print(line)
@@ -230,11 +244,20 @@ def _show_attachments(attachments: list[dict[str, Any]] | None, indent: str) -> 
 
 def _show_waiting(tool: str, approval_id: str) -> None:
     """Say that the turn waits for a person, and how to decide (from another terminal)."""
+    toren = safe(toren_command())  # runnable as printed, toren on PATH or not
     console.print(f"[yellow]The agent is {safe(waiting_text(tool, approval_id))}. Approve it "
-                  f"with `toren approvals approve {safe(approval_id)}` or deny it with "
-                  f"`toren approvals deny {safe(approval_id)} --reason ...`; the turn "
+                  f"with `{toren} approvals approve {safe(approval_id)}` or deny it with "
+                  f"`{toren} approvals deny {safe(approval_id)} --reason ...` (or `edit` it "
+                  "with --args JSON, `answer` it with --answer TEXT, approve it --always); "
+                  "the turn "
                   "continues here once it is decided (Ctrl-C leaves; the session stays "
                   "open).[/]")
+
+
+def _show_question(question: str, choices: list[str]) -> None:
+    """The agent's question (``ask_user``): the user's next line answers it."""
+    console.print("[bold yellow]agent asks>[/] ", end="")
+    console.print(plain(question_text(question, choices)), markup=False)
 
 
 def _show_background(text: str) -> None:

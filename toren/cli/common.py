@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from toren.cli.output import err_console
-from toren.host.runtime import Runtime
+from toren.config import Settings
+from toren.errors import NoDatabase
+
+if TYPE_CHECKING:
+    from toren.host.runtime import Runtime
 
 T = TypeVar("T")
 
@@ -27,23 +33,32 @@ DirsOption = Annotated[
 ]
 
 
-def load_runtime(dirs: list[Path] | None, agent: str | None = None) -> Runtime:
+def load_runtime(dirs: list[Path] | None, agent: str | None = None, *,
+                 lane: str | None = None) -> Runtime:
     """Load plugins, agents and drivers, validating everything before touching the database.
 
     With ``agent`` (the command's AGENT argument), also check that one of the directories
     serves it, so a misspelt name fails at once instead of after starting the database.
+    ``lane`` overrides ``TOREN_LANE`` (``toren worker --lane``; ``toren dev`` serves ``all``).
     """
-    runtime = Runtime(dirs or None)
+    from toren.host.runtime import Runtime  # not at import: `toren --help` stays light
+
+    settings = None
+    if lane is not None:  # the option wins over TOREN_LANE
+        settings = dataclasses.replace(Settings.from_env(), lane=lane)
+    runtime = Runtime(dirs or None, settings=settings)
     if agent is not None:
         runtime.check_served(agent)
     return runtime
 
 
-def refresh_secrets_on_sighup(runtime: Runtime) -> None:
+def refresh_secrets_on_sighup(runtime: Runtime,
+                              also: Callable[[], None] | None = None) -> None:
     """On SIGHUP, read the startup's secret references again (``toren.seams.secrets``) and
     make model clients afresh, so a rotated key is used from the next model call. Settings
     read at startup (DATABASE_URL, TOREN_*) keep their values until a restart. Without
     secret references SIGHUP keeps its default action (a closed terminal ends ``toren dev``).
+    ``also`` is called on each SIGHUP too (a supervisor passes it on to its worker processes).
     """
     import logging
     import os
@@ -67,6 +82,8 @@ def refresh_secrets_on_sighup(runtime: Runtime) -> None:
                     ", ".join(names) or "none")
 
     def on_sighup() -> None:
+        if also is not None:
+            also()
         task = loop.create_task(reload(), name="toren-secrets-refresh")
         _refreshes.add(task)
         task.add_done_callback(_refreshes.discard)
@@ -118,12 +135,41 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-def with_database(action: Callable[[Runtime], Awaitable[T]]) -> T:
+def require_database(runtime: Runtime) -> None:
+    """Refuse to go on when the database ``runtime`` would open does not exist yet: a command
+    that only works on existing records (``toren jobs list`` run from another directory)
+    would otherwise create an empty embedded database and show nothing. The error says where
+    it looked and how to point the command elsewhere (a ``.toren`` found in a parent
+    directory is named)."""
+    missing = runtime.database.missing()
+    if missing is None:
+        return
+    hint = ""
+    if "TOREN_HOME" not in os.environ:
+        found = next((parent / ".toren" for parent in Path.cwd().parents
+                      if (parent / ".toren" / "pgdata" / "PG_VERSION").exists()), None)
+        if found is not None:
+            hint = f" There is one in {found}: run the command from {found.parent}, or"
+    hint = hint or " Run the command from the directory where `toren dev` ran, or"
+    raise NoDatabase(
+        f"no Toren database to read here: {missing}, and this command creates none.{hint} "
+        "set TOREN_HOME to that directory's .toren, DATABASE_URL to a Postgres server, or "
+        "TOREN_URL (--url) to a deployment's API.")
+
+
+def with_database(action: Callable[[Runtime], Awaitable[T]], *, create: bool = False) -> T:
     """Run ``action`` with a runtime that serves no agent: the database only (``toren keys``;
-    the operator commands use ``toren.cli.operator.operate``), migrated, no workers."""
+    the operator commands use ``toren.cli.operator.operate``), migrated, no workers.
+
+    Without ``create``, a database that does not exist yet is an error (``require_database``)
+    instead of a new, empty one."""
 
     async def go() -> T:
+        from toren.host.runtime import Runtime
+
         runtime = Runtime(agents=[])
+        if not create:
+            require_database(runtime)
         await runtime.start(workers=False)
         try:
             return await action(runtime)

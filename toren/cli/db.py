@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from toren.cli import archive
 from toren.cli.common import DirsOption, load_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
-from toren.host.runtime import Runtime
+
+if TYPE_CHECKING:
+    from toren.host.runtime import Runtime
 
 app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 

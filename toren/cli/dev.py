@@ -13,10 +13,13 @@ import typer
 
 from toren.cli.common import DirsOption, load_runtime, refresh_secrets_on_sighup
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, safe
+from toren.cli.worker import SupervisorOutput, first_of
 from toren.errors import ConfigError
-from toren.host.runtime import Runtime
+from toren.host import event_loop
 
 if TYPE_CHECKING:
+    from toren.host.runtime import Runtime
+    from toren.host.supervisor import Supervisor
     from toren.server.auth import Command
 
 DEFAULT_HOST = "127.0.0.1"
@@ -31,9 +34,10 @@ def dev(
                                       envvar="TOREN_PORT")] = DEFAULT_PORT,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
 ) -> None:
-    """Serve every agent in the directories: HTTP API plus in-process workers."""
-    runtime = load_runtime(dirs)
-    asyncio.run(serve(runtime, host=host, port=port, as_json=as_json, workers=True))
+    """Serve every agent in the directories: HTTP API plus in-process workers (of every
+    lane: short and long agents alike, whatever TOREN_LANE says)."""
+    runtime = load_runtime(dirs, lane="all")
+    event_loop.run(serve(runtime, host=host, port=port, as_json=as_json, workers=True))
 
 
 def bind(host: str, port: int) -> list[socket.socket]:
@@ -81,25 +85,31 @@ def bind(host: str, port: int) -> list[socket.socket]:
 
 async def serve(runtime: Runtime, *, host: str, port: int, as_json: bool,
                 workers: bool, command: Command | None = None,
-                sockets: list[socket.socket] | None = None) -> None:
+                sockets: list[socket.socket] | None = None,
+                supervisor: Supervisor | None = None) -> None:
     """Start ``runtime`` and its HTTP API; run until SIGINT or SIGTERM, then stop cleanly.
 
     ``command`` picks the key policy (see ``toren.server.auth.keys_required``): ``"serve"``
     requires keys by default, ``"dev"`` not on loopback. Unset, it is ``"dev"`` with
     ``workers`` and ``"serve"`` without. ``sockets`` are already bound ones (see ``bind``);
-    without them, ``host:port`` is bound first, before the database starts.
+    without them, ``host:port`` is bound first, before the database starts. ``supervisor``:
+    worker processes beside the API (``toren serve --workers --processes N``), started once
+    the API is up (the ready line waits for them and names them) and told to drain as soon as
+    a signal comes, while the API stops beside them.
     """
     sockets = sockets if sockets is not None else bind(host, port)
     try:
         await _serve(runtime, host=host, as_json=as_json, workers=workers,
-                     command=command or ("dev" if workers else "serve"), sockets=sockets)
+                     command=command or ("dev" if workers else "serve"), sockets=sockets,
+                     supervisor=supervisor)
     finally:
         for sock in sockets:
             sock.close()
 
 
 async def _serve(runtime: Runtime, *, host: str, as_json: bool, workers: bool,
-                 command: Command, sockets: list[socket.socket]) -> None:
+                 command: Command, sockets: list[socket.socket],
+                 supervisor: Supervisor | None) -> None:
     # the server (aiohttp) is imported here, not at module level: every toren command loads
     # this module, and only dev and serve need it
     from aiohttp import web
@@ -112,7 +122,8 @@ async def _serve(runtime: Runtime, *, host: str, as_json: bool, workers: bool,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    refresh_secrets_on_sighup(runtime)
+    refresh_secrets_on_sighup(runtime, also=None if supervisor is None
+                              else lambda: supervisor.forward(signal.SIGHUP))
     if not as_json:
         with err_console.status("Starting the database…"):
             await runtime.start(workers=workers)
@@ -136,18 +147,39 @@ async def _serve(runtime: Runtime, *, host: str, as_json: bool, workers: bool,
             await web.SockSite(runner, sock).start()
         bound_port = sockets[0].getsockname()[1]
         url = f"http://{host if ':' not in host else f'[{host}]'}:{bound_port}"
-        _announce(runtime, url, as_json)
+        if supervisor is not None:
+            await supervisor.start()
+            await _until_ready_or_stopped(supervisor, stop)
+        if not stop.is_set():
+            _announce(runtime, url, as_json, supervisor)
         await stop.wait()
     finally:
+        if supervisor is not None:
+            supervisor.begin_stop()  # the worker processes drain while the API stops
         await runner.cleanup()
         await runtime.stop_channels()
         await runtime.stop()
+        if supervisor is not None and not await supervisor.stop():
+            err_console.print("[yellow]Some worker processes did not stop cleanly (see the "
+                              "log above).[/]")
         if not as_json:
             err_console.print("Stopped.")
 
 
-def _announce(runtime: Runtime, url: str, as_json: bool) -> None:
+async def _until_ready_or_stopped(supervisor: Supervisor, stop: asyncio.Event) -> None:
+    """Until every worker process is ready, or a signal came first."""
+    await first_of(supervisor.wait_ready(), stop.wait())
+
+
+def _announce(runtime: Runtime, url: str, as_json: bool,
+              supervisor: Supervisor | None = None) -> None:
     info = runtime.describe() | {"url": url}
+    if supervisor is not None:
+        if isinstance(supervisor.announce, SupervisorOutput):
+            supervisor.announce.announced = True  # restarts are printed from now on
+        described = supervisor.describe()
+        info |= described | {"workers": f"{described['processes']} worker processes "
+                                        f"(supervisor {supervisor.id})"}
     if as_json:
         print_json({"event": "ready"} | info)
         return

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import getpass
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from toren.cli.common import run_async, with_database
 from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
+from toren.core.actors import cli_actor
 from toren.core.attachments import SHOWABLE_TYPES
 from toren.files import (
     CHUNK_BYTES,
@@ -23,8 +24,10 @@ from toren.files import (
     max_file_bytes,
     parse_file_id,
 )
-from toren.host.runtime import Runtime
 from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
+
+if TYPE_CHECKING:
+    from toren.host.runtime import Runtime
 
 app = typer.Typer(help="Files for agents to read: add, list, show, rm.", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
@@ -88,10 +91,16 @@ async def add_path(path: Path, limit: int, uploaded_by: str, *,
         upload = await spool.check()
         if runtime is not None:
             return await runtime.files.add(upload, uploaded_by=uploaded_by)
+        from toren.host.runtime import Runtime
+
         runtime = Runtime(agents=[])
         await runtime.start(workers=False)
-        try:
-            return await runtime.files.add(upload, uploaded_by=uploaded_by)
+        try:  # `toren files add`: recorded here (an operator's runtime records it itself)
+            async with runtime.audit.recording(cli_actor(), "file.upload", "cli",
+                                               details={"name": path.name}) as note:
+                stored = await runtime.files.add(upload, uploaded_by=uploaded_by)
+                note.target = stored.id
+            return stored
         finally:
             await runtime.stop()
 
@@ -217,10 +226,17 @@ def show(file_id: FileId, as_json: JsonOption = False) -> None:
         console.print(f"{key}: {safe(str(value) if value is not None else '')}")
 
 
+async def _delete_recorded(runtime: Runtime, file_id: str) -> StoredFile:
+    """Delete the file, recorded in the audit trail by the CLI's user (``file.delete``;
+    outcome ``file_not_found`` when there was none)."""
+    async with runtime.audit.recording(cli_actor(), "file.delete", "cli", target=file_id):
+        return _found(await runtime.files.delete(file_id), file_id)
+
+
 @app.command("rm")
 def remove(file_id: FileId, as_json: JsonOption = False) -> None:
     """Delete a file (its content goes once no other file shares it)."""
-    stored = _found(with_database(lambda rt: rt.files.delete(file_id)), file_id)
+    stored = with_database(lambda rt: _delete_recorded(rt, file_id))
     if as_json:
         print_json({"id": stored.id, "deleted": True})
         return

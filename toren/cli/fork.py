@@ -108,7 +108,10 @@ async def fork_on(operator: Operator, run_id: str, at_step: int, prompt: str | N
         return dict(await operator.client.fork_run(run_id, at_step, prompt=prompt, model=model))
     assert isinstance(operator, LocalOperator)
     runtime = operator.runtime
-    record = await runtime.forks.fork(run_id, at_step, prompt=prompt, model=model)
+    async with operator.audited("run.fork", run_id=run_id,
+                                details={"at_step": at_step, "model": model}) as note:
+        record = await runtime.forks.fork(run_id, at_step, prompt=prompt, model=model)
+        note.agent, note.details["fork"] = record.agent, record.id
     return {"run": record.to_json(), "fork": await runtime.forks.fork_of(record.id)}
 
 
@@ -192,7 +195,9 @@ def diff(
     elif first["differs"] == "outcome":
         console.print("every step is the same; the runs ended differently")
     else:
-        what = first["differs"].replace("_", " ")
+        what = {"model": "the same output from another model",
+                "prompt": "the same output with another system prompt"}.get(
+                    first["differs"], first["differs"].replace("_", " "))
         console.print(f"first difference: task {safe(first['task_id'])}, step {first['step']} "
                       f"({what})")
     for task in found["tasks"]:
@@ -212,12 +217,13 @@ def _task_table(task: dict[str, Any]) -> Table:
     table.add_column("A", overflow="fold", ratio=1)
     table.add_column("B", overflow="fold", ratio=1)
     for row in task["steps"]:
+        prompts = row["differs"] == "prompt"  # shown when it is what differs
         table.add_row(str(row["step"]), "=" if row["same"] else "≠",
-                      _step_text(row["a"]), _step_text(row["b"]))
+                      _step_text(row["a"], prompts), _step_text(row["b"], prompts))
     return table
 
 
-def _step_text(step: dict[str, Any] | None) -> str:
+def _step_text(step: dict[str, Any] | None, prompt: bool = False) -> str:
     if step is None:
         return "(no such step)"
     lines = [_shown(step["text"])]
@@ -227,6 +233,8 @@ def _step_text(step: dict[str, Any] | None) -> str:
         mark = "error" if result["is_error"] else "ok"
         lines.append(safe(f"<- {result['name']} {mark}: {result['output'][:120]}"))
     lines.append(f"[dim]{safe(step['model'])}"
+                 + (f" · prompt {step['prompt_sha256'][:12]}"
+                    if prompt and step.get("prompt_sha256") else "")
                  + (" (copied)" if step["copied"] else "") + "[/]")
     return "\n".join(line for line in lines if line)
 

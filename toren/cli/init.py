@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 
-from toren.agents import check_agent_name, load_agent
 from toren.cli.output import JSON_OPTION_HELP, console, print_json, safe, toren_command
 from toren.errors import ConfigError
 
@@ -52,6 +51,8 @@ def init(
     """Create an agent directory (agent.yaml, prompt.md, tools.py) that runs offline."""
     target = Path(name).resolve()
     agent_name = target.name
+    from toren.agents import check_agent_name, load_agent  # not at import: --help stays light
+
     check_agent_name(agent_name, where=str(target))
     if target.exists() and any(target.iterdir()):
         raise ConfigError(f"{target} already exists and is not empty; pick another name")

@@ -1,18 +1,40 @@
-"""``toren jobs``: list, show, receipt and cancel runs (no agent directories needed)."""
+"""``toren jobs``: list, show, receipt, cancel and signal runs (no agent directories
+needed)."""
 
 from __future__ import annotations
 
+import getpass
+import json
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from toren.cli import fork
+from toren.cli.approvals import cli_identity
 from toren.cli.operator import Operator, UrlOption, created, operate
-from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
-from toren.cli.render import children_tree, output_text, receipt_tables, run_summary, run_tree
+from toren.cli.output import (
+    JSON_OPTION_HELP,
+    console,
+    err_console,
+    print_json,
+    print_table,
+    safe,
+)
+from toren.cli.render import (
+    children_tree,
+    output_text,
+    receipt_tables,
+    run_summary,
+    run_tree,
+    webhooks_tree,
+)
+from toren.core.questions import question_text
+from toren.errors import ConfigError, QuestionNotFound
 
-app = typer.Typer(help="Runs: list, show, receipt, cancel.", no_args_is_help=True)
+app = typer.Typer(help="Runs: list, show, receipt, cancel, answer, signal, fork, diff, "
+                       "upgrade.",
+                  no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
 fork.register(app)  # toren jobs fork, toren jobs diff
 RunArgument = Annotated[str, typer.Argument(
@@ -26,7 +48,7 @@ def list_runs(
     status: Annotated[str | None, typer.Option(
         metavar="STATUS",
         help="Only runs with this status (queued, running, awaiting_input, "
-             "awaiting_approval, completed, stopped, failed, cancelled).")] = None,
+             "awaiting_approval, waiting, completed, stopped, failed, cancelled).")] = None,
     limit: Annotated[int, typer.Option(metavar="N", min=1, max=1000,
                                        help="At most this many.")] = 50,
     schedule: Annotated[str | None, typer.Option(
@@ -41,11 +63,17 @@ def list_runs(
     if archived:
         list_archived(agent, limit, as_json, url)
         return
-    runs = operate(lambda op: op.list_runs(agent=agent, status=status, limit=limit,
-                                           schedule=schedule), url=url)
+    async def read(operator: Operator) -> tuple[list[dict[str, Any]], str]:
+        return (await operator.list_runs(agent=agent, status=status, limit=limit,
+                                         schedule=schedule), operator.database)
+
+    runs, database = operate(read, url=url)
     if as_json:
         print_json({"runs": runs})
         return
+    if not runs:  # say where nothing was found: the wrong database reads as an empty one
+        err_console.print(f"No runs{' matching the filters' if agent or status or schedule else ''}"
+                          f" in {safe(database)}.")
     table = Table()
     table.add_column("run", no_wrap=True)
     for column in ("agent", "status", "stop reason", "schedule", "created"):
@@ -68,7 +96,10 @@ def show(run_id: RunArgument, as_json: JsonOption = False,
     async def read(operator: Operator) -> dict[str, Any]:
         found = await operator.resolve_run_id(run_id)
         data = await operator.receipt(found)
-        return data | {"children": await operator.children(found)}
+        return data | {"children": await operator.children(found),
+                       "questions": await operator.list_questions(found, "pending"),
+                       "webhooks": await operator.webhooks(found),
+                       "queue": await operator.queue_state(found)}
 
     receipt: dict[str, Any] = operate(read, url=url)
     costs = {call["run_id"]: call["cost_usd"] for call in receipt["peer_calls"]}
@@ -79,7 +110,10 @@ def show(run_id: RunArgument, as_json: JsonOption = False,
                                      "budget": receipt["budget"],
                                      "tasks": [_task_brief(t) for t in receipt["tasks"]],
                                      "peer_calls": receipt["peer_calls"],
-                                     "children": receipt["children"]}
+                                     "children": receipt["children"],
+                                     "pending_questions": receipt["questions"],
+                                     "webhooks": receipt["webhooks"],
+                                     "queue": receipt["queue"]}
                    | ({"prompts": receipt["prompts"]} if prompts else {}))
         return
     print_table(run_summary(receipt))
@@ -87,10 +121,19 @@ def show(run_id: RunArgument, as_json: JsonOption = False,
         console.print()
         console.print(output_text(receipt["run"]["output"]), markup=False)
     console.print()
-    console.print(run_tree(receipt))
+    print_table(run_tree(receipt))
     if receipt["children"]:
         console.print()
-        console.print(children_tree(receipt["run"]["id"], receipt["children"]))
+        print_table(children_tree(receipt["run"]["id"], receipt["children"]))
+    for question in receipt["questions"]:
+        console.print()
+        console.print(f"[yellow]The agent asks (question {safe(question['id'])}):[/]")
+        console.print(question_text(question["question"], question["choices"]), markup=False)
+        console.print(f"[dim]Answer with `toren jobs answer {safe(receipt['run']['id'])} "
+                      f"{safe(question['id'][:8])} TEXT`.[/]")
+    if receipt["webhooks"]:
+        console.print()
+        print_table(webhooks_tree(receipt["webhooks"]))
     if prompts:
         for digest, tasks in _tasks_by_prompt(receipt).items():
             console.print()
@@ -110,8 +153,8 @@ def _tasks_by_prompt(receipt: dict[str, Any]) -> dict[str, list[str]]:
 
 def _task_brief(task: dict[str, Any]) -> dict[str, Any]:
     keys = ("task_id", "wave", "subagent", "model", "prompt_sha256", "status", "stop_reason",
-            "error", "steps", "resumes", "totals")
-    return {key: task[key] for key in keys}
+            "error", "steps", "resumes", "totals", "signal_waits")
+    return {key: task[key] for key in keys if key in task}
 
 
 @app.command("receipt")
@@ -129,6 +172,39 @@ def receipt(run_id: RunArgument, as_json: JsonOption = False,
     print_table(run_summary(data))
     for table in receipt_tables(data):
         print_table(table)
+
+
+@app.command("answer")
+def answer(
+    run_id: RunArgument,
+    question_id: Annotated[str, typer.Argument(
+        metavar="QUESTION_ID", help="The question's id, or the start of it (`toren jobs show "
+                                    "RUN_ID` lists the open ones).")],
+    text: Annotated[str, typer.Argument(
+        metavar="TEXT", help="The answer; for a question with choices, one of them or its "
+                             "number.")],
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+) -> None:
+    """Answer a question a run's agent asked (ask_user): once; the first answer wins."""
+
+    async def answer_it(operator: Operator) -> dict[str, Any]:
+        found = await operator.resolve_run_id(run_id)
+        questions = await operator.list_questions(found)
+        matches = [q for q in questions if q["id"].startswith(question_id.lower())]
+        if len(matches) != 1:
+            listed = ", ".join(q["id"] for q in questions) or "none"
+            raise QuestionNotFound(
+                f"{'no' if not matches else 'more than one'} question of run {found} starts "
+                f"with {question_id!r}; its questions: {listed}")
+        return await operator.answer_question(found, matches[0]["id"], text)
+
+    record = operate(answer_it, url=url, decided_by=f"cli:{getpass.getuser()}")
+    if as_json:
+        print_json(record)
+    else:
+        console.print(f"question {safe(record['id'])}: answered {safe(repr(record['answer']))};"
+                      " the run goes on")
 
 
 @app.command("cancel")
@@ -150,6 +226,44 @@ def cancel(
     else:
         console.print(f"run {safe(record['id'])}: {record['status']}"
                       + (f" ({record['stop_reason']})" if record["stop_reason"] else ""))
+
+
+@app.command("signal")
+def signal(
+    run_id: RunArgument,
+    name: Annotated[str, typer.Argument(
+        metavar="NAME", help="The signal's name (what the workflow's ctx.wait_for_signal "
+                             "waits for): lowercase letters, digits, - and _.")],
+    data: Annotated[str, typer.Option(
+        "--data", metavar="JSON", help="The payload, as JSON (a quoted string, a number, an "
+                                       "object...). Default: null.")] = "null",
+    idempotency_key: Annotated[str | None, typer.Option(
+        "--idempotency-key", metavar="KEY",
+        help="Send at most once: a signal with this key already recorded is not sent "
+             "again.")] = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+) -> None:
+    """Send a signal to a run; a workflow waiting with ctx.wait_for_signal(NAME) takes it
+    (one sent before it waits is kept for it), and so does every tool waiting for it
+    (toren.wait_for_signal)."""
+    try:
+        payload = json.loads(data)
+    except ValueError as exc:
+        raise ConfigError(f"--data is not JSON ({exc}); quote a string as JSON: "
+                          "--data '\"yes\"'") from None
+
+    async def send(operator: Operator) -> dict[str, Any]:
+        return await operator.send_signal(await operator.resolve_run_id(run_id), name,
+                                          payload, idempotency_key)
+
+    sent = operate(send, url=url, decided_by=cli_identity())
+    if as_json:
+        print_json(sent)
+    else:
+        again = "" if sent["created"] else " (already sent with this key: not sent again)"
+        console.print(f"signal {safe(sent['name'])} #{sent['number']} sent to run "
+                      f"{safe(sent['run_id'])} ({sent['status']}){again}")
 
 
 def list_archived(agent: str | None, limit: int, as_json: bool, url: str | None) -> None:

@@ -15,24 +15,29 @@ import abc
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import typer
 
-from toren.cli.common import load_runtime, run_async, stop_runtime
+from toren.cli.common import load_runtime, require_database, run_async, stop_runtime
 from toren.cli.files import add_path, cli_uploader, describe_stored
 from toren.cli.output import safe
+from toren.core.actors import cli_actor
+from toren.core.audit import AuditQuery, parse_moment
 from toren.core.events import Event
+from toren.core.webhooks import WebhookSubscription
 from toren.errors import ApprovalNotFound, ConfigError, RunNotFound, TorenError
 from toren.files import FileNotFound, max_file_bytes
-from toren.host.runtime import Runtime
 from toren.seams.shapes import TextDelta
 
 if TYPE_CHECKING:
     from toren.client import Event as ClientEvent
     from toren.client import TorenClient
+    from toren.host.runtime import Runtime
+    from toren.host.services.audit import AuditNote
 
 T = TypeVar("T")
 JsonDict = dict[str, Any]
@@ -68,6 +73,13 @@ class Operator(abc.ABC):
 
     #: Where the commands act, for messages: "this database" or the deployment's URL.
     where: str = ""
+    @property
+    def database(self) -> str:
+        """Which database the commands read, in words (the store's description, or the
+        deployment's URL): named when a listing is empty, so an empty answer from the wrong
+        database is told from an empty database."""
+        return self.where
+
     #: The session ``open_session`` started or found (``toren chat``).
     session_id: str = ""
 
@@ -93,8 +105,22 @@ class Operator(abc.ABC):
         """The runs the run's tasks started (peer calls, background runs), oldest first."""
 
     @abc.abstractmethod
+    async def webhooks(self, run_id: str) -> list[JsonDict]:
+        """The run's completion webhook deliveries with their attempts, oldest first."""
+
+    @abc.abstractmethod
+    async def queue_state(self, run_id: str) -> JsonDict | None:
+        """The run's place in the queue (``GET /runs/{id}``'s ``queue``): its ``priority``,
+        ``concurrency_key`` and why it is ``waiting`` (docs/guides/flow-control.md)."""
+
+    @abc.abstractmethod
     async def cancel_run(self, run_id: str, reason: str) -> JsonDict:
         """Cancel the run; the run as it is afterwards."""
+
+    @abc.abstractmethod
+    async def send_signal(self, run_id: str, name: str, payload: Any,
+                          idempotency_key: str | None) -> JsonDict:
+        """Send a signal to the run: ``{"run_id", "name", "number", "created", "status"}``."""
 
     @abc.abstractmethod
     async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
@@ -106,9 +132,21 @@ class Operator(abc.ABC):
         """One approval by its whole id."""
 
     @abc.abstractmethod
-    async def decide_approval(self, approval_id: str, outcome: str,
-                              reason: str | None) -> JsonDict:
-        """Approve or deny (``outcome``) as the CLI's user (locally) or the API key (remotely)."""
+    async def decide_approval(self, approval_id: str, outcome: str, reason: str | None, *,
+                              digest: str | None = None, scope: str = "call",
+                              arguments: JsonDict | None = None,
+                              answer: str | None = None) -> JsonDict:
+        """Decide (``outcome``: approved, denied, edited with ``arguments``, answered with
+        ``answer``) on the arguments of ``digest``, as the CLI's user (locally) or the API key
+        (remotely). ``scope="run"``: approve always."""
+
+    @abc.abstractmethod
+    async def list_questions(self, run_id: str, status: str | None = None) -> list[JsonDict]:
+        """The questions the run's agent asked (``ask_user``), oldest first."""
+
+    @abc.abstractmethod
+    async def answer_question(self, run_id: str, question_id: str, answer: str) -> JsonDict:
+        """Answer a question as the CLI's user (locally) or the API key (remotely)."""
 
     @abc.abstractmethod
     async def list_schedules(self, agent: str | None) -> list[JsonDict]:
@@ -140,9 +178,13 @@ class Operator(abc.ABC):
 
     @abc.abstractmethod
     async def start_run(self, agent: str, input: str, *, idempotency_key: str | None = None,
-                        files: Sequence[str] = ()) -> str:
+                        files: Sequence[str] = (),
+                        webhooks: Sequence[WebhookSubscription] = (),
+                        priority: int | None = None) -> str:
         """Start a run of ``agent`` with ``files`` attached to its input; its id (the same
-        run again for an ``idempotency_key`` used before)."""
+        run again for an ``idempotency_key`` used before). ``webhooks`` are told when it
+        ends (``toren run --webhook``); ``priority`` orders it in the queue (``None``: the
+        agent's)."""
 
     @abc.abstractmethod
     async def get_run(self, run_id: str) -> JsonDict:
@@ -169,6 +211,11 @@ class Operator(abc.ABC):
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Let go of the runtime or the HTTP client."""
+
+    @abc.abstractmethod
+    async def audit(self, filters: JsonDict) -> list[JsonDict]:
+        """Entries of the audit trail, newest first (``toren audit``, ``GET /audit``):
+        ``filters`` are ``GET /audit``'s query parameters (``since``/``until`` as given)."""
 
     async def attach(self, sources: Sequence[Path | str],
                      say: Callable[[str], None] | None = None) -> list[JsonDict]:
@@ -294,6 +341,16 @@ class LocalOperator(Operator):
     async def start(self) -> None:
         await self.runtime.start(workers=self.workers)
 
+    @property
+    def database(self) -> str:
+        return self.runtime.database.description
+
+    def audited(self, action: str, **fields: Any) -> AbstractAsyncContextManager[AuditNote]:
+        """Record the state-changing call in the block in the audit trail, by the CLI's
+        user (``TOREN_ACTOR`` or the OS user), when it ends. (Through ``--url`` the server
+        records it, by the API key.)"""
+        return self.runtime.audit.recording(cli_actor(), action, "cli", **fields)
+
     async def fleet(self) -> JsonDict:
         return await self.runtime.fleet.snapshot()
 
@@ -313,8 +370,25 @@ class LocalOperator(Operator):
     async def children(self, run_id: str) -> list[JsonDict]:
         return [child.to_json() for child in await self.runtime.children(run_id)]
 
+    async def webhooks(self, run_id: str) -> list[JsonDict]:
+        return [d.to_json() for d in await self.runtime.webhook_deliveries(run_id)]
+
+    async def queue_state(self, run_id: str) -> JsonDict | None:
+        return await self.runtime.runs.queue_state(await self.runtime.get_run(run_id))
+
     async def cancel_run(self, run_id: str, reason: str) -> JsonDict:
-        return (await self.runtime.cancel_run(run_id, reason)).to_json()
+        async with self.audited("run.cancel", run_id=run_id,
+                                details={"reason": reason}) as note:
+            record = await self.runtime.cancel_run(run_id, reason)
+            note.agent = record.agent
+        return record.to_json()
+
+    async def send_signal(self, run_id: str, name: str, payload: Any,
+                          idempotency_key: str | None) -> JsonDict:
+        async with self.audited("run.signal", run_id=run_id, details={"signal": name}):
+            return await self.runtime.signals.send(run_id, name, payload,
+                                                  idempotency_key=idempotency_key,
+                                                  sent_by=self.decided_by or None)
 
     async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
                              status: str | None = None, limit: int = 50) -> list[JsonDict]:
@@ -325,36 +399,67 @@ class LocalOperator(Operator):
     async def get_approval(self, approval_id: str) -> JsonDict:
         return (await self.runtime.approvals.get(approval_id)).to_json()
 
-    async def decide_approval(self, approval_id: str, outcome: str,
-                              reason: str | None) -> JsonDict:
-        record = await self.runtime.approvals.decide(approval_id, outcome,
-                                                     decided_by=self.decided_by, reason=reason)
+    async def decide_approval(self, approval_id: str, outcome: str, reason: str | None, *,
+                              digest: str | None = None, scope: str = "call",
+                              arguments: JsonDict | None = None,
+                              answer: str | None = None) -> JsonDict:
+        action = {"approved": "approval.approve", "denied": "approval.deny",
+                  "edited": "approval.edit", "answered": "approval.answer"}.get(
+                      outcome, f"approval.{outcome}")
+        async with self.audited(action, target=approval_id, details={
+                "reason": reason, "digest": digest, "scope": scope}) as note:
+            record = await self.runtime.approvals.decide(
+                approval_id, outcome, decided_by=self.decided_by, reason=reason,
+                digest=digest, scope=scope, arguments=arguments, answer=answer)
+            note.agent, note.run_id = record.agent, record.run_id
         return record.to_json()
+
+    async def list_questions(self, run_id: str, status: str | None = None) -> list[JsonDict]:
+        return [q.to_json() for q in await self.runtime.questions.list(run_id, status=status)]
+
+    async def answer_question(self, run_id: str, question_id: str, answer: str) -> JsonDict:
+        async with self.audited("question.answer", run_id=run_id, target=question_id):
+            return await self.runtime.answer_question(run_id, question_id, answer,
+                                                      answered_by=self.decided_by)
 
     async def list_schedules(self, agent: str | None) -> list[JsonDict]:
         return [s.to_json() for s in await self.runtime.schedules.list(agent)]
 
     async def schedule_action(self, action: str, agent: str, name: str) -> JsonDict:
-        if action == "trigger":
-            fired = await self.runtime.schedules.trigger(agent, name)
-            return {"agent": fired.agent, "schedule": fired.schedule, "run_id": fired.run_id,
-                    "slot_at": fired.slot_at.isoformat(), "trigger": fired.trigger}
-        do = {"get": self.runtime.schedules.get, "pause": self.runtime.schedules.pause,
-              "resume": self.runtime.schedules.resume}[action]
-        return (await do(agent, name)).to_json()
+        if action == "get":
+            return (await self.runtime.schedules.get(agent, name)).to_json()
+        async with self.audited(f"schedule.{action}", agent=agent, target=name) as note:
+            if action == "trigger":
+                fired = await self.runtime.schedules.trigger(agent, name)
+                note.run_id = fired.run_id
+                return {"agent": fired.agent, "schedule": fired.schedule,
+                        "run_id": fired.run_id, "slot_at": fired.slot_at.isoformat(),
+                        "trigger": fired.trigger}
+            do = {"pause": self.runtime.schedules.pause,
+                  "resume": self.runtime.schedules.resume}[action]
+            return (await do(agent, name)).to_json()
 
     async def open_session(self, agent: str, session_id: str | None) -> JsonDict:
-        self.session_id = session_id or await self.runtime.sessions.start(agent)
+        if session_id is None:
+            async with self.audited("session.create", agent=agent) as note:
+                session_id = note.run_id = await self.runtime.sessions.start(agent)
+        self.session_id = session_id
         found = await self.runtime.sessions.get(self.session_id)
         for event in await self.runtime.events(self.session_id):
             self.position[event.stream] = max(self.position.get(event.stream, 0), event.seq)
         return found
 
     async def send_message(self, text: str, files: Sequence[str] = ()) -> None:
-        await self.runtime.sessions.send(self.session_id, text, files=list(files) or None)
+        async with self.audited("session.message", run_id=self.session_id,
+                                details={"files": len(files)}):
+            await self.runtime.sessions.send(self.session_id, text,
+                                             files=list(files) or None)
 
     async def upload_file(self, path: Path) -> JsonDict:
-        stored = await add_path(path, max_file_bytes(), cli_uploader(), runtime=self.runtime)
+        async with self.audited("file.upload", details={"name": path.name}) as note:
+            stored = await add_path(path, max_file_bytes(), cli_uploader(),
+                                    runtime=self.runtime)
+            note.target = stored.id
         return stored.to_json()
 
     async def get_file(self, file_id: str) -> JsonDict:
@@ -364,9 +469,16 @@ class LocalOperator(Operator):
         return stored.to_json()
 
     async def start_run(self, agent: str, input: str, *, idempotency_key: str | None = None,
-                        files: Sequence[str] = ()) -> str:
-        return await self.runtime.start_run(agent, input, idempotency_key=idempotency_key,
-                                            files=list(files) or None)
+                        files: Sequence[str] = (),
+                        webhooks: Sequence[WebhookSubscription] = (),
+                        priority: int | None = None) -> str:
+        async with self.audited("run.start", agent=agent, details=(
+                {} if priority is None else {"priority": priority})) as note:
+            run_id = await self.runtime.start_run(
+                agent, input, idempotency_key=idempotency_key, files=list(files) or None,
+                webhooks=webhooks, priority=priority)
+            note.run_id = run_id
+        return run_id
 
     async def get_run(self, run_id: str) -> JsonDict:
         return (await self.runtime.get_run(run_id)).to_json()
@@ -375,7 +487,9 @@ class LocalOperator(Operator):
         return self.runtime.follow_live(run_id)
 
     async def close_session(self) -> None:
-        await self.runtime.sessions.close(self.session_id, "closed from toren chat")
+        async with self.audited("session.message", run_id=self.session_id,
+                                details={"close": True}):
+            await self.runtime.sessions.close(self.session_id, "closed from toren chat")
 
     async def session_events(self) -> AsyncIterator[Event | TextDelta]:
         async for item in self.runtime.follow_live(self.session_id, after=self.position):
@@ -391,13 +505,32 @@ class LocalOperator(Operator):
         return [archived_json(run) for run in
                 await self.runtime.archive.list(agent=agent, limit=limit)]
 
+    async def audit(self, filters: JsonDict) -> list[JsonDict]:
+        moments = {name: parse_moment(filters[name], name) if filters.get(name) else None
+                   for name in ("since", "until")}
+        page = await self.runtime.audit.page(AuditQuery(
+            actor=filters.get("actor"), action=filters.get("action"),
+            agent=filters.get("agent"), run_id=filters.get("run"),
+            outcome=filters.get("outcome"), since=moments["since"], until=moments["until"],
+            limit=int(filters.get("limit") or 50)))
+        return [record.to_json() for record in page.items]
+
     async def archive(self, *, dry_run: bool, max_runs: int | None) -> JsonDict:
-        report = await self.runtime.archive.archive_due(dry_run=dry_run, max_runs=max_runs)
+        if dry_run:
+            report = await self.runtime.archive.archive_due(dry_run=True, max_runs=max_runs)
+        else:
+            async with self.audited("run.archive", details={"max_runs": max_runs}) as note:
+                report = await self.runtime.archive.archive_due(max_runs=max_runs)
+                note.details["archived"] = sum(
+                    counts.get("archived", 0) for counts in report.get("agents", {}).values())
         report["hot_tables"] = await self.runtime.fleet.hot_table_sizes()
         return report
 
     async def restore_run(self, run_id: str) -> JsonDict:
-        return (await self.runtime.archive.restore(run_id)).to_json()
+        async with self.audited("run.restore", run_id=run_id) as note:
+            restored = await self.runtime.archive.restore(run_id)
+            note.agent = restored.agent
+        return restored.to_json()
 
 
 class RemoteOperator(Operator):
@@ -407,6 +540,10 @@ class RemoteOperator(Operator):
         self.client = client
         self.where = f"the runs served at {client.base_url}"
         self.cursor: str | None = None
+
+    @property
+    def database(self) -> str:
+        return f"the deployment at {self.client.base_url}"
 
     async def start(self) -> None:
         """Nothing to start: the client connects on the first request."""
@@ -443,8 +580,20 @@ class RemoteOperator(Operator):
     async def children(self, run_id: str) -> list[JsonDict]:
         return [dict(child) for child in await self.client.children(run_id)]
 
+    async def webhooks(self, run_id: str) -> list[JsonDict]:
+        return await self.client.webhooks(run_id)
+
+    async def queue_state(self, run_id: str) -> JsonDict | None:
+        queue = (await self.client.get_run(run_id)).get("queue")
+        return dict(queue) if queue is not None else None
+
     async def cancel_run(self, run_id: str, reason: str) -> JsonDict:
         return dict(await self.client.cancel_run(run_id, reason))
+
+    async def send_signal(self, run_id: str, name: str, payload: Any,
+                          idempotency_key: str | None) -> JsonDict:
+        return dict(await self.client.signal(run_id, name, payload,
+                                             idempotency_key=idempotency_key))
 
     async def list_approvals(self, *, agent: str | None = None, run_id: str | None = None,
                              status: str | None = None, limit: int = 50) -> list[JsonDict]:
@@ -455,10 +604,28 @@ class RemoteOperator(Operator):
     async def get_approval(self, approval_id: str) -> JsonDict:
         return dict(await self.client.get_approval(approval_id))
 
-    async def decide_approval(self, approval_id: str, outcome: str,
-                              reason: str | None) -> JsonDict:
-        decide = self.client.approve if outcome == "approved" else self.client.deny
-        return dict(await decide(approval_id, reason))
+    async def decide_approval(self, approval_id: str, outcome: str, reason: str | None, *,
+                              digest: str | None = None, scope: str = "call",
+                              arguments: JsonDict | None = None,
+                              answer: str | None = None) -> JsonDict:
+        if outcome == "edited":
+            assert arguments is not None and digest is not None
+            return dict(await self.client.edit_approval(approval_id, arguments, digest=digest,
+                                                        reason=reason))
+        if outcome == "answered":
+            assert answer is not None and digest is not None
+            return dict(await self.client.answer_approval(approval_id, answer, digest=digest,
+                                                          reason=reason))
+        if outcome == "approved":
+            return dict(await self.client.approve(approval_id, reason, digest=digest,
+                                                  always=scope == "run"))
+        return dict(await self.client.deny(approval_id, reason, digest=digest))
+
+    async def list_questions(self, run_id: str, status: str | None = None) -> list[JsonDict]:
+        return [dict(q) for q in await self.client.list_questions(run_id, status=status)]
+
+    async def answer_question(self, run_id: str, question_id: str, answer: str) -> JsonDict:
+        return dict(await self.client.answer_question(run_id, question_id, answer))
 
     async def list_schedules(self, agent: str | None) -> list[JsonDict]:
         return [dict(s) for s in await self.client.list_schedules(agent=agent)]
@@ -485,9 +652,13 @@ class RemoteOperator(Operator):
         return dict(await self.client.get_file(file_id))
 
     async def start_run(self, agent: str, input: str, *, idempotency_key: str | None = None,
-                        files: Sequence[str] = ()) -> str:
-        created = await self.client.create_run(agent, input, idempotency_key=idempotency_key,
-                                               files=list(files) or None)
+                        files: Sequence[str] = (),
+                        webhooks: Sequence[WebhookSubscription] = (),
+                        priority: int | None = None) -> str:
+        created = await self.client.create_run(
+            agent, input, idempotency_key=idempotency_key, files=list(files) or None,
+            webhook=[{"url": w.url, "events": list(w.events)} for w in webhooks] or None,
+            priority=priority)
         return created["id"]
 
     async def get_run(self, run_id: str) -> JsonDict:
@@ -527,6 +698,10 @@ class RemoteOperator(Operator):
 
     async def restore_run(self, run_id: str) -> JsonDict:
         return dict(await self.client.restore_run(run_id))
+
+    async def audit(self, filters: JsonDict) -> list[JsonDict]:
+        page = await self.client.audit(**filters)
+        return [dict(entry) for entry in page["entries"]]
 
 
 #: What ``GET /runs/{id}`` adds to the run's own JSON (``RunRecord.to_json()``).
@@ -569,13 +744,19 @@ def make_operator(url: str | None, *, decided_by: str = "", dirs: list[Path] | N
     machine's database: a runtime that serves no agent, or the agents in ``dirs`` with
     ``serve_dirs`` (``toren db archive`` needs their retention) or with ``agent``, checked at
     once to serve it (``toren schedules trigger`` needs the schedule's definition,
-    ``toren chat`` works the session). Not started yet."""
+    ``toren chat`` works the session). Not started yet. Without ``agent``, a database that
+    does not exist yet is ``NoDatabase`` (``require_database``): such commands only work on
+    records already there."""
     if url:
         from toren.client import TorenClient  # aiohttp: only against a deployment
 
         return RemoteOperator(TorenClient(api_url(url)))
+    from toren.host.runtime import Runtime
+
     runtime = (load_runtime(dirs, agent) if agent is not None or serve_dirs
                else Runtime(agents=[]))
+    if agent is None and not workers:  # only existing records: never create a database
+        require_database(runtime)
     return LocalOperator(runtime, decided_by, workers=workers)
 
 

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
+from rich.tree import Tree
 
 console = Console(highlight=False, soft_wrap=True, emoji=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
@@ -63,9 +64,11 @@ def print_error(code: str, message: str, *, as_json: bool = False) -> None:
                       emoji=False)
 
 
-def print_table(table: Table) -> None:
-    """Print a table on stdout: fitted to the terminal, or at its natural width when stdout is
-    not a terminal (piped into a file, ``grep`` or ``less``), so no cell is cut to ``…``."""
+def print_table(table: Table | Tree) -> None:
+    """Print a table (or a tree) on stdout: fitted to the terminal, or at its natural width
+    when stdout is not a terminal (piped into a file, ``grep`` or ``less``), so no cell is cut
+    to ``…`` and no tree line is cut short (rich cuts a tree's lines without an ellipsis:
+    ``$0.0041`` read ``$0.00`` at 80 columns)."""
     if console.is_terminal:
         console.print(table)
         return

@@ -34,6 +34,9 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
             registers.append(f"tool sources: {', '.join(info['toolSources'])} (agent.yaml)")
         registers += ["CLI commands"] if "register_commands" in info["hooks"] else []
         registers += ["HTTP routes"] if "register_routes" in info["hooks"] else []
+        policy = [hook for hook in info["hooks"] if not hook.startswith("register_")]
+        if policy:  # asked only for agents whose policies: list the plugin
+            registers.append(f"policy hooks: {', '.join(policy)} (agent.yaml policies:)")
         if "unavailable" in info:
             registers = [f"nothing: unavailable: {info['unavailable']}"]
         name = safe(info["name"]) + (" (built-in)" if info["default"] else "")

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from toren.cli.output import console, plain, safe
+from toren.cli.output import console, plain, safe, toren_command
 from toren.core import events as ev
 from toren.core.events import Event
 from toren.seams.shapes import TextDelta
@@ -96,14 +96,48 @@ def event_line(event: Event) -> str | None:
         return (f"  [yellow]⟳ retry {d['attempt']} in {d['delay_s']:.1f}s:[/] "
                 f"{safe(d['error']['message'])}")
     if event.type == ev.APPROVAL_REQUESTED:
+        toren = safe(toren_command())  # runnable as printed, toren on PATH or not
         return (f"  [yellow]⏸ waiting for approval of {safe(d['name'])} (id "
-                f"{safe(d['approval_id'])}):[/] approve with `toren approvals approve "
-                f"{safe(d['approval_id'])}` or deny with `toren approvals deny "
-                f"{safe(d['approval_id'])} --reason ...`")
+                f"{safe(d['approval_id'])}):[/] approve with `{toren} approvals approve "
+                f"{safe(d['approval_id'])}` (--always: the same call again in this run), "
+                f"deny with `{toren} approvals deny {safe(d['approval_id'])} --reason ...`, "
+                "or edit (--args JSON) or answer (--answer TEXT) it")
     if event.type == ev.APPROVAL_DECIDED:
-        colour = "green" if d["outcome"] == "approved" else "red"
+        colour = "green" if d["outcome"] in ("approved", "edited", "answered") else "red"
         why = f": {safe(d['reason'])}" if d.get("reason") else ""
-        return f"  [{colour}]✓ {d['outcome']} by {safe(d['decided_by'])}{why}[/]"
+        always = " always" if d.get("scope") == "run" else ""
+        granted = f" (approved always with {safe(d['granted_by'])})" if d.get("granted_by") else ""
+        return f"  [{colour}]✓ {d['outcome']}{always} by {safe(d['decided_by'])}{granted}{why}[/]"
+    if event.type == ev.APPROVAL_ESCALATED:
+        return (f"  [yellow]⏫ nobody decided in time: approval {safe(d['approval_id'])} now "
+                f"waits for {safe(', '.join(d['approvers']))}[/]")
+    if event.type == ev.POLICY_DECIDED and d["decision"] not in ("allow", "keep"):
+        what = f"{safe(d['name'])} call" if d.get("name") else "response"
+        if d["hook"] == "after_tool_call":
+            what = f"{safe(d.get('name') or 'tool')} result"
+        why = f": {safe(_short(d['reason']))}" if d.get("reason") else ""
+        return (f"  [magenta]⚖ policy {safe(d.get('plugin') or '?')}: {d['decision']} "
+                f"{what}{why}[/]")
+    if event.type == ev.QUESTION_ASKED:
+        choices = f" [{safe(' | '.join(d['choices']))}]" if d.get("choices") else ""
+        return (f"  [yellow]? the agent asks (question {safe(d['question_id'])}):[/] "
+                f"{safe(d['question'])}{choices}: answer with `toren jobs answer "
+                f"{safe(event.run_id)} {safe(d['question_id'][:8])} TEXT`")
+    if event.type == ev.QUESTION_ANSWERED:
+        if d["outcome"] != "answered":
+            return f"  [red]✕ the question {d['outcome']}: nobody answered it[/]"
+        return (f"  [green]✓ answered by {safe(d['answered_by'])}:[/] "
+                f"{safe(_short(d.get('answer') or ''))}")
+    if event.type == ev.TOOL_WAIT_STARTED:
+        until = f" until {safe(d['deadline'])}" if d.get("deadline") else ""
+        return (f"  [yellow]⏸ a tool waits for the signal {safe(d['name'])!r}{until}:[/] send "
+                f"it with `toren jobs signal {safe(event.run_id)} {safe(d['name'])} --data "
+                "JSON`")
+    if event.type == ev.TOOL_WAIT_ENDED:
+        if d.get("timed_out"):
+            return f"  [yellow]⌛ no signal {safe(d['name'])!r} came in time[/]"
+        return (f"  [green]✓ signal {safe(d['name'])!r} #{d['signal']} came:[/] "
+                f"{safe(_short(json.dumps(d.get('payload'))))}; the tool runs again")
     if event.type == ev.OUTPUT_REJECTED:
         return (f"  [yellow]↺ the answer of step {d['step']} does not match "
                 f"{safe(d['schema_source'])} at {safe(d['where'])}:[/] "
@@ -115,6 +149,30 @@ def event_line(event: Event) -> str | None:
     if event.type == ev.RUN_DEAD_LETTERED:
         return f"[red]✕ {safe(d['reason'])}[/]"
     return None
+
+
+#: Why a run waits in the queue (``GET /runs/{id}``'s ``queue.waiting``), in words.
+QUEUE_WAITING = {
+    "concurrency": "waiting for a slot: its concurrency key's runs are all executing",
+    "queued": "ready, waiting for a worker",
+    "delayed": "waiting for a retry or a wake-up that is not due yet",
+}
+
+
+def queue_text(queue: dict[str, Any] | None) -> str:
+    """The run's priority, concurrency key and why it waits, on one line; empty when there
+    is nothing to say (priority 0, no key, not waiting)."""
+    if not queue:
+        return ""
+    parts = []
+    if queue.get("priority"):
+        parts.append(f"priority {queue['priority']}")
+    if queue.get("concurrency_key") is not None:
+        parts.append(f"concurrency key {queue['concurrency_key']!r}")
+    waiting = queue.get("waiting")
+    if waiting:
+        parts.append(QUEUE_WAITING.get(waiting, f"waiting ({waiting})"))
+    return " · ".join(parts)
 
 
 def run_summary(receipt: dict[str, Any]) -> Table:
@@ -137,6 +195,9 @@ def run_summary(receipt: dict[str, Any]) -> Table:
         human = run.get("agent_human_version")
         table.add_row("version", run["agent_version"][:12] + (f" ({safe(human)})" if human
                                                               else ""))
+    queue = queue_text(receipt.get("queue"))
+    if queue:
+        table.add_row("queue", safe(queue))
     if run["error"] and run["status"] not in ev.TERMINAL_STATUSES:
         next_at = run["error"].get("next_attempt_at")
         table.add_row("latest error", safe(f"{run['error'].get('message')}"
@@ -195,6 +256,13 @@ def run_tree(receipt: dict[str, Any]) -> Tree:
             for tool in tools_by_step.get(call["step"], []) if call["purpose"] == "step" else []:
                 mark = "[red]error[/]" if tool["is_error"] else "ok"
                 step.add(f"{safe(tool['name'])} {mark} ({tool['duration_ms']:.1f} ms)")
+        for policy in task.get("policies", ()):
+            if policy["decision"] in ("allow", "keep"):
+                continue
+            what = policy["name"] or "response"
+            branch.add(f"[magenta]policy {safe(policy['plugin'] or '?')}[/] {policy['decision']} "
+                       f"{safe(what)} at step {policy['step']}"
+                       + (f": {safe(_short(policy['reason']))}" if policy["reason"] else ""))
         for retry in task["retries"]:
             branch.add(f"[yellow]retry {retry['attempt']}[/] at step {retry['step']}: "
                        f"{safe(retry['error']['message'])}")
@@ -210,6 +278,24 @@ def children_tree(run_id: str, children: list[dict[str, Any]]) -> Tree:
                  f"{safe(child['id'])} {child['status']}"
                  + (f" · {_cost(cost)}" if cost is not None else "")
                  + f" · depth {child['depth']}")
+    return tree
+
+
+def webhooks_tree(deliveries: list[dict[str, Any]]) -> Tree:
+    """A run's completion webhook deliveries (``toren jobs show``), each with its attempts."""
+    tree = Tree("[bold]webhooks[/]")
+    for delivery in deliveries:
+        state = delivery["state"]
+        if state == "pending" and delivery["next_attempt_at"]:
+            state = f"pending, next attempt {delivery['next_attempt_at']}"
+        node = tree.add(f"{safe(delivery['event'])} -> {safe(delivery['url'])} · {state} · "
+                        f"{delivery['attempts']} attempt(s) · event id {delivery['id']}")
+        for attempt in delivery["history"]:
+            outcome = (f"HTTP {attempt['status_code']}" if attempt["status_code"] is not None
+                       else "no response")
+            error = f" · {safe(attempt['error'])}" if attempt["error"] else ""
+            node.add(f"#{attempt['attempt']} {attempt['started_at']} · {outcome} · "
+                     f"{attempt['duration_ms']:.0f} ms{error}")
     return tree
 
 
@@ -265,7 +351,19 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
                           f"{totals['input_tokens']}/{totals['output_tokens']}",
                           f"${totals['cost_usd']:.4f}" + (f" + {unknown} unknown" if unknown
                                                           else ""))
-    return [calls, tools, subagents]
+    decided = [(task["task_id"], policy) for task in receipt["tasks"]
+               for policy in task.get("policies", ())]
+    if not decided:  # the agent lists no policies: no table
+        return [calls, tools, subagents]
+    policies = Table(title="Policy decisions")
+    for column in ("task", "step", "hook", "call", "decision", "plugin", "reason", "replayed"):
+        policies.add_column(column)
+    for task_id, policy in decided:
+        policies.add_row(safe(task_id), str(policy["step"]), policy["hook"],
+                         safe(policy["name"] or ""), policy["decision"],
+                         safe(policy["plugin"] or ""), safe(_short(policy["reason"])),
+                         "yes" if policy["replayed"] else "")
+    return [calls, tools, policies, subagents]
 
 
 class LiveTextPrinter:

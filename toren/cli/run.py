@@ -4,6 +4,7 @@ process (or on a deployment, with ``--url``/``TOREN_URL``)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -25,9 +26,11 @@ from toren.cli.output import (
     print_json,
     print_table,
     safe,
+    toren_command,
 )
 from toren.cli.render import LiveTextPrinter, event_line, output_text, run_summary
 from toren.core import events as ev
+from toren.core.webhooks import DEFAULT_EVENTS, WebhookSubscription, parse_subscriptions
 from toren.seams.shapes import TextDelta
 
 FileOption = Annotated[list[str] | None, typer.Option(
@@ -51,28 +54,57 @@ def run(
         metavar="KEY",
         help="Same key, same run: a repeated command does not start a second run.")] = None,
     files: FileOption = None,
+    webhook: Annotated[list[str] | None, typer.Option(
+        "--webhook", metavar="URL",
+        help="Tell this URL when the run ends (repeatable): a signed JSON POST with its "
+             "status, output and totals. See docs/guides/webhooks.md.")] = None,
+    webhook_on: Annotated[list[str] | None, typer.Option(
+        "--webhook-on", metavar="EVENT",
+        help="What the --webhook URLs are told (repeatable): finished (default), "
+             "awaiting_approval, awaiting_input.")] = None,
+    priority: Annotated[int | None, typer.Option(
+        min=-100, max=100, metavar="N",
+        help="The run's priority, -100..100 (default: the agent's priority:, else 0): higher "
+             "is claimed first, within the agent's concurrency limit. See "
+             "docs/guides/flow-control.md.")] = None,
     url: UrlOption = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
 ) -> None:
     """Start a run of AGENT with INPUT (and files, with --file)."""
     # every path is checked before anything starts: a typo costs no upload and no database
     sources = [attachment_source(value) for value in files or []]
+    webhooks = parse_subscriptions(
+        [{"url": value, "events": webhook_on or list(DEFAULT_EVENTS)} for value in webhook],
+        field="--webhook") if webhook else ()
     backend = make_operator(url, dirs=dirs, agent=agent, workers=follow)
     if isinstance(backend, LocalOperator):
         backend.quiet = as_json
     # Ctrl-C, or SIGTERM (a supervisor, `kill`): the runtime stops and hands work back, the
     # embedded Postgres is released; a second one quits at once
     run_interruptible(_run(backend, agent, input, sources, follow=follow,
-                           key=idempotency_key, as_json=as_json))
+                           key=idempotency_key, as_json=as_json, webhooks=webhooks,
+                           priority=priority))
 
 
 async def _run(backend: Operator, agent: str, text: str, sources: list[Path | str], *,
-               follow: bool, key: str | None, as_json: bool) -> None:
+               follow: bool, key: str | None, as_json: bool,
+               webhooks: Sequence[WebhookSubscription] = (),
+               priority: int | None = None) -> None:
     await backend.start()
     try:
         files = await backend.attach(sources, None if as_json else err_console.print)
-        run_id = await backend.start_run(agent, text, idempotency_key=key,
-                                         files=[stored["id"] for stored in files])
+        starting = asyncio.ensure_future(backend.start_run(
+            agent, text, idempotency_key=key, files=[stored["id"] for stored in files],
+            webhooks=webhooks, priority=priority))
+        try:
+            run_id = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # Ctrl-C or SIGTERM while the run was being created (its row may be committed
+            # already): finish creating it, a moment, so the run it leaves can be named
+            run_id = await starting
+            if follow and not as_json:
+                err_console.print(_stopped_following(backend, run_id))
+            raise
         extra = {"files": files} if sources else {}
         if not follow:
             if as_json:
@@ -127,8 +159,9 @@ def _where(backend: Operator) -> str:
 
 
 def _stopped_following(backend: Operator, run_id: str) -> str:
+    toren = safe(toren_command())  # runnable as printed, toren on PATH or not
     if isinstance(backend, LocalOperator):
-        return (f"Stopped following. The run is durable: `toren worker` or `toren dev` "
-                f"finishes it; see `toren jobs show {run_id}`.")
+        return (f"Stopped following. The run is durable: `{toren} worker` or `{toren} dev` "
+                f"finishes it; see `{toren} jobs show {run_id}`.")
     return (f"Stopped following. The run goes on at {_where(backend)}; see "
-            f"`toren jobs show {run_id} --url {_where(backend)}`.")
+            f"`{toren} jobs show {run_id} --url {_where(backend)}`.")

@@ -4,18 +4,21 @@ pinned to agent versions, and the tools agents are offered."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from toren.cli.approvals import cli_identity
-from toren.cli.common import DirsOption, load_runtime, run_async
+from toren.cli.common import DirsOption, load_runtime, require_database, run_async
 from toren.cli.operator import LocalOperator, Operator, RemoteOperator, UrlOption, make_operator
 from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
-from toren.host.runtime import Runtime
 
-agents_app = typer.Typer(help="Agents in the database: their versions.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from toren.host.runtime import Runtime
+
+agents_app = typer.Typer(help="Agents: the versions kept in the database, the tools each is "
+                              "offered (versions, tools).", no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
 AgentArgument = Annotated[str, typer.Argument(metavar="NAME", help="The agent's name.")]
 RunArgument = Annotated[str, typer.Argument(
@@ -27,9 +30,11 @@ def _operator(url: str | None, dirs: list[Path] | None, *, need_dirs: bool) -> O
     ``dirs`` (the current directory by default when ``need_dirs``)."""
     if url:
         return make_operator(url)
-    if dirs or need_dirs:
-        return LocalOperator(load_runtime(dirs))
-    return LocalOperator(Runtime(agents=[]))
+    from toren.host.runtime import Runtime
+
+    runtime = load_runtime(dirs) if dirs or need_dirs else Runtime(agents=[])
+    require_database(runtime)  # versions and runs to upgrade are records already there
+    return LocalOperator(runtime)
 
 
 def _with(operator: Operator, action: Any) -> Any:
@@ -55,7 +60,8 @@ async def _upgrade(operator: Operator, run_id: str) -> dict[str, Any]:
     if isinstance(operator, RemoteOperator):
         return dict(await operator.client.upgrade_run(found))
     assert isinstance(operator, LocalOperator)
-    return await operator.runtime.upgrade_run(found, requested_by=cli_identity())
+    async with operator.audited("run.upgrade", run_id=found):
+        return await operator.runtime.upgrade_run(found, requested_by=cli_identity())
 
 
 @agents_app.command("versions")
@@ -68,14 +74,17 @@ def versions(agent: AgentArgument, dirs: DirsOption = None, as_json: JsonOption 
     if as_json:
         print_json(data)
         return
+    # "current" (the version --dir holds) is a labelled column, and only when there is one
+    marked = any(version.get("current") for version in data["versions"])
     table = Table()
-    for column in ("version", "human version", "first seen", "runs", "active", ""):
+    for column in ("version", "human version", "first seen", "runs", "active runs",
+                   *(("current",) if marked else ())):
         table.add_column(column)
     for version in data["versions"]:
         table.add_row(version["hash"][:12], safe(version["human_version"] or ""),
                       str(version["first_seen"] or "")[:19].replace("T", " "),
                       str(version["runs"]), str(version["active_runs"]),
-                      "current" if version.get("current") else "")
+                      *(("yes" if version.get("current") else "",) if marked else ()))
     print_table(table)
     if not data["versions"]:
         console.print(f"no versions of {safe(agent)} are kept yet: one is kept when a process "

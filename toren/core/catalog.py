@@ -56,14 +56,15 @@ def catalog_schema() -> dict[str, Any]:
         "$id": "https://toren.dev/schemas/events.schema.json",
         "title": "Toren event catalog",
         "description": (
-            "Every event type Toren appends, the stream it belongs on (x-stream: run or task) "
-            "and its data. An event is (run_id, stream, seq, type, data, created_at); streams "
-            "are 'run' and 'task:<task id>'. Generated from toren/core/events.py."),
+            "Every event type Toren appends, the stream it belongs on (x-stream: run, task or "
+            "signals) and its data. An event is (run_id, stream, seq, type, data, created_at); "
+            "streams are 'run', 'task:<task id>' and 'signals'. Generated from "
+            "toren/core/events.py."),
         "type": "object",
         "required": ["stream", "seq", "type", "data"],
         "properties": {
             "run_id": {"type": "string", "format": "uuid"},
-            "stream": {"type": "string", "pattern": "^(run|task:.+)$"},
+            "stream": {"type": "string", "pattern": "^(run|signals|task:.+)$"},
             "seq": {"type": "integer", "minimum": 1},
             "type": {"enum": list(EVENT_TYPES)},
             "data": {"type": "object"},
@@ -96,7 +97,7 @@ def validate_event(stream: str, event_type: str, data: dict[str, Any]) -> None:
     if cls is None:
         raise jsonschema.ValidationError(f"unknown event type {event_type!r}")
     expected = cls.stream  # type: ignore[attr-defined]
-    actual = "run" if stream == ev.RUN_STREAM else "task"
+    actual = stream if stream in (ev.RUN_STREAM, ev.SIGNALS_STREAM) else "task"
     if expected != actual:
         raise jsonschema.ValidationError(
             f"{event_type} belongs on a {expected} stream, not {stream!r}")

@@ -43,6 +43,14 @@ class AwaitApprovals:
 
 
 @dataclass(frozen=True)
+class CheckPolicies:
+    """Ask the agent's policies about the recorded response of ``step`` (and its tool calls)
+    before anything acts on it."""
+
+    step: int
+
+
+@dataclass(frozen=True)
 class Finish:
     """End the task with a stop reason from ``toren.core.events.STOP_REASONS``."""
 
@@ -75,7 +83,8 @@ class Done:
     """The task already finished; nothing to do."""
 
 
-TaskAction = CallModel | RunTools | AwaitApprovals | Finish | EndTurn | CheckOutput | Done
+TaskAction = (CallModel | RunTools | AwaitApprovals | Finish | EndTurn | CheckOutput | Done
+              | CheckPolicies)
 
 
 def next_task_action(state: TaskState, limits: Limits, epoch: int,
@@ -84,6 +93,8 @@ def next_task_action(state: TaskState, limits: Limits, epoch: int,
     schema its final answer must match, if it has one: a session's turns are text)."""
     if state.finished is not None:
         return Done()
+    if state.policy_step is not None:
+        return CheckPolicies(state.policy_step)
     if state.pending_tools:
         return RunTools(tuple(state.pending_tools))
     if state.pending_approvals:  # after the step's other calls ran: they need no person

@@ -86,6 +86,15 @@ class DatabaseUnavailable(TorenError):
     retryable = True
 
 
+class NoDatabase(TorenError):
+    """There is no database to read: a command that only works on existing records (``toren
+    jobs list``, ``toren approvals list``, ...) found none where the settings point, and
+    creates none. The message says where it looked and how to point it elsewhere."""
+
+    code = "no_database"
+    http_status = 503
+
+
 class DatabaseTlsError(DatabaseUnavailable):
     """The database's TLS certificate was refused: it is not signed by the CA given in
     ``sslrootcert``, or does not hold the host name connected to (``sslmode=verify-full``)."""
@@ -251,6 +260,33 @@ class ApprovalAlreadyDecided(TorenError):
         self.approval = approval or {}
 
 
+class ApprovalStale(TorenError):
+    """The decision names a digest of arguments other than the approval's: whoever decided
+    saw other arguments. ``digest`` is the current one; read the approval again and decide
+    on what it shows."""
+
+    code = "approval_stale"
+    http_status = 409
+
+    def __init__(self, message: str | None = None, digest: str | None = None,
+                 approval: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.digest = digest
+        self.approval = approval or {}
+
+
+class InvalidApprovalArguments(TorenError):
+    """The edited arguments do not match the tool's JSON Schema. ``field`` names where (a
+    dotted path; ``arguments`` for the whole object)."""
+
+    code = "invalid_arguments"
+    http_status = 422
+
+    def __init__(self, message: str | None = None, field: str = "arguments") -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class NotAnApprover(TorenError):
     """Whoever asked may not decide this approval (agent.yaml's ``approvals.TOOL.approvers``)."""
 
@@ -359,3 +395,100 @@ class RestoreConflict(TorenError):
 
     code = "restore_conflict"
     http_status = 409
+
+
+class QuestionNotFound(TorenError):
+    """No such question (``ask_user``) of the run."""
+
+    code = "question_not_found"
+    http_status = 404
+
+
+class QuestionAlreadyAnswered(TorenError):
+    """The question was answered before (or expired, or its run ended): the first answer wins.
+    ``question`` holds it as it is, with that first answer."""
+
+    code = "question_answered"
+    http_status = 409
+
+    def __init__(self, message: str | None = None, question: dict[str, object] | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.question = question or {}
+
+
+class InvalidAnswer(TorenError):
+    """The answer is not one the question allows (not among its choices, empty, too long)."""
+
+    code = "invalid_answer"
+    http_status = 422
+
+
+class PolicyRejected(TorenError):
+    """A policy plugin refused to start the run (its ``before_run_start`` hook rejected it);
+    nothing was created. Change the input or the agent's ``policies:``."""
+
+    code = "policy_rejected"
+    http_status = 403
+
+
+class RunFinishedError(TorenError):
+    """The run has finished (completed, stopped, failed or cancelled) and takes no more
+    signals; start a new run."""
+
+    code = "run_finished"
+    http_status = 409
+
+
+class SignalTooLarge(TorenError):
+    """A signal's payload is larger than a signal may be (``MAX_SIGNAL_BYTES`` of JSON): send a
+    reference (a file id, a URL) instead of the data."""
+
+    code = "signal_too_large"
+    http_status = 413
+
+
+class SignalTimeout(TorenError):
+    """``ctx.wait_for_signal(name, timeout=...)`` reached its timeout with no signal of that
+    name. Raised in the workflow (deterministically: the timeout is recorded in the run's log);
+    catch it to go on without the signal, or leave it to fail the run."""
+
+    code = "signal_timeout"
+
+    def __init__(self, message: str | None = None, *, name: str = "",
+                 timeout_s: float | None = None) -> None:
+        super().__init__(message)
+        #: The name of the signal the workflow waited for.
+        self.name = name
+        #: The timeout that passed, in seconds.
+        self.timeout_s = timeout_s
+
+
+# -- flow control (docs/guides/flow-control.md) -------------------------------------------------
+
+
+class InvalidFlowControl(TorenError):
+    """A run's priority or concurrency key is unusable: a priority outside -100..100 or not a
+    whole number, or an input without the field its agent's ``concurrency: key`` names (or
+    with a list or an object there)."""
+
+    code = "invalid_flow_control"
+    http_status = 400
+
+
+# -- completion webhooks (docs/guides/webhooks.md) ---------------------------------------------
+
+
+class InvalidWebhook(ConfigError):
+    """A webhook is malformed or not allowed (its URL, events or secret's variable)."""
+
+    code = "invalid_webhook"
+    http_status = 400
+
+
+class WebhookSignatureError(TorenError):
+    """A webhook's Toren-Signature header is missing, malformed, too old, or does not match the
+    body and the secret (``toren.webhooks.verify``): reject the request."""
+
+    code = "invalid_webhook_signature"
+    http_status = 401

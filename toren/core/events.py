@@ -24,6 +24,9 @@ import msgspec
 from toren.core.attachments import Attachment
 
 RUN_STREAM = "run"
+#: The stream of signals sent to a run (``SignalReceived``): appended by senders without a
+#: lease (nobody holds one on it), read by the orchestrator on each tick.
+SIGNALS_STREAM = "signals"
 
 #: Why a task or run stopped: the single documented enum (docs/reference/events.md).
 StopReason = Literal["end_turn", "max_steps", "max_waves", "budget_exhausted", "cancelled",
@@ -33,7 +36,8 @@ TaskStatus = Literal["completed", "stopped", "failed", "cancelled"]
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
 #: Run statuses; the last four are terminal. ``awaiting_input``: a session waits for a message;
 #: ``awaiting_approval``: a task waits for a person to approve or deny a tool call;
-#: ``waiting``: a task waits for the peer runs it asked (cross-agent calls), holding nothing.
+#: ``waiting``: a task waits for the peer runs it asked (cross-agent calls) or for a signal a tool
+#: waits for (``toren.wait_for_signal``), holding nothing.
 RUN_STATUSES = ("queued", "running", "awaiting_input", "awaiting_approval", "waiting",
                 "completed", "stopped", "failed", "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "stopped", "failed", "cancelled"})
@@ -95,7 +99,7 @@ class EventData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
                 forbid_unknown_fields=True):
     """The payload of one event type. ``stream`` says which stream it belongs on."""
 
-    stream: ClassVar[Literal["run", "task"]]
+    stream: ClassVar[Literal["run", "task", "signals"]]
 
     @classmethod
     def type_name(cls) -> str:
@@ -121,6 +125,13 @@ class RunCreated(EventData, frozen=True):
         description="The W3C traceparent of the request that created the run (its "
                     "traceparent header, validated): with tracing on, the run's spans join "
                     "that trace under the caller's span. Absent otherwise.")] = None
+    priority: Annotated[int | None, msgspec.Meta(
+        description="The run's priority (-100..100; higher is claimed first), as asked or "
+                    "its agent's priority:; absent when 0. See docs/guides/flow-control.md.")
+    ] = None
+    concurrency_key: Annotated[str | None, msgspec.Meta(
+        description="The run's key under its agent's concurrency: limit (from its input, or "
+                    "its session); absent when the agent has no key.")] = None
 
 
 class TaskScheduled(EventData, frozen=True):
@@ -231,6 +242,73 @@ class WorkflowLogged(EventData, frozen=True):
     fields: dict[str, Any]
 
 
+SignalName = Annotated[str, msgspec.Meta(
+    pattern=r"^[a-z][a-z0-9_-]{0,63}$",
+    description="The signal's name: lowercase letters, digits, - and _, starting with a "
+                "letter (at most 64 characters).")]
+
+
+class SignalWaitStarted(EventData, frozen=True):
+    """await ctx.wait_for_signal(name, timeout=...) found no unconsumed signal of that name: the
+    workflow waits (holding nothing) until one is sent or, with a timeout, its deadline passes
+    (a delayed run tick)."""
+
+    stream = "run"
+    wait: Step
+    name: SignalName
+    timeout_s: Annotated[Annotated[float, msgspec.Meta(ge=0)] | None, msgspec.Meta(
+        description="The wait's timeout in seconds; absent: it waits forever.")] = None
+    fire_at: Annotated[str | None, msgspec.Meta(
+        description="When the timeout fires (ISO 8601); absent without a timeout.")] = None
+
+
+class SignalConsumed(EventData, frozen=True):
+    """Wait ``wait`` of the workflow took signal ``signal`` (its number on the signals stream);
+    every re-execution returns this payload, and no other wait takes the same signal."""
+
+    stream = "run"
+    wait: Step
+    name: SignalName
+    signal: Step
+    payload: AnyJson
+
+
+class SignalWaitTimedOut(EventData, frozen=True):
+    """Wait ``wait`` reached its timeout with no signal of its name: ctx.wait_for_signal raises
+    SignalTimeout, in this and every later re-execution."""
+
+    stream = "run"
+    wait: Step
+
+
+class SignalsRead(EventData, frozen=True):
+    """ctx.signals(name) read the signals of that name up to signal number ``through``: every
+    re-execution returns the same list."""
+
+    stream = "run"
+    n: Count
+    name: SignalName
+    through: Count
+
+
+# -- the signals stream --------------------------------------------------------------------------
+
+class SignalReceived(EventData, frozen=True):
+    """A signal was sent to the run (``toren jobs signal``, ``POST /runs/{id}/signals/{name}``,
+    the client, the host API, MCP). Appended to the run's ``signals`` stream by the sender in
+    one transaction with a run tick that wakes the workflow."""
+
+    stream = "signals"
+    name: SignalName
+    payload: AnyJson
+    sent_at: Annotated[str, msgspec.Meta(description="When it was sent (ISO 8601).")]
+    idempotency_key: Annotated[str | None, msgspec.Meta(
+        description="The sender's idempotency key: a second signal with the same key is not "
+                    "recorded again.")] = None
+    sent_by: Annotated[str | None, msgspec.Meta(
+        description="Who sent it (an API key's name, cli:<os user>), when known.")] = None
+
+
 # -- task streams ------------------------------------------------------------------------------
 
 class RecordedToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
@@ -291,6 +369,11 @@ class ModelCallStarted(EventData, frozen=True):
     step: Step
     epoch: Epoch
     purpose: Purpose = None
+    #: Seconds the call waited for room in the fleet's provider rate limits (TOREN_RATE_LIMITS,
+    #: limits.rate) before it was made; absent when it did not wait.
+    rate_limit_wait_s: float | None = None
+    #: The rate-limit bucket that held it longest (e.g. ``anthropic``, ``key:ANTHROPIC_API_KEY``).
+    rate_limited_by: str | None = None
 
 
 class ModelCallCompleted(EventData, frozen=True):
@@ -322,6 +405,10 @@ class ModelCallCompleted(EventData, frozen=True):
         ge=0, description="Of usage.input_tokens, those the request's images and PDF pages "
                           "took: an estimate by the provider's published formula (providers "
                           "report no separate count). Absent without attachments.")] = 0
+    policies: Annotated[bool, msgspec.Meta(
+        description="true when the agent had policies: (policy plugins) when the response "
+                    "was recorded: nothing acts on it until a PolicyDecided for its step "
+                    "(after_model_response) follows.")] = False
 
 
 class ToolCallStarted(EventData, frozen=True):
@@ -339,7 +426,7 @@ class ToolCallStarted(EventData, frozen=True):
 
 ToolErrorKind = Literal["unknown_tool", "invalid_arguments", "exception", "interrupted",
                         "timeout", "abandoned", "approval_denied", "approval_expired",
-                        "refused"]
+                        "refused", "question_expired", "policy_denied"]
 
 
 class ToolCallCompleted(EventData, frozen=True):
@@ -467,7 +554,7 @@ class CloseRequested(EventData, frozen=True):
 
 # -- approvals: a person between an agent and a tool call (docs/guides/approvals.md) ----------
 
-ApprovalOutcome = Literal["approved", "denied", "expired"]
+ApprovalOutcome = Literal["approved", "denied", "expired", "edited", "answered"]
 
 
 class ApprovalRequested(EventData, frozen=True):
@@ -491,14 +578,31 @@ class ApprovalRequested(EventData, frozen=True):
     expires_after_s: Annotated[Annotated[float, msgspec.Meta(gt=0)] | None, msgspec.Meta(
         description="Seconds after the request after which it expires (the model is told "
                     "the call was not run); absent: it waits until someone decides.")] = None
+    digest: Annotated[str | None, msgspec.Meta(
+        description="sha256 (hex) of the arguments as canonical JSON: what a decision must "
+                    "name (absent in logs written before digests; computed then).")] = None
+    on_expiry: Annotated[Literal["deny", "escalate"], msgspec.Meta(
+        description="agent.yaml's onExpiry: deny, or escalate (once) to escalate_to.")] = "deny"
+    escalate_to: Annotated[tuple[str, ...], msgspec.Meta(
+        description="agent.yaml's escalateTo: who decides after an escalation.")] = ()
+    remind_after_s: Annotated[Annotated[float, msgspec.Meta(gt=0)] | None, msgspec.Meta(
+        description="agent.yaml's remindAfter in seconds: when the session's channel gets a "
+                    "reminder while nobody decided.")] = None
+    reason: Annotated[str | None, msgspec.Meta(
+        description="Why the call needs a person, when something other than agent.yaml's "
+                    "approvals: asked (e.g. a policy hook); absent: the tool is listed there."
+    )] = None
 
 
 class ApprovalDecided(EventData, frozen=True):
-    """A person approved or denied the call, or it expired. The decision is made once, in the
-    approvals table, by the API or the CLI; the worker that takes the task up again copies it
-    here (under its lease) before acting on it. Approved: ``ToolCallStarted`` follows in the
-    same append and the call runs; denied or expired: its ``ToolCallCompleted`` carries the
-    reason to the model."""
+    """A person approved, denied, edited or answered the call, or it expired. The decision is
+    made once, in the approvals table, by the API, the CLI, MCP, the console or a chat button;
+    the worker that takes the task up again copies it here (under its lease) before acting on
+    it. Approved: ``ToolCallStarted`` follows in the same append and the call runs; edited:
+    ``ToolCallStarted`` with the edited ``arguments`` follows (the edit is the approval of the
+    edited call, and the model reads a note of what changed with its result); answered: its
+    ``ToolCallCompleted`` carries ``answer`` and the tool never runs; denied or expired: its
+    ``ToolCallCompleted`` carries the reason to the model."""
 
     stream = "task"
     approval_id: str
@@ -509,6 +613,122 @@ class ApprovalDecided(EventData, frozen=True):
     decided_at: Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"})]
     epoch: Epoch
     reason: str | None = None
+    digest: Annotated[str | None, msgspec.Meta(
+        description="The digest of the arguments the decision was made on (absent in logs "
+                    "written before digests).")] = None
+    scope: Annotated[Literal["call", "run"], msgspec.Meta(
+        description="call: this call only; run: approved always, every later call of this "
+                    "tool with the same digest in this run is approved without asking.")] = "call"
+    arguments: Annotated[dict[str, Any] | None, msgspec.Meta(
+        description="edited: the arguments the call runs with instead.")] = None
+    edited_digest: Annotated[str | None, msgspec.Meta(
+        description="edited: the digest of the edited arguments.")] = None
+    answer: Annotated[str | None, msgspec.Meta(
+        description="answered: the result a person gave instead of running the tool.")] = None
+    granted_by: Annotated[str | None, msgspec.Meta(
+        description="Set when nobody was asked: the id of the approval whose approve-always "
+                    "decision (scope run) covered this call; decided_by is who made it.")] = None
+
+
+class ApprovalEscalated(EventData, frozen=True):
+    """Nobody decided before the expiry and the tool's policy says ``onExpiry: escalate``: the
+    approval now waits for ``approvers`` (agent.yaml's ``escalateTo``) until ``expires_at``,
+    and the session's channel was told. Recorded by the worker that found it due."""
+
+    stream = "task"
+    approval_id: str
+    call_id: str
+    approvers: tuple[str, ...]
+    expires_at: Annotated[str | None, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+    epoch: Epoch
+
+
+# -- questions: the agent asks a person (ask_user; docs/guides/asking-the-user.md) --------------
+
+QuestionOutcome = Literal["answered", "expired", "cancelled"]
+
+
+class QuestionAsked(EventData, frozen=True):
+    """The model called ``ask_user``: the question is kept (in the questions table, under
+    ``question_id``) and the task parks as ``awaiting_input`` until it is answered. Recorded
+    after the call's ``ToolCallStarted``; a resumed task finds it and never asks again."""
+
+    stream = "task"
+    step: Step
+    question_id: Annotated[str, msgspec.Meta(
+        description="The question's id (a UUID derived from the call's idempotency key): "
+                    "what `toren jobs answer RUN ID` and POST "
+                    "/runs/{id}/questions/{qid}/answer take.")]
+    call_id: str
+    question: str
+    epoch: Epoch
+    choices: Annotated[tuple[str, ...], msgspec.Meta(
+        description="The answers the question allows; absent: any text.")] = ()
+    expires_after_s: Annotated[Annotated[float, msgspec.Meta(gt=0)] | None, msgspec.Meta(
+        description="Seconds after which the question expires (the model is told nobody "
+                    "answered); absent: it waits until answered.")] = None
+
+
+class QuestionAnswered(EventData, frozen=True):
+    """The question was answered (the first answer wins, in the questions table), or it
+    expired, or its run was cancelled. The worker that takes the task up again copies the
+    outcome here (under its lease); the call's ``ToolCallCompleted``, with the answer as its
+    output, follows in the same append."""
+
+    stream = "task"
+    question_id: str
+    call_id: str
+    outcome: QuestionOutcome
+    answered_by: Annotated[str, msgspec.Meta(
+        description="The API key's name, cli:<os user>, the channel's user, or toren "
+                    "(expiry).")]
+    answered_at: Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+    epoch: Epoch
+    answer: str | None = None
+
+
+# -- tool waits: a tool waits for a signal (toren.wait_for_signal; docs/guides/signals.md) --------
+
+class ToolWaitStarted(EventData, frozen=True):
+    """A running tool called ``await toren.wait_for_signal(name, timeout=...)`` (its ``wait``-th
+    wait in this call) and no signal it may take had been recorded: the task parks (run status
+    ``waiting``; no lease, message or connection held) until a signal of that name numbered
+    above ``after`` is sent or the deadline passes. Sending the signal queues the task's message
+    in the transaction that records it."""
+
+    stream = "task"
+    step: Step
+    call_id: str
+    wait: Annotated[int, msgspec.Meta(ge=1, description=(
+        "Which wait of the tool call this is (1: its first wait_for_signal)."))]
+    name: SignalName
+    after: Annotated[Count, msgspec.Meta(description=(
+        "The run's last signal number when the wait began: the wait takes the first signal of "
+        "its name numbered above it (one sent earlier is not what it waits for)."))]
+    epoch: Epoch
+    timeout_s: Annotated[Annotated[float, msgspec.Meta(ge=0)] | None, msgspec.Meta(
+        description="The wait's timeout in seconds; absent: it waits until a signal comes.")] = None
+    deadline: Annotated[str | None, msgspec.Meta(
+        description="When the wait times out (ISO 8601); absent without a timeout.",
+        extra_json_schema={"format": "date-time"})] = None
+
+
+class ToolWaitEnded(EventData, frozen=True):
+    """Wait ``wait`` of the tool call ended: it took signal ``signal`` (its number on the run's
+    signals stream, with its ``payload``) or timed out. The tool then runs again from the top,
+    and this wait_for_signal returns ``payload`` (or raises ``SignalTimeout``) at once."""
+
+    stream = "task"
+    call_id: str
+    wait: Annotated[int, msgspec.Meta(ge=1)]
+    name: SignalName
+    epoch: Epoch
+    signal: Annotated[Step | None, msgspec.Meta(
+        description="The number of the signal taken; absent when it timed out.")] = None
+    payload: AnyJson = None
+    timed_out: bool = False
+
+
 # -- schedules (schedules: in agent.yaml) ------------------------------------------------------
 
 class ScheduleFired(EventData, frozen=True):
@@ -708,6 +928,55 @@ class TaskForked(EventData, frozen=True):
     model: ForkModel = None
     prompt_sha256: ForkPrompt = None
 
+# -- policy hooks (issue 39 part 5) ------------------------------------------------------------
+
+PolicyHook = Literal["before_tool_call", "after_model_response", "after_tool_call"]
+
+
+class PolicyVerdict(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+                    forbid_unknown_fields=True):
+    """One policy plugin's answer in a ``PolicyDecided``, in the order it was asked."""
+
+    plugin: Annotated[str, msgspec.Meta(description="The plugin (entry-point name).")]
+    decision: Annotated[str, msgspec.Meta(
+        description="allow, deny, require_approval, rewrite, keep, redact, block, or skipped "
+                    "(the plugin has no such hook).")]
+    reason: str | None = None
+    failed: Annotated[bool, msgspec.Meta(
+        description="true when the hook raised or answered with the wrong type: the kernel "
+                    "decided for it, closed (deny, block, withheld).")] = False
+
+
+class PolicyDecided(EventData, frozen=True):
+    """What the agent's policy plugins (``policies:``) decided about a model response, a tool
+    call before it starts, or a tool result before it is recorded. Appended with the effect
+    it decides (the call's start, its refusal or approval request, the redacted result), so
+    a resumed task replays the decision and never asks a hook again for a recorded step."""
+
+    stream = "task"
+    step: Step
+    hook: Annotated[PolicyHook, msgspec.Meta(description="The hook that was asked.")]
+    decision: Annotated[str, msgspec.Meta(
+        description="What the policies decided together: allow, deny, require_approval or "
+                    "rewrite (before_tool_call); keep, redact or block (after_model_response); "
+                    "keep or redact (after_tool_call).")]
+    verdicts: tuple[PolicyVerdict, ...]
+    digest_before: Annotated[str, msgspec.Meta(
+        description="sha256: of the arguments (before_tool_call) or text the hooks saw.")]
+    digest_after: Annotated[str, msgspec.Meta(
+        description="sha256: of the arguments or text after them (equal when unchanged).")]
+    epoch: Epoch
+    plugin: Annotated[str | None, msgspec.Meta(
+        description="The plugin whose answer decided (absent when none objected).")] = None
+    reason: str | None = None
+    call_id: Annotated[str | None, msgspec.Meta(
+        description="The tool call (before_tool_call, after_tool_call).")] = None
+    name: Annotated[str | None, msgspec.Meta(description="The tool's name.")] = None
+    text: Annotated[str | None, msgspec.Meta(
+        description="after_model_response redact: the text later model calls, the task's "
+                    "output and the transcript read instead of the recorded response's.")
+    ] = None
+
 # -- agent versions (issue 26 part 2) ----------------------------------------------------------
 
 AgentVersionHash = Annotated[str, msgspec.Meta(
@@ -765,14 +1034,17 @@ class TaskPromptChanged(EventData, frozen=True):
 EVENT_CLASSES: tuple[type[EventData], ...] = (
     RunCreated, TaskScheduled, TaskAbsorbed, RunFinished, RunCancelled, RunDeadLettered,
     WaveStarted, ValueRecorded, TimerStarted, TimerFired, WorkflowLogged,
+    SignalWaitStarted, SignalConsumed, SignalWaitTimedOut, SignalsRead, SignalReceived,
     TaskStarted, ModelCallStarted, ModelCallCompleted, ToolCallStarted, ToolCallCompleted,
     RetryScheduled, TaskFinished, OutputRejected, Compacted, UserMessage, TurnEnded, CloseRequested,
-    ApprovalRequested, ApprovalDecided,
+    ApprovalRequested, ApprovalDecided, ApprovalEscalated,
+    QuestionAsked, QuestionAnswered, ToolWaitStarted, ToolWaitEnded,
     ScheduleFired,
     BudgetReserved, BudgetSettled, BudgetWarning, ModelFellBack,
     PeerCallStarted, PeerCallFinished, BackgroundRunStarted, BackgroundRunFinished,
     RunForked, TaskForked,
     AgentVersionPinned, AgentVersionUpgraded, TaskPromptChanged,
+    PolicyDecided,
 )
 
 # The type names, for readers of stored events (receipts, the CLI, the API) that look at
@@ -788,6 +1060,11 @@ VALUE_RECORDED = ValueRecorded.__name__
 TIMER_STARTED = TimerStarted.__name__
 TIMER_FIRED = TimerFired.__name__
 WORKFLOW_LOGGED = WorkflowLogged.__name__
+SIGNAL_WAIT_STARTED = SignalWaitStarted.__name__
+SIGNAL_CONSUMED = SignalConsumed.__name__
+SIGNAL_WAIT_TIMED_OUT = SignalWaitTimedOut.__name__
+SIGNALS_READ = SignalsRead.__name__
+SIGNAL_RECEIVED = SignalReceived.__name__
 TASK_STARTED = TaskStarted.__name__
 MODEL_CALL_STARTED = ModelCallStarted.__name__
 MODEL_CALL_COMPLETED = ModelCallCompleted.__name__
@@ -802,6 +1079,11 @@ TURN_ENDED = TurnEnded.__name__
 CLOSE_REQUESTED = CloseRequested.__name__
 APPROVAL_REQUESTED = ApprovalRequested.__name__
 APPROVAL_DECIDED = ApprovalDecided.__name__
+APPROVAL_ESCALATED = ApprovalEscalated.__name__
+QUESTION_ASKED = QuestionAsked.__name__
+QUESTION_ANSWERED = QuestionAnswered.__name__
+TOOL_WAIT_STARTED = ToolWaitStarted.__name__
+TOOL_WAIT_ENDED = ToolWaitEnded.__name__
 SCHEDULE_FIRED = ScheduleFired.__name__
 BUDGET_RESERVED = BudgetReserved.__name__
 BUDGET_SETTLED = BudgetSettled.__name__
@@ -816,6 +1098,7 @@ TASK_FORKED = TaskForked.__name__
 AGENT_VERSION_PINNED = AgentVersionPinned.__name__
 AGENT_VERSION_UPGRADED = AgentVersionUpgraded.__name__
 TASK_PROMPT_CHANGED = TaskPromptChanged.__name__
+POLICY_DECIDED = PolicyDecided.__name__
 #: The folded state of a task so far, written every ``TOREN_CHECKPOINT_EVERY`` events so that a
 #: resume reads only the log from the latest checkpoint on (``toren.core.fold.TaskCheckpoint``).
 TASK_CHECKPOINT = "TaskCheckpoint"

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import msgspec
 
 from toren.core import events as ev
+from toren.core.approvals import edit_note
 from toren.core.compaction import compacted
 from toren.core.messages import Message, ToolCall
 
@@ -67,9 +69,21 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     close_requested: ev.CloseRequested | None = None
     #: Tool calls that wait for a person's decision, in the order they were requested.
     pending_approvals: list[ev.ApprovalRequested] = msgspec.field(default_factory=list)
+    #: What the model reads before a call's result because a person edited its arguments
+    #: (``ApprovalDecided`` edited), by tool call id, until the result is recorded.
+    approval_notes: dict[str, str] = msgspec.field(default_factory=dict)
+    #: Approvals that moved to their second approvers (``ApprovalEscalated``).
+    escalated_approvals: list[str] = msgspec.field(default_factory=list)
     #: The model of ``fallbacks:`` that took over after the task's own model failed
     #: (``ModelFellBack``); ``None`` while the task's own model answers.
     model: str | None = None
+    #: ``ask_user`` calls waiting for an answer, by tool call id.
+    questions: dict[str, ev.QuestionAsked] = msgspec.field(default_factory=dict)
+    #: Tool calls parked in ``toren.wait_for_signal``: the open wait, by tool call id.
+    tool_waits: dict[str, ev.ToolWaitStarted] = msgspec.field(default_factory=dict)
+    #: The waits of a tool call that ended (a signal taken or a timeout), in order, by tool
+    #: call id, until its result is recorded: its next run returns them from wait_for_signal.
+    tool_wait_ends: dict[str, list[ev.ToolWaitEnded]] = msgspec.field(default_factory=dict)
     #: Peer calls waiting for their run, by tool call id.
     peer_calls: dict[str, ev.PeerCallStarted] = msgspec.field(default_factory=dict)
     #: Background runs this session started, by run id, and the ones it has been told about.
@@ -79,6 +93,12 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     fork: ev.TaskForked | None = None
     #: Repair turns its final answers got for not matching the output schema (``output:``).
     output_repairs: int = 0
+    #: The step whose response waits for the agent's policies (``ModelCallCompleted``
+    #: recorded with ``policies``; cleared by its ``PolicyDecided``): nothing acts on it yet.
+    policy_step: int | None = None
+    #: Calls whose arguments a policy rewrote, by call id -> the note the model reads with
+    #: the call's result (``PolicyDecided`` before_tool_call rewrite).
+    rewritten: dict[str, str] = msgspec.field(default_factory=dict)
 
     def snapshot(self) -> TaskCheckpoint:
         """The state as a ``TaskCheckpoint`` to append at ``next_seq`` (the state after it)."""
@@ -163,6 +183,10 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
                                                        event.epoch))
         case ev.ToolCallCompleted():
             state.pending_tools = [p for p in state.pending_tools if p.call.id != event.call_id]
+            state.rewritten.pop(event.call_id, None)
+            state.approval_notes.pop(event.call_id, None)
+            state.tool_waits.pop(event.call_id, None)
+            state.tool_wait_ends.pop(event.call_id, None)
             state.messages.append(Message(role="tool", text=event.output,
                                           tool_call_id=event.call_id, is_error=event.is_error,
                                           attachments=event.attachments))
@@ -173,8 +197,16 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
         case ev.ApprovalRequested():
             state.pending_approvals.append(event)
         case ev.ApprovalDecided():
+            request = next((a for a in state.pending_approvals
+                            if a.approval_id == event.approval_id), None)
             state.pending_approvals = [a for a in state.pending_approvals
                                        if a.approval_id != event.approval_id]
+            if event.outcome == "edited" and event.arguments is not None:
+                state.approval_notes[event.call_id] = edit_note(
+                    request.name if request else "the tool", event.decided_by,
+                    request.arguments if request else {}, event.arguments)
+        case ev.ApprovalEscalated():
+            state.escalated_approvals.append(event.approval_id)
         case ev.OutputRejected():
             state.output_repairs = event.attempt
             state.messages.append(Message(role="user", text=event.text))
@@ -191,6 +223,16 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.model = event.to_model
             state.model_call_pending = None
             state.retry = None  # the fallback gets its own retries
+        case ev.QuestionAsked():
+            state.questions[event.call_id] = event
+        case ev.QuestionAnswered():
+            state.questions.pop(event.call_id, None)
+        case ev.ToolWaitStarted():
+            state.tool_waits[event.call_id] = event
+        case ev.ToolWaitEnded():
+            state.tool_waits.pop(event.call_id, None)
+            state.tool_wait_ends[event.call_id] = [*state.tool_wait_ends.get(event.call_id, ()),
+                                                   event]
         case ev.PeerCallStarted():
             state.peer_calls[event.call_id] = event
         case ev.PeerCallFinished():
@@ -203,6 +245,25 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
                 event.agent, event.run_id, event.status, event.output, event.error)))
         case ev.TaskForked():
             _apply_fork(state, event)
+        case ev.PolicyDecided():
+            _apply_policy(state, event)
+
+
+def _apply_policy(state: TaskState, event: ev.PolicyDecided) -> None:
+    """A response's policies were asked (its calls' fates follow in the same append); a
+    redaction replaces the text every later step reads; a rewrite leaves a note for the
+    call's result."""
+    if event.hook == "after_model_response":
+        state.policy_step = None
+        if event.decision == "redact" and event.text is not None:
+            for index in range(len(state.messages) - 1, -1, -1):
+                if state.messages[index].role == "assistant":
+                    state.messages[index] = replace(state.messages[index], text=event.text)
+                    break
+    elif event.hook == "before_tool_call" and event.decision == "rewrite" and event.call_id:
+        state.rewritten[event.call_id] = (
+            f"Note: policy {event.plugin} rewrote this call's arguments"
+            f"{': ' + event.reason if event.reason else ''}.")
 
 
 def _apply_fork(state: TaskState, event: ev.TaskForked) -> None:
@@ -227,6 +288,8 @@ def _apply_model_call(state: TaskState, event: ev.ModelCallCompleted) -> None:
                       for c in event.tool_calls)
         state.messages.append(Message(role="assistant", text=event.text, tool_calls=calls,
                                       provider_data=event.provider_data))
+        if event.policies:
+            state.policy_step = event.step
     state.input_tokens += event.usage.input_tokens
     state.output_tokens += event.usage.output_tokens
     if event.cost_usd is None:
@@ -262,6 +325,30 @@ class RunState(msgspec.Struct, kw_only=True):
     logs: int = 0
     #: The run is a fork (``RunForked``).
     fork: ev.RunForked | None = None
+    #: The waits of ``ctx.wait_for_signal`` that found no signal at once, by number.
+    signal_waits: dict[int, ev.SignalWaitStarted] = msgspec.field(default_factory=dict)
+    #: What each wait took, by wait number.
+    signals_consumed: dict[int, ev.SignalConsumed] = msgspec.field(default_factory=dict)
+    signal_waits_timed_out: set[int] = msgspec.field(default_factory=set)
+    signal_reads: list[ev.SignalsRead] = msgspec.field(default_factory=list)
+    #: The signals sent to the run (its ``signals`` stream), by number: not folded from the
+    #: ``run`` stream but added by the orchestrator (``add_signal``) from what it loaded.
+    received: dict[int, ev.SignalReceived] = msgspec.field(default_factory=dict)
+
+    def unconsumed_signal(self, name: str) -> tuple[int, ev.SignalReceived] | None:
+        """The oldest signal of ``name`` that no wait has taken, with its number."""
+        taken = {consumed.signal for consumed in self.signals_consumed.values()}
+        for number in sorted(self.received):
+            signal = self.received[number]
+            if signal.name == name and number not in taken:
+                return number, signal
+        return None
+
+    @property
+    def open_signal_waits(self) -> list[int]:
+        """Waits that started and have neither taken a signal nor timed out."""
+        return [wait for wait in self.signal_waits if wait not in self.signals_consumed
+                and wait not in self.signal_waits_timed_out]
 
     @property
     def terminal(self) -> bool:
@@ -300,6 +387,14 @@ def apply_run_event(state: RunState, event: ev.EventData) -> None:
             state.logs += 1
         case ev.RunForked():
             state.fork = event
+        case ev.SignalWaitStarted():
+            state.signal_waits[event.wait] = event
+        case ev.SignalConsumed():
+            state.signals_consumed[event.wait] = event
+        case ev.SignalWaitTimedOut():
+            state.signal_waits_timed_out.add(event.wait)
+        case ev.SignalsRead():
+            state.signal_reads.append(event)
 
 
 def fold_run(events: Iterable[ev.EventData]) -> RunState:

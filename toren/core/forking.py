@@ -34,8 +34,8 @@ _NOT_COPIED = frozenset({ev.TASK_CHECKPOINT, ev.BUDGET_RESERVED, ev.BUDGET_SETTL
 @dataclass(frozen=True)
 class ForkPlan:
     """What a fork copies from its source: run-stream events (after the fork's own
-    ``RunCreated`` and ``RunForked``) and, per task stream, the copied events with the
-    ``TaskForked`` that closes them."""
+    ``RunCreated`` and ``RunForked``), per task stream the copied events with the
+    ``TaskForked`` that closes them, and the signals the copied run-stream events read."""
 
     unit: Literal["step", "wave"]
     at_step: int
@@ -46,11 +46,15 @@ class ForkPlan:
     prompt_sha256: str | None = None
     run_events: list[NewEvent] = field(default_factory=list)
     task_events: dict[str, list[NewEvent]] = field(default_factory=dict)
+    #: The source's ``signals`` stream up to the last signal a copied wait took or a copied
+    #: ``ctx.signals`` read: the fork's workflow replays them as the source did.
+    signal_events: list[NewEvent] = field(default_factory=list)
 
     @property
     def copied_events(self) -> int:
         """Events copied from the source (the ``TaskForked`` markers are the fork's own)."""
-        return len(self.run_events) + sum(len(events) - 1 for events in self.task_events.values())
+        return (len(self.run_events) + len(self.signal_events)
+                + sum(len(events) - 1 for events in self.task_events.values()))
 
 
 def _by_stream(events: Iterable[Event]) -> dict[str, list[Event]]:
@@ -170,8 +174,12 @@ def _plan_workflow(source: RunRecord, streams: dict[str, list[Event]], at_step: 
     task_events = {ev.task_stream(task_id): _copy_task(
         source, ev.task_stream(task_id), streams.get(ev.task_stream(task_id), []), None, model,
         prompt_sha256) for task_id in copied_tasks}
+    read = max([e.data["signal"] for e in prefix if e.type == ev.SIGNAL_CONSUMED]
+               + [e.data["through"] for e in prefix if e.type == ev.SIGNALS_READ], default=0)
+    signals = [NewEvent(e.type, e.data) for e in streams.get(ev.SIGNALS_STREAM, [])
+               if e.seq <= read]
     return ForkPlan("wave", at_step, available, model, prompt_sha256,
-                    [NewEvent(e.type, e.data) for e in prefix], task_events)
+                    [NewEvent(e.type, e.data) for e in prefix], task_events, signals)
 
 
 # -- diffs -------------------------------------------------------------------------------------
@@ -181,11 +189,16 @@ def _steps(items: Sequence[Event]) -> list[dict[str, Any]]:
     the results of the tool calls it asked for, and whether the step was copied."""
     fork_at = max((e.seq for e in items if e.type == ev.TASK_FORKED), default=0)
     steps: dict[int, dict[str, Any]] = {}
+    prompt: str | None = None  # the system prompt in effect (a fork or an upgrade changes it)
     for event in items:
         data = event.data
+        if event.type in (ev.TASK_STARTED, ev.TASK_PROMPT_CHANGED) or (
+                event.type == ev.TASK_FORKED and data.get("prompt_sha256")):
+            prompt = data["prompt_sha256"]
         if event.type == ev.MODEL_CALL_COMPLETED and data.get("purpose") != "compaction":
             steps[data["step"]] = {
-                "step": data["step"], "model": data["model"], "text": data["text"],
+                "step": data["step"], "model": data["model"], "prompt_sha256": prompt,
+                "text": data["text"],
                 "tool_calls": [{"name": c["name"], "arguments": c["arguments"]}
                                for c in data["tool_calls"]],
                 "tool_results": [], "copied": event.seq < fork_at,
@@ -197,11 +210,17 @@ def _steps(items: Sequence[Event]) -> list[dict[str, Any]]:
 
 
 def _same_step(a: dict[str, Any], b: dict[str, Any]) -> str | None:
-    """What differs between two steps (``None``: nothing a diff looks at)."""
+    """What differs between two steps (``None``: nothing a diff looks at). Alike output from
+    another model or system prompt (a fork made with ``--model`` or ``--prompt``) differs in
+    ``model`` or ``prompt``: the same answer from a changed setup is a finding, not sameness."""
     if a["text"] != b["text"] or a["tool_calls"] != b["tool_calls"]:
         return "model_output"
     if a["tool_results"] != b["tool_results"]:
         return "tool_results"
+    if a["model"] != b["model"]:
+        return "model"
+    if a.get("prompt_sha256") != b.get("prompt_sha256"):
+        return "prompt"
     return None
 
 
@@ -221,7 +240,8 @@ def diff_runs(a: RunRecord, a_events: Sequence[Event], b: RunRecord,
               b_events: Sequence[Event]) -> dict[str, Any]:
     """Where two runs diverge: each task's steps side by side (``same`` is ``None`` for a
     step both runs made alike, else what differs: ``model_output``, ``tool_results``,
-    ``only_in_a``, ``only_in_b``), and the first difference, in task order (waves in order).
+    ``model``, ``prompt``, ``only_in_a``, ``only_in_b``), and the first difference, in task
+    order (waves in order).
     ``identical`` when no step differs and both runs ended alike."""
     a_streams, b_streams = _by_stream(a_events), _by_stream(b_events)
     task_ids = sorted({s.removeprefix("task:") for s in (*a_streams, *b_streams)

@@ -4,8 +4,10 @@ and obeyed by the pure decisions."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from toren.core.rate_limits import RateLimit, parse_buckets
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,9 @@ class Limits:
     max_waves: int | None = None
     #: Seconds a tool call may take before Toren stops waiting for it (``timeout`` error).
     tool_timeout_s: float = 300.0
+    #: ``rate:``: provider rate limits of this agent's calls alone, by bucket name, on top of
+    #: the deployment's (``toren.core.rate_limits``; read from agent.yaml only).
+    rate: Mapping[str, RateLimit] = field(default_factory=dict)
 
     @classmethod
     def from_yaml(cls, data: Mapping[str, Any] | None, base: Limits | None = None) -> Limits:
@@ -32,13 +37,19 @@ class Limits:
             max_tool_output_bytes=data.get("maxToolOutputBytes", base.max_tool_output_bytes),
             max_waves=data.get("maxWaves", base.max_waves),
             tool_timeout_s=data.get("toolTimeoutSeconds", base.tool_timeout_s),
+            rate=parse_buckets(data["rate"], "limits.rate") if "rate" in data else base.rate,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {"maxSteps": self.max_steps, "maxBudgetUsd": self.max_budget_usd,
-                "dailyBudgetUsd": self.daily_budget_usd,
-                "maxToolOutputBytes": self.max_tool_output_bytes, "maxWaves": self.max_waves,
-                "toolTimeoutSeconds": self.tool_timeout_s}
+        shown: dict[str, Any] = {
+            "maxSteps": self.max_steps, "maxBudgetUsd": self.max_budget_usd,
+            "dailyBudgetUsd": self.daily_budget_usd,
+            "maxToolOutputBytes": self.max_tool_output_bytes, "maxWaves": self.max_waves,
+            "toolTimeoutSeconds": self.tool_timeout_s}
+        if self.rate:  # only when set: a definition without it keeps its digest
+            shown["rate"] = {name: {k: v for k, v in limit.to_json().items() if v is not None}
+                             for name, limit in self.rate.items()}
+        return shown
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ be replayed by another.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -131,7 +133,13 @@ class ModelRequest:
     @property
     def attachments(self) -> tuple[Attachment, ...]:
         """Every attachment of the request's messages, in order."""
-        return tuple(a for m in self.messages for a in m.attachments)
+        # map and chain, not a generator: read before every model call, over the whole
+        # conversation, so no Python-level step per message
+        return tuple(itertools.chain.from_iterable(map(attachments_of, self.messages)))
+
+
+#: A message's attachments (for ``map`` over a conversation).
+attachments_of: Callable[[Message], tuple[Attachment, ...]] = operator.attrgetter("attachments")
 
 
 @dataclass(frozen=True)

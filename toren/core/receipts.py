@@ -23,6 +23,36 @@ STOP_REASON_TEXT = {
 }
 
 
+#: Events after which a task parks on purpose (a peer run, a person, a signal, a retry's
+#: delay, a session's next message): the next epoch resumes it; nothing was taken over.
+_PARKING = frozenset({ev.PEER_CALL_STARTED, ev.APPROVAL_REQUESTED, ev.QUESTION_ASKED,
+                      ev.TOOL_WAIT_STARTED, ev.RETRY_SCHEDULED, ev.TURN_ENDED})
+
+
+def _takeovers(events: Sequence[Event], fork_at: int) -> list[int]:
+    """The epochs of a task (after a fork's copy) that began by taking the task over: the
+    epoch before did not park after its last model call started (it crashed, lost its lease,
+    or handed the task back at shutdown). An epoch after a park (a peer call, an approval,
+    ...) is a planned resume: the calls before it were not "replayed" after a failure."""
+    taken: list[int] = []
+    epoch: int | None = None
+    parked = True  # the first epoch takes over nothing
+    for event in events:
+        if event.seq <= fork_at or "epoch" not in event.data:
+            continue
+        if epoch is not None and event.data["epoch"] > epoch:
+            if not parked:
+                taken.append(event.data["epoch"])
+            parked = False
+        if epoch is None or event.data["epoch"] > epoch:
+            epoch = event.data["epoch"]
+        if event.type == ev.MODEL_CALL_STARTED:
+            parked = False
+        elif event.type in _PARKING:
+            parked = True
+    return taken
+
+
 def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
     started = next((e.data for e in events if e.type == ev.TASK_STARTED), {})
     finished = next((e.data for e in events if e.type == ev.TASK_FINISHED), None)
@@ -30,7 +60,9 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
     # and paid for there, so they cost nothing here and say so
     fork_at = max((e.seq for e in events if e.type == ev.TASK_FORKED), default=0)
     epochs = sorted({e.data["epoch"] for e in events if "epoch" in e.data and e.seq > fork_at})
-    last_epoch = epochs[-1] if epochs else None
+    # what a call of an epoch before it was read from the log by a worker that took the task
+    # over (a crash, a lost lease, a shutdown's hand-back), not after a pause of its own
+    last_takeover = max(_takeovers(events, fork_at), default=None)
     model_calls: list[dict[str, Any]] = []
     fallbacks = [{"step": e.data["step"], "from_model": e.data["from_model"],
                   "to_model": e.data["to_model"], "reason": e.data["reason"],
@@ -65,8 +97,8 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             "latency_ms": e.data["latency_ms"],
             "repeated": e.data.get("repeated", False),
             # paid once by an earlier worker; the worker that resumed read it from the log
-            "replayed": e.seq > fork_at and last_epoch is not None
-                        and e.data["epoch"] < last_epoch,
+            "replayed": e.seq > fork_at and last_takeover is not None
+                        and e.data["epoch"] < last_takeover,
             "at": e.created_at.isoformat() if e.created_at else None,
             # the model that answered took over from a failed one (``ModelFellBack``)
             "fell_back_from": fell_back["from_model"] if fell_back else None,
@@ -91,6 +123,8 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
         call["idempotency_key"] = keys.get(call["call_id"])
     decisions = {e.data["approval_id"]: e.data for e in events
                  if e.type == ev.APPROVAL_DECIDED}
+    escalations = {e.data["approval_id"]: e.data["approvers"] for e in events
+                   if e.type == ev.APPROVAL_ESCALATED}
     approvals = [{
         "approval_id": e.data["approval_id"], "step": e.data["step"], "name": e.data["name"],
         "call_id": e.data["call_id"],
@@ -98,7 +132,24 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
         "decided_by": decisions.get(e.data["approval_id"], {}).get("decided_by"),
         "decided_at": decisions.get(e.data["approval_id"], {}).get("decided_at"),
         "reason": decisions.get(e.data["approval_id"], {}).get("reason"),
+        "digest": e.data.get("digest"),
+        "scope": decisions.get(e.data["approval_id"], {}).get("scope", "call"),
+        "granted_by": decisions.get(e.data["approval_id"], {}).get("granted_by"),
+        "escalated_to": escalations.get(e.data["approval_id"]),
     } for e in events if e.type == ev.APPROVAL_REQUESTED]
+    policies = [{
+        "step": e.data["step"], "hook": e.data["hook"], "call_id": e.data.get("call_id"),
+        "name": e.data.get("name"), "decision": e.data["decision"],
+        "plugin": e.data.get("plugin"), "reason": e.data.get("reason"),
+        "verdicts": e.data["verdicts"], "digest_before": e.data["digest_before"],
+        "digest_after": e.data["digest_after"],
+        # decided by an earlier worker and replayed from the log, not asked again
+        "replayed": last_takeover is not None and e.data["epoch"] < last_takeover,
+    } for e in events if e.type == ev.POLICY_DECIDED]
+    waits_ended = {(e.data["call_id"], e.data["wait"]): e.data for e in events
+                   if e.type == ev.TOOL_WAIT_ENDED}
+    signal_waits = [_tool_wait(e.data, waits_ended.get((e.data["call_id"], e.data["wait"])))
+                    for e in events if e.type == ev.TOOL_WAIT_STARTED]
     retries = [{"step": e.data["step"], "attempt": e.data["attempt"], "error": e.data["error"],
                 "delay_s": e.data["delay_s"]} for e in events if e.type == ev.RETRY_SCHEDULED]
     known = [c["cost_usd"] for c in model_calls if c["cost_usd"] is not None]
@@ -118,6 +169,9 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
         "resumes": max(0, len(epochs) - 1),
         "model_calls": model_calls, "tool_calls": tool_calls, "retries": retries,
         "approvals": approvals, "fallbacks": fallbacks, "budget": _task_budget(events),
+        # the waits of its tools for signals (toren.wait_for_signal)
+        "signal_waits": signal_waits,
+        "policies": policies,
         "totals": {
             "model_calls": len(model_calls), "tool_calls": len(tool_calls),
             "input_tokens": sum(c["input_tokens"] for c in model_calls),
@@ -130,6 +184,9 @@ def _task_receipt(task_id: str, events: Sequence[Event]) -> dict[str, Any]:
             "cost_unknown_calls": len(model_calls) - len(known),
             "repeated_calls": sum(1 for c in model_calls if c["repeated"]),
             "copied_calls": sum(1 for c in model_calls if c["copied"]),
+            # decisions that changed something: a denial, rewrite, approval, redaction, block
+            "policy_interventions": sum(1 for p in policies
+                                        if p["decision"] not in ("allow", "keep")),
         },
     }
 
@@ -220,6 +277,8 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
         totals[key] = round(sum(task["totals"][key] for task in tasks), 10)
     totals["retries"] = sum(len(task["retries"]) for task in tasks)
     totals["copied_calls"] = sum(task["totals"]["copied_calls"] for task in tasks)
+    totals["policy_interventions"] = sum(task["totals"]["policy_interventions"]
+                                         for task in tasks)
     by_subagent: dict[str, dict[str, Any]] = {}
     for task in tasks:
         who = by_subagent.setdefault(task["subagent"] or "(agent)", {
@@ -233,7 +292,11 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
     totals["peer_cost_usd"] = round(sum(c["cost_usd"] or 0.0 for c in peer_calls), 10)
     reason = record.stop_reason
     why = STOP_REASON_TEXT.get(reason or "", "it has not stopped yet")
-    if record.status == "awaiting_input":
+    asked = _open_questions(events)
+    if record.status == "awaiting_input" and asked:
+        why = "; ".join(f"waiting for an answer to the question {q!r} (id {i})"
+                        for i, q in asked)
+    elif record.status == "awaiting_input":
         why = "the session is waiting for the user's next message"
     elif record.status == "awaiting_approval":
         waiting = [waiting_text(a["name"], a["approval_id"]) for task in tasks
@@ -241,6 +304,16 @@ def build_receipt(record: RunRecord, events: Sequence[Event],
         why = "; ".join(waiting) or "waiting for approval of a tool call"
     elif record.kind == "session" and reason == "end_turn":
         why = "the session was closed"
+    elif record.status not in ev.TERMINAL_STATUSES and (tool_waits := [
+            (task["task_id"], wait) for task in tasks for wait in task["signal_waits"]
+            if wait["outcome"] == "waiting"]):
+        why = "; ".join(tool_wait_text(record.id, task_id, wait) for task_id, wait in tool_waits)
+    elif record.status not in ev.TERMINAL_STATUSES and (waits := _open_signal_waits(events)):
+        why = "; ".join(
+            f"the workflow is waiting for the signal {name!r}"
+            + (f" until {fire_at}" if fire_at else "")
+            + f" (send it: toren jobs signal {record.id} {name} --data JSON)"
+            for name, fire_at in waits)
     if reason == "end_turn" and any(e.type == ev.WAVE_STARTED for e in events):
         why = "the workflow returned"
     if record.error and record.error.get("message"):
@@ -267,3 +340,40 @@ def _peer_calls(events: Iterable[Event]) -> list[dict[str, Any]]:
             calls[e.data["run_id"]] |= {"status": e.data["status"],
                                         "cost_usd": e.data["cost_usd"]}
     return list(calls.values())
+
+
+def tool_wait_text(run_id: str, task_id: str, wait: Mapping[str, Any]) -> str:
+    """What a run waits for while a tool of task ``task_id`` waits for a signal (the receipt's
+    ``why``, ``toren jobs show``)."""
+    return (f"a tool (call {wait['call_id']} of task {task_id}) is waiting for the signal "
+            f"{wait['name']!r}" + (f" until {wait['deadline']}" if wait.get("deadline") else "")
+            + f" (send it: toren jobs signal {run_id} {wait['name']} --data JSON)")
+
+
+def _tool_wait(started: dict[str, Any], ended: dict[str, Any] | None) -> dict[str, Any]:
+    """A receipt's entry for one wait of a tool for a signal (``toren.wait_for_signal``)."""
+    outcome = ("waiting" if ended is None else "timed_out" if ended.get("timed_out")
+               else "signal")
+    return {"step": started["step"], "call_id": started["call_id"], "wait": started["wait"],
+            "name": started["name"], "deadline": started.get("deadline"), "outcome": outcome,
+            "signal": ended.get("signal") if ended else None}
+
+
+def _open_signal_waits(events: Sequence[Event]) -> list[tuple[str, str | None]]:
+    """The signal waits of a workflow that neither took a signal nor timed out: each wait's
+    signal name and when its timeout fires (``None``: never)."""
+    started = {e.data["wait"]: e.data for e in events if e.type == ev.SIGNAL_WAIT_STARTED}
+    for e in events:
+        if e.type in (ev.SIGNAL_CONSUMED, ev.SIGNAL_WAIT_TIMED_OUT):
+            started.pop(e.data["wait"], None)
+    return [(data["name"], data.get("fire_at")) for _wait, data in sorted(started.items())]
+
+
+def _open_questions(events: Sequence[Event]) -> list[tuple[str, str]]:
+    """``(question id, question)`` of each ``ask_user`` question asked and not settled."""
+    asked = {e.data["question_id"]: e.data["question"] for e in events
+             if e.type == ev.QUESTION_ASKED}
+    for event in events:
+        if event.type == ev.QUESTION_ANSWERED:
+            asked.pop(event.data["question_id"], None)
+    return list(asked.items())

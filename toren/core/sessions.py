@@ -54,6 +54,13 @@ def transcript(events: Iterable[Event]) -> dict[str, Any]:
             if data.get("purpose") is None:
                 entries.append({"role": "assistant", "turn": turn, "text": data["text"],
                                 "tool_calls": data["tool_calls"], "at": at})
+        elif (event.type == ev.POLICY_DECIDED and data["hook"] == "after_model_response"
+              and data.get("text") is not None):
+            # a policy redacted the reply: the transcript shows what the policy left of it
+            for entry in reversed(entries):
+                if entry["role"] == "assistant":
+                    entry["text"] = data["text"]
+                    break
         elif event.type == ev.TOOL_CALL_COMPLETED:
             entries.append({"role": "tool", "turn": turn, "call_id": data["call_id"],
                             "name": data["name"], "output": data["output"],

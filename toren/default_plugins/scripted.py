@@ -94,11 +94,15 @@ class ScriptedModel(Model):
         pieces = text_pieces(response.text)
         if self.delay:
             await asyncio.sleep(self.delay / 2)
+        if not self.delay:  # no time passes between the pieces: no turn of the loop either
+            for piece in pieces:
+                on_text(piece)
+            return response
         for piece in pieces:
             on_text(piece)
             # a real stream's pieces arrive in separate reads: let watchers see each one
-            await asyncio.sleep(self.delay / 2 / len(pieces) if self.delay else 0)
-        if self.delay and not pieces:
+            await asyncio.sleep(self.delay / 2 / len(pieces))
+        if not pieces:
             await asyncio.sleep(self.delay / 2)
         return response
 
@@ -148,7 +152,7 @@ def _usage(request: ModelRequest, response: ModelResponse) -> Usage:
     formula), so receipts show plausible figures."""
     prompt = len(request.system) + sum(map(len, map(_text, request.messages)))
     output = len(response.text) + sum(len(json.dumps(c.arguments)) for c in response.tool_calls)
-    images = sum(estimated_tokens(a) for a in request.attachments)
+    images = sum(map(estimated_tokens, request.attachments))
     return Usage(input_tokens=max(1, prompt // 4) + images, output_tokens=max(1, output // 4),
                  image_tokens=images)
 

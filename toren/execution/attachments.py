@@ -21,6 +21,7 @@ from toren.core.attachments import (
     image_type,
     unseen_note,
 )
+from toren.core.messages import attachments_of
 from toren.errors import TorenError
 from toren.seams.model import Message, Model, ModelRequest
 from toren.seams.store import FileStore
@@ -110,7 +111,7 @@ class AttachmentReader:
         agent's ``attachments.show`` lists) with its bytes in ``attachment_data``; any other,
         or one whose file was deleted, as a note in its message's text. A request without
         attachments is returned as it is."""
-        if not any(m.attachments for m in request.messages):
+        if not any(map(attachments_of, request.messages)):  # no Python step per message
             return request
         data: dict[str, bytes] = {}
         messages: list[Message] = []
@@ -151,4 +152,5 @@ class AttachmentReader:
 
 def image_tokens(request: ModelRequest, model: Model) -> int:
     """The input tokens the request's attachments take, by ``model``'s formula."""
-    return sum(model.attachment_tokens(a) for a in request.attachments)
+    attachments = request.attachments
+    return sum(map(model.attachment_tokens, attachments)) if attachments else 0

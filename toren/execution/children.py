@@ -13,49 +13,17 @@ returns at once; a session is told of its end between turns (``BackgroundRunFini
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
-from toren.agents import AgentSpec, Limits
+from toren.agents import AgentSpec
 from toren.agents.children import ASK_PREFIX, BACKGROUND_TOOL
 from toren.core import events as ev
 from toren.core.decisions import truncate_output
-from toren.core.fold import PendingToolCall, TaskState
-from toren.core.messages import ToolCall
+from toren.core.fold import PendingToolCall
 from toren.core.runs import ChildLink, RunUpdate
 from toren.errors import CallRefused
-from toren.execution.ports import ChildOutcome, ExecutionPorts
-from toren.seams.shapes import Lease
-
-
-class _Limited(Protocol):
-    @property
-    def limits(self) -> Limits: ...
-
-
-class ChildCallTask(Protocol):
-    """What peer and background calls need of the task that makes them (``TaskRunner``):
-    its identity, its lease and folded state, the host's ports, and three operations (record
-    an event, make a tool's error result, flush). The port keeps this module from importing
-    the task loop that calls it."""
-
-    ports: ExecutionPorts
-    agent: AgentSpec
-    run_id: str
-    task_id: str
-    lease: Lease
-    state: TaskState
-    #: A change to the run's row that goes with the next flush.
-    pending_update: RunUpdate | None
-
-    @property
-    def spec(self) -> _Limited: ...
-
-    def record(self, event: ev.EventData) -> None: ...
-
-    def tool_error(self, step: int, call: ToolCall, kind: ev.ToolErrorKind,
-                   text: str) -> ev.ToolCallCompleted: ...
-
-    async def flush(self, *, run_update: RunUpdate | None = None, done: bool = False) -> None: ...
+from toren.execution.ports import ChildOutcome
+from toren.execution.task_port import TaskPort
 
 
 def child_call(agent: AgentSpec, tool_name: str) -> Literal["peer", "background"] | None:
@@ -67,7 +35,7 @@ def child_call(agent: AgentSpec, tool_name: str) -> Literal["peer", "background"
     return None
 
 
-async def advance_child_calls(runner: ChildCallTask, calls: Sequence[PendingToolCall]) -> bool:
+async def advance_child_calls(runner: TaskPort, calls: Sequence[PendingToolCall]) -> bool:
     """Start, check or finish each child call; ``False`` when the task parked to wait."""
     waiting = False
     for pending in calls:
@@ -85,7 +53,7 @@ async def advance_child_calls(runner: ChildCallTask, calls: Sequence[PendingTool
     return True
 
 
-async def _start_child(runner: ChildCallTask, pending: PendingToolCall, kind: str,
+async def _start_child(runner: TaskPort, pending: PendingToolCall, kind: str,
                        agent: str) -> tuple[str, int] | None:
     """Create (or find, by the call's idempotency key) the child run: its id and depth, or
     ``None`` when it was refused (the refusal is recorded as the call's result)."""
@@ -106,7 +74,7 @@ async def _start_child(runner: ChildCallTask, pending: PendingToolCall, kind: st
     return created
 
 
-async def _advance_peer_call(runner: ChildCallTask, pending: PendingToolCall) -> bool:
+async def _advance_peer_call(runner: TaskPort, pending: PendingToolCall) -> bool:
     """``True`` once the call has its result recorded (or was refused)."""
     call = pending.call
     started = runner.state.peer_calls.get(call.id)
@@ -145,7 +113,7 @@ def _answer(peer: str, run_id: str, outcome: ChildOutcome) -> str:
             f"{why}.{partial}")
 
 
-async def _start_background(runner: ChildCallTask, pending: PendingToolCall) -> None:
+async def _start_background(runner: TaskPort, pending: PendingToolCall) -> None:
     call = pending.call
     agent = str(call.arguments.get("agent", ""))
     created = await _start_child(runner, pending, "background", agent)
@@ -162,7 +130,7 @@ async def _start_background(runner: ChildCallTask, pending: PendingToolCall) -> 
         epoch=runner.lease.epoch))
 
 
-async def tell_background_outcomes(runner: ChildCallTask) -> list[str]:
+async def tell_background_outcomes(runner: TaskPort) -> list[str]:
     """Record a ``BackgroundRunFinished`` for each background run of the session that ended
     and that it has not been told about; return the notices' texts (for channels)."""
     state = runner.state

@@ -41,3 +41,16 @@ def timer_message(number: int, seconds: float) -> OutgoingMessage:
     """The run tick that fires durable timer ``number`` after ``seconds``."""
     return OutgoingMessage("run", {"reason": f"timer {number}", "timer": number,
                                    "key": f"timer:{number}"}, seconds)
+
+
+def signal_timeout_message(wait: int, seconds: float) -> OutgoingMessage:
+    """The run tick that ends signal wait ``wait`` (``ctx.wait_for_signal(..., timeout=)``)
+    after ``seconds``, unless a signal came first."""
+    return OutgoingMessage("run", {"reason": f"signal wait {wait}", "signal_wait": wait,
+                                   "key": f"signal_wait:{wait}"}, max(0.0, seconds))
+
+
+def signal_tick(name: str) -> OutgoingMessage:
+    """The run tick sent with a signal, in the same transaction: it wakes a workflow that
+    waits for it."""
+    return OutgoingMessage("run", {"reason": "signal", "signal": name})

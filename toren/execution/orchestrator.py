@@ -2,11 +2,16 @@
 
 A run tick (queue message kind ``run``) is sent when a run is created (workflows, and runs that
 another agent's task started), when a task
-finishes, when a durable timer is due, and by the guardians for a run that lost its messages;
-a guardian's tick re-sends the message of any unfinished task or unfired timer that has none.
+finishes, when a durable timer is due, when a signal is sent to the run (with it, in one
+transaction) or a signal wait's timeout is due, and by the guardians for a run that lost its
+messages; a guardian's tick re-sends the message of any unfinished task, unfired timer or
+signal wait's timeout that has none.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 from toren.agents import AgentSpec
 from toren.core import events as ev
@@ -16,7 +21,12 @@ from toren.core.fold import RunState, apply_run_event, fold_run
 from toren.core.runs import RunUpdate
 from toren.errors import RunVersionStale
 from toren.execution.forking import with_fork
-from toren.execution.messages import MAIN_TASK, task_message, timer_message
+from toren.execution.messages import (
+    MAIN_TASK,
+    signal_timeout_message,
+    task_message,
+    timer_message,
+)
 from toren.execution.ports import ExecutionPorts
 from toren.execution.workflow import execute
 from toren.seams.shapes import OutgoingMessage, QueueMessage
@@ -42,6 +52,9 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
         raise RunVersionStale(f"run {message.run_id} is not on the version of {agent.name} "
                               "this tick was handed")
     state = fold_run(decode_events(e for e in loaded if e.stream == ev.RUN_STREAM))
+    for event in loaded:
+        if event.stream == ev.SIGNALS_STREAM and event.type == ev.SIGNAL_RECEIVED:
+            state.received[event.seq] = decode(event.type, event.data)
     finished: dict[str, ev.TaskFinished] = {
         e.stream.removeprefix("task:"): decode(e.type, e.data) for e in loaded
         if e.type == ev.TASK_FINISHED}
@@ -66,6 +79,7 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
     timer = message.payload.get("timer")
     if timer in state.timers and timer not in state.timers_fired:
         record(ev.TimerFired(timer=timer))
+    rearm = _signal_timeout(state, message, record)
     messages: list[OutgoingMessage] = []
     outcome: ev.RunFinished | None = None
     if state.caller is not None and state.caller not in agent.accepts_from and not (
@@ -88,7 +102,7 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
         if any(event.type == ev.WAVE_STARTED for event in executed.events):
             ports.crash_point("mid_wave_dispatch")
         new_events += executed.events
-        messages = executed.messages
+        messages = executed.messages + rearm
         outcome = _explain_divergence(executed.finished, loaded)
     messages = with_fork(messages, state.fork)
     update = None
@@ -100,9 +114,31 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
     await store.append(agent.name, lease, first_seq, new_events, ttl_s=ttl, messages=messages,
                        run_update=update, ack=message, release=True)
     ports.appended(agent.name, ev.RUN_STREAM, first_seq, new_events)
+    if any(event.type == ev.SIGNAL_CONSUMED for event in new_events):
+        ports.crash_point("after_signal_consumed")
     if outcome is None and _heals(message):
         await store.ensure_messages(agent.name, message.run_id,
                                     with_fork(_expected_messages(state), state.fork))
+
+
+def _signal_timeout(state: RunState, message: QueueMessage,
+                    record: Callable[[ev.EventData], None]) -> list[OutgoingMessage]:
+    """On a signal wait's timeout tick: record that the wait timed out, unless a signal of its
+    name is there to take (the workflow takes it this tick) or the tick came early (a message
+    to try again when it is due is returned)."""
+    wait = message.payload.get("signal_wait")
+    if not isinstance(wait, int) or wait not in state.open_signal_waits:
+        return []
+    started = state.signal_waits[wait]
+    if started.fire_at is None or state.unconsumed_signal(started.name) is not None:
+        return []
+    remaining = (datetime.fromisoformat(started.fire_at) - datetime.now(UTC)).total_seconds()
+    # the queue's delay goes by the database's clock and fire_at by a worker's: a second early
+    # is the same moment
+    if remaining > 1.0:
+        return [signal_timeout_message(wait, remaining)]
+    record(ev.SignalWaitTimedOut(wait=wait))
+    return []
 
 
 def _explain_divergence(outcome: ev.RunFinished | None,
@@ -130,7 +166,8 @@ def _heals(message: QueueMessage) -> bool:
     """Ticks from the guardian (or by hand) re-send lost messages; routine ticks (a task
     finished, a timer fired) do not need to, so they skip the extra queries."""
     reason = str(message.payload.get("reason", ""))
-    return "timer" not in message.payload and not reason.startswith("task ")
+    return ("timer" not in message.payload and "signal_wait" not in message.payload
+            and reason != "signal" and not reason.startswith("task "))
 
 
 def _expected_messages(state: RunState) -> list[OutgoingMessage]:
@@ -141,4 +178,9 @@ def _expected_messages(state: RunState) -> list[OutgoingMessage]:
                 for task_id in state.unfinished_tasks]
     expected += [timer_message(number, 0.0) for number in state.timers
                  if number not in state.timers_fired]
+    now = datetime.now(UTC)
+    expected += [signal_timeout_message(
+        wait, (datetime.fromisoformat(fire_at) - now).total_seconds())
+        for wait in state.open_signal_waits
+        if (fire_at := state.signal_waits[wait].fire_at) is not None]
     return expected

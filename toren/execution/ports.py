@@ -14,14 +14,17 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from toren.config import Settings
 from toren.core.events import Event, NewEvent
 from toren.core.runs import ChildLink
+from toren.execution.rate_guard import RateLimiter
 from toren.execution.tool_threads import ToolThreads
 from toren.seams.model import Model
+from toren.seams.policies import PolicyHooks
 from toren.seams.shapes import Lease, QueueMessage, TextDelta
 from toren.seams.store import (
     ApprovalStore,
     BudgetLedger,
     FileStore,
     PromptStore,
+    QuestionStore,
     RunLog,
     ToolStateStore,
 )
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 #: ``with_finished`` adds every ``TaskFinished`` of the run's task streams (a run tick absorbs
 #: them).
 Acquire = Callable[[QueueMessage, str, bool], Awaitable[tuple[Lease, list[Event]] | None]]
+#: Reads one stream of a run: ``(agent, run_id, stream)`` -> its events in order.
+ReadStream = Callable[[str, str, str], Awaitable[Sequence[Event]]]
 #: Told after every successful append: ``(agent, stream, first_seq, events)``.
 AppendObserver = Callable[[str, str, int, Sequence[NewEvent]], None]
 #: Told each piece of a model's text as it is generated (live watchers; never blocks).
@@ -105,6 +110,12 @@ class ExecutionPorts:
     budgets: BudgetLedger
     #: Keeps the approvals a task waits for, and reads their decisions.
     approvals: ApprovalStore
+    #: Keeps the questions ``ask_user`` asks, and reads their answers; ``None``: the tool
+    #: answers that nobody can be asked here.
+    questions: QuestionStore | None = None
+    #: Reads one stream of a run (``RunReader.load_stream``): a tool that waits for a signal
+    #: reads the run's signals with it; ``None``: tools cannot wait here.
+    read_stream: ReadStream | None = None
     #: Where tools keep durable state beside a run (``ToolCallContext.state``); ``None``: none.
     tool_state: ToolStateStore | None = None
     #: Where the pieces of model text go as they are generated (``toren.host.live``); by
@@ -112,6 +123,8 @@ class ExecutionPorts:
     text_delta: PublishText = field(default=lambda delta: None)
     #: Uploaded files, which tools read through ``ToolCallContext.read_file``.
     files: FileStore | None = None
+    #: Asks the policy plugins an agent lists under ``policies:`` (``None``: none installed).
+    policies: PolicyHooks | None = None
     #: Whether a task may take its next step on the definition it was handed:
     #: ``(agent, run_id)`` -> ``False`` once the run was upgraded to another version (or the
     #: served definition's ``onChange: upgrade`` wants it moved); the task then hands its
@@ -123,3 +136,6 @@ class ExecutionPorts:
     #: handler then raises ``RunVersionStale`` without appending, and the host resolves the
     #: version and hands the message over again. By default always ``True``.
     version_under_lease: VersionUnderLease | None = None
+    #: The fleet's provider rate limits (``TOREN_RATE_LIMITS``) and their shared budget;
+    #: ``None`` (the default): none configured, and a model call reaches no rate-limit store.
+    rate_limits: RateLimiter | None = None

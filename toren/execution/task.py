@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import hashlib
 import inspect
-import itertools
 import json
 import logging
 import random
@@ -30,7 +29,15 @@ import msgspec
 from toren.agents import AgentSpec, Limits, SubagentSpec
 from toren.agents.children import BACKGROUND_TOOL
 from toren.core import events as ev
-from toren.core.approvals import ApprovalPolicy, ApprovalRecord, approval_id, decision_text
+from toren.core.approvals import (
+    EXPIRED_BY,
+    ApprovalPolicy,
+    ApprovalRecord,
+    approval_id,
+    arguments_digest,
+    decision_text,
+    reminder_text,
+)
 from toren.core.attachments import Attachment
 from toren.core.catalog import decode_events
 from toren.core.compaction import (
@@ -44,6 +51,7 @@ from toren.core.decisions import (
     AwaitApprovals,
     CallModel,
     CheckOutput,
+    CheckPolicies,
     Done,
     EndTurn,
     Finish,
@@ -81,12 +89,28 @@ from toren.execution.children import (
     child_call,
     tell_background_outcomes,
 )
-from toren.execution.context import ToolCallContext, _current, running_async_tool
+from toren.execution.context import (
+    ToolCallContext,
+    ToolWaitRequested,
+    _current,
+    running_async_tool,
+)
 from toren.execution.forking import forked_spec, new_task_fork
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
+from toren.execution.questions import advance_questions, is_question
+from toren.execution.rate_guard import MAX_SLICE_S, RateGuard, RateHold
 from toren.execution.tool_threads import ToolNotStarted, ToolThreads
+from toren.execution.tool_waits import advance_tool_waits, last_signal, start_tool_waits
 from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
+from toren.seams.policies import (
+    ModelResponseView,
+    PolicyHooks,
+    PolicyOutcome,
+    ProposedToolCall,
+    ToolCallResult,
+    digest,
+)
 from toren.seams.shapes import (
     TEXT_DELTA_MAX_CHARS,
     Lease,
@@ -164,6 +188,9 @@ class TaskRunner:
         #: A change to the run's row that goes with the next flush (e.g. clearing an error).
         self.pending_update: RunUpdate | None = None
         self.budget = BudgetGuard(ports.budgets, agent, self.run_id, lease.stream)
+        self.rate = RateGuard(ports.rate_limits, agent, self.run_id, lease.stream,
+                              self.run_cancelled,
+                              slice_s=min(MAX_SLICE_S, self.settings.lease_ttl_s / 3))
         #: The ids of the tool calls recorded in this task (from its messages when first
         #: needed, then as calls are recorded): a new call's id is made unique against them.
         #: After a compaction it still holds the ids of the calls summarised away, which only
@@ -172,6 +199,13 @@ class TaskRunner:
         #: The spec's own tools, before its tool sources' were added (``add_source_tools``).
         self.static_tools: dict[str, Tool] | None = None
         self.attachments = AttachmentReader(ports.files)
+
+    @property
+    def priority(self) -> int:
+        """The run's priority (-100..100, higher first; docs/guides/flow-control.md), as the
+        message being worked carries it: what waiters on a shared resource (the provider rate
+        limiter) order this task's calls by."""
+        return self.message.priority
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -197,7 +231,19 @@ class TaskRunner:
         self.pending = []
         self.pending_update = None
         self.ports.crash_point("after_append")
-        await self.budget.write()
+        if self.budget.unsettled:  # most appends settle nothing: no coroutine to run
+            await self.budget.write()
+        if self.rate.unsettled:
+            await self.rate.write()
+
+    async def run_cancelled(self) -> bool:
+        """Whether the run was cancelled (or is gone); ``False`` when the store cannot say."""
+        try:
+            status = await self.store.run_status(self.agent.name, self.run_id)
+        except TorenError as exc:
+            log.debug("could not check whether run %s was cancelled: %s", self.run_id, exc)
+            return False
+        return status is None or status == "cancelled"
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -237,39 +283,45 @@ class TaskRunner:
         while True:
             action = next_task_action(self.state, self.spec.limits, self.lease.epoch,
                                       None if self.state.session else self.spec.output)
-            if isinstance(action, CheckOutput):
-                judged = await self.check_output(action)
-                if judged is None:
-                    continue  # a repair turn: the model answers again
-                action = judged
-            if isinstance(action, Done):
-                told = (await tell_background_outcomes(self)
-                        if self.state.awaiting_input and self.state.finished is None else [])
-                await self.flush(done=True)
-                await self.notify_session(told)
-                return
-            if isinstance(action, Finish):
-                await self.finish(action.stop_reason, action.output, action.error)
-                return
-            if isinstance(action, EndTurn):
-                await self.end_turn(action.stop_reason, action.output)
-                return
-            if isinstance(action, RunTools):
-                await self.flush()
-                if not await self.run_tools(action.calls):
-                    return  # parked until the peer runs it asked end
-                continue
-            if isinstance(action, AwaitApprovals):
-                if not await self.await_approvals(action.requests):
+            # match, not a chain of isinstance calls: one per kind tried, twice a step
+            match action:
+                case CallModel():
+                    if not await self.version_still_current():
+                        return
+                    if self.spec.sources and not await self.add_source_tools():
+                        return  # each call offers the sources' tools as they are now
+                    if not await self.call_model(action):
+                        return
+                case RunTools():
+                    await self.flush()
+                    if not await self.run_tools(action.calls):
+                        return  # parked until the peer runs it asked end, or an answer
+                case CheckOutput():
+                    judged = await self.check_output(action)
+                    if judged is None:
+                        continue  # a repair turn: the model answers again
+                    await self.finish(judged.stop_reason, judged.output, judged.error)
                     return
-                continue
-            assert isinstance(action, CallModel)
-            if not await self.version_still_current():
-                return
-            if self.spec.sources and not await self.add_source_tools():
-                return  # each call offers the sources' tools as they are now
-            if not await self.call_model(action):
-                return
+                case Done():
+                    told = (await tell_background_outcomes(self)
+                            if self.state.awaiting_input and self.state.finished is None else [])
+                    await self.flush(done=True)
+                    await self.notify_session(told)
+                    return
+                case Finish():
+                    await self.finish(action.stop_reason, action.output, action.error)
+                    return
+                case EndTurn():
+                    await self.end_turn(action.stop_reason, action.output)
+                    return
+                case AwaitApprovals():
+                    if not await self.await_approvals(action.requests):
+                        return
+                case CheckPolicies():
+                    if not await self.check_policies(action.step):
+                        return
+                case _:
+                    raise AssertionError(f"unknown task action {action!r}")
 
     async def check_output(self, action: CheckOutput) -> Finish | None:
         """Check the final answer against ``output:``: the ``Finish`` that ends the task, or
@@ -376,17 +428,22 @@ class TaskRunner:
                 tools=self.spec.tool_specs, prompt_caching=self.agent.prompt_caching,
                 output_schema=self.spec.output.schema if self.spec.output is not None
                 and not self.state.session else None), model, self.agent.attachments)
+            hold = await self.rate.acquire(model, self.model_id, request, self.lease.epoch,
+                                           self.priority)
             reservation = await self.reserve(action.step, None, model, request)
             if reservation is False:
+                self.rate.not_made(hold)
+                await self.rate.write()
                 return False
-            self.record(ev.ModelCallStarted(step=action.step, epoch=self.lease.epoch))
+            self.record(ev.ModelCallStarted(step=action.step, epoch=self.lease.epoch,
+                                            **(hold.started_fields() if hold else {})))
             fork = self.state.fork
             if self.state.steps == (fork.at_step if fork is not None else 0):  # the first call
                 self.pending_update = RunUpdate(status="running")
             await self.flush()
             try:
                 result = await self.invoke(model, request, action.step, reservation,
-                                           fallback=True, live=True)
+                                           fallback=True, live=True, hold=hold)
             except ContextWindowExceeded as exc:
                 self.settle(reservation, None)
                 if self.fall_back(action.step, exc):
@@ -454,23 +511,27 @@ class TaskRunner:
 
     async def invoke(self, model: Model, request: ModelRequest, step: int,
                      reservation: Reservation | None = None, *, fallback: bool = False,
-                     live: bool = False
+                     live: bool = False, hold: RateHold | None = None
                      ) -> tuple[ModelResponse, float] | Literal["fell_back"] | None:
         """Call the model; on failure fall back (``FELL_BACK``, with ``fallback``), or end the
         task or schedule a retry and return ``None``. With ``live``, its text goes to live
         watchers as it is generated (``Model.stream``).
 
         ``ContextWindowExceeded`` propagates: the caller decides whether to compact.
+        ``hold`` (the call's rate-limit reservation) is settled with what the call used.
         """
         started = time.perf_counter()
+        sent_at = time.monotonic()
         try:
             if live:
                 response = await model.stream(request, self.text_sink(step))
             else:
                 response = await model.complete(request)
         except ContextWindowExceeded:
+            self.rate.unanswered(hold, reached=False, sent_at=sent_at)
             raise
         except ProviderError as exc:
+            await self.rate.failed(hold, exc, sent_at)
             # answered with an error: not billed; no answer (timeout): it may have been
             self.settle(reservation, None if exc.status is not None else
                         reservation.amount_usd if reservation is not None else None)
@@ -482,24 +543,34 @@ class TaskRunner:
                 await self.finish("error", None, {"code": exc.code, "message": exc.message})
             return None
         except Exception as exc:  # a provider plugin bug must not loop through redeliveries
+            self.rate.unanswered(hold, reached=True, sent_at=sent_at)
             log.exception("model %s raised", self.model_id)
             self.settle(reservation, reservation.amount_usd if reservation else None)
             await self.finish("error", None, {
                 "code": "provider_error",
                 "message": f"model {self.model_id} raised {type(exc).__name__}: {exc}"})
             return None
+        self.rate.answered(hold, response.usage, sent_at)
         return response, round((time.perf_counter() - started) * 1000, 3)
 
     def text_sink(self, step: int) -> Callable[[str], None]:
         """What ``Model.stream`` tells the pieces of this step's text: numbered, to the host's
         live fan-out (``ExecutionPorts.text_delta``), never to the log."""
-        counter = itertools.count()
+        index = 0
+        deliver = self.ports.text_delta
 
         def publish(text: str) -> None:
+            nonlocal index
+            if not text:
+                return
+            if not text[TEXT_DELTA_MAX_CHARS:]:  # most pieces, a word or so: one delta
+                deliver(TextDelta(self.run_id, self.task_id, step, index, text))
+                index += 1
+                return
             for start in range(0, len(text), TEXT_DELTA_MAX_CHARS):
-                self.ports.text_delta(TextDelta(
-                    self.run_id, self.task_id, step, next(counter),
-                    text[start:start + TEXT_DELTA_MAX_CHARS]))
+                deliver(TextDelta(self.run_id, self.task_id, step, index,
+                                  text[start:start + TEXT_DELTA_MAX_CHARS]))
+                index += 1
 
         return publish
 
@@ -513,14 +584,19 @@ class TaskRunner:
             return True
         request = await self.attachments.shown(summary_request(self.model_id, messages, cut),
                                                model, self.agent.attachments)
+        hold = await self.rate.acquire(model, self.model_id, request, self.lease.epoch,
+                                       self.priority)
         reservation = await self.reserve(step, "compaction", model, request)
         if reservation is False:
+            self.rate.not_made(hold)
+            await self.rate.write()
             return False
-        self.record(ev.ModelCallStarted(step=step, epoch=self.lease.epoch, purpose="compaction"))
+        self.record(ev.ModelCallStarted(step=step, epoch=self.lease.epoch, purpose="compaction",
+                                        **(hold.started_fields() if hold else {})))
         await self.flush()
         before = estimate_tokens(self.spec.prompt, messages)
         try:
-            result = await self.invoke(model, request, step, reservation)
+            result = await self.invoke(model, request, step, reservation, hold=hold)
         except ContextWindowExceeded as exc:
             self.settle(reservation, None)
             await self.finish("error", None, {
@@ -574,8 +650,9 @@ class TaskRunner:
         usage = response.usage
         cost_usd = self.cost(response, model)
         pricing = self.pricing(model) or response.pricing
+        policed = purpose is None and self.policed
         self.record(ev.ModelCallCompleted(
-            step=step, epoch=self.lease.epoch,
+            step=step, epoch=self.lease.epoch, policies=policed,
             model=response.model or self.model_id, text=clean_text(response.text),
             tool_calls=() if purpose is not None else tuple(
                 ev.RecordedToolCall(id=c.id, name=c.name, arguments=c.arguments,
@@ -598,8 +675,15 @@ class TaskRunner:
                     else reservation.amount_usd if reservation is not None else None)
         if had_error:
             self.pending_update = RunUpdate(error=None)  # recovered: the latest error clears
-        if purpose is not None:
-            return
+        if purpose is not None or policed:
+            return  # policed: the policies decide its calls once it is in the log
+        self.dispose_calls(step, tool_calls)
+
+    def dispose_calls(self, step: int, tool_calls: Sequence[ToolCall],
+                      decided: dict[str, PolicyOutcome] | None = None) -> None:
+        """Record what becomes of each call of a response: an error for a call that names no
+        tool or has bad arguments, else the policies' decision (``decided``, by call id) and
+        then its refusal, its approval request, or its start."""
         for index, call in enumerate(tool_calls):
             problem = self.check_call(call)
             if problem is not None:
@@ -608,15 +692,145 @@ class TaskRunner:
                 continue
             key = idempotency_key(self.run_id, self.task_id, step, index)
             policy = self.spec.approvals.get(call.name)
+            outcome = (decided or {}).get(call.id)
+            arguments = call.arguments
+            if outcome is not None:
+                self.record(self.policy_event(step, "before_tool_call", outcome, call.arguments,
+                                              outcome.arguments, call=call))
+                if outcome.action == "deny":
+                    self.record(self.tool_error(step, call, "policy_denied", (
+                        f"Error: this call was not run: policy {outcome.plugin} denied it: "
+                        f"{outcome.reason}")))
+                    continue
+                arguments = dict(outcome.arguments or call.arguments)
+                if outcome.action == "require_approval" and policy is None:
+                    policy = ApprovalPolicy()
             if policy is not None:  # recorded instead of started: a person decides first
-                self.record(ev.ApprovalRequested(
-                    step=step, approval_id=approval_id(key), call_id=call.id, name=call.name,
-                    arguments=call.arguments, idempotency_key=key, approvers=policy.approvers,
-                    expires_after_s=policy.expires_after_s, epoch=self.lease.epoch))
+                reason = (f"policy {outcome.plugin}: {outcome.reason}" if outcome is not None
+                          and outcome.action == "require_approval" else None)
+                self.request_approval(step, replace(call, arguments=arguments), key, policy,
+                                      reason)
                 continue
             self.record(ev.ToolCallStarted(
-                step=step, call_id=call.id, name=call.name, arguments=call.arguments,
+                step=step, call_id=call.id, name=call.name, arguments=arguments,
                 idempotency_key=key, epoch=self.lease.epoch))
+
+    def request_approval(self, step: int, call: ToolCall, key: str, policy: ApprovalPolicy,
+                         reason: str | None = None) -> ev.ApprovalRequested:
+        """Record that ``call`` (model step ``step``, idempotency key ``key``) waits for a
+        person under ``policy`` instead of starting; return the request recorded.
+
+        Called by ``record_response`` for a tool that agent.yaml's ``approvals:`` names (or
+        ``requires_approval=True``), and by anything else in the task loop that decides a call
+        needs a person (a policy hook; ``reason`` says why, recorded with the request). The task
+        parks at its next ``AwaitApprovals`` once the step's other calls ran."""
+        request = ev.ApprovalRequested(
+            step=step, approval_id=approval_id(key), call_id=call.id, name=call.name,
+            arguments=call.arguments, idempotency_key=key, approvers=policy.approvers,
+            expires_after_s=policy.expires_after_s, epoch=self.lease.epoch,
+            digest=arguments_digest(call.arguments), reason=reason,
+            on_expiry="escalate" if policy.on_expiry == "escalate" else "deny",
+            escalate_to=policy.escalate_to, remind_after_s=policy.remind_after_s)
+        self.record(request)
+        return request
+
+    # -- policies ------------------------------------------------------------------------------
+
+    @property
+    def policed(self) -> bool:
+        """Whether the agent lists policy plugins (``policies:``) that this process can ask."""
+        return bool(self.agent.policies) and self.ports.policies is not None
+
+    def policy_event(self, step: int, hook: ev.PolicyHook, outcome: PolicyOutcome,
+                     before: Any, after: Any, *, call: ToolCall | None = None,
+                     text: str | None = None) -> ev.PolicyDecided:
+        """The ``PolicyDecided`` recording ``outcome`` (digests of what the hooks saw and
+        left, never the values themselves)."""
+        return ev.PolicyDecided(
+            step=step, hook=hook, decision=outcome.action,
+            verdicts=tuple(ev.PolicyVerdict(plugin=v.plugin, decision=v.action,
+                                            reason=v.reason, failed=v.failed)
+                           for v in outcome.verdicts),
+            digest_before=digest(before), digest_after=digest(after),
+            plugin=outcome.plugin, reason=outcome.reason, epoch=self.lease.epoch,
+            call_id=call.id if call is not None else None,
+            name=call.name if call is not None else None, text=text)
+
+    async def check_policies(self, step: int) -> bool:
+        """Ask the agent's policies about the response of ``step`` (``after_model_response``)
+        and each of its valid tool calls (``before_tool_call``), and record their decisions
+        with the calls' fates in one append; ``False`` when a policy blocked the response
+        (the task has ended). The response was appended first, so a worker stopped while the
+        hooks ran resumes by asking them again, never by calling the model again; once the
+        decisions are appended no hook is asked about this step again."""
+        hooks, refs = self.ports.policies, self.agent.policies
+        if hooks is None:  # ports made without plugins: every listed policy fails closed
+            hooks, refs = PolicyHooks(_NoHooks()), refs
+        await self.flush()  # nothing acts on a response that is not in the log
+        message = self.state.last_assistant
+        assert message is not None
+        outcome = await hooks.ask_after_model_response(refs, ModelResponseView(
+            self.agent.name, self.run_id, self.task_id, step, message.text,
+            message.tool_calls))
+        self.record(self.policy_event(step, "after_model_response", outcome, message.text,
+                                      outcome.text,
+                                      text=outcome.text if outcome.action == "redact" else None))
+        if outcome.action == "block":
+            await self.finish("error", None, {
+                "code": "policy_blocked",
+                "message": f"policy {outcome.plugin} blocked the model's response: "
+                           f"{outcome.reason}"})
+            return False
+        decided: dict[str, PolicyOutcome] = {}
+        for index, call in enumerate(message.tool_calls):
+            if self.check_call(call) is not None:
+                continue  # refused as it is: no policy is asked about an invalid call
+            asked = await hooks.ask_before_tool_call(refs, ProposedToolCall(
+                self.agent.name, self.run_id, self.task_id, step, call.id, call.name,
+                dict(call.arguments), idempotency_key(self.run_id, self.task_id, step, index)))
+            decided[call.id] = self.checked_rewrite(call, asked)
+        self.dispose_calls(step, message.tool_calls, decided)
+        await self.flush()
+        self.ports.crash_point("after_policy_decided")
+        return True
+
+    def checked_rewrite(self, call: ToolCall, outcome: PolicyOutcome) -> PolicyOutcome:
+        """``outcome``, or a denial naming the plugin when the arguments the policies left
+        do not match the tool's schema (a policy must not make a call the model could not)."""
+        if outcome.action == "deny" or outcome.arguments in (None, call.arguments):
+            return outcome
+        problem = self.check_call(replace(call, arguments=dict(outcome.arguments or {})))
+        if problem is None:
+            return outcome
+        rewriter = next((v.plugin for v in outcome.verdicts if v.action == "rewrite"),
+                        outcome.plugin)
+        return replace(outcome, action="deny", plugin=rewriter, reason=(
+            f"it rewrote the arguments into ones the tool refuses ({problem[1]})"))
+
+    async def police_result(self, pending: PendingToolCall,
+                            result: ev.ToolCallCompleted
+                            ) -> tuple[ev.PolicyDecided | None, ev.ToolCallCompleted]:
+        """A tool's result as the policies leave it (``after_tool_call``), with the
+        ``PolicyDecided`` to append just before it (``None`` for an agent without policies),
+        and the note of a rewritten call."""
+        decided = None
+        if self.policed:
+            hooks = self.ports.policies
+            assert hooks is not None  # policed says so
+            call = pending.call
+            outcome = await hooks.ask_after_tool_call(self.agent.policies, ToolCallResult(
+                self.agent.name, self.run_id, self.task_id, pending.step, call.id, call.name,
+                dict(call.arguments), result.output, result.is_error))
+            decided = self.policy_event(pending.step, "after_tool_call", outcome,
+                                        result.output, outcome.text, call=call)
+            if outcome.action == "redact" and outcome.text is not None:
+                result = msgspec.structs.replace(result, output=outcome.text)
+        note = self.state.rewritten.get(result.call_id)
+        if note is not None:
+            arguments = json.dumps(pending.call.arguments, sort_keys=True, ensure_ascii=False)
+            output = f"{note} It ran with: {arguments}\n\n{result.output}"
+            result = msgspec.structs.replace(result, output=output)
+        return decided, result
 
     def tool_error(self, step: int, call: ToolCall, kind: ev.ToolErrorKind,
                    text: str) -> ev.ToolCallCompleted:
@@ -638,6 +852,8 @@ class TaskRunner:
                 f"Error: the arguments for {call.name} could not be read: "
                 f"{call.arguments_error}. Send a JSON object matching: "
                 f"{json.dumps(tool.parameters, sort_keys=True)}")
+        if tool.plainly_valid(call.arguments):
+            return None
         import jsonschema  # ~0.15 s to import: only validation needs it, not every toren command
 
         error = jsonschema.exceptions.best_match(tool.validator.iter_errors(call.arguments))
@@ -650,12 +866,38 @@ class TaskRunner:
 
     async def run_tools(self, calls: Sequence[PendingToolCall]) -> bool:
         """Run the calls and record their results; ``False`` when the task parked to wait for
-        peer runs (``toren.execution.children``)."""
+        peer runs (``toren.execution.children``) or an answer (``toren.execution.questions``)."""
         children = [c for c in calls if child_call(self.agent, c.call.name) is not None]
-        plain = [c for c in calls if child_call(self.agent, c.call.name) is None]
-        if plain:
-            await self.run_plain_tools(plain)
-        return await advance_child_calls(self, children) if children else True
+        questions = [c for c in calls if is_question(self.agent, c.call.name)]
+        plain = [c for c in calls if child_call(self.agent, c.call.name) is None
+                 and not is_question(self.agent, c.call.name)]
+        payload = self.message.payload
+        wake = task_message(self.task_id, payload.get("subagent"), payload.get("input"))
+        # a call parked in wait_for_signal runs again only once its wait has ended
+        runnable = [c for c in plain if c.call.id not in self.state.tool_waits]
+        started: frozenset[str] = frozenset()
+        if runnable:
+            requests = await self.run_plain_tools(runnable)
+            if requests:  # toren.wait_for_signal: see toren.execution.tool_waits
+                await start_tool_waits(self, requests, wake)
+                started = frozenset(pending.call.id for pending, _ in requests)
+        if children and not await advance_child_calls(self, children):
+            return False
+        if questions and not await advance_questions(self, questions, wake):
+            return False  # ask_user: parks until a person answers (toren.execution.questions)
+        waiting = [c for c in plain if c.call.id in self.state.tool_waits]
+        if waiting:
+            return await advance_tool_waits(self, self.read_stream, waiting, wake,
+                                            crash_point=self.ports.crash_point,
+                                            just_started=started)
+        return True
+
+    async def read_stream(self, agent: str, run_id: str, stream: str) -> Sequence[ev.Event]:
+        """One stream of a run, for tool waits (the run's signals)."""
+        if self.ports.read_stream is None:
+            raise TorenError("this host reads no run streams, so a tool cannot wait for a "
+                             "signal here")
+        return await self.ports.read_stream(agent, run_id, stream)
 
     async def notify_session(self, notices: Sequence[str]) -> None:
         """Hand committed background-run notices to the channels (best effort: the
@@ -667,9 +909,12 @@ class TaskRunner:
                 log.exception("a channel failed to take the notice for session %s",
                               self.run_id)
 
-    async def run_plain_tools(self, calls: Sequence[PendingToolCall]) -> None:
+    async def run_plain_tools(self, calls: Sequence[PendingToolCall]
+                              ) -> list[tuple[PendingToolCall, ToolWaitRequested]]:
         """Run the calls at once and record their results; if the run is cancelled meanwhile,
         stop waiting (calls not started yet never start) and end the task's work at once.
+        Returns the calls that asked to wait for a signal (``wait_for_signal``), which have
+        no result yet.
 
         The calls are awaited through one future that their tasks' done callbacks settle, and
         the cancellation watcher (``watch_cancel``) is started by a timer only once the calls
@@ -685,13 +930,14 @@ class TaskRunner:
             if not settled.done():
                 settled.set_result(None)
 
-        def one_done(_run: asyncio.Task[ev.ToolCallCompleted]) -> None:
+        def one_done(_run: asyncio.Task[ev.ToolCallCompleted | ToolWaitRequested]) -> None:
             nonlocal left
             left -= 1
             if left == 0:
                 stop_waiting()
 
-        runs = [asyncio.create_task(self.run_tool(call, cancelled),
+        runs: list[asyncio.Task[ev.ToolCallCompleted | ToolWaitRequested]] = [
+            asyncio.create_task(self.run_tool(call, cancelled),
                                     name=f"toren-tool-{call.call.name}") for call in calls]
         for run in runs:
             run.add_done_callback(one_done)
@@ -715,8 +961,17 @@ class TaskRunner:
             await self.abandon(calls, runs)
             raise RunCancelled(f"run {self.run_id} was cancelled while its tools ran")
         self.ports.crash_point("after_tool")
-        for run in runs:
-            self.record(run.result())
+        requests: list[tuple[PendingToolCall, ToolWaitRequested]] = []
+        for pending, run in zip(calls, runs, strict=True):
+            outcome = run.result()
+            if isinstance(outcome, ToolWaitRequested):
+                requests.append((pending, outcome))
+                continue
+            decided, result = await self.police_result(pending, outcome)
+            if decided is not None:
+                self.record(decided)
+            self.record(result)
+        return requests
 
     async def watch_cancel(self, cancelled: asyncio.Event,
                            stop_waiting: Callable[[], None]) -> None:
@@ -724,25 +979,25 @@ class TaskRunner:
         now and then every third of the lease TTL, as often as leases are renewed (started
         when the tools have run a third of it)."""
         while True:
-            try:
-                status = await self.store.run_status(self.agent.name, self.run_id)
-            except TorenError as exc:  # the database blinked: the next look may see it
-                log.debug("could not check whether run %s was cancelled: %s", self.run_id, exc)
-                status = "unknown"
-            if status is None or status == "cancelled":
+            if await self.run_cancelled():  # the database blinked: the next look may see it
                 cancelled.set()
                 stop_waiting()
                 return
             await asyncio.sleep(self.settings.lease_ttl_s / 3)
 
     async def abandon(self, calls: Sequence[PendingToolCall],
-                      runs: Sequence[asyncio.Task[ev.ToolCallCompleted]]) -> None:
+                      runs: Sequence[asyncio.Task[ev.ToolCallCompleted | ToolWaitRequested]]
+                      ) -> None:
         """Record, for the cancelled run's audit trail, the results of calls that finished and
         that Toren stopped waiting for (the run refuses leased appends once cancelled)."""
-        results: list[ev.ToolCallCompleted] = []
+        results: list[ev.PolicyDecided | ev.ToolCallCompleted] = []
         for pending, run in zip(calls, runs, strict=True):
-            if run.done() and not run.cancelled() and run.exception() is None:
-                results.append(run.result())
+            outcome = (run.result() if run.done() and not run.cancelled()
+                       and run.exception() is None else None)
+            if isinstance(outcome, ev.ToolCallCompleted):
+                # what the policies would not let the log hold stays out of it here too
+                decided, result = await self.police_result(pending, outcome)
+                results += [decided, result] if decided is not None else [result]
                 continue
             text = ("Error: the run was cancelled while this tool call waited or ran; Toren "
                     "stopped waiting for it. A call that had started may still take effect.")
@@ -751,11 +1006,15 @@ class TaskRunner:
             self.agent.name, self.run_id, self.lease.stream,
             [NewEvent.of(result) for result in results], only_if_active=False)
 
-    async def run_tool(self, pending: PendingToolCall,
-                       cancelled: asyncio.Event | None = None) -> ev.ToolCallCompleted:
+    async def run_tool(self, pending: PendingToolCall, cancelled: asyncio.Event | None = None
+                       ) -> ev.ToolCallCompleted | ToolWaitRequested:
+        """Run one call: its result, or the wait it asked for (``wait_for_signal``)."""
         call = pending.call
         tool = self.spec.tools.get(call.name)
-        if pending.epoch != self.lease.epoch and (tool is None or not tool.idempotent):
+        # a call whose wait ended runs again by design (docs/guides/signals.md), on any lease
+        waited = tuple(self.state.tool_wait_ends.get(call.id, ()))
+        if pending.epoch != self.lease.epoch and not waited and (
+                tool is None or not tool.idempotent):
             return self.tool_error(pending.step, call, "interrupted", (
                 "Error: this tool call was interrupted: the worker running it stopped before "
                 "its result was recorded. It was not run again because the tool is not "
@@ -770,7 +1029,8 @@ class TaskRunner:
                                   max_output_bytes=self.spec.limits.max_tool_output_bytes,
                                   env_names=tool.env_names,
                                   read_file=self.ports.files.read_file
-                                  if self.ports.files is not None else None)
+                                  if self.ports.files is not None else None,
+                                  signal_waits=waited)
         started = time.perf_counter()
         timeout_s = self.spec.limits.tool_timeout_s
         try:
@@ -778,6 +1038,15 @@ class TaskRunner:
                 output, is_error, files = await invoke_tool(
                     tool, call.arguments, context, self.ports.tool_threads,
                     wanted=lambda: cancelled is None or not cancelled.is_set())
+        except ToolWaitRequested as request:
+            if self.ports.read_stream is None:
+                return self.tool_error(pending.step, call, "refused", (
+                    f"Error: {call.name} waited for a signal, and this host keeps no signals "
+                    "a tool could wait for."))
+            # the wait began now: a signal sent while other calls of the step still run is
+            # one it waits for
+            request.after = await last_signal(self.read_stream, self.agent.name, self.run_id)
+            return request
         except TimeoutError:
             return self.tool_error(pending.step, call, "timeout", (
                 f"Error: {call.name} did not finish within {timeout_s:g} s "
@@ -791,7 +1060,8 @@ class TaskRunner:
         text, truncated, size = truncate_output(clean_text(output),
                                                 self.spec.limits.max_tool_output_bytes)
         return ev.ToolCallCompleted(
-            step=pending.step, call_id=call.id, name=call.name, output=text + note,
+            step=pending.step, call_id=call.id, name=call.name,
+            output=self.state.approval_notes.get(call.id, "") + text + note,
             is_error=is_error, error_kind="exception" if is_error else None,
             truncated=truncated, original_bytes=size, duration_ms=duration_ms,
             epoch=self.lease.epoch, attachments=attachments)
@@ -799,17 +1069,25 @@ class TaskRunner:
     async def await_approvals(self, requests: Sequence[ev.ApprovalRequested]) -> bool:
         """Take in the decisions made on ``requests`` (``True``: go on), or park the task as
         ``awaiting_approval`` and free it (``False``): no lease, no message, no connection is
-        held while a person decides. A decision queues the task's message again."""
+        held while a person decides. A decision queues the task's message again; so does the
+        earliest expiry or reminder, which this then handles (escalate or expire; remind)."""
         await self.flush()  # the requests are in the log before their approvals exist
         payload = self.message.payload
         wake = task_message(self.task_id, payload.get("subagent"), payload.get("input"))
         approvals = self.ports.approvals
+        parameters = {r.name: self.spec.tools[r.name].parameters for r in requests
+                      if r.name in self.spec.tools}
         records = await approvals.open_approvals(self.agent.name, self.run_id, self.task_id,
-                                                 requests, wake)
+                                                 requests, wake, parameters=parameters)
         for index, record in enumerate(records):
-            if record.pending and record.extra.get("due"):  # expired before anyone decided
+            if record.pending and record.extra.get("due"):  # nobody decided before its expiry
+                if record.escalates:
+                    moved = await approvals.escalate_approval(record.id)
+                    if moved is not None:
+                        records[index] = moved
+                    continue
                 decided = await approvals.decide_approval(
-                    record.id, "expired", "toren", "nobody decided before its expiry")
+                    record.id, "expired", EXPIRED_BY, "nobody decided before its expiry")
                 if decided is not None:
                     records[index] = decided[0]
         by_id = {record.id: record for record in records}
@@ -821,32 +1099,80 @@ class TaskRunner:
                 self.record_decision(request, record)
             self.pending_update = RunUpdate(status="running")
             return True
-        expiries = [r.expires_at for r in records if r.expires_at is not None]
+        notices = self.record_escalations(requests, by_id)
+        for record in records:
+            if record.extra.get("remind_due") and await approvals.mark_reminded(record.id):
+                notices.append(reminder_text(record.tool, record.id, record.approvers))
+        wakes = [r.expires_at for r in records if r.expires_at is not None]
+        wakes += [r.remind_at for r in records if r.remind_at is not None
+                  and (r.reminded_at is None or r.reminded_at < r.remind_at)
+                  and not r.extra.get("remind_due")]
         messages = []
-        if expiries:  # a nudge at the earliest expiry, which then expires it
-            delay = (min(expiries) - datetime.now(UTC)).total_seconds()
+        if wakes:  # a nudge at the earliest expiry or reminder, which then handles it
+            delay = (min(wakes) - datetime.now(UTC)).total_seconds()
             messages.append(task_message(self.task_id, payload.get("subagent"),
                                          payload.get("input"), delay_s=max(delay, 0.0) + 0.05))
         await self.flush(messages=messages, run_update=RunUpdate(status="awaiting_approval"),
                          done=True)
+        await self.notify_session(notices)
         return False
 
+    def record_escalations(self, requests: Sequence[ev.ApprovalRequested],
+                           by_id: dict[str, ApprovalRecord]) -> list[str]:
+        """Record ``ApprovalEscalated`` for each approval the store moved to its second
+        approvers that the log does not show yet (also after a crash between the two); return
+        the notices for the session's channel."""
+        notices = []
+        for request in requests:
+            record = by_id.get(request.approval_id)
+            if (record is None or record.escalation_level == 0
+                    or record.id in self.state.escalated_approvals):
+                continue
+            self.record(ev.ApprovalEscalated(
+                approval_id=record.id, call_id=request.call_id, approvers=record.approvers,
+                expires_at=record.expires_at.isoformat() if record.expires_at else None,
+                epoch=self.lease.epoch))
+            notices.append(reminder_text(record.tool, record.id, record.approvers,
+                                         escalated=True))
+        return notices
+
     def record_decision(self, request: ev.ApprovalRequested, record: ApprovalRecord) -> None:
-        """Copy a decision into the log; an approved call starts, any other gets its result."""
-        outcome = record.status if record.status in ("approved", "denied") else "expired"
+        """Copy a decision into the log and act on it: an approved call starts, an edited one
+        starts with its new arguments, an answered one gets the person's answer as its result
+        (the tool never runs), any other gets an error result saying why it did not run."""
+        outcome = (record.status if record.status in ("approved", "denied", "edited", "answered")
+                   else "expired")
         decided_at = (record.decided_at or datetime.now(UTC)).isoformat()
+        edited = record.edited_arguments if outcome == "edited" else None
         self.record(ev.ApprovalDecided(
             approval_id=request.approval_id, call_id=request.call_id,
             outcome=outcome,  # type: ignore[arg-type]
             decided_by=record.decided_by or "toren", decided_at=decided_at,
-            reason=record.reason, epoch=self.lease.epoch))
-        if outcome == "approved":
+            reason=record.reason, epoch=self.lease.epoch, digest=record.digest,
+            scope="run" if record.scope == "run" else "call", arguments=edited,
+            edited_digest=arguments_digest(edited) if edited is not None else None,
+            answer=record.answer if outcome == "answered" else None,
+            granted_by=record.granted_by))
+        call = ToolCall(id=request.call_id, name=request.name,
+                        arguments=edited if edited is not None else request.arguments)
+        if outcome in ("approved", "edited"):
+            problem = self.check_call(call) if edited is not None else None
+            if problem is not None:  # the tool's schema changed since the edit was checked
+                self.record(self.tool_error(request.step, call, *problem))
+                return
             self.record(ev.ToolCallStarted(
                 step=request.step, call_id=request.call_id, name=request.name,
-                arguments=request.arguments, idempotency_key=request.idempotency_key,
+                arguments=call.arguments, idempotency_key=request.idempotency_key,
                 epoch=self.lease.epoch))
             return
-        call = ToolCall(id=request.call_id, name=request.name, arguments=request.arguments)
+        if outcome == "answered":
+            text, truncated, size = truncate_output(clean_text(record.answer or ""),
+                                                    self.spec.limits.max_tool_output_bytes)
+            self.record(ev.ToolCallCompleted(
+                step=request.step, call_id=request.call_id, name=request.name, output=text,
+                is_error=False, error_kind=None, truncated=truncated, original_bytes=size,
+                duration_ms=0.0, epoch=self.lease.epoch))
+            return
         kind: ev.ToolErrorKind = "approval_denied" if outcome == "denied" else "approval_expired"
         text = decision_text(request.name, record.status, record.decided_by or "toren",
                              record.reason)
@@ -893,6 +1219,17 @@ class TaskRunner:
             output=output, error=error, steps=self.state.steps,
             cost_usd=round(self.state.cost_usd, 10), epoch=self.lease.epoch))
         await self.flush(messages=[run_tick(f"task {self.task_id} finished")], done=True)
+
+
+class _NoHooks:
+    """pluggy's hook relay with no implementations (a process that loaded no plugins)."""
+
+    class _Caller:
+        def get_hookimpls(self) -> list[Any]:
+            return []
+
+    def __getattr__(self, name: str) -> Any:
+        return self._Caller()
 
 
 def images_of(usage: Usage, estimated: int) -> int:

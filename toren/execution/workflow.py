@@ -23,8 +23,9 @@ from toren.core.decisions import clean_json
 from toren.core.events import NewEvent
 from toren.core.fold import RunState, apply_run_event
 from toren.core.output import schema_problem
-from toren.errors import NonDeterminismError, TorenError
-from toren.execution.messages import task_message, timer_message
+from toren.errors import NonDeterminismError, SignalTimeout, TorenError
+from toren.execution.messages import signal_timeout_message, task_message, timer_message
+from toren.execution.signals import Signal, check_signal_name
 from toren.seams.shapes import OutgoingMessage
 
 WorkflowFunction = Callable[["WorkflowContext"], Awaitable[Any]]
@@ -110,6 +111,8 @@ class WorkflowContext:
         self._values = 0
         self._timers = 0
         self._logs = 0
+        self._waits = 0
+        self._reads = 0
         #: The run's input, as given to ``toren run`` / ``start_run``.
         self.input: Any = state.input
         #: The run's id.
@@ -238,6 +241,82 @@ class WorkflowContext:
         if number not in self._state.timers_fired:
             raise Suspend
 
+    # a durable timeout (recorded in the log), which asyncio.timeout cannot be
+    async def wait_for_signal(self, name: str, *,
+                              timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """Wait for a signal named ``name`` sent to this run; return its payload.
+
+        Takes the oldest signal of that name that no earlier wait took, including one sent
+        before the wait started (signals are kept in the run's log, never dropped); each
+        signal is taken by one wait only. Without one, the run waits holding no worker,
+        through restarts, until a signal arrives (``toren jobs signal``,
+        ``POST /runs/{id}/signals/{name}``, ``Client.signal``, ``Runtime.send_signal``).
+        With ``timeout`` (seconds), raises ``SignalTimeout`` when it passes first; which of
+        the two happened is recorded, so every re-execution sees the same.
+        """
+        check_signal_name(name)
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
+            raise TorenError(f"ctx.wait_for_signal({name!r}): timeout must be a number of "
+                             f"seconds >= 0 or None, not {timeout!r}{_caller_line()}")
+        self._waits += 1
+        number = self._waits
+        consumed = self._state.signals_consumed.get(number)
+        started = self._state.signal_waits.get(number)
+        recorded_name = (consumed.name if consumed is not None
+                         else started.name if started is not None else name)
+        if recorded_name != name or (started is not None and started.timeout_s != timeout):
+            before = (started.timeout_s if started is not None else None)
+            raise NonDeterminismError(
+                f"signal wait {number} was recorded as wait_for_signal({recorded_name!r}"
+                f"{'' if before is None else f', timeout={before}'}), the workflow now calls "
+                f"wait_for_signal({name!r}{'' if timeout is None else f', timeout={timeout}'})"
+                f"{_caller_line()}")
+        if consumed is not None:
+            return consumed.payload
+        if number in self._state.signal_waits_timed_out:
+            raise SignalTimeout(f"no signal {name!r} arrived within {timeout:g}s (signal wait "
+                                f"{number}){_caller_line()}", name=name, timeout_s=timeout)
+        found = self._state.unconsumed_signal(name)
+        if found is not None:
+            signal_number, signal = found
+            self._record(ev.SignalConsumed(wait=number, name=name, signal=signal_number,
+                                           payload=signal.payload))
+            return signal.payload
+        if started is None:
+            fire_at = (None if timeout is None else
+                       datetime.fromtimestamp(self._clock().timestamp() + timeout, UTC))
+            self._record(ev.SignalWaitStarted(
+                wait=number, name=name, timeout_s=None if timeout is None else float(timeout),
+                fire_at=fire_at.isoformat() if fire_at is not None else None))
+            if timeout is not None:
+                self._outcome.messages.append(signal_timeout_message(number, timeout))
+        raise Suspend
+
+    def signals(self, name: str) -> list[Signal]:
+        """Every signal named ``name`` sent to this run so far, oldest first (taken by a wait or
+        not): a snapshot, recorded, so every re-execution gets the same list at this point.
+
+        For "collect what has arrived" (votes, files, progress reports); to wait for the next
+        one, call ``wait_for_signal``. Reading does not take a signal from the waits.
+        """
+        check_signal_name(name)
+        index = self._reads
+        self._reads += 1
+        if index < len(self._state.signal_reads):
+            recorded = self._state.signal_reads[index]
+            if recorded.name != name:
+                raise NonDeterminismError(
+                    f"signal read {index} was recorded as ctx.signals({recorded.name!r}), the "
+                    f"workflow now calls ctx.signals({name!r}){_caller_line()}")
+            through = recorded.through
+        else:
+            through = max(self._state.received, default=0)
+            self._record(ev.SignalsRead(n=index, name=name, through=through))
+        return [Signal(name=name, payload=signal.payload, number=number,
+                       sent_at=signal.sent_at)
+                for number, signal in sorted(self._state.received.items())
+                if number <= through and signal.name == name]
+
     def log(self, message: str, **fields: Any) -> None:
         """A line in the run's log (recorded once, however often the code re-executes)."""
         index = self._logs
@@ -276,9 +355,28 @@ async def execute(function: WorkflowFunction, state: RunState, run_id: str, agen
             outcome.finished = _ended("failed", "error", None, NonDeterminismError.code,
                                       unreplayed)
             return outcome
-        outcome.finished = ev.RunFinished(
-            status="completed", stop_reason="end_turn", error=None, output=json_output(output))
+        outcome.finished = (_stopped_by_budget(state, json_output(output))
+                            or ev.RunFinished(status="completed", stop_reason="end_turn",
+                                              error=None, output=json_output(output)))
     return outcome
+
+
+def _stopped_by_budget(state: RunState, output: Any) -> ev.RunFinished | None:
+    """How a workflow that returned ends when the budget stopped every one of its tasks:
+    ``stopped (budget_exhausted)``, keeping what it returned (built from partial answers), so
+    the run's status and why say the budget stopped it; ``None`` otherwise (a workflow that
+    got at least one task's full answer completed)."""
+    tasks = state.absorbed
+    if not tasks or any(task.stop_reason != "budget_exhausted" for task in tasks.values()):
+        return None
+    scopes = {(task.error or {}).get("scope", "run") for task in tasks.values()}
+    which = " and ".join(f"limits.{'dailyBudgetUsd' if scope == 'daily' else 'maxBudgetUsd'}"
+                         for scope in sorted(scopes))
+    spent = sum(task.cost_usd or 0.0 for task in tasks.values())
+    count = "its only task" if len(tasks) == 1 else f"all {len(tasks)} of its tasks"
+    return _ended("stopped", "budget_exhausted", output, "budget_exhausted",
+                  f"the budget ({which}) stopped {count} (${spent:.4f} spent); the workflow's "
+                  "output is built from their partial answers")
 
 
 def json_output(value: Any) -> Any:
@@ -318,6 +416,13 @@ def _unreplayed(context: WorkflowContext, state: RunState) -> str | None:
     if len(state.timers) > context._timers:
         return (f"the workflow returned without sleeping at timer {context._timers + 1}, "
                 "which was recorded: workflow.py no longer calls that ctx.sleep()")
+    if len(state.signal_waits) + len(state.signals_consumed) > 0 and max(
+            [*state.signal_waits, *state.signals_consumed]) > context._waits:
+        return (f"the workflow returned without waiting at signal wait {context._waits + 1}, "
+                "which was recorded: workflow.py no longer calls that ctx.wait_for_signal()")
+    if len(state.signal_reads) > context._reads:
+        return (f"the workflow returned without reading signals at read {context._reads}, "
+                "which was recorded: workflow.py no longer calls that ctx.signals()")
     if len(state.values) > context._values:
         recorded = state.values[context._values]
         return (f"the workflow returned without asking for value {recorded.n} "

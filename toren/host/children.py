@@ -13,6 +13,7 @@ from toren.agents import AgentSpec
 from toren.config import Settings
 from toren.core import events as ev
 from toren.core.events import NewEvent
+from toren.core.flow import run_flow
 from toren.core.runs import ChildLink
 from toren.errors import CallRefused
 from toren.execution.messages import run_tick
@@ -60,15 +61,25 @@ class HostChildRuns:
                 f"({' -> '.join([*chain, agent])}), more than TOREN_MAX_CALL_DEPTH="
                 f"{self.settings.max_call_depth}; answer without it (a cycle of agents asking "
                 "each other is stopped here)")
+        child_id = str(uuid.uuid4())
+        # its flow control, if its agent is served here (else: priority 0, the agent-wide
+        # key); the run that started it is its session (concurrency key session)
+        called = self.agents.get(agent)
+        priority, key = (run_flow(called.concurrency, called.priority, request, run_id=child_id,
+                                  parent_run_id=parent.run_id,
+                                  fallback_key=f"caller:{parent.run_id}")
+                         if called is not None else (0, None))
         run_id, _created = await self.store.create_run(
-            agent, str(uuid.uuid4()), request, idempotency_key=idempotency_key,
+            agent, child_id, request, idempotency_key=idempotency_key,
             events=[NewEvent.of(ev.RunCreated(agent=agent, input=request,
                                               idempotency_key=idempotency_key, caller=caller,
-                                              traceparent=self.tracer.traceparent()))],
+                                              traceparent=self.tracer.traceparent(),
+                                              priority=priority or None,
+                                              concurrency_key=key))],
             # the orchestrator of the agent's own fleet schedules its first task: only that
             # fleet knows whether the agent runs a workflow
             messages=[run_tick(f"started by {caller} run {parent.run_id}")],
-            parent=replace(parent, depth=depth))
+            parent=replace(parent, depth=depth), priority=priority, concurrency_key=key)
         return run_id, depth
 
     async def _chain(self, agent: str, run_id: str) -> list[str]:

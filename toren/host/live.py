@@ -57,9 +57,13 @@ class LiveTextHub:
 
     def publish(self, delta: TextDelta) -> None:
         """Hand ``delta`` to its run's watchers here, and queue it for other processes."""
-        self._deliver(delta)
         run_id = delta.run_id
-        if time.monotonic() < self._unwatched_until.get(run_id, 0.0):
+        # membership tests first: a piece nobody here watches, of a run paused as unwatched
+        # elsewhere (most pieces), costs one clock read
+        if run_id in self._watchers:
+            self._deliver(delta)
+        unwatched = self._unwatched_until
+        if run_id in unwatched and time.monotonic() < unwatched[run_id]:
             return
         self._unsent.setdefault(run_id, []).append(delta)
         if self._sender is None or self._sender.done():

@@ -4,7 +4,7 @@ the store's run log (``toren.host.relay.QueueAcknowledgingLog``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toren.core.events import Event, NewEvent
@@ -23,10 +23,14 @@ class DelegatingRunLog(RunLog):
                          idempotency_key: str | None, events: Sequence[NewEvent],
                          messages: Sequence[OutgoingMessage], kind: str = "run",
                          status: str = "queued",
-                         parent: ChildLink | None = None) -> tuple[str, bool]:
+                         parent: ChildLink | None = None,
+                         webhooks: Sequence[Mapping[str, Any]] = (),
+                         priority: int = 0,
+                         concurrency_key: str | None = None) -> tuple[str, bool]:
         return await self.log.create_run(agent, run_id, input, idempotency_key=idempotency_key,
                                          events=events, messages=messages, kind=kind,
-                                         status=status, parent=parent)
+                                         status=status, parent=parent, webhooks=webhooks,
+                                         priority=priority, concurrency_key=concurrency_key)
 
     async def session_input(self, agent: str, run_id: str, stream: str,
                             events: Sequence[NewEvent], messages: Sequence[OutgoingMessage],

@@ -19,15 +19,18 @@ from toren.core import events as ev
 from toren.core.approvals import ApprovalRecord
 from toren.core.attachments import Attachment, describe_file
 from toren.core.events import Event, NewEvent
+from toren.core.flow import run_flow
 from toren.core.receipts import build_receipt, prompt_hashes
 from toren.core.retention import ArchivedRunData
 from toren.core.runs import RunRecord
 from toren.core.schedules import ScheduleRecord
+from toren.core.webhooks import WebhookSubscription, webhook_body
 from toren.errors import (
     AgentDefinitionError,
     AgentNotRegistered,
     ConfigError,
     DriverNotFound,
+    InvalidFlowControl,
     MissingEnvError,
     ProviderError,
     RunNotFound,
@@ -38,26 +41,33 @@ from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.files import FileNotFound
 from toren.host.chat.context import RuntimeChannelContext
 from toren.host.chat.pairing import decide_pairing, list_pairings
+from toren.host.flow import check_flow_control
 from toren.host.gc_tuning import tune_for_workers, untune_for_workers
+from toren.host.lanes import agents_in_lane
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.metrics import Metrics, MetricsListener
+from toren.host.policies import ask_before_run_start, check_policies
 from toren.host.relay import OutboxRelay
 from toren.host.retention import is_archived
 from toren.host.services import (
     ApprovalsService,
     ArchiveService,
+    AuditLog,
     DatabaseService,
     FilesService,
     FleetService,
     ForksService,
     KeysService,
+    QuestionsService,
     RunsService,
     SchedulesService,
     SessionsService,
+    SignalsService,
 )
 from toren.host.services.values import check_storable
 from toren.host.versions import AgentVersions
 from toren.host.watchdog import LoopWatchdog
+from toren.host.webhooks import WebhookDispatcher, admit_webhooks
 from toren.seams.archive import ArchiveBackend
 from toren.seams.channels import Channel, ChannelContext
 from toren.seams.drivers import driver_class
@@ -68,6 +78,7 @@ from toren.seams.shapes import Migration, TextDelta
 from toren.seams.store import Store
 from toren.seams.store.channels import ChannelPairing
 from toren.seams.store.schedules import FiredSlot, NewRun, SlotToFire
+from toren.seams.store.webhooks import WebhookDelivery, WebhookDeliveryRecord
 from toren.seams.telemetry import Tracer
 from toren.seams.worker_runtime import WorkerRuntime
 
@@ -134,13 +145,20 @@ class Runtime:
                 model = self.model(model_id, base_url=agent.base_url)  # baseUrl support, early
                 check_attachment_support(agent, model)
         check_env(self.agents.values(), self._provider_env())
+        check_policies(self.agents.values(), self.plugins.policies)
+        for agent in self.agents.values():  # notify: needs a secret and allowed addresses
+            admit_webhooks(agent.notify, self.settings, field=f"notify: of agent {agent.name}")
         self.store: Store = driver_class("store", self.settings.store_driver)(self.settings)
         self._queue_class = driver_class("queue", self.settings.queue_driver)
+        check_flow_control(self.agents.values(), self.settings.queue_driver,
+                           self._queue_class.flow_control)
         self._runtime_class = driver_class("runtime", self.settings.runtime_driver)
         self.queue: Queue | None = None
         self.workers: WorkerRuntime | None = None
         #: Feeds the queue from the store's outbox when the queue does not read it.
         self.relay: OutboxRelay | None = None
+        #: Sends completion webhooks (``toren.host.webhooks``), started with the workers.
+        self.webhooks: WebhookDispatcher | None = None
         #: Pieces of model text as they are generated, for live watchers (never durable).
         self.live = LiveTextHub(self.store)
         # each append tells whether the run is watched (postgres): no send for unwatched text
@@ -178,18 +196,27 @@ class Runtime:
                                           self.check_served, self._scheduled_run)
         #: Tool calls waiting for a person: listed, read, decided once.
         self.approvals = ApprovalsService(self.store, list(self.agents))
+        #: What agents ask a person (``ask_user``): listed, read, answered once.
+        self.questions = QuestionsService(self.store, list(self.agents))
         #: Durable conversations: opened, one message per turn, read back, closed.
         self.sessions = SessionsService(
             self.store, self.store, agents=list(self.agents), check_served=self.check_served,
             versions=self.versions, attach_files=self.attach_files,
             archived_run=self.archive.get, archived_events=self.archive.events,
-            pending_approvals=self.approvals.pending)
+            pending_approvals=self.approvals.pending, questions=self.questions,
+            settings=self.settings, policies=self.plugins.policies)
+        #: Signals to runs, which workflows (ctx.wait_for_signal) and tools
+        #: (toren.wait_for_signal) wait for.
+        self.signals = SignalsService(self.store, self.get_run, list(self.agents))
+        #: The audit trail: who did what, recorded by the surfaces, read by ``toren audit``.
+        self.audit = AuditLog(self.store)
         #: Forks of runs (a copied log, then live) and diffs between runs.
         self.forks = ForksService(self.store, self.store, self.store, self.check_model)
         #: What this runtime hands its channels (``Channel.start``, ``routes``,
         #: ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more.
         self.channel_context: ChannelContext = RuntimeChannelContext(
-            self.store, self.settings, self.channel_agents, self.sessions, self.approvals)
+            self.store, self.settings, self.channel_agents, self.sessions, self.approvals,
+            self.audit)
         self._metrics_listener: MetricsListener | None = None
         #: Whether this runtime's workers hold the process's collector tuning (``gc_tuning``).
         self._gc_tuned = False
@@ -270,6 +297,9 @@ class Runtime:
                                          poll_interval_s=self.settings.poll_interval_s)
                 await self.relay.start()
             if workers:
+                self.webhooks = WebhookDispatcher(self.store, list(self.agents), self.settings,
+                                                  self.webhook_body)
+                await self.webhooks.start()
                 await self.schedules.sync()
                 self.workers = self._runtime_class(self.settings)
                 await self.workers.start(self)
@@ -385,6 +415,9 @@ class Runtime:
         if self.relay is not None:
             await self.relay.stop()
             self.relay = None
+        if self.webhooks is not None:
+            await self.webhooks.stop()
+            self.webhooks = None
         for model in [*self._models.values(), *self._retired_models]:
             try:
                 await model.aclose()
@@ -431,8 +464,15 @@ class Runtime:
             "database": self.database.description,
             "queue": self.queue.description if self.queue else None,
             "workers": self.workers.description if self.workers else None,
+            "lane": self.settings.lane,
             "agents": [agent.to_json() for agent in self.agents.values()],
         }
+
+    @property
+    def lane_agents(self) -> list[str]:
+        """The served agents this process's workers claim: those of ``settings.lane``
+        (``TOREN_LANE``, ``toren worker --lane``; ``toren.host.lanes``)."""
+        return agents_in_lane(self.agents.values(), self.settings.lane)
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -481,35 +521,57 @@ class Runtime:
     async def start_run(self, agent: str, input: Any, *,
                         idempotency_key: str | None = None,
                         files: Sequence[str] | None = None,
-                        traceparent: str | None = None) -> str:
+                        traceparent: str | None = None,
+                        webhooks: Sequence[WebhookSubscription] = (),
+                        priority: int | None = None) -> str:
         """Create a run of ``agent`` and queue its first task; return the run id.
 
         With an ``idempotency_key`` already used for this agent, returns that run's id instead.
         ``files`` are ids of uploaded files to attach to a text input (``attach_files``).
         ``traceparent`` (a W3C traceparent, ``parse_traceparent``'s) puts the run's spans in
-        the caller's trace; it is kept in the run's ``RunCreated``.
+        the caller's trace; it is kept in the run's ``RunCreated``. ``webhooks`` are told
+        when the run ends (and parks, if they ask): docs/guides/webhooks.md. ``priority``
+        (-100..100; ``None``: the agent's ``priority:``) orders its work in the queue, and its
+        input must hold the agent's concurrency key if it names one (``InvalidFlowControl``
+        otherwise): docs/guides/flow-control.md.
         """
 
         self.check_served(agent)
+        if priority not in (None, 0) and not self._queue_class.flow_control:
+            raise InvalidFlowControl(
+                f"priority: TOREN_QUEUE={self.settings.queue_driver} delivers in its own order "
+                "(it has no priorities); leave priority out, or use TOREN_QUEUE=postgres")
+        kept_webhooks = admit_webhooks(webhooks, self.settings)
         input, attachments = await self.attach_files(agent, input, files)
         check_storable(input, "input")
         check_storable(idempotency_key, "idempotency key")
+        await ask_before_run_start(self.plugins.policies, self.agents[agent], input,
+                                   idempotency_key)
         await self.versions.save(agent)  # kept before the run that names it
         new = self._new_run(agent, input, idempotency_key, traceparent=traceparent,
-                            attachments=attachments)
+                            attachments=attachments, priority=priority)
         found, _created = await self.store.create_run(
             agent, new.run_id, input, idempotency_key=idempotency_key, events=new.events,
-            messages=new.messages)
+            messages=new.messages, webhooks=kept_webhooks, priority=new.priority,
+            concurrency_key=new.concurrency_key)
         return found
 
     def _new_run(self, agent: str, input: Any, idempotency_key: str | None,
                  fired: ev.ScheduleFired | None = None, *,
                  traceparent: str | None = None,
-                 attachments: tuple[Attachment, ...] = ()) -> NewRun:
-        """The id, first events and first message of a new run of ``agent``."""
+                 attachments: tuple[Attachment, ...] = (),
+                 priority: int | None = None) -> NewRun:
+        """The id, first events and first message of a new run of ``agent``, with its
+        priority and concurrency key (``InvalidFlowControl`` for an unusable one)."""
+        spec = self.agents[agent]
+        run_id = str(uuid.uuid4())
+        chosen, key = run_flow(spec.concurrency, spec.priority, input, run_id=run_id,
+                               priority=priority,
+                               fallback_key=f"schedule:{fired.schedule}" if fired else None)
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=input,
                                             idempotency_key=idempotency_key,
-                                            traceparent=traceparent))]
+                                            traceparent=traceparent, priority=chosen or None,
+                                            concurrency_key=key))]
         if fired is not None:
             events.append(NewEvent.of(fired))
         if self.agents[agent].workflow is None:
@@ -521,8 +583,8 @@ class Runtime:
         pinned = self.versions.pin_event(agent)
         if pinned is not None:  # last, so the run's first events read as they always did
             events.append(pinned)
-        return NewRun(run_id=str(uuid.uuid4()), input=input, idempotency_key=idempotency_key,
-                      events=events, messages=[first])
+        return NewRun(run_id=run_id, input=input, idempotency_key=idempotency_key,
+                      events=events, messages=[first], priority=chosen, concurrency_key=key)
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's current row; ``RunNotFound`` if no registered agent has it. An archived
@@ -625,12 +687,21 @@ class Runtime:
             raise RunNotFound(f"no run {run_id!r} in this database (see `toren jobs list`)")
         if record.status == "cancelled":
             await self.store.cancel_approvals(run_id)
+            await self.store.cancel_questions(run_id)
         # the runs its tasks started (peer calls, background runs) go with it, depth first
         for child in await self.store.child_runs(record.id):
             if child.status not in ev.TERMINAL_STATUSES:
                 await self.cancel_run(child.id, f"its caller {record.agent} run {record.id} "
                                                 f"was cancelled")
         return record
+
+    async def send_signal(self, run_id: str, name: str, payload: Any = None, *,
+                          idempotency_key: str | None = None,
+                          sent_by: str | None = None) -> dict[str, Any]:
+        """Send signal ``name`` (with a JSON ``payload``) to a run; see
+        ``SignalsService.send`` (``RunFinishedError`` once the run has finished)."""
+        return await self.signals.send(run_id, name, payload, idempotency_key=idempotency_key,
+                                       sent_by=sent_by)
 
     async def children(self, run_id: str) -> list[RunRecord]:
         """The runs that this run's tasks started: its peer calls (``child_kind`` ``peer``)
@@ -647,6 +718,20 @@ class Runtime:
             raise ConfigError(f"unknown status {status!r}; one of {', '.join(ev.RUN_STATUSES)}")
         return await self.store.list_runs(agent=agent, status=status, limit=limit, kind=kind,
                                           schedule=schedule)
+
+    async def webhook_body(self, delivery: WebhookDelivery) -> dict[str, Any]:
+        """The JSON body of a completion webhook: the run as it is now, its status at the
+        event and its receipt's totals. Called by the dispatcher at a delivery's first try."""
+        receipt = await self.receipt(delivery.run_id)
+        return webhook_body(event_id=delivery.id, event=delivery.event,
+                            status=delivery.run_status, occurred_at=delivery.occurred_at,
+                            run=receipt["run"], totals=receipt["totals"])
+
+    async def webhook_deliveries(self, run_id: str) -> list[WebhookDeliveryRecord]:
+        """The run's completion webhook deliveries, each with its attempts
+        (``RunNotFound`` for an unknown run)."""
+        record = await self.get_run(run_id)
+        return await self.store.webhook_deliveries(record.id)
 
     async def receipt(self, run_id: str) -> dict[str, Any]:
         """What the run did and cost: every model and tool call, totals, why it stopped, and
@@ -755,20 +840,26 @@ class Runtime:
         return await self.approvals.get(approval_id)
 
     async def approve(self, approval_id: str, *, decided_by: str,
-                      reason: str | None = None) -> ApprovalRecord:
+                      reason: str | None = None, digest: str | None = None,
+                      scope: str = "call") -> ApprovalRecord:
         """``ApprovalsService.approve``."""
-        return await self.approvals.approve(approval_id, decided_by=decided_by, reason=reason)
+        return await self.approvals.approve(approval_id, decided_by=decided_by, reason=reason,
+                                            digest=digest, scope=scope)
 
     async def deny(self, approval_id: str, *, decided_by: str,
-                   reason: str | None = None) -> ApprovalRecord:
+                   reason: str | None = None, digest: str | None = None) -> ApprovalRecord:
         """``ApprovalsService.deny``."""
-        return await self.approvals.deny(approval_id, decided_by=decided_by, reason=reason)
+        return await self.approvals.deny(approval_id, decided_by=decided_by, reason=reason,
+                                         digest=digest)
 
     async def decide_approval(self, approval_id: str, outcome: str, *, decided_by: str,
-                              reason: str | None = None) -> ApprovalRecord:
+                              reason: str | None = None, digest: str | None = None,
+                              scope: str = "call", arguments: dict[str, Any] | None = None,
+                              answer: str | None = None) -> ApprovalRecord:
         """``ApprovalsService.decide``."""
         return await self.approvals.decide(approval_id, outcome, decided_by=decided_by,
-                                           reason=reason)
+                                           reason=reason, digest=digest, scope=scope,
+                                           arguments=arguments, answer=answer)
 
     async def pending_approvals(self, run_id: str) -> list[dict[str, Any]]:
         """``ApprovalsService.pending``."""
@@ -828,14 +919,24 @@ class Runtime:
     # compatibility with code written against the Runtime
 
     async def start_session(self, agent: str, *, idempotency_key: str | None = None,
-                            traceparent: str | None = None) -> str:
+                            traceparent: str | None = None,
+                            webhooks: Sequence[WebhookSubscription] = ()) -> str:
         """``SessionsService.start``."""
         return await self.sessions.start(agent, idempotency_key=idempotency_key,
-                                         traceparent=traceparent)
+                                         traceparent=traceparent, webhooks=webhooks)
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
         """``SessionsService.get``."""
         return await self.sessions.get(session_id)
+
+    # questions: ``ask_user`` (``QuestionsService``) ----------------------------------------
+
+    async def answer_question(self, run_id: str, question_id: str, answer: str, *,
+                              answered_by: str) -> dict[str, Any]:
+        """``QuestionsService.answer``: the question answered, as JSON."""
+        record = await self.questions.answer(run_id, question_id, answer,
+                                             answered_by=answered_by)
+        return record.to_json()
 
     async def send_message(self, session_id: str, text: str, *,
                            idempotency_key: str | None = None,

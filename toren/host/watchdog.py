@@ -30,6 +30,15 @@ _LIBRARY_PATHS = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "pureli
 def describe_blocker(frame: FrameType | None) -> str:
     """What the loop thread is running: the async tool whose code is on its stack (with its
     run), else the innermost frame outside the standard library and installed packages."""
+    return find_blocker(frame)[0]
+
+
+def find_blocker(frame: FrameType | None) -> tuple[str, bool]:
+    """``(description, toren's own)``: ``describe_blocker``'s description, and whether the
+    code at fault is Toren's (the kernel or a ``toren_*`` plugin, e.g. ``build_server`` of
+    toren-mcp while ``toren dev`` starts) rather than an agent's tools or other user code. A
+    plugin installed in editable mode lives outside the installed packages, so its frames
+    would otherwise be taken for the user's."""
     tools = {id(tool.code): tool for tool in list(RUNNING_ASYNC_TOOLS.values()) if tool.code}
     innermost: FrameType | None = None
     walk = frame
@@ -38,14 +47,23 @@ def describe_blocker(frame: FrameType | None) -> str:
         if tool is not None:
             call = tool.context
             return (f"async tool {tool.name!r} (agent {call.agent}, run {call.run_id}, task "
-                    f"{call.task_id}) at {walk.f_code.co_filename}:{walk.f_lineno}")
+                    f"{call.task_id}) at {walk.f_code.co_filename}:{walk.f_lineno}", False)
         if innermost is None and not walk.f_code.co_filename.startswith(_LIBRARY_PATHS):
             innermost = walk
         walk = walk.f_back
     if innermost is not None:
-        return (f"{innermost.f_code.co_qualname} at {innermost.f_code.co_filename}:"
-                f"{innermost.f_lineno}")
-    return "code in a library (no frame of this program on the stack)"
+        return (f"{innermost.f_code.co_qualname} ({innermost.f_globals.get('__name__', '?')}) "
+                f"at {innermost.f_code.co_filename}:{innermost.f_lineno}",
+                is_toren_module(str(innermost.f_globals.get("__name__", ""))))
+    return "code in a library (no frame of this program on the stack)", False
+
+
+def is_toren_module(name: str) -> bool:
+    """Whether module ``name`` is Toren's: the kernel (``toren``) or a plugin package
+    (``toren_mcp``), not an agent's ``tools.py``/``workflow.py`` (``toren_crew_*``)."""
+    package = name.partition(".")[0]
+    return package == "toren" or (package.startswith("toren_")
+                                  and not package.startswith("toren_crew_"))
 
 
 class LoopWatchdog:
@@ -87,6 +105,7 @@ class LoopWatchdog:
 
     def _watch(self) -> None:
         blocked_since: float | None = None
+        ours = False  # whether the blockage under way is Toren's own code
         while not self._stopped.wait(self.threshold_s / 4):
             beat = self._beat
             lag = time.monotonic() - beat
@@ -98,12 +117,19 @@ class LoopWatchdog:
             if lag > self.threshold_s and blocked_since is None:
                 blocked_since = beat
                 self.blockages += 1
-                culprit = describe_blocker(sys._current_frames().get(self._loop_thread))
-                log.warning("the event loop has been blocked for %.1f s by %s: API requests, "
-                            "heartbeats (leases) and other runs wait meanwhile; blocking code "
-                            "belongs in a sync tool (def, not async def), which runs in a "
-                            "thread", lag, culprit)
+                culprit, own = find_blocker(sys._current_frames().get(self._loop_thread))
+                ours = own
+                if own:  # not the user's to fix: said for Toren's developers (INFO)
+                    log.info("the event loop has been blocked for %.1f s by Toren's own code, "
+                             "not an agent's tool: %s (a loaded machine slows start-up work "
+                             "such as building the HTTP app)", lag, culprit)
+                else:
+                    log.warning("the event loop has been blocked for %.1f s by %s: API "
+                                "requests, heartbeats (leases) and other runs wait meanwhile; "
+                                "blocking code belongs in a sync tool (def, not async def), "
+                                "which runs in a thread", lag, culprit)
             elif blocked_since is not None and beat > blocked_since:
-                log.warning("the event loop runs again after being blocked for %.1f s",
-                            beat - blocked_since)
+                log.log(logging.INFO if ours else logging.WARNING,
+                        "the event loop runs again after being blocked for %.1f s",
+                        beat - blocked_since)
                 blocked_since = None

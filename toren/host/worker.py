@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from toren.core import events as ev
 from toren.core.events import Event, NewEvent
+from toren.core.rate_limits import RateLimits
 from toren.core.runs import RunUpdate
 from toren.errors import LeaseLost, RunCancelled, RunVersionStale
 from toren.execution.orchestrator import tick_run
 from toren.execution.ports import AppendObserver, ExecutionPorts
+from toren.execution.rate_guard import RateLimiter
 from toren.execution.task import work_task
 from toren.execution.tool_threads import ToolThreads
 from toren.host.children import HostChildRuns
@@ -52,8 +54,14 @@ SIGN_OUT_TIMEOUT_S = 5.0
 #: Seconds between checks for live workers of other versions, and between repeated warnings.
 SKEW_CHECK_S = 30.0
 SKEW_RELOG_S = 300.0
+#: Seconds between a worker's deletions of audit entries past ``TOREN_AUDIT_RETENTION``.
+AUDIT_FORGET_EVERY_S = 3600.0
 #: Runs whose creation time and traceparent a tracing worker keeps for their root spans.
 RUN_TRACES_KEPT = 4096
+#: How many handlers waiting to take their stream a worker keeps in hand, in units of the
+#: handlers that may take theirs at once (TOREN_POOL_SIZE / 2): with a backlog of ready
+#: messages each claim takes a batch of them, not the few slots that just freed.
+CLAIM_AHEAD = 4
 
 class Worker:
     """Pollers, heartbeat and guardian for one process (started by the ``inprocess`` runtime)."""
@@ -83,6 +91,9 @@ class Worker:
         #: Creation time and traceparent of the runs this worker worked lately, as their
         #: leases carried them (tracing only): a root span ending here needs no read.
         self._run_traces: OrderedDict[str, tuple[datetime, str | None]] = OrderedDict()
+        #: The priority of runs worked here lately (those other than 0), as their claimed
+        #: messages carried it: the messages their appends hand to this worker carry it too.
+        self._run_priorities: OrderedDict[str, int] = OrderedDict()
         self.inflight: dict[int, asyncio.Task[None]] = {}
         #: The lease each in-flight message's handler holds (renewed by the heartbeat), until
         #: the handler's last append releases it.
@@ -96,12 +107,17 @@ class Worker:
         self._skew_checked = float("-inf")
         self._skew_logged = float("-inf")
         self._skewed = False
-        #: Handlers claimed but not yet past taking their stream (``acquire``): each needs a
-        #: pool connection for that, so at most ``_max_starting`` start at once. Claiming
-        #: 1,000 messages and starting them all together had 1,000 handlers queue for 10
-        #: connections; those that waited past TOREN_POOL_TIMEOUT failed (bench figure 9).
+        #: Handlers claimed but not yet past taking their stream (``acquire``). Taking it
+        #: needs a pool connection, so at most ``_max_starting`` handlers take theirs at once
+        #: (``_start_slots``): claiming 1,000 messages and starting them all together had
+        #: 1,000 handlers queue for 10 connections, and those that waited past
+        #: TOREN_POOL_TIMEOUT failed (bench figure 9). The claim keeps up to
+        #: ``_claim_ahead`` of them in hand, so that a backlog of ready messages is claimed
+        #: in batches while the slots stay busy, rather than a few at a time as slots free.
         self._starting: set[int] = set()
         self._max_starting = max(1, self.settings.pool_size // 2)
+        self._start_slots = asyncio.Semaphore(self._max_starting)
+        self._claim_ahead = CLAIM_AHEAD * self._max_starting
         self._start_done = asyncio.Event()
         #: Tool-source entries (MCP servers) this worker started, stopped on shutdown.
         self._tool_sources: list[ToolSourceEntry] = []
@@ -118,21 +134,33 @@ class Worker:
             crash_point=self.settings.crash_point,
             tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store,
             approvals=runtime.store, budgets=runtime.store, tool_state=runtime.store,
+            questions=runtime.store, read_stream=runtime.store.load_stream,
             text_delta=runtime.live.publish,
             children=HostChildRuns(runtime.store, self.settings, runtime.agents,
                                    runtime.tracer),
             session_notice=runtime.notify_channels,
             files=runtime.store, version_current=runtime.versions.current,
-            version_under_lease=runtime.versions.under_lease)
+            policies=runtime.plugins.policies,
+            version_under_lease=runtime.versions.under_lease,
+            rate_limits=RateLimiter(runtime.store, self.settings.rate_limits
+                                    or RateLimits({}, configured=False)))
         #: The ports for a message whose version was just resolved: no check under the lease.
         self._ports_resolved = dataclasses.replace(self.ports, version_under_lease=None)
+        self._lane_agents = runtime.lane_agents
+        self._served = frozenset(self._lane_agents)
 
     @property
     def agent_names(self) -> list[str]:
-        return list(self.runtime.agents)
+        """The agents whose messages this worker claims: the served agents of its lane
+        (``TOREN_LANE``; ``toren.host.lanes``)."""
+        return list(self._lane_agents)
 
     def info(self) -> dict[str, Any]:
-        return {"id": self.id, "version": __version__, "agents": self.agent_names}
+        return {"id": self.id, "version": __version__, "agents": self.agent_names,
+                "lane": self.settings.lane, "supervisor": self.settings.supervisor}
+
+    def _lane_specs(self) -> list[AgentSpec]:
+        return [self.runtime.agents[name] for name in self._lane_agents]
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -141,11 +169,11 @@ class Worker:
         # MCP servers and other tool sources: started now, so one that cannot start stops
         # the worker here, naming the agent and the server, rather than failing its runs
         self._tool_sources = await start_entries(
-            entry for agent in self.runtime.agents.values()
+            entry for agent in self._lane_specs()
             for entry in (*agent.tool_sources,
                           *(e for sub in agent.subagents.values() for e in sub.tool_sources)))
         await asyncio.to_thread(build_validators, [
-            tool for agent in self.runtime.agents.values() for tool in agent.all_tools])
+            tool for agent in self._lane_specs() for tool in agent.all_tools])
         if self.queue.reads_outbox:
             # the messages this worker's appends send are claimed for it by the append itself
             self.runtime.store.hand_off_to(self)
@@ -157,6 +185,9 @@ class Worker:
                                 name="toren-guardian"),
             asyncio.create_task(self._schedule_loop(), name="toren-schedules"),
         ]
+        if self.settings.audit_retention_s is not None:
+            self._loops.append(asyncio.create_task(
+                self._every(AUDIT_FORGET_EVERY_S, self._forget_audit), name="toren-audit"))
         if self.settings.archive_url is not None and self.runtime.archive.retentions():
             self._loops.append(asyncio.create_task(
                 self._every(self.settings.archive_interval_s, self._archive),
@@ -265,13 +296,13 @@ class Worker:
 
     async def _fire_schedules(self, interval: float) -> float:
         """Fire what is due; return seconds until the next look."""
-        until = await self.runtime.store.seconds_to_next_slot(self.agent_names)
+        until = await self.runtime.store.seconds_to_next_slot(list(self.runtime.agents))
         if until is not None and until <= 0:
             fired = await self.runtime.schedules.fire_due()
             for slot in fired:
                 log.info("schedule %s of %s fired slot %s (%s): run %s", slot.schedule,
                          slot.agent, slot.slot_at.isoformat(), slot.trigger, slot.run_id)
-            until = await self.runtime.store.seconds_to_next_slot(self.agent_names)
+            until = await self.runtime.store.seconds_to_next_slot(list(self.runtime.agents))
         return interval if until is None else min(interval, max(until, 0.0))
 
     async def _poll_loop(self) -> None:
@@ -304,10 +335,10 @@ class Worker:
             if returned:
                 log.info("handed back %d message(s) claimed by a claim whose answer was lost",
                          returned)
-        while len(self._starting) >= self._max_starting:
+        while len(self._starting) >= self._claim_ahead:
             self._start_done.clear()
             await self._start_done.wait()
-        room = min(free, self._max_starting - len(self._starting))
+        room = min(free, self._claim_ahead - len(self._starting))
         claimed, dead = await queue.claim(self.agent_names, self.id, room,
                                           self.settings.lease_ttl_s, self.settings.max_deliveries)
         for message in claimed:
@@ -319,6 +350,11 @@ class Worker:
     def _start(self, message: QueueMessage) -> None:
         """Start a handler for a message claimed for this worker."""
         self._starting.add(message.id)
+        if message.priority and message.run_id is not None:
+            self._run_priorities[message.run_id] = message.priority
+            self._run_priorities.move_to_end(message.run_id)
+            while len(self._run_priorities) > RUN_TRACES_KEPT:
+                self._run_priorities.popitem(last=False)
         task = asyncio.create_task(self._handle(message), name=f"toren-msg-{message.id}")
         self.inflight[message.id] = task
 
@@ -330,9 +366,13 @@ class Worker:
         is let go, so a handed message never waits for a lease its sender still holds) and
         none for another holder's append; none for an agent not served here or a stopping
         worker. A run created in this process (``holder`` ``None``) has the free slots."""
-        if self._stopping.is_set() or agent not in self.runtime.agents:
+        if self._stopping.is_set() or agent not in self._served:  # served: in its lane
             return 0
         if holder is None:
+            if self.runtime.agents[agent].concurrency is not None:
+                # a new run of a limited agent takes a slot only through the claim, which
+                # counts the slots (docs/guides/flow-control.md)
+                return 0
             return max(0, self.settings.concurrency - len(self.inflight))
         if not releasing or holder != self.id:
             return 0
@@ -342,7 +382,9 @@ class Worker:
         """Work the messages an append of this worker claimed for it, as if claimed."""
         for message in messages:
             if message.id not in self.inflight:
-                self._start(message)
+                # an append's messages are of its own run: they carry the run's priority
+                priority = self._run_priorities.get(message.run_id or "", message.priority)
+                self._start(dataclasses.replace(message, priority=priority))
 
     def handed_unknown(self) -> None:
         """An append's answer was lost: messages it may have claimed for this worker are
@@ -421,9 +463,10 @@ class Worker:
         lease), or is renewed (a live one, and the message comes back again)."""
         assert message.run_id is not None
         try:
-            found = await self.run_log.acquire_and_load(
-                message.agent, message.run_id, stream, self.id, self.settings.lease_ttl_s,
-                with_finished=with_finished)
+            async with self._start_slots:
+                found = await self.run_log.acquire_and_load(
+                    message.agent, message.run_id, stream, self.id, self.settings.lease_ttl_s,
+                    with_finished=with_finished)
         finally:
             self._started(message.id)
         if isinstance(found, LeaseBusy):
@@ -476,6 +519,17 @@ class Worker:
         catalog)."""
         for observer in self.observers:
             observer(agent, stream, first_seq, events)
+
+    async def _forget_audit(self) -> None:
+        """Delete audit entries older than ``TOREN_AUDIT_RETENTION`` (every worker may: the
+        delete is idempotent, and a small batch when there is little to do)."""
+        keep_s = self.settings.audit_retention_s
+        if keep_s is None:
+            return
+        forgotten = await self.runtime.audit.forget(keep_s)
+        if forgotten:
+            log.info("forgot %d audit entries older than %gs (TOREN_AUDIT_RETENTION)",
+                     forgotten, keep_s)
 
     async def _archive(self) -> None:
         """One archive pass (``Runtime.archive_runs``): every worker tries; the one that gets

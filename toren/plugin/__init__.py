@@ -26,6 +26,7 @@ from toren.errors import (
     AgentVersionMissing,
     ApprovalAlreadyDecided,
     ApprovalNotFound,
+    ApprovalStale,
     ArchiveMismatch,
     ArchiveNotConfigured,
     ArchiveUnavailable,
@@ -37,20 +38,29 @@ from toren.errors import (
     DatabaseUnavailable,
     DriverNotFound,
     ForkRefused,
+    InvalidAnswer,
+    InvalidApprovalArguments,
+    InvalidFlowControl,
     InvalidForkOverride,
     InvalidForkStep,
+    InvalidWebhook,
     LeaseLost,
     MigrationError,
     MissingEnvError,
+    NoDatabase,
     NonDeterminismError,
     NotAnApprover,
     PairingNotFound,
     PluginError,
     PluginNotInstalled,
     PluginUnavailable,
+    PolicyRejected,
     ProviderError,
+    QuestionAlreadyAnswered,
+    QuestionNotFound,
     RestoreConflict,
     RunCancelled,
+    RunFinishedError,
     RunNotFound,
     RunNotUpgradable,
     RunVersionStale,
@@ -59,15 +69,15 @@ from toren.errors import (
     SessionBusy,
     SessionEnded,
     SessionNotFound,
+    SignalTimeout,
+    SignalTooLarge,
     ToolError,
     TorenError,
     UnstorableValue,
+    WebhookSignatureError,
 )
-from toren.execution.context import ToolCallContext, current_tool_call
+from toren.execution.context import ToolCallContext, current_tool_call, wait_for_signal
 from toren.files import DOCX, PDF, XLSX
-from toren.host.chat import COMMON_SETTINGS, ChatBot, ChatChannel
-from toren.host.chat.downloads import read_at_most
-from toren.host.chat.webhooks import WebhookBodyError, webhook_json
 from toren.regular_files import NotARegularFile, kind_of, open_regular, read_regular
 from toren.seams.channels import Channel, ChannelContext
 from toren.seams.hookspecs import HOOK_NAMES, hookimpl
@@ -91,6 +101,18 @@ from toren.seams.model import (
     pdf_pages,
 )
 from toren.seams.plugin_api import API_ATTRIBUTE, PluginRuntime
+from toren.seams.policies import (
+    ModelResponseView,
+    PolicyRef,
+    ProposedToolCall,
+    ResponseDecision,
+    RunStart,
+    RunStartDecision,
+    ToolCallDecision,
+    ToolCallResult,
+    ToolResultDecision,
+)
+from toren.seams.routes import AUTHENTICATED, route_scope
 from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
 from toren.seams.tool_sources import SourcedTool, ToolSource, ToolSourceEntry
 from toren.seams.tools import ToolFile, ToolResult, tool
@@ -99,11 +121,19 @@ from toren.version import __version__
 
 if TYPE_CHECKING:
     from toren.client import TorenClient, TorenUnreachable, check_id
+    from toren.host.chat import COMMON_SETTINGS, ChatBot, ChatChannel
+    from toren.host.chat.downloads import read_at_most
+    from toren.host.chat.webhooks import WebhookBodyError, webhook_json
 
-#: Names imported when first used: they pull in aiohttp's client, which a tool plugin's
-#: import (every CLI command loads plugins) should not pay for.
+#: Names imported when first used: they pull in aiohttp (the client; the chat channels' host
+#: side), which a tool plugin's import (every CLI command loads plugins, `toren --help` too)
+#: should not pay for.
 _LAZY = {"TorenClient": "toren.client", "TorenUnreachable": "toren.client",
-         "check_id": "toren.client"}
+         "check_id": "toren.client", "COMMON_SETTINGS": "toren.host.chat",
+         "ChatBot": "toren.host.chat", "ChatChannel": "toren.host.chat",
+         "read_at_most": "toren.host.chat.downloads",
+         "WebhookBodyError": "toren.host.chat.webhooks",
+         "webhook_json": "toren.host.chat.webhooks"}
 
 
 def __getattr__(name: str) -> Any:
@@ -118,6 +148,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "API_ATTRIBUTE",
     "API_VERSION",
+    "AUTHENTICATED",
     "COMMON_SETTINGS",
     "DOCX",
     "HOOK_NAMES",
@@ -132,6 +163,7 @@ __all__ = [
     "ApprovalAlreadyDecided",
     "ApprovalNotFound",
     "ApprovalRecord",
+    "ApprovalStale",
     "ArchiveMismatch",
     "ArchiveNotConfigured",
     "ArchiveUnavailable",
@@ -151,8 +183,12 @@ __all__ = [
     "DatabaseUnavailable",
     "DriverNotFound",
     "ForkRefused",
+    "InvalidAnswer",
+    "InvalidApprovalArguments",
+    "InvalidFlowControl",
     "InvalidForkOverride",
     "InvalidForkStep",
+    "InvalidWebhook",
     "LeaseLost",
     "Message",
     "MigrationError",
@@ -161,6 +197,8 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "ModelResponseView",
+    "NoDatabase",
     "NonDeterminismError",
     "NotARegularFile",
     "NotAnApprover",
@@ -170,13 +208,22 @@ __all__ = [
     "PluginNotInstalled",
     "PluginRuntime",
     "PluginUnavailable",
+    "PolicyRef",
+    "PolicyRejected",
     "Pricing",
+    "ProposedToolCall",
     "ProviderError",
+    "QuestionAlreadyAnswered",
+    "QuestionNotFound",
+    "ResponseDecision",
     "RestoreConflict",
     "RunCancelled",
+    "RunFinishedError",
     "RunNotFound",
     "RunNotUpgradable",
     "RunRecord",
+    "RunStart",
+    "RunStartDecision",
     "RunVersionStale",
     "ScheduleNotFound",
     "ScheduleRemoved",
@@ -184,13 +231,18 @@ __all__ = [
     "SessionEnded",
     "SessionNotFound",
     "Settings",
+    "SignalTimeout",
+    "SignalTooLarge",
     "SourcedTool",
     "StopReason",
     "ToolCall",
     "ToolCallContext",
+    "ToolCallDecision",
+    "ToolCallResult",
     "ToolError",
     "ToolFile",
     "ToolResult",
+    "ToolResultDecision",
     "ToolSource",
     "ToolSourceEntry",
     "ToolSpec",
@@ -200,6 +252,7 @@ __all__ = [
     "UnstorableValue",
     "Usage",
     "WebhookBodyError",
+    "WebhookSignatureError",
     "__version__",
     "check_id",
     "current_tool_call",
@@ -212,9 +265,11 @@ __all__ = [
     "positive_number",
     "read_at_most",
     "read_regular",
+    "route_scope",
     "split_text",
     "storable_text",
     "switch",
     "tool",
+    "wait_for_signal",
     "webhook_json",
 ]

@@ -9,7 +9,8 @@ A store driver implements the interfaces below (``Store`` is all of them) and pr
 
 from toren.agents import schema_name_for
 from toren.core import events
-from toren.core.approvals import ApprovalRecord
+from toren.core.approvals import ApprovalRecord, arguments_digest
+from toren.core.audit import AuditEntry, AuditQuery, AuditRecord
 from toren.core.budgets import (
     BudgetDecision,
     BudgetRequest,
@@ -17,7 +18,8 @@ from toren.core.budgets import (
     BudgetSpend,
     decide_reservation,
 )
-from toren.core.events import ApprovalRequested, Event, NewEvent
+from toren.core.events import ApprovalRequested, Event, NewEvent, QuestionAsked
+from toren.core.questions import QuestionRecord
 from toren.core.retention import ArchiveDigest, record_from_row, run_row
 from toren.core.runs import KEEP, ChildLink, RunRecord, RunUpdate
 from toren.core.schedules import RECENT_FIRES, ScheduleRecord, ScheduleSpec, due_slots, next_slot
@@ -35,6 +37,8 @@ from toren.files import (
 from toren.host.worker import Worker
 from toren.keys import (
     ApiKey,
+    KeyNameTaken,
+    check_key_grant,
     check_key_name,
     generate_key,
     hash_secret,
@@ -56,6 +60,7 @@ from toren.seams.shapes import (
 from toren.seams.store import (
     AgentVersionStore,
     ApprovalStore,
+    AuditStore,
     BudgetLedger,
     ChannelChats,
     ChannelInbox,
@@ -70,10 +75,12 @@ from toren.seams.store import (
     Migrator,
     Outbox,
     PromptStore,
+    QuestionStore,
     RunArchiveIndex,
     RunLog,
     RunReader,
     ScheduleStore,
+    SignalLog,
     Store,
     StoreLifecycle,
     ToolManifest,
@@ -82,24 +89,43 @@ from toren.seams.store import (
     WorkerRegistry,
 )
 from toren.seams.store.fleet import FleetGauges, FleetReader, QueueGauge, RunInFlight
+from toren.seams.store.rate_limits import (
+    BucketState,
+    RateDecision,
+    RateLimitStore,
+    RateRequest,
+    RateSettlement,
+)
 from toren.seams.store.schedules import FiredSlot, RunFactory, SlotToFire
+from toren.seams.store.webhooks import (
+    AttemptOutcome,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookDeliveryRecord,
+    WebhookStore,
+)
 from toren.seams.telemetry import Tracer, trace_ids, traceparent_ids
 from toren.seams.worker_runtime import WorkerRuntime
 
 __all__ = [
     "CHUNK_BYTES", "KEEP", "RECENT_FIRES", "AgentSchema", "AgentVersion", "AgentVersionStore",
     "ApiKey", "ApprovalRecord", "ApprovalRequested", "ApprovalStore", "ArchiveBackend",
-    "ArchiveDigest", "BudgetDecision", "BudgetLedger", "BudgetRequest", "BudgetScope",
+    "ArchiveDigest", "AttemptOutcome", "AuditEntry", "AuditQuery", "AuditRecord", "AuditStore",
+    "BucketState", "BudgetDecision", "BudgetLedger", "BudgetRequest", "BudgetScope",
     "BudgetSpend", "ChannelChats", "ChannelInbox", "ChannelOutbox", "ChildLink", "Event",
     "FileContent", "FileStore", "FiredSlot", "FleetGauges", "FleetReader", "ForkStore",
-    "Guardian", "KeyStore", "Lease", "LeaseBusy", "LiveText", "ManifestSeqTaken",
+    "Guardian", "KeyNameTaken", "KeyStore", "Lease", "LeaseBusy", "LiveText", "ManifestSeqTaken",
     "MessageHandOff", "Migration", "Migrator", "NewEvent", "Outbox", "OutboxEntry",
-    "OutgoingMessage", "PromptStore", "Queue", "QueueGauge", "QueueMessage", "RunArchiveIndex",
+    "OutgoingMessage", "PromptStore", "QuestionAsked", "QuestionRecord", "QuestionStore",
+    "Queue", "QueueGauge", "QueueMessage", "RateDecision", "RateLimitStore", "RateRequest",
+    "RateSettlement", "RunArchiveIndex",
     "RunFactory", "RunInFlight", "RunLog", "RunReader", "RunRecord", "RunUpdate",
-    "ScheduleRecord", "ScheduleSpec", "ScheduleStore", "SecretSource", "SlotToFire",
+    "ScheduleRecord", "ScheduleSpec", "ScheduleStore", "SecretSource", "SignalLog", "SlotToFire",
     "StorageQuotaExceeded", "Store", "StoreLifecycle", "StoredFile", "ToolManifest",
-    "ToolStateStore", "Tracer", "VersionSummary", "Worker", "WorkerRegistry", "WorkerRuntime",
-    "check_key_name", "content_chunks", "content_size", "decide_reservation", "due_slots",
+    "ToolStateStore", "Tracer", "VersionSummary", "WebhookAttempt", "WebhookDelivery",
+    "WebhookDeliveryRecord", "WebhookStore", "Worker", "WorkerRegistry", "WorkerRuntime",
+    "arguments_digest", "check_key_grant", "check_key_name", "content_chunks", "content_size",
+    "decide_reservation", "due_slots",
     "events", "generate_key", "hash_secret", "next_slot", "parse_file_id", "parse_key",
     "parse_key_reference", "record_from_row", "run_row", "schema_name_for",
     "storage_quota_message", "trace_ids", "traceparent_ids",

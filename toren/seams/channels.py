@@ -105,10 +105,13 @@ class ChannelContext(Protocol):
     async def get_approval(self, approval_id: str) -> ApprovalRecord:
         """One approval; ``ApprovalNotFound``."""
 
-    async def decide_approval(self, approval_id: str, outcome: str, *,
-                              decided_by: str) -> ApprovalRecord:
-        """Approve or deny (``outcome``) as ``decided_by`` (``<channel>:<user id>``);
-        ``ApprovalNotFound``, ``ApprovalAlreadyDecided``, ``NotAnApprover``."""
+    async def decide_approval(self, approval_id: str, outcome: str, *, decided_by: str,
+                              digest: str | None = None,
+                              scope: str = "call") -> ApprovalRecord:
+        """Approve or deny (``outcome``) as ``decided_by`` (``<channel>:<user id>``), on the
+        arguments of ``digest`` (the approval's ``digest`` the chat showed; another is
+        ``ApprovalStale``); ``scope="run"`` approves always. ``ApprovalNotFound``,
+        ``ApprovalAlreadyDecided``, ``NotAnApprover``."""
 
 
 class Channel(abc.ABC):

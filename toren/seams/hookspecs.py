@@ -1,7 +1,9 @@
 """Toren's plugin hooks: what a plugin (entry-point group ``toren``) may register.
 
-Every hook receives a ``register`` callback (or the object to extend) and is called once per
-process by ``toren.seams.plugins.PluginHost`` when plugins are loaded, before any agent is loaded.
+Every ``register_*`` hook receives a ``register`` callback (or the object to extend) and is
+called once per process by ``toren.seams.plugins.PluginHost`` when plugins are loaded, before
+any agent is loaded. The policy hooks (``before_*``, ``after_*``) are asked per run, tool call
+and model response, of the plugins an agent lists under ``policies:``.
 Plugins import what the hooks hand them, and everything else they use, from ``toren.plugin``
 (plugin API v1, docs/reference/plugins.md).
 Hooks are synchronous; what they register has async methods. Call hooks with keyword
@@ -11,7 +13,7 @@ arguments only; a hook implementation may accept fewer arguments than the spec n
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -22,6 +24,16 @@ if TYPE_CHECKING:
     from toren.seams.channels import Channel
     from toren.seams.model import ModelProvider
     from toren.seams.plugin_api import PluginRuntime
+    from toren.seams.policies import (
+        ModelResponseView,
+        ProposedToolCall,
+        ResponseDecision,
+        RunStart,
+        RunStartDecision,
+        ToolCallDecision,
+        ToolCallResult,
+        ToolResultDecision,
+    )
     from toren.seams.tool_sources import ToolSource
 
 hookspec = pluggy.HookspecMarker("toren")
@@ -129,16 +141,86 @@ def register_routes(app: web.Application, runtime: PluginRuntime) -> None:
     Unlike a channel's webhooks, these routes are part of the API: the same API keys
     (``Authorization: Bearer``) and browser guard apply to them as to ``/runs``. A route
     that is already taken (by the API or another plugin) is an error naming the plugin.
-    For routes per agent that authenticate their caller themselves, use
+    Wrap a handler in ``toren.plugin.route_scope(scope)`` to say which API-key scope it
+    needs (plugin API 1.4); without it, only a key holding every scope (``admin``) may call
+    it. For routes per agent that authenticate their caller themselves, use
     ``Channel.routes`` instead.
     """
 
 
+# -------------------------------------------------------------------------
+# Policies (plugin API 1.3): asked of the plugins an agent lists under policies:, in that
+# order, for every run of that agent; never of a plugin the agent does not list. A hook may
+# be a plain function (keep it quick: it runs on the worker's event loop) or ``async def``
+# (one that takes longer than 30 s fails closed).
+# Returning None means no objection. A hook that raises or answers with another type fails
+# closed (deny, block, reject, or the result withheld) with a reason naming the plugin.
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def before_run_start(run: RunStart, settings: dict[str, Any]) -> RunStartDecision | None:
+    """Allow or reject a run before it is created, or a session's next message before it is
+    taken.
+
+    Called by ``Runtime.start_run`` (``toren run``, ``POST /runs``, the client, schedules are
+    not asked) and by ``SessionsService.send`` for each message of a session (``toren chat``,
+    ``POST /sessions/{id}/messages``, chat channels, MCP; ``run.session_id`` set, ``run.input``
+    the message's text), for an agent that lists the plugin under ``policies:``, before
+    anything is written; ``settings`` are the agent's settings for the plugin. Return
+    ``RunStartDecision.reject(reason)`` to refuse: the caller gets ``PolicyRejected`` (HTTP
+    403, code ``policy_rejected``) with the reason, and nothing is created or taken.
+    """
+
+
+@hookspec
+def before_tool_call(call: ProposedToolCall,
+                     settings: dict[str, Any]) -> ToolCallDecision | None:
+    """Decide a tool call the model made before it starts.
+
+    Called by the task loop once per call, after the model's response is in the log and the
+    call's arguments passed the tool's schema, for an agent that lists the plugin under
+    ``policies:``. Return ``ToolCallDecision.allow()``, ``.deny(reason)`` (the model reads the
+    reason as the call's result), ``.require_approval(reason)`` (a person decides first) or
+    ``.rewrite(arguments, reason)``. The decision is recorded (``PolicyDecided``) with the
+    call's start, so a resumed task never asks again.
+    """
+
+
+@hookspec
+def after_model_response(response: ModelResponseView,
+                         settings: dict[str, Any]) -> ResponseDecision | None:
+    """Keep, redact or block a model's response before it is acted on.
+
+    Called by the task loop once per model response (not for compaction summaries), after the
+    response is in the log and before its tool calls are decided, for an agent that lists the
+    plugin under ``policies:``. ``ResponseDecision.redact(text)`` replaces the text later model
+    calls, the task's output and the transcript see (the log keeps the original for audit);
+    ``.block(reason)`` ends the task with the error ``policy_blocked``.
+    """
+
+
+@hookspec
+def after_tool_call(result: ToolCallResult,
+                    settings: dict[str, Any]) -> ToolResultDecision | None:
+    """Keep or redact a tool's result before it is recorded.
+
+    Called by the task loop once per tool call that ran (peer calls and calls that did not
+    run are not asked), before the result is appended, for an agent that lists the plugin
+    under ``policies:``. ``ToolResultDecision.redact(text)`` records, and shows the model,
+    ``text`` instead: the original never reaches the log.
+    """
+
+
+#: Every hook, in the order declared here (pluggy marks each spec with ``toren_spec``).
 HOOK_NAMES: tuple[str, ...] = tuple(
     name for name, value in dict(globals()).items()
-    if name.startswith("register_") and callable(value)
+    if callable(value) and hasattr(value, "toren_spec")
 )
+#: The policy hooks (``toren.seams.policies`` asks them), in the order a run meets them.
+POLICY_HOOK_NAMES: tuple[str, ...] = tuple(
+    name for name in HOOK_NAMES if not name.startswith("register_"))
 
-__all__ = ["HOOK_NAMES", "hookimpl", "hookspec"]
+__all__ = ["HOOK_NAMES", "POLICY_HOOK_NAMES", "hookimpl", "hookspec"]
 
 

@@ -60,6 +60,11 @@ class Model(abc.ABC):
     #: at load. The host reads it when a run or message brings files; the task loop before
     #: each call, so a fallback model that cannot see them reads the note instead.
     input_types: frozenset[str] = frozenset()
+    #: The environment variable (or secret) the model's API key is read from, e.g.
+    #: ``ANTHROPIC_API_KEY``: rate-limit buckets named ``key:<VAR>`` apply to its calls, and a
+    #: 429 pauses that bucket for the whole fleet (docs/guides/flow-control.md). ``None``: the
+    #: model takes no key (offline models).
+    key_env: str | None = None
 
     @abc.abstractmethod
     async def complete(self, request: ModelRequest) -> ModelResponse:

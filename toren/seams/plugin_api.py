@@ -74,8 +74,12 @@ class PluginRuntime(Protocol):
         """One approval; ``ApprovalNotFound``."""
 
     async def decide_approval(self, approval_id: str, outcome: str, *, decided_by: str,
-                              reason: str | None = None) -> ApprovalRecord:
-        """Approve or deny a pending approval as ``decided_by``."""
+                              reason: str | None = None, digest: str | None = None,
+                              scope: str = "call", arguments: dict[str, Any] | None = None,
+                              answer: str | None = None) -> ApprovalRecord:
+        """Decide a pending approval as ``decided_by``: ``approved`` (``scope="run"``:
+        approve always), ``denied``, ``edited`` with ``arguments`` or ``answered`` with
+        ``answer``; ``digest``, when given, must be the approval's (``ApprovalStale``)."""
 
 
 def declared_api_range(module: ModuleType) -> str | None:

@@ -18,6 +18,7 @@ from toren.seams import hookspecs
 from toren.seams.channels import Channel
 from toren.seams.model import ModelProvider
 from toren.seams.plugin_api import PluginRuntime, check_plugin_api, declared_api_range
+from toren.seams.policies import PolicyHooks
 from toren.seams.tool_sources import ToolSource
 from toren.seams.tools import Tool, tool_from_function
 
@@ -67,7 +68,8 @@ class PluginHost:
     ``providers``, ``tools`` and ``channels``.
     """
 
-    def __init__(self, load: Iterable[str] | None = None, *, entry_points: bool = True) -> None:
+    def __init__(self, load: Iterable[str] | None = None, *, entry_points: bool = True,
+                 collect: bool = True) -> None:
         self.pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
         self.pm.add_hookspecs(hookspecs)
         self.info: dict[str, PluginInfo] = {}
@@ -79,6 +81,8 @@ class PluginHost:
         #: Tool sources by the agent.yaml key they read (``register_tool_sources``).
         self.tool_sources: dict[str, ToolSource] = {}
         self._owner: dict[tuple[str, str], str] = {}
+        #: Asks the policy hooks of the plugins an agent lists under ``policies:``.
+        self.policies = PolicyHooks(self.pm.hook)
         #: plugins were named (TOREN_LOAD_PLUGINS): one that cannot register is a warning
         self._chosen = load is not None
         for name, module_name in DEFAULT_PLUGINS.items():
@@ -87,7 +91,8 @@ class PluginHost:
         if entry_points:
             self._load_entry_points(None if load is None else set(load))
         self._check_pending()
-        self._collect()
+        if collect:  # the CLI's commands need no registry (``add_commands``): start-up time
+            self._collect()
 
     def add_plugin(self, plugin: Any, name: str, *, distribution: str = "(in-process)") -> None:
         """Register an object or module with hook implementations after loading.

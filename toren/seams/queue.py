@@ -32,6 +32,13 @@ class Queue(abc.ABC):
     #: ``ack`` after the append that ends its work has committed.
     reads_outbox: ClassVar[bool] = False
 
+    #: ``True`` when the claim honours flow control (docs/guides/flow-control.md): each
+    #: agent's ``concurrency:`` limit as registered in the store, and run priority with aging
+    #: (``QueueMessage.priority``, ``TOREN_PRIORITY_AGING_S``). The runtime refuses to start
+    #: a queue without it for an agent that sets ``concurrency:`` or ``priority:``, naming
+    #: the file and field, rather than ignore them.
+    flow_control: ClassVar[bool] = False
+
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings = settings
         self.store = store
@@ -109,7 +116,9 @@ class Queue(abc.ABC):
 
     async def depth(self, agents: Sequence[str]) -> dict[str, dict[str, int]] | None:
         """Messages per agent: ``ready`` (claimable now), ``in_flight`` (claimed by a worker)
-        and ``delayed`` (retries and wake-ups not due yet); ``None`` when the queue cannot
-        count them cheaply. ``GET /healthz`` shows it to trusted callers (the console's
-        fleet page); the default says nothing."""
+        and ``delayed`` (retries and wake-ups not due yet), and for a queue with
+        ``flow_control`` ``waiting_concurrency`` (of the ready ones, those held back by the
+        agent's concurrency limit); ``None`` when the queue cannot count them cheaply.
+        ``GET /healthz`` shows it to trusted callers (the console's fleet page); the default
+        says nothing."""
         return None

@@ -80,6 +80,10 @@ class QueueMessage:
     attempts: int
     #: Seconds the message waited in the queue since it became due, if the queue knows.
     waited_s: float | None = None
+    #: Its run's priority (``POST /runs`` ``priority``, or the agent's ``priority:``; 0 by
+    #: default), as the queue knows it: work of a higher priority is served first, here and
+    #: by whatever else orders waiters (docs/guides/flow-control.md).
+    priority: int = 0
 
 
 @dataclass(frozen=True)

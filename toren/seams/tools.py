@@ -84,6 +84,14 @@ class Tool:
         return ToolSpec(self.name, self.description, self.parameters)
 
     @cached_property
+    def plainly_valid(self) -> Callable[[Any], bool]:
+        """Whether arguments certainly match ``parameters``, told without jsonschema for the
+        schemas Toren makes from signatures (an object of typed properties); ``False`` means
+        "ask ``validator``", never "invalid". jsonschema's walk of even one string argument
+        was about 65 Python calls, on every tool call."""
+        return plain_arguments_check(self.parameters)
+
+    @cached_property
     def validator(self) -> jsonschema.protocols.Validator:
         """Checks arguments from the model against ``parameters`` (built once: it is hot)."""
         import jsonschema  # ~0.15 s to import: only validation needs it, not every toren command
@@ -121,6 +129,94 @@ class ToolResult:
     is_error: bool = False
 
 
+#: The Python classes that are each JSON Schema type (exactly: ``bool`` is no ``integer``,
+#: and a float with an integral value, which jsonschema counts as one, is left to it).
+_PLAIN_TYPES: dict[str, frozenset[type]] = {
+    "string": frozenset({str}), "integer": frozenset({int}), "number": frozenset({int, float}),
+    "boolean": frozenset({bool}), "null": frozenset({type(None)}), "array": frozenset({list}),
+    "object": frozenset({dict}),
+}
+#: Keywords that annotate a schema without constraining what it accepts.
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment"})
+
+
+def _plain_classes(schema: Any) -> frozenset[type] | Literal[False] | None:
+    """The Python classes a property's schema accepts, ``None`` for any value, ``False`` when
+    it says more than a type: ``{}``, ``{"type": T or [T, ...]}``, an object open to any
+    properties, or ``anyOf`` of those (``Optional[int]``), with annotations."""
+    if not isinstance(schema, dict):
+        return False
+    keys = set(schema) - _ANNOTATIONS
+    if not keys:
+        return None  # any value
+    if keys == {"anyOf"} and isinstance(schema["anyOf"], list) and schema["anyOf"]:
+        options = [_plain_classes(option) for option in schema["anyOf"]]
+        if any(option is False for option in options):
+            return False
+        if any(option is None for option in options):
+            return None
+        return frozenset().union(*options)  # type: ignore[arg-type]
+    extra = schema.get("additionalProperties", True)
+    if schema.get("type") == "object" and (extra is True or extra == {}):
+        keys -= {"additionalProperties"}  # an object open to anything: as plain "object"
+    if keys != {"type"}:
+        return False
+    kinds = schema["type"]
+    names = [kinds] if isinstance(kinds, str) else kinds
+    if not isinstance(names, list) or not names or any(
+            not isinstance(kind, str) or kind not in _PLAIN_TYPES for kind in names):
+        return False
+    return frozenset().union(*(_PLAIN_TYPES[kind] for kind in names))
+
+
+
+def plain_arguments_check(schema: Any) -> Callable[[Any], bool]:
+    """``Tool.plainly_valid`` for ``schema``: a check that answers ``True`` only for arguments
+    the schema certainly accepts. It reads an object schema whose properties are ``{}`` or
+    only a ``type`` (one name or a list) with annotations; anything else, in the schema or
+    in the arguments (a float for an ``integer``, a class JSON does not make), answers
+    ``False`` and is left to jsonschema."""
+
+    def unsure(arguments: Any) -> bool:
+        return False
+
+    if not isinstance(schema, dict) or schema.get("type") != "object" or not set(schema) <= {
+            "type", "properties", "required", "additionalProperties", *_ANNOTATIONS}:
+        return unsure
+    properties: dict[str, frozenset[type] | None] = {}
+    declared = schema.get("properties") or {}
+    if not isinstance(declared, dict):
+        return unsure
+    for name, prop in declared.items():
+        accepted = _plain_classes(prop)
+        if accepted is False:
+            return unsure
+        properties[name] = accepted
+    names_required = schema.get("required") or []
+    extra = schema.get("additionalProperties", True)
+    if (not isinstance(names_required, list)
+            or not all(isinstance(name, str) for name in names_required)
+            or (extra is not True and extra is not False)):
+        return unsure
+    required = frozenset(names_required)
+    others_allowed = extra is True
+
+    def check(arguments: Any) -> bool:
+        # attribute reads, set and dict operators: no Python call per argument
+        if arguments.__class__ is not dict or not required <= arguments.keys():
+            return False
+        for name, value in arguments.items():
+            if name in properties:
+                accepted = properties[name]
+                if accepted is not None and value.__class__ not in accepted:
+                    return False
+            elif not others_allowed:
+                return False
+        return True
+
+    return check
+
+
 def build_validators(tools: Iterable[Tool]) -> None:
     """Build each tool's ``validator`` now. A worker calls this once as it starts, in a thread:
     the first call of a tool then neither imports jsonschema (~0.15 s, which would stall every
@@ -129,7 +225,8 @@ def build_validators(tools: Iterable[Tool]) -> None:
     where the task reports it, rather than stop the worker from starting."""
     for each in tools:
         with contextlib.suppress(Exception):
-            each.validator  # noqa: B018 (a cached property: read to build it)
+            each.plainly_valid  # noqa: B018 (cached properties: read to build them)
+            each.validator  # noqa: B018
 
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])

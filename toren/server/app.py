@@ -17,17 +17,22 @@ from toren.server import (
     console,
     files,
     forks,
+    me,
     observability,
+    questions,
     runs,
     schedules,
     sessions,
+    signals,
     versions,
 )
 from toren.server import archive as archive_routes
+from toren.server import audit as audit_routes
 from toren.server.auth import auth_middleware
 from toren.server.context import PUBLIC_DEADLINE, RUNTIME, TRUSTED
 from toren.server.errors import RETRY_AFTER_S, error_middleware, json_error
 from toren.server.guard import allowed_host_names, browser_guard_middleware
+from toren.server.scopes import scope_middleware
 from toren.server.streams import STREAMS, StreamHub
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,9 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
                ) -> web.Application:
     """The HTTP API for ``runtime`` (which the caller starts and stops).
 
+    Each route needs the scope ``toren.server.scopes.ROUTE_SCOPES`` names; a key limited to
+    some agents sees and touches only theirs.
+
     With ``require_keys`` every route but ``/healthz`` and ``/openapi.json`` needs
     ``Authorization: Bearer <key>`` (``toren.server.auth.keys_required`` decides). Without,
     only requests for ``bound_host``, loopback names and ``allowed_hosts`` that no page on
@@ -50,10 +58,12 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     guard = browser_guard_middleware(keys_required=require_keys,
                                      allowed_hosts=allowed_host_names(bound_host, allowed_hosts))
     app = web.Application(
-        middlewares=[error_middleware, guard,
+        # the audit trail's outermost: it records what every other one answered
+        middlewares=[audit_routes.audit_middleware, error_middleware, guard,
                      auth_middleware(runtime.keys.verify, enabled=require_keys,
                                      public_paths=observability.public_paths(runtime.settings),
-                                     public_timeout_s=runtime.settings.pool_timeout_s)],
+                                     public_timeout_s=runtime.settings.pool_timeout_s),
+                     scope_middleware()],
         client_max_size=MAX_BODY_BYTES)
     app[RUNTIME] = runtime
     app[STREAMS] = StreamHub(runtime.runs.reader, runtime.live,
@@ -66,14 +76,18 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/agents", list_agents)
     app.router.add_get("/agents/{name}", get_agent)
+    me.routes(app)
     runs.routes(app)
+    signals.routes(app)
     sessions.routes(app)
     files.routes(app)
     approvals.routes(app)
+    questions.routes(app)
     schedules.routes(app)
     forks.routes(app)
     versions.routes(app)
     archive_routes.routes(app)
+    audit_routes.routes(app)
     console.routes(app)
     for channel in runtime.listed_channels():  # webhooks of chat apps (docs/channels/)
         channel.routes(app, runtime.channel_context)
@@ -114,7 +128,9 @@ async def healthz(request: web.Request) -> web.Response:
         workers.append({"id": row["id"], "version": row["version"],
                         "agents": list(row["agents"]), "hostname": row["hostname"],
                         "pid": row["pid"], "started_at": row["started_at"].isoformat(),
-                        "last_heartbeat": row["heartbeat_at"].isoformat()})
+                        "last_heartbeat": row["heartbeat_at"].isoformat(),
+                        "lane": row.get("lane") or "all",
+                        "supervisor": row.get("supervisor")})
     versions = sorted({str(worker["version"]) for worker in workers})
     healthy = bool(database.get("reachable"))
     body: dict[str, object] = {"status": "ok" if healthy else "degraded",
@@ -155,7 +171,7 @@ async def index(request: web.Request) -> web.Response:
         "console": "/",
         "message": "This is a Toren API server. The API is described at /openapi.json; "
                    "requests other than these need Authorization: Bearer <key> when keys "
-                   "are required (see docs/guides/http-api.md).",
+                   "are required (see docs/channels/http-api.md).",
     })
 
 

@@ -14,6 +14,7 @@ from typing import Literal
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from toren.core.actors import ANONYMOUS, Actor
 from toren.errors import DatabaseUnavailable
 from toren.host.services import KeysService
 from toren.keys import ApiKey, NoApiKeys
@@ -43,6 +44,13 @@ CACHE_TTL_S = 5.0
 API_KEY = web.RequestKey("api_key", ApiKey)
 
 Command = Literal["dev", "serve"]
+
+
+def request_actor(request: web.Request) -> Actor:
+    """Who made ``request``: its key's actor, or ``ANONYMOUS`` when keys are not required
+    (records show ``actor.label``: the key's name and id)."""
+    key = request.get(API_KEY)
+    return Actor.of_key(key) if key is not None else ANONYMOUS
 
 
 def is_loopback(host: str) -> bool:
@@ -152,7 +160,8 @@ class KeyCheck:
     async def still_active(self) -> bool:
         """Whether the key is still active; raises what the store raises when it cannot
         tell (the database is unreachable)."""
-        return await self._cache.verify(self._token) is not None
+        key = await self._cache.verify(self._token)
+        return key is not None and not key.expired
 
 
 #: How to re-check the request's key (absent when keys are not required).
@@ -207,6 +216,8 @@ def auth_middleware(verify: VerifyKey, *, enabled: bool = True,
         if public:
             # a key is optional here: a valid one shows what only operators should see
             key = await optional_key(header, request[PUBLIC_DEADLINE]) if header else None
+            if key is not None and key.expired:
+                key = None
             if key is not None:
                 request[API_KEY] = key
             request[TRUSTED] = key is not None
@@ -218,10 +229,12 @@ def auth_middleware(verify: VerifyKey, *, enabled: bool = True,
         if scheme.lower() != "bearer" or not token.strip():
             return unauthorized("the Authorization header must be `Bearer <key>`")
         key = await cache.verify(token.strip())
-        if key is None:
-            log.info("rejected an invalid or revoked API key for %s %s", request.method,
-                     request.path)
-            return unauthorized("the API key is not valid: it is unknown, malformed or revoked")
+        if key is None or key.expired:  # a cached key may pass its expiry within the TTL
+            log.info("rejected an invalid, revoked or expired API key for %s %s",
+                     request.method, request.path)
+            # one message for all: an unauthenticated caller learns nothing of which it was
+            return unauthorized("the API key is not valid: it is unknown, malformed, revoked "
+                                "or expired")
         request[API_KEY] = key
         request[TRUSTED] = True
         request[KEY_CHECK] = KeyCheck(cache, token.strip())

@@ -68,3 +68,19 @@ def decode_page_cursor(token: str | None) -> tuple[datetime, str] | None:
     except (TypeError, ValueError):
         raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
                             "Toren returned") from None
+
+
+def encode_audit_cursor(before: int) -> str:
+    """Where the next page of the audit trail starts: entries older than ``before``."""
+    return _encode({"audit_before": before})
+
+
+def decode_audit_cursor(token: str | None) -> int | None:
+    if not token:
+        return None
+    value = _decode(token)
+    before = value.get("audit_before") if isinstance(value, dict) else None
+    if not isinstance(before, int) or isinstance(before, bool) or not 0 < before < 2**63:
+        raise InvalidCursor("the audit cursor is malformed: pass back the next_cursor that "
+                            "Toren returned")
+    return before

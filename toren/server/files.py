@@ -21,7 +21,7 @@ from toren.files import (
     max_file_bytes,
     parse_file_id,
 )
-from toren.server.auth import API_KEY
+from toren.server.auth import API_KEY, request_actor
 from toren.server.context import RUNTIME
 from toren.server.cursors import InvalidCursor, decode_page_cursor, encode_page_cursor
 from toren.server.errors import json_error
@@ -106,7 +106,7 @@ async def upload_file(request: web.Request) -> web.Response:
                 return json_error(400, "invalid_body", ONE_PART)
             upload = await spool.check()
             stored = await runtime.files.add(
-                upload, uploaded_by=f"api key {key.name}" if key else "http")
+                upload, uploaded_by=f"api key {request_actor(request).label}" if key else "http")
     except FileTooLarge as exc:
         # the rest of the body is not read: close the connection rather than drain it
         response = json_error(413, exc.code, exc.message)

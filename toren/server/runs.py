@@ -14,9 +14,11 @@ from aiohttp import web
 from toren.core import events as ev
 from toren.core.decisions import unstorable
 from toren.core.runs import RunRecord
+from toren.core.webhooks import WebhookSubscription, parse_subscriptions
 from toren.errors import RunNotFound
 from toren.seams.store import RunReader
 from toren.seams.telemetry import parse_traceparent
+from toren.server.audit import audit_note
 from toren.server.context import RUNTIME
 from toren.server.cursors import (
     InvalidCursor,
@@ -43,6 +45,7 @@ def routes(app: web.Application) -> None:
     app.router.add_get("/runs/{run_id}/events", run_events)
     app.router.add_get("/runs/{run_id}/children", run_children)
     app.router.add_get("/runs/{run_id}/receipt", run_receipt)
+    app.router.add_get("/runs/{run_id}/webhooks", run_webhooks)
     app.router.add_post("/runs/{run_id}/cancel", cancel_run)
 
 
@@ -147,14 +150,36 @@ async def read_agent_body(request: web.Request, fields: tuple[str, ...],
 
 async def create_run(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    body = await read_agent_body(request, ("input",), ("files",))
+    body = await read_agent_body(request, ("input",), ("files", "webhook", "priority"))
+    note = audit_note(request)
+    note.agent = body["agent"]
+    if isinstance(body.get("priority"), int) and not isinstance(body["priority"], bool):
+        note.details["priority"] = body["priority"]  # the run's own, not its agent's
     run_id = await runtime.start_run(body["agent"], body["input"],
+                                     priority=body.get("priority"),
                                      idempotency_key=idempotency_key(request),
                                      files=body.get("files"),
                                      traceparent=parse_traceparent(
-                                         request.headers.get("traceparent")))
+                                         request.headers.get("traceparent")),
+                                     webhooks=webhooks_of(body))
     record = await runtime.get_run(run_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)
+
+
+def webhooks_of(body: dict[str, Any]) -> tuple[WebhookSubscription, ...]:
+    """The body's ``webhook`` (a URL, ``{"url", "events"}``, or a list of them), checked;
+    400 ``invalid_webhook`` naming the field when malformed."""
+    if body.get("webhook") is None:
+        return ()
+    return parse_subscriptions(body["webhook"], field="webhook")
+
+
+async def run_webhooks(request: web.Request) -> web.Response:
+    """``GET /runs/{id}/webhooks``: the run's completion webhook deliveries and attempts."""
+    record = await served_run(request)
+    deliveries = await request.app[RUNTIME].webhook_deliveries(record.id)
+    return web.json_response({"run_id": record.id,
+                              "deliveries": [d.to_json() for d in deliveries]})
 
 
 def idempotency_key(request: web.Request) -> str | None:
@@ -242,7 +267,9 @@ async def get_run(request: web.Request) -> web.Response:
                                                 "peer_cost_usd", "cache_read_tokens",
                                                 "cache_write_tokens", "cache_saved_usd",
                                                 "image_tokens")},
-        "pending_approvals": await runtime.approvals.pending(record.id)})
+        "pending_approvals": await runtime.approvals.pending(record.id),
+        "pending_questions": await runtime.questions.pending(record.id),
+        "queue": await runtime.runs.queue_state(record)})
 
 
 async def run_receipt(request: web.Request) -> web.Response:

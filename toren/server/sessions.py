@@ -10,9 +10,10 @@ from aiohttp import web
 
 from toren.core.sessions import MAX_MESSAGE_CHARS
 from toren.seams.telemetry import parse_traceparent
+from toren.server.audit import audit_note
 from toren.server.context import RUNTIME
 from toren.server.errors import json_error
-from toren.server.runs import idempotency_key, read_agent_body, read_json_object
+from toren.server.runs import idempotency_key, read_agent_body, read_json_object, webhooks_of
 
 
 def routes(app: web.Application) -> None:
@@ -23,10 +24,12 @@ def routes(app: web.Application) -> None:
 
 async def create_session(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    body = await read_agent_body(request, ())
+    body = await read_agent_body(request, (), ("webhook",))
+    audit_note(request).agent = body["agent"]
     session_id = await runtime.sessions.start(
         body["agent"], idempotency_key=idempotency_key(request),
-        traceparent=parse_traceparent(request.headers.get("traceparent")))
+        traceparent=parse_traceparent(request.headers.get("traceparent")),
+        webhooks=webhooks_of(body))
     record = await runtime.get_run(session_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from toren.server.approvals import ANONYMOUS
-from toren.server.auth import API_KEY
+from toren.server.auth import request_actor
 from toren.server.context import RUNTIME
 from toren.server.errors import json_error
 from toren.server.runs import refuse_a_body, served_run
@@ -31,7 +30,6 @@ async def upgrade_run(request: web.Request) -> web.Response:
     A body, if sent, is an empty JSON object."""
     record = await served_run(request)
     await refuse_a_body(request)
-    key = request.get(API_KEY)
     result = await request.app[RUNTIME].upgrade_run(
-        record.id, requested_by=key.name if key is not None else ANONYMOUS)
+        record.id, requested_by=request_actor(request).label)
     return web.json_response(result)

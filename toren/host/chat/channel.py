@@ -30,6 +30,7 @@ from typing import Any
 from toren.core import events as ev
 from toren.core.attachments import SHOWABLE_TYPES
 from toren.core.chat_text import split_text, storable_text
+from toren.core.questions import question_text
 from toren.errors import (
     ApprovalAlreadyDecided,
     ApprovalNotFound,
@@ -626,18 +627,24 @@ class ChatChannel(Channel):
                 or record.run_id != session_id
                 or not press_signed(await self._button_key(), press, channel=self.name,
                                     agent=bot.agent, chat_id=update.chat_id,
-                                    session_id=record.run_id)):
+                                    session_id=record.run_id, digest=record.digest)):
             # made-up data, a button of another chat or session, another agent's approval:
             # which of them is not said (it would tell a prober which approval ids exist)
             log.warning("%s: refused a button press by %s in chat %s of %s: its data %r was "
                         "not signed for this chat's session", self.name, update.user_id,
                         update.chat_id, bot.agent, update.text[:80])
             return NOT_VALID_TEXT
+        always = press.outcome == "always"
         try:
-            await self._context.decide_approval(record.id, press.outcome,
-                                               decided_by=f"{self.name}:{update.user_id}")
+            # the MAC covered the digest the button was shown with: the decision names it
+            await self._context.decide_approval(
+                record.id, "approved" if always else press.outcome,
+                decided_by=f"{self.name}:{update.user_id}", digest=record.digest,
+                scope="run" if always else "call")
         except (ApprovalNotFound, ApprovalAlreadyDecided, NotAnApprover) as exc:
             return exc.message[:190]
+        if always:
+            return "Approved, and approved always for the same call in this chat's session."
         return "Approved." if press.outcome == "approved" else "Denied."
 
     async def _button_key(self) -> bytes:
@@ -672,6 +679,9 @@ class ChatChannel(Channel):
             if status == "awaiting_approval":
                 await self._offer_approvals(bot, update, session["pending_approvals"])
                 continue
+            if status == "awaiting_input" and session.get("pending_questions"):
+                await self._ask(bot, update, session["pending_questions"])
+                continue  # the person's next message answers it; the turn then goes on
             ended = status in ev.TERMINAL_STATUSES
             if not ended and (status != "awaiting_input"
                               or session["turns_ended"] < update.turn):
@@ -701,13 +711,15 @@ class ChatChannel(Channel):
                 signed = {outcome: button_data(
                     await self._button_key(), channel=self.name, agent=bot.agent,
                     chat_id=update.chat_id, session_id=update.session_id,
-                    approval_id=approval["id"], outcome=outcome)
-                    for outcome in ("approved", "denied")}
+                    approval_id=approval["id"], outcome=outcome, digest=approval["digest"])
+                    for outcome in ("approved", "always", "denied")}
                 payload = {"buttons": [[{"text": "Approve", "data": signed["approved"]},
+                                        {"text": "Approve always", "data": signed["always"]},
                                         {"text": "Deny", "data": signed["denied"]}]]}
-                # a key of its own: an approval offered with unsigned buttons before this
-                # version is offered once more, with buttons that work
-                key += ":signed"
+                # a key of its own: an approval offered with buttons of an earlier version
+                # (unsigned, or signed without the digest) is offered once more, with buttons
+                # that work
+                key += ":signed:digest"
             else:
                 text += (f" An operator decides with `toren approvals approve "
                          f"{approval['id']}` (or deny).")
@@ -715,6 +727,18 @@ class ChatChannel(Channel):
                                      payload=payload))
         if sends:
             await self._outbox.enqueue_channel_sends(self.name, bot.agent, sends)
+
+    async def _ask(self, bot: ChatBot, update: ChannelUpdate,
+                   questions: list[dict[str, Any]]) -> None:
+        """Send the agent's open questions (``ask_user``) to the chat, each once (its key),
+        with numbered choices, as the update's answer for now: the chat is free again, so
+        the person's next message goes in and answers the question (``send_message``), and
+        the turn's reply comes to that message."""
+        sends = [send for question in questions for send in _parts(
+            f"question:{question['id']}", update.chat_id,
+            question_text(question["question"], question["choices"]), self.max_message_chars)]
+        await self._inbox.answer_channel_update(self.name, bot.agent, update.update_id,
+                                                "answered", sends)
 
     async def _typing(self, bot: ChatBot, chat_id: str, *, force: bool = False) -> None:
         now = time.monotonic()

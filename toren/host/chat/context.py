@@ -8,6 +8,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from toren.config import Settings
+from toren.core.actors import Actor
 from toren.core.approvals import ApprovalRecord
 from toren.core.attachments import SHOWABLE_TYPES
 from toren.files import (
@@ -17,6 +18,7 @@ from toren.files import (
     describe_type,
 )
 from toren.host.services.approvals import ApprovalsService
+from toren.host.services.audit import AuditLog
 from toren.host.services.files import FilesService
 from toren.host.services.sessions import SessionsService
 from toren.seams.store import Store
@@ -31,8 +33,10 @@ class RuntimeChannelContext:
 
     def __init__(self, store: Store, settings: Settings,
                  channel_agents: Callable[[str], dict[str, dict[str, Any]]],
-                 sessions: SessionsService, approvals: ApprovalsService) -> None:
+                 sessions: SessionsService, approvals: ApprovalsService,
+                 audit: AuditLog | None = None) -> None:
         self._store = store
+        self._audit = audit if audit is not None else AuditLog(store)
         self._settings = settings
         self._channel_agents = channel_agents
         self._sessions = sessions
@@ -111,9 +115,21 @@ class RuntimeChannelContext:
     async def get_approval(self, approval_id: str) -> ApprovalRecord:
         return await self._approvals.get(approval_id)
 
-    async def decide_approval(self, approval_id: str, outcome: str, *,
-                              decided_by: str) -> ApprovalRecord:
-        return await self._approvals.decide(approval_id, outcome, decided_by=decided_by)
+    async def decide_approval(self, approval_id: str, outcome: str, *, decided_by: str,
+                              digest: str | None = None,
+                              scope: str = "call") -> ApprovalRecord:
+        # a chat button's press (decided_by ``<channel>:<user id>``): recorded as the person
+        channel = decided_by.partition(":")[0]
+        action = {"approved": "approval.approve", "denied": "approval.deny"}.get(
+            outcome, f"approval.{outcome}")
+        async with self._audit.recording(
+                Actor("channel", decided_by, decided_by), action, "chat",
+                target=approval_id, details={"channel": channel, "digest": digest,
+                                             "scope": scope}) as note:
+            record = await self._approvals.decide(approval_id, outcome, decided_by=decided_by,
+                                                  digest=digest, scope=scope)
+            note.agent, note.run_id = record.agent, record.run_id
+        return record
 
 
 #: The extension a file of a content type is named with when its name has none.

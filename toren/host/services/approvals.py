@@ -7,15 +7,22 @@ import builtins
 from collections.abc import Collection
 from typing import Any
 
+from toren.core.actors import Actor, actor_of_label
 from toren.core.approvals import (
     APPROVAL_STATUSES,
     EXPIRED_BY,
-    MAX_REASON_CHARS,
     ApprovalRecord,
     may_decide,
 )
 from toren.core.decisions import unstorable
-from toren.errors import ApprovalAlreadyDecided, ApprovalNotFound, ConfigError, NotAnApprover
+from toren.errors import (
+    ApprovalAlreadyDecided,
+    ApprovalNotFound,
+    ApprovalStale,
+    ConfigError,
+    NotAnApprover,
+)
+from toren.host.services.approval_checks import check_arguments, check_decision
 from toren.seams.store.approvals import ApprovalStore
 
 #: Most approvals one listing returns.
@@ -59,40 +66,83 @@ class ApprovalsService:
                                    "`toren approvals list`)")
         return record
 
-    async def approve(self, approval_id: str, *, decided_by: str,
-                      reason: str | None = None) -> ApprovalRecord:
-        """Let the call run (exactly once); see ``decide``."""
-        return await self.decide(approval_id, "approved", decided_by=decided_by, reason=reason)
+    async def approve(self, approval_id: str, *, decided_by: str, reason: str | None = None,
+                      digest: str | None = None, scope: str = "call") -> ApprovalRecord:
+        """Let the call run (exactly once; ``scope="run"``: and every later call of the same
+        tool with the same arguments in the run, without asking); see ``decide``."""
+        return await self.decide(approval_id, "approved", decided_by=decided_by, reason=reason,
+                                 digest=digest, scope=scope)
 
-    async def deny(self, approval_id: str, *, decided_by: str,
-                   reason: str | None = None) -> ApprovalRecord:
+    async def deny(self, approval_id: str, *, decided_by: str, reason: str | None = None,
+                   digest: str | None = None) -> ApprovalRecord:
         """Refuse the call; the model reads the refusal and ``reason`` as the tool's result."""
-        return await self.decide(approval_id, "denied", decided_by=decided_by, reason=reason)
+        return await self.decide(approval_id, "denied", decided_by=decided_by, reason=reason,
+                                 digest=digest)
 
-    async def decide(self, approval_id: str, outcome: str, *, decided_by: str,
+    async def edit(self, approval_id: str, arguments: dict[str, Any], *, decided_by: str,
+                   digest: str, reason: str | None = None) -> ApprovalRecord:
+        """Let the call run with ``arguments`` instead (checked against the tool's schema);
+        the edit is the approval of the edited call. See ``decide``."""
+        return await self.decide(approval_id, "edited", decided_by=decided_by, reason=reason,
+                                 digest=digest, arguments=arguments)
+
+    async def answer(self, approval_id: str, answer: str, *, decided_by: str, digest: str,
                      reason: str | None = None) -> ApprovalRecord:
-        """Decide a pending approval (``approved`` or ``denied``) as ``decided_by`` (an API
-        key's name or ``cli:<os user>``), and wake its task; return the approval decided.
+        """Give the call's result instead of running the tool (it never runs). See
+        ``decide``."""
+        return await self.decide(approval_id, "answered", decided_by=decided_by, reason=reason,
+                                 digest=digest, answer=answer)
 
-        Raises ``ApprovalNotFound``; ``NotAnApprover`` if the tool's ``approvers`` do not
-        name ``decided_by``; ``ApprovalAlreadyDecided`` (with the first decision) if it was
-        decided before, expired, or its run ended.
+    async def decide(self, approval_id: str, outcome: str, *, decided_by: str | Actor,
+                     reason: str | None = None, digest: str | None = None,
+                     scope: str = "call", arguments: dict[str, Any] | None = None,
+                     answer: str | None = None) -> ApprovalRecord:
+        """Decide a pending approval as ``decided_by`` (an ``Actor``: an API key over HTTP;
+        or the label of one that is no key: ``cli:<user>``, ``telegram:<id>``), and wake its
+        task; return the approval decided (``decided_by`` shows ``Actor.label``).
+
+        ``outcome``: ``approved``, ``denied``, ``edited`` (with ``arguments``) or ``answered``
+        (with ``answer``). ``digest``: the digest of the arguments the decider saw; checked
+        when given (every surface sends it; HTTP requires it for edit and answer).
+        ``scope``: ``call``, or ``run`` with ``approved`` (approve always).
+
+        Raises ``ApprovalNotFound``; ``ConfigError`` for a malformed decision;
+        ``InvalidApprovalArguments`` if edited arguments do not match the tool's schema;
+        ``NotAnApprover`` if the approval's approvers do not name ``decided_by``;
+        ``ApprovalStale`` if ``digest`` is not the approval's; ``ApprovalAlreadyDecided``
+        (with the first decision) if it was decided before, expired, or its run ended.
         """
-        if outcome not in ("approved", "denied"):
-            raise ConfigError(f"a decision is approved or denied, not {outcome!r}")
-        if reason is not None and (not isinstance(reason, str) or unstorable(reason)):
-            raise ConfigError("the reason must be text without NUL characters")
-        if reason is not None and len(reason) > MAX_REASON_CHARS:
-            raise ConfigError(f"the reason may be at most {MAX_REASON_CHARS} characters; this "
-                              f"one has {len(reason)}")
+        check_decision(outcome, reason=reason, digest=digest, scope=scope,
+                       arguments=arguments, answer=answer)
         record = await self.get(approval_id)
-        if record.pending and not may_decide(record.approvers, decided_by):
+        actor = decided_by if isinstance(decided_by, Actor) else actor_of_label(decided_by)
+        decided_by = actor.label
+        if record.pending and not may_decide(record.approvers, actor):
             raise NotAnApprover(f"{decided_by} may not decide approval {record.id} of "
-                                f"{record.tool}; its approvers: {', '.join(record.approvers)}")
-        result = await self._store.decide_approval(record.id, outcome, decided_by, reason)
+                                f"{record.tool}; its approvers: {', '.join(record.approvers)} "
+                                "(key:<id or prefix>, role:<role>, cli:<user>)")
+        if record.pending and digest is not None and digest != record.digest:
+            raise ApprovalStale(
+                f"approval {record.id} of {record.tool} is for arguments with digest "
+                f"{record.digest}, not {digest}: read it again (toren approvals show "
+                f"{record.id}) and decide on what it shows", digest=record.digest,
+                approval=record.to_json())
+        if outcome == "edited" and record.pending:
+            assert arguments is not None
+            check_arguments(record, arguments)
+        result = await self._store.decide_approval(record.id, outcome, decided_by, reason,
+                                                   scope=scope, arguments=arguments,
+                                                   answer=answer)
         assert result is not None
         record, decided = result
         if not decided and record.pending and record.extra.get("due"):
+            if record.escalates:
+                escalated = await self._store.escalate_approval(record.id)
+                raise ApprovalAlreadyDecided(
+                    f"approval {record.id} of {record.tool} expired before this decision and "
+                    "moved to its second approvers "
+                    f"({', '.join(record.escalate_to)}); they decide now",
+                    approval=(escalated or record).to_json())
             result = await self._store.decide_approval(
                 record.id, "expired", EXPIRED_BY, "nobody decided before its expiry")
             assert result is not None

@@ -22,6 +22,12 @@ class DatabaseService:
         """Where the state lives, without secrets (printed by ``toren db``, ``toren run``)."""
         return self._store.description
 
+    def missing(self) -> str | None:
+        """Where the database would be, when it certainly does not exist yet (``Store.missing``:
+        no connection made, nothing created), else ``None``. Read-only commands ask it before
+        opening, which would create an embedded database."""
+        return self._store.missing()
+
     async def open(self) -> None:
         """Connect without migrating or starting anything (``Runtime.start`` does all)."""
         await self._store.open()

@@ -87,7 +87,9 @@ class ForksService:
             first = run_tick(f"forked from {source.id} at wave {at_step}")
         fork_id = str(uuid.uuid4())
         await self._forks.create_fork(source.agent, fork_id, source.input,
-                                      streams={ev.RUN_STREAM: run_events, **plan.task_events},
+                                      streams={ev.RUN_STREAM: run_events, **plan.task_events,
+                                               **({ev.SIGNALS_STREAM: plan.signal_events}
+                                                  if plan.signal_events else {})},
                                       messages=[first])
         return await self._run(fork_id)
 

@@ -4,6 +4,7 @@ the live event stream and ``toren jobs`` call this service."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 from toren.core.events import Event
 from toren.core.runs import RunRecord
@@ -28,6 +29,11 @@ class RunsService:
     def reader(self) -> RunReader:
         """The hot tables' reader, which the server's live event streams share."""
         return self._store
+
+    async def queue_state(self, record: RunRecord) -> dict[str, Any] | None:
+        """Where the run stands in the queue: its priority, concurrency key and why it waits
+        (``RunReader.queue_state``; docs/guides/flow-control.md)."""
+        return await self._store.queue_state(record.agent, record.id)
 
     async def reader_for(self, record: RunRecord) -> RunReader:
         """Where ``record``'s events are read from: the hot tables, or its archive object,

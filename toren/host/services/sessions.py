@@ -12,16 +12,23 @@ from typing import Any
 import msgspec
 
 from toren.agents import AgentSpec
+from toren.config import Settings
 from toren.core import events as ev
 from toren.core.attachments import Attachment
 from toren.core.events import Event, NewEvent
+from toren.core.flow import run_flow
 from toren.core.runs import RunRecord
 from toren.core.sessions import MAX_MESSAGE_CHARS, transcript
+from toren.core.webhooks import WebhookSubscription
 from toren.errors import ConfigError, SessionBusy, SessionEnded, SessionNotFound
 from toren.execution.messages import MAIN_TASK, task_message
+from toren.host.policies import ask_before_run_start
 from toren.host.retention import is_archived
+from toren.host.services.questions import QuestionsService
 from toren.host.services.values import check_storable
 from toren.host.versions import AgentVersions
+from toren.host.webhooks import admit_webhooks
+from toren.seams.policies import PolicyHooks
 from toren.seams.store.reader import RunReader
 from toren.seams.store.runlog import RunLog
 
@@ -29,6 +36,12 @@ from toren.seams.store.runlog import RunLog
 #: files appended, and the attachments the agent's model is shown.
 AttachFiles = Callable[[str, Any, Sequence[str] | None],
                        Awaitable[tuple[Any, tuple[Attachment, ...]]]]
+
+
+#: How long a message waits for a question being asked to be kept (``_question_on_its_way``):
+#: the task keeps it right after appending ``QuestionAsked``, in milliseconds.
+_QUESTION_WAIT_TRIES = 40
+_QUESTION_WAIT_S = 0.05
 
 
 class SessionsService:
@@ -39,15 +52,21 @@ class SessionsService:
     served agents' names and the runtime's pieces a session needs: ``check_served``, the
     agents' ``versions``, ``attach_files``, the reads of archived runs (``archived_run``,
     ``archived_events``: ``ArchiveService.get``, ``.events``) and ``pending_approvals``
-    (``ApprovalsService.pending``)."""
+    (``ApprovalsService.pending``), the ``questions`` service (``QuestionsService``: a
+    message to a session whose agent asked a question answers it), and the ``settings`` its
+    webhooks are checked against."""
 
     def __init__(self, log: RunLog, reader: RunReader, *, agents: Collection[str],
                  check_served: Callable[[str], AgentSpec], versions: AgentVersions,
                  attach_files: AttachFiles,
                  archived_run: Callable[[str], Awaitable[RunRecord | None]],
                  archived_events: Callable[[RunRecord], Awaitable[list[Event]]],
-                 pending_approvals: Callable[[str], Awaitable[list[dict[str, Any]]]]) -> None:
+                 pending_approvals: Callable[[str], Awaitable[list[dict[str, Any]]]],
+                 questions: QuestionsService | None = None,
+                 settings: Settings | None = None,
+                 policies: PolicyHooks | None = None) -> None:
         self._log = log
+        self._settings = settings or Settings()
         self._reader = reader
         self._agents = frozenset(agents)
         self._check_served = check_served
@@ -56,14 +75,19 @@ class SessionsService:
         self._archived_run = archived_run
         self._archived_events = archived_events
         self._pending_approvals = pending_approvals
+        self._questions = questions
+        #: The installed policy plugins, asked about each message (``before_run_start``).
+        self._policies = policies
 
     async def start(self, agent: str, *, idempotency_key: str | None = None,
-                    traceparent: str | None = None) -> str:
+                    traceparent: str | None = None,
+                    webhooks: Sequence[WebhookSubscription] = ()) -> str:
         """Open a durable conversation with ``agent``; return its id. It starts
         ``awaiting_input``: nothing runs until ``send``.
 
         With an ``idempotency_key`` already used for this agent, returns that session's id.
-        ``traceparent`` puts the session's spans in the caller's trace (as ``start_run``).
+        ``traceparent`` puts the session's spans in the caller's trace (as ``start_run``);
+        ``webhooks`` are told when it ends (and, if they ask, at each ``awaiting_input``).
         """
         spec = self._check_served(agent)
         if spec.workflow is not None:
@@ -71,18 +95,24 @@ class SessionsService:
                               "input and ends; sessions are for agents without a workflow. "
                               "Start a run instead")
         check_storable(idempotency_key, "idempotency key")
+        kept_webhooks = admit_webhooks(webhooks, self._settings)
         session_id = str(uuid.uuid4())
+        # a session has no input: an input key falls back to the session itself
+        priority, key = run_flow(spec.concurrency, spec.priority, None, run_id=session_id,
+                                 fallback_key=session_id)
         await self._versions.save(agent)
         pinned = self._versions.pin_event(agent)
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=None,
                                             idempotency_key=idempotency_key, session=True,
-                                            traceparent=traceparent)),
+                                            traceparent=traceparent, priority=priority or None,
+                                            concurrency_key=key)),
                   NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None, input=None,
                                                session=True)),
                   *([pinned] if pinned is not None else [])]
         found, _created = await self._log.create_run(
             agent, session_id, None, idempotency_key=idempotency_key, events=events,
-            messages=[], kind="session", status="awaiting_input")
+            messages=[], kind="session", status="awaiting_input", webhooks=kept_webhooks,
+            priority=priority, concurrency_key=key)
         return found
 
     async def get(self, session_id: str) -> dict[str, Any]:
@@ -101,6 +131,8 @@ class SessionsService:
                 "updated_at": record.updated_at.isoformat() if record.updated_at else None,
                 "finished_at": record.finished_at.isoformat() if record.finished_at else None,
                 "pending_approvals": await self._pending_approvals(record.id),
+                "pending_questions": (await self._questions.pending(record.id)
+                                      if self._questions is not None else []),
                 } | transcript(stream)
 
     async def _background_runs(self, stream: Sequence[Event]) -> list[dict[str, Any]]:
@@ -121,7 +153,13 @@ class SessionsService:
     async def send(self, session_id: str, text: str, *, idempotency_key: str | None = None,
                    files: Sequence[str] | None = None) -> int:
         """Give the session the user's next message and start the agent's turn; return the
-        turn's number.
+        turn's number. While the agent waits for the answer to a question it asked
+        (``ask_user``), the message answers it instead (the turn goes on; its number is
+        returned).
+
+        The agent's policies (``policies:``) are asked about the message first
+        (``before_run_start``, with the session's id): ``PolicyRejected`` when one rejects it,
+        and nothing is taken.
 
         Raises ``SessionBusy`` while the agent is still answering (wait for
         ``awaiting_input``), ``SessionEnded`` once the session is over, ``SessionNotFound``.
@@ -137,6 +175,12 @@ class SessionsService:
             raise ConfigError(f"a message may be at most {MAX_MESSAGE_CHARS} characters; this "
                               f"one has {len(text)}")
         check_storable([text, idempotency_key], "message")
+        if self._policies is not None:  # each message is the session's input: asked first
+            await ask_before_run_start(self._policies, self._check_served(record.agent), text,
+                                       idempotency_key, session_id=session_id)
+        answered = await self._answer_question(record, text, idempotency_key)
+        if answered is not None:
+            return answered
         # a UserMessage without its turn: the store numbers it in the statement that takes it
         data = ({"text": text} | ({"idempotency_key": idempotency_key} if idempotency_key else {})
                 | ({"attachments": msgspec.to_builtins(attachments)} if attachments else {}))
@@ -162,6 +206,41 @@ class SessionsService:
                                    f"{timeout_s}s")
             await asyncio.sleep(poll_s)
 
+    async def _answer_question(self, record: RunRecord, text: str,
+                               idempotency_key: str | None) -> int | None:
+        """Answer the session's oldest open question with ``text`` (as the session's user);
+        the current turn's number, or ``None`` when no question is open. A message whose
+        ``idempotency_key`` answered a question already is not taken again: its turn."""
+        if self._questions is None:
+            return None
+        for question in await self._questions.list(record.id):
+            if question.pending or (idempotency_key is not None
+                                    and question.extra.get("key") == idempotency_key):
+                if question.pending:
+                    await self._questions.answer(record.id, question.id, text,
+                                                 answered_by=f"session:{record.id}",
+                                                 key=idempotency_key)
+                stream = await self._reader.load_stream(record.agent, record.id,
+                                                        ev.task_stream(MAIN_TASK))
+                return sum(1 for e in stream if e.type == ev.USER_MESSAGE)
+        return None
+
+    async def _question_on_its_way(self, record: RunRecord) -> bool:
+        """Whether the agent's turn has just asked a question (``QuestionAsked`` in the log)
+        whose row the task is about to keep: wait for it, briefly, so that a person who answers
+        at once is not told the session is busy. ``True`` once it is kept."""
+        if self._questions is None:
+            return False
+        stream = await self._reader.load_stream(record.agent, record.id,
+                                                ev.task_stream(MAIN_TASK))
+        asked = {e.data["question_id"] for e in stream if e.type == ev.QUESTION_ASKED}
+        asked -= {e.data["question_id"] for e in stream if e.type == ev.QUESTION_ANSWERED}
+        for _ in range(_QUESTION_WAIT_TRIES if asked else 0):
+            if await self._questions.list(record.id, status="pending"):
+                return True
+            await asyncio.sleep(_QUESTION_WAIT_S)
+        return False
+
     async def _session(self, session_id: str) -> RunRecord:
         record = (await self._reader.get_run(session_id)
                   or await self._archived_run(session_id))
@@ -179,9 +258,21 @@ class SessionsService:
             return turn
         if status in ev.TERMINAL_STATUSES:
             raise SessionEnded(f"session {session_id} has ended ({status}); start a new one")
+        if event.type == ev.USER_MESSAGE and (
+                status == "awaiting_input" or await self._question_on_its_way(record)):
+            # refused while a question was open, or being asked: it was asked since we looked
+            answered = await self._answer_question(record, event.data["text"],
+                                                   idempotency_key)
+            if answered is not None:
+                return answered
         if status == "awaiting_approval":
             raise SessionBusy(f"session {session_id} is waiting for approval of a tool call; "
                               "approve or deny it (`toren approvals list`), then send the "
                               "message again once its status is awaiting_input")
+        if status == "waiting":
+            raise SessionBusy(f"session {session_id} is waiting mid-turn, for the peer runs it "
+                              "asked or for a signal one of its tools waits for (`toren jobs "
+                              f"show {session_id}` says which); send the message again once "
+                              "its status is awaiting_input")
         raise SessionBusy(f"session {session_id} is busy: the agent is taking its turn. Wait "
                           "until its status is awaiting_input, then send the message again")

@@ -14,6 +14,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``PromptStore`` (``prompts``): the text of every system prompt, once per distinct prompt;
 - ``ToolStateStore`` (``tool_state``): blobs and manifests tools keep beside a run.
 - ``ApprovalStore`` (``approvals``): tool calls waiting for a person, decided once.
+- ``QuestionStore`` (``questions``): what agents ask a person (``ask_user``), answered once.
 - ``ScheduleStore`` (``schedules``): schedules, and the claim that fires each slot once.
 - ``LiveText`` (``live``): pieces of model text as they are generated, across processes.
 - ``BudgetLedger`` (``budgets``): reservations of model-call cost against run and daily budgets.
@@ -23,7 +24,12 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``ForkStore`` (``forks``): a run created with a log copied from another run's.
 - ``AgentVersionStore`` (``versions``): agent definitions by version, and each run's version.
 - ``RunArchiveIndex`` (``archive``): finished runs archived out of the hot tables.
+- ``RateLimitStore`` (``rate_limits``): provider rate limits shared by the fleet, per window.
 - ``FleetReader`` (``fleet``): queue, runs and workers at a glance (metrics, ``toren top``).
+- ``SignalLog`` (``signals``): signals to runs, on each run's ``signals`` stream.
+- ``WebhookStore`` (``webhooks``): completion webhooks' deliveries, written with the status
+  change that calls for them, claimed and sent by the host.
+- ``AuditStore`` (``audit``): the audit trail, who did what and how it ended.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 from toren.seams.store.approvals import ApprovalStore
 from toren.seams.store.archive import RunArchiveIndex
+from toren.seams.store.audit import AuditStore
 from toren.seams.store.budgets import BudgetLedger
 from toren.seams.store.channels import ChannelChats, ChannelInbox, ChannelOutbox
 from toren.seams.store.files import FileStore
@@ -44,26 +51,32 @@ from toren.seams.store.live import LiveText
 from toren.seams.store.migrations import Migrator
 from toren.seams.store.outbox import Outbox
 from toren.seams.store.prompts import PromptStore
+from toren.seams.store.questions import QuestionStore
+from toren.seams.store.rate_limits import RateLimitStore
 from toren.seams.store.reader import RunReader
 from toren.seams.store.runlog import MessageHandOff, RunLog
 from toren.seams.store.schedules import ScheduleStore
+from toren.seams.store.signals import SignalLog
 from toren.seams.store.tool_state import ManifestSeqTaken, ToolManifest, ToolStateStore
 from toren.seams.store.versions import AgentVersionStore, VersionSummary
+from toren.seams.store.webhooks import WebhookStore
 from toren.seams.store.workers import WorkerRegistry
 
-__all__ = ["AgentVersionStore", "ApprovalStore", "BudgetLedger", "ChannelChats", "ChannelInbox",
+__all__ = ["AgentVersionStore", "ApprovalStore", "AuditStore", "BudgetLedger", "ChannelChats",
+           "ChannelInbox",
            "ChannelOutbox", "FileStore", "FleetReader", "ForkStore", "Guardian", "KeyStore",
            "LiveText",
            "ManifestSeqTaken", "MessageHandOff", "Migrator", "Outbox", "PromptStore",
-           "RunArchiveIndex", "RunLog",
-           "RunReader", "ScheduleStore", "Store", "StoreLifecycle", "ToolManifest",
-           "ToolStateStore", "VersionSummary", "WorkerRegistry"]
+           "QuestionStore", "RateLimitStore", "RunArchiveIndex", "RunLog",
+           "RunReader", "ScheduleStore", "SignalLog", "Store", "StoreLifecycle", "ToolManifest",
+           "ToolStateStore", "VersionSummary", "WebhookStore", "WorkerRegistry"]
 
 
 class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore,
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
             BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore,
-            AgentVersionStore, RunArchiveIndex, FleetReader):
+            AgentVersionStore, RunArchiveIndex, FleetReader, QuestionStore, SignalLog,
+            WebhookStore, RateLimitStore, AuditStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

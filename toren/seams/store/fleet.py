@@ -13,17 +13,26 @@ from typing import Any
 class QueueGauge:
     """One agent's queue: messages ready, claimed (in flight) and delayed, and how long the
     oldest ready message has waited (0 when none is ready; ``None`` when the queue cannot
-    say, as SQS cannot)."""
+    say, as SQS cannot). ``waiting_concurrency``: of the ready ones, those waiting for a slot
+    of the agent's ``concurrency:`` limit (docs/guides/flow-control.md)."""
 
     ready: int = 0
     in_flight: int = 0
     delayed: int = 0
     oldest_ready_age_s: float | None = 0.0
+    waiting_concurrency: int = 0
+
+    def waiting(self) -> dict[str, int]:
+        """Messages waiting, by reason: ``queued`` (ready, for a worker, in priority order),
+        ``concurrency`` (ready, for a concurrency slot) and ``delayed`` (not due yet)."""
+        return {"queued": max(self.ready - self.waiting_concurrency, 0),
+                "concurrency": self.waiting_concurrency, "delayed": self.delayed}
 
     def to_json(self) -> dict[str, Any]:
         age = self.oldest_ready_age_s
         return {"ready": self.ready, "in_flight": self.in_flight, "delayed": self.delayed,
-                "oldest_ready_age_s": None if age is None else round(age, 3)}
+                "oldest_ready_age_s": None if age is None else round(age, 3),
+                "waiting": self.waiting()}
 
 
 @dataclass(frozen=True)
@@ -73,3 +82,9 @@ class FleetReader(abc.ABC):
     @abc.abstractmethod
     async def runs_in_flight(self, agents: Sequence[str], limit: int) -> list[RunInFlight]:
         """Up to ``limit`` unfinished runs of ``agents``, oldest first."""
+
+    async def agent_lanes(self) -> dict[str, str]:
+        """Each registered agent's lane (``runtime:`` in agent.yaml, ``short`` or ``long``) as
+        the process that registered it last had it; ``toren top`` and ``GET /fleet`` show
+        it. The default knows none (``{}``): the lanes then show as unknown."""
+        return {}

@@ -26,6 +26,14 @@ class StoreLifecycle(abc.ABC):
     def description(self) -> str:
         """One line saying which database is in use (printed at startup; no password)."""
 
+    def missing(self) -> str | None:
+        """Without connecting or creating anything: where the database would be, in a phrase,
+        when it certainly does not exist yet (an embedded database never started), else
+        ``None``. Commands that only work on existing records (``toren jobs list``) ask it
+        before ``open``, which would create the database. The default (a server is asked only
+        when opened): ``None``."""
+        return None
+
     @abc.abstractmethod
     async def open(self) -> None:
         """Connect (starting the embedded database if configured). Raise ``DatabaseUnavailable``

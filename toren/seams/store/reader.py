@@ -6,7 +6,7 @@ import abc
 import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toren.core.runs import RunRecord
 
@@ -87,6 +87,18 @@ class RunReader(abc.ABC):
     @abc.abstractmethod
     async def load_stream(self, agent: str, run_id: str, stream: str) -> list[Event]:
         """Every event of one stream, in sequence order (a session's transcript)."""
+
+    async def queue_state(self, agent: str, run_id: str) -> dict[str, Any] | None:
+        """Where the run stands in the queue (docs/guides/flow-control.md): ``priority``,
+        ``concurrency_key`` and ``waiting``: ``None`` while a worker works it (or when it has
+        nothing queued: it waits for a person, a signal or a child, or has ended),
+        ``concurrency`` (ready, but its key's slots are all taken), ``queued`` (ready, for a
+        worker) or ``delayed`` (a retry or a wake-up not due yet).
+
+        Called by ``GET /runs/{id}``. This default knows nothing (``None``): the ``postgres``
+        store reads its queue.
+        """
+        return None
 
     async def wait_for_appends(self, run_ids: Collection[str],
                                timeout_s: float) -> set[str] | None:

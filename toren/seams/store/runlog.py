@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from toren.core.runs import ChildLink, RunRecord, RunUpdate
@@ -63,7 +63,10 @@ class RunLog(abc.ABC):
                          idempotency_key: str | None, events: Sequence[NewEvent],
                          messages: Sequence[OutgoingMessage], kind: str = "run",
                          status: str = "queued",
-                         parent: ChildLink | None = None) -> tuple[str, bool]:
+                         parent: ChildLink | None = None,
+                         webhooks: Sequence[Mapping[str, Any]] = (),
+                         priority: int = 0,
+                         concurrency_key: str | None = None) -> tuple[str, bool]:
         """Insert the run, its first ``run``-stream events and messages in one transaction.
 
         Called by ``Runtime.start_run`` and ``Runtime.start_session``, and by the task loop
@@ -76,6 +79,12 @@ class RunLog(abc.ABC):
         transaction (payload ``task_id``: the parent's task, ``subagent`` and ``input``
         ``None``, ``key``: ``child:<child run id>``, ``child_run_id``), so the wake-up is never
         lost. The run's row records the link (``RunRecord.parent``, ``depth``).
+        ``webhooks`` (``WebhookSubscription.to_json``'s) are kept with the run: whichever write
+        later changes its status to one a webhook asked for writes its delivery in the same
+        transaction (``toren.seams.store.webhooks``).
+        ``priority`` and ``concurrency_key`` (docs/guides/flow-control.md) are kept for the
+        run so that every message of it, now and later, carries them (``QueueMessage.priority``)
+        for a queue with ``flow_control``; a store without flow control may ignore them.
         """
 
     @abc.abstractmethod
@@ -117,7 +126,8 @@ class RunLog(abc.ABC):
         "From its latest checkpoint": from the stream's last ``TaskCheckpoint`` event on, that
         event included (the whole stream if it has none), in sequence order. With
         ``with_finished`` the events also include every ``TaskFinished`` of the run's
-        task streams (what the orchestrator absorbs). ``LeaseBusy`` if the lease is held
+        task streams (what the orchestrator absorbs) and every event of its ``signals``
+        stream (the signals a workflow may take). ``LeaseBusy`` if the lease is held
         (by anyone), saying when it expires. The events must include every event committed
         under earlier epochs (their ``created_at`` may be ``None``). The lease should carry
         the run's ``RunCreated`` time and ``traceparent`` (``Lease.run_created_at``): a

@@ -35,6 +35,9 @@ class NewRun:
     idempotency_key: str | None
     events: list[NewEvent] = field(default_factory=list)
     messages: list[OutgoingMessage] = field(default_factory=list)
+    #: Its priority and concurrency key (``RunLog.create_run``).
+    priority: int = 0
+    concurrency_key: str | None = None
 
 
 #: The host's function from a claimed slot to the run it starts.

@@ -21,7 +21,10 @@ class WorkerRegistry(abc.ABC):
     async def heartbeat(self, worker: dict[str, Any], ttl_s: float,
                         message_ids: Sequence[int], leases: Sequence[Lease] = ()) -> None:
         """Renew ``leases`` and the claimed ``message_ids`` of work in hand; record the
-        worker's sign-in and liveness (``worker``: ``id``, ``version``, ``agents``).
+        worker's sign-in and liveness (``worker``: ``id``, ``version``, ``agents``, and
+        ``lane``, ``short``, ``long`` or ``all``: kept when the store can, ``all`` if absent; and
+        ``supervisor``, the id of the supervisor that started this worker process, or ``None``:
+        kept when the store can).
 
         Exactly ``leases`` are renewed, for ``ttl_s`` from now, if ``worker["id"]`` still holds
         them: another lease of that holder (one an aborted handler left) is left to expire.
@@ -38,4 +41,5 @@ class WorkerRegistry(abc.ABC):
     @abc.abstractmethod
     async def live_workers(self, max_age_s: float) -> list[dict[str, Any]]:
         """Workers whose heartbeat is younger than ``max_age_s``, each once (``id``,
-        ``version``, ``agents``, and what else the store keeps: host, pid, times)."""
+        ``version``, ``agents``, and what else the store keeps: ``lane``, ``supervisor``, host,
+        pid, times)."""

@@ -275,10 +275,13 @@ const Toren = (() => {
       if (value) sessionStorage.setItem(KEY_ITEM, value);
       document.getElementById("key-input").value = "";
       document.getElementById("key-dialog").close();
+      granted = null;
       route();
+      loadScopes();
     });
     document.getElementById("forget-key").addEventListener("click", () => {
       sessionStorage.removeItem(KEY_ITEM);
+      granted = null;
       route();
     });
   }
@@ -302,6 +305,40 @@ const Toren = (() => {
       if (shown) {
         nav.append(el("a", { href: "#/" + definition.id, "data-page": definition.id },
           definition.title));
+      }
+    }
+  }
+
+  // -- what the key may do (GET /me): controls needing a scope it lacks are disabled, their
+  // title naming the scope; the API refuses them anyway (403 forbidden, shown as an error) --
+  const CONTROL_SCOPES = [
+    ["#start-run, #cancel-run", "runs:write"],
+    ["#upgrade-run, button.restore", "runs:manage"],
+    ["#start-session, #send, #close-session", "sessions:write"],
+    ["button[class^='decide-'], .answer-choice, .answer-submit", "approvals:decide"],
+    ["button[class^='schedule-']", "schedules:write"],
+  ];
+  let granted = null;  // the key's scopes (null: not known yet)
+
+  async function loadScopes() {
+    try {
+      granted = new Set((await api("GET", "/me")).scopes || []);
+    } catch (_) {
+      granted = null;  // no key yet, or an older server: leave every control as it is
+    }
+    applyScopes(document.getElementById("main"));
+  }
+
+  function may(scope) { return granted === null || granted.has(scope); }
+
+  function applyScopes(root) {
+    if (!root || granted === null) return;
+    for (const [selector, scope] of CONTROL_SCOPES) {
+      for (const control of root.querySelectorAll(selector)) {
+        if (may(scope) || control.dataset.needsScope) continue;
+        control.disabled = true;
+        control.dataset.needsScope = scope;
+        control.title = "This API key may not do this: it needs the scope " + scope;
       }
     }
   }
@@ -341,10 +378,12 @@ const Toren = (() => {
 
   document.addEventListener("DOMContentLoaded", () => {
     setUpKeyDialog();
-    buildNav().then(route);
+    buildNav().then(route).then(loadScopes);
     window.addEventListener("hashchange", route);
+    new MutationObserver(() => applyScopes(document.getElementById("main")))
+      .observe(document.getElementById("main"), { childList: true, subtree: true });
   });
 
-  return { el, folded, money, when, status, api, follow, page, every, showError, ApiError,
+  return { el, folded, money, when, status, api, follow, page, every, showError, ApiError, may,
     upload, uploadAll, fileUrl, attachments };
 })();

@@ -91,6 +91,11 @@ Toren.timeline = (container, options = {}) => {
       }
       case "ModelCallStarted":
         if (d.purpose !== "compaction") stepNode(taskOf(e), d.step);
+        if (d.rate_limit_wait_s) {  // the call waited for room in the fleet's rate limits
+          taskNode(taskOf(e)).body.append(el("div", { class: "note rate-limit", role: "status" },
+            "Step " + d.step + " waited " + Number(d.rate_limit_wait_s).toFixed(1) +
+            " s for the provider rate limit" + (d.rate_limited_by ? " (" + d.rate_limited_by + ")" : "")));
+        }
         break;
       case "ModelCallCompleted": {
         if (d.purpose === "compaction") {
@@ -169,9 +174,66 @@ Toren.timeline = (container, options = {}) => {
       case "ApprovalDecided": {
         const decision = approvals.get(d.call_id);
         if (!decision) break;
-        decision.className = "approval-state " + (d.outcome === "approved" ? "good" : "error");
-        decision.replaceChildren(d.outcome + " by " + d.decided_by +
-          (d.reason ? ": " + d.reason : "") + " (" + Toren.when(d.decided_at) + ")");
+        const ran = ["approved", "edited", "answered"].includes(d.outcome);
+        decision.className = "approval-state " + (ran ? "good" : "error");
+        decision.replaceChildren(d.outcome + (d.scope === "run" ? " always" : "") + " by " +
+          d.decided_by + (d.granted_by ? " (approved always with " + d.granted_by + ")" : "") +
+          (d.reason ? ": " + d.reason : "") + " (" + Toren.when(d.decided_at) + ")",
+          d.arguments ? el("div", { class: "args edited-args" }, "edited to ",
+            folded(d.arguments)) : "");
+        break;
+      }
+      case "ApprovalEscalated": {
+        const decision = approvals.get(d.call_id);
+        if (!decision) break;
+        decision.replaceChildren("nobody decided in time: escalated to " +
+          d.approvers.join(", ") + (d.expires_at ? " until " + Toren.when(d.expires_at) : ""));
+        break;
+      }
+      case "PolicyDecided": {  // what the agent's policies: decided (docs/guides/policy-hooks.md)
+        if (d.decision === "allow" || d.decision === "keep") break;
+        const subject = d.hook === "after_model_response" ? "the response"
+          : (d.name || "the call") + (d.hook === "after_tool_call" ? " result" : " call");
+        stepNode(taskOf(e), d.step).calls.append(el("div", {
+          class: "note policy " + (d.decision === "deny" || d.decision === "block" ? "error" : "warn"),
+          "data-call": d.call_id || "", role: "status" },
+        "policy " + (d.plugin || "?") + ": " + d.decision + " " + subject +
+          (d.reason ? ": " + d.reason : "")));
+        break;
+      }
+      case "QuestionAsked": {  // ask_user: the call waits for a person's answer
+        const result = tools.get(d.call_id);
+        if (result) {
+          result.className = "tool-result warn question-state";
+          result.replaceChildren("waiting for an answer (question " + d.question_id + "): " +
+            d.question + (d.choices && d.choices.length ? " [" + d.choices.join(" | ") + "]"
+              : ""));
+        }
+        break;
+      }
+      case "QuestionAnswered": {
+        const result = tools.get(d.call_id);
+        if (result) {
+          result.replaceChildren(d.outcome === "answered" ? "answered by " + d.answered_by
+            : "the question " + d.outcome);
+        }
+        break;
+      }
+      case "ToolWaitStarted": {  // toren.wait_for_signal: the call waits for a signal
+        const result = tools.get(d.call_id);
+        if (result) {
+          result.className = "tool-result warn signal-wait";
+          result.replaceChildren("waiting for the signal " + d.name +
+            (d.deadline ? " until " + Toren.when(d.deadline) : ""));
+        }
+        break;
+      }
+      case "ToolWaitEnded": {
+        const result = tools.get(d.call_id);
+        if (result) {
+          result.replaceChildren(d.timed_out ? "no signal " + d.name + " came in time"
+            : "signal " + d.name + " #" + d.signal + " came; the tool runs again");
+        }
         break;
       }
       case "ModelFellBack":
@@ -212,6 +274,23 @@ Toren.timeline = (container, options = {}) => {
         break;
       case "WorkflowLogged":
         container.append(el("div", { class: "note" }, "workflow: " + d.message));
+        break;
+      case "SignalReceived":  // on the run's signals stream (docs/guides/signals.md)
+        container.append(el("div", { class: "note signal" }, "signal " + d.name + " #" + e.seq +
+          " received: ", folded(d.payload)));
+        break;
+      case "SignalWaitStarted":
+        container.append(el("div", { class: "note", role: "status" },
+          "workflow waits for the signal " + d.name +
+          (d.fire_at ? " (until " + d.fire_at + ")" : "")));
+        break;
+      case "SignalConsumed":
+        container.append(el("div", { class: "note" }, "workflow took signal " + d.name + " #" +
+          d.signal));
+        break;
+      case "SignalWaitTimedOut":
+        container.append(el("div", { class: "note warn" }, "signal wait " + d.wait +
+          " timed out"));
         break;
       default:
         break;

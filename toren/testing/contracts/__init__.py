@@ -30,6 +30,7 @@ them the suites call.
 from __future__ import annotations
 
 from toren.testing.contracts.archive import ArchiveContract, RunArchiveIndexContract
+from toren.testing.contracts.audit import AuditStoreContract
 from toren.testing.contracts.channels import (
     ChannelChatsContract,
     ChannelInboxContract,
@@ -47,26 +48,58 @@ from toren.testing.contracts.fleet import (
     OutboxContract,
     WorkerRegistryContract,
 )
+from toren.testing.contracts.questions import QuestionStoreContract
 from toren.testing.contracts.queue import QueueContract
+from toren.testing.contracts.rate_limits import RateLimitStoreContract
 from toren.testing.contracts.records import (
     AgentVersionStoreContract,
     KeyStoreContract,
     PromptStoreContract,
     ToolStateContract,
 )
-from toren.testing.contracts.runs import ForkStoreContract, RunLogContract, RunReaderContract
+from toren.testing.contracts.runs import (
+    ForkStoreContract,
+    RunLogContract,
+    RunReaderContract,
+    SignalLogContract,
+)
 from toren.testing.contracts.store import (
     LiveTextContract,
     MigratorContract,
     StoreContract,
     StoreLifecycleContract,
 )
+from toren.testing.contracts.webhooks import WebhookStoreContract
 
-__all__ = ["AgentVersionStoreContract", "ApprovalStoreContract", "ArchiveContract",
-           "BudgetLedgerContract", "ChannelChatsContract", "ChannelInboxContract",
-           "ChannelOutboxContract", "FileStoreContract", "FleetReaderContract",
-           "ForkStoreContract", "GuardianContract", "KeyStoreContract", "LiveTextContract",
-           "MigratorContract", "OutboxContract", "PromptStoreContract", "QueueContract",
-           "RunArchiveIndexContract", "RunLogContract", "RunReaderContract",
-           "ScheduleStoreContract", "StoreContract", "StoreLifecycleContract",
-           "ToolStateContract", "WorkerRegistryContract"]
+__all__ = [
+    "AgentVersionStoreContract",
+    "ApprovalStoreContract",
+    "ArchiveContract",
+    "AuditStoreContract",
+    "BudgetLedgerContract",
+    "ChannelChatsContract",
+    "ChannelInboxContract",
+    "ChannelOutboxContract",
+    "FileStoreContract",
+    "FleetReaderContract",
+    "ForkStoreContract",
+    "GuardianContract",
+    "KeyStoreContract",
+    "LiveTextContract",
+    "MigratorContract",
+    "OutboxContract",
+    "PromptStoreContract",
+    "QuestionStoreContract",
+    "QueueContract",
+    "RateLimitStoreContract",
+    "RunArchiveIndexContract",
+    "RunLogContract",
+    "RunReaderContract",
+    "ScheduleStoreContract",
+    "SignalLogContract",
+    "StoreContract",
+    "StoreLifecycleContract",
+    "ToolStateContract",
+    "WebhookStoreContract",
+    "WorkerRegistryContract",
+]

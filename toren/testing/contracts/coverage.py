@@ -16,6 +16,7 @@ from toren.seams.queue import Queue
 from toren.seams.store import (
     AgentVersionStore,
     ApprovalStore,
+    AuditStore,
     BudgetLedger,
     ChannelChats,
     ChannelInbox,
@@ -29,12 +30,16 @@ from toren.seams.store import (
     Migrator,
     Outbox,
     PromptStore,
+    QuestionStore,
+    RateLimitStore,
     RunArchiveIndex,
     RunLog,
     RunReader,
     ScheduleStore,
+    SignalLog,
     StoreLifecycle,
     ToolStateStore,
+    WebhookStore,
     WorkerRegistry,
 )
 
@@ -44,12 +49,14 @@ INTERFACES: tuple[type, ...] = (
     StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardian, KeyStore, Outbox,
     PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText, BudgetLedger,
     FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore, AgentVersionStore,
-    RunArchiveIndex, FleetReader, Queue, ArchiveBackend)
+    RunArchiveIndex, FleetReader, QuestionStore, SignalLog, WebhookStore, RateLimitStore,
+    AuditStore, Queue,
+    ArchiveBackend)
 #: Interfaces the suites do not cover yet (a later pass adds them): none now.
 NOT_YET: frozenset[type] = frozenset()
 #: The modules of the suites.
 MODULES = ("base", "runs", "fleet", "records", "decisions", "store", "queue", "files",
-           "channels", "archive")
+           "channels", "archive", "questions", "webhooks", "rate_limits", "audit")
 #: The names the suites give the driver objects they call.
 RECEIVERS = frozenset({"store", "queue", "other", "second", "workers", "backend"})
 #: Called by the driver's own fixture (``make_queue`` opens each queue and closes it).

@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 
 from toren.core import events as ev
+from toren.core.approvals import arguments_digest
 from toren.core.budgets import BudgetRequest
 from toren.core.events import NewEvent
 from toren.core.runs import RunUpdate
@@ -32,11 +33,13 @@ MAIN = "task:main"
 
 
 def request(approval_id: str, call_id: str = "call_1",
-            expires_after_s: float | None = None) -> ev.ApprovalRequested:
+            expires_after_s: float | None = None, *, usd: int = 10,
+            **policy: Any) -> ev.ApprovalRequested:
     return ev.ApprovalRequested(step=1, approval_id=approval_id, call_id=call_id,
-                                name="send_money", arguments={"usd": 10},
+                                name="send_money", arguments={"usd": usd},
                                 idempotency_key=f"key:{call_id}", epoch=1,
-                                approvers=("alice",), expires_after_s=expires_after_s)
+                                approvers=("alice",), expires_after_s=expires_after_s,
+                                digest=arguments_digest({"usd": usd}), **policy)
 
 
 def wake() -> OutgoingMessage:
@@ -162,6 +165,73 @@ class ApprovalStoreContract(StoreFixtures):
         assert ids(await store.list_approvals(agents=[agent, other_agent],
                                               agent=other_agent, run_id=theirs)) == [other.id]
         assert await store.list_approvals(agents=None, run_id="not-a-run-id") == []
+
+
+    async def test_edit_and_answer_are_kept_with_the_decision(
+            self, store: Store, agent: str) -> None:
+        run_id = await self.parked(store, agent)
+        edited, answered = await store.open_approvals(
+            agent, run_id, "main", [request(new_id(), "c1"), request(new_id(), "c2")], wake(),
+            parameters={"send_money": {"type": "object"}})
+        assert edited.digest == arguments_digest({"usd": 10})
+        assert edited.parameters == {"type": "object"}
+        result = await store.decide_approval(edited.id, "edited", "alice", None,
+                                             arguments={"usd": 5})
+        assert result is not None and result[1]
+        assert (result[0].status, result[0].edited_arguments) == ("edited", {"usd": 5})
+        result = await store.decide_approval(answered.id, "answered", "alice", "by phone",
+                                             answer="done already")
+        assert result is not None and result[1]
+        assert (result[0].status, result[0].answer) == ("answered", "done already")
+
+    async def test_approve_always_covers_the_same_call_in_the_run_only(
+            self, store: Store, agent: str) -> None:
+        run_id, other_run = await self.parked(store, agent), await self.parked(store, agent)
+        first, twin, other = await store.open_approvals(
+            agent, run_id, "main", [request(new_id(), "c1"), request(new_id(), "c2"),
+                                    request(new_id(), "c3", usd=11)], wake())
+        result = await store.decide_approval(first.id, "approved", "alice", None, scope="run")
+        assert result is not None and result[1] and result[0].scope == "run"
+        # pending ones of the same tool and digest: approved in the same transaction
+        now = {a.id: a for a in await store.list_approvals(agents=None, run_id=run_id)}
+        assert (now[twin.id].status, now[twin.id].granted_by,
+                now[twin.id].decided_by) == ("approved", first.id, "alice")
+        assert now[other.id].pending  # other arguments: asked
+        # later ones: kept approved when opened, naming the decision; not in another run
+        [later] = await store.open_approvals(agent, run_id, "main",
+                                             [request(new_id(), "c4")], wake())
+        assert (later.status, later.granted_by, later.decided_by) == (
+            "approved", first.id, "alice")
+        [elsewhere] = await store.open_approvals(agent, other_run, "main",
+                                                 [request(new_id(), "c5")], wake())
+        assert elsewhere.pending and elsewhere.granted_by is None
+
+    async def test_an_expired_approval_escalates_once_and_reminds_once(
+            self, store: Store, agent: str) -> None:
+        run_id = await self.parked(store, agent)
+        [approval] = await store.open_approvals(agent, run_id, "main", [request(
+            new_id(), expires_after_s=0.6, on_expiry="escalate", escalate_to=("carol",),
+            remind_after_s=0.1)], wake())
+        assert (approval.on_expiry, approval.escalate_to) == ("escalate", ("carol",))
+        assert approval.remind_at is not None and not approval.extra.get("remind_due")
+        early = await store.escalate_approval(approval.id)  # not due yet: nothing moves
+        assert early is not None and early.escalation_level == 0
+
+        async def due() -> bool:
+            found = await store.get_approval(approval.id)
+            return found is not None and bool(found.extra.get("due"))
+
+        await eventually(due, "the approval coming due")
+        reminded = await asyncio.gather(*(store.mark_reminded(approval.id) for _ in range(5)))
+        assert sorted(reminded) == [False] * 4 + [True]
+        moved = await asyncio.gather(*(store.escalate_approval(approval.id) for _ in range(5)))
+        assert all(m is not None and m.escalation_level == 1 for m in moved)
+        now = await store.get_approval(approval.id)
+        assert now is not None and now.pending and now.approvers == ("carol",)
+        assert now.escalated_at is not None and now.expires_at is not None
+        assert now.extra.get("due") is False  # a new expiry of the same length
+        assert now.reminded_at is not None and now.remind_at is not None
+        assert now.reminded_at < now.remind_at  # reminded again after the escalation
 
 
 class BudgetLedgerContract(StoreFixtures):

@@ -44,6 +44,29 @@ class WorkerRegistryContract(StoreFixtures):
         await store.sign_out(str(me["id"]))
         assert me["id"] not in {w["id"] for w in await store.live_workers(60)}
 
+    async def test_a_workers_lane_is_kept_when_the_store_keeps_it(
+            self, store: Store, agent: str) -> None:
+        long, default = worker([agent]) | {"lane": "long"}, worker([agent])
+        for me in (long, default):
+            await store.heartbeat(me, 30, [])
+        live = {w["id"]: w for w in await store.live_workers(60)}
+        # optional (WorkerRegistry.heartbeat): a store that keeps lanes keeps them exactly
+        assert live[long["id"]].get("lane", "long") == "long"
+        assert live[default["id"]].get("lane", "all") == "all"
+
+    async def test_a_workers_supervisor_is_kept_when_the_store_keeps_it(
+            self, store: Store, agent: str) -> None:
+        supervised = worker([agent]) | {"supervisor": f"host-1-{uuid.uuid4().hex[:8]}"}
+        alone = worker([agent])
+        for me in (supervised, alone):
+            await store.heartbeat(me, 30, [])
+        live = {w["id"]: w for w in await store.live_workers(60)}
+        # optional (WorkerRegistry.heartbeat): a store that keeps it keeps it exactly, and
+        # a worker started on its own (no supervisor key at all) has none
+        assert live[supervised["id"]].get("supervisor", supervised["supervisor"]) == \
+            supervised["supervisor"]
+        assert live[alone["id"]].get("supervisor") is None
+
     async def test_a_worker_whose_heartbeat_is_older_than_the_window_is_not_live(
             self, store: Store, agent: str) -> None:
         me = worker([agent])
@@ -202,6 +225,17 @@ class FleetReaderContract(StoreFixtures):
         assert gauges.dead_letters.get(agent, 0) == 0
         assert gauges.active_runs[agent] == {"queued": 1, "running": 1}
         assert gauges.workers_by_version.get(version) == 1
+
+    async def test_each_agents_lane_is_what_its_last_registration_said(
+            self, store: Store) -> None:
+        slow = await self.register(store, runtime="long")
+        quick = await self.register(store)
+        lanes = await store.agent_lanes()
+        if not lanes:  # optional: a store that knows no lanes says so with {}
+            return
+        assert (lanes[slow], lanes[quick]) == ("long", "short")
+        await self.register(store, slow)  # registered again, now short
+        assert (await store.agent_lanes())[slow] == "short"
 
     async def test_runs_in_flight_oldest_first_with_their_latest_step(
             self, store: Store, fresh_agent: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -13,6 +14,7 @@ from toren.core.events import NewEvent
 from toren.core.runs import RunUpdate
 from toren.core.versions import AgentVersion
 from toren.errors import ConfigError
+from toren.keys import KeyNameTaken
 from toren.seams.store import ManifestSeqTaken, Store, ToolManifest
 from toren.testing.contracts.base import StoreFixtures
 from toren.testing.contracts.support import first_events, first_message, new_id, started
@@ -70,9 +72,39 @@ class KeyStoreContract(StoreFixtures):
         assert all(r is None or r.id == record.id for r in results[1:])
 
     async def test_a_bad_key_name_is_refused(self, store: Store) -> None:
-        for name in ("", "   ", "x" * 101, "red\x1b[31m", "two\nlines"):
+        for name in ("", "   ", "x" * 101, "red\x1b[31m", "two\nlines", "cli:alice", "CLI:x"):
             with pytest.raises(ConfigError):
                 await store.create_key(name)
+
+    async def test_a_keys_role_scopes_agents_and_expiry_are_kept(self, store: Store) -> None:
+        expires = datetime.now(UTC).replace(microsecond=0) + timedelta(days=7)
+        record, token = await store.create_key(
+            "scoped", role="custom", scopes=["runs:read", "approvals:decide"],
+            agents=["crew"], expires_at=expires)
+        assert (record.role, record.scopes, record.agents, record.expires_at) == (
+            "custom", ("approvals:decide", "runs:read"), ("crew",), expires)
+        verified = await store.verify_key(token)
+        assert verified is not None and verified.granted == {"runs:read", "approvals:decide"}
+        listed = next(k for k in await store.list_keys() if k.id == record.id)
+        assert (listed.role, listed.agents, listed.expires_at) == ("custom", ("crew",), expires)
+        default, _ = await store.create_key("default")
+        assert (default.role, default.agents, default.expires_at) == ("admin", None, None)
+        with pytest.raises(ConfigError):
+            await store.create_key("bad", role="viewer", scopes=["runs:write"])
+
+    async def test_a_key_past_its_expiry_does_not_verify(self, store: Store) -> None:
+        _, token = await store.create_key(
+            "brief", expires_at=datetime.now(UTC) + timedelta(seconds=0.5))
+        assert await store.verify_key(token) is not None
+        await asyncio.sleep(0.6)
+        assert await store.verify_key(token) is None
+
+    async def test_active_key_names_are_unique_ignoring_case(self, store: Store) -> None:
+        first, _ = await store.create_key("Unique")
+        with pytest.raises(KeyNameTaken):
+            await store.create_key("unique")
+        await store.revoke_key(first.id)
+        assert (await store.create_key("UNIQUE"))[0].name == "UNIQUE"
 
 
 class PromptStoreContract(StoreFixtures):

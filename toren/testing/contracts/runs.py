@@ -639,3 +639,79 @@ class ForkStoreContract(StoreFixtures):
         assert kinds(await store.load_events(agent, fork)) == [("run", 1, "RunCreated"),
                                                                ("run", 2, "TaskScheduled")]
         assert [e.kind for e in await self.outbox(store, agent, fork)] == ["task"]
+
+
+def _signal(name: str, payload: Any, key: str | None = None) -> NewEvent:
+    return NewEvent.of(ev.SignalReceived(name=name, payload=payload,
+                                         sent_at="2026-01-01T00:00:00+00:00",
+                                         idempotency_key=key))
+
+
+class SignalLogContract(StoreFixtures):
+    """``toren.seams.store.SignalLog``: signals on a run's ``signals`` stream, each with its
+    wake-up, never to a finished run. Uses ``RunLog``, ``RunReader`` and ``Outbox`` to look."""
+
+    async def test_a_signal_is_numbered_sent_with_its_tick_and_read_with_the_run_stream(
+            self, store: Store, agent: str) -> None:
+        run_id = await self.create(store, agent)
+        tick = OutgoingMessage("run", {"reason": "signal", "signal": "go"})
+        assert await store.send_signal(agent, run_id, _signal("go", {"n": 1}, "k1"),
+                                       [tick], "k1") == ("queued", 1, True)
+        # a repeated key writes nothing and names the first signal, finished run or not
+        assert await store.send_signal(agent, run_id, _signal("go", {"n": 2}, "k1"),
+                                       [tick], "k1") == ("queued", 1, False)
+        assert await store.send_signal(agent, run_id, _signal("other", None),
+                                       [tick]) == ("queued", 2, True)
+        entries = await self.outbox(store, agent, run_id)
+        assert [e.payload for e in entries if e.kind == "run"] == [tick.payload, tick.payload]
+        found = await store.acquire_and_load(agent, run_id, "run", "w1", 60.0,
+                                             with_finished=True)
+        assert isinstance(found, tuple)
+        signals = [(e.seq, e.type, e.data["payload"]) for e in found[1]
+                   if e.stream == ev.SIGNALS_STREAM]
+        assert signals == [(1, "SignalReceived", {"n": 1}), (2, "SignalReceived", None)]
+
+    async def test_concurrent_signals_each_get_their_own_number(self, store: Store,
+                                                                 agent: str) -> None:
+        run_id = await self.create(store, agent)
+        sent = await asyncio.gather(*(store.send_signal(agent, run_id, _signal("vote", n), [])
+                                      for n in range(6)))
+        assert sorted(number or 0 for _status, number, _created in sent) == [1, 2, 3, 4, 5, 6]
+        keyed = await asyncio.gather(*(store.send_signal(
+            agent, run_id, _signal("once", n, "same"), [], "same") for n in range(4)))
+        assert len({number for _status, number, _created in keyed}) == 1
+        assert sorted(created for _status, _number, created in keyed) == [
+            False, False, False, True]
+
+    async def test_a_signal_wakes_each_task_with_an_open_tool_wait_of_its_name(
+            self, store: Store, agent: str) -> None:
+        run_id = await self.create(store, agent)
+
+        def wait(call: str, name: str) -> NewEvent:
+            return NewEvent.of(ev.ToolWaitStarted(step=1, call_id=call, wait=1, name=name,
+                                                  after=0, epoch=1))
+
+        await store.append_unleased(agent, run_id, "task:a", [wait("c1", "paid")])
+        await store.append_unleased(agent, run_id, "task:b", [wait("c1", "other")])
+        await store.append_unleased(agent, run_id, "task:c", [wait("c1", "paid"), NewEvent.of(
+            ev.ToolWaitEnded(call_id="c1", wait=1, name="paid", epoch=1, signal=1))])
+        assert await store.send_signal(agent, run_id, _signal("paid", 5), []) == (
+            "queued", 1, True)
+        woken = [e.payload for e in await self.outbox(store, agent, run_id)
+                 if e.kind == "task" and e.payload.get("task_id") in ("a", "b", "c")]
+        assert [(p["task_id"], p["key"]) for p in woken] == [("a", "task:a")]
+
+    async def test_a_finished_or_unknown_run_takes_no_signal(self, store: Store,
+                                                             agent: str) -> None:
+        run_id = await self.create(store, agent)
+        await store.send_signal(agent, run_id, _signal("go", 1, "early"), [], "early")
+        await store.cancel_run(run_id, "done")
+        before = len(await store.load_events(agent, run_id))
+        assert await store.send_signal(agent, run_id, _signal("go", 2), [
+            OutgoingMessage("run", {"reason": "signal"})]) == ("cancelled", None, False)
+        assert await store.send_signal(agent, run_id, _signal("go", 1, "early"), [],
+                                       "early") == ("cancelled", 1, False)
+        assert len(await store.load_events(agent, run_id)) == before
+        assert await self.outbox(store, agent, run_id) == []
+        assert await store.send_signal(agent, new_id(), _signal("go", 1), []) == (
+            None, None, False)

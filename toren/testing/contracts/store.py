@@ -13,6 +13,7 @@ import pytest
 from toren.errors import ConfigError
 from toren.seams.store import Store
 from toren.testing.contracts.archive import RunArchiveIndexContract
+from toren.testing.contracts.audit import AuditStoreContract
 from toren.testing.contracts.base import StoreFixtures
 from toren.testing.contracts.channels import (
     ChannelChatsContract,
@@ -31,19 +32,27 @@ from toren.testing.contracts.fleet import (
     OutboxContract,
     WorkerRegistryContract,
 )
+from toren.testing.contracts.questions import QuestionStoreContract
+from toren.testing.contracts.rate_limits import RateLimitStoreContract
 from toren.testing.contracts.records import (
     AgentVersionStoreContract,
     KeyStoreContract,
     PromptStoreContract,
     ToolStateContract,
 )
-from toren.testing.contracts.runs import ForkStoreContract, RunLogContract, RunReaderContract
+from toren.testing.contracts.runs import (
+    ForkStoreContract,
+    RunLogContract,
+    RunReaderContract,
+    SignalLogContract,
+)
 from toren.testing.contracts.support import (
     ContractAgent,
     eventually,
     new_agent_name,
     started,
 )
+from toren.testing.contracts.webhooks import WebhookStoreContract
 
 
 class StoreLifecycleContract(StoreFixtures):
@@ -191,5 +200,7 @@ class StoreContract(StoreLifecycleContract, MigratorContract, RunLogContract, Ru
                     ToolStateContract, AgentVersionStoreContract, ApprovalStoreContract,
                     BudgetLedgerContract, ScheduleStoreContract, LiveTextContract,
                     FileStoreContract, ChannelInboxContract, ChannelChatsContract,
-                    ChannelOutboxContract, RunArchiveIndexContract):
+                    ChannelOutboxContract, RunArchiveIndexContract, QuestionStoreContract,
+                    SignalLogContract, WebhookStoreContract, RateLimitStoreContract,
+                    AuditStoreContract):
     """Every store contract: what a ``toren.seams.store.Store`` driver runs."""

@@ -15,6 +15,7 @@ import pytest
 from toren.agents import schema_name_for
 from toren.core import events as ev
 from toren.core.events import NewEvent
+from toren.core.webhooks import WebhookSubscription
 from toren.execution.messages import task_message
 from toren.seams.shapes import OutgoingMessage
 
@@ -28,12 +29,15 @@ PATIENCE_S = 15.0
 @dataclass(frozen=True)
 class ContractAgent:
     """An agent as ``Migrator.migrate`` sees one (``toren.seams.shapes.AgentSchema``), with
-    the ``accepts_from`` an ``AgentSpec`` also carries."""
+    the ``accepts_from``, ``notify`` and ``runtime`` an ``AgentSpec`` also carries."""
 
     name: str
     directory: Path = Path("contract-agents")
     model: str = "toren/scripted"
     accepts_from: tuple[str, ...] = field(default=())
+    notify: tuple[WebhookSubscription, ...] = field(default=())
+    #: ``runtime:``: its lane (``toren.host.lanes``).
+    runtime: str = "short"
 
     @property
     def schema_name(self) -> str:

@@ -1,7 +1,10 @@
 // Approvals: the tool calls waiting for a person (GET /approvals?status=pending), each with its
-// tool and arguments, approved or denied with an optional reason (POST /approvals/{id}/approve
-// or /deny); someone else's earlier decision (409) is shown as it was made. Refreshed every two
-// seconds without touching a row being edited; hidden when the server serves no /approvals.
+// tool, arguments and their digest, decided with an optional reason: approve (once, or always
+// for the same call in the run), deny, edit the arguments (JSON in a textarea) or answer in the
+// tool's stead (POST /approvals/{id}/approve|deny|edit|answer, each naming the digest shown).
+// Someone else's earlier decision (409) is shown as it was made; arguments that changed under
+// the card (409 approval_stale) redraw it. Refreshed every two seconds without touching a row
+// being edited; hidden when the server serves no /approvals.
 "use strict";
 
 Toren.page({
@@ -24,20 +27,31 @@ Toren.page({
     const empty = el("p", { class: "muted", id: "approvals-empty" }, "Nothing waits for approval.");
     const decided = el("div", { id: "approvals-decided" });
     root.append(el("h1", {}, "Approvals"),
-      el("p", { class: "muted" }, "Tool calls waiting for a person. A decision is made once: " +
-        "the run continues (approved) or its model reads the reason (denied)."),
+      el("p", { class: "muted" }, "Tool calls waiting for a person. A decision is made once, " +
+        "on the arguments shown: the call runs (approved, or edited with your arguments), " +
+        "your answer is its result and the tool does not run (answered), or its model reads " +
+        "the reason (denied)."),
       list, empty, el("h2", {}, "Decided here"), decided);
     const rows = new Map();  // approval id -> its card, kept while pending so typing survives
 
     function outcomeText(record) {
-      return record.status + (record.decided_by ? " by " + record.decided_by : "") +
+      return record.status + (record.scope === "run" ? " always" : "") +
+        (record.decided_by ? " by " + record.decided_by : "") +
         (record.reason ? ": " + record.reason : "");
     }
 
-    function card(record) {
+    function card(record, note) {
       const reason = el("input", { type: "text", class: "approval-reason", maxlength: 2000,
         placeholder: "reason (optional)", "aria-label": "Reason" });
+      const editArgs = el("textarea", { class: "approval-edit-args", rows: 4, spellcheck: "false",
+        "aria-label": "Edited arguments (JSON)" });
+      editArgs.value = JSON.stringify(record.arguments, null, 2);
+      const answerText = el("textarea", { class: "approval-answer-text", rows: 2,
+        maxlength: 100000, placeholder: "the tool's result, as the model will read it",
+        "aria-label": "Answer" });
       const result = el("div", { class: "approval-result", role: "status" });
+      const escalated = record.escalation_level > 0 ? " · escalated " +
+        Toren.when(record.escalated_at) : "";
       const node = el("section", { class: "approval", "data-approval": record.id },
         el("div", { class: "approval-head" }, el("strong", { class: "approval-tool" },
           record.tool), " · agent ", record.agent, " · run ",
@@ -45,39 +59,78 @@ Toren.page({
           record.run_id.slice(0, 8)), " · task " + record.task_id),
         el("div", { class: "muted" }, "requested " + Toren.when(record.requested_at) +
           (record.expires_at ? " · expires " + Toren.when(record.expires_at) : "") +
+          (record.expires_at && record.on_expiry === "escalate" && !record.escalation_level ?
+            " (then escalates to " + record.escalate_to.join(", ") + ")" : "") + escalated +
+          (record.reminded_at ? " · reminded " + Toren.when(record.reminded_at) : "") +
           (record.approvers.length ? " · approvers: " + record.approvers.join(", ") :
             " · anyone may decide")),
+        note ? el("div", { class: "warn approval-note" }, note) : "",
         el("div", { class: "args" }, "arguments ", folded(record.arguments)),
+        el("div", { class: "muted approval-digest", title: record.digest },
+          "digest " + record.digest.slice(0, 12) + "…"),
         el("div", { class: "approval-actions" }, reason,
-          decideButton("approve", "Approve"), decideButton("deny", "Deny")),
+          decideButton("approve", "Approve", () => ({})),
+          decideButton("approve", "Approve always", () => ({ scope: "run" }), "decide-always"),
+          decideButton("deny", "Deny", () => ({}))),
+        el("details", { class: "approval-more" }, el("summary", {}, "Edit or answer"),
+          el("label", {}, "Run it with these arguments instead (JSON):"), editArgs,
+          el("div", { class: "approval-actions" }, decideButton("edit", "Edit and run", () => {
+            try {
+              return { arguments: JSON.parse(editArgs.value) };
+            } catch (error) {
+              throw new Error("the arguments are not JSON: " + error.message);
+            }
+          })),
+          el("label", {}, "Or answer in the tool's stead (it does not run):"), answerText,
+          el("div", { class: "approval-actions" }, decideButton("answer", "Answer",
+            () => ({ answer: answerText.value })))),
         result);
 
-      function decideButton(action, label) {
-        return el("button", { type: "button", class: "decide-" + action, onclick: async () => {
-          for (const button of node.querySelectorAll("button")) button.disabled = true;
-          const body = reason.value.trim() ? { reason: reason.value.trim() } : {};
-          let shown;
-          try {
-            shown = await api("POST", "/approvals/" + encodeURIComponent(record.id) + "/" +
-              action, body);
-            result.replaceChildren(el("span", { class: "decided" }, outcomeText(shown)));
-          } catch (error) {
-            if (!(error instanceof Toren.ApiError)) throw error;
-            if (error.status === 409 && error.body.approval) {
-              shown = error.body.approval;
-              result.replaceChildren(el("span", { class: "warn already-decided" },
-                "Already decided: " + outcomeText(shown)));
-            } else {
-              result.replaceChildren(el("span", { class: "error" },
-                error.code + ": " + error.message));
-              for (const button of node.querySelectorAll("button")) button.disabled = false;
+      function decideButton(action, label, fields, className) {
+        return el("button", { type: "button", class: className || "decide-" + action,
+          onclick: async () => {
+            let body;
+            try {
+              body = { ...fields(), digest: record.digest };
+            } catch (error) {
+              result.replaceChildren(el("span", { class: "error" }, error.message));
               return;
             }
-          }
-          rows.delete(record.id);
-          node.querySelector(".approval-actions").remove();
-          decided.prepend(node);
-        } }, label);
+            if (reason.value.trim()) body.reason = reason.value.trim();
+            for (const button of node.querySelectorAll("button")) button.disabled = true;
+            let shown;
+            try {
+              shown = await api("POST", "/approvals/" + encodeURIComponent(record.id) + "/" +
+                action, body);
+              result.replaceChildren(el("span", { class: "decided" }, outcomeText(shown)));
+            } catch (error) {
+              if (!(error instanceof Toren.ApiError)) throw error;
+              if (error.code === "approval_stale" && error.body.approval) {
+                // the arguments are not the ones this card showed: show the current ones
+                const fresh = card(error.body.approval, "The arguments changed since this " +
+                  "was shown; nothing was decided. Decide on these.");
+                rows.set(record.id, fresh);
+                node.replaceWith(fresh);
+                return;
+              }
+              if (error.status === 409 && error.body.approval) {
+                shown = error.body.approval;
+                result.replaceChildren(el("span", { class: "warn already-decided" },
+                  "Already decided: " + outcomeText(shown)));
+              } else {
+                result.replaceChildren(el("span", { class: "error" },
+                  error.code + ": " + error.message +
+                  (error.body && error.body.field ? " (field " + error.body.field + ")" : "")));
+                for (const button of node.querySelectorAll("button")) button.disabled = false;
+                return;
+              }
+            }
+            rows.delete(record.id);
+            for (const part of node.querySelectorAll(".approval-actions, .approval-more")) {
+              part.remove();
+            }
+            decided.prepend(node);
+          } }, label);
       }
       return node;
     }
@@ -89,8 +142,17 @@ Toren.page({
         if (!pending.has(id)) { node.remove(); rows.delete(id); }
       }
       for (const record of approvals) {
-        if (!rows.has(record.id)) {
+        const shown = rows.get(record.id);
+        // an escalation changes who decides: redraw a card nobody is typing in
+        if (shown && shown.dataset.level !== String(record.escalation_level) &&
+            !shown.contains(document.activeElement)) {
+          const fresh = card(record);
+          fresh.dataset.level = String(record.escalation_level);
+          shown.replaceWith(fresh);
+          rows.set(record.id, fresh);
+        } else if (!shown) {
           const node = card(record);
+          node.dataset.level = String(record.escalation_level);
           rows.set(record.id, node);
           list.append(node);
         }

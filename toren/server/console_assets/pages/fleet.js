@@ -1,5 +1,5 @@
-// Fleet: the live workers and their versions (a version other than the server's is
-// highlighted), the queue's depth per agent, and the schedules (state, next slot, last fired)
+// Fleet: the live workers, their versions (a version other than the server's is
+// highlighted) and lanes, what waits that no live worker serves, the queue's depth per agent, and the schedules (state, next slot, last fired)
 // with pause and resume; refreshed every three seconds.
 "use strict";
 
@@ -14,6 +14,7 @@ Toren.page({
     const summary = el("div", { id: "fleet-summary" });
     const workers = el("tbody", { id: "workers-body" });
     const queue = el("tbody", { id: "queue-body" });
+    const lanes = el("div", { id: "fleet-unserved" });
     const schedules = el("tbody", { id: "schedules-body" });
     const schedulesSection = el("section", { id: "schedules", hidden: true },
       el("h2", {}, "Schedules"),
@@ -56,14 +57,15 @@ Toren.page({
         onclick: () => toggle(s, s.state === "paused" ? "resume" : "pause") },
       s.state === "paused" ? "Resume" : "Pause")))));
     }
-    root.append(el("h1", {}, "Fleet"), summary,
+    root.append(el("h1", {}, "Fleet"), summary, lanes,
       el("h2", {}, "Workers"),
       el("table", { class: "list" }, el("thead", {}, el("tr", {},
-        ["Worker", "Version", "Host", "PID", "Agents", "Started", "Last heartbeat"]
+        ["Worker", "Version", "Lane", "Host", "PID", "Agents", "Started", "Last heartbeat"]
           .map((h) => el("th", {}, h)))), workers),
       el("h2", {}, "Queue"),
       el("table", { class: "list" }, el("thead", {}, el("tr", {},
-        ["Agent", "Ready", "In flight", "Delayed"].map((h) => el("th", {}, h)))), queue),
+        ["Agent", "Ready", "In flight", "Delayed", "Waiting for a slot"]
+          .map((h) => el("th", {}, h)))), queue),
       schedulesSection);
     async function refresh() {
       let health;
@@ -85,15 +87,25 @@ Toren.page({
         "Version skew: workers run " + versions.join(", ")) : null);
       workers.replaceChildren(...(health.workers || []).map((w) => el("tr", {
         class: w.version !== health.version || health.version_skew ? "skew" : "" },
-      el("td", {}, w.id), el("td", { class: "version" }, w.version), el("td", {}, w.hostname),
+      el("td", {}, w.id), el("td", { class: "version" }, w.version),
+      el("td", { class: "lane" }, w.lane || "all"), el("td", {}, w.hostname),
       el("td", {}, String(w.pid)), el("td", {}, w.agents.join(", ")),
       el("td", {}, Toren.when(w.started_at)), el("td", {}, Toren.when(w.last_heartbeat)))));
       if (!(health.workers || []).length) {
-        workers.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No live workers.")));
+        workers.append(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "No live workers.")));
       }
+      // work no live worker serves (a runtime: long agent with no long-lane worker alive)
+      let unserved = [];
+      try {
+        unserved = (await api("GET", "/fleet")).unserved || [];
+      } catch (_error) { /* a key without the fleet view: the rest of the page still shows */ }
+      lanes.replaceChildren(...unserved.map((u) => el("p", { class: "warn", role: "status",
+        "data-agent": u.agent }, u.message)));
       queue.replaceChildren(...Object.entries(health.queue || {}).map(([agent, depth]) =>
         el("tr", {}, el("td", {}, agent), el("td", {}, String(depth.ready)),
-          el("td", {}, String(depth.in_flight)), el("td", {}, String(depth.delayed)))));
+          el("td", {}, String(depth.in_flight)), el("td", {}, String(depth.delayed)),
+          // ready messages held back by the agent's concurrency: limit (Postgres queue)
+          el("td", {}, String(depth.waiting_concurrency ?? 0)))));
     }
     await refresh();
     await refreshSchedules();

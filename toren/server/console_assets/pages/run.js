@@ -1,6 +1,7 @@
-// One run: its status, why it stopped, its agent version, totals and receipt figures, its tree
-// built live from its event stream (with the model's text as it is generated), and the cancel
-// and upgrade buttons.
+// One run: its status, why it stopped, its agent version, totals and receipt figures, its
+// webhook deliveries, its tree built live from its event stream (with the model's text as it
+// is generated), the cancel and upgrade buttons, and an answer box for each question its
+// agent asks (ask_user).
 "use strict";
 
 Toren.page({
@@ -12,8 +13,78 @@ Toren.page({
     const { el, api, money } = Toren;
     const header = el("div", { class: "run-header", id: "run-header" });
     const tree = el("div", { class: "tree", id: "run-tree" });
-    root.append(el("h1", {}, "Run ", el("code", {}, runId)), header,
+    const questions = el("div", { class: "questions", id: "run-questions" });
+    root.append(el("h1", {}, "Run ", el("code", {}, runId)), header, questions,
       el("h2", {}, "Timeline"), tree);
+    const asked = new Map();  // question id -> its card, kept while open so typing survives
+
+    // A question the agent waits on (ask_user): its choices as buttons, or a text box;
+    // POST /runs/{id}/questions/{qid}/answer answers it once (409: someone was first).
+    function questionCard(question) {
+      const result = el("div", { class: "question-result", role: "status" });
+      const node = el("section", { class: "question", "data-question": question.id },
+        el("div", { class: "question-head" }, el("strong", {}, "The agent asks: "),
+          el("span", { class: "question-text" }, question.question)),
+        el("div", { class: "muted" }, "asked " + Toren.when(question.asked_at) +
+          (question.expires_at ? " · expires " + Toren.when(question.expires_at) : "")));
+      const actions = el("div", { class: "question-actions" });
+      async function send(answer) {
+        for (const control of actions.querySelectorAll("button, input")) control.disabled = true;
+        try {
+          const shown = await api("POST", "/runs/" + encodeURIComponent(runId) + "/questions/" +
+            encodeURIComponent(question.id) + "/answer", { answer });
+          result.replaceChildren(el("span", { class: "answered" }, "Answered: " + shown.answer));
+        } catch (error) {
+          if (!(error instanceof Toren.ApiError)) throw error;
+          if (error.status === 409 && error.body.question) {
+            const first = error.body.question;
+            result.replaceChildren(el("span", { class: "warn already-answered" },
+              "Already " + first.status + (first.answer !== null ? ": " + first.answer : "")));
+          } else {
+            result.replaceChildren(el("span", { class: "error" },
+              error.code + ": " + error.message));
+            for (const control of actions.querySelectorAll("button, input")) {
+              control.disabled = false;
+            }
+            return;
+          }
+        }
+        actions.remove();
+      }
+      if (question.choices.length) {
+        for (const choice of question.choices) {
+          actions.append(el("button", { type: "button", class: "answer-choice",
+            onclick: () => send(choice) }, choice));
+        }
+      } else {
+        const box = el("input", { type: "text", class: "answer-text", maxlength: 8000,
+          placeholder: "your answer", "aria-label": "Answer" });
+        const submit = el("button", { type: "button", class: "answer-submit",
+          onclick: () => { if (box.value.trim()) send(box.value); } }, "Answer");
+        box.addEventListener("keydown", (event) => { if (event.key === "Enter") submit.click(); });
+        actions.append(box, submit);
+      }
+      node.append(actions, result);
+      return node;
+    }
+
+    function showQuestions(open) {
+      const ids = new Set(open.map((q) => q.id));
+      for (const [id, node] of asked) {
+        // an answered card stays (it says what happened) until the next one replaces it
+        if (!ids.has(id) && node.querySelector(".question-actions")) {
+          node.remove();
+          asked.delete(id);
+        }
+      }
+      for (const question of open) {
+        if (!asked.has(question.id)) {
+          const node = questionCard(question);
+          asked.set(question.id, node);
+          questions.append(node);
+        }
+      }
+    }
     const terminal = ["completed", "stopped", "failed", "cancelled"];
 
     // The budget (limits.maxBudgetUsd, dailyBudgetUsd): spent of limit per scope, and what
@@ -48,9 +119,40 @@ Toren.page({
       }
     }
 
+    // The run's completion webhook deliveries (GET /runs/{id}/webhooks): each with its state,
+    // its attempts and the latest error; nothing for a run without webhooks.
+    function webhookFacts(deliveries) {
+      if (!deliveries.length) return [];
+      return [el("dt", {}, "Webhooks"), el("dd", { id: "run-webhooks" }, ...deliveries.map((d) =>
+        el("div", { class: "webhook" + (d.state === "failed" ? " error" : "") },
+          d.event + " \u2192 " + d.url + ": " + d.state + " (" + d.attempts + " attempt" +
+          (d.attempts === 1 ? "" : "s") + ")" + (d.last_error ? " \u00b7 " + d.last_error : ""))))];
+    }
+
+    // the run's place in the queue (GET /runs/{id} queue; docs/guides/flow-control.md)
+    const waitingWords = {
+      concurrency: "waiting for a slot: its concurrency key's runs are all executing",
+      queued: "ready, waiting for a worker",
+      delayed: "waiting for a retry or a wake-up that is not due yet",
+    };
+    function queueFacts(queue) {
+      if (!queue) return [];
+      const parts = [];
+      if (queue.priority) parts.push("priority " + queue.priority);
+      if (queue.concurrency_key !== null && queue.concurrency_key !== undefined) {
+        parts.push("concurrency key " + queue.concurrency_key);
+      }
+      if (queue.waiting) parts.push(waitingWords[queue.waiting] || "waiting (" + queue.waiting + ")");
+      if (!parts.length) return [];
+      return [el("dt", {}, "Queue"), el("dd", { id: "run-queue" }, parts.join(" \u00b7 "))];
+    }
+
     let served;
     async function refresh() {
       const run = await api("GET", "/runs/" + encodeURIComponent(runId));
+      showQuestions(run.pending_questions || []);
+      const hooks = await api("GET", "/runs/" + encodeURIComponent(runId) + "/webhooks").then(
+        (found) => found.deliveries, () => []);
       const t = run.totals;
       const cancel = el("button", { id: "cancel-run", type: "button",
         disabled: terminal.includes(run.status) }, "Cancel run");
@@ -98,6 +200,7 @@ Toren.page({
           run.schedule ? el("dd", { id: "run-schedule" }, "started by schedule ",
             el("a", { href: "#/runs?" + new URLSearchParams({ agent: run.agent,
               schedule: run.schedule }) }, run.schedule), " of " + run.agent) : null,
+          ...queueFacts(run.queue),
           ...budgetFacts(run.budget),
           el("dt", {}, "Model calls"), el("dd", {}, String(t.model_calls)),
           el("dt", {}, "Tool calls"), el("dd", {}, String(t.tool_calls)),
@@ -117,7 +220,8 @@ Toren.page({
           run.error ? el("dd", { class: "error", id: "run-error" },
             run.error.code + ": " + run.error.message) : null,
           run.output !== null ? el("dt", {}, "Output") : null,
-          run.output !== null ? el("dd", { id: "run-output" }, Toren.folded(run.output)) : null),
+          run.output !== null ? el("dd", { id: "run-output" }, Toren.folded(run.output)) : null,
+          ...webhookFacts(hooks)),
         cancel, upgrade || "");
     }
 

@@ -61,8 +61,8 @@ Toren.page({
       values.map((v) => el("option", { value: v, selected: params.get(name) === v }, v)));
     const form = el("form", { class: "filters", id: "run-filters" },
       select("agent", agents),
-      select("status", ["queued", "running", "awaiting_input", "completed", "stopped",
-        "failed", "cancelled"]),
+      select("status", ["queued", "running", "awaiting_input", "awaiting_approval", "waiting",
+        "completed", "stopped", "failed", "cancelled"]),
       select("kind", ["run", "session"]),
       schedules.length ? select("schedule", schedules) : null);
     form.addEventListener("change", () => {

@@ -1,6 +1,7 @@
 // Sessions: start a conversation with any agent, watch it think live (its text as it is
 // generated, tool calls as they start and finish), send the next turn when it waits for
-// one (with files attached: thumbnails of the images the model was shown), close it. A reload
+// one (with files attached: thumbnails of the images the model was shown), answer a question
+// the agent asks (ask_user: the next message is the answer), close it. A reload
 // shows the whole transcript (the session's events, replayed).
 "use strict";
 
@@ -151,7 +152,18 @@ Toren.page({
     ctx.onLeave(Toren.follow(sessionId, {
       onEvent: (event) => {
         timeline.event(event);
-        if (event.type === "TurnEnded") setStatus("awaiting_input");
+        if (event.type === "QuestionAsked") {  // ask_user: the next message answers it
+          const d = event.data;
+          const b = bubble("question/" + d.question_id, "agent question");
+          b.text.replaceChildren(el("strong", {}, "The agent asks: "), d.question,
+            (d.choices || []).length ? el("div", { class: "muted" }, "Choices: " +
+              d.choices.map((choice, i) => (i + 1) + ". " + choice).join("  ")) : "");
+          input.placeholder = "Your answer";
+          setStatus("awaiting_input");
+        } else if (event.type === "QuestionAnswered") {
+          input.placeholder = "Your message";
+          setStatus("running");
+        } else if (event.type === "TurnEnded") setStatus("awaiting_input");
         else if (event.type === "UserMessage" || event.type === "CloseRequested") {
           setStatus("running");
         } else if (event.type === "RunFinished") setStatus(event.data.status);
