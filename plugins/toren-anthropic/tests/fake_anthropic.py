@@ -572,10 +572,14 @@ def tool_loop(steps: int, tool: str = "step") -> Responder:
 
 async def serve(args: argparse.Namespace) -> None:
     responder = look_at_screenshots if args.screenshots else tool_loop(args.tool_steps)
-    fake = FakeAnthropic(responder=responder, delay=args.delay,
-                         cache=PromptCache(min_tokens=args.cache_min_tokens) if args.cache
-                         else None)
-    await fake.start(args.port)
+    await serve_until_stopped(FakeAnthropic(
+        responder=responder, delay=args.delay,
+        cache=PromptCache(min_tokens=args.cache_min_tokens) if args.cache else None), args.port)
+
+
+async def serve_until_stopped(fake: FakeAnthropic, port: int) -> None:
+    """Start ``fake`` on ``port``, print ``{"port": N}``, serve until SIGTERM or SIGINT."""
+    await fake.start(port)
     print(json.dumps({"port": fake.port}), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

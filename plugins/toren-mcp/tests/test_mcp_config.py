@@ -101,14 +101,14 @@ def test_approvals_and_subagents_name_a_servers_tools_before_they_are_discovered
         tmp_path: Path, host: PluginHost) -> None:
     directory = write_agent_dir(
         tmp_path, "a", mcpServers={"time": SERVER}, env=["OTHER"],
-        approvals={"time__convert_time": {"approvers": ["ops"]}},
+        approvals={"time__convert_time": {"approvers": ["role:operator"]}},
         subagents={
             "clock": "---\ntools: [time__*]\n---\nTell the time.\n",
             "plain": "---\ntools: []\nmcpServers:\n  git:\n    command: git-mcp\n"
                      "    env: {TOKEN: '${GIT_TOKEN}'}\n---\nNo clocks here.\n",
             "default": "Everything the agent has.\n"})
     agent = load_agent(directory, host.tools, tool_sources=host.tool_sources)
-    assert agent.approvals["time__convert_time"].approvers == ("ops",)
+    assert agent.approvals["time__convert_time"].approvers == ("role:operator",)
     [time_entry] = agent.tool_sources
     assert agent.subagents["clock"].tool_sources == (time_entry,)
     assert agent.subagents["default"].tool_sources == (time_entry,)

@@ -402,6 +402,8 @@ class FakeOpenAI:
         models_delay_s: seconds to wait before each ``GET /v1/models`` answer (a hung server).
         models: ids ``GET /v1/models`` lists.
         stream_delay_s: seconds between the content chunks of a streamed answer.
+        stream_as_json: answer a stream request with the plain JSON completion, as some
+            compatible servers and proxies do (they ignore ``stream``).
         cache: a ``PrefixCache``: answers' prompt and cached token counts are billed from it.
     """
 
@@ -410,8 +412,9 @@ class FakeOpenAI:
                  max_prompt_chars: int | None = None, models_status: int = 200,
                  models: Iterable[str] = ("gpt-4o-mini", "gpt-4o"),
                  models_delay_s: float = 0.0, stream_delay_s: float = 0.0,
-                 cache: PrefixCache | None = None) -> None:
+                 cache: PrefixCache | None = None, stream_as_json: bool = False) -> None:
         self.script: list[Answer | Responder] = list(script)
+        self.stream_as_json = stream_as_json
         self.cache = cache
         self.stream_delay_s = stream_delay_s
         #: ``time.monotonic()`` of each streamed content chunk as it was written.
@@ -487,7 +490,7 @@ class FakeOpenAI:
         self.statuses.append(answer.status if isinstance(answer, Fail) else 200)
         if not isinstance(answer, Fail) and isinstance(answer.get("usage"), dict):
             self.usages.append(answer["usage"])
-        if body.get("stream") and not isinstance(answer, Fail):
+        if body.get("stream") and not isinstance(answer, Fail) and not self.stream_as_json:
             return await self._stream(request, answer, body)
         return self._respond(answer)
 

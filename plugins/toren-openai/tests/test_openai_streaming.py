@@ -4,9 +4,11 @@ server that rejects ``stream_options``."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
+import pytest
 from fake_openai import Fail, completion, tool_call, usage
 from toren_openai import wire
 
@@ -55,6 +57,27 @@ async def test_a_server_rejecting_stream_options_streams_without_usage(
     assert (await model.stream(REQUEST, lambda text: None)).text == "fine"
     assert (await model.stream(REQUEST, lambda text: None)).text == "again"
     assert ["stream_options" in body for body in fake.requests] == [True, False, False]
+
+
+async def test_a_server_answering_a_stream_request_with_json_is_read_whole(
+        make_fake: Any, make_model: Any, caplog: pytest.LogCaptureFixture) -> None:
+    fake = await make_fake([completion("all at once", usage_data=usage(prompt=7, completion=3)),
+                            completion("Looking.", [tool_call("lookup", {"topic": "x"},
+                                                              call_id="call_a")])],
+                           stream_as_json=True)
+    model = make_model(base_url=fake.url)
+    heard: list[str] = []
+
+    with caplog.at_level(logging.WARNING, logger="toren_openai"):
+        first = await model.stream(REQUEST, heard.append)
+        second = await model.stream(REQUEST, heard.append)
+
+    assert first.text == "all at once" and first.usage == Usage(input_tokens=7, output_tokens=3)
+    assert second.tool_calls == (ToolCall("call_a", "lookup", {"topic": "x"}),)
+    assert heard == ["all at once", "Looking."]  # watchers hear the text, whole
+    assert [body["stream"] for body in fake.requests] == [True, True]  # one request per call
+    said = [r.getMessage() for r in caplog.records if "plain JSON" in r.getMessage()]
+    assert len(said) == 1, said  # once, not per call
 
 
 def test_a_stream_is_put_back_together_from_chunks() -> None:

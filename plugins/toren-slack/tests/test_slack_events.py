@@ -127,8 +127,9 @@ async def test_an_approval_is_offered_as_buttons_and_a_press_decides_it(
         assert offer["thread_ts"] == root and "ring_bell" in offer["text"]
         section, actions = offer["blocks"]
         assert section["type"] == "section" and "ring_bell" in section["text"]["text"]
-        approve, deny = actions["elements"]
-        assert (approve["text"]["text"], deny["text"]["text"]) == ("Approve", "Deny")
+        approve, always, deny = actions["elements"]
+        assert (approve["text"]["text"], always["text"]["text"], deny["text"]["text"]) == (
+            "Approve", "Approve always", "Deny")
         assert approve["type"] == deny["type"] == "button"
         # a stranger's press, and a forged value: nothing decided
         for payload in (press(approve["value"], user=STRANGER, channel=GENERAL,

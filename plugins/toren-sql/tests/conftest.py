@@ -1,5 +1,5 @@
 """A database with a table, a sequence and functions that write, for the hostile queries; roles
-made as docs/tools/sql.md makes them, and roles with more privileges than that."""
+made as docs/tools/database.md makes them, and roles with more privileges than that."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-DOCS = Path(__file__).parents[3] / "docs" / "tools" / "sql.md"
+DOCS = Path(__file__).parents[3] / "docs" / "tools" / "database.md"
 
 SETUP = """
 CREATE TABLE orders (id serial PRIMARY KEY, customer text NOT NULL, total numeric(10, 2),
@@ -56,7 +56,7 @@ def table_snapshot() -> Callable[[str], tuple[object, ...]]:
 
 
 def docs_recipe() -> str:
-    """The SELECT-only role's SQL as docs/tools/sql.md gives it (its first sql block)."""
+    """The SELECT-only role's SQL as docs/tools/database.md gives it (its first sql block)."""
     return DOCS.read_text().split("```sql\n", 1)[1].split("```", 1)[0]
 
 

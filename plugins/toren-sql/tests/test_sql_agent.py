@@ -87,7 +87,7 @@ async def test_a_superuser_is_refused_unless_the_agent_allows_a_privileged_role(
     assert refused["is_error"]
     role = conninfo_to_dict(sql_database)["user"]
     assert (f"refused to run: the database role {role!r} is a superuser" in refused["output"]
-            and "docs/tools/sql.md, 'A SELECT-only role'" in refused["output"]
+            and "docs/tools/database.md, 'A SELECT-only role'" in refused["output"]
             and "sql: {allowPrivilegedRole: true}" in refused["output"])
     (allowed,) = await tool_outputs(runtime, "lab", "SELECT count(*) FROM orders")
     assert json.loads(allowed["output"])["rows"] == [[50]]

@@ -136,7 +136,7 @@ async def test_an_unreachable_database_is_a_tool_error() -> None:
 
 async def test_a_select_only_role_as_the_docs_create_it(sql_database: str,
                                                        select_only_url: str) -> None:
-    """The SQL in docs/tools/sql.md makes a role that can read and not write, even directly,
+    """The SQL in docs/tools/database.md makes a role that can read and not write, even directly,
     and that sql_query runs without allowPrivilegedRole."""
     import psycopg
 

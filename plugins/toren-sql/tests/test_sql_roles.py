@@ -16,7 +16,7 @@ from toren.errors import ToolError
 #: conftest's make_role: a new login role with the given grants (returns url, name, through).
 MakeRole = Callable[..., Any]
 
-WAY_OUT = ("give sql_query a role that may only SELECT (docs/tools/sql.md, 'A SELECT-only "
+WAY_OUT = ("give sql_query a role that may only SELECT (docs/tools/database.md, 'A SELECT-only "
            "role'), or set sql: {allowPrivilegedRole: true} in the agent's agent.yaml")
 
 

@@ -80,7 +80,7 @@ def buttons(fake: FakeTelegram, chat: int) -> tuple[str, str]:
     """The callback data of the Approve and Deny buttons offered in ``chat``."""
     (offer,) = [body for body in fake.sent
                 if "reply_markup" in body and str(body["chat_id"]) == str(chat)]
-    approve, deny = offer["reply_markup"]["inline_keyboard"][0]
+    approve, _always, deny = offer["reply_markup"]["inline_keyboard"][0]
     return approve["callback_data"], deny["callback_data"]
 
 

@@ -97,15 +97,26 @@ async def test_an_approval_is_offered_as_buttons_and_a_press_decides_it(
         await until(lambda: fake_telegram.texts(FRIEND))
         (offer,) = [body for body in fake_telegram.sent if "reply_markup" in body]
         assert "ring_bell" in offer["text"]
-        approve, deny = offer["reply_markup"]["inline_keyboard"][0]
-        assert (approve["text"], deny["text"]) == ("Approve", "Deny")
+        approve, always, deny = offer["reply_markup"]["inline_keyboard"][0]
+        assert (approve["text"], always["text"], deny["text"]) == (
+            "Approve", "Approve always", "Deny")
         fake_telegram.press(401, 555, approve["callback_data"])  # a stranger's press: refused
-        fake_telegram.press(402, FRIEND, approve["callback_data"])
+        fake_telegram.press(402, FRIEND, always["callback_data"])
         await until(lambda: len(fake_telegram.texts(FRIEND)) == 2)
         assert "rang: " in fake_telegram.texts(FRIEND)[1]
         notes = [body["text"] for body in fake_telegram.answered]
-        assert sorted(notes) == ["Approved.", "Not allowed."]  # chats are handled apart
+        assert sorted(notes) == [  # chats are handled apart
+            "Approved, and approved always for the same call in this chat's session.",
+            "Not allowed."]
         (approval,) = await runtime.list_approvals(status="approved")
-        assert approval.decided_by == f"telegram:{FRIEND}"
+        assert (approval.decided_by, approval.scope) == (f"telegram:{FRIEND}", "run")
+        # the same call again in this session: approved without offering buttons
+        offers = len([body for body in fake_telegram.sent if "reply_markup" in body])
+        fake_telegram.message(403, FRIEND, "ring it")
+        await until(lambda: len(fake_telegram.texts(FRIEND)) == 3)
+        assert "rang: " in fake_telegram.texts(FRIEND)[2]
+        assert len([body for body in fake_telegram.sent if "reply_markup" in body]) == offers
+        again = [a for a in await runtime.list_approvals(status="approved") if a.granted_by]
+        assert [a.granted_by for a in again] == [approval.id]
     finally:
         await runtime.stop_channels()

@@ -54,8 +54,9 @@ async def test_an_approval_comes_as_reply_buttons_and_a_reply_decides_it(
         (offer,) = fake_graph.sent
         assert offer["type"] == "interactive" and "ring_bell" in offer["interactive"]["body"][
             "text"]
-        approve, deny = offer["interactive"]["action"]["buttons"]
-        assert (approve["reply"]["title"], deny["reply"]["title"]) == ("Approve", "Deny")
+        approve, always, deny = offer["interactive"]["action"]["buttons"]
+        assert (approve["reply"]["title"], always["reply"]["title"], deny["reply"]["title"]) == (
+            "Approve", "Approve always", "Deny")
         press = {"from": FRIEND, "id": "wamid.b2", "timestamp": "1700000100",
                  "type": "interactive", "interactive": {
                      "type": "button_reply", "button_reply": approve["reply"]}}

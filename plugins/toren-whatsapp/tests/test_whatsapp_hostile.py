@@ -45,7 +45,7 @@ async def deliver(http: aiohttp.ClientSession, url: str, *messages: dict[str, An
 def buttons(fake: FakeGraph, to: str) -> tuple[str, str]:
     """The ids of the Approve and Deny reply buttons offered to ``to``."""
     (offer,) = [body for body in fake.sent if body["type"] == "interactive" and body["to"] == to]
-    approve, deny = offer["interactive"]["action"]["buttons"]
+    approve, _always, deny = offer["interactive"]["action"]["buttons"]
     return approve["reply"]["id"], deny["reply"]["id"]
 
 

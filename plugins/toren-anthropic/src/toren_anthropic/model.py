@@ -65,6 +65,7 @@ class AnthropicModel(Model):
     def __init__(self, model_id: str, *, base_url: str | None = None,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.model_id = model_id
+        self.key_env = KEY_VAR
         self.api_model = model_id.partition("/")[2]
         self.base_url = base_url
         self.timeout_s = timeout_s

@@ -1,8 +1,9 @@
 """The queue-depth metric the worker service autoscales on, sent to CloudWatch.
 
 Every ``TOREN_FARGATE_METRIC_INTERVAL`` seconds a worker reads ``Queue.depth`` for the agents
-it serves and sends, in one ``PutMetricData`` call to namespace ``TOREN_FARGATE_METRIC_NAMESPACE``
-(``Toren``):
+it serves (those of its lane, ``TOREN_LANE``: a long-lane service, with its own
+``TOREN_FARGATE_FLEET``, scales on its own queues) and sends, in one ``PutMetricData`` call
+to namespace ``TOREN_FARGATE_METRIC_NAMESPACE`` (``Toren``):
 
 - ``QueueDepth`` with dimension ``Fleet=<TOREN_FARGATE_FLEET>``: messages ready or in flight
   for the fleet's agents together: what the scaling policy tracks (``Maximum`` statistic:

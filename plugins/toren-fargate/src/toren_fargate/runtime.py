@@ -6,8 +6,11 @@ It runs the same ``Worker`` as ``inprocess`` and adds what a Fargate task needs:
   ``toren worker`` stops on SIGTERM; ``stop`` stops claiming, lets work in hand finish for
   ``TOREN_SHUTDOWN_GRACE`` seconds and hands the rest back (``Worker.stop``). The runtime
   refuses to start when that cannot fit in ``TOREN_FARGATE_STOP_TIMEOUT``.
-- **Scale-in protection while busy** (``toren_fargate.protection``).
-- **A health endpoint** for the container health check (``toren_fargate.health``).
+- **Scale-in protection while busy** (``toren_fargate.protection``); with several worker
+  processes in the task (``toren worker --processes N``), while any of them is busy
+  (``toren_fargate.siblings``).
+- **A health endpoint** for the container health check (``toren_fargate.health``); process k
+  of N listens ``k - 1`` above its port.
 - **The queue-depth metric** the service autoscales on (``toren_fargate.metrics``).
 """
 
@@ -26,6 +29,7 @@ from toren_fargate.health import HealthServer
 from toren_fargate.metrics import QueueDepthPublisher
 from toren_fargate.protection import TaskProtection
 from toren_fargate.settings import FargateSettings
+from toren_fargate.siblings import BusyMarks
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
 TOREN_PLUGIN_API = ">=1.0,<2"
@@ -48,8 +52,17 @@ class FargateRuntime(WorkerRuntime):
         self.worker: Worker | None = None
         self.host: Any = None
         self.draining = False
+        #: Under a supervisor (``toren worker --processes N``): the siblings' busy marks; only
+        #: slot 1 sets the task's protection, for all (``toren_fargate.siblings``).
+        self.marks = (BusyMarks(settings.supervisor, settings.supervisor_slot)
+                      if settings.supervisor and settings.supervisor_slot else None)
+        speaks = self.marks is None or self.marks.speaks_for_the_task
         self.protection = (TaskProtection(self.fargate.agent_uri, self.fargate.protection_minutes)
-                           if self.fargate.agent_uri else None)
+                           if self.fargate.agent_uri and speaks else None)
+        #: The health endpoint's port: slot k of a supervisor's processes listens k - 1 above
+        #: TOREN_FARGATE_HEALTH_PORT (the container's health check asks slot 1's).
+        self.health_port = (self.fargate.health_port + (settings.supervisor_slot or 1) - 1
+                            if self.fargate.health_port else 0)
         self.health: HealthServer | None = None
         self.publisher: QueueDepthPublisher | None = None
         self._loops: list[asyncio.Task[None]] = []
@@ -65,8 +78,8 @@ class FargateRuntime(WorkerRuntime):
                  f"{self.fargate.stop_timeout_s:g} s"]
         parts.append("scale-in protection while busy" if self.protection
                      else "no ECS_AGENT_URI: no scale-in protection")
-        if self.fargate.health_port:
-            parts.append(f"health on :{self.fargate.health_port}/healthz")
+        if self.health_port:
+            parts.append(f"health on :{self.health_port}/healthz")
         if self.fargate.metric_interval_s:
             parts.append(f"{self.fargate.metric_namespace}/QueueDepth every "
                          f"{self.fargate.metric_interval_s:g} s")
@@ -75,12 +88,12 @@ class FargateRuntime(WorkerRuntime):
     async def start(self, host: Any) -> None:
         self.host = host
         self.worker = Worker(host)
-        if self.fargate.health_port:
-            self.health = HealthServer(self.fargate.health_host, self.fargate.health_port,
+        if self.health_port:
+            self.health = HealthServer(self.fargate.health_host, self.health_port,
                                        self.health_state)
             await self.health.start()
         await self.worker.start()
-        if self.protection is not None:
+        if self.protection is not None or self.marks is not None:
             self._loops.append(asyncio.create_task(
                 self._every(PROTECTION_TICK_S, self._protect), name="toren-task-protection"))
         if self.fargate.metric_interval_s:
@@ -102,6 +115,8 @@ class FargateRuntime(WorkerRuntime):
             await self.worker.stop()
             self.worker = None
         log.info("drained in %.1f s", time.monotonic() - started)
+        if self.marks is not None:
+            self.marks.mark(False)
         if self.protection is not None:
             with contextlib.suppress(Exception):  # a stopped task needs none anyway
                 await self.protection.update(busy=False, now_final=True)
@@ -123,20 +138,26 @@ class FargateRuntime(WorkerRuntime):
         """Healthy while the worker's loops run and it is not draining."""
         worker = self.worker
         alive = worker is not None and all(not loop.done() for loop in worker._loops)
-        details = {"worker": worker.id if worker else None,
+        details = {"worker": worker.id if worker else None, "lane": self.settings.lane,
                    "in_flight": len(worker.inflight) if worker else 0,
                    "draining": self.draining,
                    "protected": self.protection.enabled if self.protection else None}
         return alive and not self.draining, details
 
     async def _protect(self) -> None:
-        await self.protection.update(self.busy)  # type: ignore[union-attr]
+        busy = self.busy
+        if self.marks is not None:  # one of several worker processes of this task
+            self.marks.mark(busy)
+            busy = busy or self.marks.others_busy()
+        if self.protection is not None:
+            await self.protection.update(busy)
 
     async def _publish(self) -> None:
         queue = self.host.queue
         if queue is None:
             return
-        depth = await queue.depth(list(self.host.agents))
+        # the lane's agents only: a long-lane service scales on its own queues' depth
+        depth = await queue.depth(list(self.host.lane_agents))
         if depth is None:
             if not self._no_depth_logged:
                 log.warning("the %s queue cannot count its messages: no queue-depth metric",

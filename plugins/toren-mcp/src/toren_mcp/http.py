@@ -17,8 +17,8 @@ from aiohttp import web
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from toren.plugin import TorenClient
-from toren_mcp.server import build_server
+from toren.plugin import AUTHENTICATED, TorenClient, route_scope
+from toren_mcp.server import MCP_HEADERS, build_server
 
 #: Set by ``McpEndpoint`` on every request it forwards (any such header a caller sent is
 #: dropped): the URL of this server's own HTTP API, for the tools' client.
@@ -31,7 +31,7 @@ async def _forwarding_client(ctx: Context) -> AsyncIterator[TorenClient]:
     authorization = headers.get("authorization", "")
     scheme, _, token = authorization.partition(" ")
     key = token.strip() if scheme.lower() == "bearer" else ""
-    async with TorenClient(headers[SELF_URL_HEADER], key or "") as client:
+    async with TorenClient(headers[SELF_URL_HEADER], key or "", headers=MCP_HEADERS) as client:
         yield client
 
 
@@ -54,7 +54,9 @@ class McpEndpoint:
         app.cleanup_ctx.append(self._lifetime)
         # stateless: no server-to-client stream (GET) and no session to end (DELETE); the
         # SDK's client takes the 405 for either as the specification allows
-        app.router.add_post("/mcp", self.handle)
+        # any valid key: each tool calls the API with the caller's key, so each tool needs
+        # the scope its route needs (a tool error names it)
+        app.router.add_post("/mcp", route_scope(AUTHENTICATED)(self.handle))
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
         # The manager's anyio task group must be entered and left by one task, and an app's

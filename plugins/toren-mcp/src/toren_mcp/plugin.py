@@ -4,13 +4,15 @@ tools for agents (``mcpServers:`` in agent.yaml)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from aiohttp import web
 
 import toren
 from toren.plugin import ToolSource
+
+if TYPE_CHECKING:  # aiohttp loads for a server, not for every command of the CLI
+    from aiohttp import web
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
 #: 1.1: register_tool_sources (mcpServers:).

@@ -39,15 +39,26 @@ SessionId = Annotated[Uuid, Field(description="The session's id (a UUID), as ses
                                               "returned it.")]
 ApprovalId = Annotated[Uuid, Field(description="The approval's id (a UUID), from "
                                                "approvals_list.")]
+QuestionId = Annotated[Uuid, Field(description="The question's id (a UUID), from "
+                                               "questions_list or get_run's "
+                                               "pending_questions.")]
 Reason = Annotated[str | None, Field(description="Why (recorded, and shown to the model on "
                                                  "deny).", max_length=2000)]
+Digest = Annotated[str, Field(pattern="^[0-9a-f]{64}$", description=(
+    "The approval's digest as approvals_list showed it (sha256 of its arguments): the "
+    "decision is refused (approval_stale) if the arguments are not those any more."))]
+
+
+#: Sent with every API call a tool makes: the audit trail records the call's source as
+#: ``mcp`` (docs/guides/auth.md, "Audit trail").
+MCP_HEADERS = {"X-Toren-Source": "mcp", "User-Agent": f"toren-mcp/{toren.__version__}"}
 
 
 @asynccontextmanager
 async def env_client(_: Context) -> AsyncIterator[TorenClient]:
     """The client ``toren mcp`` uses: ``TOREN_URL`` and ``TOREN_API_KEY`` from the
     environment (default ``http://127.0.0.1:8420``, the local ``toren dev``)."""
-    async with TorenClient() as client:
+    async with TorenClient(headers=MCP_HEADERS) as client:
         yield client
 
 
@@ -93,11 +104,29 @@ def build_server(client_for: ClientFactory = env_client) -> MCPServer:
             ctx: Context,
             idempotency_key: Annotated[str | None, Field(
                 description="Same key, same run: retrying never starts a second run.",
-                min_length=1, max_length=255)] = None) -> dict[str, Any]:
+                min_length=1, max_length=255)] = None,
+            webhook: Annotated[str | None, Field(
+                description="An http(s) URL told when the run ends: a signed JSON POST with "
+                            "its status, output and totals (docs/guides/webhooks.md).",
+                min_length=1, max_length=2048)] = None,
+            priority: Annotated[int | None, Field(
+                description="The run's priority, -100..100 (default: the agent's, else 0): "
+                            "higher is claimed first (docs/guides/flow-control.md).",
+                ge=-100, le=100)] = None) -> dict[str, Any]:
         """Start a durable run and return its id at once (it keeps running if this client
-        disconnects). Then wait_for_run or get_run."""
+        disconnects). Then wait_for_run or get_run, or give a webhook to be told."""
         async with api(ctx) as client:
-            return dict(await client.create_run(agent, input, idempotency_key=idempotency_key))
+            return dict(await client.create_run(agent, input, idempotency_key=idempotency_key,
+                                                webhook=webhook, priority=priority))
+
+    @server.tool()
+    async def fleet(ctx: Context) -> dict[str, Any]:
+        """The fleet at a glance (GET /fleet; the key needs fleet:read): live workers and their
+        lanes, each agent's queue with what waits and why (a worker, a concurrency slot, a
+        delay), agents no live worker serves, provider rate-limit buckets (what each window
+        holds, calls waiting, 429 pauses), runs in flight and recent failures."""
+        async with api(ctx) as client:
+            return await client.fleet()
 
     @server.tool()
     async def get_run(run_id: RunId, ctx: Context) -> dict[str, Any]:
@@ -144,6 +173,26 @@ def build_server(client_for: ClientFactory = env_client) -> MCPServer:
         """Cancel a run (its tasks stop at their next step)."""
         async with api(ctx) as client:
             return dict(await client.cancel_run(run_id, reason or "cancelled over MCP"))
+
+    @server.tool()
+    async def send_signal(
+            run_id: RunId,
+            name: Annotated[str, Field(
+                description="The signal's name, as the run's workflow waits for it "
+                            "(ctx.wait_for_signal): lowercase letters, digits, - and _.",
+                pattern="^[a-z][a-z0-9_-]{0,63}$")],
+            ctx: Context,
+            payload: Annotated[Any, Field(description="The signal's data: any JSON "
+                                                      "(at most 64 KiB).")] = None,
+            idempotency_key: Annotated[str | None, Field(
+                description="Same key, same signal: retrying never sends it twice.",
+                min_length=1, max_length=255)] = None) -> dict[str, Any]:
+        """Send a signal to a run: a workflow waiting for it (ctx.wait_for_signal) goes on
+        (one sent before it waits is kept for it), and so does a tool waiting for it
+        (toren.wait_for_signal). A finished run refuses it (run_finished)."""
+        async with api(ctx) as client:
+            return dict(await client.signal(run_id, name, payload,
+                                            idempotency_key=idempotency_key))
 
     @server.tool()
     async def get_receipt(run_id: RunId, ctx: Context) -> dict[str, Any]:
@@ -199,18 +248,68 @@ def build_server(client_for: ClientFactory = env_client) -> MCPServer:
                                                              status=status, limit=limit)}
 
     @server.tool()
-    async def approve(approval_id: ApprovalId, ctx: Context,
-                      reason: Reason = None) -> dict[str, Any]:
-        """Let a waiting tool call run (exactly once)."""
+    async def approve(approval_id: ApprovalId, ctx: Context, reason: Reason = None,
+                      digest: Digest | None = None,
+                      always: Annotated[bool, Field(
+                          description="Also approve, without asking, every later call of this "
+                                      "tool with the same arguments in this run.")] = False
+                      ) -> dict[str, Any]:
+        """Let a waiting tool call run (exactly once; ``always``: and the same call again
+        for the rest of the run). Send the ``digest`` approvals_list showed."""
         async with api(ctx) as client:
-            return dict(await client.approve(approval_id, reason))
+            return dict(await client.approve(approval_id, reason, digest=digest,
+                                             always=always))
 
     @server.tool()
-    async def deny(approval_id: ApprovalId, ctx: Context, reason: Reason = None
-                   ) -> dict[str, Any]:
+    async def deny(approval_id: ApprovalId, ctx: Context, reason: Reason = None,
+                   digest: Digest | None = None) -> dict[str, Any]:
         """Refuse a waiting tool call; the model reads the refusal and the reason."""
         async with api(ctx) as client:
-            return dict(await client.deny(approval_id, reason))
+            return dict(await client.deny(approval_id, reason, digest=digest))
+
+    @server.tool()
+    async def edit_approval(approval_id: ApprovalId, ctx: Context,
+                            arguments: Annotated[dict[str, Any], Field(
+                                description="The arguments the call runs with instead (checked "
+                                            "against the tool's schema).")],
+                            digest: Digest, reason: Reason = None) -> dict[str, Any]:
+        """Let a waiting tool call run with other arguments; the agent's model is told which
+        changed. ``digest``: the one approvals_list showed for the arguments you edited."""
+        async with api(ctx) as client:
+            return dict(await client.edit_approval(approval_id, arguments, digest=digest,
+                                                   reason=reason))
+
+    @server.tool()
+    async def answer_approval(approval_id: ApprovalId, ctx: Context,
+                              answer: Annotated[str, Field(
+                                  min_length=1, max_length=100_000,
+                                  description="The tool's result, as the agent's model will "
+                                              "read it; the tool does not run.")],
+                              digest: Digest, reason: Reason = None) -> dict[str, Any]:
+        """Answer a waiting tool call in the tool's stead: the tool never runs."""
+        async with api(ctx) as client:
+            return dict(await client.answer_approval(approval_id, answer, digest=digest,
+                                                     reason=reason))
+
+    @server.tool()
+    async def questions_list(run_id: RunId, ctx: Context,
+                             status: Annotated[str | None, Field(max_length=40)] = "pending"
+                             ) -> dict[str, Any]:
+        """The questions a run's agent asked a person (ask_user) and waits on (or, with
+        ``status``, settled ones)."""
+        async with api(ctx) as client:
+            return {"questions": await client.list_questions(run_id, status=status)}
+
+    @server.tool()
+    async def answer_question(
+            run_id: RunId, question_id: QuestionId, ctx: Context,
+            answer: Annotated[str, Field(min_length=1, max_length=8000, description=(
+                "The answer; for a question with choices, one of them or its number."))]
+    ) -> dict[str, Any]:
+        """Answer a question a run's agent asked (exactly once: the first answer wins); the
+        answer becomes its ask_user call's result and the run goes on."""
+        async with api(ctx) as client:
+            return dict(await client.answer_question(run_id, question_id, answer))
 
     @server.resource("toren://runs/{run_id}/receipt", mime_type="application/json")
     async def receipt_resource(run_id: str, ctx: Context) -> str:

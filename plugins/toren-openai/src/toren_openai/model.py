@@ -7,6 +7,7 @@ agent first uses an ``openai/`` model, never when the plugin is loaded.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from typing import Any
@@ -48,6 +49,7 @@ class OpenAIModel(Model):
     def __init__(self, model_id: str, *, base_url: str | None = None,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.model_id = model_id
+        self.key_env = KEY_VAR
         self.model_name = model_id.partition("/")[2]
         self.base_url = base_url
         self.endpoint = (base_url or DEFAULT_BASE_URL).rstrip("/")
@@ -68,6 +70,8 @@ class OpenAIModel(Model):
         #: Whether to send ``response_format`` for an output schema (a server that rejects it
         #: is asked without it from then on: Toren still validates the answer).
         self.native_output = True
+        #: Whether the server was seen answering a stream request with plain JSON (said once).
+        self.streams_json = False
         self._client: openai.AsyncOpenAI | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -110,6 +114,11 @@ class OpenAIModel(Model):
         streamed = wire.StreamedCompletion()
         try:
             chunks = await self._create_adapting(client, params)
+            answered = await self._plain_answer(chunks)
+            if answered is not None:  # the server ignored stream=True
+                if answered.text:
+                    on_text(answered.text)
+                return answered
             async for chunk in chunks:
                 text = streamed.add(chunk.to_dict(warnings=False))
                 if text:
@@ -117,6 +126,36 @@ class OpenAIModel(Model):
         except openai.OpenAIError as exc:
             raise errors.translate(exc, model_id=self.model_id, endpoint=self.endpoint) from exc
         return wire.model_response(streamed.completion(), self.model_id)
+
+    async def _plain_answer(self, chunks: Any) -> ModelResponse | None:
+        """The completion of a server that answered a stream request with plain JSON (some
+        OpenAI-compatible servers and proxies ignore ``stream``), read from the response before
+        the SDK looks for ``data:`` lines in it (it would find none: "answered without a
+        completion: {}"); ``None`` for an event stream. Said once per model in the log."""
+        response = getattr(chunks, "response", None)
+        kind = str(getattr(response, "headers", {}).get("content-type", "")).lower()
+        if response is None or not kind or kind.startswith("text/event-stream"):
+            return None
+        try:
+            body = await response.aread()
+        except Exception as exc:  # the connection broke while the answer was read
+            raise ProviderError(f"{self.model_id}: reading the answer of {self.endpoint} "
+                                f"failed: {type(exc).__name__}: {exc}", retryable=True,
+                                reason="connection") from exc
+        finally:
+            await response.aclose()
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise ProviderError(
+                f"{self.model_id}: {self.endpoint} answered a stream request with {kind}, "
+                f"neither an event stream nor JSON: {body[:200]!r}") from None
+        if not self.streams_json:
+            log.warning("%s answered a stream request with plain JSON (%s): using that answer "
+                        "whole; text reaches live watchers when the call ends, not as it is "
+                        "generated", self.endpoint, kind)
+        self.streams_json = True
+        return wire.model_response(data if isinstance(data, dict) else {}, self.model_id)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params = wire.chat_request(request, self.model_name, token_field=self.token_field)

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 from toren import hookimpl
-from toren_sandbox import tools
 from toren_sandbox.config import UNSAFE_ENV, check_available
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
@@ -24,6 +23,10 @@ def register_tools(register: Callable[..., None]) -> None:
     ``sandbox``; where bubblewrap is missing register nothing and say why, naming the package
     (``SandboxUnavailable``: Toren logs it, and an agent enabling these tools fails to load with
     it), unless ``TOREN_SANDBOX_UNSAFE=1``."""
+    # imported here, not at the top: every `toren` command (--help too) imports this module,
+    # and the tools pull in the workspace's store and the worker
+    from toren_sandbox import tools
+
     tools.ISOLATED = check_available()
     if not tools.ISOLATED:
         log.warning("%s=1 and bubblewrap is not installed: the sandbox's bash runs commands "

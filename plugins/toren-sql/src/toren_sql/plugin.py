@@ -8,7 +8,6 @@ from typing import Any
 
 import toren
 from toren.plugin import ToolError, positive_number
-from toren_sql.query import run_readonly_query
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
 TOREN_PLUGIN_API = ">=1.0,<2"
@@ -53,6 +52,8 @@ async def sql_query(query: str, max_rows: int = 100) -> str:
     if url is None:
         raise ToolError(f"{call.env_var(URL_VAR)} is not set")
     timeout_s, row_cap = settings()
+    from toren_sql.query import run_readonly_query  # psycopg: when the tool is first used
+
     return (await run_readonly_query(
         url, query, max_rows=max(1, min(max_rows, row_cap)),
         max_bytes=call.max_output_bytes, timeout_s=timeout_s,

@@ -26,7 +26,7 @@ BATCH_ROWS = 200
 ENVELOPE_ROOM = 256
 RULE = ("sql_query runs exactly one read-only SELECT (WITH ... SELECT, VALUES and TABLE too) "
         "per call")
-RECIPE = "docs/tools/sql.md, 'A SELECT-only role'"
+RECIPE = "docs/tools/database.md, 'A SELECT-only role'"
 #: Predefined roles that reach outside the database, and what a member's query could do.
 PRIVILEGED_ROLES = {
     "pg_execute_server_program": "run programs on the database server",

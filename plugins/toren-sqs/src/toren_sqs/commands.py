@@ -6,7 +6,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -20,9 +20,10 @@ from toren.plugin.cli import (
     print_table,
     safe,
 )
-from toren_sqs.queue import Body
 from toren_sqs.settings import SqsSettings
-from toren_sqs.sqs import POOL_SIZE, SqsClient
+
+if TYPE_CHECKING:
+    from toren_sqs.sqs import SqsClient
 
 app = typer.Typer(help="The SQS queues (TOREN_QUEUE=sqs): dead letters.", no_args_is_help=True)
 dlq = typer.Typer(help="Dead-letter queues: list, redrive.", no_args_is_help=True)
@@ -55,6 +56,10 @@ async def _drain(client: SqsClient, url: str, limit: int) -> list[dict[str, Any]
 
 def _run(action: Any) -> Any:
     async def go() -> Any:
+        # imported here: every toren command loads this module for its help (boto3 and the
+        # queue driver cost about 0.7 s), only toren queue uses them
+        from toren_sqs.sqs import POOL_SIZE, SqsClient
+
         settings = SqsSettings.from_env()
         executor = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="toren-sqs")
         try:
@@ -76,6 +81,8 @@ def list_dead(dirs: DirsOption = None, agent: AgentOption = None,
     names = _agents(dirs, agent)
 
     async def action(settings: SqsSettings, client: SqsClient) -> list[dict[str, Any]]:
+        from toren_sqs.queue import Body
+
         rows = []
         for name in names:
             url = await client.ensure_queue(settings.queue_name(name, dead_letters=True),
@@ -116,6 +123,8 @@ def redrive(dirs: DirsOption = None, agent: AgentOption = None,
     names = _agents(dirs, agent)
 
     async def action(settings: SqsSettings, client: SqsClient) -> dict[str, int]:
+        from toren_sqs.queue import Body
+
         moved: dict[str, int] = {}
         for name in names:
             source = await client.ensure_queue(settings.queue_name(name, dead_letters=True),

@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 import toren
 from toren.plugin import Channel
-from toren_telegram.channel import TelegramChannel
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
 TOREN_PLUGIN_API = ">=1.0,<2"
@@ -14,4 +13,7 @@ TOREN_PLUGIN_API = ">=1.0,<2"
 
 @toren.hookimpl
 def register_channels(register: Callable[[Channel], None]) -> None:
+    # imported here, not at the top: every CLI command loads this module
+    from toren_telegram.channel import TelegramChannel
+
     register(TelegramChannel())
