@@ -74,7 +74,7 @@ def test_hostile_key_names_are_stored_and_listed_as_text(toren_cli: TorenCli,
         # before the fix, '[/]' stored an active key and then crashed before printing it
         assert created.returncode == 0, created.stderr
         assert created.stdout.startswith("toren_")
-        assert f"({name})" in created.stderr
+        assert f"({name}, role admin" in created.stderr
 
     listed = toren_cli("keys", "list", env=env)
     assert listed.returncode == 0, listed.stderr  # crashed for everyone before

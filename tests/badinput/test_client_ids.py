@@ -40,12 +40,15 @@ SAMPLES: dict[str, Any] = {
     "run_b": "5b1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f",
     "session_id": "6c1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f",
     "approval_id": "7d1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f",
+    "question_id": "0a1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f",
     "file_id": "8e1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f",
     "agent": "sample-agent", "name": "sample-schedule", "schedule": "other-schedule",
     "input": "sample input", "text": "sample text", "reason": "sample reason",
     "idempotency_key": "sample-key", "prompt": "sample prompt", "model": "sample/model",
     "cursor": "sample-cursor", "after": "sample-after", "status": "completed", "kind": "run",
-    "at_step": 1,
+    "at_step": 1, "digest": "ab" * 32, "answer": "sample answer",
+    "arguments": {"sample": 1}, "actor": "cli:sample", "action": "run.start",
+    "outcome": "ok", "since": "1h", "until": "2026-12-04T00:00:00Z", "run": "sample-run",
 }
 PENDING = "9f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 #: What a model (or a user) can put where an id goes: traversal into another route, a query or a
@@ -107,7 +110,7 @@ class Recorder:
         return web.json_response({
             "id": SAMPLES["run_id"], "status": "completed", "agents": [], "runs": [],
             "next_cursor": None, "schedules": [], "files": [], "approvals": [],
-            "children": [], "events": [], "cursor": ""})
+            "children": [], "events": [], "cursor": "", "questions": [], "deliveries": []})
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +230,7 @@ def test_every_id_parameter_is_checked() -> None:
                               ("approve", "approval_id"), ("deny", "approval_id"),
                               ("get_session", "session_id"), ("delete_file", "file_id"),
                               ("diff_runs", "run_b"), ("pause_schedule", "name"),
-                              ("agent_versions", "agent")]:
+                              ("agent_versions", "agent"), ("answer_question", "question_id")]:
         for cls, found in ((TorenClient, ASYNC_METHODS), (SyncTorenClient, SYNC_METHODS)):
             assert method in found, (cls, method)
             assert parameter in str_parameters(inspect.signature(getattr(cls, method)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,13 @@ def test_a_run_in_flight_finishes_on_its_version_after_the_directory_changes(
     assert set(by_human["1.0"]["files"]) == {"agent.yaml", "prompt.md", "tools.py"}
     table = toren_cli("agents", "versions", AGENT, env=env)
     assert table.returncode == 0 and "1.0" in table.stdout and "2.0" in table.stdout
+    header = next(line for line in table.stdout.splitlines() if "version" in line)
+    # every column is labelled; without --dir none is current, so there is no such column
+    assert "active runs" in header and "current" not in header
+    assert not re.search(r"┃\s+┃", header), header
+    marked = toren_cli("agents", "versions", AGENT, "--dir", str(directory), env=env).stdout
+    assert "current" in next(line for line in marked.splitlines() if "version" in line)
+    assert re.search(rf"{by_human['2.0']['hash'][:12]}.*│ yes\s+│", marked), marked
 
 
 def test_on_change_upgrade_moves_in_flight_runs_to_the_new_version(

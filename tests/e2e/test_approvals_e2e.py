@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.helpers import create_run, run_events, run_row, start_worker
-from tests.conftest import wait_until
+from tests.conftest import TOREN, wait_until
 from tests.durable import check_log
 from tests.e2e.test_http_api import call, conforms
 from toren.client import SyncTorenClient, TorenAPIError, TorenClient
@@ -76,6 +76,32 @@ def test_decided_over_http_and_the_cli_once_each(database_url: str, start_toren,
         assert status == 400, (bad, body)
     status, _, _ = call(approve_url, "POST", raw=b"{not json")
     assert status == 400
+    digest = one["digest"]
+    edit_url, answer_url = (f"{url}/approvals/{pending['id']}/{verb}" for verb in ("edit",
+                                                                                   "answer"))
+    good_args = {"order_id": "A7", "amount_eur": 1}
+    for target, bad in (
+            (edit_url, {"arguments": good_args}),  # no digest: edit and answer require it
+            (answer_url, {"answer": "done"}), (answer_url, {"digest": digest}),
+            (edit_url, {"digest": digest, "arguments": [1]}),
+            (edit_url, {"digest": "zz", "arguments": good_args}),
+            (edit_url, {"digest": digest, "arguments": good_args, "scope": "run"}),
+            (answer_url, {"digest": digest, "answer": 5}),
+            (answer_url, {"digest": digest, "answer": "  "}),
+            (answer_url, {"digest": digest, "answer": "x" * 100_001}),
+            (approve_url, {"scope": "forever"}), (approve_url, {"digest": 7}),
+            (edit_url, {"digest": digest, "arguments": {"order_id": "a\u0000"}})):
+        status, body, _ = call(target, "POST", bad)
+        assert status == 400, (target, bad, body)
+        conforms("Error", body)
+    status, invalid, _ = call(edit_url, "POST", {"digest": digest, "arguments": {
+        "order_id": "A7", "amount_eur": "all of it"}})
+    assert status == 422 and invalid["field"] == "amount_eur", invalid
+    conforms("InvalidArguments", invalid)
+    status, stale, _ = call(approve_url, "POST", {"digest": "0" * 64})
+    assert status == 409 and stale["error"]["code"] == "approval_stale"
+    assert stale["digest"] == digest
+    conforms("ApprovalStale", stale)
     assert call(f"{url}/approvals/{pending['id']}")[1]["status"] == "pending"
 
     # the CLI decides (as cli:<os user>); a second decision over HTTP is a 409 with the first
@@ -115,6 +141,18 @@ def test_decided_over_http_and_the_cli_once_each(database_url: str, start_toren,
     assert "denied it: over the limit" in call(f"{url}/runs/{created['id']}")[1]["output"]
     assert len(ledger_lines(ledger)) == 1
 
+    # the CLI edits the arguments (bound to the digest it read): the refund runs with them
+    _, created, _ = call(f"{url}/runs", "POST", {"agent": "approval-desk", "input": "C3"})
+    assert wait_until(lambda: call(f"{url}/runs/{created['id']}")[1]["pending_approvals"], 60)
+    approval = call(f"{url}/runs/{created['id']}")[1]["pending_approvals"][0]
+    done = toren_cli("approvals", "edit", approval["id"], "--args",
+                     '{"order_id": "C3", "amount_eur": 2}', env=env)
+    assert done.returncode == 0, done.stderr
+    assert approval["digest"][:12] in done.stdout and "edited by cli:" in done.stdout
+    assert wait_until(lambda: call(f"{url}/runs/{created['id']}")[1]["status"] == "completed",
+                      60)
+    assert ledger_lines(ledger)[-1].endswith(" C3 2")
+
 
 def test_sigkill_between_decision_and_execution_and_racing_workers_run_it_once(
         database_url: str, start_toren, toren_cli, tmp_path: Path) -> None:
@@ -130,8 +168,14 @@ def test_sigkill_between_decision_and_execution_and_racing_workers_run_it_once(
     done = toren_cli("approvals", "list", "--json", env=env)
     pending = json.loads(done.stdout)["approvals"]
     assert len(pending) == 3
-    for approval in pending:
-        assert toren_cli("approvals", "approve", approval["id"], env=env).returncode == 0
+    # one of each decision that has an effect: approved, edited (runs with the new arguments)
+    # and answered (the answer is recorded once and the tool never runs)
+    by_run = {a["run_id"]: a["id"] for a in pending}
+    decisions = (("approve",), ("edit", "--args", '{"order_id": "B12", "amount_eur": 3}'),
+                 ("answer", "--answer", "C3 was refunded by phone"))
+    for run_id, (verb, *rest) in zip(run_ids, decisions, strict=True):
+        done = toren_cli("approvals", verb, by_run[run_id], *rest, env=env)
+        assert done.returncode == 0, done.stderr
     # the first worker takes a decision up and is killed before it records or runs it
     assert wait_until(lambda: first.proc.poll() is not None, 60), "the crash point was missed"
     assert (tmp_path / "crashed").exists() and first.proc.returncode == -9
@@ -143,20 +187,33 @@ def test_sigkill_between_decision_and_execution_and_racing_workers_run_it_once(
                                   for r in run_ids), 90)
     lines = ledger_lines(ledger)
     keys = [line.split()[0] for line in lines]
-    assert len(lines) == 3 and len(set(keys)) == 3, lines  # each refund once
-    for run_id in run_ids:
+    assert sorted(line.split()[1:] for line in lines) == [["A7", "1"], ["B12", "3"]], lines
+    assert len(set(keys)) == 2  # each refund once, the answered one never
+    for run_id, outcome in zip(run_ids, ("approved", "edited", "answered"), strict=True):
         events = run_events(database_url, SCHEMA, run_id)
         check_log(events)
-        assert [e.type for e in events].count("ApprovalDecided") == 1
+        [decided] = [e.data for e in events if e.type == "ApprovalDecided"]
+        assert decided["outcome"] == outcome
         started = [e.data["idempotency_key"] for e in events
                    if e.type == "ToolCallStarted" and e.data["name"] == "issue_refund"]
-        assert len(started) == 1 and started[0] in keys  # the ledger saw the logged call
+        results = [e.data["output"] for e in events
+                   if e.type == "ToolCallCompleted" and e.data["name"] == "issue_refund"]
+        assert len(results) == 1
+        if outcome == "answered":
+            assert started == [] and results == ["C3 was refunded by phone"]
+        else:
+            assert len(started) == 1 and started[0] in keys  # the ledger saw the logged call
 
 
 def test_chat_says_what_it_waits_for_and_goes_on_once_approved(toren_cli, database_url: str,
                                                                tmp_path: Path) -> None:
-    directory, ledger = desk(tmp_path)
-    env = {"DATABASE_URL": database_url, "REFUNDS_LEDGER": str(ledger)}
+    directory, _ = desk(tmp_path)
+    # toren is not on PATH (a venv's bin not activated): the hint names the executable; the
+    # example's ledger goes to the temporary directory, not where the command runs
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    ledger = temporary / "toren-approval-desk" / "refunds.log"
+    env = {"DATABASE_URL": database_url, "PATH": "/usr/bin:/bin", "TMPDIR": str(temporary)}
     with ThreadPoolExecutor(1) as pool:
         chat = pool.submit(toren_cli, "chat", "approval-desk", "--dir", str(directory),
                            env=env, input="A7\n", timeout=180)
@@ -172,9 +229,10 @@ def test_chat_says_what_it_waits_for_and_goes_on_once_approved(toren_cli, databa
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stdout.split())
     assert (f"The agent is waiting for approval of issue_refund (id {approval['id']}). "
-            f"Approve it with `toren approvals approve {approval['id']}`") in said
+            f"Approve it with `{TOREN} approvals approve {approval['id']}`") in said
     assert "Refunded 1 EUR on order A7" in said
     assert len(ledger_lines(ledger)) == 1
+    assert not (tmp_path / "refunds.log").exists()  # the command ran in tmp_path
 
 
 def test_the_cli_refuses_bad_input_in_one_line(toren_cli, database_url: str) -> None:
@@ -183,7 +241,10 @@ def test_the_cli_refuses_bad_input_in_one_line(toren_cli, database_url: str) -> 
             (("show", "nope"), "no approval's id starts with 'nope'"),
             (("approve", "00000000-0000-0000-0000-000000000000"), "no approval"),
             (("deny", "ab", "--reason", "x"), "no approval's id starts with 'ab'"),
-            (("list", "--status", "maybe"), "unknown approval status 'maybe'")):
+            (("list", "--status", "maybe"), "unknown approval status 'maybe'"),
+            (("edit", "ab", "--args", "{nope"), "--args is not JSON"),
+            (("edit", "ab", "--args", "[1]"), "--args must be a JSON object"),
+            (("answer", "ab", "--answer", "x"), "no approval's id starts with 'ab'")):
         done = toren_cli("approvals", *args, env=env)
         assert done.returncode != 0, args
         assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -208,8 +269,17 @@ async def test_the_client_lists_and_decides_async_and_sync(database_url: str, st
         assert sorted(a["run_id"] for a in pending) == sorted(runs)
         first = next(a for a in pending if a["run_id"] == runs[0])
         assert (await client.get_approval(first["id"]))["tool"] == "issue_refund"
-        approved = await client.approve(first["id"], "ok")
+        with pytest.raises(TorenAPIError) as stale:
+            await client.approve(first["id"], "ok", digest="f" * 64)
+        assert stale.value.status == 409 and stale.value.code == "approval_stale"
+        assert stale.value.body["digest"] == first["digest"]
+        with pytest.raises(TorenAPIError) as invalid:
+            await client.edit_approval(first["id"], {"order_id": 7, "amount_eur": 1},
+                                       digest=first["digest"])
+        assert (invalid.value.status, invalid.value.body["field"]) == (422, "order_id")
+        approved = await client.approve(first["id"], "ok", digest=first["digest"], always=True)
         assert approved["status"] == "approved" and approved["reason"] == "ok"
+        assert approved["scope"] == "run"
         with pytest.raises(TorenAPIError) as conflict:
             await client.deny(first["id"])
         assert conflict.value.status == 409 and conflict.value.code == "approval_decided"
@@ -219,12 +289,13 @@ async def test_the_client_lists_and_decides_async_and_sync(database_url: str, st
         assert missing.value.status == 404
     second = next(a for a in pending if a["run_id"] == runs[1])
     sync = SyncTorenClient(url)
-    denied = await asyncio.to_thread(sync.deny, second["id"], "no")
-    assert denied["status"] == "denied"
+    answered = await asyncio.to_thread(sync.answer_approval, second["id"],
+                                       "Refunded by phone already.", digest=second["digest"])
+    assert answered["status"] == "answered"
     assert [a["id"] for a in await asyncio.to_thread(sync.list_approvals, run_id=runs[1])] == [
         second["id"]]
     finished = await asyncio.to_thread(sync.wait_for_run, runs[1], timeout_s=60)
-    assert "denied it: no" in finished["output"]
+    assert finished["status"] == "completed" and "B12" not in "".join(ledger_lines(ledger))
     assert (await asyncio.to_thread(sync.wait_for_run, runs[0], timeout_s=60))["status"] == (
         "completed")
     assert len(ledger_lines(ledger)) == 1

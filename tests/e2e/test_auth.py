@@ -245,14 +245,14 @@ def test_keys_create_list_revoke(toren_cli: TorenCli, database_url: str) -> None
     made_json = toren_cli("keys", "create", "deploy", "--json", env=env)
     deploy = json.loads(made_json.stdout)
     assert set(deploy) == {"id", "name", "prefix", "created_at", "last_used_at", "revoked_at",
-                           "key"}
+                           "role", "scopes", "agents", "expires_at", "key"}
     assert KEY.fullmatch(deploy["key"]) and deploy["key"].startswith(deploy["prefix"] + "_")
 
     listed = toren_cli("keys", "list", "--json", env=env)
     keys = json.loads(listed.stdout)["keys"]
     assert [k["name"] for k in keys] == ["deploy", "ci"]
-    assert all(set(k) == {"id", "name", "prefix", "created_at", "last_used_at", "revoked_at"}
-               for k in keys)
+    assert all(set(k) == {"id", "name", "prefix", "created_at", "last_used_at", "revoked_at",
+                          "role", "scopes", "agents", "expires_at"} for k in keys)
     # toren_<hex prefix>_<secret>; the secret itself may contain "_", so split twice from the left
     secrets = [one_line(made.stdout).split("_", 2)[2], deploy["key"].split("_", 2)[2]]
     assert all(len(secret) >= 40 for secret in secrets)
@@ -394,3 +394,57 @@ def test_serve_with_workers_works_runs_and_keeps_the_serve_key_policy(
     assert wait_until(lambda: call(f"/runs/{run_id}")["status"] == "completed", 60)
     assert server.stop(signal.SIGTERM) == 0
     assert "Traceback" not in server.stderr
+
+
+def test_keys_with_roles_agents_and_expiry_and_what_the_cli_refuses(
+        toren_cli: TorenCli, start_toren: StartToren, database_url: str,
+        tmp_path: Path) -> None:
+    env = {"DATABASE_URL": database_url}
+    viewer = json.loads(toren_cli("keys", "create", "dash", "--role", "viewer", "--agent",
+                                  "crew", "--expires", "30d", "--json", env=env).stdout)
+    assert (viewer["role"], viewer["agents"], viewer["expires_at"] is not None) == (
+        "viewer", ["crew"], True)
+    assert "runs:write" not in viewer["scopes"] and "runs:read" in viewer["scopes"]
+    custom = json.loads(toren_cli("keys", "create", "bot", "--role", "custom", "--scope",
+                                  "runs:write", "--scope", "runs:read", "--json",
+                                  env=env).stdout)
+    assert custom["scopes"] == ["runs:read", "runs:write"]
+    # every option has its variable (a deployment's first-boot script sets them)
+    from_env = json.loads(toren_cli("keys", "create", "robot", "--json", env=env | {
+        "TOREN_KEY_ROLE": "custom", "TOREN_KEY_SCOPES": "fleet:read runs:read",
+        "TOREN_KEY_AGENTS": "crew other", "TOREN_KEY_EXPIRES": "12h"}).stdout)
+    assert (from_env["role"], from_env["scopes"], from_env["agents"]) == (
+        "custom", ["fleet:read", "runs:read"], ["crew", "other"])
+    assert from_env["expires_at"] is not None
+    table = toren_cli("keys", "list", env=env).stdout
+    assert "viewer" in table and "custom: runs:read runs:write" in table and "all" in table
+
+    for args, message in (
+            (("dash",), "an active API key is named 'dash' already"),
+            (("DASH",), "an active API key is named 'DASH' already"),
+            (("cli:alice",), "may not start with 'cli:'"),
+            (("x", "--role", "root"), "unknown role 'root'"),
+            (("x", "--role", "viewer", "--scope", "runs:write"), "--scope gives the scopes"),
+            (("x", "--role", "custom"), "needs at least one --scope"),
+            (("x", "--role", "custom", "--scope", "runs:\x1b[31m"), "unknown scope"),
+            (("x", "--agent", "Bad Name"), "is not an agent name"),
+            (("x", "--expires", "tomorrow"), "neither a lifetime"),
+            (("x", "--expires", "2001-01-01"), "not in the future"),
+            (("x", "--expires", "99999999w"), "ten years")):
+        refused = toren_cli("keys", "create", *args, env=env)
+        assert refused.returncode == 1, (args, refused.stdout)
+        assert message in one_line(refused.stderr), (args, refused.stderr)
+        assert "Traceback" not in refused.stderr
+
+    write_agent_dir(tmp_path / "crews", "crew")
+    server = start_toren("serve", "--dir", str(tmp_path / "crews"), "--port", "0", "--json",
+                         env=env)
+    url = str(server.next_json()["url"])
+    over_url = env | {"TOREN_URL": url, "TOREN_API_KEY": viewer["key"]}
+    listed = toren_cli("jobs", "list", "--json", env=over_url)
+    assert listed.returncode == 0, listed.stderr
+    refused = toren_cli("run", "crew", "hello", env=over_url)
+    assert refused.returncode == 1
+    line = one_line(refused.stderr)
+    assert "needs the scope runs:write" in line and "role viewer" in line, line
+    assert server.stop(signal.SIGTERM) == 0

@@ -89,3 +89,19 @@ def test_chat_against_a_remote_deployment(toren_cli, start_toren, database_url: 
     assert f"toren chat crew --session {session}" in wrong.stderr
     missing = toren_cli("chat", "ghost", env=remote, cwd=empty, input="")
     assert missing.returncode == 1 and "no agent named 'ghost'" in missing.stderr
+
+
+def test_a_message_the_agents_policies_reject_is_not_sent_and_the_chat_goes_on(
+        toren_cli, database_url: str, tmp_path: Path) -> None:
+    crews = tmp_path / "crews"
+    write_agent_dir(crews, "crew", tools_py=TOOLS, policies=[
+        {"name": "testplugin", "settings": {"reject_input": "password"}}])
+    done = toren_cli("chat", "crew", "--dir", str(crews),
+                     env={"DATABASE_URL": database_url, "TOREN_LOAD_PLUGINS": "testplugin"},
+                     input="my password is 1234\npostgres\n/exit\n")
+    assert done.returncode == 0, done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert ("Not sent: policy testplugin rejected the message to session" in said
+            and "the input mentions 'password'" in said)
+    assert "agent> Here is what I found for 'postgres'" in done.stdout
+    assert "found for 'my password" not in done.stdout

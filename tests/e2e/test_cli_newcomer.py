@@ -10,14 +10,16 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import toren
-from tests.conftest import TOREN, TorenCli, TorenProcess, one_line, wait_until
-from toren.cli import main
+from tests.conftest import TOREN, TorenCli, TorenProcess, clean_env, one_line, wait_until
+from toren.cli import build_command, main
 from toren.testing import write_agent_dir
 
 pytestmark = pytest.mark.timeout(240)
@@ -169,6 +171,49 @@ def test_help_uses_one_placeholder_style(command: list[str], capsys: pytest.Capt
         assert placeholder == "OPTIONS" or placeholder.isupper(), shown
 
 
+def test_help_reads_as_paragraphs_and_each_group_names_its_commands(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOREN_LOAD_PLUGINS", "")
+    command = build_command()
+
+    def every(group: Any, path: str) -> Iterator[tuple[str, Any]]:
+        yield path, group
+        for name, sub in getattr(group, "commands", {}).items():
+            yield from every(sub, f"{path} {name}")
+
+    for path, each in every(command, "toren"):
+        for paragraph in (each.help or "").split("\n\n"):
+            # one line per paragraph, so rich wraps it at the terminal's width (a docstring's
+            # own line breaks read ragged in `toren --help`'s command list)
+            assert "\n" not in paragraph or paragraph.startswith("\b"), (path, paragraph)
+    for group in ("jobs", "approvals", "keys", "schedules", "files", "agents"):
+        summary = command.commands[group].help
+        missing = [name for name in command.commands[group].commands if name not in summary]
+        assert not missing, (group, summary, missing)
+
+
+@pytest.mark.parametrize(("args", "plugins"), [(["version"], None), (["--version"], None),
+                                               (["--help"], ""), (["jobs", "--help"], ""),
+                                               (["--help"], None)])
+def test_help_and_version_load_no_runtime(args: list[str], plugins: str | None) -> None:
+    # what a fresh `toren ...` imports (counts, not seconds: they hold on a loaded machine)
+    code = ("import sys\nfrom toren.cli import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit:\n    pass\nimport json\nsys.stderr.write(json.dumps(sorted("
+            "sys.modules)))")
+    env = clean_env(Path("/nonexistent"), TOREN_LOAD_PLUGINS=plugins)
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    loaded = set(json.loads(done.stderr))
+
+    assert done.stdout.strip()
+    assert not {"toren.host.runtime", "aiohttp", "psycopg", "toren.agents"} & loaded
+    # every installed plugin's commands too (plugins None): none of their SDKs or drivers
+    assert not {"boto3", "toren_sqs.queue", "toren_sql.query", "anthropic", "openai"} & loaded
+    if args[-1] != "--help":  # version: no plugin, no command tree
+        assert not [name for name in loaded if name.startswith("toren_")]
+        assert len(loaded) < 600, len(loaded)
+
+
 def test_version_option(toren_cli: TorenCli) -> None:
     option = toren_cli("--version")
     command = toren_cli("version")
@@ -179,6 +224,56 @@ def test_version_option(toren_cli: TorenCli) -> None:
 
 
 # -- toren jobs ----------------------------------------------------------------------------------
+
+
+#: Commands that only work on records already in the database (one per noun).
+READ_ONLY = [["jobs", "list"], ["jobs", "show", "0a1b"], ["jobs", "diff", "0a1b", "2c3d"],
+             ["approvals", "list"], ["keys", "list"], ["files", "list"], ["audit"],
+             ["schedules", "list"], ["agents", "versions", "crew"], ["top", "--json"]]
+
+
+@pytest.mark.slow
+def test_read_only_commands_never_create_a_database(toren_cli: TorenCli, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pgdata = elsewhere / ".toren" / "pgdata"
+
+    for command in READ_ONLY:
+        result = toren_cli(*command, env={"TOREN_HOME": None}, cwd=elsewhere)
+
+        assert result.returncode == 1, (command, result.stdout, result.stderr)
+        line = one_line(result.stderr)
+        assert line.startswith(f"Error: no Toren database to read here: no embedded database "
+                               f"in {pgdata} (DATABASE_URL is unset), and this command creates "
+                               "none."), (command, line)
+        assert "TOREN_HOME" in line and "DATABASE_URL" in line and "--url" in line
+    assert not (elsewhere / ".toren").exists()  # nothing created, not even the directory
+    as_json = toren_cli("jobs", "list", "--json", env={"TOREN_HOME": None}, cwd=elsewhere)
+    assert json.loads(as_json.stdout)["error"]["code"] == "no_database"
+
+
+def test_a_read_only_command_in_a_subdirectory_names_the_project_database(
+        toren_cli: TorenCli, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".toren" / "pgdata").mkdir(parents=True)
+    (project / ".toren" / "pgdata" / "PG_VERSION").write_text("16\n")  # as initdb leaves it
+    (project / "docs").mkdir()
+
+    result = toren_cli("jobs", "list", env={"TOREN_HOME": None}, cwd=project / "docs")
+
+    assert result.returncode == 1
+    assert (f"There is one in {project / '.toren'}: run the command from {project}, or set "
+            "TOREN_HOME") in one_line(result.stderr)
+    assert not (project / "docs" / ".toren").exists()
+
+
+def test_an_empty_listing_names_the_database_it_read(toren_cli: TorenCli,
+                                                     database_url: str) -> None:
+    listed = toren_cli("jobs", "list", "--agent", "nobody", env={"DATABASE_URL": database_url})
+
+    assert listed.returncode == 0, listed.stderr
+    assert one_line(listed.stderr).startswith("No runs matching the filters in Postgres ")
+    assert one_line(listed.stderr).endswith("(DATABASE_URL).")
 
 
 def test_jobs_list_piped_keeps_every_cell_whole(toren_cli: TorenCli, database_url: str,
@@ -194,6 +289,44 @@ def test_jobs_list_piped_keeps_every_cell_whole(toren_cli: TorenCli, database_ur
     row = next(line for line in listed.stdout.splitlines() if run_id in line)
     assert f"│ {name} │ queued " in row
     assert "…" not in listed.stdout
+
+
+def test_jobs_show_piped_keeps_every_tree_line_whole(toren_cli: TorenCli, database_url: str,
+                                                    tmp_path: Path) -> None:
+    subagent = "a-subagent-whose-name-pushes-the-cost-past-eighty-columns"
+    crew = write_agent_dir(tmp_path, "crew", subagents={
+        subagent: "---\ndescription: Repeats.\ntools: []\n---\nRepeat the input.\n"})
+    (crew / "workflow.py").write_text(
+        f"async def workflow(ctx):\n    return (await ctx.task({subagent!r}, 'x')).output\n")
+    env = {"DATABASE_URL": database_url, "COLUMNS": None}  # no terminal, no width given
+    ran = toren_cli("run", "crew", "hi", "--json", "--dir", str(crew), env=env)
+    assert ran.returncode == 0, ran.stderr
+
+    shown = toren_cli("jobs", "show", json.loads(ran.stdout)["id"], env=env)
+
+    assert shown.returncode == 0, shown.stderr
+    task = next(line for line in shown.stdout.splitlines() if "task w1-0" in line)
+    assert task.endswith(f"task w1-0 ({subagent}, toren/scripted) completed · end_turn · "
+                         "$0.0000")  # was cut at column 80 (no ellipsis): "$0.00" or less
+    assert len(task) > 80
+
+
+def test_jobs_show_after_a_peer_call_replays_nothing_and_costs_the_child(
+        toren_cli: TorenCli, database_url: str, tmp_path: Path) -> None:
+    peer = "a-writer-with-a-long-name"
+    write_agent_dir(tmp_path / "crews", "desk", peers=[peer])
+    write_agent_dir(tmp_path / "crews", peer, acceptsFrom=["desk"])
+    env = {"DATABASE_URL": database_url, "COLUMNS": None, "TOREN_SCRIPTED_COST_USD": "0.0041"}
+    ran = toren_cli("run", "desk", "tides", "--json", "--dir", str(tmp_path / "crews"), env=env)
+    assert ran.returncode == 0, ran.stderr
+
+    shown = toren_cli("jobs", "show", json.loads(ran.stdout)["id"], env=env)
+
+    assert shown.returncode == 0, shown.stderr
+    # the task parked for the peer and resumed: no crash, nothing was replayed
+    assert "replayed" not in shown.stdout
+    child = next(line for line in shown.stdout.splitlines() if f"peer {peer} run" in line)
+    assert child.endswith("completed · $0.0041 · depth 1"), child
 
 
 async def test_jobs_commands_take_a_unique_id_prefix(toren_cli: TorenCli, make_runtime,

@@ -204,8 +204,9 @@ def test_a_run_shows_its_steps_and_cost_and_can_be_cancelled(browser: Any, dev: 
     wait(browser, lambda d: not find(d, "#cancel-run").is_enabled())
     shoot(browser, "console-run.png")
 
-    slow = post(dev, "/runs", {"agent": "researcher", "input": "a long job"})
+    slow = post(dev, "/runs", {"agent": "researcher", "input": "a long job", "priority": 7})
     browser.get(dev + "/#/runs/" + slow["id"])
+    wait(browser, lambda d: "priority 7" in find(d, "#run-queue").text)  # its own priority
     click(browser, "#cancel-run")
     wait(browser, lambda d: "cancelled" in find(d, "#run-status").text, timeout=30)
 
@@ -226,6 +227,8 @@ def test_the_fleet_shows_workers_versions_and_queue(browser: Any, dev: str) -> N
     browser.get(dev + "/#/fleet")
     row = wait(browser, lambda d: find_all(d, "#workers-body tr td.version"))
     assert row[0].text.strip()
+    assert find(browser, "#workers-body tr td.lane").text == "all"  # toren dev: every lane
+    assert not find_all(browser, "#fleet-unserved p")  # nothing waits unserved
     wait(browser, lambda d: find_all(d, "#queue-body tr"))
     assert {r.text.split()[0] for r in find_all(browser, "#queue-body tr")} == {"echo",
                                                                                 "researcher"}
@@ -259,3 +262,44 @@ def test_the_api_key_is_asked_once_and_kept_out_of_urls(
         "return performance.getEntriesByType('resource').map(e => e.name)")
     assert entries and not any(key in entry for entry in entries)
     assert key not in browser.current_url
+
+
+def test_a_run_shows_what_its_policies_decided(browser: Any, start_toren: StartToren,
+                                               database_url: str, tmp_path: Path) -> None:
+    root = tmp_path / "guarded-crews"
+    write_agent_dir(root, "guarded", tools_py=TOOLS, policies=[
+        {"name": "testplugin", "settings": {"deny": {"lookup": "notes are private today"}}}])
+    process = start_toren("dev", "--dir", str(root), "--port", "0", "--json",
+                          env={"DATABASE_URL": database_url,
+                               "TOREN_LOAD_PLUGINS": "toren-testplugin"})
+    url = str(process.next_json()["url"])
+    run = post(url, "/runs", {"agent": "guarded", "input": "receipts"})
+    browser.get(url + "/#/runs/" + run["id"])
+    wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
+    note = wait(browser, lambda d: find(d, ".note.policy"))
+    assert note.text == "policy testplugin: deny lookup call: notes are private today"
+    assert "policy_denied" in find(browser, ".tool-result.error").text
+
+
+def test_a_viewer_key_sees_the_controls_it_may_not_use_disabled(
+        browser: Any, start_toren: StartToren, toren_cli: TorenCli, database_url: str,
+        tmp_path: Path) -> None:
+    env = {"DATABASE_URL": database_url}
+    created = toren_cli("keys", "create", "watcher", "--role", "viewer", "--json", env=env)
+    assert created.returncode == 0, created.stderr
+    key = json.loads(created.stdout)["key"]
+    process = start_toren("dev", "--dir", str(crews(tmp_path)), "--port", "0", "--json",
+                          env={**env, "TOREN_REQUIRE_KEYS": "1"})
+    url = str(process.next_json()["url"])
+    browser.get(url + "/#/runs")
+    wait(browser, lambda d: find(d, "#key-dialog").get_attribute("open") is not None)
+    find(browser, "#key-input").send_keys(key)
+    find(browser, "#key-form button").click()
+    start = wait(browser, lambda d: find(d, "#start-run[data-needs-scope]"))
+    assert start.get_attribute("disabled") is not None
+    assert "runs:write" in start.get_attribute("title")
+    # the API refuses anyway, with the message naming the scope
+    refused = browser.execute_script(
+        "return Toren.api('POST', '/runs', {agent: 'echo', input: 'x'})"
+        ".then(() => 'allowed', (e) => e.code + ': ' + e.message)")
+    assert refused.startswith("forbidden: POST /runs needs the scope runs:write")

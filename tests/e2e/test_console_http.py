@@ -77,4 +77,5 @@ async def test_healthz_shows_queue_depth_per_agent_to_trusted_callers(make_runti
     await runtime.start_run("chat", "two")
     async with TestClient(TestServer(create_app(runtime, require_keys=False))) as client:
         health = await (await client.get("/healthz")).json()
-    assert health["queue"] == {"chat": {"ready": 2, "in_flight": 0, "delayed": 0}}
+    assert health["queue"] == {"chat": {"ready": 2, "in_flight": 0, "delayed": 0,
+                                         "waiting_concurrency": 0}}

@@ -81,6 +81,7 @@ def dev(start_toren: StartToren, database_url: str, tmp_path: Path, no_such_mode
                           env={"DATABASE_URL": database_url, "OPENAI_BASE_URL": no_such_model,
                                "OPENAI_API_KEY": "sk-test", "TOREN_SKIP_PREFLIGHT": "1",
                                "TOREN_LOAD_PLUGINS": "toren-openai",
+                               "TOREN_WEBHOOK_SECRET": "console",
                                "REFUNDS_LEDGER": str(tmp_path / "refunds.log")})
     started = process.next_json()
     assert "url" in started, started
@@ -157,6 +158,54 @@ def test_a_parked_call_is_approved_or_denied_in_the_browser(browser: Any, dev: s
          in find(d, card + " .already-decided").text)
 
 
+def test_a_call_is_edited_answered_or_approved_always_in_the_browser(browser: Any,
+                                                                     dev: str) -> None:
+    edited = post(dev, "/runs", {"agent": "approval-desk", "input": "A7"})
+    request = approval_of(dev, edited["id"])
+    browser.get(dev + "/#/approvals")
+    card = f'[data-approval="{request["id"]}"]'
+    wait(browser, lambda d: request["digest"][:12] in find(d, card + " .approval-digest").text)
+    click(browser, card + " .approval-more summary")
+    arguments = find(browser, card + " .approval-edit-args")
+    for text, words in (("{nope", "the arguments are not JSON"),
+                        ('{"order_id": "A7", "amount_eur": "lots"}', "(field amount_eur)")):
+        arguments.clear()
+        arguments.send_keys(text)
+        click(browser, card + " .decide-edit")
+        wait(browser, lambda d, words=words: words in find(d, card + " .approval-result").text)
+    arguments.clear()
+    arguments.send_keys('{"order_id": "A7", "amount_eur": 2}')
+    shoot(browser, "console-approval-edit.png")
+    click(browser, card + " .decide-edit")
+    wait(browser, lambda d: "edited by anonymous" in find(d, "#approvals-decided " + card).text)
+    wait(browser, lambda _: get(dev, f"/runs/{edited['id']}")["status"] == "completed",
+         timeout=60)
+    browser.get(dev + "/#/runs/" + edited["id"])
+    wait(browser, lambda d: "edited by anonymous" in find(d, ".approval-state").text)
+    assert "Refunded 2 EUR" in find(browser, f'[data-approval="{request["id"]}"] '
+                                             ".tool-result").text
+
+    answered = post(dev, "/runs", {"agent": "approval-desk", "input": "B12"})
+    request = approval_of(dev, answered["id"])
+    browser.get(dev + "/#/approvals")
+    card = f'[data-approval="{request["id"]}"]'
+    click(browser, card + " .approval-more summary")
+    find(browser, card + " .approval-answer-text").send_keys("Refunded by phone already.")
+    click(browser, card + " .decide-answer")
+    wait(browser, lambda d: "answered by anonymous" in find(d, "#approvals-decided " + card).text)
+    assert get(dev, f"/approvals/{request['id']}")["answer"] == "Refunded by phone already."
+
+    always = post(dev, "/runs", {"agent": "approval-desk", "input": "C3"})
+    request = approval_of(dev, always["id"])
+    card = f'[data-approval="{request["id"]}"]'
+    wait(browser, lambda d: find_all(d, card + " .decide-always"))
+    click(browser, card + " .decide-always")
+    wait(browser, lambda d: "approved always by anonymous" in find(
+        d, "#approvals-decided " + card).text)
+    record = get(dev, f"/approvals/{request['id']}")
+    assert (record["status"], record["scope"]) == ("approved", "run")
+
+
 def test_schedules_on_the_fleet_and_runs_pages(browser: Any, dev: str) -> None:
     fired = post(dev, "/schedules/digest/nightly-digest/trigger", {})
     other = post(dev, "/runs", {"agent": "digest", "input": "by hand"})
@@ -203,6 +252,16 @@ def test_a_run_shows_its_budget_and_that_the_budget_stopped_it(browser: Any,
     wait(browser, lambda d: "stopped" in find(d, "#run-status").text, timeout=60)
     wait(browser, lambda d: find_all(d, "#budget-exhausted"))
     wait(browser, lambda d: "had no room for the next model call" in find(d, "#run-why").text)
+
+
+def test_a_run_shows_its_webhook_deliveries(browser: Any, dev: str) -> None:
+    # a receiver that cannot be reached here (no network): the attempt and its error show
+    told = post(dev, "/runs", {"agent": "budgeted", "input": "postgres",
+                               "webhook": "https://hooks.example.invalid/toren"})
+    browser.get(dev + "/#/runs/" + told["id"])
+    wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
+    wait(browser, lambda d: "finished \u2192 https://hooks.example.invalid/toren: "
+         in find(d, "#run-webhooks").text, timeout=30)
 
 
 def test_a_model_call_that_fell_back_names_the_model_it_replaced(browser: Any,

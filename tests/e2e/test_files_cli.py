@@ -35,6 +35,18 @@ def test_add_list_show_rm_with_json(toren_cli: TorenCli, database_url: str,
     missing = toren_cli("files", "show", stored["id"], "--json", env=env)
     assert missing.returncode == 1
     assert json.loads(missing.stdout)["error"]["code"] == "file_not_found"
+    again = toren_cli("files", "rm", stored["id"], "--json", env=env)
+    assert again.returncode == 1
+    assert json.loads(again.stdout)["error"]["code"] == "file_not_found"
+
+    # each change is in the audit trail, by the CLI's user (TOREN_ACTOR, else the OS user)
+    audit = json.loads(toren_cli("audit", "--action", "file", "--json", env=env).stdout)
+    assert [(e["action"], e["target"], e["outcome"], e["source"])
+            for e in audit["entries"]] == [
+        ("file.delete", stored["id"], "file_not_found", "cli"),
+        ("file.delete", stored["id"], "ok", "cli"),
+        ("file.upload", stored["id"], "ok", "cli")]
+    assert audit["entries"][2]["details"] == {"name": "notes.md"}
 
 
 def test_bad_files_are_refused_before_the_database_starts(toren_cli: TorenCli,

@@ -118,6 +118,31 @@ def test_fork_and_diff_from_the_command_line(toren_cli: TorenCli, database_url: 
     assert len(listed) == 3  # the source and the two forks
 
 
+def test_diff_of_a_fork_with_another_model_and_prompt_is_not_identical(
+        toren_cli: TorenCli, database_url: str, tmp_path: Path) -> None:
+    env = {"DATABASE_URL": database_url}
+    crew = write_agent_dir(tmp_path, "crew", tools_py=TOOLS)
+    source = json.loads(toren_cli("run", "crew", "postgres", "--dir", str(crew), "--json",
+                                  env=env).stdout)["id"]
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("You are a careful test agent.\n")
+    worked = toren_cli("jobs", "fork", source, "--at-step", "1", "--dir", str(crew), "--prompt",
+                       str(prompt), "--model", "toren/scripted-careful", env=env)
+    assert worked.returncode == 0, worked.stderr
+    fork_id = worked.stdout.split()[1].rstrip(":")
+
+    text = toren_cli("jobs", "diff", source, fork_id, env=env)
+
+    assert text.returncode == 0, text.stderr
+    assert "identical" not in text.stdout  # the scripted models answer alike
+    assert ("first difference: task main, step 2 (the same output from another model)"
+            in text.stdout)
+    assert "toren/scripted-careful" in text.stdout
+    diffed = json.loads(toren_cli("jobs", "diff", source, fork_id, "--json", env=env).stdout)
+    assert [s["differs"] for s in diffed["tasks"][0]["steps"]] == [None, "model", "model"]
+    assert not diffed["identical"]
+
+
 def test_fork_and_diff_over_http(database_url: str, start_toren, toren_cli: TorenCli,
                                  tmp_path: Path) -> None:
     url = start_server(start_toren, database_url, tmp_path)["url"]

@@ -71,8 +71,9 @@ async def test_http_mcp_runs_outlive_a_client_that_disconnects_mid_wait(
         await mcp.initialize()
         tools = {tool.name for tool in (await mcp.list_tools()).tools}
         assert {"list_agents", "start_run", "get_run", "wait_for_run", "list_runs",
-                "cancel_run", "get_receipt", "session_start", "session_send", "session_get",
-                "approvals_list", "approve", "deny"} <= tools
+                "cancel_run", "send_signal", "get_receipt", "session_start", "session_send",
+                "session_get", "approvals_list", "approve", "deny", "edit_approval",
+                "answer_approval"} <= tools
         agents = data(await mcp.call_tool("list_agents", {}))
         assert [agent["name"] for agent in agents["agents"]] == ["crew"]
         started = data(await mcp.call_tool("start_run", {"agent": "crew", "input": "postgres",
@@ -121,6 +122,9 @@ async def test_http_mcp_runs_outlive_a_client_that_disconnects_mid_wait(
 
         # cancel a run started for it
         doomed = data(await mcp.call_tool("start_run", {"agent": "crew", "input": "x"}))
+        sent = data(await mcp.call_tool("send_signal", {"run_id": doomed["id"], "name": "nudge",
+                                                        "payload": {"n": 1}}))
+        assert (sent["number"], sent["created"]) == (1, True)
         cancelled = data(await mcp.call_tool("cancel_run", {"run_id": doomed["id"],
                                                             "reason": "not needed"}))
         assert cancelled["status"] == "cancelled"
@@ -129,8 +133,14 @@ async def test_http_mcp_runs_outlive_a_client_that_disconnects_mid_wait(
         for name, arguments, expected in [
                 ("start_run", {"agent": "ghost", "input": "x"}, "agent_not_found"),
                 ("start_run", {"input": "x"}, "agent"),
+                ("start_run", {"agent": "crew", "input": "x", "webhook": "ftp://example.com"},
+                 "invalid_webhook"),
+                ("start_run", {"agent": "crew", "input": "x",
+                               "webhook": "http://169.254.169.254/latest"}, "invalid_webhook"),
                 ("get_run", {"run_id": "not-a-run"}, "run_id"),
                 ("get_run", {"run_id": ZERO}, "run_not_found"),
+                ("send_signal", {"run_id": started["id"], "name": "go"}, "run_finished"),
+                ("send_signal", {"run_id": started["id"], "name": "Not A Name"}, "name"),
                 ("get_run", {"run_id": "0" * 5000}, "run_id"),
                 ("wait_for_run", {"run_id": started["id"], "timeout_s": -1}, "timeout_s"),
                 ("wait_for_run", {"run_id": started["id"], "timeout_s": 10**9}, "timeout_s"),
@@ -139,7 +149,11 @@ async def test_http_mcp_runs_outlive_a_client_that_disconnects_mid_wait(
                 ("session_send", {"session_id": session["id"], "text": ""}, "text"),
                 ("approve", {"approval_id": "nope"}, "approval_id"),
                 ("approve", {"approval_id": ZERO}, "approval_not_found"),
-                ("deny", {"approval_id": 7}, "approval_id")]:
+                ("deny", {"approval_id": 7}, "approval_id"),
+                ("answer_approval", {"approval_id": ZERO, "answer": "x", "digest": "no"},
+                 "digest"),
+                ("edit_approval", {"approval_id": ZERO, "arguments": {}, "digest": "0" * 64},
+                 "approval_not_found")]:
             assert expected in error_text(await mcp.call_tool(name, arguments)), name
         assert data(await mcp.call_tool("get_run", {"run_id": started["id"]}))[
             "status"] == "completed"
@@ -244,9 +258,14 @@ async def test_http_mcp_ids_cannot_walk_into_other_routes(
         assert data(await mcp.call_tool("get_run", {"run_id": run["id"]}))[
             "status"] == "awaiting_approval"
         assert not ledger.exists() or ledger.read_text() == ""
-        denied = data(await mcp.call_tool("deny", {"approval_id": approval.upper(),
-                                                   "reason": "a test"}))
-        assert denied["status"] == "denied"
+        stale = await mcp.call_tool("edit_approval", {
+            "approval_id": approval, "arguments": {"order_id": "A7", "amount_eur": 2},
+            "digest": "0" * 64})
+        assert "approval_stale" in error_text(stale)
+        answered = data(await mcp.call_tool("answer_approval", {
+            "approval_id": approval.upper(), "answer": "Refunded by phone.",
+            "digest": pending["digest"], "reason": "a test"}))
+        assert (answered["status"], answered["answer"]) == ("answered", "Refunded by phone.")
 
 
 async def test_http_mcp_on_toren_dev_without_keys(start_toren: Any, database_url: str,

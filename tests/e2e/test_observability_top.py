@@ -82,8 +82,9 @@ def test_top_json_shows_workers_queue_runs_in_flight_and_failures(
     assert [run["id"] for run in after["recent_failures"]] == [failed]
     assert "the plan fell apart" in after["recent_failures"][0]["error"]["message"]
     assert len(after["workers"]) == 3
-    assert after["agents"]["slow"]["queue"] == {"ready": 0, "in_flight": 0, "delayed": 0,
-                                                "oldest_ready_age_s": 0.0}
+    assert after["agents"]["slow"]["queue"] == {
+        "ready": 0, "in_flight": 0, "delayed": 0, "oldest_ready_age_s": 0.0,
+        "waiting": {"queued": 0, "concurrency": 0, "delayed": 0}}
     for worker in [*workers, broken_worker]:
         worker.stop()
 

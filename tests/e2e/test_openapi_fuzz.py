@@ -40,7 +40,7 @@ def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cl
     waits for one) and of an uploaded ``file``."""
     # /mcp is in the document and comes from the toren-mcp plugin (the tests' processes load
     # only the built-ins unless told)
-    env, headers = {"TOREN_LOAD_PLUGINS": "toren-mcp"}, {}
+    env, headers = {"TOREN_LOAD_PLUGINS": "toren-mcp", "TOREN_WEBHOOK_SECRET": "fuzz"}, {}
     if request.param:
         created = toren_cli("keys", "create", "fuzz", "--json", env={"DATABASE_URL": database_url})
         assert created.returncode == 0, created.stderr
@@ -101,6 +101,8 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
         path["other_id"] = draw(st.sampled_from(api["runs"]))
     if isinstance(body, dict) and isinstance(body.get("files"), list):
         body["files"] = [api["file"]]
+    if isinstance(body, dict) and "webhook" in body:
+        body["webhook"] = draw(st.sampled_from(WEBHOOKS))
     if isinstance(body, dict) and isinstance(body.get("agent"), str):
         body["agent"] = draw(st.sampled_from(AGENTS))
     if "agent" in query:
@@ -114,9 +116,14 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
 
 #: Error codes of schema-valid requests that the document says (in words) are refused: only
 #: the strings Toren made are cursors, and only JSON the run log can store is a body. A fork's
-#: step must be one the run has, and its model one a provider serves.
+#: step must be one the run has, and its model one a provider serves. A webhook's URL must have
+#: a host that is no private address (docs/guides/webhooks.md).
 REFUSED_BEYOND_SCHEMA = frozenset({"invalid_cursor", "unstorable_value", "invalid_fork_step",
-                                   "invalid_fork_override"})
+                                   "invalid_fork_override", "invalid_webhook"})
+#: Webhooks a realistic case sends: public destinations (never called: the runs they are given
+#: with are told about by a dispatcher whose attempts fail offline, and that is all).
+WEBHOOKS = ("https://hooks.example.com/toren",
+            {"url": "https://hooks.example.com/t", "events": ["finished", "awaiting_input"]})
 
 
 def positive_data_acceptance(ctx: schemathesis.CheckContext, response: schemathesis.Response,

@@ -160,9 +160,9 @@ class Walk:
         if command.startswith("head "):
             count, path = re.fullmatch(r"head -(\d+) (\S+)", command).groups()  # type: ignore[union-attr]
             return (self.root / path).read_text().splitlines()[: int(count)]
-        killed = re.fullmatch(r"(.*) & sleep \d+; kill -9 \$!", command)
+        killed = re.fullmatch(r"(.*) & until (.*); do sleep [\d.]+; done; kill -9 \$!", command)
         if killed:
-            return self.crash(killed[1], len(example.output))
+            return self.crash(killed[1], killed[2], len(example.output))
         env, words = self.words(command)
         if words[1:2] in (["dev"], ["worker"]):
             return self.start(env, words, example.output)
@@ -217,15 +217,23 @@ class Walk:
             lines += ["^C", *self.stop()]
         return lines
 
-    def crash(self, command: str, lines_shown: int) -> list[str]:
-        """``command &`` then ``kill -9``, once it printed what the page shows."""
+    def crash(self, command: str, condition: str, lines_shown: int) -> list[str]:
+        """``command &``, then the page's ``until CONDITION`` loop in a shell, then
+        ``kill -9``; the first lines it printed (as many as the page shows)."""
         self.stop()
         env, words = self.words(command)
         process = subprocess.Popen(words, cwd=self.root, env=self.env | env, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert process.stdout is not None
-        lines = [process.stdout.readline().rstrip("\n") for _ in range(lines_shown)]
+        condition = condition.replace(".venv/bin/toren", shlex.quote(str(TOREN)))
+        deadline = time.monotonic() + 120
+        while subprocess.run(["bash", "-c", condition], cwd=self.root, env=self.env,
+                             timeout=60, check=False).returncode != 0:
+            assert process.poll() is None, "the run's process ended before it was killed"
+            assert time.monotonic() < deadline, f"`{condition}` never held"
+            time.sleep(0.5)
         process.kill()
+        lines = [process.stdout.readline().rstrip("\n") for _ in range(lines_shown)]
         process.wait(timeout=30)
         process.stdout.close()
         return lines

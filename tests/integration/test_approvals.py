@@ -50,7 +50,7 @@ def both_at_once(request: ModelRequest) -> ModelResponse:
 
 
 def desk(tmp_path: Path, **fields: object) -> Path:
-    fields.setdefault("approvals", {"refund": {"approvers": ["alice", "cli:bob"]}})
+    fields.setdefault("approvals", {"refund": {"approvers": ["cli:alice", "cli:bob"]}})
     return write_agent_dir(tmp_path, "desk", tools_py=TOOLS, model="test/desk", **fields)
 
 
@@ -98,17 +98,18 @@ async def test_an_approved_call_waits_parked_then_runs_once(make_runtime,
     assert [(a.tool, a.arguments, a.run_id) for a in pending] == [
         ("refund", {"order": "A7", "amount": 40}, run_id)]
     approval = pending[0]
-    assert approval.approvers == ("alice", "cli:bob")
+    assert approval.approvers == ("cli:alice", "cli:bob")
     assert [a["id"] for a in await runtime.pending_approvals(run_id)] == [approval.id]
     receipt = await runtime.receipt(run_id)
     assert receipt["why"] == f"waiting for approval of refund (id {approval.id})"
 
     with pytest.raises(NotAnApprover, match="mallory may not decide"):
-        await runtime.approve(approval.id, decided_by="mallory")
-    decided = await runtime.approve(approval.id, decided_by="alice", reason="customer is right")
-    assert decided.status == "approved" and decided.decided_by == "alice"
+        await runtime.approve(approval.id, decided_by="cli:mallory")
+    decided = await runtime.approve(approval.id, decided_by="cli:alice", reason="customer is right")
+    assert decided.status == "approved" and decided.decided_by == "cli:alice"
     assert decided.reason == "customer is right" and decided.decided_at is not None
-    with pytest.raises(ApprovalAlreadyDecided, match="already decided: approved by alice") as err:
+    with pytest.raises(ApprovalAlreadyDecided,
+                       match="already decided: approved by cli:alice") as err:
         await runtime.deny(approval.id, decided_by="cli:bob")
     assert err.value.approval["status"] == "approved"
 
@@ -120,7 +121,7 @@ async def test_an_approved_call_waits_parked_then_runs_once(make_runtime,
     check_log(events)
     decided_event = next(e for e in events if e.type == "ApprovalDecided")
     assert decided_event.data["outcome"] == "approved"
-    assert decided_event.data["decided_by"] == "alice"
+    assert decided_event.data["decided_by"] == "cli:alice"
     receipt = await runtime.receipt(run_id)
     assert receipt["tasks"][0]["approvals"][0]["outcome"] == "approved"
     assert await runtime.pending_approvals(run_id) == []
@@ -195,7 +196,7 @@ async def test_a_session_shows_pending_approvals_and_refuses_messages_meanwhile(
     assert pending["tool"] == "refund" and pending["status"] == "pending"
     with pytest.raises(SessionBusy, match="waiting for approval"):
         await runtime.send_message(session_id, "hello?")
-    await runtime.approve(pending["id"], decided_by="alice")
+    await runtime.approve(pending["id"], decided_by="cli:alice")
     done = await runtime.wait_for_turn(session_id, timeout_s=30)
     assert done["status"] == "awaiting_input" and done["pending_approvals"] == []
     assert "refunded 40 EUR" in done["transcript"][-1]["text"]
@@ -211,7 +212,7 @@ async def test_cancelling_a_parked_run_cancels_its_approvals(make_runtime,
     [approval] = await runtime.list_approvals(run_id=run_id)
     assert approval.status == "cancelled"
     with pytest.raises(ApprovalAlreadyDecided, match="cancelled"):
-        await runtime.approve(approval.id, decided_by="alice")
+        await runtime.approve(approval.id, decided_by="cli:alice")
 
 
 async def test_decorator_marks_a_tool_and_bad_input_is_refused(make_runtime,

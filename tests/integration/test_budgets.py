@@ -96,6 +96,32 @@ async def workflow(ctx):
     assert sum(t["budget"]["reservations"] for t in receipt["tasks"]) == 5
 
 
+async def test_a_workflow_whose_every_task_the_budget_stopped_ends_stopped_by_it(
+        make_runtime, tmp_path: Path) -> None:
+    budget = round(one_call_cost("Repeat the input.\n", "1") / 2, 6)  # room for no call
+    directory = write_agent_dir(
+        tmp_path, "thrifty", model="test/costly", subagents=ECHO, pricing=PRICING,
+        limits={"maxBudgetUsd": budget})
+    (directory / "workflow.py").write_text('''
+async def workflow(ctx):
+    results = await ctx.wave([("echo", "1"), ("echo", "2")])
+    return ",".join(r.stop_reason for r in results)
+''')
+    runtime = await make_runtime(dirs=[directory], models={"costly": costly()})
+    run_id = await runtime.start_run("thrifty", "go")
+    record = await runtime.wait_for_run(run_id, timeout_s=60)
+    check_log(await runtime.events(run_id))
+
+    assert (record.status, record.stop_reason) == ("stopped", "budget_exhausted")
+    assert record.output == "budget_exhausted,budget_exhausted"  # what the workflow returned
+    assert record.error["code"] == "budget_exhausted"
+    receipt = await runtime.receipt(run_id)
+    assert receipt["why"].startswith("the budget (limits.maxBudgetUsd or "
+                                     "limits.dailyBudgetUsd) had no room")
+    assert ("the budget (limits.maxBudgetUsd) stopped all 2 of its tasks ($0.0000 spent)"
+            in receipt["why"])
+
+
 async def test_a_daily_budget_holds_across_runs_and_warns_at_80_percent(
         make_runtime, tmp_path: Path) -> None:
     call = one_call_cost("You are a test agent.\n", "hello")

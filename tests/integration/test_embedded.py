@@ -10,6 +10,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -260,3 +261,69 @@ def test_joining_forgets_dead_and_reused_process_ids_and_keeps_live_ones(tmp_pat
 
 def handle_pids_in(pgdata: Path) -> list[int]:
     return json.loads((pgdata / ".handle_pids.json").read_text())
+
+
+class _Pids:
+    """pgserver's list of the processes using a server (its ``get_and_remove``)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def get_and_remove(self, pid: int) -> list[int]:
+        before = list(self.pids)
+        self.pids = [p for p in self.pids if p != pid]
+        return before
+
+
+class _Server:
+    def __init__(self, pgdata: Path, pids: list[int], postmaster: int) -> None:
+        self.pgdata = pgdata
+        self.system_user = None
+        self.global_process_id_list = _Pids(pids)
+        self._postmaster_info = type("Info", (), {"process": psutil.Process(postmaster)})()
+
+
+def test_the_last_process_asks_the_server_to_stop_without_waiting(tmp_path: Path) -> None:
+    # a process leaving waited for the shutdown checkpoint's fsyncs (pgserver's `pg_ctl -w
+    # stop`): seconds on a busy disk, and `toren run` ended by SIGTERM did not exit in 30 s
+    calls: list[list[str]] = []
+    postmaster = subprocess.Popen(["sleep", "60"])  # stands for the running postmaster
+    try:
+        other = _Server(tmp_path, [os.getpid(), postmaster.pid], postmaster.pid)
+        embedded._leave(other, threading.Lock(), lambda args, **_: calls.append(args))
+        assert calls == [] and other.global_process_id_list.pids == [postmaster.pid]
+
+        last = _Server(tmp_path, [os.getpid()], postmaster.pid)
+        embedded._leave(last, threading.Lock(), lambda args, **_: calls.append(args))
+        assert calls == [["-m", "fast", "-W", "stop"]]  # -W: no wait
+        assert last.global_process_id_list.pids == []
+    finally:
+        postmaster.kill()
+        postmaster.wait()
+
+
+def test_a_process_starting_waits_while_the_server_is_stopping(tmp_path: Path) -> None:
+    stopping = subprocess.Popen(["sleep", "1"])  # a postmaster finishing its shutdown
+    lines = [str(stopping.pid), str(tmp_path), "1700000000", "5432", str(tmp_path), "",
+             "1 2", "stopping"]
+    (tmp_path / "postmaster.pid").write_text("\n".join(lines) + "\n")
+    try:
+        started = time.monotonic()
+        embedded._wait_while_stopping(tmp_path, timeout_s=30)
+        assert stopping.poll() is not None  # it waited for the postmaster to go
+        assert time.monotonic() - started < 20
+        ready = [*lines[:7], "ready   "]
+        (tmp_path / "postmaster.pid").write_text("\n".join(ready) + "\n")
+        live = subprocess.Popen(["sleep", "60"])
+        try:
+            (tmp_path / "postmaster.pid").write_text(
+                "\n".join([str(live.pid), *ready[1:]]) + "\n")
+            started = time.monotonic()
+            embedded._wait_while_stopping(tmp_path, timeout_s=30)  # a running server: no wait
+            assert time.monotonic() - started < 1
+        finally:
+            live.kill()
+            live.wait()
+    finally:
+        stopping.kill()
+        stopping.wait()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psycopg
 
+from toren.host.worker import Worker
 from toren.seams.shapes import QueueMessage
 from toren.testing import write_agent_dir
 
@@ -20,6 +21,33 @@ def echo(text: str) -> str:
 '''
 
 
+def record_starts(worker: Worker) -> tuple[list[QueueMessage], list[QueueMessage]]:
+    """Record the messages the worker starts: those handed over by an append, and the rest
+    (claimed). Recorded where the worker starts a handler rather than around ``Queue.claim``:
+    the worker's first claim may already be under way when the test begins, with the
+    unwrapped ``claim`` in hand, and it would see a message sent after that without the test
+    knowing."""
+    handed: list[QueueMessage] = []
+    claimed: list[QueueMessage] = []
+    handing: list[bool] = []
+    hand, start = worker.handed, worker._start
+
+    def record_handed(messages: Sequence[QueueMessage]) -> None:
+        handing.append(True)
+        try:
+            hand(messages)
+        finally:
+            handing.pop()
+
+    def record_start(message: QueueMessage) -> None:
+        (handed if handing else claimed).append(message)
+        start(message)
+
+    worker.handed = record_handed  # type: ignore[method-assign]
+    worker._start = record_start  # type: ignore[method-assign]
+    return handed, claimed
+
+
 async def test_a_workers_own_appends_hand_it_their_messages(
         make_runtime, tmp_path: Path, database_url: str) -> None:
     runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "handy", tools_py=TOOLS)])
@@ -27,21 +55,7 @@ async def test_a_workers_own_appends_hand_it_their_messages(
                              workers=False)
     worker = runtime.workers.worker
     assert worker is not None
-    handed: list[QueueMessage] = []
-    claimed: list[QueueMessage] = []
-    hand, claim = worker.handed, runtime.queue.claim
-
-    def record_handed(messages: Sequence[QueueMessage]) -> None:
-        handed.extend(messages)
-        hand(messages)
-
-    async def record_claimed(*args, **kwargs):  # type: ignore[no-untyped-def]
-        got, dead = await claim(*args, **kwargs)
-        claimed.extend(got)
-        return got, dead
-
-    worker.handed = record_handed  # type: ignore[method-assign]
-    runtime.queue.claim = record_claimed  # type: ignore[method-assign]
+    handed, claimed = record_starts(worker)
 
     # a run created by another process (an API server): its first message (its task's) is
     # claimed; the task's result for its run is handed over, claimed once
@@ -68,18 +82,8 @@ async def test_a_worker_without_room_gets_its_messages_by_claim(
     runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "full", tools_py=TOOLS)])
     worker = runtime.workers.worker
     assert worker is not None
-    handed: list[QueueMessage] = []
-    claimed: list[QueueMessage] = []
-    claim = worker.queue.claim
-
-    async def record_claimed(*args, **kwargs):  # type: ignore[no-untyped-def]
-        got, dead = await claim(*args, **kwargs)
-        claimed.extend(got)
-        return got, dead
-
     worker.room = lambda agent, holder, releasing: 0  # type: ignore[method-assign]
-    worker.handed = handed.extend  # type: ignore[method-assign]
-    worker.queue.claim = record_claimed  # type: ignore[method-assign]
+    handed, claimed = record_starts(worker)
     run_id = await runtime.start_run("full", "go")
     record = await runtime.wait_for_run(run_id, timeout_s=60)
     assert record.status == "completed"

@@ -135,7 +135,7 @@ def refund_then_answer(request: ModelRequest) -> ModelResponse:
 async def test_approvals_and_sessions_are_seen_only_by_a_runtime_serving_their_agent(
         make_runtime: Callable[..., Awaitable[Runtime]], tmp_path: Path) -> None:
     desk = write_agent_dir(tmp_path, "desk", tools_py=REFUND, model="test/desk",
-                           approvals={"refund": {"approvers": ["alice"]}})
+                           approvals={"refund": {"approvers": ["cli:alice"]}})
     serving = await make_runtime(dirs=[desk],
                                  models={"desk": ScriptedModel(script=refund_then_answer)})
     elsewhere = await make_runtime(dirs=[write_agent_dir(tmp_path, "other")], workers=False)
@@ -155,7 +155,7 @@ async def test_approvals_and_sessions_are_seen_only_by_a_runtime_serving_their_a
     with pytest.raises(ApprovalNotFound):
         await elsewhere.approvals.get(approval.id)
     with pytest.raises(ApprovalNotFound):
-        await elsewhere.approvals.approve(approval.id, decided_by="alice")
+        await elsewhere.approvals.approve(approval.id, decided_by="cli:alice")
     with pytest.raises(ConfigError, match="not served here"):
         await elsewhere.approvals.list(agent="desk")
     with pytest.raises(SessionNotFound):
@@ -163,10 +163,10 @@ async def test_approvals_and_sessions_are_seen_only_by_a_runtime_serving_their_a
     with pytest.raises(SessionNotFound):
         await elsewhere.sessions.send(session_id, "hello")
     with pytest.raises(NotAnApprover):
-        await operator.approvals.approve(approval.id, decided_by="mallory")
+        await operator.approvals.approve(approval.id, decided_by="cli:mallory")
 
-    decided = await operator.approvals.approve(approval.id, decided_by="alice")
-    assert decided.status == "approved" and decided.decided_by == "alice"
+    decided = await operator.approvals.approve(approval.id, decided_by="cli:alice")
+    assert decided.status == "approved" and decided.decided_by == "cli:alice"
     finished = await serving.wait_for_run(run_id, timeout_s=30)
     assert finished.status == "completed" and finished.output == "Done."
     assert await serving.approvals.pending(run_id) == []

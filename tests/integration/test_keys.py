@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 from toren_postgres.keys import PostgresKeyStore
+from toren_postgres.migrations import control_migrations, migrate, render
 
 from toren.config import Settings
 from toren.errors import ConfigError
-from toren.keys import NewKey, generate_key, parse_key
+from toren.keys import KeyNameTaken, NewKey, generate_key, parse_key
 from toren.seams.store import KeyStore
 
 
@@ -152,5 +154,79 @@ async def test_the_postgres_key_store_works_on_its_own(database_url: str,
         verified = await keys.verify_key(token)
         assert verified is not None and verified.id == key.id
         assert [found.id for found in await keys.list_keys()] == [key.id]
+    finally:
+        await keys.close()
+
+
+async def test_roles_agents_and_expiry_are_kept_and_an_expired_key_fails(
+        store: KeyStore, database_url: str) -> None:
+    soon = datetime.now(UTC) + timedelta(days=30)
+    key, token = await store.create_key("desk", role="custom",
+                                        scopes=["runs:read", "approvals:decide", "runs:read"],
+                                        agents=["crew", "billing"], expires_at=soon)
+    assert (key.role, key.scopes, key.agents) == ("custom", ("approvals:decide", "runs:read"),
+                                                  ("billing", "crew"))
+    assert key.expires_at == soon and key.granted == {"approvals:decide", "runs:read"}
+    assert (await store.list_keys())[0] == key
+    verified = await store.verify_key(token)
+    assert verified is not None and verified.agents == ("billing", "crew")
+    plain, _ = await store.create_key("plain")
+    assert (plain.role, plain.scopes, plain.agents, plain.expires_at) == ("admin", (), None, None)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("UPDATE toren_control.keys SET expires_at = now() - interval '1 second' "
+                     "WHERE id = %s", (key.id,))
+    assert await store.verify_key(token) is None
+    listed = {k.id: k for k in await store.list_keys()}
+    assert listed[key.id].expired and not listed[key.id].active
+
+
+async def test_names_are_unique_among_active_keys_ignoring_case(store: KeyStore) -> None:
+    first, _ = await store.create_key("Deploy Bot")
+    for name in ("deploy bot", "DEPLOY BOT", "  Deploy Bot "):
+        with pytest.raises(KeyNameTaken, match="an active API key is named"):
+            await store.create_key(name)
+    assert await store.revoke_key(first.id) is not None
+    again, _ = await store.create_key("deploy bot")  # a revoked key's name is free again
+    assert again.name == "deploy bot"
+    for bad in ("cli:alice", "CLI:root"):
+        with pytest.raises(ConfigError, match="may not start with 'cli:'"):
+            await store.create_key(bad)
+    for role, scopes, agents in (("root", (), None), ("viewer", ("runs:write",), None),
+                                 ("custom", (), None), ("admin", (), ("Bad Agent",))):
+        with pytest.raises(ConfigError):
+            await store.create_key("bad-grant", role=role, scopes=scopes, agents=agents)
+    assert {k.name for k in await store.list_keys()} == {"Deploy Bot", "deploy bot"}
+
+
+async def test_keys_made_before_roles_become_admin_keys_and_keep_working(
+        empty_database: tuple[str, str], tmp_path: Path) -> None:
+    _, url = empty_database
+    before = [m for m in control_migrations() if m.version < 21]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(render(before).encode())
+        legacy = {}
+        for n, name in enumerate(("ci", "ci", "CI", "ci (2)", "cli:alice", "ops")):
+            new = generate_key()
+            row = conn.execute(
+                "INSERT INTO toren_control.keys (name, prefix, hash, created_at) VALUES "
+                "(%s, %s, %s, now() - make_interval(mins => 10 - %s)) RETURNING id",
+                (name, new.prefix, new.hash, n)).fetchone()
+            assert row is not None
+            legacy[str(row[0])] = new.token
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+        applied = await migrate(aconn, [])
+    assert 21 in {m.version for m in applied}
+    keys = PostgresKeyStore(Settings(database_url=url, home=tmp_path))
+    await keys.open()
+    try:
+        listed = sorted(await keys.list_keys(), key=lambda k: k.created_at)
+        # the oldest keeps its name; the later ones get the next free number (ignoring case)
+        assert [k.name for k in listed] == ["ci", "ci (3)", "CI (4)", "ci (2)",
+                                            "key-cli:alice", "ops"]
+        assert len({k.name.lower() for k in listed}) == len(listed)
+        assert {(k.role, k.agents, k.expires_at) for k in listed} == {("admin", None, None)}
+        for key_id, token in legacy.items():
+            verified = await keys.verify_key(token)
+            assert verified is not None and verified.id == key_id and verified.role == "admin"
     finally:
         await keys.close()

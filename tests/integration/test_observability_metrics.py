@@ -87,6 +87,7 @@ async def test_metrics_move_during_a_run_on_the_server_and_the_worker_listener(
     assert status == 200 and content_type.startswith("text/plain")
     assert value(before, "toren_process_info", version=toren.__version__) == 1
     assert value(before, "toren_workers", version=toren.__version__) == 1
+    assert value(before, "toren_agent_workers", agent="calc", lane="short") == 1
     assert value(before, "toren_runs", agent="calc", status="running") == 0
 
     run_id = await runtime.start_run("calc", SECRET_INPUT)

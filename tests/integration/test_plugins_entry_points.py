@@ -46,8 +46,9 @@ def test_host_discovers_the_plugin_and_records_what_it_registered() -> None:
     assert info.distribution == DIST
     assert info.version == metadata.version(DIST) == "0.0.1"
     assert info.default is False
-    assert sorted(info.hooks) == ["register_channels", "register_commands", "register_models",
-                                  "register_tools"]
+    assert sorted(info.hooks) == ["after_model_response", "after_tool_call", "before_run_start",
+                                  "before_tool_call", "register_channels", "register_commands",
+                                  "register_models", "register_tools"]
     assert (info.tools, info.models, info.channels) == (["echo_upper"], ["testprov/*"],
                                                         ["testchannel"])
     assert host.info["testplugin_dup"].distribution == DIST
@@ -181,3 +182,15 @@ def test_duplicate_plugins_stop_the_cli_with_one_line(toren_cli: TorenCli) -> No
     line = one_line(result.stderr)
     assert line.startswith("Error: tool 'echo_upper' is registered by two plugins")
     assert "testplugin_dup" in line
+
+
+def test_toren_plugins_says_which_policy_hooks_a_plugin_implements(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from toren.cli.plugins import plugins
+
+    monkeypatch.setenv("TOREN_LOAD_PLUGINS", "toren-policy-example")
+    monkeypatch.setenv("COLUMNS", "300")
+    plugins()
+    [row] = [line for line in capsys.readouterr().out.splitlines() if "policy-example" in line]
+    assert ("policy hooks: before_tool_call, after_model_response, after_tool_call "
+            "(agent.yaml policies:)") in row

@@ -311,3 +311,20 @@ async def test_live_appends_proceed_while_a_big_pass_archives(
                       "appends_during_ms_max": round(max(during), 2),
                       "appends_during": len(during),
                       "pass_s": report["duration_s"]}))
+
+
+async def test_an_archived_run_takes_its_queue_priority_with_it(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    """control migration 0024 keeps a row per run with a priority or a concurrency key; an
+    archived run has no message left to give them to, so its purge deletes that row too."""
+    runtime = await make_runtime(dirs=[agent_dir(tmp_path)],
+                                 archive_url=(tmp_path / "archive").as_uri())
+    old = await runtime.start_run("keeper", "topic", priority=3)
+    kept = await runtime.start_run("keeper", "topic", priority=4)
+    for run_id in (old, kept):
+        assert (await runtime.wait_for_run(run_id, timeout_s=60)).status == "completed"
+    flow = "SELECT run_id::text, priority FROM toren_control.run_flow ORDER BY priority"
+    assert sql(database_url, flow) == [(old, 3), (kept, 4)]
+    age_runs(database_url, [old])
+    assert (await runtime.archive_runs())["agents"]["keeper"]["archived"] == 1
+    assert sql(database_url, flow) == [(kept, 4)]

@@ -202,8 +202,9 @@ async def test_metrics_count_the_messages_in_sqs_not_the_outbox(
 
     # toren top and GET /fleet say the same, and show "-" for the age they cannot know
     snapshot = await fleet_snapshot(api.store, 10.0, queue_depth=api.metrics.queue_depth)
-    assert snapshot["agents"]["crew"]["queue"] == {"ready": 1, "in_flight": 0, "delayed": 0,
-                                                   "oldest_ready_age_s": None}
+    assert snapshot["agents"]["crew"]["queue"] == {
+        "ready": 1, "in_flight": 0, "delayed": 0, "oldest_ready_age_s": None,
+        "waiting": {"queued": 1, "concurrency": 0, "delayed": 0}}
     shown = Console(width=200, record=True, file=io.StringIO())
     shown.print(render(snapshot))
     assert re.search(r"crew\s+│\s+1\s+│\s+0\s+│\s+0\s+│\s+-\s+│", shown.export_text()), \

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from tests.durable import check_log, types
 from toren.errors import ProviderError
+from toren.host.worker import CLAIM_AHEAD
 from toren.seams.model import Model, ModelRequest, ModelResponse, ToolCall
 from toren.testing import ScriptedModel, write_agent_dir
 
@@ -341,14 +343,27 @@ async def test_many_claimed_runs_start_a_few_at_a_time_and_none_fails(
         make_runtime, tmp_path: Path, database_url: str) -> None:
     """A worker with far more slots than pool connections (TOREN_CONCURRENCY 60, pool 2):
     claimed handlers take their streams at most pool_size / 2 at a time, rather than all
-    queueing for the pool at once (those that waited past the pool timeout used to fail), and
-    every run reaches its model call, where waiting holds no connection."""
+    queueing for the pool at once (those that waited past the pool timeout used to fail),
+    while the claim keeps a few more in hand (CLAIM_AHEAD); every run reaches its model
+    call, where waiting holds no connection."""
     model = ScriptedModel(delay=30)
     runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a", model="test/m")],
                                  models={"m": model}, concurrency=60, pool_size=2,
                                  pool_timeout_s=1.0)
     worker = runtime.workers.worker
-    most = 0
+    most = most_taking = taking = 0
+    take = worker.run_log.acquire_and_load
+
+    async def counted_take(*args: Any, **kwargs: Any) -> Any:  # the real take, counted
+        nonlocal taking, most_taking
+        taking += 1
+        most_taking = max(most_taking, taking)
+        try:
+            return await take(*args, **kwargs)
+        finally:
+            taking -= 1
+
+    worker.run_log.acquire_and_load = counted_take  # type: ignore[method-assign]
 
     def watch() -> None:
         nonlocal most
@@ -372,7 +387,8 @@ async def test_many_claimed_runs_start_a_few_at_a_time_and_none_fails(
         await asyncio.sleep(0.05)
     else:
         raise AssertionError("40 runs were not all in a model call within 2 minutes")
-    assert most <= 1
+    assert most_taking == 1  # pool_size // 2
+    assert most <= CLAIM_AHEAD
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cursor = await conn.execute("SELECT count(*) FROM agent_a.runs WHERE status = 'failed'")
         row = await cursor.fetchone()

@@ -135,3 +135,36 @@ def test_a_loop_that_is_not_running_is_not_reported_as_blocked(
         time.sleep(0.6)  # synchronous code between two runs of the loop: nothing is blocked
         runner.run(watchdog.stop())
     assert watchdog.blockages == 0, [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize(("module", "ours"), [
+    ("toren_mcp.server", True), ("toren.server.app", True),
+    ("toren_crew_tooling_tools", False), ("helpers", False)])
+def test_the_watchdog_names_torens_own_code_as_torens(
+        module: str, ours: bool, caplog: pytest.LogCaptureFixture) -> None:
+    from toren.host.watchdog import LoopWatchdog
+
+    # a function as a module of that name defines it, in a file outside installed packages
+    # (an editable plugin's, or the user's)
+    namespace: dict[str, object] = {"__name__": module, "time": time}
+    exec(compile("def build_server():\n    time.sleep(0.6)\n", f"/srv/{module}.py", "exec"),
+         namespace)
+    watchdog = LoopWatchdog(0.1)
+    caplog.set_level(logging.INFO, logger="toren.host.watchdog")
+
+    async def start_up() -> None:
+        await watchdog.start()
+        namespace["build_server"]()  # type: ignore[operator]
+        await asyncio.sleep(0.3)  # the loop runs again
+        await watchdog.stop()
+
+    asyncio.run(start_up())
+
+    (blocked,) = [r for r in caplog.records if "has been blocked" in r.getMessage()]
+    said = blocked.getMessage()
+    assert f"build_server ({module}) at /srv/{module}.py:2" in said
+    if ours:  # Toren's start-up is not blamed on the user's tools
+        assert blocked.levelno == logging.INFO
+        assert "Toren's own code, not an agent's tool" in said and "sync tool" not in said
+    else:
+        assert blocked.levelno == logging.WARNING and "sync tool" in said

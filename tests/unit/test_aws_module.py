@@ -234,7 +234,13 @@ def test_workers_drain_within_the_stop_timeout(module: dict[str, Any]) -> None:
 
 def test_the_services_run_the_sqs_queue_and_the_fargate_runtime(module: dict[str, Any]) -> None:
     locals_ = module["locals"]
-    assert locals_["worker_container"]["command"] == ["worker"]
+    # one worker process per vCPU of the task unless worker_processes says (a supervisor)
+    assert locals_["worker_container"]["command"] == [
+        "worker", "--processes", "${tostring(local.worker_processes)}"]
+    assert locals_["worker_processes"] == (
+        "${coalesce(var.worker_processes, max(1, ceil(var.worker_cpu / 1024)))}")
+    assert locals_["worker_long_processes"] == (
+        "${coalesce(var.worker_processes, max(1, ceil(var.worker_long_cpu / 1024)))}")
     assert locals_["api_container"]["command"] == ["serve"]
     common = locals_["common_environment"]
     assert common["TOREN_QUEUE"] == "sqs"
@@ -407,3 +413,49 @@ def test_image_tag_validation_refuses_moving_and_malformed_tags(
         module: dict[str, Any], tag: str, accepted: bool) -> None:
     matches = bool(validation_regex(module, "image_tag").fullmatch(tag))
     assert (matches and tag != "latest") is accepted
+
+
+def test_the_long_lane_is_a_service_of_its_own_scaling_on_its_own_queues(
+        module: dict[str, Any]) -> None:
+    variables, locals_ = module["variable"], module["locals"]
+    resources = module["resource"]
+    # off by default: one worker service serves every agent, as before lanes
+    assert variables["long_lane_enabled"]["default"] is False
+    assert 'TOREN_LANE = var.long_lane_enabled ? "short" : "all"' in locals_[
+        "worker_environment"]
+    for kind, name in (("aws_ecs_task_definition", "worker_long"),
+                       ("aws_ecs_service", "worker_long"),
+                       ("aws_appautoscaling_target", "worker_long"),
+                       ("aws_appautoscaling_policy", "worker_long_backlog")):
+        assert resources[kind][name]["count"] == "${var.long_lane_enabled ? 1 : 0}", name
+    # its own size, concurrency, metric fleet and protection bound (TOREN_* the worker reads)
+    long_env = locals_["worker_long_environment"]
+    assert long_env.startswith("${merge(local.worker_environment, {")
+    for setting in ('TOREN_LANE = "long"',
+                    "TOREN_CONCURRENCY = tostring(var.worker_long_concurrency)",
+                    "TOREN_FARGATE_FLEET = local.queue_depth_fleet_long",
+                    "TOREN_FARGATE_PROTECTION_MINUTES = "
+                    "tostring(var.worker_long_protection_minutes)"):
+        assert setting in long_env, setting
+    task = resources["aws_ecs_task_definition"]["worker_long"]
+    assert (task["cpu"], task["memory"]) == ("${var.worker_long_cpu}",
+                                             "${var.worker_long_memory}")
+    assert task["container_definitions"] == "${jsonencode([local.worker_long_container])}"
+    assert locals_["worker_long_container"].startswith("${merge(local.worker_container, {")
+    service = resources["aws_ecs_service"]["worker_long"]
+    assert service["lifecycle"][0]["ignore_changes"] == ["desired_count"]
+    assert service["network_configuration"][0]["security_groups"] == [
+        "${aws_security_group.worker.id}"]
+    # it scales on the depth its own tasks publish (the long agents' queues), not the others'
+    policy = resources["aws_appautoscaling_policy"]["worker_long_backlog"]
+    tracking = policy["target_tracking_scaling_policy_configuration"][0]
+    metrics = {metric["id"]: metric for metric in
+               tracking["customized_metric_specification"][0]["metrics"]}
+    depth = metrics["depth"]["metric_stat"][0]["metric"][0]
+    assert depth["dimensions"] == [{"name": "Fleet", "value": "${local.queue_depth_fleet_long}"}]
+    tasks = metrics["tasks"]["metric_stat"][0]["metric"][0]["dimensions"]
+    assert {"name": "ServiceName", "value": "${aws_ecs_service.worker_long[0].name}"} in tasks
+    assert locals_["queue_depth_fleet_long"] == "${local.queue_depth_fleet}-long"
+    # the settings the long service gets are ones the worker accepts
+    assert Settings.from_env({"TOREN_LANE": "long"}).lane == "long"
+    assert variables["worker_long_protection_minutes"]["default"] <= 2880

@@ -1,5 +1,5 @@
 """Approval buttons' data (toren.host.chat.buttons): compact, and signed for one chat, session,
-approval and decision."""
+approval, decision and digest of the arguments shown."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from toren.host.chat.buttons import button_data, parse_button, press_signed
 
 KEY = bytes(range(32))
 WHERE = {"channel": "telegram", "agent": "bot", "chat_id": "111",
-         "session_id": "6e164e46-0d6a-4657-a654-ac197d56ecf2"}
+         "session_id": "6e164e46-0d6a-4657-a654-ac197d56ecf2", "digest": "ab" * 32}
 APPROVAL = approval_id("toren:run:task:1:0")
 
 
-@pytest.mark.parametrize("outcome", ["approved", "denied"])
+@pytest.mark.parametrize("outcome", ["approved", "always", "denied"])
 def test_a_button_fits_telegram_and_is_valid_where_it_was_shown(outcome: str) -> None:
     data = button_data(KEY, **WHERE, approval_id=APPROVAL, outcome=outcome)
     assert len(data.encode()) <= 64  # Telegram's callback_data limit
@@ -27,7 +27,8 @@ def test_a_button_fits_telegram_and_is_valid_where_it_was_shown(outcome: str) ->
 
 @pytest.mark.parametrize("change", [
     {"channel": "whatsapp"}, {"agent": "desk"}, {"chat_id": "222"}, {"chat_id": "11"},
-    {"session_id": "6e164e46-0d6a-4657-a654-ac197d56ecf3"}])
+    {"session_id": "6e164e46-0d6a-4657-a654-ac197d56ecf3"},
+    {"digest": "cd" * 32}])  # the arguments are not the ones the button was shown with
 def test_a_button_is_not_valid_in_another_chat_session_agent_or_channel(
         change: dict[str, str]) -> None:
     press = parse_button(button_data(KEY, **WHERE, approval_id=APPROVAL, outcome="approved"))
@@ -42,6 +43,7 @@ def test_a_signature_moved_to_another_approval_or_decision_is_not_valid() -> Non
     other = approval_id("toren:other:task:1:0")
     assert not press_signed(KEY, dataclasses.replace(press, approval_id=other), **WHERE)
     assert not press_signed(KEY, dataclasses.replace(press, outcome="denied"), **WHERE)
+    assert not press_signed(KEY, dataclasses.replace(press, outcome="always"), **WHERE)
 
 
 @pytest.mark.parametrize("data", [

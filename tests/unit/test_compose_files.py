@@ -48,10 +48,10 @@ def test_the_image_and_both_compose_files_pin_this_version() -> None:
 
 def test_the_compose_file_orders_start_up_and_drains_on_stop() -> None:
     services = compose_file(COMPOSE / "docker-compose.yml")["services"]
-    assert set(services) == {"postgres", "setup", "toren", "worker"}
+    assert set(services) == {"postgres", "setup", "toren", "worker", "worker-long"}
     assert services["postgres"]["healthcheck"]["test"][0] == "CMD-SHELL"
     assert "ports" not in services["postgres"]  # never published outside the project
-    for name in ("toren", "worker"):
+    for name in ("toren", "worker", "worker-long"):
         depends = services[name]["depends_on"]
         assert depends["postgres"]["condition"] == "service_healthy"
         assert depends["setup"]["condition"] == "service_completed_successfully"
@@ -61,6 +61,13 @@ def test_the_compose_file_orders_start_up_and_drains_on_stop() -> None:
     assert services["setup"]["command"] == [
         "toren db migrate && toren keys create admin --if-none"]
     assert services["worker"]["profiles"] == ["workers"]
+    # the long lane: its own worker, only with the long profile, with its own concurrency and
+    # the database of the others (the anchor's environment, merged)
+    long = services["worker-long"]
+    assert long["profiles"] == ["long"] and long["command"] == ["worker", "--lane", "long"]
+    assert long["environment"]["DATABASE_URL"] == services["toren"]["environment"][
+        "DATABASE_URL"]
+    assert long["environment"]["TOREN_CONCURRENCY"] == "${TOREN_LONG_CONCURRENCY:-8}"
     assert services["toren"]["ports"] == ["${TOREN_PUBLISH:-127.0.0.1:8420}:8420"]
 
 

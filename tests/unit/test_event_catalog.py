@@ -33,7 +33,7 @@ def test_the_catalog_file_is_generated_from_the_event_classes() -> None:
 def test_every_event_type_has_a_class_and_a_stream() -> None:
     assert set(TYPES) == set(EVENT_TYPES)
     for name in TYPES:
-        assert CATALOG["$defs"][name]["x-stream"] in ("run", "task")
+        assert CATALOG["$defs"][name]["x-stream"] in ("run", "task", "signals")
 
 
 def test_every_event_type_in_the_code_is_in_the_catalog_and_back() -> None:

@@ -240,6 +240,28 @@ def test_a_diff_names_the_first_step_that_differs() -> None:
     assert ended["first_difference"] == {"task_id": None, "step": None, "differs": "outcome"}
 
 
+def test_a_diff_tells_alike_output_from_another_model_or_prompt() -> None:
+    a = log("task:main", TASK_STARTED, call(1, "the answer"))
+
+    def forked(model: str | None, prompt: str | None) -> list[Event]:
+        return log("task:main", TASK_STARTED,
+                   ev.TaskForked(source_run_id=RUN, at_step=0, copied_events=1, model=model,
+                                 prompt_sha256=prompt),
+                   call(1, "the answer", model=model or "test/a"))
+
+    by_model = diff_runs(record(), a, record(), forked("test/b", None))
+    by_prompt = diff_runs(record(), a, record(), forked(None, "q" * 64))
+
+    assert not by_model["identical"]
+    assert by_model["first_difference"] == {"task_id": "main", "step": 1, "differs": "model"}
+    assert by_prompt["first_difference"] == {"task_id": "main", "step": 1, "differs": "prompt"}
+    row = by_prompt["tasks"][0]["steps"][0]
+    assert (row["a"]["prompt_sha256"], row["b"]["prompt_sha256"]) == ("p" * 64, "q" * 64)
+    both = diff_runs(record(), a, record(), forked("test/b", "q" * 64))
+    assert both["first_difference"]["differs"] == "model"
+    assert diff_runs(record(), a, record(), forked(None, None))["identical"]
+
+
 def test_a_workflow_forks_overrides_ride_on_its_task_messages() -> None:
     from toren.execution.forking import new_task_fork, with_fork
     from toren.execution.messages import run_tick, task_message

@@ -25,7 +25,8 @@ import toren.plugin.drivers
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Where the in-tree plugins (and the template third parties copy) keep their packages.
-PLUGIN_DIRS = sorted([*ROOT.glob("plugins/*/"), ROOT / "contrib" / "plugin-template"])
+PLUGIN_DIRS = sorted([*ROOT.glob("plugins/*/"), ROOT / "contrib" / "plugin-template",
+                      ROOT / "contrib" / "policy-example"])
 #: The public modules and what each exports; ``toren.testing`` (a package of test helpers) is
 #: public as a whole.
 EXPORTS: dict[str, set[str]] = {

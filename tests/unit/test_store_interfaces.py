@@ -8,6 +8,7 @@ import inspect
 import pytest
 from toren_postgres.approvals import PostgresApprovalStore
 from toren_postgres.archive import PostgresRunArchive
+from toren_postgres.audit import PostgresAuditStore
 from toren_postgres.budgets import PostgresBudgetLedger
 from toren_postgres.channels import (
     PostgresChannelChats,
@@ -23,13 +24,17 @@ from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import PostgresMigrator
 from toren_postgres.outbox import PostgresOutbox
 from toren_postgres.prompts import PostgresPromptStore
+from toren_postgres.questions import PostgresQuestionStore
 from toren_postgres.queue import PostgresQueue
+from toren_postgres.rate_limits import PostgresRateLimitStore
 from toren_postgres.reader import PostgresRunReader
 from toren_postgres.runs import PostgresRunLog
 from toren_postgres.schedules import PostgresScheduleStore
+from toren_postgres.signals import PostgresSignalLog
 from toren_postgres.store import PostgresStore
 from toren_postgres.tool_state import PostgresToolStateStore
 from toren_postgres.versions import PostgresAgentVersionStore
+from toren_postgres.webhooks import PostgresWebhookStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 from toren.config import Settings
@@ -37,6 +42,7 @@ from toren.seams.queue import Queue
 from toren.seams.store import (
     AgentVersionStore,
     ApprovalStore,
+    AuditStore,
     BudgetLedger,
     ChannelChats,
     ChannelInbox,
@@ -49,13 +55,17 @@ from toren.seams.store import (
     Migrator,
     Outbox,
     PromptStore,
+    QuestionStore,
+    RateLimitStore,
     RunArchiveIndex,
     RunLog,
     RunReader,
     ScheduleStore,
+    SignalLog,
     Store,
     StoreLifecycle,
     ToolStateStore,
+    WebhookStore,
     WorkerRegistry,
 )
 
@@ -68,7 +78,10 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           FileStore: PostgresFileStore, ChannelInbox: PostgresChannelInbox,
           ChannelChats: PostgresChannelChats, ChannelOutbox: PostgresChannelOutbox,
           ForkStore: PostgresForkStore, AgentVersionStore: PostgresAgentVersionStore,
-          RunArchiveIndex: PostgresRunArchive, FleetReader: PostgresFleetReader}
+          RunArchiveIndex: PostgresRunArchive, FleetReader: PostgresFleetReader,
+          QuestionStore: PostgresQuestionStore, SignalLog: PostgresSignalLog,
+          WebhookStore: PostgresWebhookStore, RateLimitStore: PostgresRateLimitStore,
+          AuditStore: PostgresAuditStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -2,7 +2,8 @@
 
 Routes, commands and the local operator go through ``runtime.files``, ``runtime.keys``,
 ``runtime.database``, ``runtime.fleet``, ``runtime.runs``, ``runtime.schedules``,
-``runtime.approvals``, ``runtime.forks``, ``runtime.archive``, ``runtime.sessions`` and the
+``runtime.approvals``, ``runtime.forks``, ``runtime.archive``, ``runtime.sessions``,
+``runtime.signals`` and the
 ``Runtime``'s own methods (``toren.host.services``, docs/reference/host-api.md), so a policy
 both surfaces share lives once, in the host; the ``Runtime``'s names kept as delegates of a
 service are for code written against it, not for the surfaces. import-linter cannot see
@@ -84,6 +85,7 @@ DELEGATES = {
     "start_session": "sessions.start", "get_session": "sessions.get",
     "send_message": "sessions.send", "close_session": "sessions.close",
     "wait_for_turn": "sessions.wait_for_turn",
+    "send_signal": "signals.send",
 }
 #: What a runtime is called where the surfaces hold one.
 _RUNTIME = re.compile(r"(^|\.)_?runtime$|\[RUNTIME\]$")

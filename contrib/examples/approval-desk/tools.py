@@ -2,6 +2,7 @@
 example needs no network. ``issue_refund`` needs a person's approval (agent.yaml)."""
 
 import os
+import tempfile
 from pathlib import Path
 
 from toren import current_tool_call, tool
@@ -29,9 +30,12 @@ def issue_refund(order_id: str, amount_eur: int) -> str:
         order_id: The order to refund.
         amount_eur: How much, in euros.
     """
-    # REFUNDS_LEDGER: where refunds are written (default: refunds.log in the current
-    # directory). The idempotency key is what a real payment API would deduplicate on.
-    ledger = Path(os.environ.get("REFUNDS_LEDGER", "refunds.log"))
+    # REFUNDS_LEDGER: where refunds are written (default: toren-approval-desk/refunds.log in
+    # the system's temporary directory, so trying the example leaves nothing where it was
+    # run). The idempotency key is what a real payment API would deduplicate on.
+    ledger = Path(os.environ.get("REFUNDS_LEDGER")
+                  or Path(tempfile.gettempdir()) / "toren-approval-desk" / "refunds.log")
+    ledger.parent.mkdir(parents=True, exist_ok=True)
     with ledger.open("a", encoding="utf-8") as handle:
         handle.write(f"{current_tool_call().idempotency_key} {order_id} {amount_eur}\n")
     return f"Refunded {amount_eur} EUR on order {order_id}."

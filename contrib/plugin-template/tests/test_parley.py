@@ -136,8 +136,8 @@ def test_an_approval_is_offered_as_buttons_and_decided_by_a_press(
     assert wait_for(lambda: parley.messages(ADA), 30), dev.stderr
     (offer,) = parley.messages(ADA)
     assert offer["text"].startswith("The agent wants to run greet with")
-    (approve, deny), = offer["buttons"]
-    assert (approve["text"], deny["text"]) == ("Approve", "Deny")
+    (approve, always, deny), = offer["buttons"]
+    assert (approve["text"], always["text"], deny["text"]) == ("Approve", "Approve always", "Deny")
     parley.press(ADA, approve["data"])
     assert answered(parley, ADA, 3, dev)[1:] == [
         "Approved.", "Here is what I found for 'Ada':\n- greet: Hello, Ada!"]

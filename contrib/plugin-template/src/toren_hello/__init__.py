@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from toren.plugin import Channel, ChannelContext, hookimpl, tool
-from toren_hello.parley import ParleyChannel
 
 __version__ = "0.1.0"
 
@@ -74,5 +73,9 @@ def register_tools(register: Callable[..., None]) -> None:
 
 @hookimpl
 def register_channels(register: Callable[[Channel], None]) -> None:
+    # imported here, not at the top: every `toren` command (--help too) imports this module,
+    # and a chat channel pulls in aiohttp and Toren's chat host
+    from toren_hello.parley import ParleyChannel
+
     register(HelloLogChannel())
     register(ParleyChannel())
