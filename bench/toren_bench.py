@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import sql
@@ -47,6 +47,11 @@ from toren.core.fold import TaskState, apply_task_event, checkpoint_due, fold_ta
 from toren.host.runtime import Runtime
 from toren.seams.shapes import OutgoingMessage
 from toren.testing import write_agent_dir
+
+try:  # bench/ab.py runs this script on older kernels too
+    from toren.host import event_loop
+except ImportError:  # before issue 41: asyncio's loop only
+    event_loop = None  # type: ignore[assignment]
 
 TOREN = Path(sys.executable).parent / "toren"
 TERMINAL = ("completed", "stopped", "failed", "cancelled")
@@ -229,7 +234,8 @@ async def throughput(db: BenchDatabase, args: argparse.Namespace, work: Path) ->
     """``runs`` runs of ``steps`` agent steps (2 * steps + 1 durable operations each), created
     inside the window by ``concurrency`` concurrent callers while one worker process with
     ``concurrency`` pollers works them: the shape of DBOS's concurrent phase."""
-    n, k, w = args.runs, args.steps, args.concurrency
+    n, k, w = (args.throughput_runs or args.runs, args.throughput_steps or args.steps,
+               args.concurrency)
     crew = bench_crew(work, k)
     await create_runs(db.url, crew, 0)  # migrate, outside the window
     x0 = db.xact_commits()
@@ -308,6 +314,8 @@ async def latency(db: BenchDatabase, args: argparse.Namespace, work: Path) -> di
         profile.disable()
     await runtime.stop()
     calls = pstats.Stats(profile).total_calls
+    if args.profile_out:  # for pstats: where the calls go (sort by ncalls or tottime)
+        profile.dump_stats(args.profile_out)
     stamps = stamps[:measured]
     # appends: start, then one per operation (2 per step), then finish and the run tick;
     # the gaps between consecutive operation appends are the per-operation cost
@@ -605,10 +613,20 @@ async def memory(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dic
     await wait_started(db, n, timeout_s=300)
     await asyncio.sleep(2)
     during = busy.rss_mb()
+    # what n waiting runs cost Postgres: transactions/s while every run waits in its model
+    # call (the worker's heartbeat and guardian: O(workers), not O(runs)); after the stats
+    # of the start have settled, over --idle-seconds
+    await asyncio.sleep(STATS_SETTLE_S)
+    x0 = await asyncio.to_thread(db.xact_commits)
+    await asyncio.sleep(args.idle_seconds)
+    x1 = await asyncio.to_thread(db.xact_commits)
     busy.stop(signal.SIGKILL)
+    waiting_xacts_per_s = (x1 - x0 - 1) / (args.idle_seconds + 1.2)
     return {"idle_rss_mb": round(idle_mb, 1), "inflight_runs": n,
             "rss_before_mb": round(before, 1), "rss_inflight_mb": round(during, 1),
-            "added_mb_per_1000_runs": round((during - before) * 1000 / n, 1)}
+            "added_mb_per_1000_runs": round((during - before) * 1000 / n, 1),
+            "waiting_xacts_per_s": round(waiting_xacts_per_s, 2),
+            "waiting_xacts_per_s_per_run": round(waiting_xacts_per_s / n, 5)}
 
 
 async def inflight(db: BenchDatabase, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -700,6 +718,7 @@ async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path
             "count(*) FILTER (WHERE type = 'ModelCallCompleted') "
             "FROM agent_bench.events").fetchone()
         steady = steady_state(conn)
+        start_spread = started_within(conn)
     seconds = (last - first).total_seconds()
     ideal = n / args.model_latency
     level["working"] = {
@@ -711,22 +730,41 @@ async def inflight_level(db: BenchDatabase, args: argparse.Namespace, crew: Path
         "cpu_ms_per_model_call": round(cpu * 1000 / max(1, calls), 3),
         "loop_running_share": round((ran - ran0) / elapsed, 3),
         "loop_waiting_for_cpu_share": round((waited - waited0) / elapsed, 3),
-        "load_average": round(os.getloadavg()[0], 2)}
+        "load_average": round(os.getloadavg()[0], 2),
+        # how long starting them all took: from the first run's first model call to the last
+        # run's first (the runs were created before the worker started)
+        "started_within_s": None if start_spread is None else round(start_spread, 2)}
     if steady is not None:
-        steady_calls, steady_s = steady
         level["working"] |= {
-            "steady_seconds": round(steady_s, 2), "steady_model_calls": steady_calls,
-            "steady_model_calls_per_s": round(steady_calls / steady_s, 1),
-            "steady_efficiency": round(steady_calls / steady_s / ideal, 3)}
+            "steady_seconds": round(steady["steady_seconds"], 2),
+            "steady_model_calls": steady["steady_model_calls"],
+            # the window's count, as figure 9 gave it before issue 41 (rounds: see steady_state)
+            "steady_window_efficiency": round(
+                steady["steady_model_calls"] / steady["steady_seconds"] / ideal, 3)}
+        cycle = steady["steady_cycle_s"]
+        if cycle:
+            level["working"] |= {
+                "steady_cycle_s": round(cycle, 3), "steady_cycles": steady["steady_cycles"],
+                "steady_model_calls_per_s": round(n / cycle, 1),
+                "steady_efficiency": round(args.model_latency / cycle, 3)}
     log(f"inflight {n}: {level}")
     return level
 
 
-def steady_state(conn: psycopg.Connection[Any]) -> tuple[int, float] | None:
-    """Model calls completed while every run was in flight (Little's law's steady state): from
-    the moment the last run made its first model call to the moment the first run finished;
-    and that window's length. ``None`` if there was no such moment (the first run finished
-    before the last one started)."""
+def steady_state(conn: psycopg.Connection[Any]) -> dict[str, float] | None:
+    """The steady state, while every run was in flight (after the last run made its first
+    model call, before the first run finished): ``None`` if there was no such moment.
+
+    - ``steady_cycle_s``: the mean time from one of a run's model calls starting to its next
+      (the model latency, the tool step and the appends between), over the pairs of calls
+      wholly in that window. With N runs each in a loop of model calls, model calls/s is N /
+      that (Little's law, per run), and the efficiency the latency / that.
+    - ``steady_seconds`` and ``steady_model_calls``: the window and the model calls completed
+      in it. Counted in a window, the calls of runs started together end in rounds, one cycle
+      apart, so the count depends on where the window cuts the rounds: at 1,000 runs with 20 s
+      calls (4 per run) and the starts spread over 5.9 s, the window held 3 rounds in 74 s
+      (81% of the ideal) from a worker whose calls took 20.3 s to come round. The cycle has
+      no edge."""
     all_in, first_done = conn.execute(
         "SELECT (SELECT max(started) FROM (SELECT min(created_at) AS started "
         "FROM agent_bench.events WHERE type = 'ModelCallStarted' GROUP BY run_id) AS firsts), "
@@ -737,7 +775,26 @@ def steady_state(conn: psycopg.Connection[Any]) -> tuple[int, float] | None:
     (calls,) = conn.execute(
         "SELECT count(*) FROM agent_bench.events WHERE type = 'ModelCallCompleted' "
         "AND created_at > %s AND created_at <= %s", [all_in, first_done]).fetchone()
-    return int(calls), (first_done - all_in).total_seconds()
+    cycle, cycles = conn.execute(
+        "SELECT avg(extract(epoch FROM created_at - previous)), count(*) FROM ("
+        "SELECT created_at, lag(created_at) OVER (PARTITION BY run_id ORDER BY created_at) "
+        "AS previous FROM agent_bench.events WHERE type = 'ModelCallStarted') AS calls "
+        "WHERE previous >= %s AND created_at <= %s", [all_in, first_done]).fetchone()
+    return {"steady_seconds": (first_done - all_in).total_seconds(),
+            "steady_model_calls": int(calls),
+            "steady_cycle_s": None if cycle is None else float(cycle),
+            "steady_cycles": int(cycles)}
+
+
+def started_within(conn: psycopg.Connection[Any]) -> float | None:
+    """Seconds from the first run's first ``ModelCallStarted`` to the last run's first: the
+    runs were all created (queued) before the worker started, so this is how long the worker
+    took to start them all (claim, lease, first appends, into the model call)."""
+    (spread,) = conn.execute(
+        "SELECT extract(epoch FROM max(started) - min(started)) FROM (SELECT min(created_at) "
+        "AS started FROM agent_bench.events WHERE type = 'ModelCallStarted' GROUP BY run_id) "
+        "AS firsts").fetchone()
+    return None if spread is None else float(spread)
 
 
 async def wait_started(db: BenchDatabase, n: int, timeout_s: float) -> None:
@@ -1064,9 +1121,10 @@ class RawSubscriber(asyncio.Protocol):
         self._tail = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.write(self.request)
+        # asyncio's TCP transport, or uvloop's (not a subclass of asyncio.Transport: the
+        # harness runs on uvloop where toren's event_loop picks it)
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.write(self.request)
 
     def data_received(self, data: bytes) -> None:
         self.pieces.append((time.time(), data))
@@ -1280,7 +1338,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--steps", type=int, default=5,
                         help="agent steps per run (2 * steps + 1 durable operations)")
+    parser.add_argument("--throughput-runs", type=int, default=None,
+                        help="throughput: runs (default --runs)")
+    parser.add_argument("--throughput-steps", type=int, default=None,
+                        help="throughput: agent steps per run (default --steps)")
     parser.add_argument("--latency-steps", type=int, default=100)
+    parser.add_argument("--profile-out", default=None,
+                        help="latency: write the counted run's cProfile stats to this file")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--wakeups", type=int, default=200)
@@ -1306,13 +1370,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--watched-runs", type=int, default=50)
     args = parser.parse_args()
     if args.smoke:
-        args.runs, args.steps, args.jobs, args.wakeups = 10, 3, 50, 10
+        args.runs, args.steps, args.jobs, args.wakeups = 10, 3, 300, 10
+        # figure 1 at the full run's shape (11 durable operations per run), enough runs for
+        # its ratio to DBOS and its transactions per operation to mean something (the
+        # smoke's guards, bench/guards.py, read them)
+        args.throughput_runs, args.throughput_steps = 60, 5
         args.latency_steps = 20
-        args.lengths, args.inflight, args.recoveries = [100, 500], 50, 1
-        args.streams, args.idle_seconds = 20, 2.0
+        args.lengths, args.inflight, args.recoveries = [100, 500], 100, 1
+        args.streams, args.idle_seconds = 20, 3.0
         args.subscribers, args.watched_runs = 10, 2
         args.inflight_levels, args.model_latency = [20], 0.5
-        args.size, args.backlog, args.claims = 10_000, 1_000, 20
+        # the guard's own backlog (100,000 ready messages: generate_series, about a second)
+        args.size, args.backlog, args.claims, args.growth_pairs = 10_000, 100_000, 100, 3
     return args
 
 
@@ -1323,7 +1392,11 @@ def main() -> int:
                               "smoke": args.smoke}
     try:
         with tempfile.TemporaryDirectory(prefix="toren-bench-") as work:
-            result |= asyncio.run(FIGURES[args.figure](db, args, Path(work)))
+            # the loop `toren worker` runs on (TOREN_EVENT_LOOP, run.py --toren-env)
+            main = FIGURES[args.figure](db, args, Path(work))
+            result |= asyncio.run(main) if event_loop is None else event_loop.run(main)
+            result["event_loop"] = ("asyncio" if event_loop is None
+                                    else event_loop.chosen_event_loop())
         result["ok"] = True
     except Exception as exc:
         log(f"{args.figure} failed: {exc!r}")
