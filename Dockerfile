@@ -1,5 +1,6 @@
 # Toren's container image: one image for `toren serve --workers` (the default: API and workers
-# in one container), `toren serve`, `toren worker` and `toren dev`. See docs/deploy/compose.md.
+# in one container, a worker process per CPU), `toren serve`, `toren worker` and `toren dev`.
+# See docs/deploy/compose.md.
 #
 #   docker build -t toren:0.1.0 --build-arg TOREN_VERSION=0.1.0 .
 #
@@ -72,11 +73,16 @@ ENV PATH=/opt/toren/bin:$PATH \
     TOREN_HOME=/home/toren/.toren \
     TOREN_DIRS=/agents \
     TOREN_HOST=0.0.0.0 \
-    TOREN_PORT=8420
+    TOREN_PORT=8420 \
+    TOREN_PROCESSES=auto
 USER 10001
 WORKDIR /home/toren
 EXPOSE 8420
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python3", "-c", "import os, sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('TOREN_PORT', '8420'), timeout=4).status == 200 else 1)"]
 ENTRYPOINT ["/usr/bin/tini", "-g", "--", "toren"]
+# the API and one worker process per CPU the container may use (TOREN_PROCESSES=auto: its CPU
+# quota, else the host's CPUs; one CPU: API and worker in one process, as before). Each worker
+# process opens up to TOREN_POOL_SIZE database connections: set TOREN_PROCESSES to a number
+# on a host with many CPUs and a Postgres with few connections (docs/deploy/compose.md, "Worker processes")
 CMD ["serve", "--workers"]

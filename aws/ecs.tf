@@ -1,5 +1,6 @@
 # The ECS cluster and its two Fargate services from one image: the API (toren serve, behind
-# the load balancer) and the workers (toren worker with TOREN_QUEUE=sqs, TOREN_RUNTIME=fargate).
+# the load balancer) and the workers (toren worker with TOREN_QUEUE=sqs, TOREN_RUNTIME=fargate;
+# by default one worker process per vCPU of the task, under a supervisor: worker_processes).
 # Root filesystems are read-only; /tmp and TOREN_HOME are per-task scratch volumes.
 
 resource "aws_ecs_cluster" "toren" {
@@ -53,7 +54,7 @@ locals {
     name                   = "worker"
     image                  = local.image
     essential              = true
-    command                = ["worker"]
+    command                = ["worker", "--processes", tostring(local.worker_processes)]
     user                   = "10001"
     readonlyRootFilesystem = true
     privileged             = false
@@ -78,6 +79,21 @@ locals {
       }
     }
   }
+
+  # The long lane's worker (long_lane_enabled): the same container, serving only the agents
+  # with runtime: long, with its own concurrency, metric fleet and log stream prefix.
+  worker_long_container = merge(local.worker_container, {
+    command     = ["worker", "--processes", tostring(local.worker_long_processes)]
+    environment = [for key, value in local.worker_long_environment : { name = key, value = value }]
+    logConfiguration = {
+      logDriver = "awslogs"
+      options = {
+        awslogs-group         = aws_cloudwatch_log_group.worker.name
+        awslogs-region        = local.region
+        awslogs-stream-prefix = "worker-long"
+      }
+    }
+  })
 }
 
 resource "aws_ecs_task_definition" "api" {
@@ -113,6 +129,32 @@ resource "aws_ecs_task_definition" "worker" {
   execution_role_arn       = aws_iam_role.execution.arn
   task_role_arn            = aws_iam_role.worker_task.arn
   container_definitions    = jsonencode([local.worker_container])
+  tags                     = local.tags
+
+  runtime_platform {
+    operating_system_family = "LINUX"
+    cpu_architecture        = "X86_64"
+  }
+
+  dynamic "volume" {
+    for_each = toset(local.scratch_volumes)
+    content {
+      name = volume.value
+    }
+  }
+}
+
+resource "aws_ecs_task_definition" "worker_long" {
+  count = var.long_lane_enabled ? 1 : 0
+
+  family                   = "${var.name}-toren-worker-long"
+  requires_compatibilities = ["FARGATE"]
+  network_mode             = "awsvpc"
+  cpu                      = var.worker_long_cpu
+  memory                   = var.worker_long_memory
+  execution_role_arn       = aws_iam_role.execution.arn
+  task_role_arn            = aws_iam_role.worker_task.arn
+  container_definitions    = jsonencode([local.worker_long_container])
   tags                     = local.tags
 
   runtime_platform {
@@ -172,6 +214,42 @@ resource "aws_ecs_service" "worker" {
   propagate_tags                     = "SERVICE"
   enable_execute_command             = false
   tags                               = local.tags
+
+  network_configuration {
+    subnets          = local.private_subnet_ids
+    security_groups  = [aws_security_group.worker.id]
+    assign_public_ip = false
+  }
+
+  deployment_circuit_breaker {
+    enable   = true
+    rollback = true
+  }
+
+  lifecycle {
+    # autoscaling owns the worker count once created
+    ignore_changes = [desired_count]
+  }
+}
+
+# The long lane (long_lane_enabled): its own service, so hours-long runs scale and deploy apart
+# from the short ones. Scale-in protection: the fargate runtime protects each task while it has
+# work in hand (ECS task scale-in protection), so autoscaling never stops a task mid-run; a
+# deploy's SIGTERM hands unfinished runs back to the next task (they resume from their log).
+resource "aws_ecs_service" "worker_long" {
+  count = var.long_lane_enabled ? 1 : 0
+
+  name                               = "worker-long"
+  cluster                            = aws_ecs_cluster.toren.id
+  task_definition                    = aws_ecs_task_definition.worker_long[0].arn
+  desired_count                      = var.worker_long_min_count
+  launch_type                        = "FARGATE"
+  platform_version                   = "LATEST"
+  deployment_minimum_healthy_percent = 100
+  deployment_maximum_percent         = 200
+  propagate_tags                     = "SERVICE"
+  enable_execute_command             = false
+  tags                               = merge(local.tags, { "toren:lane" = "long" })
 
   network_configuration {
     subnets          = local.private_subnet_ids

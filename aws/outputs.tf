@@ -44,6 +44,11 @@ output "worker_service_name" {
   value       = aws_ecs_service.worker.name
 }
 
+output "worker_long_service_name" {
+  description = "The long lane's worker service (toren worker --lane long); null unless long_lane_enabled."
+  value       = var.long_lane_enabled ? aws_ecs_service.worker_long[0].name : null
+}
+
 output "api_task_definition_arn" {
   description = "Task definition for one-off commands that need only the database (toren db migrate, toren keys create)."
   value       = aws_ecs_task_definition.api.arn

@@ -247,6 +247,18 @@ variable "worker_concurrency" {
   }
 }
 
+variable "worker_processes" {
+  description = "Worker processes in each worker task (toren worker --processes, under a supervisor that restarts one that dies and drains all on SIGTERM). Default (null): one per vCPU of the task, worker_cpu / 1024 rounded up (1 at the default 512), and worker_long_cpu / 1024 for the long lane's. Each process works worker_concurrency messages with its own TOREN_POOL_SIZE (10) database connections."
+  type        = number
+  default     = null
+  nullable    = true
+
+  validation {
+    condition     = var.worker_processes == null ? true : (var.worker_processes >= 1 && var.worker_processes <= 16 && floor(var.worker_processes) == var.worker_processes)
+    error_message = "worker_processes must be a whole number from 1 to 16, or null (one per vCPU of the task)."
+  }
+}
+
 variable "worker_min_count" {
   description = "Fewest worker tasks autoscaling keeps (at least 1: the scaling metric is queue depth per running task)."
   type        = number
@@ -277,6 +289,89 @@ variable "worker_target_backlog_per_task" {
   validation {
     condition     = var.worker_target_backlog_per_task > 0
     error_message = "worker_target_backlog_per_task must be greater than zero."
+  }
+}
+
+variable "long_lane_enabled" {
+  description = "Run a second worker service, worker-long, for the agents with runtime: long in agent.yaml (the long lane: hours-long sandbox or document runs), so they never hold the slots of the short runs. The worker service then serves the short lane (TOREN_LANE=short); without it, the one worker service serves every agent (TOREN_LANE=all). See docs/guides/deploy-aws.md, Long-running agents."
+  type        = bool
+  default     = false
+}
+
+variable "worker_long_cpu" {
+  description = "CPU units of one worker-long task (long_lane_enabled)."
+  type        = number
+  default     = 1024
+
+  validation {
+    condition     = contains([256, 512, 1024, 2048, 4096, 8192, 16384], var.worker_long_cpu)
+    error_message = "worker_long_cpu must be a Fargate CPU size: 256, 512, 1024, 2048, 4096, 8192 or 16384."
+  }
+}
+
+variable "worker_long_memory" {
+  description = "Memory (MiB) of one worker-long task; must be a Fargate-valid pairing with worker_long_cpu."
+  type        = number
+  default     = 4096
+
+  validation {
+    condition     = var.worker_long_memory >= 512 && var.worker_long_memory <= 122880
+    error_message = "worker_long_memory must be from 512 to 122880 MiB."
+  }
+}
+
+variable "worker_long_concurrency" {
+  description = "TOREN_CONCURRENCY of each worker-long task: long runs one task works at once."
+  type        = number
+  default     = 4
+
+  validation {
+    condition     = var.worker_long_concurrency >= 1 && var.worker_long_concurrency <= 1000
+    error_message = "worker_long_concurrency must be from 1 to 1000."
+  }
+}
+
+variable "worker_long_min_count" {
+  description = "Fewest worker-long tasks autoscaling keeps (at least 1: the scaling metric is queue depth per running task)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.worker_long_min_count >= 1
+    error_message = "worker_long_min_count must be at least 1."
+  }
+}
+
+variable "worker_long_max_count" {
+  description = "Most worker-long tasks autoscaling starts. Count their database connections with the others' (worker_max_count)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.worker_long_max_count >= 1 && var.worker_long_max_count <= 200
+    error_message = "worker_long_max_count must be from 1 to 200."
+  }
+}
+
+variable "worker_long_target_backlog_per_task" {
+  description = "Autoscaling target of worker-long: queued long-lane messages per running task."
+  type        = number
+  default     = 4
+
+  validation {
+    condition     = var.worker_long_target_backlog_per_task > 0
+    error_message = "worker_long_target_backlog_per_task must be greater than zero."
+  }
+}
+
+variable "worker_long_protection_minutes" {
+  description = "TOREN_FARGATE_PROTECTION_MINUTES of worker-long: each scale-in protection it takes while busy expires after this unless renewed (it is, every few minutes, while a run is in hand), so it bounds only how long a hung task stays protected."
+  type        = number
+  default     = 120
+
+  validation {
+    condition     = var.worker_long_protection_minutes >= 1 && var.worker_long_protection_minutes <= 2880
+    error_message = "worker_long_protection_minutes must be from 1 to 2880 (ECS's limit)."
   }
 }
 

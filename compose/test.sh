@@ -3,7 +3,7 @@
 # Installs and starts Docker if needed (compose/ci/docker-up.sh), builds Toren's image and a
 # Postgres image on a local debootstrap base (no registry is reachable in CI), then runs
 # compose/ci/compose_test.py: up, a run surviving a SIGKILL of the container, SIGTERM drain,
-# a Postgres restart, down. Stops dockerd at the end if this script started it.
+# a Postgres restart, a long-lane run on the worker-long profile, down. Stops dockerd at the end if this script started it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -2,7 +2,7 @@
 # The AWS rung's static checks (a step of .ci/run): terraform fmt, the configuration loads
 # (terraform providers), and checkov with no failed check except those waived in place
 # (#checkov:skip=ID:reason beside the resource). terraform validate cannot run here: it needs
-# the AWS provider, which cannot be downloaded (docs/deploy/aws.md says what was exercised).
+# the AWS provider, which cannot be downloaded (docs/guides/deploy-aws.md says what was exercised).
 # checkov lives in its own virtualenv, aws/ci/.venv, pinned by aws/ci/requirements.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -67,7 +67,10 @@ class Stack:
         self.calls_dir.chmod(0o777)  # the container runs as uid 10001
         self.env_file = workdir / "ci.env"
         self.env_file.write_text(f"POSTGRES_PASSWORD={secrets.token_hex(16)}\n"
-                                 f"TOREN_PUBLISH=127.0.0.1:{self.port}\n")
+                                 f"TOREN_PUBLISH=127.0.0.1:{self.port}\n"
+                                 # the toren container serves the short lane only: long-crew
+                                 # waits for the worker-long container (the long profile)
+                                 "TOREN_LANE=short\n")
         self.url = f"http://127.0.0.1:{self.port}"
         self.key = ""
         self.command = shlex.split(os.environ.get("COMPOSE", "docker compose"))
@@ -155,7 +158,7 @@ def check(stack: Stack) -> dict[str, Any]:
     assert '"ExitCode":0' in setup.replace(" ", ""), setup
     stack.key = first_key(stack)
     agents = {agent["name"] for agent in stack.http("GET", "/agents")["agents"]}
-    assert {"research-crew", "planner-crew", "slow-crew"} <= agents, agents
+    assert {"research-crew", "planner-crew", "slow-crew", "long-crew"} <= agents, agents
     log(f"up in {figures['up_s']} s; agents: {sorted(agents)}")
 
     # -- SIGKILL mid-run, while a tool runs: the run finishes, no model call is paid twice ------
@@ -206,6 +209,30 @@ def check(stack: Stack) -> dict[str, Any]:
         "POST", "/runs", {"agent": "research-crew", "input": "event sourcing"})["id"], 60)
     wait_for("a new run after the Postgres restart",
              lambda: stack.run_status(third) == "completed", 120)
+
+    # -- the long lane: a runtime: long agent's run waits, visibly, for worker-long -------------
+    lanes_started = time.monotonic()
+    long_run = stack.http("POST", "/runs", {"agent": "long-crew", "input": "the archive"})["id"]
+    waiting = wait_for("the long run to show as unserved in /fleet", lambda: [
+        entry for entry in stack.http("GET", "/fleet")["unserved"]
+        if entry["agent"] == "long-crew"], 30)
+    assert waiting[0]["lane"] == "long", waiting
+    assert stack.run_status(long_run) == "queued"  # the short-lane toren container left it
+    stack.compose("--profile", "long", "up", "-d", "worker-long")
+    wait_for("the long run to finish on worker-long",
+             lambda: stack.run_status(long_run) == "completed", 120)
+    # each container is one supervisor of TOREN_PROCESSES=auto worker processes (the image's
+    # setting): one supervisor per lane, however many cores the host has
+    workers = stack.http("GET", "/fleet")["workers"]
+    supervisors: dict[str, set[str]] = {}
+    for worker in workers:
+        supervisors.setdefault(worker["lane"], set()).add(worker["supervisor"] or worker["id"])
+    assert sorted(supervisors) == ["long", "short"], workers
+    assert all(len(each) == 1 for each in supervisors.values()), workers
+    figures["worker_processes"] = len(workers)
+    figures["long_lane_s"] = round(time.monotonic() - lanes_started, 1)
+    log(f"the long run waited for worker-long, then completed on it "
+        f"({figures['long_lane_s']} s)")
     figures["total_s"] = round(time.monotonic() - started, 1)
     return figures
 
@@ -219,10 +246,12 @@ def main() -> int:
             ok = True
             print(json.dumps({"compose": "ok"} | figures))
         finally:
+            # with the long profile, so worker-long (started by the lanes check) goes too
             if not ok:
-                stack.compose("ps", "-a", check=False)
-                stack.compose("logs", "--tail", "80", check=False)
-            stack.compose("down", "-v", "--remove-orphans", "--timeout", "5", check=False)
+                stack.compose("--profile", "long", "ps", "-a", check=False)
+                stack.compose("--profile", "long", "logs", "--tail", "80", check=False)
+            stack.compose("--profile", "long", "down", "-v", "--remove-orphans", "--timeout", "5",
+                          check=False)
     return 0
 
 

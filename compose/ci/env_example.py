@@ -31,6 +31,12 @@ POSTGRES_PASSWORD=
 # Where `docker compose` publishes the API on the host (loopback: put a TLS proxy in front)
 # TOREN_PUBLISH=127.0.0.1:8420
 
+# Long-running agents (runtime: long in agent.yaml) get a worker container of their own with
+# the `long` profile: set both lines below (docs/deploy/compose.md, "Long-running agents"),
+# and TOREN_LANE=short further down so the toren container leaves them to it
+# COMPOSE_PROFILES=long
+# TOREN_LONG_CONCURRENCY=8
+
 # Model provider keys, for agents whose model is anthropic/... or openai/...
 # ANTHROPIC_API_KEY=
 # OPENAI_API_KEY=

@@ -1,5 +1,5 @@
 # The smallest root module using aws/: a new VPC, certificates and DNS in a Route 53 zone, and
-# the example crews baked into the image. docs/deploy/aws.md walks through it.
+# the example crews baked into the image. docs/guides/deploy-aws.md walks through it.
 #
 #   terraform init
 #   terraform apply -target=module.toren.aws_ecr_repository.toren   # then push the image
@@ -52,6 +52,12 @@ variable "secret_values" {
   sensitive   = true
 }
 
+variable "long_lane_enabled" {
+  description = "A worker service of its own for agents with runtime: long (docs/guides/deploy-aws.md, Long-running agents)."
+  type        = bool
+  default     = false
+}
+
 provider "aws" {
   region = var.region
 }
@@ -74,8 +80,16 @@ module "toren" {
   domain_name     = var.domain_name
   route53_zone_id = var.route53_zone_id
   image_tag       = var.image_tag
-  agents          = ["research-crew", "planner-crew", "approval-desk", "desk-crew", "desk-writer", "vision-desk"]
-  secret_values   = var.secret_values
+  agents = [
+    "research-crew", "planner-crew", "approval-desk", "desk-crew", "desk-writer", "vision-desk",
+    "purchase-approval", "question-desk",
+  ]
+  secret_values = var.secret_values
+
+  # the long lane: hours-long runs on their own, larger tasks (worker-long)
+  long_lane_enabled  = var.long_lane_enabled
+  worker_long_cpu    = 2048
+  worker_long_memory = 8192
 
   environment = {
     TOREN_LOG_LEVEL = "INFO"
