@@ -25,10 +25,12 @@ from toren.errors import SignalTimeout
 RUNS = pathlib.Path(__file__).parent / "runs"
 
 
-async def await_payment(order: str, timeout: float | None = None) -> str:
-    """Wait for the payment of an order."""
+async def await_payment(order: str, timeout: float | None = None, gate: bool = False) -> str:
+    """Wait for the payment of an order (with ``gate``, not before the test says so: a file)."""
     with RUNS.open("a") as runs:  # the code before the wait runs again after it: counted
         runs.write(f"before {order}\\n")
+    while gate and not (RUNS.parent / "signalled").exists():
+        await asyncio.sleep(0.02)
     try:
         paid = await toren.wait_for_signal("paid", timeout=timeout)
     except SignalTimeout as exc:
@@ -81,9 +83,10 @@ async def start(make_runtime, tmp_path: Path, **arguments: object):
 
 async def test_a_tool_parks_until_a_signal_and_gets_its_payload(make_runtime,
                                                                  tmp_path: Path) -> None:
-    runtime, model, runs = await start(make_runtime, tmp_path)
+    runtime, model, runs = await start(make_runtime, tmp_path, gate=True)
     run_id = await runtime.start_run("shop", "sell")
     await runtime.send_signal(run_id, "paid", {"amount": 1})  # before the wait: not taken
+    (runs.parent / "signalled").touch()  # the tool begins its wait only now
     await wait_status(runtime, run_id, "waiting")
     events = await runtime.events(run_id)
     assert types(events, "task:main")[-2:] == ["ToolCallStarted", "ToolWaitStarted"]

@@ -26,6 +26,7 @@ from toren_postgres.queries import query
 CONTROL_SCOPE = "control"
 #: Arbitrary but fixed: every Toren process contends for the same lock ("toren" in ASCII).
 MIGRATION_LOCK_KEY = 0x746F72656E
+REGISTRATION_LOCK_KEY = 0x746F72656E_616772  # "toren" "agr"
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -155,18 +156,31 @@ async def check_owners(conn: psycopg.AsyncConnection, agents: Sequence[AgentSche
 
 
 async def register_agents(conn: psycopg.AsyncConnection, agents: Sequence[AgentSchema]) -> None:
-    await check_owners(conn, agents)
-    for agent in agents:
-        await conn.execute(query("register_agent"), {
-            "schema_name": agent.schema_name, "name": agent.name,
-            "directory": str(agent.directory), "model": agent.model,
-            "accepts_from": list(getattr(agent, "accepts_from", ())),
-            # its notify: (completion webhooks), read by the runs tables' trigger
-            "notify": Jsonb([sub.to_json() for sub in getattr(agent, "notify", ())]),
-            # its lane (runtime:), so toren top anywhere says which lane its runs wait for
-            "runtime": getattr(agent, "runtime", "short"),
-            # its concurrency: limit (0: none), read by the queue's claim
-            "concurrency_limit": getattr(getattr(agent, "concurrency", None), "limit", 0)})
+    """Record ``agents`` in ``toren_control.agents`` (insert or update), all or none.
+
+    Processes booting together register the same agents. ``ON CONFLICT (schema_name)`` does not
+    stop two first inserts racing from failing on the other unique key (the name), so
+    registrations take turns under a transaction lock of their own; it is not the migration
+    lock, so a boot with nothing to migrate never waits behind another's long migration.
+    """
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [REGISTRATION_LOCK_KEY])
+        await check_owners(conn, agents)
+        for agent in agents:
+            await _register(conn, agent)
+
+
+async def _register(conn: psycopg.AsyncConnection, agent: AgentSchema) -> None:
+    await conn.execute(query("register_agent"), {
+        "schema_name": agent.schema_name, "name": agent.name,
+        "directory": str(agent.directory), "model": agent.model,
+        "accepts_from": list(getattr(agent, "accepts_from", ())),
+        # its notify: (completion webhooks), read by the runs tables' trigger
+        "notify": Jsonb([sub.to_json() for sub in getattr(agent, "notify", ())]),
+        # its lane (runtime:), so toren top anywhere says which lane its runs wait for
+        "runtime": getattr(agent, "runtime", "short"),
+        # its concurrency: limit (0: none), read by the queue's claim
+        "concurrency_limit": getattr(getattr(agent, "concurrency", None), "limit", 0)})
 
 
 def render(migrations: Sequence[Migration]) -> str:
