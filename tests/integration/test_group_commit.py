@@ -174,3 +174,47 @@ async def test_a_batch_of_several_agents_commits_together(
     for agent, lease in leases:
         events = await store.load_stream(agent, lease.run_id, "task:main")
         assert [(e.seq, e.type) for e in events] == [(1, "TaskStarted")]
+
+
+async def test_the_flusher_keeps_its_connection_while_appends_come_then_gives_it_back(
+        make_runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Appends one after another (concurrency 1) borrow the pool's connection once, not once
+    each; with nothing to append for HOLD_IDLE_S it is back in the pool for others."""
+    from toren_postgres import group_commit
+
+    monkeypatch.setattr(group_commit, "HOLD_IDLE_S", 0.3)
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    [lease] = await leased_runs(runtime, 1)
+    requests_before = store.pool.get_stats().get("requests_num", 0)
+    for seq in range(1, 6):
+        await store.append("a", lease, seq, [NewEvent("Note", {"n": seq})], ttl_s=60)
+    assert store.pool.get_stats().get("requests_num", 0) - requests_before == 1
+    assert store._group_commit()._held is not None
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        if store._group_commit()._held is None:
+            break
+    stats = store.pool.get_stats()
+    assert store._group_commit()._held is None
+    assert stats["pool_available"] == stats["pool_size"], stats
+    events = await store.load_stream("a", lease.run_id, "task:main")
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+
+
+async def test_a_kept_connection_that_died_costs_no_append(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    """The connection kept between batches is killed (a Postgres restart, a proxy's idle
+    timeout): the next append still lands, once, on a fresh connection."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    [lease] = await leased_runs(runtime, 1)
+    await store.append("a", lease, 1, [NewEvent("Note", {"n": 1})], ttl_s=60)
+    held = store._group_commit()._held
+    assert held is not None
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", [held.info.backend_pid])
+    await store.append("a", lease, 2, [NewEvent("Note", {"n": 2})], ttl_s=60)
+    events = await store.load_stream("a", lease.run_id, "task:main")
+    assert [(e.seq, e.data) for e in events] == [(1, {"n": 1}), (2, {"n": 2})]
+    assert store._group_commit()._held is not held

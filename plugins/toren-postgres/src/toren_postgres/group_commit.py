@@ -21,6 +21,12 @@ sequence number: a unique violation; a deadlock; a broken connection) aborts the
 transaction, so nothing of the batch is committed; each of its appends is then told
 ``GroupFailed`` and runs again alone, where a conflict fails only its own append and the
 others commit as if they had never been grouped.
+
+The flusher keeps the pool connection it borrowed while appends keep coming, and gives it back
+after ``HOLD_IDLE_S`` with nothing to append (or when the store closes): borrowing and
+returning it for every batch was about 45 of the worker's ~430 Python calls per operation at
+concurrency 1, one batch per append (bench/README.md, figure 2). A batch that fails gives it
+back at once (the pool rolls it back, or replaces it if it broke); the next borrows afresh.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ MAX_BATCH = 64
 #: One, as Postgres flushes its WAL: figure 1 (8 pollers) measured 0.76-0.77 transactions per
 #: operation with one against 1.00-1.03 with two, at the same operations/s within the noise.
 MAX_IN_FLIGHT = 1
+#: Seconds the flusher keeps its connection with no append to send before the pool has it back.
+HOLD_IDLE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,12 @@ class GroupCommit:
         self._in_flight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flushers: set[asyncio.Task[None]] = set()
+        #: The connection kept between batches (``None``: none, or a batch is using it), the
+        #: pool it came from, when it was last used and whether a release check is due.
+        self._held: psycopg.AsyncConnection[Any] | None = None
+        self._held_from: AsyncConnectionPool | None = None
+        self._held_since = 0.0
+        self._release_due = False
         #: Batches committed and appends they carried (for tests and the benchmarks).
         self.batches = 0
         self.grouped = 0
@@ -115,6 +129,7 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new event loop (tests, harnesses): start afresh
             self._loop, self._pending, self._in_flight = loop, [], 0
+            self._held = self._held_from = None  # of the old loop's pool: it closed it
         future: asyncio.Future[tuple[Any, ...] | GroupFailed | None] = loop.create_future()
         self._pending.append(_Pending(statement, params, batch_statement, future))
         self._kick(loop)
@@ -156,26 +171,73 @@ class GroupCommit:
         if len(batch) == 1 or any(p.batch_statement is not together for p in batch):
             together = None
         rows: list[tuple[Any, ...] | None]
+        pool = self._pool()
+        conn = self._held if self._held_from is pool else None
+        self._held = None
         try:
-            async with self._pool().connection() as conn:
-                if len(batch) == 1:  # alone: one statement, its own implicit transaction
-                    cursor = await conn.execute(batch[0].statement, batch[0].params)
-                    rows = [await cursor.fetchone()]
-                elif together is not None:  # one statement, its own implicit transaction
-                    cursor = await conn.execute(
-                        together, {"batch": batch_json([p.params for p in batch])})
-                    rows = list(await cursor.fetchall())
-                    if len(rows) != len(batch):
-                        raise RuntimeError(f"a batch statement returned {len(rows)} rows for "
-                                           f"{len(batch)} appends")
-                else:
-                    async with one_transaction(conn):
-                        cursors = [await conn.execute(p.statement, p.params) for p in batch]
-                    rows = [await cursor.fetchone() for cursor in cursors]
-        except psycopg.Error as exc:
+            if conn is None:
+                conn = await pool.getconn()
+            if len(batch) == 1:  # alone: one statement, its own implicit transaction
+                cursor = await conn.execute(batch[0].statement, batch[0].params)
+                rows = [await cursor.fetchone()]
+            elif together is not None:  # one statement, its own implicit transaction
+                cursor = await conn.execute(
+                    together, {"batch": batch_json([p.params for p in batch])})
+                rows = list(await cursor.fetchall())
+                if len(rows) != len(batch):
+                    raise RuntimeError(f"a batch statement returned {len(rows)} rows for "
+                                       f"{len(batch)} appends")
+            else:
+                async with one_transaction(conn):
+                    cursors = [await conn.execute(p.statement, p.params) for p in batch]
+                rows = [await cursor.fetchone() for cursor in cursors]
+        except BaseException as exc:
+            if conn is not None:  # the pool rolls it back, or replaces it if it broke
+                await pool.putconn(conn)
+            if not isinstance(exc, psycopg.Error):
+                raise
             broken = isinstance(exc, psycopg.OperationalError) and not isinstance(
                 exc, PoolTimeout)
             return [GroupFailed(exc, broken)] * len(batch)
+        self._hold(conn, pool)
         self.batches += 1
         self.grouped += len(batch)
         return list(rows)
+
+    def _hold(self, conn: psycopg.AsyncConnection[Any], pool: AsyncConnectionPool) -> None:
+        """Keep ``conn`` for the next batch; a check gives it back once idle (``HOLD_IDLE_S``)."""
+        loop = self._loop
+        if self._held is not None or loop is None:  # another flusher holds one (max_in_flight)
+            self._give_back(conn, pool)
+            return
+        self._held, self._held_from, self._held_since = conn, pool, loop.time()
+        if not self._release_due:
+            self._release_due = True
+            loop.call_later(HOLD_IDLE_S, self._release_if_idle, loop)
+
+    def _release_if_idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._release_due = False
+        if self._held is None or self._loop is not loop:
+            return
+        idle_for = loop.time() - self._held_since
+        if idle_for < HOLD_IDLE_S:  # used meanwhile: look again when it could be idle
+            self._release_due = True
+            loop.call_later(HOLD_IDLE_S - idle_for, self._release_if_idle, loop)
+            return
+        conn, pool = self._held, self._held_from
+        self._held = self._held_from = None
+        if pool is not None:
+            self._give_back(conn, pool)
+
+    def _give_back(self, conn: psycopg.AsyncConnection[Any], pool: AsyncConnectionPool) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(pool.putconn(conn))
+        self._flushers.add(task)  # held until done, as the flushers are
+        task.add_done_callback(self._flushers.discard)
+
+    async def release(self) -> None:
+        """Give the kept connection back to its pool now (the store is closing)."""
+        conn, pool = self._held, self._held_from
+        self._held = self._held_from = None
+        if conn is not None and pool is not None and self._loop is asyncio.get_running_loop():
+            await pool.putconn(conn)

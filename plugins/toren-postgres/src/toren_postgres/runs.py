@@ -244,6 +244,12 @@ class PostgresRunLog(PostgresConnection, RunLog):
             if row[4] is not None and hand_off is not None:
                 hand_off.handed(_handed(agent, lease.run_id, row[4]))
 
+    async def close(self) -> None:
+        group: GroupCommit | None = getattr(self, "_group", None)
+        if group is not None:  # its kept connection goes back before the pool closes
+            await group.release()
+        await super().close()
+
     def _group_commit(self) -> GroupCommit:
         group: GroupCommit | None = getattr(self, "_group", None)
         if group is None:
