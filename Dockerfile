@@ -32,7 +32,7 @@ RUN if [ -n "$EXTRA_CA_CERTS" ]; then \
         printf '%s\n' "$EXTRA_CA_CERTS" > /usr/local/share/ca-certificates/build-extra.crt \
         && update-ca-certificates >/dev/null; \
     fi
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md LICENSE /src/
 COPY toren /src/toren
 COPY plugins /src/plugins
 RUN set -eu; \

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import venv
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,18 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]
     found = {path.name.split("-")[0].replace("_", "-"): path for path in out.glob("*.whl")}
     assert set(found) == {"toren", *PLUGINS}, sorted(found)
     yield found
+
+
+def test_every_wheel_carries_the_license(wheels: dict[str, Path]) -> None:
+    """Apache-2.0 requires the license text with every copy: each wheel has it in its
+    dist-info (a plugin's LICENSE is a link to the checkout's one, so it never drifts)."""
+    expected = (ROOT / "LICENSE").read_bytes()
+    assert b"Apache License" in expected
+    for name, wheel in wheels.items():
+        with zipfile.ZipFile(wheel) as archive:
+            licenses = [n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+            assert len(licenses) == 1, (name, archive.namelist())
+            assert archive.read(licenses[0]) == expected, name
 
 
 def install(where: Path, wheel_files: list[Path]) -> Path:
