@@ -48,7 +48,7 @@ def healthy() -> list[dict[str, Any]]:
         row("2 per-step overhead", "ms per durable operation, p50", 0.7, ratio=1.8, peer=0.39,
             unit="ms", peer_name="raw commit p50 ms"),
         row("2 per-step overhead", "Python function calls per durable operation, a warm run",
-            443, unit="calls"),
+            368, unit="calls"),
         row("3 queue", "no-op jobs/s at concurrency 1 (worker started and stopped in the "
             "window)", 1200, ratio=2.2, peer=545, unit="jobs/s"),
         row("3 queue", "no-op jobs/s at concurrency 10 (worker started and stopped in the "
@@ -142,7 +142,7 @@ def test_run_py_reads_the_same_rows_the_guards_name() -> None:
         "dbos": {"steps_per_s": 416, "sequential": {"pg_xacts_per_step_approx": 1.98}},
         "pg_raw": {"modes": [{"connections": 1, "synchronous_commit": "on",
                               "latency_ms_p50": 0.39, "commits_per_s": 2500}]},
-        "toren_latency": {"ms_per_operation_p50": 0.7, "python_calls_per_operation": 443},
+        "toren_latency": {"ms_per_operation_p50": 0.7, "python_calls_per_operation": 368},
         "toren_queue": {"runs": [{"concurrency": 1, "jobs_per_s": 1200}]},
         "procrastinate": {"runs": [{"worker_concurrency": 1, "jobs_per_s": 545}]},
         "toren_memory": {"inflight_runs": 200, "waiting_xacts_per_s": 1.2},
