@@ -71,8 +71,12 @@ GUARDS: tuple[Guard, ...] = (
           "claim latency p50 behind 100,000 ready messages, against an empty queue (a claim "
           "that read the backlog took 19x)"),
     # timings: wide (the smoke's sizes on a loaded 2-core machine)
-    Guard("2 per-step overhead", "ms per durable operation, p50", "ratio", "<=", 2.0, 1.0,
-          "per operation p50 at concurrency 1 against a raw commit's p50", timing=True),
+    # against DBOS's step, not the raw commit: a commit costs 0.15 ms on one machine's disk and
+    # 0.4 ms on another's, so the raw ratio measures the disk (4.1-5.6x on the fast one with
+    # nothing changed); a DBOS step at concurrency 1 pays a commit too (bench/README.md)
+    Guard("2 per-step overhead", "against a DBOS step, one at a time", "ratio", "<=", 0.5, 1.0,
+          "per operation p50 at concurrency 1 against DBOS's ms per step, one workflow at a "
+          "time (0.2-0.53 in full runs on two machines, 0.71 once at load 8)", timing=True),
     Guard("1 throughput", "durable operations/s (1 worker process", "ratio", ">=", 3.0, 0.9,
           "durable operations/s against DBOS's steps/s, same shape (0.44x-1.85x in smoke "
           "runs at load 7-10, 3.9x-5.4x in full runs)", timing=True),
