@@ -1,8 +1,8 @@
 """Toren: a self-hosted durable agent runtime on a Postgres event log."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from toren.lazy_names import lazy_getattr
 from toren.version import __version__
 
 if TYPE_CHECKING:
@@ -28,10 +28,4 @@ _WHERE = {"ToolCallContext": "toren.execution.context",
           "Runtime": "toren.host.runtime"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'toren' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(globals(), _WHERE, "toren")

@@ -12,8 +12,7 @@ module its entry point names (``TOREN_PLUGIN_API = ">=1.0,<2"``, a PEP 440 range
 refuses to load a plugin whose range does not hold ``API_VERSION``, naming both.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toren.config import Settings, positive_number, switch
 from toren.core.approvals import ApprovalRecord
@@ -78,6 +77,7 @@ from toren.errors import (
 )
 from toren.execution.context import ToolCallContext, current_tool_call, wait_for_signal
 from toren.files import DOCX, PDF, XLSX
+from toren.lazy_names import lazy_getattr
 from toren.regular_files import NotARegularFile, kind_of, open_regular, read_regular
 from toren.seams.channels import Channel, ChannelContext
 from toren.seams.hookspecs import HOOK_NAMES, hookimpl
@@ -136,13 +136,7 @@ _LAZY = {"TorenClient": "toren.client", "TorenUnreachable": "toren.client",
          "webhook_json": "toren.host.chat.webhooks"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'toren.plugin' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(globals(), _LAZY, "toren.plugin")
 
 
 __all__ = [
