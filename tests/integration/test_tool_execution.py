@@ -168,3 +168,35 @@ def test_the_watchdog_names_torens_own_code_as_torens(
         assert "Toren's own code, not an agent's tool" in said and "sync tool" not in said
     else:
         assert blocked.levelno == logging.WARNING and "sync tool" in said
+
+
+def test_an_import_under_way_is_blamed_on_the_code_importing(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """On a fresh install the first start compiles what it imports: the innermost frames are
+    importlib's frozen ones (``<frozen importlib._bootstrap_external>``), which are the
+    standard library's, not the user's; the code that imports is named (here Toren's)."""
+    from toren.host.watchdog import LoopWatchdog
+
+    importlib_ns: dict[str, object] = {"__name__": "importlib._bootstrap_external",
+                                       "time": time}
+    exec(compile("def _path_stat(path):\n    time.sleep(0.6)\n",
+                 "<frozen importlib._bootstrap_external>", "exec"), importlib_ns)
+    toren_ns: dict[str, object] = {"__name__": "toren.server.app", "stat": importlib_ns[
+        "_path_stat"]}
+    exec(compile("def create_app():\n    stat('x')\n", "/srv/toren/server/app.py", "exec"),
+         toren_ns)
+    watchdog = LoopWatchdog(0.1)
+    caplog.set_level(logging.INFO, logger="toren.host.watchdog")
+
+    async def start_up() -> None:
+        await watchdog.start()
+        toren_ns["create_app"]()  # type: ignore[operator]
+        await asyncio.sleep(0.3)
+        await watchdog.stop()
+
+    asyncio.run(start_up())
+
+    (blocked,) = [r for r in caplog.records if "has been blocked" in r.getMessage()]
+    said = blocked.getMessage()
+    assert "create_app (toren.server.app) at /srv/toren/server/app.py:2" in said, said
+    assert blocked.levelno == logging.INFO and "sync tool" not in said

@@ -24,7 +24,10 @@ from toren.execution.context import RUNNING_ASYNC_TOOLS
 
 log = logging.getLogger(__name__)
 
-_LIBRARY_PATHS = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")})
+_LIBRARY_PATHS = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")}
+                       # the frozen standard library: importlib's frames while a module loads
+                       # (a first start on a fresh install compiles every module it imports)
+                       | {"<frozen "})
 
 
 def describe_blocker(frame: FrameType | None) -> str:
