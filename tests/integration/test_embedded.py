@@ -201,6 +201,23 @@ def test_the_server_stops_with_the_last_process_after_one_was_killed(
     assert postmasters(home) == [] and postmaster_lines(home) is None
 
 
+def test_the_server_stops_with_the_last_process_after_a_later_one_was_killed(
+        home: Path, start_toren: StartToren, tmp_path: Path) -> None:
+    """The Quickstart's order: `toren dev` serves, a `toren run` beside it is killed with
+    SIGKILL, then `toren dev` is stopped: nobody joins after the kill, and the server still
+    stops with the last live process."""
+    crew = write_agent_dir(tmp_path, "crew")
+    survivor, _ = start_dev(start_toren, home, crew)
+    server = postmaster_pid(home)
+    killed, _ = start_dev(start_toren, home, crew)
+    assert sorted(handle_pids(home)) == sorted([survivor.proc.pid, killed.proc.pid])
+    killed.stop(signal.SIGKILL)
+    assert survivor.stop() == 0
+    assert wait_until(lambda: server_stopped(home, server), timeout=20), (
+        "the embedded Postgres outlived the last live toren process")
+    assert handle_pids(home) == []
+
+
 def test_toren_run_ended_by_sigterm_stops_like_ctrl_c(
         home: Path, start_toren: StartToren, tmp_path: Path) -> None:
     crew = write_agent_dir(tmp_path, "crew")

@@ -5,8 +5,8 @@ running postmaster through ``postmaster.pid`` and counts the processes using it 
 ``pgdata/.handle_pids.json``); the last one to exit normally asks the server to stop and exits
 without waiting for its shutdown checkpoint (a process starting meanwhile waits for it). A
 process killed with SIGKILL leaves the server up for the others (and for its own restart), and
-its id in that list; the next process to join forgets the ids of processes that are gone, so
-the server again stops with the last live process.
+its id in that list; the next process to join or leave forgets the ids of processes that are
+gone, so the server again stops with the last live process.
 """
 
 from __future__ import annotations
@@ -118,7 +118,12 @@ def _leave(server: Any, lock: contextlib.AbstractContextManager[Any],
     """Take this process off pgserver's list of the processes using the server and, if it
     was the last one, ask the server to stop (a fast shutdown: its sessions end, the shutdown
     checkpoint is written) without waiting for it to finish, so the process exits at once;
-    the next process to start waits for that shutdown first (``_wait_while_stopping``)."""
+    the next process to start waits for that shutdown first (``_wait_while_stopping``).
+
+    Processes that are gone (SIGKILL) are forgotten first: one killed after this process
+    joined would otherwise keep the server up after the last live process left (the
+    Quickstart's ``kill -9`` of a ``toren run`` beside a serving ``toren dev``)."""
+    _forget_dead_handles(lock, server.pgdata)
     with lock:
         pids = server.global_process_id_list.get_and_remove(os.getpid())
         if pids != [os.getpid()]:
