@@ -196,12 +196,14 @@ def test_a_run_shows_its_steps_and_cost_and_can_be_cancelled(browser: Any, dev: 
     wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
     wait(browser, lambda d: len(find_all(d, ".step .cost")) == 2)
     steps = find_all(browser, ".step-meta")
-    assert all("tokens" in step.text and "$0.001200" in step.text and " ms" in step.text
+    # the CLI's money format: dollars to four decimals
+    assert all("tokens" in step.text and "$0.0012 " in step.text and " ms" in step.text
                for step in steps)
     assert "lookup" in find(browser, ".tool-call").text
     assert "three notes about receipts" in find(browser, ".tool-result").text
     wait(browser, lambda d: "$0.0024" in find(d, "#run-cost").text)
     wait(browser, lambda d: not find(d, "#cancel-run").is_enabled())
+    assert "null" not in find(browser, "#run-header").text  # no missing element as text
     shoot(browser, "console-run.png")
 
     slow = post(dev, "/runs", {"agent": "researcher", "input": "a long job", "priority": 7})
@@ -232,6 +234,12 @@ def test_the_fleet_shows_workers_versions_and_queue(browser: Any, dev: str) -> N
     wait(browser, lambda d: find_all(d, "#queue-body tr"))
     assert {r.text.split()[0] for r in find_all(browser, "#queue-body tr")} == {"echo",
                                                                                 "researcher"}
+    assert "null" not in find(browser, "#fleet-summary").text  # no missing element as text
+    # toren dev serves without keys: there is no key to forget
+    wait(browser, lambda d: find(d, "#fleet-summary").text)
+    assert not find(browser, "#forget-key").is_displayed()
+    icon = browser.execute_script("return document.querySelector('link[rel=icon]').href")
+    assert icon.endswith("/console/favicon.svg")
     shoot(browser, "console-fleet.png")
 
 
@@ -254,8 +262,9 @@ def test_the_api_key_is_asked_once_and_kept_out_of_urls(
     find(browser, "#key-input").send_keys(key)
     find(browser, "#key-form button").click()
     wait(browser, lambda d: find_all(d, f'tr[data-run="{run["id"]}"]'))
-    # kept for this tab's session, never in a URL
+    # kept for this tab's session, never in a URL; a key there is a key to forget
     assert browser.execute_script("return sessionStorage.getItem('toren.apiKey')") == key
+    wait(browser, lambda d: find(d, "#forget-key").is_displayed())
     browser.get(url + "/#/fleet")
     wait(browser, lambda d: find_all(d, "#workers-body tr td.version"))
     entries = browser.execute_script(

@@ -51,12 +51,15 @@ async def test_hostile_asset_names_get_404(make_runtime, tmp_path: Path) -> None
     async with TestClient(TestServer(create_app(runtime, require_keys=False))) as client:
         for name in ("../app.py", "..%2Fapp.py", "pages/../../auth.py", "index.html",
                      "console.js.map", "pages/nothing.js", "CONSOLE.JS", "%00.js",
-                     "pages/", "a" * 5000 + ".js", "console.js/", ".js"):
+                     "pages/", "a" * 5000 + ".js", "console.js/", ".js", "FAVICON.SVG",
+                     "favicon.svg/", "pages/favicon.svg", "nothing.svg"):
             response = await client.get(f"/console/{name}")
             assert response.status == 404, name
             assert (await response.json())["error"]["code"] == "not_found"
         assert (await client.get("/console/console.js")).content_type == "text/javascript"
         assert (await client.get("/console/console.css")).content_type == "text/css"
+        icon = await client.get("/console/favicon.svg")
+        assert icon.content_type == "image/svg+xml" and b"<svg" in await icon.read()
 
 
 async def test_the_console_scripts_set_text_never_html() -> None:

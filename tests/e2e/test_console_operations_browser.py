@@ -244,7 +244,7 @@ def test_a_run_shows_its_budget_and_that_the_budget_stopped_it(browser: Any,
     wait(browser, lambda d: " of $1.0000 (" in find(d, "#budget-run").text)
     # the run's page re-renders as its last events arrive: read each figure as it settles
     wait(browser, lambda d: " of $20.0000 (" in find(d, "#budget-daily").text)
-    wait(browser, lambda d: "$0.000000 reserved" in find(d, "#budget-held").text)
+    wait(browser, lambda d: "$0.0000 reserved" in find(d, "#budget-held").text)
     shoot(browser, "console-run-budget.png")
 
     broke = post(dev, "/runs", {"agent": "broke", "input": "postgres"})

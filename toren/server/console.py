@@ -22,9 +22,10 @@ from toren.server.errors import json_error
 
 #: Where assets are served from (public, like ``/``: they hold no data).
 ASSET_PREFIX = "/console/"
-#: What an asset may be called: a script or a stylesheet, at the top or in ``pages/``.
-_ASSET_NAME = re.compile(r"^(?:pages/)?[a-z0-9][a-z0-9_-]*\.(?:js|css)$")
-_TYPES = {"js": "text/javascript", "css": "text/css"}
+#: What an asset may be called: a script, a stylesheet or an SVG image (the favicon), at the
+#: top or in ``pages/``.
+_ASSET_NAME = re.compile(r"^(?:pages/)?[a-z0-9][a-z0-9_-]*\.(?:js|css|svg)$")
+_TYPES = {"js": "text/javascript", "css": "text/css", "svg": "image/svg+xml"}
 #: Scripts and styles from this origin only; requests only to this origin; no framing. Images
 #: also from ``blob:``: a file's content is fetched with the API key and shown from one.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -85,8 +86,9 @@ def asset_bytes(name: str) -> bytes:
 
 
 async def asset(request: web.Request) -> web.Response:
-    """A script or stylesheet of the console; 404 for any other name (only names of files
-    shipped with the console are looked up: nothing from the request reaches the disk)."""
+    """A script, stylesheet or image of the console; 404 for any other name (only names of
+    files shipped with the console are looked up: nothing from the request reaches the
+    disk)."""
     name = request.match_info["asset"]
     if name not in known_assets():
         return json_error(404, "not_found", "no such console asset")

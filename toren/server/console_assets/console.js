@@ -38,9 +38,10 @@ const Toren = (() => {
       el("pre", {}, text));
   }
 
+  // The CLI's money format (toren jobs show, toren run): dollars to four decimals.
   function money(value) {
     if (value === null || value === undefined) return "cost unknown";
-    return "$" + Number(value).toFixed(value < 0.01 ? 6 : 4);
+    return "$" + Number(value).toFixed(4);
   }
 
   function when(iso) {
@@ -322,7 +323,10 @@ const Toren = (() => {
 
   async function loadScopes() {
     try {
-      granted = new Set((await api("GET", "/me")).scopes || []);
+      const me = await api("GET", "/me");
+      granted = new Set(me.scopes || []);
+      // a server without keys (local development) has no key to forget
+      document.getElementById("forget-key").hidden = !me.keys_required;
     } catch (_) {
       granted = null;  // no key yet, or an older server: leave every control as it is
     }

@@ -84,7 +84,7 @@ Toren.page({
         Toren.status(health.status), " · database ",
         health.database && health.database.reachable ? "reachable" : "unreachable"),
       health.version_skew ? el("p", { class: "warn", id: "version-skew", role: "status" },
-        "Version skew: workers run " + versions.join(", ")) : null);
+        "Version skew: workers run " + versions.join(", ")) : "");
       workers.replaceChildren(...(health.workers || []).map((w) => el("tr", {
         class: w.version !== health.version || health.version_skew ? "skew" : "" },
       el("td", {}, w.id), el("td", { class: "version" }, w.version),
