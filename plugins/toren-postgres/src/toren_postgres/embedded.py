@@ -17,7 +17,6 @@ import fcntl
 import json
 import logging
 import os
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -142,19 +141,21 @@ def _wait_while_stopping(pgdata: Path, timeout_s: float = STOPPING_WAIT_S) -> No
     ``stopping`` and its postmaster runs): the last process left it without waiting.
 
     Blocking, like ``ensure_embedded``, whose thread (``asyncio.to_thread``) it runs on while
-    holding the cross-process lock of ``embedded.lock``, never on the event loop: it polls
-    another process's postmaster, which offers nothing to wait on but its pid file."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            lines = (pgdata / "postmaster.pid").read_text().splitlines()
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        if len(lines) < 8 or lines[7].strip() != "stopping" or not _running(int(lines[0]), None):
-            return
-        time.sleep(0.05)
-    log.warning("the embedded Postgres in %s has been stopping for %.0f s; starting anyway",
-                pgdata, timeout_s)
+    holding the cross-process lock of ``embedded.lock``, never on the event loop. The
+    postmaster exits when its shutdown is done: that exit is what it waits for."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if len(lines) < 8 or lines[7].strip() != "stopping":
+        return
+    try:
+        psutil.Process(int(lines[0])).wait(timeout_s)
+    except (psutil.NoSuchProcess, ValueError):  # gone already, or not a pid
+        return
+    except psutil.TimeoutExpired:
+        log.warning("the embedded Postgres in %s has been stopping for %.0f s; starting "
+                    "anyway", pgdata, timeout_s)
 
 
 def _forget_dead_handles(lock: contextlib.AbstractContextManager[Any], pgdata: Path) -> None:
