@@ -17,7 +17,16 @@ import psycopg
 import pytest
 
 from tests.conftest import TorenProcess, wait_until
-from tests.e2e.test_console_browser import browser, click, find, find_all, post, shoot, wait
+from tests.e2e.test_console_browser import (
+    browser,
+    click,
+    find,
+    find_all,
+    post,
+    shoot,
+    text_of,
+    wait,
+)
 from toren.testing import write_agent_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -53,7 +62,7 @@ def test_archived_runs_are_listed_read_and_restored(browser: Any, start_toren: S
     browser.get(url + "/#/archived")
     kept, other = (f'#archived-body tr[data-run="{run_id}"]' for run_id in runs)
     wait(browser, lambda d: find_all(d, kept) and find_all(d, other))
-    row = find(browser, kept).text
+    row = text_of(browser, kept)
     assert "keeper" in row and "completed" in row and "$0.0012" in row
     shoot(browser, "console-archived.png")
     # the agent filter

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TorenCli, TorenProcess
-from tests.e2e.test_console_browser import browser, click, find, find_all, shoot, wait
+from tests.e2e.test_console_browser import browser, click, find, find_all, shoot, text_of, wait
 from toren.testing import pdf_bytes, png_bytes, write_agent_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -68,10 +68,10 @@ def test_files_attached_on_the_start_run_form_show_in_the_run_view(
     assert wait(browser, lambda d: loaded_size(d, thumb)) == (64, 48)
     # the bytes came with the key in a header: the image is shown from a blob: URL
     assert find(browser, thumb).get_attribute("src").startswith("blob:")
-    assert "chart.png (64x48 px)" in find(browser, ".task-files figure figcaption").text
-    assert "report.pdf (1 page)" in find(browser, ".task-files a.attachment.pdf").text
+    assert "chart.png (64x48 px)" in text_of(browser, ".task-files figure figcaption")
+    assert "report.pdf (1 page)" in text_of(browser, ".task-files a.attachment.pdf")
     # the model was shown both, and the step says what they cost
-    assert "I was shown:" in find(browser, ".step .model-text").text
+    assert "I was shown:" in text_of(browser, ".step .model-text")
     wait(browser, lambda d: "for images, estimated" in find(d, ".step .image-tokens").text)
     shoot(browser, "console-run-files.png")
     # a click on the PDF's link fetches it with the key and hands the browser its content

@@ -129,6 +129,12 @@ def find(driver: Any, css: str) -> Any:
     return driver.find_element(By.CSS_SELECTOR, css)
 
 
+def text_of(driver: Any, css: str, timeout: float = 30.0) -> str:
+    """The text of the element ``css`` names, read afresh: a page that re-renders between
+    the find and the read (a live run page does) makes the read look again, not fail."""
+    return str(wait(driver, lambda d: find(d, css).text + "\u0000", timeout))[:-1]
+
+
 def find_all(driver: Any, css: str) -> list[Any]:
     from selenium.webdriver.common.by import By
 
@@ -169,7 +175,7 @@ def test_a_session_streams_text_before_the_turn_ends(browser: Any, dev: str) -> 
     answer = next(b.text for b in find_all(browser, ".bubble.agent")
                   if b.text.startswith("Here is"))
     assert answer.startswith(partial) and len(answer) > len(partial)
-    assert "three notes about event sourcing" in find(browser, "#chat").text
+    assert "three notes about event sourcing" in text_of(browser, "#chat")
 
     send(browser, "leases")
     wait(browser, lambda d: len(find_all(d, ".bubble.user")) == 2)
@@ -182,7 +188,7 @@ def test_a_session_streams_text_before_the_turn_ends(browser: Any, dev: str) -> 
     browser.get(dev + "/#/sessions/" + session_id)
     browser.refresh()
     wait(browser, lambda d: len(find_all(d, ".bubble.user")) == 2)
-    text = find(browser, "#chat").text
+    text = text_of(browser, "#chat")
     assert "event sourcing" in text and "leases" in text
     assert "three notes about leases" in text
 
@@ -199,11 +205,11 @@ def test_a_run_shows_its_steps_and_cost_and_can_be_cancelled(browser: Any, dev: 
     # the CLI's money format: dollars to four decimals
     assert all("tokens" in step.text and "$0.0012 " in step.text and " ms" in step.text
                for step in steps)
-    assert "lookup" in find(browser, ".tool-call").text
-    assert "three notes about receipts" in find(browser, ".tool-result").text
+    assert "lookup" in text_of(browser, ".tool-call")
+    assert "three notes about receipts" in text_of(browser, ".tool-result")
     wait(browser, lambda d: "$0.0024" in find(d, "#run-cost").text)
     wait(browser, lambda d: not find(d, "#cancel-run").is_enabled())
-    assert "null" not in find(browser, "#run-header").text  # no missing element as text
+    assert "null" not in text_of(browser, "#run-header")  # no missing element as text
     shoot(browser, "console-run.png")
 
     slow = post(dev, "/runs", {"agent": "researcher", "input": "a long job", "priority": 7})
@@ -229,12 +235,12 @@ def test_the_fleet_shows_workers_versions_and_queue(browser: Any, dev: str) -> N
     browser.get(dev + "/#/fleet")
     row = wait(browser, lambda d: find_all(d, "#workers-body tr td.version"))
     assert row[0].text.strip()
-    assert find(browser, "#workers-body tr td.lane").text == "all"  # toren dev: every lane
+    assert text_of(browser, "#workers-body tr td.lane") == "all"  # toren dev: every lane
     assert not find_all(browser, "#fleet-unserved p")  # nothing waits unserved
     wait(browser, lambda d: find_all(d, "#queue-body tr"))
     assert {r.text.split()[0] for r in find_all(browser, "#queue-body tr")} == {"echo",
                                                                                 "researcher"}
-    assert "null" not in find(browser, "#fleet-summary").text  # no missing element as text
+    assert "null" not in text_of(browser, "#fleet-summary")  # no missing element as text
     # toren dev serves without keys: there is no key to forget
     wait(browser, lambda d: find(d, "#fleet-summary").text)
     assert not find(browser, "#forget-key").is_displayed()
@@ -287,7 +293,7 @@ def test_a_run_shows_what_its_policies_decided(browser: Any, start_toren: StartT
     wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
     note = wait(browser, lambda d: find(d, ".note.policy"))
     assert note.text == "policy testplugin: deny lookup call: notes are private today"
-    assert "policy_denied" in find(browser, ".tool-result.error").text
+    assert "policy_denied" in text_of(browser, ".tool-result.error")
 
 
 def test_a_viewer_key_sees_the_controls_it_may_not_use_disabled(

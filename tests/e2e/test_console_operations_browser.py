@@ -20,7 +20,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import TorenProcess
-from tests.e2e.test_console_browser import browser, click, find, find_all, post, shoot, wait
+from tests.e2e.test_console_browser import (
+    browser,
+    click,
+    find,
+    find_all,
+    post,
+    shoot,
+    text_of,
+    wait,
+)
 from toren.testing import write_agent_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -111,7 +120,7 @@ def test_a_parked_call_is_approved_or_denied_in_the_browser(browser: Any, dev: s
     browser.get(dev + "/#/approvals")
     card = f'[data-approval="{request["id"]}"]'
     wait(browser, lambda d: "issue_refund" in find(d, card + " .approval-tool").text)
-    assert '"order_id": "A7"' in find(browser, card + " .args").text
+    assert '"order_id": "A7"' in text_of(browser, card + " .args")
     shoot(browser, "console-approvals.png")
     find(browser, card + " .approval-reason").send_keys("customer called <b>twice</b>")
     click(browser, card + " .decide-approve")
@@ -121,7 +130,7 @@ def test_a_parked_call_is_approved_or_denied_in_the_browser(browser: Any, dev: s
     browser.get(dev + "/#/runs/" + approved["id"])
     wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
     wait(browser, lambda d: "approved by anonymous" in find(d, ".approval-state").text)
-    assert "Refunded" in find(browser, f'[data-approval="{request["id"]}"] .tool-result').text
+    assert "Refunded" in text_of(browser, f'[data-approval="{request["id"]}"] .tool-result')
 
     denied = post(dev, "/runs", {"agent": "approval-desk", "input": "C3"})
     request = approval_of(dev, denied["id"])
@@ -136,8 +145,8 @@ def test_a_parked_call_is_approved_or_denied_in_the_browser(browser: Any, dev: s
     wait(browser, lambda d: find(d, "#run-status").text in ("completed", "stopped"), timeout=60)
     wait(browser, lambda d: "denied by anonymous: over the limit"
          in find(d, f'[data-approval="{request["id"]}"] .approval-state').text)
-    assert "over the limit" in find(browser, f'[data-approval="{request["id"]}"] '
-                                             ".tool-result").text
+    assert "over the limit" in text_of(browser, f'[data-approval="{request["id"]}"] '
+                                             ".tool-result")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})",
                            find(browser, f'[data-approval="{request["id"]}"]'))
     shoot(browser, "console-approval-denied.png")
@@ -182,8 +191,8 @@ def test_a_call_is_edited_answered_or_approved_always_in_the_browser(browser: An
          timeout=60)
     browser.get(dev + "/#/runs/" + edited["id"])
     wait(browser, lambda d: "edited by anonymous" in find(d, ".approval-state").text)
-    assert "Refunded 2 EUR" in find(browser, f'[data-approval="{request["id"]}"] '
-                                             ".tool-result").text
+    assert "Refunded 2 EUR" in text_of(browser, f'[data-approval="{request["id"]}"] '
+                                             ".tool-result")
 
     answered = post(dev, "/runs", {"agent": "approval-desk", "input": "B12"})
     request = approval_of(dev, answered["id"])
@@ -212,12 +221,12 @@ def test_schedules_on_the_fleet_and_runs_pages(browser: Any, dev: str) -> None:
     browser.get(dev + "/#/fleet")
     row = '[data-schedule="digest/nightly-digest"]'
     wait(browser, lambda d: "active" in find(d, row + " .schedule-state").text)
-    assert find(browser, row + " .next-slot").text.strip() not in ("", "—")
-    assert find(browser, row + " .last-fired").text.strip()
+    assert text_of(browser, row + " .next-slot").strip() not in ("", "—")
+    assert text_of(browser, row + " .last-fired").strip()
     shoot(browser, "console-schedules.png")
     click(browser, row + " .schedule-pause")
     wait(browser, lambda d: "paused" in find(d, row + " .schedule-state").text)
-    assert find(browser, row + " .next-slot").text.strip() == "—"
+    assert text_of(browser, row + " .next-slot").strip() == "—"
     assert get(dev, "/schedules/digest/nightly-digest")["state"] == "paused"
     click(browser, row + " .schedule-resume")
     wait(browser, lambda d: "active" in find(d, row + " .schedule-state").text)
@@ -231,7 +240,7 @@ def test_schedules_on_the_fleet_and_runs_pages(browser: Any, dev: str) -> None:
     wait(browser, lambda d: "schedule=nightly-digest" in d.current_url
          and not find_all(d, f'tr[data-run="{other["id"]}"]')
          and find_all(d, f'tr[data-run="{fired["run_id"]}"]'))
-    assert find(browser, f'tr[data-run="{fired["run_id"]}"] .schedule').text == "nightly-digest"
+    assert text_of(browser, f'tr[data-run="{fired["run_id"]}"] .schedule') == "nightly-digest"
     click(browser, f'tr[data-run="{fired["run_id"]}"] a')
     wait(browser, lambda d: "nightly-digest" in find(d, "#run-schedule").text)
 
@@ -270,7 +279,7 @@ def test_a_model_call_that_fell_back_names_the_model_it_replaced(browser: Any,
     browser.get(dev + "/#/runs/" + run["id"])
     wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
     wait(browser, lambda d: find_all(d, ".fell-back"))
-    assert "fell back from openai/gpt-nope (model_not_found)" in find(browser, ".fell-back").text
-    assert find(browser, ".step .model").text == "toren/scripted"
-    assert "openai/gpt-nope failed (model_not_found)" in find(browser, ".fallback").text
+    assert "fell back from openai/gpt-nope (model_not_found)" in text_of(browser, ".fell-back")
+    assert text_of(browser, ".step .model") == "toren/scripted"
+    assert "openai/gpt-nope failed (model_not_found)" in text_of(browser, ".fallback")
     shoot(browser, "console-run-fallback.png")

@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_console_browser import browser, click, find, post, shoot, wait
+from tests.e2e.test_console_browser import (
+    browser,
+    click,
+    find,
+    find_all,
+    post,
+    shoot,
+    text_of,
+    wait,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 __all__ = ["browser"]  # the fixture, shared with the console's other browser tests
@@ -56,19 +65,37 @@ def test_a_question_is_answered_on_the_run_page(browser: Any, start_toren, datab
     click(browser, card + " .answer-choice:nth-of-type(2)")
     wait(browser, lambda d: "Answered: blue" in find(d, card + " .question-result").text)
     wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
-    assert "blue" in find(browser, "#run-output").text
+    assert "blue" in text_of(browser, "#run-output")
 
-    # free text, and a person who answered elsewhere first
+    # free text, and a person who answered elsewhere while this page watched: the card says
+    # who was first instead of vanishing under the person typing
     run_id, question = asking(url, {"question": "Your name, <b>please</b>?"})
     browser.get(f"{url}/#/runs/{run_id}")
     card = f'[data-question="{question["id"]}"]'
     wait(browser, lambda d: "<b>please</b>" in find(d, card + " .question-text").text)
+    find(browser, card + " .answer-text").send_keys("Gra")
     post(url, f"/runs/{run_id}/questions/{question['id']}/answer", {"answer": "Ada"})
-    find(browser, card + " .answer-text").send_keys("Grace")
-    click(browser, card + " .answer-submit")
     wait(browser, lambda d: "Already answered: Ada" in find(d, card + " .question-result").text)
+    assert not find_all(browser, card + " .answer-submit")
     wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
-    assert "Ada" in find(browser, "#run-output").text
+    assert "Ada" in text_of(browser, "#run-output")
+
+    # the click that loses the race: the page has not heard of the other answer yet (its
+    # event stream is blocked), so its POST gets the 409 and the card shows the first answer
+    run_id, question = asking(url, {"question": "Your city?"})
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [f"*/runs/{run_id}/events*"]})
+    try:
+        browser.get(f"{url}/#/runs/{run_id}")
+        card = f'[data-question="{question["id"]}"]'
+        wait(browser, lambda d: "Your city?" in find(d, card + " .question-text").text)
+        post(url, f"/runs/{run_id}/questions/{question['id']}/answer", {"answer": "Oslo"})
+        find(browser, card + " .answer-text").send_keys("Lima")
+        click(browser, card + " .answer-submit")
+        wait(browser, lambda d: "Already answered: Oslo" in find(
+            d, card + " .question-result").text)
+    finally:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
 
     # a session: the question shows in the conversation and the next message answers it
     session = post(url, "/sessions", {"agent": "question-desk"})

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TorenProcess
-from tests.e2e.test_console_browser import browser, click, find, find_all, post, wait
+from tests.e2e.test_console_browser import browser, click, find, find_all, post, text_of, wait
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 __all__ = ["browser"]  # the fixture, shared with the console's other browser tests
@@ -55,16 +55,16 @@ def test_versions_are_listed_and_an_unfinished_run_is_upgraded(
     browser.get(url + "/#/agents")
     section = '[data-agent="crew"]'
     wait(browser, lambda d: find_all(d, f'{section} tr[data-version="{old}"]'))
-    served = find(browser, f'{section} tr[data-version="{new}"]').text
+    served = text_of(browser, f'{section} tr[data-version="{new}"]')
     assert "2.0" in served and "served now" in served
     older = find(browser, f'{section} tr[data-version="{old}"]')
     assert "served now" not in older.text
-    assert find(browser, f'{section} tr[data-version="{old}"] td.active').text == "1"
+    assert text_of(browser, f'{section} tr[data-version="{old}"] td.active') == "1"
 
     browser.get(url + "/#/runs/" + session)
     wait(browser, lambda d: "1.0" in find(d, "#run-version").text)
-    assert "not the version served now" in find(browser, "#run-version").text
-    assert "2.0" in find(browser, "#upgrade-run").text
+    assert "not the version served now" in text_of(browser, "#run-version")
+    assert "2.0" in text_of(browser, "#upgrade-run")
     click(browser, "#upgrade-run")
     wait(browser, lambda d: "2.0" in find(d, "#run-version").text and not find_all(
         d, "#upgrade-run"))
@@ -73,4 +73,4 @@ def test_versions_are_listed_and_an_unfinished_run_is_upgraded(
     browser.get(url + "/#/agents")
     wait(browser, lambda d: find(d, f'{section} tr[data-version="{new}"] td.active').text
          == "1")
-    assert find(browser, f'{section} tr[data-version="{old}"] td.active').text == "0"
+    assert text_of(browser, f'{section} tr[data-version="{old}"] td.active') == "0"

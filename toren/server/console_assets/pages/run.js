@@ -30,6 +30,7 @@ Toren.page({
       const actions = el("div", { class: "question-actions" });
       async function send(answer) {
         for (const control of actions.querySelectorAll("button, input")) control.disabled = true;
+        node.dataset.sending = "1";  // its own answer, not someone else's, settles it
         try {
           const shown = await api("POST", "/runs/" + encodeURIComponent(runId) + "/questions/" +
             encodeURIComponent(question.id) + "/answer", { answer });
@@ -37,15 +38,15 @@ Toren.page({
         } catch (error) {
           if (!(error instanceof Toren.ApiError)) throw error;
           if (error.status === 409 && error.body.question) {
-            const first = error.body.question;
-            result.replaceChildren(el("span", { class: "warn already-answered" },
-              "Already " + first.status + (first.answer !== null ? ": " + first.answer : "")));
+            settled(node, error.body.question);
+            return;
           } else {
             result.replaceChildren(el("span", { class: "error" },
               error.code + ": " + error.message));
             for (const control of actions.querySelectorAll("button, input")) {
               control.disabled = false;
             }
+            delete node.dataset.sending;
             return;
           }
         }
@@ -68,15 +69,50 @@ Toren.page({
       return node;
     }
 
-    function showQuestions(open) {
-      const ids = new Set(open.map((q) => q.id));
-      for (const [id, node] of asked) {
-        // an answered card stays (it says what happened) until the next one replaces it
-        if (!ids.has(id) && node.querySelector(".question-actions")) {
+    // A question someone else settled first (answered elsewhere, expired, cancelled): the
+    // card says so instead of its answer box, and stays until the next question replaces it.
+    function settled(node, first) {
+      for (const control of node.querySelectorAll(".question-actions button, " +
+        ".question-actions input")) control.disabled = true;
+      node.querySelector(".question-result").replaceChildren(
+        el("span", { class: "warn already-answered" }, "Already " + first.status +
+          (first.answer !== null && first.answer !== undefined ? ": " + first.answer : "")));
+      const actions = node.querySelector(".question-actions");
+      if (actions) actions.remove();
+      node.classList.add("settled");
+    }
+
+    // A card still open here whose question left the pending list was settled elsewhere:
+    // what happened is read from GET /runs/{id}/questions, so a person typing an answer
+    // sees who was first rather than the card vanishing under them.
+    async function settledElsewhere(gone) {
+      let all = [];
+      try {
+        all = (await api("GET", "/runs/" + encodeURIComponent(runId) + "/questions")).questions;
+      } catch (_) {
+        all = [];
+      }
+      for (const [id, node] of gone) {
+        const first = all.find((q) => q.id === id);
+        if (first) {
+          settled(node, first);
+        } else {
           node.remove();
           asked.delete(id);
         }
       }
+    }
+
+    function showQuestions(open) {
+      const ids = new Set(open.map((q) => q.id));
+      const gone = [];
+      for (const [id, node] of asked) {
+        // an answered or settled card stays: it says what happened
+        if (!ids.has(id) && node.querySelector(".question-actions") && !node.dataset.sending) {
+          gone.push([id, node]);
+        }
+      }
+      if (gone.length) settledElsewhere(gone);
       for (const question of open) {
         if (!asked.has(question.id)) {
           const node = questionCard(question);
