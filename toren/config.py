@@ -13,6 +13,7 @@ from toren import crashpoints
 from toren.core.forwarded import Network, parse_trusted_proxies
 from toren.core.rate_limits import RateLimitConfigError, RateLimits, parse_rate_limits
 from toren.errors import ConfigError
+from toren.seams.load_plugins import parse_load_plugins
 
 T = TypeVar("T", int, float)
 
@@ -160,7 +161,6 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        load = env.get("TOREN_LOAD_PLUGINS")
         home = env.get("TOREN_HOME")
         concurrency = positive_number(env, "TOREN_CONCURRENCY", 8, int)
         return cls(
@@ -174,9 +174,7 @@ class Settings:
             supervisor=env.get("TOREN_SUPERVISOR") or None,
             supervisor_slot=(positive_number(env, "TOREN_SUPERVISOR_SLOT", 1, int)
                              if env.get("TOREN_SUPERVISOR_SLOT") else None),
-            load_plugins=None if load is None else tuple(
-                name.strip() for name in load.split(",") if name.strip()
-            ),
+            load_plugins=parse_load_plugins(env.get("TOREN_LOAD_PLUGINS")),
             connect_timeout_s=positive_number(env, "TOREN_CONNECT_TIMEOUT", 5.0, float),
             concurrency=concurrency,
             pool_size=positive_number(env, "TOREN_POOL_SIZE", 10, int),

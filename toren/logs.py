@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from toren.errors import ConfigError
-from toren.seams.telemetry import LOG_CONTEXT
+from toren.seams.log_context import LOG_CONTEXT
 
 #: ``TOREN_LOG_FORMAT`` values: ``rich`` (colours, the default on a terminal), ``plain`` (one
 #: ``time level logger [ids] message`` line) and ``json``.

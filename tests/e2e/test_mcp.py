@@ -348,11 +348,16 @@ def test_toren_mcp_with_the_plugin(toren_cli: TorenCli) -> None:
     result = toren_cli("mcp", "--help", env=WITH_MCP)
     assert result.returncode == 0, result.stderr
     assert "Serve MCP on stdin/stdout" in result.stdout
-    listed = json.loads(toren_cli("plugins", "--json", env=WITH_MCP).stdout)["plugins"]
-    mcp = next(plugin for plugin in listed if plugin["name"] == "mcp")
+    found = json.loads(toren_cli("plugins", "--json", env=WITH_MCP).stdout)
+    mcp = next(plugin for plugin in found["plugins"] if plugin["name"] == "mcp")
     assert mcp["distribution"] == "toren-mcp"
-    assert mcp["hooks"] == ["register_tool_sources", "register_commands", "register_routes"]
-    assert mcp["toolSources"] == ["mcpServers"] and mcp["api"] == ">=1.2,<2"
+    assert mcp["hooks"] == ["register_tool_sources", "register_routes"]
+    assert mcp["toolSources"] == ["mcpServers"] and mcp["api"] == ">=1.5,<2"
+    # `toren mcp` is a toren.commands entry point (plugin API 1.5), listed by `toren --help`
+    assert {"name": "mcp", "target": "toren_mcp.cli:mcp", "distribution": "toren-mcp",
+            "version": mcp["version"]} in found["commands"]
+    listing = toren_cli("--help", env=WITH_MCP)
+    assert re.search(r"│ mcp +Serve MCP on stdin/stdout", listing.stdout), listing.stdout
 
 
 def test_no_mcp_route_without_the_plugin(start_toren: Any, database_url: str,

@@ -12,7 +12,7 @@ import pytest
 
 from toren.errors import ConfigError
 from toren.logs import MASK, log_format, make_handler, redact, secret_values
-from toren.seams.telemetry import log_context
+from toren.seams.log_context import log_context
 
 KEY = "sk-ant-api03-abcdefghijklmnop"
 TOREN_KEY = "toren_0123abcd_" + "Zq9" * 15

@@ -10,32 +10,15 @@ from typing import Annotated, Any
 
 import typer
 
-from toren.cli import (
-    approvals,
-    audit,
-    channels,
-    chat,
-    db,
-    dev,
-    files,
-    init,
-    jobs,
-    keys,
-    plugins,
-    run,
-    schedules,
-    serve,
-    top,
-    version,
-    versions,
-    worker,
-)
-from toren.cli.absent import add_absent_commands
+from toren.cli.group import TorenGroup
 from toren.cli.output import err_console, print_error
 from toren.errors import TorenError
 
+#: The kernel's commands are listed in toren.cli.command_table and imported at their first
+#: use (toren.cli.group); the plugins' come from their toren.commands entry points.
 app = typer.Typer(
     name="toren",
+    cls=TorenGroup,
     help="Toren: a self-hosted durable agent runtime on a Postgres event log.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -45,7 +28,9 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        version.version(as_json=False)
+        from toren.cli.version import version
+
+        version(as_json=False)
         raise typer.Exit()
 
 
@@ -56,45 +41,6 @@ def _options(
         help="Print Toren's version and exit (as `toren version`).")] = False,
 ) -> None:
     """Toren: a self-hosted durable agent runtime on a Postgres event log."""
-
-
-app.command("version")(version.version)
-app.command("plugins")(plugins.plugins)
-app.command("init")(init.init)
-app.command("dev")(dev.dev)
-app.command("serve")(serve.serve)
-app.command("worker")(worker.worker)
-app.command("run")(run.run)
-app.command("chat")(chat.chat)
-app.command("top")(top.top)
-app.command("audit")(audit.audit)
-app.add_typer(jobs.app, name="jobs")
-app.add_typer(db.app, name="db")
-app.add_typer(keys.app, name="keys")
-app.add_typer(approvals.app, name="approvals")
-app.add_typer(schedules.app, name="schedules")
-app.add_typer(files.app, name="files")
-app.add_typer(channels.app, name="channels")
-jobs.app.command("upgrade")(versions.upgrade)
-app.add_typer(versions.agents_app, name="agents")
-
-
-def _add_plugin_commands() -> None:
-    from toren.config import Settings
-    from toren.seams.plugins import PluginHost
-
-    # the plugins' commands only: no models, tools or channels are registered (they are when
-    # a command makes its Runtime), so `toren --help` does not pay for them
-    PluginHost(Settings.from_env().load_plugins, collect=False).add_commands(app)
-
-
-def _resolve_secrets() -> None:
-    """Secret references in the environment (``TOREN_SECRETS``, ``VAR=aws-sm:...``) become
-    their values before any setting is read; ``toren worker`` and ``toren serve`` read them
-    again on SIGHUP (``toren.seams.secrets``)."""
-    from toren.seams.secrets import resolve_at_startup
-
-    resolve_at_startup(os.environ)
 
 
 def _tidy_help(command: Any) -> None:
@@ -124,6 +70,8 @@ def _tidy_help(command: Any) -> None:
 
     command.get_help_option = help_option
     command.help = reflow(command.help)
+    if isinstance(command, TorenGroup):
+        return  # its commands are tidied as they are built (toren.cli.group)
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
 
@@ -174,11 +122,11 @@ def _configure_logging() -> None:
 
 
 def build_command() -> Any:
-    """The ``toren`` click command: the kernel's commands, the installed plugins' commands
-    and the absent ones' hints, with tidy help."""
-    _add_plugin_commands()
+    """The ``toren`` click group (``toren.cli.group.TorenGroup``): the kernel's commands, the
+    installed plugins' commands and the absent ones' hints, each built with tidy help at its
+    first use."""
+    TorenGroup.tidy = staticmethod(_tidy_help)
     command = typer.main.get_command(app)
-    add_absent_commands(command)  # `toren mcp` without toren-mcp names what to install
     _tidy_help(command)
     return command
 
@@ -192,14 +140,15 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args in (["version"], ["--version"], ["version", "--json"]):
         # nothing to load: no plugin, no secret, no command tree (bench/cli_start.py)
-        version.version(as_json="--json" in args)
+        from toren.cli.version import version
+
+        version(as_json="--json" in args)
         return
     debug = "--debug" in args or os.environ.get("TOREN_DEBUG") == "1"
     args = [arg for arg in args if arg != "--debug"]
     as_json = "--json" in args
     _configure_logging()
     try:
-        _resolve_secrets()
         command = build_command()
         command(args=args, prog_name="toren")  # standalone: handles usage errors, then exits
     except TorenError as exc:

@@ -14,23 +14,24 @@ from toren.errors import PluginNotInstalled
 #: Commands of the distributions Toren documents -> (what they are, the distribution).
 PLUGIN_COMMANDS: dict[str, tuple[str, str]] = {
     "mcp": ("the MCP channel", "toren-mcp"),
+    "queue": ("the SQS queue commands", "toren-sqs"),
 }
 
 
-def add_absent_commands(group: Any) -> None:
-    """Add a hidden stand-in for each command of ``PLUGIN_COMMANDS`` that no loaded plugin
-    added to ``group``, the click group ``toren.cli.main`` builds from the typer app once the
-    plugins' ``register_commands`` ran (the typer app itself is left as it is). The stand-in
-    accepts any arguments and raises ``PluginNotInstalled`` (exit 1, one line)."""
-    for name, (what, distribution) in PLUGIN_COMMANDS.items():
-        if name in group.commands:
-            continue
-        stand_in = typer.Typer()
-        stand_in.command(name, hidden=True, add_help_option=False,
-                         context_settings={"allow_extra_args": True,
-                                           "ignore_unknown_options": True})(
-            _stand_in(what, distribution))
-        group.add_command(typer.main.get_command(stand_in), name)
+def absent_command(name: str) -> Any:
+    """A hidden stand-in for ``name`` when it is a command of ``PLUGIN_COMMANDS`` that no
+    loaded plugin provides (``toren.cli.group`` asks once every other source missed), else
+    ``None``. The stand-in accepts any arguments and raises ``PluginNotInstalled`` (exit 1,
+    one line)."""
+    if name not in PLUGIN_COMMANDS:
+        return None
+    what, distribution = PLUGIN_COMMANDS[name]
+    stand_in = typer.Typer()
+    stand_in.command(name, hidden=True, add_help_option=False,
+                     context_settings={"allow_extra_args": True,
+                                       "ignore_unknown_options": True})(
+        _stand_in(what, distribution))
+    return typer.main.get_command(stand_in)
 
 
 def not_installed(what: str, distribution: str) -> PluginNotInstalled:

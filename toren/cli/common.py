@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from toren.cli.output import err_console
-from toren.config import Settings
 from toren.errors import NoDatabase
 
 if TYPE_CHECKING:
@@ -41,6 +40,7 @@ def load_runtime(dirs: list[Path] | None, agent: str | None = None, *,
     serves it, so a misspelt name fails at once instead of after starting the database.
     ``lane`` overrides ``TOREN_LANE`` (``toren worker --lane``; ``toren dev`` serves ``all``).
     """
+    from toren.config import Settings
     from toren.host.runtime import Runtime  # not at import: `toren --help` stays light
 
     settings = None

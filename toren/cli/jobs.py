@@ -282,3 +282,14 @@ def list_archived(agent: str | None, limit: int, as_json: bool, url: str | None)
                       str(summary.get("events", "")), f"${summary.get('cost_usd', 0):.4f}",
                       created(run), str(archive["archived_at"])[:19].replace("T", " "))
     print_table(table)
+
+
+def _add_upgrade() -> None:
+    # `toren jobs upgrade` lives with the agents' versions (toren.cli.versions), which do not
+    # import this module
+    from toren.cli.versions import upgrade
+
+    app.command("upgrade")(upgrade)
+
+
+_add_upgrade()

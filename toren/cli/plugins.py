@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from toren.cli.output import JSON_OPTION_HELP, print_json, print_table, safe
+from toren.cli.plugin_commands import installed_commands
 from toren.config import Settings
 from toren.seams.drivers import installed_drivers
 from toren.seams.plugins import PluginHost
@@ -19,8 +20,9 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
     host = PluginHost(Settings.from_env().load_plugins)
     listed = [info.to_json() for info in host.info.values()]
     drivers = installed_drivers()
+    commands = installed_commands()
     if as_json:
-        print_json({"plugins": listed, "drivers": drivers})
+        print_json({"plugins": listed, "drivers": drivers, "commands": commands})
         return
     table = Table(title="Plugins (entry-point group 'toren')")
     for column in ("plugin", "distribution", "version", "plugin API", "registers"):
@@ -32,7 +34,9 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
                 registers.append(f"{kind}: {', '.join(info[kind])}")
         if info.get("toolSources"):
             registers.append(f"tool sources: {', '.join(info['toolSources'])} (agent.yaml)")
-        registers += ["CLI commands"] if "register_commands" in info["hooks"] else []
+        if "register_commands" in info["hooks"]:
+            registers.append("CLI commands (register_commands: deprecated since plugin API 1.5, "
+                             "not listed by toren --help; declare toren.commands entry points)")
         registers += ["HTTP routes"] if "register_routes" in info["hooks"] else []
         policy = [hook for hook in info["hooks"] if not hook.startswith("register_")]
         if policy:  # asked only for agents whose policies: list the plugin
@@ -51,3 +55,11 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
         drivers_table.add_row(*(safe(row[key]) for key in ("kind", "name", "distribution",
                                                             "version")))
     print_table(drivers_table)
+    if commands:
+        commands_table = Table(title="Commands (entry-point group 'toren.commands')")
+        for column in ("command", "target", "distribution", "version"):
+            commands_table.add_column(column)
+        for row in commands:
+            commands_table.add_row(safe("toren " + row["name"]), *(
+                safe(row[key]) for key in ("target", "distribution", "version")))
+        print_table(commands_table)

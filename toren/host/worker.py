@@ -33,9 +33,9 @@ from toren.execution.tool_threads import ToolThreads
 from toren.host.children import HostChildRuns
 from toren.host.observed import ObservedRunLog
 from toren.host.relay import QueueAcknowledgingLog
+from toren.seams.log_context import log_context
 from toren.seams.shapes import Lease, LeaseBusy, QueueMessage
 from toren.seams.store import Guardian, RunLog, WorkerRegistry
-from toren.seams.telemetry import log_context
 from toren.seams.tool_sources import ToolSourceEntry, start_entries, stop_entries
 from toren.seams.tools import build_validators
 from toren.version import __version__

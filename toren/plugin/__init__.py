@@ -14,129 +14,250 @@ refuses to load a plugin whose range does not hold ``API_VERSION``, naming both.
 
 from typing import TYPE_CHECKING
 
-from toren.config import Settings, positive_number, switch
-from toren.core.approvals import ApprovalRecord
-from toren.core.chat_text import split_text, storable_text
-from toren.core.pricing import Pricing
-from toren.core.runs import RunRecord
-from toren.errors import (
-    AgentDefinitionError,
-    AgentNotRegistered,
-    AgentVersionMissing,
-    ApprovalAlreadyDecided,
-    ApprovalNotFound,
-    ApprovalStale,
-    ArchiveMismatch,
-    ArchiveNotConfigured,
-    ArchiveUnavailable,
-    CallRefused,
-    ChannelError,
-    ConfigError,
-    ContextWindowExceeded,
-    DatabaseTlsError,
-    DatabaseUnavailable,
-    DriverNotFound,
-    ForkRefused,
-    InvalidAnswer,
-    InvalidApprovalArguments,
-    InvalidFlowControl,
-    InvalidForkOverride,
-    InvalidForkStep,
-    InvalidWebhook,
-    LeaseLost,
-    MigrationError,
-    MissingEnvError,
-    NoDatabase,
-    NonDeterminismError,
-    NotAnApprover,
-    PairingNotFound,
-    PluginError,
-    PluginNotInstalled,
-    PluginUnavailable,
-    PolicyRejected,
-    ProviderError,
-    QuestionAlreadyAnswered,
-    QuestionNotFound,
-    RestoreConflict,
-    RunCancelled,
-    RunFinishedError,
-    RunNotFound,
-    RunNotUpgradable,
-    RunVersionStale,
-    ScheduleNotFound,
-    ScheduleRemoved,
-    SessionBusy,
-    SessionEnded,
-    SessionNotFound,
-    SignalTimeout,
-    SignalTooLarge,
-    ToolError,
-    TorenError,
-    UnstorableValue,
-    WebhookSignatureError,
-)
-from toren.execution.context import ToolCallContext, current_tool_call, wait_for_signal
-from toren.files import DOCX, PDF, XLSX
 from toren.lazy_names import lazy_getattr
-from toren.regular_files import NotARegularFile, kind_of, open_regular, read_regular
-from toren.seams.channels import Channel, ChannelContext
-from toren.seams.hookspecs import HOOK_NAMES, hookimpl
-from toren.seams.model import (
-    IMAGE_TYPES,
-    PDF_TYPE,
-    SHOWABLE_TYPES,
-    Attachment,
-    Message,
-    Model,
-    ModelProvider,
-    ModelRequest,
-    ModelResponse,
-    OnText,
-    StopReason,
-    ToolCall,
-    ToolSpec,
-    Usage,
-    image_size,
-    image_type,
-    pdf_pages,
-)
-from toren.seams.plugin_api import API_ATTRIBUTE, PluginRuntime
-from toren.seams.policies import (
-    ModelResponseView,
-    PolicyRef,
-    ProposedToolCall,
-    ResponseDecision,
-    RunStart,
-    RunStartDecision,
-    ToolCallDecision,
-    ToolCallResult,
-    ToolResultDecision,
-)
-from toren.seams.routes import AUTHENTICATED, route_scope
-from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
-from toren.seams.tool_sources import SourcedTool, ToolSource, ToolSourceEntry
-from toren.seams.tools import ToolFile, ToolResult, tool
 from toren.version import PLUGIN_API_VERSION as API_VERSION
 from toren.version import __version__
 
 if TYPE_CHECKING:
     from toren.client import TorenClient, TorenUnreachable, check_id
+    from toren.config import Settings, positive_number, switch
+    from toren.core.approvals import ApprovalRecord
+    from toren.core.chat_text import split_text, storable_text
+    from toren.core.pricing import Pricing
+    from toren.core.runs import RunRecord
+    from toren.errors import (
+        AgentDefinitionError,
+        AgentNotRegistered,
+        AgentVersionMissing,
+        ApprovalAlreadyDecided,
+        ApprovalNotFound,
+        ApprovalStale,
+        ArchiveMismatch,
+        ArchiveNotConfigured,
+        ArchiveUnavailable,
+        CallRefused,
+        ChannelError,
+        ConfigError,
+        ContextWindowExceeded,
+        DatabaseTlsError,
+        DatabaseUnavailable,
+        DriverNotFound,
+        ForkRefused,
+        InvalidAnswer,
+        InvalidApprovalArguments,
+        InvalidFlowControl,
+        InvalidForkOverride,
+        InvalidForkStep,
+        InvalidWebhook,
+        LeaseLost,
+        MigrationError,
+        MissingEnvError,
+        NoDatabase,
+        NonDeterminismError,
+        NotAnApprover,
+        PairingNotFound,
+        PluginError,
+        PluginNotInstalled,
+        PluginUnavailable,
+        PolicyRejected,
+        ProviderError,
+        QuestionAlreadyAnswered,
+        QuestionNotFound,
+        RestoreConflict,
+        RunCancelled,
+        RunFinishedError,
+        RunNotFound,
+        RunNotUpgradable,
+        RunVersionStale,
+        ScheduleNotFound,
+        ScheduleRemoved,
+        SessionBusy,
+        SessionEnded,
+        SessionNotFound,
+        SignalTimeout,
+        SignalTooLarge,
+        ToolError,
+        TorenError,
+        UnstorableValue,
+        WebhookSignatureError,
+    )
+    from toren.execution.context import ToolCallContext, current_tool_call, wait_for_signal
+    from toren.files import DOCX, PDF, XLSX
     from toren.host.chat import COMMON_SETTINGS, ChatBot, ChatChannel
     from toren.host.chat.downloads import read_at_most
     from toren.host.chat.webhooks import WebhookBodyError, webhook_json
+    from toren.regular_files import NotARegularFile, kind_of, open_regular, read_regular
+    from toren.seams.channels import Channel, ChannelContext
+    from toren.seams.hookspecs import HOOK_NAMES, hookimpl
+    from toren.seams.model import (
+        IMAGE_TYPES,
+        PDF_TYPE,
+        SHOWABLE_TYPES,
+        Attachment,
+        Message,
+        Model,
+        ModelProvider,
+        ModelRequest,
+        ModelResponse,
+        OnText,
+        StopReason,
+        ToolCall,
+        ToolSpec,
+        Usage,
+        image_size,
+        image_type,
+        pdf_pages,
+    )
+    from toren.seams.plugin_api import API_ATTRIBUTE, PluginRuntime
+    from toren.seams.policies import (
+        ModelResponseView,
+        PolicyRef,
+        ProposedToolCall,
+        ResponseDecision,
+        RunStart,
+        RunStartDecision,
+        ToolCallDecision,
+        ToolCallResult,
+        ToolResultDecision,
+    )
+    from toren.seams.routes import AUTHENTICATED, route_scope
+    from toren.seams.store.channels import ChannelPairing, ChannelSend, ChannelUpdate
+    from toren.seams.tool_sources import SourcedTool, ToolSource, ToolSourceEntry
+    from toren.seams.tools import ToolFile, ToolResult, tool
 
-#: Names imported when first used: they pull in aiohttp (the client; the chat channels' host
-#: side), which a tool plugin's import (every CLI command loads plugins, `toren --help` too)
-#: should not pay for.
-_LAZY = {"TorenClient": "toren.client", "TorenUnreachable": "toren.client",
-         "check_id": "toren.client", "COMMON_SETTINGS": "toren.host.chat",
-         "ChatBot": "toren.host.chat", "ChatChannel": "toren.host.chat",
-         "read_at_most": "toren.host.chat.downloads",
-         "WebhookBodyError": "toren.host.chat.webhooks",
-         "webhook_json": "toren.host.chat.webhooks"}
+#: Where each public name lives, imported at its first use (``toren.lazy_names``): a plugin's
+#: import of one name pays for that name's module only. ``toren --help`` imports the plugins'
+#: command modules, and a tool plugin's import should not pay for aiohttp (the client, the
+#: chat channels' host side), asyncio or the database layer it never touches.
+_WHERE = {
+    "AgentDefinitionError": "toren.errors",
+    "AgentNotRegistered": "toren.errors",
+    "AgentVersionMissing": "toren.errors",
+    "API_ATTRIBUTE": "toren.seams.plugin_api",
+    "ApprovalAlreadyDecided": "toren.errors",
+    "ApprovalNotFound": "toren.errors",
+    "ApprovalRecord": "toren.core.approvals",
+    "ApprovalStale": "toren.errors",
+    "ArchiveMismatch": "toren.errors",
+    "ArchiveNotConfigured": "toren.errors",
+    "ArchiveUnavailable": "toren.errors",
+    "Attachment": "toren.seams.model",
+    "AUTHENTICATED": "toren.seams.routes",
+    "CallRefused": "toren.errors",
+    "Channel": "toren.seams.channels",
+    "ChannelContext": "toren.seams.channels",
+    "ChannelError": "toren.errors",
+    "ChannelPairing": "toren.seams.store.channels",
+    "ChannelSend": "toren.seams.store.channels",
+    "ChannelUpdate": "toren.seams.store.channels",
+    "ChatBot": "toren.host.chat",
+    "ChatChannel": "toren.host.chat",
+    "check_id": "toren.client",
+    "COMMON_SETTINGS": "toren.host.chat",
+    "ConfigError": "toren.errors",
+    "ContextWindowExceeded": "toren.errors",
+    "current_tool_call": "toren.execution.context",
+    "DatabaseTlsError": "toren.errors",
+    "DatabaseUnavailable": "toren.errors",
+    "DOCX": "toren.files",
+    "DriverNotFound": "toren.errors",
+    "ForkRefused": "toren.errors",
+    "HOOK_NAMES": "toren.seams.hookspecs",
+    "hookimpl": "toren.seams.hookspecs",
+    "image_size": "toren.seams.model",
+    "image_type": "toren.seams.model",
+    "IMAGE_TYPES": "toren.seams.model",
+    "InvalidAnswer": "toren.errors",
+    "InvalidApprovalArguments": "toren.errors",
+    "InvalidFlowControl": "toren.errors",
+    "InvalidForkOverride": "toren.errors",
+    "InvalidForkStep": "toren.errors",
+    "InvalidWebhook": "toren.errors",
+    "kind_of": "toren.regular_files",
+    "LeaseLost": "toren.errors",
+    "Message": "toren.seams.model",
+    "MigrationError": "toren.errors",
+    "MissingEnvError": "toren.errors",
+    "Model": "toren.seams.model",
+    "ModelProvider": "toren.seams.model",
+    "ModelRequest": "toren.seams.model",
+    "ModelResponse": "toren.seams.model",
+    "ModelResponseView": "toren.seams.policies",
+    "NoDatabase": "toren.errors",
+    "NonDeterminismError": "toren.errors",
+    "NotAnApprover": "toren.errors",
+    "NotARegularFile": "toren.regular_files",
+    "OnText": "toren.seams.model",
+    "open_regular": "toren.regular_files",
+    "PairingNotFound": "toren.errors",
+    "PDF": "toren.files",
+    "pdf_pages": "toren.seams.model",
+    "PDF_TYPE": "toren.seams.model",
+    "PluginError": "toren.errors",
+    "PluginNotInstalled": "toren.errors",
+    "PluginRuntime": "toren.seams.plugin_api",
+    "PluginUnavailable": "toren.errors",
+    "PolicyRef": "toren.seams.policies",
+    "PolicyRejected": "toren.errors",
+    "positive_number": "toren.config",
+    "Pricing": "toren.core.pricing",
+    "ProposedToolCall": "toren.seams.policies",
+    "ProviderError": "toren.errors",
+    "QuestionAlreadyAnswered": "toren.errors",
+    "QuestionNotFound": "toren.errors",
+    "read_at_most": "toren.host.chat.downloads",
+    "read_regular": "toren.regular_files",
+    "ResponseDecision": "toren.seams.policies",
+    "RestoreConflict": "toren.errors",
+    "route_scope": "toren.seams.routes",
+    "RunCancelled": "toren.errors",
+    "RunFinishedError": "toren.errors",
+    "RunNotFound": "toren.errors",
+    "RunNotUpgradable": "toren.errors",
+    "RunRecord": "toren.core.runs",
+    "RunStart": "toren.seams.policies",
+    "RunStartDecision": "toren.seams.policies",
+    "RunVersionStale": "toren.errors",
+    "ScheduleNotFound": "toren.errors",
+    "ScheduleRemoved": "toren.errors",
+    "SessionBusy": "toren.errors",
+    "SessionEnded": "toren.errors",
+    "SessionNotFound": "toren.errors",
+    "Settings": "toren.config",
+    "SHOWABLE_TYPES": "toren.seams.model",
+    "SignalTimeout": "toren.errors",
+    "SignalTooLarge": "toren.errors",
+    "SourcedTool": "toren.seams.tool_sources",
+    "split_text": "toren.core.chat_text",
+    "StopReason": "toren.seams.model",
+    "storable_text": "toren.core.chat_text",
+    "switch": "toren.config",
+    "tool": "toren.seams.tools",
+    "ToolCall": "toren.seams.model",
+    "ToolCallContext": "toren.execution.context",
+    "ToolCallDecision": "toren.seams.policies",
+    "ToolCallResult": "toren.seams.policies",
+    "ToolError": "toren.errors",
+    "ToolFile": "toren.seams.tools",
+    "ToolResult": "toren.seams.tools",
+    "ToolResultDecision": "toren.seams.policies",
+    "ToolSource": "toren.seams.tool_sources",
+    "ToolSourceEntry": "toren.seams.tool_sources",
+    "ToolSpec": "toren.seams.model",
+    "TorenClient": "toren.client",
+    "TorenError": "toren.errors",
+    "TorenUnreachable": "toren.client",
+    "UnstorableValue": "toren.errors",
+    "Usage": "toren.seams.model",
+    "wait_for_signal": "toren.execution.context",
+    "webhook_json": "toren.host.chat.webhooks",
+    "WebhookBodyError": "toren.host.chat.webhooks",
+    "WebhookSignatureError": "toren.errors",
+    "XLSX": "toren.files",
+}
 
 
-__getattr__ = lazy_getattr(globals(), _LAZY, "toren.plugin")
+__getattr__ = lazy_getattr(globals(), _WHERE, "toren.plugin")
 
 
 __all__ = [

@@ -116,11 +116,15 @@ def register_channels(register: Callable[[Channel], None]) -> None:
 
 @hookspec
 def register_commands(app: typer.Typer) -> None:
-    """Add commands to the ``toren`` CLI.
+    """Add commands to the ``toren`` CLI (deprecated since plugin API 1.5).
 
-    Called once when the CLI starts, after the built-in commands exist. Add commands or
-    sub-apps to ``app`` (``app.command()(fn)`` or ``app.add_typer(sub, name="noun")``). A
-    command name that is already taken is an error naming the plugin.
+    Declare commands in the ``toren.commands`` entry-point group instead
+    (docs/reference/plugins.md#commands): ``toren --help`` lists those without importing
+    every plugin. This hook is called, once, only when ``toren`` is asked for a command that
+    neither the kernel nor an entry point provides; every plugin is imported for it, and
+    ``toren --help`` does not list what it adds. Add commands or sub-apps to ``app``
+    (``app.command()(fn)`` or ``app.add_typer(sub, name="noun")``). A command name that is
+    already taken is an error.
     """
 
 

@@ -1,37 +1,18 @@
-"""Telemetry seam: the log context of the work in hand, and the tracer interface (a no-op
-unless a ``toren.tracer`` driver such as ``toren-otel`` is configured)."""
+"""Telemetry seam: the tracer interface (a no-op unless a ``toren.tracer`` driver such as
+``toren-otel`` is configured). The log context of the work in hand is in
+``toren.seams.log_context``."""
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from types import MappingProxyType
 
 from toren.core.events import NewEvent
 from toren.seams.shapes import QueueMessage
-
-#: ``run_id``, ``task_id``, ``worker_id`` (and ``agent``) of the work this coroutine does; the
-#: log formatter adds them to every line (``toren.logs``). Set by the worker per message.
-LOG_CONTEXT: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
-    "toren_log_context", default=MappingProxyType({}))
-
-
-@contextlib.contextmanager
-def log_context(**ids: str | None) -> Iterator[None]:
-    """Add ``ids`` (those not ``None``) to every log line emitted inside the block, in this
-    coroutine and the tasks and threads it starts with a copied context."""
-    merged = dict(LOG_CONTEXT.get())
-    merged.update((key, value) for key, value in ids.items() if value is not None)
-    token = LOG_CONTEXT.set(merged)
-    try:
-        yield
-    finally:
-        LOG_CONTEXT.reset(token)
 
 
 class Tracer:

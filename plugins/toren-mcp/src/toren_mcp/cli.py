@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from toren.plugin.cli import run_async
 
+#: The plugin API versions this module is written for (docs/reference/versioning.md); 1.5:
+#: commands declared as toren.commands entry points.
+TOREN_PLUGIN_API = ">=1.5,<2"
+
 
 def mcp() -> None:
     """Serve MCP on stdin/stdout: tools to start, watch and cancel durable runs, talk to

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import typer
-
 import toren
 from toren.plugin import ToolSource
 
@@ -16,15 +14,9 @@ if TYPE_CHECKING:  # aiohttp loads for a server, not for every command of the CL
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
 #: 1.1: register_tool_sources (mcpServers:).
-TOREN_PLUGIN_API = ">=1.2,<2"  # 1.2: ToolResult, ToolFile (images and PDFs from MCP tools)
-
-
-@toren.hookimpl
-def register_commands(app: typer.Typer) -> None:
-    """``toren mcp``: MCP on stdio (called once when the CLI starts)."""
-    from toren_mcp.cli import mcp
-
-    app.command("mcp")(mcp)
+#: 1.2: ToolResult, ToolFile (images and PDFs from MCP tools); 1.5: `toren mcp` is a
+#: toren.commands entry point (toren_mcp.cli).
+TOREN_PLUGIN_API = ">=1.5,<2"
 
 
 @toren.hookimpl

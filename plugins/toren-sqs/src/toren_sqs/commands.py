@@ -25,6 +25,10 @@ from toren_sqs.settings import SqsSettings
 if TYPE_CHECKING:
     from toren_sqs.sqs import SqsClient
 
+#: The plugin API versions this module is written for (docs/reference/versioning.md); 1.5:
+#: commands declared as toren.commands entry points.
+TOREN_PLUGIN_API = ">=1.5,<2"
+
 app = typer.Typer(help="The SQS queues (TOREN_QUEUE=sqs): dead letters.", no_args_is_help=True)
 dlq = typer.Typer(help="Dead-letter queues: list, redrive.", no_args_is_help=True)
 app.add_typer(dlq, name="dlq")
