@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import signal
@@ -17,6 +16,8 @@ from toren.cli.output import err_console
 from toren.errors import NoDatabase
 
 if TYPE_CHECKING:
+    import asyncio
+
     from toren.host.runtime import Runtime
 
 T = TypeVar("T")
@@ -60,6 +61,7 @@ def refresh_secrets_on_sighup(runtime: Runtime,
     secret references SIGHUP keeps its default action (a closed terminal ends ``toren dev``).
     ``also`` is called on each SIGHUP too (a supervisor passes it on to its worker processes).
     """
+    import asyncio
     import logging
     import os
 
@@ -107,6 +109,8 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     exit, which also releases this process's handle on the embedded Postgres. Without this, a
     SIGTERM killed the process on the spot. A second SIGTERM kills at once.
     """
+    import asyncio  # here: `toren --help` lists commands that import this module
+
     terminated = False
 
     async def guarded() -> T:
@@ -187,6 +191,7 @@ def run_interruptible(main: Coroutine[Any, Any, T]) -> T:
     Interrupted, the command exits with status 130 and no traceback, through the interpreter's
     normal exit (which also releases this process's handle on the embedded Postgres).
     """
+    import asyncio
 
     async def guarded() -> T:
         task = asyncio.current_task()
@@ -214,6 +219,8 @@ async def stop_runtime(runtime: Runtime, *, quiet: bool = False) -> None:
     (see ``run_interruptible``) stops waiting: the work's lease then expires and the next
     worker takes it over, repeating at most the step that was in flight.
     """
+    import asyncio
+
     task = asyncio.current_task()
     interrupted = task is not None and task.cancelling() > 0
     if interrupted and runtime.workers is not None and not quiet:
