@@ -160,11 +160,22 @@ def test_fork_and_diff_over_http(database_url: str, start_toren, toren_cli: Tore
     status, receipt, _ = call(f"{url}/runs/{fork_id}/receipt")
     conforms("Receipt", receipt)
     assert receipt["totals"]["copied_calls"] == 1
+    # the run says what it is a fork of (the console links both ways from it); its source is
+    # not a fork
+    status, detail, _ = call(f"{url}/runs/{fork_id}")
+    conforms("RunDetail", detail)
+    assert detail["fork"] == made["fork"]
+    assert call(f"{url}/runs/{source}")[1]["fork"] is None
 
     status, diff, _ = call(f"{url}/runs/{source}/diff/{fork_id}")
     assert status == 200, diff
     conforms("RunDiff", diff)
     assert diff["identical"] and diff["a"]["id"] == source and diff["b"]["id"] == fork_id
+    # per step, what it cost this run and how long its model call took: the fork's copied
+    # first step cost it nothing and took no time
+    first_a, first_b = diff["tasks"][0]["steps"][0]["a"], diff["tasks"][0]["steps"][0]["b"]
+    assert first_b["copied"] and first_b["cost_usd"] == 0.0 and first_b["latency_ms"] == 0.0
+    assert first_a["latency_ms"] >= 0 and first_a["input_tokens"] == first_b["input_tokens"] > 0
 
     # the client says the same
     from toren.client import SyncTorenClient

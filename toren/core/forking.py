@@ -186,7 +186,9 @@ def _plan_workflow(source: RunRecord, streams: dict[str, list[Event]], at_step: 
 
 def _steps(items: Sequence[Event]) -> list[dict[str, Any]]:
     """A task's steps as a diff compares them: the model's output (text and tool calls) and
-    the results of the tool calls it asked for, and whether the step was copied."""
+    the results of the tool calls it asked for, and whether the step was copied; with what
+    the step cost this run (a copied step: nothing), how long its model call took (a copied
+    step: 0, this run did not wait for it) and its tokens, for per-step deltas."""
     fork_at = max((e.seq for e in items if e.type == ev.TASK_FORKED), default=0)
     steps: dict[int, dict[str, Any]] = {}
     prompt: str | None = None  # the system prompt in effect (a fork or an upgrade changes it)
@@ -202,7 +204,10 @@ def _steps(items: Sequence[Event]) -> list[dict[str, Any]]:
                 "tool_calls": [{"name": c["name"], "arguments": c["arguments"]}
                                for c in data["tool_calls"]],
                 "tool_results": [], "copied": event.seq < fork_at,
-                "cost_usd": 0.0 if event.seq < fork_at else data["cost_usd"]}
+                "cost_usd": 0.0 if event.seq < fork_at else data["cost_usd"],
+                "latency_ms": 0.0 if event.seq < fork_at else data["latency_ms"],
+                "input_tokens": data["usage"]["input_tokens"],
+                "output_tokens": data["usage"]["output_tokens"]}
         elif event.type == ev.TOOL_CALL_COMPLETED and data["step"] in steps:
             steps[data["step"]]["tool_results"].append(
                 {"name": data["name"], "output": data["output"], "is_error": data["is_error"]})

@@ -269,7 +269,7 @@ async def get_run(request: web.Request) -> web.Response:
                                                 "image_tokens")},
         "pending_approvals": await runtime.approvals.pending(record.id),
         "pending_questions": await runtime.questions.pending(record.id),
-        "queue": await runtime.runs.queue_state(record)})
+        "queue": await runtime.runs.queue_state(record), "fork": receipt["fork"]})
 
 
 async def run_receipt(request: web.Request) -> web.Response:

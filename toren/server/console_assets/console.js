@@ -314,7 +314,7 @@ const Toren = (() => {
   // title naming the scope; the API refuses them anyway (403 forbidden, shown as an error) --
   const CONTROL_SCOPES = [
     ["#start-run, #cancel-run", "runs:write"],
-    ["#upgrade-run, button.restore", "runs:manage"],
+    ["#upgrade-run, button.restore, #fork-run", "runs:manage"],
     ["#start-session, #send, #close-session", "sessions:write"],
     ["button[class^='decide-'], .answer-choice, .answer-submit", "approvals:decide"],
     ["button[class^='schedule-']", "schedules:write"],

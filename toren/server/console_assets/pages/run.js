@@ -1,7 +1,8 @@
 // One run: its status, why it stopped, its agent version, totals and receipt figures, its
 // webhook deliveries, its tree built live from its event stream (with the model's text as it
-// is generated), the cancel and upgrade buttons, and an answer box for each question its
-// agent asks (ask_user).
+// is generated), the cancel and upgrade buttons, an answer box for each question its agent
+// asks (ask_user), what it is a fork of, and the forms to fork it at a step (POST
+// /runs/{id}/fork) and to compare it with another run (pages/diff.js).
 "use strict";
 
 Toren.page({
@@ -14,7 +15,7 @@ Toren.page({
     const header = el("div", { class: "run-header", id: "run-header" });
     const tree = el("div", { class: "tree", id: "run-tree" });
     const questions = el("div", { class: "questions", id: "run-questions" });
-    root.append(el("h1", {}, "Run ", el("code", {}, runId)), header, questions,
+    root.append(el("h1", {}, "Run ", el("code", {}, runId)), header, questions, forkPanel(),
       el("h2", {}, "Timeline"), tree);
     const asked = new Map();  // question id -> its card, kept while open so typing survives
 
@@ -122,6 +123,67 @@ Toren.page({
       }
     }
     const terminal = ["completed", "stopped", "failed", "cancelled"];
+
+    // Fork this run at a step, optionally with another model or system prompt (a new run
+    // copies the steps before it at no cost and goes on live; docs/guides/fork-and-replay.md),
+    // or compare it with another run.
+    function forkPanel() {
+      const status = el("div", { id: "fork-status", role: "status" });
+      const step = el("input", { type: "number", id: "fork-step", min: 0, value: 1,
+        "aria-label": "Fork at step" });
+      const model = el("input", { type: "text", id: "fork-model", maxlength: 200,
+        placeholder: "the same model", "aria-label": "Model for the fork" });
+      const prompt = el("textarea", { id: "fork-prompt", rows: 3,
+        placeholder: "the same system prompt", "aria-label": "System prompt for the fork" });
+      const fork = el("button", { type: "button", id: "fork-run" }, "Fork");
+      fork.addEventListener("click", async () => {
+        const body = { at_step: Number(step.value) };
+        if (model.value.trim()) body.model = model.value.trim();
+        if (prompt.value.trim()) body.prompt = prompt.value;
+        fork.disabled = true;
+        status.replaceChildren("Forking\u2026");
+        try {
+          const made = await api("POST", "/runs/" + encodeURIComponent(runId) + "/fork", body);
+          location.hash = "#/runs/" + encodeURIComponent(made.run.id);
+        } catch (error) {
+          status.replaceChildren();
+          Toren.showError(status, error);
+          fork.disabled = false;
+        }
+      });
+      const other = el("input", { type: "text", id: "compare-with", maxlength: 36,
+        placeholder: "another run's id", "aria-label": "Run to compare with" });
+      const compare = el("button", { type: "button", id: "compare-run" }, "Compare");
+      compare.addEventListener("click", () => {
+        const id = other.value.trim();
+        if (!/^[0-9a-fA-F-]{36}$/.test(id)) {
+          status.replaceChildren(el("span", { class: "error" }, "A run id is 36 characters " +
+            "of hex digits and dashes"));
+          return;
+        }
+        location.hash = "#/diff/" + encodeURIComponent(runId) + "/" + encodeURIComponent(id);
+      });
+      return el("details", { class: "fork-panel", id: "fork-panel" },
+        el("summary", {}, "Fork or compare"),
+        el("div", { class: "fork-form" }, el("label", {}, "Fork at step ", step),
+          el("label", {}, "model ", model), el("label", { class: "wide" }, "system prompt ",
+            prompt), fork),
+        el("div", { class: "fork-form" }, el("label", {}, "Compare with ", other), compare),
+        status);
+    }
+
+    // What this run is a fork of, linked both ways: the source, and the comparison.
+    function forkFacts(fork) {
+      if (!fork) return [];
+      const overrides = [fork.model ? "model " + fork.model : "",
+        fork.prompt_sha256 ? "another system prompt" : ""].filter(Boolean);
+      return [el("dt", {}, "Forked from"), el("dd", { id: "run-fork" },
+        el("a", { href: "#/runs/" + encodeURIComponent(fork.source_run_id) },
+          fork.source_run_id), " at " + fork.unit + " " + fork.at_step +
+          (overrides.length ? " with " + overrides.join(" and ") : "") + " \u00b7 ",
+        el("a", { id: "compare-source", href: "#/diff/" + encodeURIComponent(
+          fork.source_run_id) + "/" + encodeURIComponent(runId) }, "compare with the source"))];
+    }
 
     // The budget (limits.maxBudgetUsd, dailyBudgetUsd): spent of limit per scope, and what
     // calls in flight hold; nothing for an agent without a budget.
@@ -236,6 +298,7 @@ Toren.page({
           run.schedule ? el("dd", { id: "run-schedule" }, "started by schedule ",
             el("a", { href: "#/runs?" + new URLSearchParams({ agent: run.agent,
               schedule: run.schedule }) }, run.schedule), " of " + run.agent) : null,
+          ...forkFacts(run.fork),
           ...queueFacts(run.queue),
           ...budgetFacts(run.budget),
           el("dt", {}, "Model calls"), el("dd", {}, String(t.model_calls)),
