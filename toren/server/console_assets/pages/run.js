@@ -172,6 +172,28 @@ Toren.page({
         status);
     }
 
+    // The run's family: the run whose task started it (a cross-agent call it waits for, or a
+    // background run), and the runs its own tasks started (GET /runs/{id}/children), each a
+    // link, so a family is walked both ways from any member.
+    function familyFacts(run, children) {
+      const facts = [];
+      if (run.parent) {
+        facts.push(el("dt", {}, "Started by"), el("dd", { id: "run-parent" },
+          (run.parent.kind === "background" ? "a background run of " : "a call from ") +
+          run.parent.agent + ", run ",
+          el("a", { href: "#/runs/" + encodeURIComponent(run.parent.run_id) },
+            run.parent.run_id), run.parent.task_id ? " (task " + run.parent.task_id + ")" : ""));
+      }
+      if (children.length) {
+        facts.push(el("dt", {}, "Runs it started"), el("dd", { id: "run-children" },
+          ...children.map((child) => el("div", { class: "child-run", "data-run": child.id },
+            el("a", { href: "#/runs/" + encodeURIComponent(child.id) }, child.id), " " +
+            child.agent + " \u00b7 " + (child.parent && child.parent.kind === "background" ?
+              "background" : "call") + " \u00b7 ", Toren.status(child.status)))));
+      }
+      return facts;
+    }
+
     // What this run is a fork of, linked both ways: the source, and the comparison.
     function forkFacts(fork) {
       if (!fork) return [];
@@ -251,6 +273,8 @@ Toren.page({
       showQuestions(run.pending_questions || []);
       const hooks = await api("GET", "/runs/" + encodeURIComponent(runId) + "/webhooks").then(
         (found) => found.deliveries, () => []);
+      const children = await api("GET", "/runs/" + encodeURIComponent(runId) + "/children")
+        .then((found) => found.children, () => []);
       const t = run.totals;
       const cancel = el("button", { id: "cancel-run", type: "button",
         disabled: terminal.includes(run.status) }, "Cancel run");
@@ -298,6 +322,7 @@ Toren.page({
           run.schedule ? el("dd", { id: "run-schedule" }, "started by schedule ",
             el("a", { href: "#/runs?" + new URLSearchParams({ agent: run.agent,
               schedule: run.schedule }) }, run.schedule), " of " + run.agent) : null,
+          ...familyFacts(run, children),
           ...forkFacts(run.fork),
           ...queueFacts(run.queue),
           ...budgetFacts(run.budget),
