@@ -872,6 +872,12 @@ class TorenClient:
                                              body=body)
         return result
 
+    async def forks(self, run_id: str) -> list[Run]:
+        """The forks made from a run, oldest first (``GET /runs/{id}/forks``)."""
+        result: dict[str, list[Run]] = await self._request(
+            "GET", "/runs/{run_id}/forks", run_id=run_id)
+        return result["forks"]
+
     async def diff_runs(self, run_a: str, run_b: str) -> dict[str, Any]:
         """Where two runs diverge (``GET /runs/{a}/diff/{b}``): ``a``, ``b``, ``identical``,
         ``first_difference`` and every task's ``steps`` side by side."""
@@ -1085,6 +1091,7 @@ class SyncTorenClient:
     get_run = _blocking(TorenClient.get_run)
     receipt = _blocking(TorenClient.receipt)
     children = _blocking(TorenClient.children)
+    forks = _blocking(TorenClient.forks)
     webhooks = _blocking(TorenClient.webhooks)
     list_runs = _blocking(TorenClient.list_runs)
     events = _blocking(TorenClient.events)

@@ -84,7 +84,13 @@ def test_a_run_is_forked_and_compared_with_its_source(browser: Any, dev: str) ->
     wait(browser, lambda d: "completed" in find(d, "#run-status").text, timeout=60)
     assert get(dev, f"/runs/{fork_id}")["fork"]["source_run_id"] == source["id"]
 
-    click(browser, "#compare-source")
+    # and the source lists it among its forks, with its comparison
+    assert get(dev, f"/runs/{source['id']}/forks")["forks"][0]["id"] == fork_id
+    click(browser, "#run-fork a")
+    forked = f'#run-forks .fork-run[data-run="{fork_id}"]'
+    wait(browser, lambda d: source["id"] in d.current_url and find_all(d, forked))
+    assert "completed" in text_of(browser, forked)
+    click(browser, forked + " a.compare-fork")
     wait(browser, lambda d: "First difference" in find(d, "#diff-summary").text)
     assert "task main, step 2: the same output from another model" in text_of(
         browser, "#diff-summary")

@@ -224,6 +224,17 @@ def test_fork_and_diff_over_http(database_url: str, start_toren, toren_cli: Tore
     status, listed, _ = call(f"{url}/runs?kind=run")
     assert len(listed["runs"]) == 3  # the source and the two forks
 
+    # the source lists its forks, oldest first; a fork has none; hostile ids are a 404
+    status, forks, _ = call(f"{url}/runs/{source}/forks")
+    assert status == 200, forks
+    conforms("ForkRunList", forks)
+    assert [f["id"] for f in forks["forks"]] == [fork_id, again["run"]["id"]]
+    assert client.forks(source) == forks["forks"] and client.forks(fork_id) == []
+    for path in ("/runs/not-a-uuid/forks", "/runs/0b5c3c9e-0000-4000-8000-000000000000/forks",
+                 "/runs/%00/forks", f"/runs/{source}'--/forks"):
+        status, answer, _ = call(f"{url}{path}")
+        assert (status, answer["error"]["code"]) == (404, "run_not_found"), path
+
     # the CLI against the deployment (TOREN_URL): the same documents
     remote = toren_cli("jobs", "fork", source[:8], "--at-step", "1", "--url", url, "--json")
     assert remote.returncode == 0, remote.stderr
@@ -250,6 +261,8 @@ def test_fork_routes_need_a_key_when_keys_are_required(database_url: str, start_
         status, answer, _ = call(f"{url}/runs/{run_id}/fork", "POST", {"at_step": 0}, headers)
         assert status == 401, answer
         status, answer, _ = call(f"{url}/runs/{run_id}/diff/{run_id}", headers=headers)
+        assert status == 401, answer
+        status, answer, _ = call(f"{url}/runs/{run_id}/forks", headers=headers)
         assert status == 401, answer
     status, made, _ = call(f"{url}/runs/{run_id}/fork", "POST", {"at_step": 0}, auth)
     assert status == 201, made

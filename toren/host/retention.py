@@ -127,6 +127,9 @@ class ArchivedRunReader(RunReader):
     async def child_runs(self, run_id: str) -> list[RunRecord]:
         return await self.store.child_runs(run_id)
 
+    async def fork_runs(self, agent: str, run_id: str) -> list[RunRecord]:
+        return await self.store.fork_runs(agent, run_id)
+
     async def load_events(self, agent: str, run_id: str,
                           after: Mapping[str, int] | None = None) -> list[Event]:
         position = dict(after or {})

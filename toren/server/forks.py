@@ -20,6 +20,7 @@ _FORK_FIELDS = {"at_step": "an integer from 0 up", "prompt": "a string (the syst
 def routes(app: web.Application) -> None:
     app.router.add_post("/runs/{run_id}/fork", fork_run)
     app.router.add_get("/runs/{run_id}/diff/{other_id}", diff_runs)
+    app.router.add_get("/runs/{run_id}/forks", list_forks)
 
 
 async def _served(request: web.Request, name: str) -> RunRecord:
@@ -67,3 +68,15 @@ async def diff_runs(request: web.Request) -> web.Response:
     a = await _served(request, "run_id")
     b = await _served(request, "other_id")
     return web.json_response(await runtime.forks.diff(a.id, b.id))
+
+
+async def list_forks(request: web.Request) -> web.Response:
+    """The forks made from a run, oldest first: ``{"forks": [run, ...]}``; 501 from a store
+    that does not list forks."""
+    source = await _served(request, "run_id")
+    try:
+        forks = await request.app[RUNTIME].forks.forks_of(source.id)
+    except NotImplementedError as exc:
+        return json_error(501, "not_supported", f"{exc}: use a store driver that does "
+                          "(toren-postgres)")
+    return web.json_response({"forks": [fork.to_json() for fork in forks]})

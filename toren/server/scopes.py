@@ -49,6 +49,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/runs/{run_id}/receipt"): "runs:read",
     ("GET", "/runs/{run_id}/webhooks"): "runs:read",
     ("GET", "/runs/{run_id}/diff/{other_id}"): "runs:read",
+    ("GET", "/runs/{run_id}/forks"): "runs:read",
     ("GET", "/runs/{run_id}/questions"): "runs:read",
     ("POST", "/runs/{run_id}/cancel"): "runs:write",
     ("POST", "/runs/{run_id}/signals/{name}"): "runs:write",

@@ -101,6 +101,13 @@ class ForksService:
         stream = await self._reader.load_stream(record.agent, record.id, ev.RUN_STREAM)
         return next((e.data for e in stream if e.type == ev.RUN_FORKED), None)
 
+    async def forks_of(self, run_id: str) -> list[RunRecord]:
+        """The forks made from run ``run_id``, oldest first (``RunReader.fork_runs``).
+        ``RunNotFound`` for no such run; ``NotImplementedError`` from a store that does not
+        list forks."""
+        record = await self._run(run_id)
+        return await self._reader.fork_runs(record.agent, record.id)
+
     async def diff(self, run_a: str, run_b: str) -> dict[str, Any]:
         """Where runs ``run_a`` and ``run_b`` diverge: every task's steps side by side (the
         model's text and tool calls, the tool results), the first step that differs, and how

@@ -40,6 +40,13 @@ class RunReader(abc.ABC):
         kind and the schedule that started them; ``before`` is the ``(created_at, id)`` of the
         last run of the previous page (keyset pagination: only runs strictly older)."""
 
+    async def fork_runs(self, agent: str, run_id: str) -> list[RunRecord]:
+        """The forks made from run ``run_id`` of ``agent`` (``ForkStore.create_fork``; a fork is
+        of its source's agent), oldest first. Called by ``ForksService.forks_of`` (``GET
+        /runs/{id}/forks``, the console's family links). Plugin API 1.5; a store that does
+        not list forks leaves this as it is and the route answers 501."""
+        raise NotImplementedError(f"the store {type(self).__name__} does not list a run's forks")
+
     @abc.abstractmethod
     async def child_runs(self, run_id: str) -> list[RunRecord]:
         """The runs that ``run_id``'s tasks started (peer calls, background runs), in every

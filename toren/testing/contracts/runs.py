@@ -625,6 +625,24 @@ class ForkStoreContract(StoreFixtures):
         assert [(e.run_id, e.kind) for e in await self.outbox(store, agent, fork)] == [
             (fork, "task")]
 
+    async def test_a_source_lists_the_forks_made_from_it_oldest_first(
+            self, store: Store, agent: str) -> None:
+        source, other = new_id(), new_id()
+        await store.create_run(agent, source, "source", idempotency_key=None,
+                               events=first_events(agent, "source"),
+                               messages=[first_message("source")])
+        forks = [new_id(), new_id()]
+        for fork in forks:
+            made_from = ev.RunForked(source_run_id=source, at_step=0, unit="step",
+                                     copied_events=0, model=None, prompt_sha256=None)
+            await store.create_fork(agent, fork, "source", streams={
+                "run": [*first_events(agent, "source"), NewEvent.of(made_from)]},
+                messages=[first_message("source")])
+        assert [run.id for run in await store.fork_runs(agent, source)] == forks
+        assert await store.fork_runs(agent, forks[0]) == []  # a fork of no fork
+        assert await store.fork_runs(agent, other) == []  # no such run
+        assert await store.fork_runs(agent, "not-a-run-id") == []
+
     async def test_a_fork_exists_whole_or_not_at_all(self, store: Store, agent: str) -> None:
         fork = new_id()
         await store.create_fork(agent, fork, "first", streams={"run": first_events(agent, "1")},

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from psycopg.types.json import Json, Jsonb
 
-from toren.plugin.drivers import ForkStore, NewEvent, OutgoingMessage, schema_name_for
+from toren.plugin.drivers import ForkStore, NewEvent, OutgoingMessage, events, schema_name_for
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query
 
@@ -26,7 +26,13 @@ class PostgresForkStore(PostgresConnection, ForkStore):
     async def create_fork(self, agent: str, run_id: str, input: Any, *,
                           streams: Mapping[str, Sequence[NewEvent]],
                           messages: Sequence[OutgoingMessage]) -> None:
+        # the run it is a fork of, from its RunForked event: indexed, so the source lists
+        # its forks (PostgresRunReader.fork_runs)
+        forked_from = next((event.data["source_run_id"]
+                            for event in streams.get(events.RUN_STREAM, ())
+                            if event.type == events.RUN_FORKED), None)
         params = {"run_id": run_id, "input": Jsonb(input), "agent": agent,
+                  "forked_from": forked_from,
                   "events": _events_json(streams),
                   "messages": Jsonb([{"kind": m.kind, "payload": m.payload,
                                       "delay_s": m.delay_s} for m in messages])}

@@ -101,6 +101,18 @@ class PostgresRunReader(PostgresConnection, RunReader):
                    reverse=True)
         return found[:limit]
 
+    async def fork_runs(self, agent: str, run_id: str) -> list[RunRecord]:
+        if agent not in await registered_agents(self.pool):
+            return []
+        async with (self.pool.connection() as conn,
+                    conn.cursor(row_factory=dict_row) as cursor):
+            try:
+                await cursor.execute(agent_query("fork_runs", schema_name_for(agent)),
+                                     {"run_id": run_id})
+            except psycopg.DataError:
+                return []  # not a UUID
+            return [_record(agent, row) for row in await cursor.fetchall()]
+
     async def child_runs(self, run_id: str) -> list[RunRecord]:
         found: list[RunRecord] = []
         for name in await registered_agents(self.pool):

@@ -194,6 +194,17 @@ Toren.page({
       return facts;
     }
 
+    // The forks made from this run (GET /runs/{id}/forks), each linked, with its comparison.
+    function forksFacts(forks) {
+      if (!forks.length) return [];
+      return [el("dt", {}, "Forks"), el("dd", { id: "run-forks" }, ...forks.map((fork) =>
+        el("div", { class: "fork-run", "data-run": fork.id },
+          el("a", { href: "#/runs/" + encodeURIComponent(fork.id) }, fork.id), " ",
+          Toren.status(fork.status), " \u00b7 ",
+          el("a", { class: "compare-fork", href: "#/diff/" + encodeURIComponent(runId) + "/" +
+            encodeURIComponent(fork.id) }, "compare"))))];
+    }
+
     // What this run is a fork of, linked both ways: the source, and the comparison.
     function forkFacts(fork) {
       if (!fork) return [];
@@ -273,8 +284,11 @@ Toren.page({
       showQuestions(run.pending_questions || []);
       const hooks = await api("GET", "/runs/" + encodeURIComponent(runId) + "/webhooks").then(
         (found) => found.deliveries, () => []);
-      const children = await api("GET", "/runs/" + encodeURIComponent(runId) + "/children")
-        .then((found) => found.children, () => []);
+      const [children, forks] = await Promise.all([
+        api("GET", "/runs/" + encodeURIComponent(runId) + "/children").then(
+          (found) => found.children, () => []),
+        api("GET", "/runs/" + encodeURIComponent(runId) + "/forks").then(
+          (found) => found.forks, () => [])]);
       const t = run.totals;
       const cancel = el("button", { id: "cancel-run", type: "button",
         disabled: terminal.includes(run.status) }, "Cancel run");
@@ -323,6 +337,7 @@ Toren.page({
             el("a", { href: "#/runs?" + new URLSearchParams({ agent: run.agent,
               schedule: run.schedule }) }, run.schedule), " of " + run.agent) : null,
           ...familyFacts(run, children),
+          ...forksFacts(forks),
           ...forkFacts(run.fork),
           ...queueFacts(run.queue),
           ...budgetFacts(run.budget),

@@ -278,6 +278,13 @@ SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, cre
 FROM {runs} WHERE parent_run_id = %(run_id)s
 ORDER BY created_at, id;
 
+-- fork_runs --
+-- The forks made from a run, oldest first (runs_forked_from_idx).
+SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, created_at, updated_at,
+       finished_at, schedule, parent_agent, parent_run_id::text, parent_task, child_kind, depth, agent_version, agent_human_version
+FROM {runs} WHERE forked_from = %(run_id)s
+ORDER BY created_at, id;
+
 -- agent_consent --
 -- Whether an agent is registered, and whom it accepts calls from (acceptsFrom:).
 SELECT accepts_from FROM toren_control.agents WHERE name = %(name)s;
@@ -954,8 +961,8 @@ AND NOT EXISTS (SELECT 1 FROM toren_control.files f WHERE f.sha256 = b.sha256);
 -- its streams (numbered from 1 per stream, in the order given) and its first messages, in one
 -- statement, so a fork exists whole or not at all. The source run is only ever read.
 WITH run AS (
-    INSERT INTO {runs} (id, kind, status, input)
-    VALUES (%(run_id)s, 'run', 'queued', %(input)s)
+    INSERT INTO {runs} (id, kind, status, input, forked_from)
+    VALUES (%(run_id)s, 'run', 'queued', %(input)s, %(forked_from)s)
     RETURNING id
 ), appended AS (
     INSERT INTO {events} (run_id, stream, seq, type, data)
