@@ -120,9 +120,9 @@ def register_commands(app: typer.Typer) -> None:
 
     Declare commands in the ``toren.commands`` entry-point group instead
     (docs/reference/plugins.md#commands): ``toren --help`` lists those without importing
-    every plugin. This hook is called, once, only when ``toren`` is asked for a command that
-    neither the kernel nor an entry point provides; every plugin is imported for it, and
-    ``toren --help`` does not list what it adds. Add commands or sub-apps to ``app``
+    every plugin. Called once, and only when ``toren`` is asked for a command that neither
+    the kernel nor an entry point provides; every plugin is imported for it, and ``toren
+    --help`` does not list what it adds. Add commands or sub-apps to ``app``
     (``app.command()(fn)`` or ``app.add_typer(sub, name="noun")``). A command name that is
     already taken is an error.
     """
