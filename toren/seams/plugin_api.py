@@ -10,8 +10,6 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
 from toren.errors import PluginError
 from toren.version import PLUGIN_API_VERSION, __version__
 
@@ -112,6 +110,9 @@ def _supported(module: ModuleType) -> bool:
     declared = getattr(module, API_ATTRIBUTE, None)
     if declared is None:
         return True
+    # packaging loads here, not at import: `toren --help` checks the command modules it lists
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         return SpecifierSet(str(declared)).contains(PLUGIN_API_VERSION)
     except (InvalidSpecifier, TypeError):
@@ -128,6 +129,8 @@ def check_plugin_api(module: ModuleType, name: str, distribution: str, version: 
         return
     declared = getattr(module, API_ATTRIBUTE)
     where = f"plugin {name!r} ({distribution} {version})"
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         supported = SpecifierSet(str(declared))
     except (InvalidSpecifier, TypeError):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -59,9 +57,13 @@ async def _drain(client: SqsClient, url: str, limit: int) -> list[dict[str, Any]
 
 
 def _run(action: Any) -> Any:
+    # imported here: `toren --help` imports this module for its help line (boto3 and the
+    # queue driver cost about 0.7 s, asyncio and the thread pool 0.02 s); only `toren queue`
+    # runs anything
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
     async def go() -> Any:
-        # imported here: every toren command loads this module for its help (boto3 and the
-        # queue driver cost about 0.7 s), only toren queue uses them
         from toren_sqs.sqs import POOL_SIZE, SqsClient
 
         settings = SqsSettings.from_env()
