@@ -80,6 +80,10 @@ def test_fork_and_diff_from_the_command_line(toren_cli: TorenCli, database_url: 
     text = toren_cli("jobs", "diff", source["id"], fork_id, env=env)
     assert text.returncode == 0, text.stderr
     assert "first difference: task main, step 2 (tool results)" in text.stdout
+    # both runs' cost and model time, and each step's beside the other's (step 1: copied, so
+    # the fork paid nothing for it and waited for nothing)
+    assert "cost: A $" in text.stdout and "; model time: A " in text.stdout
+    assert "(copied) · $0.0000 · 0 ms" in text.stdout
     assert "weighs a lot" in text.stdout and "weighs nothing" in text.stdout
     same = toren_cli("jobs", "diff", source["id"], source["id"], env=env)
     assert "identical" in same.stdout

@@ -20,7 +20,7 @@ from toren.cli.output import (
     print_table,
     safe,
 )
-from toren.cli.render import event_line, output_text, run_summary
+from toren.cli.render import event_line, money, output_text, run_summary
 from toren.core import events as ev
 from toren.errors import ConfigError
 from toren.seams.shapes import TextDelta
@@ -200,6 +200,7 @@ def diff(
                     first["differs"], first["differs"].replace("_", " "))
         console.print(f"first difference: task {safe(first['task_id'])}, step {first['step']} "
                       f"({what})")
+    console.print(_totals_line(found))
     for task in found["tasks"]:
         print_table(_task_table(task))
     table = Table(title="outcome")
@@ -216,11 +217,45 @@ def _task_table(task: dict[str, Any]) -> Table:
     table.add_column("", no_wrap=True)
     table.add_column("A", overflow="fold", ratio=1)
     table.add_column("B", overflow="fold", ratio=1)
+    table.add_column("B - A", no_wrap=True)
     for row in task["steps"]:
         prompts = row["differs"] == "prompt"  # shown when it is what differs
         table.add_row(str(row["step"]), "=" if row["same"] else "≠",
-                      _step_text(row["a"], prompts), _step_text(row["b"], prompts))
+                      _step_text(row["a"], prompts), _step_text(row["b"], prompts),
+                      _delta(row["a"], row["b"]))
     return table
+
+
+def _signed(value: float, text: str) -> str:
+    """``text`` (a magnitude) with the sign of ``value``: + more, - less, ± the same."""
+    return ("+" if value > 0 else "-" if value < 0 else "±") + text
+
+
+def _delta(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
+    """What B's step cost and how long its model call took, beside A's (the console's
+    comparison shows the same)."""
+    if a is None or b is None:
+        return ""
+    if a["cost_usd"] is None or b["cost_usd"] is None:
+        cost = "cost unknown"
+    else:
+        change = round(b["cost_usd"] - a["cost_usd"], 4)
+        cost = _signed(change, money(abs(change)))
+    ms = round(b["latency_ms"] - a["latency_ms"])
+    return f"{cost}\n{_signed(ms, f'{abs(ms)} ms')}"
+
+
+def _totals_line(found: dict[str, Any]) -> str:
+    """Both runs' cost and model time over every step, and the change from A to B."""
+    def total(side: str, key: str) -> float:
+        return sum((row[side] or {}).get(key) or 0 for task in found["tasks"]
+                   for row in task["steps"])
+
+    cost_a, cost_b = total("a", "cost_usd"), total("b", "cost_usd")
+    ms_a, ms_b = round(total("a", "latency_ms")), round(total("b", "latency_ms"))
+    change, waited = round(cost_b - cost_a, 4), ms_b - ms_a
+    return (f"cost: A {money(cost_a)}, B {money(cost_b)} ({_signed(change, money(abs(change)))})"
+            f"; model time: A {ms_a} ms, B {ms_b} ms ({_signed(waited, f'{abs(waited)} ms')})")
 
 
 def _step_text(step: dict[str, Any] | None, prompt: bool = False) -> str:
@@ -235,7 +270,8 @@ def _step_text(step: dict[str, Any] | None, prompt: bool = False) -> str:
     lines.append(f"[dim]{safe(step['model'])}"
                  + (f" · prompt {step['prompt_sha256'][:12]}"
                     if prompt and step.get("prompt_sha256") else "")
-                 + (" (copied)" if step["copied"] else "") + "[/]")
+                 + (" (copied)" if step["copied"] else "")
+                 + f" · {money(step['cost_usd'])} · {round(step['latency_ms'])} ms[/]")
     return "\n".join(line for line in lines if line)
 
 

@@ -28,7 +28,8 @@ def _short(text: str | None, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _cost(value: float | None) -> str:
+def money(value: float | None) -> str:
+    """Dollars to four decimals, as every command and the console show money."""
     return "cost unknown" if value is None else f"${value:.4f}"
 
 
@@ -85,7 +86,7 @@ def event_line(event: Event) -> str | None:
         cached = f" (cache {read} read, {written} written)" if read or written else ""
         images = f" ({d['image_tokens']} for images/PDFs)" if d.get("image_tokens") else ""
         return (f"  step {d['step']} · {safe(d['model'])} · {usage['input_tokens']}→"
-                f"{usage['output_tokens']} tokens{images}{cached} · {_cost(d['cost_usd'])} · "
+                f"{usage['output_tokens']} tokens{images}{cached} · {money(d['cost_usd'])} · "
                 f"{d['latency_ms']:.1f} ms{then}{repeated}")
     if event.type == ev.TOOL_CALL_COMPLETED:
         colour = "red" if d["is_error"] else "green"
@@ -242,14 +243,14 @@ def run_tree(receipt: dict[str, Any]) -> Tree:
         branch = parent.add(f"task {safe(task['task_id'])} ({safe(who)}, "
                           f"{safe(task['model'] or '?')}) {task['status']}"
                           f"{' · ' + task['stop_reason'] if task['stop_reason'] else ''}"
-                          f" · {_cost(task['totals']['cost_usd'])}")
+                          f" · {money(task['totals']['cost_usd'])}")
         tools_by_step: dict[int, list[dict[str, Any]]] = {}
         for call in task["tool_calls"]:
             tools_by_step.setdefault(call["step"], []).append(call)
         for call in task["model_calls"]:
             label = "compaction" if call["purpose"] == "compaction" else f"step {call['step']}"
             step = branch.add(f"{label} · {call['input_tokens']}→"
-                              f"{call['output_tokens']} tokens · {_cost(call['cost_usd'])} · "
+                              f"{call['output_tokens']} tokens · {money(call['cost_usd'])} · "
                               f"{call['latency_ms']:.1f} ms"
                               + (" · replayed from log" if call["replayed"] else "")
                               + (" · repeated" if call["repeated"] else ""))
@@ -276,7 +277,7 @@ def children_tree(run_id: str, children: list[dict[str, Any]]) -> Tree:
         cost = child.get("cost_usd")
         tree.add(f"{safe(child['parent']['kind'])} {safe(child['agent'])} run "
                  f"{safe(child['id'])} {child['status']}"
-                 + (f" · {_cost(cost)}" if cost is not None else "")
+                 + (f" · {money(cost)}" if cost is not None else "")
                  + f" · depth {child['depth']}")
     return tree
 
@@ -333,7 +334,7 @@ def receipt_tables(receipt: dict[str, Any]) -> list[Table]:
                           str(call["input_tokens"]),
                           *((str(call.get("image_tokens") or ""),) if images else ()),
                           str(call["output_tokens"]),
-                          *cache_cells, _cost(call["cost_usd"]),
+                          *cache_cells, money(call["cost_usd"]),
                           *((_saved(call),) if cached else ()),
                           f"{call['latency_ms']:.1f} ms",
                           "copied (fork)" if call.get("copied") else
