@@ -1,5 +1,7 @@
-// Runs: start a run (an input and files to attach), and the newest runs with filters (agent,
-// status, kind, schedule), refreshed every two seconds.
+// Runs: start a run (an input and files to attach), and the runs newest first with filters
+// (agent, status, kind, schedule), each run's duration and agent version, a page at a time
+// (the URL holds the filters and the page, so a view can be shared), refreshed every two
+// seconds.
 "use strict";
 
 // The start-run form: an agent, the input, files to attach (each uploaded with POST /files,
@@ -40,6 +42,20 @@ function startRunForm(agents) {
   return form;
 }
 
+// How long a run took (finished) or has taken so far: "850 ms", "12.3 s", "4 min 05 s",
+// "3 h 12 min".
+function runDuration(run, now) {
+  if (!run.created_at) return "";
+  const end = run.finished_at ? new Date(run.finished_at) : now;
+  const ms = Math.max(0, end - new Date(run.created_at));
+  const text = ms < 1000 ? Math.round(ms) + " ms" : ms < 60000 ? (ms / 1000).toFixed(1) + " s" :
+    ms < 3600000 ? Math.floor(ms / 60000) + " min " +
+      String(Math.floor(ms / 1000) % 60).padStart(2, "0") + " s" :
+      Math.floor(ms / 3600000) + " h " + String(Math.floor(ms / 60000) % 60).padStart(2, "0") +
+      " min";
+  return run.finished_at ? text : text + " so far";
+}
+
 Toren.page({
   id: "runs",
   title: "Runs",
@@ -68,32 +84,54 @@ Toren.page({
     form.addEventListener("change", () => {
       const chosen = new URLSearchParams();
       for (const [name, value] of new FormData(form)) if (value) chosen.set(name, value);
+      if (params.get("limit")) chosen.set("limit", params.get("limit"));  // back to page one
       location.hash = "#/runs" + (chosen.toString() ? "?" + chosen : "");
     });
     const body = el("tbody", { id: "runs-body" });
+    const pager = el("nav", { class: "pager", id: "runs-pager", "aria-label": "Pages" });
     root.append(el("h1", {}, "Runs"), startRunForm(agents), form,
       el("table", { class: "list" },
-        el("thead", {}, el("tr", {}, ["Run", "Agent", "Kind", "Schedule", "Status", "Created",
-          "Output"]
-          .map((h) => el("th", {}, h)))),
-        body));
+        el("thead", {}, el("tr", {}, ["Run", "Agent", "Version", "Kind", "Schedule", "Status",
+          "Created", "Duration", "Output"]
+          .map((h) => el("th", { scope: "col" }, h)))),
+        body), pager);
+    // the page: its size (limit, 1 to 200) and where it starts (the cursor GET /runs gave)
+    const limit = Math.min(200, Math.max(1, Number(params.get("limit")) || 50));
+    // a link to this view with other page settings (the filters kept)
+    const view = (changes) => {
+      const next = new URLSearchParams(params);
+      for (const [name, value] of Object.entries(changes)) {
+        if (value) next.set(name, value); else next.delete(name);
+      }
+      return "#/runs" + (next.toString() ? "?" + next : "");
+    };
     async function refresh() {
-      const search = new URLSearchParams({ limit: "50" });
-      for (const name of ["agent", "status", "kind", "schedule"]) {
+      const search = new URLSearchParams({ limit: String(limit) });
+      for (const name of ["agent", "status", "kind", "schedule", "cursor"]) {
         if (params.get(name)) search.set(name, params.get(name));
       }
-      const { runs } = await api("GET", "/runs?" + search);
+      const { runs, next_cursor: older } = await api("GET", "/runs?" + search);
+      const now = new Date();
+      pager.replaceChildren(
+        params.get("cursor") ? el("a", { id: "newest-runs", href: view({ cursor: "" }) },
+          "\u2190 Newest runs") : "",
+        older ? el("a", { id: "older-runs", href: view({ cursor: older }) },
+          "Older runs \u2192") : "");
       body.replaceChildren(...runs.map((run) => el("tr", { "data-run": run.id },
         el("td", {}, el("a", { href: (run.kind === "session" ? "#/sessions/" : "#/runs/") +
           encodeURIComponent(run.id) }, run.id.slice(0, 8))),
-        el("td", {}, run.agent), el("td", {}, run.kind),
+        el("td", {}, run.agent),
+        el("td", { class: "version" }, run.agent_human_version ||
+          (run.agent_version ? run.agent_version.slice(0, 12) : "")),
+        el("td", {}, run.kind),
         el("td", { class: "schedule" }, run.schedule || ""),
         el("td", {}, Toren.status(run.status)), el("td", {}, Toren.when(run.created_at)),
+        el("td", { class: "duration" }, runDuration(run, now)),
         el("td", { class: "clip" }, run.output === null ? "" :
           String(typeof run.output === "string" ? run.output : JSON.stringify(run.output))
             .slice(0, 120)))));
-      if (!runs.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" },
-        "No runs yet.")));
+      if (!runs.length) body.append(el("tr", {}, el("td", { colspan: 9, class: "muted" },
+        params.get("cursor") ? "No older runs." : "No runs yet.")));
     }
     await refresh();
     Toren.every(2000, () => refresh().catch(() => {}), ctx);
