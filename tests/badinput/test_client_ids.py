@@ -110,7 +110,8 @@ class Recorder:
         return web.json_response({
             "id": SAMPLES["run_id"], "status": "completed", "agents": [], "runs": [],
             "next_cursor": None, "schedules": [], "files": [], "approvals": [],
-            "children": [], "events": [], "cursor": "", "questions": [], "deliveries": []})
+            "children": [], "forks": [], "events": [], "cursor": "", "questions": [],
+            "deliveries": []})
 
 
 @pytest.fixture(scope="module")
