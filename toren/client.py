@@ -145,8 +145,23 @@ class RunDetail(Run):
     queue: NotRequired[dict[str, Any] | None]
 
 
+class RunTotals(TypedDict):
+    """What a listed run's model calls add up to (as its receipt counts them)."""
+
+    model_calls: int
+    steps: int
+    cost_usd: float
+    cost_unknown_calls: int
+
+
+class ListedRun(Run):
+    """A run as ``list_runs`` gives it: with its totals."""
+
+    totals: RunTotals
+
+
 class RunList(TypedDict):
-    runs: list[Run]
+    runs: list[ListedRun]
     next_cursor: str | None
 
 
@@ -570,11 +585,21 @@ class TorenClient:
 
     async def list_runs(self, *, agent: str | None = None, status: str | None = None,
                         limit: int = 50, cursor: str | None = None,
-                        kind: str | None = None, schedule: str | None = None) -> RunList:
-        """Newest first; ``schedule``: only the runs that schedule started."""
+                        kind: str | None = None, schedule: str | None = None,
+                        q: str | None = None, version: str | None = None,
+                        since: str | None = None, until: str | None = None,
+                        sort: str | None = None) -> RunList:
+        """A page of runs, each with its totals (model calls, steps, cost); newest first
+        unless ``sort`` says otherwise (``"-cost"``, ``"steps"``, ``"-duration"``...; a
+        leading ``-`` for largest first). ``schedule``: only the runs that schedule started;
+        ``q``: words all in the input or output; ``version``: an agent version's hash (or a
+        prefix of 4 characters or more) or its ``version:``; ``since``/``until``: ISO 8601
+        dates or date-times bounding ``created_at``. Pass ``next_cursor`` back as ``cursor``
+        with the same filters and sort."""
         result: RunList = await self._request("GET", "/runs", params={
             "agent": agent, "status": status, "limit": limit, "cursor": cursor, "kind": kind,
-            "schedule": schedule})
+            "schedule": schedule, "q": q, "version": version, "since": since, "until": until,
+            "sort": sort})
         return result
 
     async def list_schedules(self, *, agent: str | None = None) -> list[Schedule]:

@@ -43,6 +43,10 @@ async def test_async_client_runs_streams_and_cancels(url: str) -> None:
         assert run["status"] == "completed" and "facts about postgres" in run["output"]
         listed = await client.list_runs(agent="crew")
         assert [r["id"] for r in listed["runs"]] == [created["id"]]
+        assert listed["runs"][0]["totals"]["model_calls"] == 2
+        found = await client.list_runs(q="postgres", sort="-cost", since="2000-01-01")
+        assert [r["id"] for r in found["runs"]] == [created["id"]]
+        assert (await client.list_runs(q="nothing-like-it"))["runs"] == []
         events = await client.events(created["id"])
         assert len(events["events"]) == len(streamed)
         with pytest.raises(TorenAPIError) as missing:

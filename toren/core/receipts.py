@@ -10,7 +10,7 @@ from toren.core.approvals import waiting_text
 from toren.core.events import Event
 from toren.core.messages import Usage
 from toren.core.pricing import Pricing
-from toren.core.runs import RunRecord
+from toren.core.runs import RunRecord, RunTotals
 
 STOP_REASON_TEXT = {
     "end_turn": "the model gave its final answer",
@@ -377,3 +377,31 @@ def _open_questions(events: Sequence[Event]) -> list[tuple[str, str]]:
         if event.type == ev.QUESTION_ANSWERED:
             asked.pop(event.data["question_id"], None)
     return list(asked.items())
+
+
+def run_totals(events: Iterable[Event]) -> RunTotals:
+    """A run's ``RunTotals`` from its events (any order): what its receipt's totals say of its
+    model calls, steps and cost, without building the receipt. A fork's task copied the calls
+    before its ``TaskForked`` (same stream, lower seq): they count as calls and steps, at no
+    cost. The runs list shows these (``GET /runs``); ``RunReader.run_totals`` computes them in
+    the store."""
+    by_stream: dict[str, list[Event]] = {}
+    for event in events:
+        if event.type in (ev.MODEL_CALL_COMPLETED, ev.TASK_FORKED):
+            by_stream.setdefault(event.stream, []).append(event)
+    calls = steps = unknown = 0
+    cost = 0.0
+    for items in by_stream.values():
+        fork_at = max((e.seq for e in items if e.type == ev.TASK_FORKED), default=0)
+        for e in items:
+            if e.type != ev.MODEL_CALL_COMPLETED:
+                continue
+            calls += 1
+            steps += e.data.get("purpose", "step") == "step"
+            if e.seq < fork_at:
+                continue
+            if e.data.get("cost_usd") is None:
+                unknown += 1
+            else:
+                cost += e.data["cost_usd"]
+    return RunTotals(calls, steps, cost, unknown)

@@ -93,3 +93,57 @@ class ChildLink:
 
 
 __all__ = ["KEEP", "ChildLink", "RunRecord", "RunUpdate"]
+
+
+#: How ``GET /runs`` can order runs (``sort=``, with a leading ``-`` for largest first):
+#: when they were created, how long they took (so far, while they work), what they cost,
+#: and their model calls and steps (``RunTotals``).
+RUN_SORTS = ("created", "duration", "cost", "model_calls", "steps")
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    """What a run's model calls add up to, as its receipt's totals count them: every model
+    call and step in its log (a fork's copied ones included) and the cost of the calls it made
+    itself (copied calls cost nothing; calls whose price is unknown are counted apart)."""
+
+    model_calls: int = 0
+    steps: int = 0
+    cost_usd: float = 0.0
+    cost_unknown_calls: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model_calls": self.model_calls, "steps": self.steps,
+                "cost_usd": round(self.cost_usd, 10),
+                "cost_unknown_calls": self.cost_unknown_calls}
+
+
+@dataclass(frozen=True)
+class RunSearch:
+    """Which runs ``RunReader.search_runs`` lists, and in what order: what ``GET /runs`` asks
+    when it is given words to find, a version, a date range or a sort.
+
+    ``text`` holds words that must all occur in a run's input or output (a web-search-like
+    query: ``"quoted phrase"``, ``or``, ``-word``; whole words, case-insensitive, in the first
+    100,000 characters of each). ``version`` is an agent version's hash (or a prefix of at
+    least 4 characters) or its ``version:`` from agent.yaml. ``since`` and ``until`` bound
+    ``created_at`` (``since`` included, ``until`` not). ``sort`` is one of ``RUN_SORTS``,
+    ``descending`` for largest (or newest) first; ties are broken newest first. ``offset``
+    skips that many runs of the ordered list (pages of a sort other than newest first);
+    ``before`` is the ``(created_at, id)`` of the last run of the previous page of a newest
+    first list (keyset pagination, as ``list_runs``: only runs strictly older).
+    """
+
+    agents: tuple[str, ...] = ()
+    status: str | None = None
+    kind: str | None = None
+    schedule: str | None = None
+    text: str | None = None
+    version: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    sort: str = "created"
+    descending: bool = True
+    limit: int = 50
+    offset: int = 0
+    before: tuple[datetime, str] | None = None

@@ -21,7 +21,7 @@ from toren.core.budgets import (
 from toren.core.events import ApprovalRequested, Event, NewEvent, QuestionAsked
 from toren.core.questions import QuestionRecord
 from toren.core.retention import ArchiveDigest, record_from_row, run_row
-from toren.core.runs import KEEP, ChildLink, RunRecord, RunUpdate
+from toren.core.runs import KEEP, RUN_SORTS, ChildLink, RunRecord, RunSearch, RunTotals, RunUpdate
 from toren.core.schedules import RECENT_FIRES, ScheduleRecord, ScheduleSpec, due_slots, next_slot
 from toren.core.versions import AgentVersion
 from toren.files import (
@@ -108,7 +108,8 @@ from toren.seams.telemetry import Tracer, trace_ids, traceparent_ids
 from toren.seams.worker_runtime import WorkerRuntime
 
 __all__ = [
-    "CHUNK_BYTES", "KEEP", "RECENT_FIRES", "AgentSchema", "AgentVersion", "AgentVersionStore",
+    "CHUNK_BYTES", "KEEP", "RECENT_FIRES", "RUN_SORTS", "AgentSchema", "AgentVersion",
+    "AgentVersionStore",
     "ApiKey", "ApprovalRecord", "ApprovalRequested", "ApprovalStore", "ArchiveBackend",
     "ArchiveDigest", "AttemptOutcome", "AuditEntry", "AuditQuery", "AuditRecord", "AuditStore",
     "BucketState", "BudgetDecision", "BudgetLedger", "BudgetRequest", "BudgetScope",
@@ -119,7 +120,8 @@ __all__ = [
     "OutgoingMessage", "PromptStore", "QuestionAsked", "QuestionRecord", "QuestionStore",
     "Queue", "QueueGauge", "QueueMessage", "RateDecision", "RateLimitStore", "RateRequest",
     "RateSettlement", "RunArchiveIndex",
-    "RunFactory", "RunInFlight", "RunLog", "RunReader", "RunRecord", "RunUpdate",
+    "RunFactory", "RunInFlight", "RunLog", "RunReader", "RunRecord", "RunSearch",
+    "RunTotals", "RunUpdate",
     "ScheduleRecord", "ScheduleSpec", "ScheduleStore", "SecretSource", "SignalLog", "SlotToFire",
     "StorageQuotaExceeded", "Store", "StoreLifecycle", "StoredFile", "ToolManifest",
     "ToolStateStore", "Tracer", "VersionSummary", "WebhookAttempt", "WebhookDelivery",

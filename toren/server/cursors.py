@@ -70,6 +70,27 @@ def decode_page_cursor(token: str | None) -> tuple[datetime, str] | None:
                             "Toren returned") from None
 
 
+def encode_offset_cursor(offset: int) -> str:
+    """Where the next page of runs in an order other than newest first starts: after
+    ``offset`` runs (``GET /runs?sort=``)."""
+    return _encode({"runs_offset": offset})
+
+
+def decode_runs_cursor(token: str | None) -> tuple[datetime, str] | int | None:
+    """A ``GET /runs`` cursor: the ``(created_at, id)`` of a newest-first page's last run, or
+    the offset of a page in another order (``encode_offset_cursor``)."""
+    if not token:
+        return None
+    value = _decode(token)
+    if isinstance(value, dict):
+        offset = value.get("runs_offset")
+        if isinstance(offset, int) and not isinstance(offset, bool) and 0 < offset < 2**31:
+            return offset
+        raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
+                            "Toren returned")
+    return decode_page_cursor(token)
+
+
 def encode_audit_cursor(before: int) -> str:
     """Where the next page of the audit trail starts: entries older than ``before``."""
     return _encode({"audit_before": before})

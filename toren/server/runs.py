@@ -13,7 +13,7 @@ from aiohttp import web
 
 from toren.core import events as ev
 from toren.core.decisions import unstorable
-from toren.core.runs import RunRecord
+from toren.core.runs import RunRecord, RunTotals
 from toren.core.webhooks import WebhookSubscription, parse_subscriptions
 from toren.errors import RunNotFound
 from toren.seams.store import RunReader
@@ -23,17 +23,20 @@ from toren.server.context import RUNTIME
 from toren.server.cursors import (
     InvalidCursor,
     decode_event_cursor,
-    decode_page_cursor,
+    decode_runs_cursor,
     encode_event_cursor,
+    encode_offset_cursor,
     encode_page_cursor,
 )
 from toren.server.errors import json_error
+from toren.server.run_search import parse_run_search
 from toren.server.streams import event_json, stream_events
 
 log = logging.getLogger(__name__)
 #: A schedule's name as agent.yaml allows it (``$defs.schedule`` of agent.schema.json).
 SCHEDULE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 MAX_PAGE = 200
+NO_TOTALS = RunTotals()
 #: What the run log stores: integers in JSON of 64 bits (signed or not), event numbers of 32.
 MAX_SEQ = 2**31 - 1
 
@@ -243,15 +246,27 @@ async def list_runs(request: web.Request) -> web.Response:
     if schedule is not None and not SCHEDULE_NAME.match(schedule):
         return json_error(400, "invalid_schedule", "schedule must be a schedule's name: "
                           "lowercase letters, digits, - and _, starting with a letter")
-    before = decode_page_cursor(query.get("cursor"))
-    if before is not None and not is_uuid(before[1]):
+    cursor = decode_runs_cursor(query.get("cursor"))
+    if isinstance(cursor, tuple) and not is_uuid(cursor[1]):
         raise InvalidCursor("the page cursor is malformed: pass back the next_cursor that "
                             "Toren returned")
-    page = await runtime.runs.page(limit=limit, before=before, agent=agent, status=status,
-                                   kind=kind, schedule=schedule)
-    next_cursor = encode_page_cursor(*page.after) if page.after else None
-    return web.json_response({"runs": [run.to_json() for run in page.items],
-                              "next_cursor": next_cursor})
+    paging: dict[str, Any] = ({"offset": cursor} if isinstance(cursor, int)
+                              else {"before": cursor})
+    search = parse_run_search(query, agents=(agent,) if agent else (), status=status,
+                              kind=kind, schedule=schedule, limit=limit, **paging)
+    if search.before is not None and (search.sort != "created" or not search.descending):
+        raise InvalidCursor("this cursor pages runs newest first: pass it back with the "
+                            "same sort (or no sort)")
+    try:
+        page = await runtime.runs.search(search)
+    except NotImplementedError as exc:
+        return json_error(501, "not_supported", f"{exc}: q, version, since, until and sort "
+                          "need a store driver that searches runs, such as postgres")
+    next_cursor = (encode_page_cursor(*page.after) if page.after else
+                   encode_offset_cursor(page.next_offset) if page.next_offset else None)
+    return web.json_response({"runs": [
+        run.to_json() | {"totals": page.totals.get(run.id, NO_TOTALS).to_json()}
+        for run in page.items], "next_cursor": next_cursor})
 
 
 async def get_run(request: web.Request) -> web.Response:

@@ -4,14 +4,27 @@ the live event stream and ``toren jobs`` call this service."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toren.core.events import Event
-from toren.core.runs import RunRecord
+from toren.core.runs import RunRecord, RunSearch, RunTotals
 from toren.host.retention import ArchivedRunReader, is_archived
 from toren.host.services.pages import Page, Position, read_page
 from toren.seams.store import Store
 from toren.seams.store.reader import RunReader
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    """A page of runs (``RunsService.search``), each run's totals (absent: no model calls),
+    and where the next page starts: ``after`` (newest first) or ``next_offset`` (any other
+    order); both ``None`` on the last page."""
+
+    items: list[RunRecord]
+    totals: dict[str, RunTotals]
+    after: Position | None
+    next_offset: int | None
 
 
 class RunsService:
@@ -51,6 +64,44 @@ class RunsService:
             lambda n, after: self._store.list_runs(
                 agent=agent, status=status, limit=n, agents=list(self._agents), before=after,
                 kind=kind, schedule=schedule), limit, before)
+
+    async def search(self, search: RunSearch) -> RunsPage:
+        """One page of the runs ``search`` finds among the served agents (or its agents),
+        with each run's totals. A newest-first list without words, version or dates is read
+        with ``list_runs``; any other with ``RunReader.search_runs`` (``NotImplementedError``
+        from a store that cannot search). Newest-first pages go on from the last run's
+        ``(created_at, id)`` (``before``), other sorts from an offset."""
+        agents = search.agents or tuple(self._agents)
+        plain = (search.sort == "created" and search.descending and not search.offset
+                 and not (search.text or search.version or search.since or search.until))
+        if plain:
+            agent = search.agents[0] if len(search.agents) == 1 else None
+            found = await self.page(limit=search.limit, before=search.before, agent=agent,
+                                    status=search.status, kind=search.kind,
+                                    schedule=search.schedule)
+            items, after, next_offset = found.items, found.after, None
+        else:
+            rows = await self._store.search_runs(
+                replace(search, agents=agents, limit=search.limit + 1))
+            items = rows[:search.limit]
+            more = len(rows) > search.limit and bool(items)
+            keyset = search.sort == "created" and search.descending and not search.offset
+            last = items[-1] if items else None
+            after = ((last.created_at, last.id) if more and keyset and last is not None
+                     and last.created_at is not None else None)
+            next_offset = search.offset + len(items) if more and not keyset else None
+        return RunsPage(items, await self.totals(items), after, next_offset)
+
+    async def totals(self, records: Sequence[RunRecord]) -> dict[str, RunTotals]:
+        """Each run's ``RunTotals`` (``RunReader.run_totals``, one read per agent); runs
+        without model calls are absent."""
+        by_agent: dict[str, list[str]] = {}
+        for record in records:
+            by_agent.setdefault(record.agent, []).append(record.id)
+        found: dict[str, RunTotals] = {}
+        for agent, run_ids in by_agent.items():
+            found.update(await self._store.run_totals(agent, run_ids))
+        return found
 
     async def every_run(self, page_size: int = 1000) -> AsyncIterator[list[RunRecord]]:
         """Every run of every registered agent, a page at a time, newest first."""

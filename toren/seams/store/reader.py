@@ -8,7 +8,8 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from toren.core.runs import RunRecord
+from toren.core.receipts import run_totals
+from toren.core.runs import RunRecord, RunSearch, RunTotals
 
 if TYPE_CHECKING:
     from toren.core.events import Event
@@ -39,6 +40,35 @@ class RunReader(abc.ABC):
         filtered by agent (``agent``, else ``agents``, else every registered agent), status,
         kind and the schedule that started them; ``before`` is the ``(created_at, id)`` of the
         last run of the previous page (keyset pagination: only runs strictly older)."""
+
+    async def search_runs(self, search: RunSearch) -> list[RunRecord]:
+        """Runs of ``search.agents`` (every registered agent's when empty) that match
+        ``search`` (``RunSearch``: words in the input or output, a version, a creation date
+        range, the filters of ``list_runs``), ordered by ``search.sort``, ``search.limit`` at
+        most after skipping ``search.offset``.
+
+        Called by ``RunsService.page`` (``GET /runs`` with ``q``, ``version``, ``since``,
+        ``until`` or ``sort``: the console's runs list) instead of ``list_runs``. Plugin API
+        1.6; a store that does not search leaves this as it is, and those requests answer
+        501 (the plain filters keep working through ``list_runs``).
+        """
+        raise NotImplementedError(f"the store {type(self).__name__} does not search runs")
+
+    async def run_totals(self, agent: str, run_ids: Sequence[str]) -> dict[str, RunTotals]:
+        """``RunTotals`` (model calls, steps, cost) of each of ``run_ids`` of ``agent``, as
+        their receipts count them; a run without model calls is absent (all zero).
+
+        Called by ``RunsService.page`` for every page of ``GET /runs`` (at most 200 runs).
+        Plugin API 1.6. This default reads each run's events (``load_events``) and adds them
+        up (``toren.core.receipts.run_totals``); the ``postgres`` store sums the model calls
+        of the whole page in one query.
+        """
+        found: dict[str, RunTotals] = {}
+        for run_id in run_ids:
+            totals = run_totals(await self.load_events(agent, run_id))
+            if totals.model_calls:
+                found[run_id] = totals
+        return found
 
     async def fork_runs(self, agent: str, run_id: str) -> list[RunRecord]:
         """The forks made from run ``run_id`` of ``agent`` (``ForkStore.create_fork``; a fork is

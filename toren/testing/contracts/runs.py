@@ -16,7 +16,8 @@ import pytest
 from toren.core import events as ev
 from toren.core.events import NewEvent
 from toren.core.fold import fold_task
-from toren.core.runs import ChildLink, RunUpdate
+from toren.core.receipts import run_totals
+from toren.core.runs import ChildLink, RunSearch, RunTotals, RunUpdate
 from toren.errors import LeaseLost, RunCancelled
 from toren.seams.shapes import Lease, LeaseBusy, OutgoingMessage, QueueMessage
 from toren.seams.store import Store
@@ -540,6 +541,60 @@ class RunReaderContract(StoreFixtures):
             assert last.created_at is not None
             before = (last.created_at, last.id)
         assert pages == newest_first
+
+    async def test_run_totals_are_the_receipts(self, store: Store, fresh_agent: str) -> None:
+        agent = fresh_agent
+        paid, unpriced, idle = [await self.create(store, agent, n) for n in range(3)]
+        for run_id, costs in ((paid, [0.5, 0.25]), (unpriced, [None, 1.0])):
+            lease = await leased(store, run_id)
+            events = [started(lease.epoch)]
+            for step, cost in enumerate(costs, 1):
+                events += [call_started(step, lease.epoch),
+                           call_completed(step, lease.epoch, cost)]
+            await store.append(agent, lease, 1, events, ttl_s=60)
+        totals = await store.run_totals(agent, [paid, unpriced, idle])
+        for run_id in (paid, unpriced):
+            assert totals[run_id] == run_totals(await store.load_events(agent, run_id))
+        assert totals[paid] == RunTotals(model_calls=2, steps=2, cost_usd=0.75)
+        assert totals[unpriced] == RunTotals(2, 2, 1.0, cost_unknown_calls=1)
+        assert idle not in totals  # no model calls
+        assert await store.run_totals(agent, []) == {}
+
+    async def test_search_runs_by_words_dates_and_order(
+            self, store: Store, fresh_agent: str, other_agent: str) -> None:
+        """Skipped for a store that does not search (``search_runs`` is optional)."""
+        agent = fresh_agent
+        try:
+            await store.search_runs(RunSearch(agents=(agent,)))
+        except NotImplementedError:
+            pytest.skip("this store does not search runs (RunReader.search_runs)")
+        red = await self.create(store, agent, "a red Fox")
+        blue = await self.create(store, agent, {"text": "a blue fox"})
+        other = await self.create(store, agent, "nothing")
+        lease = await leased(store, blue)
+        await store.append(agent, lease, 1, [started(lease.epoch), call_started(1, lease.epoch),
+                                             call_completed(1, lease.epoch, 2.0)], ttl_s=60)
+
+        async def found(**search: Any) -> list[str]:
+            return [r.id for r in await store.search_runs(RunSearch(agents=(agent,), **search))]
+
+        assert await found(text="fox") == [blue, red]
+        assert await found(text="red fox") == [red]
+        assert await found(text="fox -red") == [blue]
+        assert await found(text="fo") == []
+        assert await found() == [other, blue, red]
+        assert await found(sort="cost", descending=False) == [other, red, blue]  # ties: newest
+        assert await found(sort="model_calls", descending=True) == [blue, other, red]
+        assert await found(descending=False) == [red, blue, other]
+        assert await found(limit=1, offset=1) == [blue]
+        record = await store.get_run(blue, agent)
+        assert record is not None and record.created_at is not None
+        assert await found(before=(record.created_at, blue)) == [red]
+        assert await found(since=record.created_at) == [other, blue]
+        assert await found(until=record.created_at) == [red]
+        assert await found(version="no-such-version") == []
+        both = await store.search_runs(RunSearch(agents=(agent, other_agent), text="fox"))
+        assert [r.id for r in both] == [blue, red]
 
     async def test_child_runs_oldest_first_in_every_agent(
             self, store: Store, agent: str, other_agent: str) -> None:

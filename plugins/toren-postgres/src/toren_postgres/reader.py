@@ -12,12 +12,20 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from toren.plugin import Settings
-from toren.plugin.drivers import Event, RunReader, RunRecord, schema_name_for
+from toren.plugin.drivers import (
+    Event,
+    RunReader,
+    RunRecord,
+    RunSearch,
+    RunTotals,
+    schema_name_for,
+)
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import registered_agents
 from toren_postgres.notices import AppendNotices
 from toren_postgres.pipelines import one_transaction
 from toren_postgres.queries import agent_query, query
+from toren_postgres.run_search import search_statement
 
 
 def _record(agent: str, row: dict[str, Any]) -> RunRecord:
@@ -100,6 +108,47 @@ class PostgresRunReader(PostgresConnection, RunReader):
         found.sort(key=lambda run: (run.created_at is not None, run.created_at, run.id),
                    reverse=True)
         return found[:limit]
+
+    async def search_runs(self, search: RunSearch) -> list[RunRecord]:
+        names = await self._agents_of(search.agents)
+        # one agent: its page straight from Postgres; several: each one's first offset+limit
+        # runs, merged in the sort's order (ties newest first) and cut to the page
+        single = len(names) == 1
+        found: list[tuple[RunRecord, float | None]] = []
+        for name in names:
+            statement, params = search_statement(
+                schema_name_for(name), search, search.limit + (0 if single else search.offset),
+                search.offset if single else 0)
+            async with (self.pool.connection() as conn,
+                        conn.cursor(row_factory=dict_row) as cursor):
+                await cursor.execute(statement, params)
+                rows = await cursor.fetchall()
+            for row in rows:
+                key = row.pop("sort_key")
+                found.append((_record(name, row), key))
+        if single:
+            return [record for record, _key in found]
+        found.sort(key=lambda pair: (pair[0].created_at is not None, pair[0].created_at,
+                                     pair[0].id), reverse=True)
+        present = [pair for pair in found if pair[1] is not None]
+        present.sort(key=lambda pair: float(pair[1]), reverse=search.descending)
+        ordered = present + [pair for pair in found if pair[1] is None]
+        return [record for record, _key in ordered[search.offset:search.offset + search.limit]]
+
+    async def run_totals(self, agent: str, run_ids: Sequence[str]) -> dict[str, RunTotals]:
+        if not run_ids or agent not in await registered_agents(self.pool):
+            return {}
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(agent_query("run_totals", schema_name_for(agent)),
+                                        {"run_ids": list(run_ids)})
+            rows = await cursor.fetchall()
+        return {run_id: RunTotals(calls, steps, cost, unknown)
+                for run_id, calls, steps, cost, unknown in rows}
+
+    async def _agents_of(self, agents: Sequence[str]) -> list[str]:
+        """The agents of ``agents`` that have tables here (every registered one for none)."""
+        registered = await registered_agents(self.pool)
+        return [name for name in agents if name in registered] if agents else list(registered)
 
     async def fork_runs(self, agent: str, run_id: str) -> list[RunRecord]:
         if agent not in await registered_agents(self.pool):

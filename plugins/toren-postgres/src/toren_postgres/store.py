@@ -57,7 +57,7 @@ from toren_postgres.webhooks import PostgresWebhookStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
-TOREN_PLUGIN_API = ">=1.0,<2"
+TOREN_PLUGIN_API = ">=1.6,<2"  # RunSearch, RunTotals
 
 _Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
 

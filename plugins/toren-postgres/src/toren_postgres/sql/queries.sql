@@ -1117,3 +1117,19 @@ LEFT JOIN LATERAL (
     WHERE r.bucket = b.name AND r.created_at > now() - b.window_s * interval '1 second'
 ) u ON true
 ORDER BY b.name;
+
+-- run_totals --
+-- RunTotals of a page of runs (RunReader.run_totals), as receipts count them: every model call
+-- and step; the cost of the calls after each task's TaskForked (a fork's copied calls are free).
+SELECT e.run_id::text, count(*),
+       count(*) FILTER (WHERE COALESCE(e.data->>'purpose', 'step') = 'step'),
+       COALESCE(sum((e.data->>'cost_usd')::float8)
+                FILTER (WHERE f.fork_at IS NULL OR e.seq > f.fork_at), 0),
+       count(*) FILTER (WHERE (f.fork_at IS NULL OR e.seq > f.fork_at)
+                        AND json_typeof(e.data->'cost_usd') IS DISTINCT FROM 'number')
+FROM {events} e
+LEFT JOIN (SELECT run_id, stream, max(seq) AS fork_at FROM {events}
+           WHERE run_id = ANY(%(run_ids)s::uuid[]) AND type = 'TaskForked'
+           GROUP BY run_id, stream) f ON f.run_id = e.run_id AND f.stream = e.stream
+WHERE e.run_id = ANY(%(run_ids)s::uuid[]) AND e.type = 'ModelCallCompleted'
+GROUP BY e.run_id;

@@ -1,0 +1,104 @@
+"""The SQL of ``RunReader.search_runs``: one statement per agent schema, holding only the
+conditions a search asks for (so each plan fits its search: the words through the
+``runs_text_idx`` GIN index, a date range through ``runs_created_idx``), ordered as asked.
+
+Agent migration ``0029_run_search`` made the indexes; ``run_totals`` in ``sql/queries.sql``
+counts a page's totals the way the sort by totals here does.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg import sql
+
+from toren.plugin.drivers import RunSearch
+
+COLUMNS = sql.SQL(
+    "r.id, r.kind, r.status, r.input, r.output, r.stop_reason, r.error, r.idempotency_key, "
+    "r.created_at, r.updated_at, r.finished_at, r.schedule, r.parent_agent, "
+    "r.parent_run_id::text, r.parent_task, r.child_kind, r.depth, r.agent_version, "
+    "r.agent_human_version")
+
+#: The words of a run: the same expression as the index ``runs_text_idx`` (or it is not used).
+TEXT = sql.SQL(
+    "(to_tsvector('simple', left(COALESCE(r.input #>> '{{}}', ''), 100000))"
+    " || to_tsvector('simple', left(COALESCE(r.output #>> '{{}}', ''), 100000)))"
+    " @@ websearch_to_tsquery('simple', {})")
+
+#: A run's totals for a sort by them, as ``run_totals`` counts them (a fork's copied calls are
+#: free: those before a ``TaskForked`` of their stream, looked for only in forks).
+TOTALS = sql.SQL("""
+LEFT JOIN LATERAL (
+    SELECT count(*) AS model_calls,
+           count(*) FILTER (WHERE COALESCE(e.data->>'purpose', 'step') = 'step') AS steps,
+           COALESCE(sum((e.data->>'cost_usd')::float8) FILTER (
+               WHERE r.forked_from IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM {events} f
+                   WHERE f.run_id = e.run_id AND f.stream = e.stream
+                     AND f.type = 'TaskForked' AND f.seq > e.seq)), 0) AS cost_usd
+    FROM {events} e WHERE e.run_id = r.id AND e.type = 'ModelCallCompleted') t ON true""")
+
+#: What each sort orders by (a number, returned as ``sort_key`` so the runs of several agents
+#: are merged in the same order) and whether it needs the totals.
+SORT_KEYS: dict[str, tuple[str, bool]] = {
+    "created": ("extract(epoch FROM r.created_at)", False),
+    "duration": ("extract(epoch FROM COALESCE(r.finished_at, now()) - r.created_at)", False),
+    "cost": ("t.cost_usd", True),
+    "model_calls": ("t.model_calls", True),
+    "steps": ("t.steps", True),
+}
+
+
+def search_statement(schema: str, search: RunSearch, limit: int, offset: int
+                     ) -> tuple[sql.Composed, dict[str, Any]]:
+    """The statement listing ``search``'s runs of one agent schema, and its parameters:
+    ``limit`` runs after skipping ``offset``, each with its ``sort_key`` last."""
+    conditions: list[sql.Composable] = []
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+
+    def where(condition: str, **values: Any) -> None:
+        conditions.append(sql.SQL(condition))
+        params.update(values)
+
+    if search.status:
+        where("r.status = %(status)s", status=search.status)
+    if search.kind:
+        where("r.kind = %(kind)s", kind=search.kind)
+    if search.schedule:
+        where("r.schedule = %(schedule)s", schedule=search.schedule)
+    if search.since:
+        where("r.created_at >= %(since)s", since=_aware(search.since))
+    if search.until:
+        where("r.created_at < %(until)s", until=_aware(search.until))
+    if search.version:
+        prefix = search.version.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        where("(r.agent_human_version = %(version)s OR (length(%(version)s) >= 4"
+              " AND r.agent_version LIKE %(version_prefix)s))",
+              version=search.version, version_prefix=prefix + "%")
+    if search.before:
+        where("(r.created_at, r.id) < (%(before_at)s, %(before_id)s::uuid)",
+              before_at=search.before[0], before_id=search.before[1])
+    if search.text:
+        conditions.append(TEXT.format(sql.Placeholder("text")))
+        params["text"] = search.text
+    key, totals = SORT_KEYS[search.sort]
+    direction = sql.SQL("DESC" if search.descending else "ASC")
+    events = sql.Identifier(schema, "events")
+    statement = sql.SQL("SELECT {columns}, {key} AS sort_key FROM {runs} r{totals}"
+                        "{where} ORDER BY sort_key {direction} NULLS LAST, r.created_at DESC,"
+                        " r.id DESC LIMIT %(limit)s OFFSET %(offset)s").format(
+        columns=COLUMNS, key=sql.SQL(key), runs=sql.Identifier(schema, "runs"),
+        totals=TOTALS.format(events=events) if totals else sql.SQL(""),
+        where=sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions
+        else sql.SQL(""),
+        direction=direction)
+    return statement, params
+
+
+def _aware(moment: datetime) -> datetime:
+    """A naive datetime is UTC (the API's dates without an offset are)."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment
