@@ -1,7 +1,8 @@
-// Runs: start a run (an input and files to attach), and the runs newest first with filters
-// (agent, status, kind, schedule), each run's duration and agent version, a page at a time
-// (the URL holds the filters and the page, so a view can be shared), refreshed every two
-// seconds.
+// Runs: start a run (an input and files to attach), and the runs with filters (words in the
+// input or output, agent, status, kind, schedule, version, dates), newest first or sorted by
+// a column (duration, cost, model calls, steps), each run's agent version, duration and
+// totals, a page at a time (the URL holds the filters, the sort and the page, so a view can
+// be shared), refreshed every two seconds.
 "use strict";
 
 // The start-run form: an agent, the input, files to attach (each uploaded with POST /files,
@@ -56,6 +57,11 @@ function runDuration(run, now) {
   return run.finished_at ? text : text + " so far";
 }
 
+// The columns the API sorts by (GET /runs?sort=), with the order a first click asks for.
+const SORTABLE = { Created: ["created", "-"], Duration: ["duration", "-"],
+  Cost: ["cost", "-"], "Model calls": ["model_calls", "-"], Steps: ["steps", "-"] };
+const FILTERS = ["agent", "status", "kind", "schedule", "q", "version", "since", "until", "sort"];
+
 Toren.page({
   id: "runs",
   title: "Runs",
@@ -72,32 +78,41 @@ Toren.page({
     if (params.get("schedule") && !schedules.includes(params.get("schedule"))) {
       schedules.push(params.get("schedule"));
     }
-    const select = (name, values) => el("select", { name, id: "filter-" + name },
+    const select = (name, values) => el("select", { name, id: "filter-" + name,
+      "aria-label": name[0].toUpperCase() + name.slice(1) },
       el("option", { value: "" }, "any " + name),
       values.map((v) => el("option", { value: v, selected: params.get(name) === v }, v)));
-    const form = el("form", { class: "filters", id: "run-filters" },
+    const field = (name, attrs) => el("input", { name, id: "filter-" + name,
+      value: params.get(name) || "", ...attrs });
+    const form = el("form", { class: "filters", id: "run-filters", role: "search" },
+      field("q", { type: "search", placeholder: "Words in the input or output",
+        "aria-label": "Words in the input or output", maxlength: 500, size: 28 }),
       select("agent", agents),
       select("status", ["queued", "running", "awaiting_input", "awaiting_approval", "waiting",
         "completed", "stopped", "failed", "cancelled"]),
       select("kind", ["run", "session"]),
-      schedules.length ? select("schedule", schedules) : null);
-    form.addEventListener("change", () => {
+      schedules.length ? select("schedule", schedules) : null,
+      field("version", { placeholder: "version", "aria-label": "Agent version (hash or " +
+        "version:)", size: 10, pattern: "[A-Za-z0-9][A-Za-z0-9._+\\-]{0,63}" }),
+      el("label", {}, "from ", field("since", { type: "date" })),
+      el("label", {}, "to ", field("until", { type: "date" })),
+      el("button", { type: "submit", id: "apply-filters" }, "Find"),
+      params.toString() && [...params.keys()].some((k) => k !== "limit")
+        ? el("a", { href: "#/runs", id: "clear-filters" }, "Clear") : null);
+    // a new view: the form's filters, this sort and page size, back to the first page
+    const apply = () => {
       const chosen = new URLSearchParams();
       for (const [name, value] of new FormData(form)) if (value) chosen.set(name, value);
-      if (params.get("limit")) chosen.set("limit", params.get("limit"));  // back to page one
+      for (const name of ["sort", "limit"]) if (params.get(name)) chosen.set(name, params.get(name));
       location.hash = "#/runs" + (chosen.toString() ? "?" + chosen : "");
+    };
+    form.addEventListener("change", (event) => {
+      if (event.target.name !== "q" && event.target.name !== "version") apply();
     });
+    form.addEventListener("submit", (event) => { event.preventDefault(); apply(); });
     const body = el("tbody", { id: "runs-body" });
     const pager = el("nav", { class: "pager", id: "runs-pager", "aria-label": "Pages" });
-    root.append(el("h1", {}, "Runs"), startRunForm(agents), form,
-      el("table", { class: "list" },
-        el("thead", {}, el("tr", {}, ["Run", "Agent", "Version", "Kind", "Schedule", "Status",
-          "Created", "Duration", "Output"]
-          .map((h) => el("th", { scope: "col" }, h)))),
-        body), pager);
-    // the page: its size (limit, 1 to 200) and where it starts (the cursor GET /runs gave)
-    const limit = Math.min(200, Math.max(1, Number(params.get("limit")) || 50));
-    // a link to this view with other page settings (the filters kept)
+    // a link to this view with other settings (the filters kept)
     const view = (changes) => {
       const next = new URLSearchParams(params);
       for (const [name, value] of Object.entries(changes)) {
@@ -105,18 +120,39 @@ Toren.page({
       }
       return "#/runs" + (next.toString() ? "?" + next : "");
     };
+    const sort = params.get("sort") || "-created";
+    // a column heading: a button that sorts by it (again: the other way), aria-sort on it
+    const heading = (label) => {
+      if (!SORTABLE[label]) return el("th", { scope: "col" }, label);
+      const [key, first] = SORTABLE[label];
+      const current = sort.replace(/^-/, "") === key ? (sort.startsWith("-") ? "-" : "+") : "";
+      const next = current === "-" ? key : current === "+" ? "-" + key : first + key;
+      return el("th", { scope: "col", "aria-sort": current === "-" ? "descending" :
+        current === "+" ? "ascending" : null, class: "sortable" },
+        el("a", { href: view({ sort: next === "-created" ? "" : next, cursor: "" }),
+          "data-sort": key, title: "Sort by " + label.toLowerCase() },
+          label, current ? (current === "-" ? " \u25BC" : " \u25B2") : ""));
+    };
+    root.append(el("h1", {}, "Runs"), startRunForm(agents), form,
+      el("table", { class: "list" },
+        el("thead", {}, el("tr", {}, ["Run", "Agent", "Version", "Kind", "Schedule", "Status",
+          "Created", "Duration", "Model calls", "Steps", "Cost", "Output"].map(heading))),
+        body), pager);
+    // the page: its size (limit, 1 to 200) and where it starts (the cursor GET /runs gave)
+    const limit = Math.min(200, Math.max(1, Number(params.get("limit")) || 50));
+    const searched = ["q", "version", "since", "until"].some((name) => params.get(name));
     async function refresh() {
       const search = new URLSearchParams({ limit: String(limit) });
-      for (const name of ["agent", "status", "kind", "schedule", "cursor"]) {
+      for (const name of [...FILTERS, "cursor"]) {
         if (params.get(name)) search.set(name, params.get(name));
       }
-      const { runs, next_cursor: older } = await api("GET", "/runs?" + search);
+      const { runs, next_cursor: more } = await api("GET", "/runs?" + search);
       const now = new Date();
       pager.replaceChildren(
         params.get("cursor") ? el("a", { id: "newest-runs", href: view({ cursor: "" }) },
-          "\u2190 Newest runs") : "",
-        older ? el("a", { id: "older-runs", href: view({ cursor: older }) },
-          "Older runs \u2192") : "");
+          sort === "-created" ? "\u2190 Newest runs" : "\u2190 First page") : "",
+        more ? el("a", { id: "older-runs", href: view({ cursor: more }) },
+          sort === "-created" ? "Older runs \u2192" : "Next page \u2192") : "");
       body.replaceChildren(...runs.map((run) => el("tr", { "data-run": run.id },
         el("td", {}, el("a", { href: (run.kind === "session" ? "#/sessions/" : "#/runs/") +
           encodeURIComponent(run.id) }, run.id.slice(0, 8))),
@@ -127,11 +163,16 @@ Toren.page({
         el("td", { class: "schedule" }, run.schedule || ""),
         el("td", {}, Toren.status(run.status)), el("td", {}, Toren.when(run.created_at)),
         el("td", { class: "duration" }, runDuration(run, now)),
+        el("td", { class: "model-calls num" }, String(run.totals.model_calls)),
+        el("td", { class: "steps num" }, String(run.totals.steps)),
+        el("td", { class: "cost num", title: run.totals.cost_unknown_calls ?
+          run.totals.cost_unknown_calls + " call(s) of unknown price not included" : null },
+          Toren.money(run.totals.cost_usd) + (run.totals.cost_unknown_calls ? " +?" : "")),
         el("td", { class: "clip" }, run.output === null ? "" :
           String(typeof run.output === "string" ? run.output : JSON.stringify(run.output))
             .slice(0, 120)))));
-      if (!runs.length) body.append(el("tr", {}, el("td", { colspan: 9, class: "muted" },
-        params.get("cursor") ? "No older runs." : "No runs yet.")));
+      if (!runs.length) body.append(el("tr", {}, el("td", { colspan: 12, class: "muted" },
+        params.get("cursor") ? "No more runs." : searched ? "No runs match." : "No runs yet.")));
     }
     await refresh();
     Toren.every(2000, () => refresh().catch(() => {}), ctx);
