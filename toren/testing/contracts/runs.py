@@ -551,7 +551,9 @@ class RunReaderContract(StoreFixtures):
             for step, cost in enumerate(costs, 1):
                 events += [call_started(step, lease.epoch),
                            call_completed(step, lease.epoch, cost)]
-            await store.append(agent, lease, 1, events, ttl_s=60)
+            # the paid run finishes with its last append (a store may keep its totals then)
+            await store.append(agent, lease, 1, events, ttl_s=60, run_update=RunUpdate(
+                status="completed", output="done", finished=True) if run_id == paid else None)
         totals = await store.run_totals(agent, [paid, unpriced, idle])
         for run_id in (paid, unpriced):
             assert totals[run_id] == run_totals(await store.load_events(agent, run_id))

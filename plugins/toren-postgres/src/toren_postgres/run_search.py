@@ -27,27 +27,18 @@ TEXT = sql.SQL(
     " || to_tsvector('simple', left(COALESCE(r.output #>> '{{}}', ''), 100000)))"
     " @@ websearch_to_tsquery('simple', {})")
 
-#: A run's totals for a sort by them, as ``run_totals`` counts them (a fork's copied calls are
-#: free: those before a ``TaskForked`` of their stream, looked for only in forks).
-TOTALS = sql.SQL("""
-LEFT JOIN LATERAL (
-    SELECT count(*) AS model_calls,
-           count(*) FILTER (WHERE COALESCE(e.data->>'purpose', 'step') = 'step') AS steps,
-           COALESCE(sum((e.data->>'cost_usd')::float8) FILTER (
-               WHERE r.forked_from IS NULL OR NOT EXISTS (
-                   SELECT 1 FROM {events} f
-                   WHERE f.run_id = e.run_id AND f.stream = e.stream
-                     AND f.type = 'TaskForked' AND f.seq > e.seq)), 0) AS cost_usd
-    FROM {events} e WHERE e.run_id = r.id AND e.type = 'ModelCallCompleted') t ON true""")
+#: A run's total for a sort by it: kept in its row once it has finished, else added up now
+#: (``run_totals()``: only for the runs still working, as COALESCE evaluates it only then).
+TOTAL = "COALESCE(r.{column}, (SELECT t.{column} FROM {{run_totals}}(r.id) t))"
 
 #: What each sort orders by (a number, returned as ``sort_key`` so the runs of several agents
 #: are merged in the same order) and whether it needs the totals.
 SORT_KEYS: dict[str, tuple[str, bool]] = {
     "created": ("extract(epoch FROM r.created_at)", False),
     "duration": ("extract(epoch FROM COALESCE(r.finished_at, now()) - r.created_at)", False),
-    "cost": ("t.cost_usd", True),
-    "model_calls": ("t.model_calls", True),
-    "steps": ("t.steps", True),
+    "cost": (TOTAL.format(column="cost_usd"), True),
+    "model_calls": (TOTAL.format(column="model_calls"), True),
+    "steps": (TOTAL.format(column="steps"), True),
 }
 
 
@@ -85,15 +76,17 @@ def search_statement(schema: str, search: RunSearch, limit: int, offset: int
         params["text"] = search.text
     key, totals = SORT_KEYS[search.sort]
     direction = sql.SQL("DESC" if search.descending else "ASC")
-    events = sql.Identifier(schema, "events")
-    statement = sql.SQL("SELECT {columns}, {key} AS sort_key FROM {runs} r{totals}"
-                        "{where} ORDER BY sort_key {direction} NULLS LAST, r.created_at DESC,"
-                        " r.id DESC LIMIT %(limit)s OFFSET %(offset)s").format(
-        columns=COLUMNS, key=sql.SQL(key), runs=sql.Identifier(schema, "runs"),
-        totals=TOTALS.format(events=events) if totals else sql.SQL(""),
+    # newest (or oldest) first: in the order of runs_created_idx, which then serves the page
+    order = (sql.SQL("r.created_at {d}, r.id {d}").format(d=direction)
+             if search.sort == "created" else
+             sql.SQL("sort_key {d} NULLS LAST, r.created_at DESC, r.id DESC").format(d=direction))
+    statement = sql.SQL("SELECT {columns}, {key} AS sort_key FROM {runs} r{where} ORDER BY "
+                        "{order} LIMIT %(limit)s OFFSET %(offset)s").format(
+        columns=COLUMNS, key=sql.SQL(key).format(
+            run_totals=sql.Identifier(schema, "run_totals")) if totals else sql.SQL(key),
+        runs=sql.Identifier(schema, "runs"),
         where=sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions
-        else sql.SQL(""),
-        direction=direction)
+        else sql.SQL(""), order=order)
     return statement, params
 
 

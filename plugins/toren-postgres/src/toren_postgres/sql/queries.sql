@@ -1119,17 +1119,12 @@ LEFT JOIN LATERAL (
 ORDER BY b.name;
 
 -- run_totals --
--- RunTotals of a page of runs (RunReader.run_totals), as receipts count them: every model call
--- and step; the cost of the calls after each task's TaskForked (a fork's copied calls are free).
-SELECT e.run_id::text, count(*),
-       count(*) FILTER (WHERE COALESCE(e.data->>'purpose', 'step') = 'step'),
-       COALESCE(sum((e.data->>'cost_usd')::float8)
-                FILTER (WHERE f.fork_at IS NULL OR e.seq > f.fork_at), 0),
-       count(*) FILTER (WHERE (f.fork_at IS NULL OR e.seq > f.fork_at)
-                        AND json_typeof(e.data->'cost_usd') IS DISTINCT FROM 'number')
-FROM {events} e
-LEFT JOIN (SELECT run_id, stream, max(seq) AS fork_at FROM {events}
-           WHERE run_id = ANY(%(run_ids)s::uuid[]) AND type = 'TaskForked'
-           GROUP BY run_id, stream) f ON f.run_id = e.run_id AND f.stream = e.stream
-WHERE e.run_id = ANY(%(run_ids)s::uuid[]) AND e.type = 'ModelCallCompleted'
-GROUP BY e.run_id;
+-- RunTotals of a page of runs (RunReader.run_totals): those a finished run keeps in its row,
+-- else added up now (run_totals(), agent migration 0029); runs without model calls left out.
+SELECT r.id::text, t.model_calls, t.steps, t.cost_usd, t.cost_unknown_calls
+FROM {runs} r, LATERAL (
+    SELECT r.model_calls, r.steps, r.cost_usd, r.cost_unknown_calls
+    WHERE r.model_calls IS NOT NULL
+    UNION ALL
+    SELECT * FROM {run_totals}(r.id) WHERE r.model_calls IS NULL) t
+WHERE r.id = ANY(%(run_ids)s::uuid[]) AND t.model_calls > 0;
