@@ -58,8 +58,9 @@ def _moment(query: Any, name: str, *, end: bool = False) -> datetime | None:
     """An ISO 8601 date or date-time parameter, UTC when it names no offset. A bare date as
     ``until`` means the end of that day (``until=2026-12-04`` includes the 4th)."""
     value = query.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
+    value = value.upper()  # RFC 3339 allows "t" and "z"
     try:
         if len(value) == 10:
             start = datetime.combine(date.fromisoformat(value), time(), UTC)
