@@ -12,7 +12,14 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from toren.plugin import Settings
-from toren.plugin.drivers import Event, RunReader, RunRecord, schema_name_for
+from toren.plugin.drivers import (
+    Event,
+    ModelCosts,
+    Period,
+    RunReader,
+    RunRecord,
+    schema_name_for,
+)
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.migrations import registered_agents
 from toren_postgres.notices import AppendNotices
@@ -112,6 +119,23 @@ class PostgresRunReader(PostgresConnection, RunReader):
             except psycopg.DataError:
                 return []  # not a UUID
             return [_record(agent, row) for row in await cursor.fetchall()]
+
+    async def costs(self, agents: Sequence[str], since: datetime, until: datetime,
+                    period: Period) -> list[ModelCosts]:
+        registered = set(await registered_agents(self.pool))
+        params = {"period": period, "since": since, "until": until}
+        found: list[ModelCosts] = []
+        for name in agents:
+            if name not in registered:
+                continue  # never ran here: no tables, no calls
+            async with self.pool.connection() as conn:
+                cursor = await conn.execute(agent_query("model_costs", schema_name_for(name)),
+                                            params)
+                rows = await cursor.fetchall()
+            found += [ModelCosts(name, model or "", bucket, calls, cost, unknown, tokens_in,
+                                 tokens_out)
+                      for bucket, model, calls, cost, unknown, tokens_in, tokens_out in rows]
+        return found
 
     async def child_runs(self, run_id: str) -> list[RunRecord]:
         found: list[RunRecord] = []

@@ -285,6 +285,33 @@ SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, cre
 FROM {runs} WHERE forked_from = %(run_id)s
 ORDER BY created_at, id;
 
+-- model_costs --
+-- What the model calls completed in [since, until) cost per UTC day or ISO week and model
+-- (GET /costs), found through events_model_calls_idx (agent migration 0028). Each call's data
+-- is parsed once (json_to_record). A fork's calls before its task's last TaskForked were
+-- copied from its source, which paid for them: left out, as the receipt leaves them out
+-- (the markers are few: events_task_forked_idx).
+WITH forked AS (
+    SELECT run_id, stream, max(seq) AS at
+    FROM {events} WHERE type = 'TaskForked'
+    GROUP BY run_id, stream
+)
+SELECT date_trunc(%(period)s, e.created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS bucket,
+       d.model,
+       count(*) AS calls,
+       COALESCE(sum(d.cost_usd), 0)::float8 AS cost_usd,
+       count(*) FILTER (WHERE d.cost_usd IS NULL) AS unknown_cost_calls,
+       COALESCE(sum((d.usage->>'input_tokens')::bigint), 0)::bigint AS input_tokens,
+       COALESCE(sum((d.usage->>'output_tokens')::bigint), 0)::bigint AS output_tokens
+FROM {events} e
+CROSS JOIN LATERAL json_to_record(e.data) AS d(model text, cost_usd float8, usage json)
+LEFT JOIN forked f ON f.run_id = e.run_id AND f.stream = e.stream
+WHERE e.type = 'ModelCallCompleted'
+  AND e.created_at >= %(since)s AND e.created_at < %(until)s
+  AND (f.at IS NULL OR e.seq > f.at)
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
 -- agent_consent --
 -- Whether an agent is registered, and whom it accepts calls from (acceptsFrom:).
 SELECT accepts_from FROM toren_control.agents WHERE name = %(name)s;
