@@ -32,6 +32,8 @@ def test_the_ends_are_widened_to_whole_periods_and_read_as_utc() -> None:
         "day", datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 2, tzinfo=UTC))
     assert costs_window("week", "2026-12-03", "2026-12-03T01:00") == (
         "week", datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 7, tzinfo=UTC))
+    assert costs_window("day", "2026-12-01t10:00:00z", "2026-12-01T23:59:60Z")[1:] == (
+        datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 2, tzinfo=UTC))
     assert bucket_start(datetime(2026, 12, 6, 23, 59, tzinfo=UTC), "week") == datetime(
         2026, 11, 30, tzinfo=UTC)
 
@@ -44,6 +46,7 @@ def test_the_ends_are_widened_to_whole_periods_and_read_as_utc() -> None:
     ("day", "2026-12-01\x00", None, InvalidCostsQuery),
     ("day", "2026-12-01'; DROP TABLE runs; --", None, InvalidCostsQuery),
     ("day", "9" * 1000, None, InvalidCostsQuery),
+    ("day", " 2026-12-01", None, InvalidCostsQuery),
     ("day", "2026-12-02", "2026-12-01", InvalidCostsWindow),
     ("day", "2025-01-01", "2026-12-01", InvalidCostsWindow),
     ("week", "2024-01-01", "2026-01-01", InvalidCostsWindow),

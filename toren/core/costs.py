@@ -3,6 +3,7 @@ the console's Costs page): the window's parsing and the report built from the st
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -17,6 +18,7 @@ PERIODS: tuple[Period, ...] = ("day", "week")
 MAX_WINDOW_DAYS = 366
 #: The window when none is given: the last 30 days, or the last 12 weeks (today's included).
 DEFAULT_BUCKETS: Mapping[Period, int] = {"day": 30, "week": 12}
+_LEAP_SECOND = re.compile(r":60(?=[.Z+-]|$)")
 _STEP: Mapping[Period, timedelta] = {"day": timedelta(days=1), "week": timedelta(weeks=1)}
 #: What a figure row adds up (``ModelCosts``' counts), in the JSON's order.
 FIGURES = ("calls", "cost_usd", "unknown_cost_calls", "input_tokens", "output_tokens")
@@ -61,11 +63,13 @@ def bucket_start(moment: datetime, period: Period) -> datetime:
 
 
 def _moment(text: str, name: str) -> datetime:
-    if len(text) > 40 or not text.isprintable():
+    if len(text) > 40 or not text.isprintable() or text != text.strip():
         raise InvalidCostsQuery(f"{name} must be an ISO 8601 date or time (such as 2026-01-31 "
                                 "or 2026-01-31T12:00:00Z), of at most 40 characters")
+    # RFC 3339 allows a lowercase t and z, and a leap second (read as the second before it)
+    readable = _LEAP_SECOND.sub(":59", text.upper())
     try:
-        moment = datetime.fromisoformat(text.strip())
+        moment = datetime.fromisoformat(readable)
     except ValueError:
         raise InvalidCostsQuery(f"{name} {text!r} is not an ISO 8601 date or time (such as "
                                 "2026-01-31 or 2026-01-31T12:00:00Z)") from None
