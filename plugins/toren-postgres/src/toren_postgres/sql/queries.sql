@@ -287,28 +287,17 @@ ORDER BY created_at, id;
 
 -- model_costs --
 -- What the model calls completed in [since, until) cost per UTC day or ISO week and model
--- (GET /costs), found through events_model_calls_idx (agent migration 0028). Each call's data
--- is parsed once (json_to_record). A fork's calls before its task's last TaskForked were
--- copied from its source, which paid for them: left out, as the receipt leaves them out
--- (the markers are few: events_task_forked_idx).
-WITH forked AS (
-    SELECT run_id, stream, max(seq) AS at
-    FROM {events} WHERE type = 'TaskForked'
-    GROUP BY run_id, stream
-)
-SELECT date_trunc(%(period)s, e.created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS bucket,
-       d.model,
+-- (GET /costs): model_call_costs (agent migration 0028, a fork's copied calls not in it),
+-- read through its index on created_at alone.
+SELECT date_trunc(%(period)s, created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS bucket,
+       model,
        count(*) AS calls,
-       COALESCE(sum(d.cost_usd), 0)::float8 AS cost_usd,
-       count(*) FILTER (WHERE d.cost_usd IS NULL) AS unknown_cost_calls,
-       COALESCE(sum((d.usage->>'input_tokens')::bigint), 0)::bigint AS input_tokens,
-       COALESCE(sum((d.usage->>'output_tokens')::bigint), 0)::bigint AS output_tokens
-FROM {events} e
-CROSS JOIN LATERAL json_to_record(e.data) AS d(model text, cost_usd float8, usage json)
-LEFT JOIN forked f ON f.run_id = e.run_id AND f.stream = e.stream
-WHERE e.type = 'ModelCallCompleted'
-  AND e.created_at >= %(since)s AND e.created_at < %(until)s
-  AND (f.at IS NULL OR e.seq > f.at)
+       COALESCE(sum(cost_usd), 0)::float8 AS cost_usd,
+       count(*) FILTER (WHERE cost_usd IS NULL) AS unknown_cost_calls,
+       sum(input_tokens)::bigint AS input_tokens,
+       sum(output_tokens)::bigint AS output_tokens
+FROM {model_call_costs}
+WHERE created_at >= %(since)s AND created_at < %(until)s
 GROUP BY 1, 2
 ORDER BY 1, 2;
 
