@@ -49,6 +49,7 @@ def test_the_ends_are_widened_to_whole_periods_and_read_as_utc() -> None:
     ("day", " 2026-12-01", None, InvalidCostsQuery),
     ("day", "2026-12-02", "2026-12-01", InvalidCostsWindow),
     ("day", "2025-01-01", "2026-12-01", InvalidCostsWindow),
+    ("day", "2025-11-30", "2026-12-01", InvalidCostsWindow),  # 367 days
     ("week", "2024-01-01", "2026-01-01", InvalidCostsWindow),
     ("day", "9999-12-31", "9999-12-31T12:00", InvalidCostsWindow),
     ("day", None, "0001-01-01", InvalidCostsWindow),
@@ -61,8 +62,15 @@ def test_a_malformed_parameter_or_window_is_refused(period: str, since: str | No
     assert "\x00" not in str(raised.value)
 
 
+def test_an_until_that_is_a_date_includes_that_day() -> None:
+    assert costs_window("day", "2026-12-01", "2026-12-01", NOW)[1:] == (
+        datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 2, tzinfo=UTC))
+    assert costs_window("day", "2026-12-01", "2026-12-02T00:00:00Z", NOW)[2] == datetime(
+        2026, 12, 2, tzinfo=UTC)
+
+
 def test_a_year_by_day_and_53_weeks_by_week_are_allowed() -> None:
-    assert costs_window("day", "2025-12-01", "2026-12-01", NOW)[1:] == (
+    assert costs_window("day", "2025-12-01", "2026-11-30", NOW)[1:] == (
         datetime(2025, 12, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
     _, since, until = costs_window("week", "2025-12-01", "2026-12-01", NOW)
     assert until - since == timedelta(weeks=53)

@@ -18,6 +18,7 @@ PERIODS: tuple[Period, ...] = ("day", "week")
 MAX_WINDOW_DAYS = 366
 #: The window when none is given: the last 30 days, or the last 12 weeks (today's included).
 DEFAULT_BUCKETS: Mapping[Period, int] = {"day": 30, "week": 12}
+_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _LEAP_SECOND = re.compile(r":60(?=[.Z+-]|$)")
 _STEP: Mapping[Period, timedelta] = {"day": timedelta(days=1), "week": timedelta(weeks=1)}
 #: What a figure row adds up (``ModelCosts``' counts), in the JSON's order.
@@ -80,10 +81,11 @@ def costs_window(period: str | None, since: str | None, until: str | None,
                  now: datetime | None = None) -> tuple[Period, datetime, datetime]:
     """The period and the window ``[since, until)`` of a report, from the query's text: both
     ends moved out to whole periods (``since`` to the start of its period, ``until`` to the
-    end of the one it falls in); by default the last ``DEFAULT_BUCKETS`` periods up to the one
-    holding ``until`` (or now). ``InvalidCostsQuery`` for a period other than ``day`` or
-    ``week`` or a malformed date; ``InvalidCostsWindow`` for ``until`` not after ``since`` or
-    more than ``MAX_WINDOW_DAYS`` between them.
+    end of the one it falls in; an ``until`` that is a date, not a time, includes that day,
+    as a person picking "from ... to ..." means it); by default the last ``DEFAULT_BUCKETS``
+    periods up to the one holding ``until`` (or now). ``InvalidCostsQuery`` for a period
+    other than ``day`` or ``week`` or a malformed date; ``InvalidCostsWindow`` for ``until``
+    not after ``since`` or more than ``MAX_WINDOW_DAYS`` between them.
     """
     chosen = period if period is not None else "day"
     if chosen not in PERIODS:
@@ -92,6 +94,8 @@ def costs_window(period: str | None, since: str | None, until: str | None,
     step = _STEP[chosen]
     end = _moment(until, "until") if until is not None else (now or datetime.now(UTC))
     try:
+        if until is not None and _DATE_ONLY.match(until):
+            end += timedelta(days=1)
         last = bucket_start(end, chosen)
         end_at = last if end == last else last + step
         start_at = (bucket_start(_moment(since, "since"), chosen) if since is not None

@@ -50,14 +50,15 @@ class RunReader(abc.ABC):
 
     async def costs(self, agents: Sequence[str], since: datetime, until: datetime,
                     period: Period) -> list[ModelCosts]:
-        """What the model calls of ``agents`` completed in ``[since, until)`` cost, one row per
-        agent, model and UTC ``period`` (``day``, or ISO ``week`` from Monday) that had any
-        (``ModelCosts``: calls, cost of the priced ones, calls without a price, tokens), by
-        the time each ``ModelCallCompleted`` was appended. A fork's calls copied from its
-        source (before its task's ``TaskForked``) are left out: the source made and paid
-        them (the receipt's rule). An agent that never ran has no rows. A store may keep
-        counting the calls of runs archived since (the ``postgres`` store does: its
-        ``model_call_costs`` outlive their events, so a year's history stays whole).
+        """What the model calls of ``agents`` completed in ``[since, until)`` (UTC midnights:
+        the starts of days or weeks) cost, one row per agent, model and UTC ``period``
+        (``day``, or ISO ``week`` from Monday) that had any (``ModelCosts``: calls, cost of
+        the priced ones, calls without a price, tokens), by the time each
+        ``ModelCallCompleted`` was appended. A fork's calls copied from its source (before
+        its task's ``TaskForked``) are left out: the source made and paid them (the
+        receipt's rule). An agent that never ran has no rows. A store may keep counting the
+        calls of runs archived since (the ``postgres`` store does: its ``model_call_costs``
+        outlive their events, so a year's history stays whole).
 
         Called by ``CostsService.report`` (``GET /costs``, the console's Costs page) with a
         window of at most a year; it must stay fast over the whole log. Plugin API 1.6; a

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -123,7 +123,9 @@ class PostgresRunReader(PostgresConnection, RunReader):
     async def costs(self, agents: Sequence[str], since: datetime, until: datetime,
                     period: Period) -> list[ModelCosts]:
         registered = set(await registered_agents(self.pool))
-        params = {"period": period, "since": since, "until": until}
+        # whole UTC days: the service's windows start and end on periods' starts
+        params = {"period": period, "since": since.astimezone(UTC).date(),
+                  "until": until.astimezone(UTC).date()}
         found: list[ModelCosts] = []
         for name in agents:
             if name not in registered:

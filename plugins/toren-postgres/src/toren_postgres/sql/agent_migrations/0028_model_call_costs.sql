@@ -15,14 +15,18 @@ CREATE TABLE model_call_costs (
     stream        text NOT NULL,
     seq           integer NOT NULL,
     created_at    timestamptz NOT NULL,
+    -- the UTC day, which the report groups by: a column of its own has statistics, so the
+    -- planner knows there are a few hundred groups (a hash), where date_trunc() of created_at
+    -- left it guessing hundreds of thousands (a sort spilled to disk: 2.5x slower)
+    day           date GENERATED ALWAYS AS ((created_at AT TIME ZONE 'UTC')::date) STORED,
     model         text NOT NULL,
     cost_usd      float8,
     input_tokens  bigint NOT NULL,
     output_tokens bigint NOT NULL,
     PRIMARY KEY (run_id, stream, seq)
 );
--- the report reads a window of it from this index alone (an index-only scan once vacuumed)
-CREATE INDEX model_call_costs_created_idx ON model_call_costs (created_at)
+-- the report reads a window of days from this index alone (an index-only scan once vacuumed)
+CREATE INDEX model_call_costs_day_idx ON model_call_costs (day)
     INCLUDE (model, cost_usd, input_tokens, output_tokens);
 
 -- forks' markers, which the trigger looks for after each call (few: one per forked task)
