@@ -1,6 +1,6 @@
 """``GET /costs`` over real HTTP on real Postgres: what runs' model calls cost per day, agent
-and model (a fork's copied calls not counted again: the figures add up to the runs' receipts),
-the budgets and the day's use, the client, a key limited to one agent, hostile parameters, and
+and model (a fork's copied calls not counted again: the figures add up to the runs' receipts;
+archived and restored runs count once), the budgets and the day's use, the client, a key limited to one agent, hostile parameters, and
 501 from a store that does not add up costs."""
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import psycopg
 import pytest
 
 from tests.e2e.test_http_api import conforms
 from tests.integration.test_fork_replay import PLAN, TOOLS
 from toren.client import TorenClient
+from toren.core.costs import costs_window
 from toren.host.runtime import Runtime
 from toren.seams.store.reader import RunReader
 from toren.server.app import create_app
@@ -146,3 +148,29 @@ async def test_a_store_that_does_not_add_up_costs_answers_501(
     status, body = await get(url, "/costs", headers)
     assert status == 501 and body["error"]["code"] == "not_supported"
     assert "does not add up costs" in body["error"]["message"]
+
+
+async def test_archived_and_restored_runs_count_once(make_runtime: Any, tmp_path: Path,
+                                                     database_url: str) -> None:
+    models = {"paid": ScriptedModel(cost_usd=STEP_COST)}
+    runtime = await make_runtime(
+        dirs=[write_agent_dir(tmp_path, "calc", tools_py=TOOLS, model="test/paid",
+                              retention="30d")],
+        models=models, archive_url=(tmp_path / "archive").as_uri())
+    source = await finished(runtime, "calc", PLAN)
+    fork = await runtime.forks.fork(source, 3)  # three copied steps, one live
+    await runtime.wait_for_run(fork.id, timeout_s=60)
+    window = costs_window("day", None, None)
+
+    async def totals() -> tuple[int, float]:
+        report = await runtime.costs.report(*window, ["calc"])
+        return report["totals"]["calls"], round(report["totals"]["cost_usd"], 10)
+
+    assert await totals() == (5, 0.05)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("UPDATE agent_calc.runs SET finished_at = now() - interval '40 days'")
+    assert (await runtime.archive_runs())["agents"]["calc"]["archived"] == 2
+    assert await totals() == (5, 0.05)  # the cost history outlives the hot tables
+    await runtime.archive.restore(fork.id)
+    await runtime.archive.restore(source)
+    assert await totals() == (5, 0.05)
