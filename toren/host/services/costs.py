@@ -10,6 +10,7 @@ from typing import Any
 from toren.agents import AgentSpec
 from toren.core.costs import Period, costs_report, today_utc
 from toren.seams.store.budgets import BudgetLedger
+from toren.seams.store.migrations import Migrator
 from toren.seams.store.reader import RunReader
 
 #: The run id the day's spend is read with: no run has it (``BudgetLedger.spend`` needs one).
@@ -17,14 +18,22 @@ _NO_RUN = "00000000-0000-0000-0000-000000000000"
 
 
 class CostsService:
-    """The costs report over the store's ``RunReader.costs`` and the ``BudgetLedger``.
+    """The costs report over the store's ``RunReader.costs`` and the ``BudgetLedger``, for
+    the served ``agents`` (or, when none is, every agent registered in the database: ``toren
+    costs`` on this machine's database, whose agents' budgets it does not know).
     ``runtime.costs``; needs the store open."""
 
     def __init__(self, reader: RunReader, budgets: BudgetLedger,
-                 agents: Mapping[str, AgentSpec]) -> None:
+                 agents: Mapping[str, AgentSpec], registered: Migrator) -> None:
         self._reader = reader
         self._budgets = budgets
         self._agents = agents
+        self._registered = registered
+
+    async def agents(self) -> list[str]:
+        """The agents a report covers by default: the served ones, else every registered one,
+        by name."""
+        return sorted(self._agents or await self._registered.registered_agents())
 
     async def report(self, period: Period, since: datetime, until: datetime,
                      agents: Sequence[str]) -> dict[str, Any]:
@@ -40,10 +49,12 @@ class CostsService:
 
     async def budget(self, agent: str) -> dict[str, Any]:
         """``{"agent", "run_budget_usd", "daily_budget_usd", "today"}``: the agent's budgets
-        (``null`` when it has none) and, when it has either, ``today``: ``{"day",
-        "spent_usd", "remaining_usd"}`` (``remaining_usd`` null without a daily budget)."""
-        limits = self._agents[agent].limits
-        run_budget, daily_budget = limits.max_budget_usd, limits.daily_budget_usd
+        (``null`` when it has none, or is not served here) and, when it has either,
+        ``today``: ``{"day", "spent_usd", "remaining_usd"}`` (``remaining_usd`` null without a
+        daily budget)."""
+        spec = self._agents.get(agent)
+        run_budget = spec.limits.max_budget_usd if spec is not None else None
+        daily_budget = spec.limits.daily_budget_usd if spec is not None else None
         today = None
         if run_budget is not None or daily_budget is not None:
             spend = await self._budgets.spend(agent, _NO_RUN, None, daily_budget)
