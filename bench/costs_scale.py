@@ -156,6 +156,7 @@ async def main() -> None:
                 size = conn.execute(f"SELECT pg_size_pretty(pg_total_relation_size("
                                     f"'\"{schema}\".events'))").fetchone()
             log(f"seeded in {time.perf_counter() - started:.0f}s")
+            year_ago = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 365 * 86400))
             runner, base = await serve_on_free_port(create_app(runtime, require_keys=False))
             try:
                 async with aiohttp.ClientSession() as http:
@@ -165,8 +166,7 @@ async def main() -> None:
                         "12 weeks by week": await timed(http, f"{base}/costs?period=week",
                                                         args.repeat),
                         "a year by day": await timed(
-                            http, f"{base}/costs?since={time.strftime('%Y-%m-%d', time.gmtime(time.time() - 365 * 86400))}",
-                            args.repeat),
+                            http, f"{base}/costs?since={year_ago}", args.repeat),
                         "one agent, today": await timed(
                             http, f"{base}/costs?agent={AGENT}&since="
                                   f"{time.strftime('%Y-%m-%d', time.gmtime())}", args.repeat),

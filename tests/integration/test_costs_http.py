@@ -1,7 +1,7 @@
 """``GET /costs`` over real HTTP on real Postgres: what runs' model calls cost per day, agent
 and model (a fork's copied calls not counted again: the figures add up to the runs' receipts;
-archived and restored runs count once), the budgets and the day's use, the client, a key limited to one agent, hostile parameters, and
-501 from a store that does not add up costs."""
+archived and restored runs count once), the budgets and the day's use, the client, a key
+limited to one agent, hostile parameters, and 501 from a store that does not add up costs."""
 
 from __future__ import annotations
 
