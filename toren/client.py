@@ -295,6 +295,22 @@ class Forked(TypedDict):
     fork: dict[str, Any]
 
 
+class CostsReport(TypedDict):
+    """What model calls cost per day or week (``GET /costs``): ``buckets`` (every period of
+    the window, each with its figures and ``costs`` per agent and model), ``agents`` (each
+    with its totals per model), ``totals``, and ``budgets`` (each agent's limits and the UTC
+    day's use). Figures are ``calls``, ``cost_usd``, ``unknown_cost_calls``,
+    ``input_tokens`` and ``output_tokens``."""
+
+    period: str
+    since: str
+    until: str
+    buckets: list[dict[str, Any]]
+    agents: list[dict[str, Any]]
+    totals: dict[str, Any]
+    budgets: list[dict[str, Any]]
+
+
 class AgentVersion(TypedDict):
     """One version of an agent's definition (``GET /agents/{name}/versions``)."""
 
@@ -910,6 +926,16 @@ class TorenClient:
             "GET", "/runs/{run_id}/diff/{other_run_id}", run_id=run_a, other_run_id=run_b)
         return result
 
+    async def costs(self, *, period: str = "day", since: str | None = None,
+                    until: str | None = None, agent: str | None = None) -> CostsReport:
+        """What the served agents' model calls cost per ``period`` (``day`` or ``week``) in
+        the window ``since``..``until`` (ISO 8601 dates or times, widened to whole periods; by
+        default the last 30 days or 12 weeks), per agent and model, with each agent's budgets
+        and today's use (``GET /costs``; a fork's copied calls are not counted again)."""
+        result: CostsReport = await self._request("GET", "/costs", params={
+            "period": period, "since": since, "until": until, "agent": agent})
+        return result
+
     # -- agent versions (issue 26 part 2) --------------------------------------------------
 
     async def agent_versions(self, agent: str) -> AgentVersions:
@@ -1117,6 +1143,7 @@ class SyncTorenClient:
     receipt = _blocking(TorenClient.receipt)
     children = _blocking(TorenClient.children)
     forks = _blocking(TorenClient.forks)
+    costs = _blocking(TorenClient.costs)
     webhooks = _blocking(TorenClient.webhooks)
     list_runs = _blocking(TorenClient.list_runs)
     events = _blocking(TorenClient.events)

@@ -53,6 +53,11 @@ CASES = [
     ("GET", "/runs?limit=1e9", None, 400, "invalid_limit"),
     ("GET", "/runs?cursor=" + "A" * 4000, None, 400, "invalid_cursor"),
     ("GET", "/runs?kind=robot", None, 400, "invalid_kind"),
+    ("GET", "/costs?since=%00", None, 400, "invalid_costs_query"),
+    ("GET", "/costs?until=%27%20OR%201%3D1%20--", None, 400, "invalid_costs_query"),
+    ("GET", "/costs?period=" + "9" * 5000, None, 400, "invalid_costs_query"),
+    ("GET", "/costs?since=1970-01-01&until=2026-01-01", None, 400, "invalid_costs_window"),
+    ("GET", "/costs?agent=..%2F..%2Fetc%2Fpasswd", None, 404, "agent_not_found"),
 ]
 
 

@@ -117,9 +117,11 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
 #: Error codes of schema-valid requests that the document says (in words) are refused: only
 #: the strings Toren made are cursors, and only JSON the run log can store is a body. A fork's
 #: step must be one the run has, and its model one a provider serves. A webhook's URL must have
-#: a host that is no private address (docs/guides/webhooks.md).
+#: a host that is no private address (docs/guides/webhooks.md). A costs report's since and
+#: until must make a window of at most a year, within the years 1 to 9999.
 REFUSED_BEYOND_SCHEMA = frozenset({"invalid_cursor", "unstorable_value", "invalid_fork_step",
                                    "invalid_fork_override", "invalid_webhook",
+                                   "invalid_costs_window",
                                    # a date the calendar lacks (Feb 30, a leap second), or a
                                    # range that ends before it starts (GET /runs)
                                    "invalid_since", "invalid_until", "invalid_range"})

@@ -26,7 +26,7 @@ AGENT_TABLES = {"runs", "events", "prompts", "tool_blobs", "tool_manifests"}
 #: The tables of each agent's schema.
 AGENT_TABLES = {"runs", "events", "prompts", "budget_reservations", "budget_warnings",
                 "tool_blobs", "tool_manifests", "agent_versions", "definition_files",
-                "archived_runs"}
+                "archived_runs", "model_call_costs"}
 
 
 def agent(parent: Path, name: str, directory: str | None = None) -> AgentSpec:

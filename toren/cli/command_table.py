@@ -48,6 +48,10 @@ KERNEL_COMMANDS: tuple[KernelCommand, ...] = (
                   "revoked; files uploaded and deleted; schedules paused, resumed, triggered), "
                   "allowed, denied or failed, with who, when, from where and how it ended. "
                   "Through --url the key needs the audit:read scope."),
+    KernelCommand("costs", "toren.cli.costs:costs", "What the agents' model calls cost per day "
+                  "or week: a bar per period, the calls, tokens and cost per agent and model, "
+                  "and each agent's budgets with today's use (through --url: the server's agents "
+                  "and their limits)."),
     KernelCommand("jobs", "toren.cli.jobs:app", "Runs: list, show, receipt, cancel, answer, "
                   "signal, fork, diff, upgrade."),
     KernelCommand("db", "toren.cli.db:app", "Database maintenance."),

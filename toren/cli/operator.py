@@ -27,6 +27,7 @@ from toren.cli.files import add_path, cli_uploader, describe_stored
 from toren.cli.output import safe
 from toren.core.actors import cli_actor
 from toren.core.audit import AuditQuery, parse_moment
+from toren.core.costs import costs_window
 from toren.core.events import Event
 from toren.core.webhooks import WebhookSubscription
 from toren.errors import ApprovalNotFound, ConfigError, RunNotFound, TorenError
@@ -216,6 +217,12 @@ class Operator(abc.ABC):
     async def audit(self, filters: JsonDict) -> list[JsonDict]:
         """Entries of the audit trail, newest first (``toren audit``, ``GET /audit``):
         ``filters`` are ``GET /audit``'s query parameters (``since``/``until`` as given)."""
+
+    @abc.abstractmethod
+    async def costs(self, *, period: str, since: str | None, until: str | None,
+                    agent: str | None) -> JsonDict:
+        """What model calls cost per day or week, agent and model, with the budgets
+        (``toren costs``, ``GET /costs``; the parameters as given)."""
 
     async def attach(self, sources: Sequence[Path | str],
                      say: Callable[[str], None] | None = None) -> list[JsonDict]:
@@ -505,6 +512,14 @@ class LocalOperator(Operator):
         return [archived_json(run) for run in
                 await self.runtime.archive.list(agent=agent, limit=limit)]
 
+    async def costs(self, *, period: str, since: str | None, until: str | None,
+                    agent: str | None) -> JsonDict:
+        window = costs_window(period, since, until)
+        agents = await self.runtime.costs.agents()
+        if agent is not None and agent not in agents:
+            raise ConfigError(f"no agent named {agent!r} in {self.database}")
+        return await self.runtime.costs.report(*window, [agent] if agent else agents)
+
     async def audit(self, filters: JsonDict) -> list[JsonDict]:
         moments = {name: parse_moment(filters[name], name) if filters.get(name) else None
                    for name in ("since", "until")}
@@ -698,6 +713,11 @@ class RemoteOperator(Operator):
 
     async def restore_run(self, run_id: str) -> JsonDict:
         return dict(await self.client.restore_run(run_id))
+
+    async def costs(self, *, period: str, since: str | None, until: str | None,
+                    agent: str | None) -> JsonDict:
+        return dict(await self.client.costs(period=period, since=since, until=until,
+                                            agent=agent))
 
     async def audit(self, filters: JsonDict) -> list[JsonDict]:
         page = await self.client.audit(**filters)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from toren.core.costs import ModelCosts, Period
 from toren.core.events import Event
 from toren.core.retention import (
     ArchiveDigest,
@@ -129,6 +130,10 @@ class ArchivedRunReader(RunReader):
 
     async def fork_runs(self, agent: str, run_id: str) -> list[RunRecord]:
         return await self.store.fork_runs(agent, run_id)
+
+    async def costs(self, agents: Sequence[str], since: datetime, until: datetime,
+                    period: Period) -> list[ModelCosts]:
+        return await self.store.costs(agents, since, until, period)
 
     async def load_events(self, agent: str, run_id: str,
                           after: Mapping[str, int] | None = None) -> list[Event]:

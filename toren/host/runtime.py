@@ -53,6 +53,7 @@ from toren.host.services import (
     ApprovalsService,
     ArchiveService,
     AuditLog,
+    CostsService,
     DatabaseService,
     FilesService,
     FleetService,
@@ -212,6 +213,8 @@ class Runtime:
         self.audit = AuditLog(self.store)
         #: Forks of runs (a copied log, then live) and diffs between runs.
         self.forks = ForksService(self.store, self.store, self.store, self.check_model)
+        #: What the served agents' model calls cost per day or week, and their budgets' use.
+        self.costs = CostsService(self.store, self.store, self.agents, self.store)
         #: What this runtime hands its channels (``Channel.start``, ``routes``,
         #: ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more.
         self.channel_context: ChannelContext = RuntimeChannelContext(

@@ -18,6 +18,7 @@ from toren.core.budgets import (
     BudgetSpend,
     decide_reservation,
 )
+from toren.core.costs import ModelCosts, Period
 from toren.core.events import ApprovalRequested, Event, NewEvent, QuestionAsked
 from toren.core.questions import QuestionRecord
 from toren.core.retention import ArchiveDigest, record_from_row, run_row
@@ -116,8 +117,8 @@ __all__ = [
     "BudgetSpend", "ChannelChats", "ChannelInbox", "ChannelOutbox", "ChildLink", "Event",
     "FileContent", "FileStore", "FiredSlot", "FleetGauges", "FleetReader", "ForkStore",
     "Guardian", "KeyNameTaken", "KeyStore", "Lease", "LeaseBusy", "LiveText", "ManifestSeqTaken",
-    "MessageHandOff", "Migration", "Migrator", "NewEvent", "Outbox", "OutboxEntry",
-    "OutgoingMessage", "PromptStore", "QuestionAsked", "QuestionRecord", "QuestionStore",
+    "MessageHandOff", "Migration", "Migrator", "ModelCosts", "NewEvent", "Outbox", "OutboxEntry",
+    "OutgoingMessage", "Period", "PromptStore", "QuestionAsked", "QuestionRecord", "QuestionStore",
     "Queue", "QueueGauge", "QueueMessage", "RateDecision", "RateLimitStore", "RateRequest",
     "RateSettlement", "RunArchiveIndex",
     "RunFactory", "RunInFlight", "RunLog", "RunReader", "RunRecord", "RunSearch",

@@ -15,6 +15,7 @@ from toren.schemas import load_schema
 from toren.server import (
     approvals,
     console,
+    costs,
     files,
     forks,
     me,
@@ -85,6 +86,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     questions.routes(app)
     schedules.routes(app)
     forks.routes(app)
+    costs.routes(app)
     versions.routes(app)
     archive_routes.routes(app)
     audit_routes.routes(app)

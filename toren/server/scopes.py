@@ -59,6 +59,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/runs/{run_id}/restore"): "runs:manage",
     ("POST", "/archive"): "runs:manage",
     ("GET", "/archived-runs"): "runs:read",
+    ("GET", "/costs"): "runs:read",
     ("POST", "/sessions"): "sessions:write",
     ("GET", "/sessions/{session_id}"): "sessions:read",
     ("POST", "/sessions/{session_id}/messages"): "sessions:write",

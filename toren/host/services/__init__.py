@@ -1,7 +1,8 @@
 """The host API by noun: small services the ``Runtime`` composes (``runtime.files``,
 ``runtime.keys``, ``runtime.database``, ``runtime.fleet``, ``runtime.runs``,
-``runtime.schedules``, ``runtime.approvals``, ``runtime.forks``, ``runtime.archive``,
-``runtime.sessions``, ``runtime.questions``, ``runtime.signals``, ``runtime.audit``).
+``runtime.schedules``, ``runtime.approvals``, ``runtime.forks``, ``runtime.costs``,
+``runtime.archive``, ``runtime.sessions``, ``runtime.questions``, ``runtime.signals``,
+``runtime.audit``).
 
 The HTTP routes (``toren.server``), the CLI (``toren.cli``) and the local operator call these,
 never the store: a policy both surfaces share (the storage quota, paging, "create a key only
@@ -11,6 +12,7 @@ if none is active") lives here once. See docs/reference/host-api.md.
 from toren.host.services.approvals import ApprovalsService
 from toren.host.services.archive import ArchiveService
 from toren.host.services.audit import AuditLog
+from toren.host.services.costs import CostsService
 from toren.host.services.database import DatabaseService
 from toren.host.services.files import FilesService
 from toren.host.services.fleet import FleetService
@@ -23,7 +25,7 @@ from toren.host.services.schedules import SchedulesService
 from toren.host.services.sessions import SessionsService
 from toren.host.services.signals import SignalsService
 
-__all__ = ["ApprovalsService", "ArchiveService", "AuditLog", "DatabaseService", "FilesService",
-           "FleetService",
+__all__ = ["ApprovalsService", "ArchiveService", "AuditLog", "CostsService", "DatabaseService",
+           "FilesService", "FleetService",
            "ForksService", "KeysService", "Page", "QuestionsService", "RunsService",
            "SchedulesService", "SessionsService", "SignalsService"]

@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from toren.core.costs import ModelCosts, Period
 from toren.core.receipts import run_totals
 from toren.core.runs import RunRecord, RunSearch, RunTotals
 
@@ -76,6 +77,23 @@ class RunReader(abc.ABC):
         /runs/{id}/forks``, the console's family links). Plugin API 1.5; a store that does
         not list forks leaves this as it is and the route answers 501."""
         raise NotImplementedError(f"the store {type(self).__name__} does not list a run's forks")
+
+    async def costs(self, agents: Sequence[str], since: datetime, until: datetime,
+                    period: Period) -> list[ModelCosts]:
+        """What the model calls of ``agents`` completed in ``[since, until)`` (UTC midnights:
+        the starts of days or weeks) cost, one row per agent, model and UTC ``period``
+        (``day``, or ISO ``week`` from Monday) that had any (``ModelCosts``: calls, cost of
+        the priced ones, calls without a price, tokens), by the time each
+        ``ModelCallCompleted`` was appended. A fork's calls copied from its source (before
+        its task's ``TaskForked``) are left out: the source made and paid them (the
+        receipt's rule). An agent that never ran has no rows. A store may keep counting the
+        calls of runs archived since (the ``postgres`` store does: its ``model_call_costs``
+        outlive their events, so a year's history stays whole).
+
+        Called by ``CostsService.report`` (``GET /costs``, the console's Costs page) with a
+        window of at most a year; it must stay fast over the whole log. Plugin API 1.6; a
+        store that does not add up costs leaves this as it is and the route answers 501."""
+        raise NotImplementedError(f"the store {type(self).__name__} does not add up costs")
 
     @abc.abstractmethod
     async def child_runs(self, run_id: str) -> list[RunRecord]:

@@ -59,6 +59,7 @@ from toren.testing.contracts.records import (
 )
 from toren.testing.contracts.runs import (
     ForkStoreContract,
+    RunCostsContract,
     RunLogContract,
     RunReaderContract,
     SignalLogContract,
@@ -93,6 +94,7 @@ __all__ = [
     "QueueContract",
     "RateLimitStoreContract",
     "RunArchiveIndexContract",
+    "RunCostsContract",
     "RunLogContract",
     "RunReaderContract",
     "ScheduleStoreContract",

@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import pytest
 
 from toren.core import events as ev
+from toren.core.costs import ModelCosts, bucket_start
 from toren.core.events import NewEvent
 from toren.core.fold import fold_task
 from toren.core.receipts import run_totals
@@ -790,3 +792,65 @@ class SignalLogContract(StoreFixtures):
         assert await self.outbox(store, agent, run_id) == []
         assert await store.send_signal(agent, new_id(), _signal("go", 1), []) == (
             None, None, False)
+
+
+def priced_call(step: int, model: str, cost_usd: float | None, input_tokens: int = 100,
+                output_tokens: int = 10) -> NewEvent:
+    """A completed model call on ``model`` that cost ``cost_usd`` (``None``: no known price)."""
+    return NewEvent.of(ev.ModelCallCompleted(
+        step=step, epoch=1, model=model, text="done", tool_calls=(), stop_reason="end_turn",
+        usage=ev.TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens),
+        cost_usd=cost_usd, latency_ms=1.0, repeated=False))
+
+
+class RunCostsContract(StoreFixtures):
+    """``RunReader.costs`` (plugin API 1.6): what model calls cost per agent, model and period,
+    a fork's copied calls left out. A driver that does not add up costs leaves it out of its
+    suite (``GET /costs`` then answers 501)."""
+
+    async def test_costs_add_up_each_agents_calls_per_model_and_period(
+            self, store: Store, fresh_agent: str) -> None:
+        agent = fresh_agent
+        run_id = await self.create(store, agent)
+        await store.append_unleased(agent, run_id, MAIN, [
+            started(1), priced_call(1, "m/big", 0.25), priced_call(2, "m/big", 0.5, 200, 20),
+            priced_call(3, "m/small", 0.125), priced_call(4, "m/free", None)])
+        now = datetime.now(UTC)
+        day = bucket_start(now, "day")
+        rows = await store.costs([agent], day - timedelta(days=2), day + timedelta(days=1),
+                                 "day")
+        assert sorted(rows, key=lambda row: row.model) == [
+            ModelCosts(agent, "m/big", day, 2, 0.75, 0, 300, 30),
+            ModelCosts(agent, "m/free", day, 1, 0.0, 1, 100, 10),
+            ModelCosts(agent, "m/small", day, 1, 0.125, 0, 100, 10)]
+        assert all(row.bucket == day and row.bucket.utcoffset() == timedelta(0)
+                   for row in rows)
+        week = bucket_start(now, "week")
+        by_week = await store.costs([agent], week, week + timedelta(weeks=1), "week")
+        assert {(row.model, row.bucket, row.calls) for row in by_week} == {
+            ("m/big", week, 2), ("m/free", week, 1), ("m/small", week, 1)}
+        # the window's end is excluded; another window, agent or one never registered: none
+        assert await store.costs([agent], day - timedelta(days=2), day, "day") == []
+        assert await store.costs([], day, day + timedelta(days=1), "day") == []
+        assert await store.costs(["never-ran-here"], day, day + timedelta(days=1), "day") == []
+
+    async def test_a_forks_copied_calls_cost_it_nothing(self, store: Store,
+                                                        fresh_agent: str) -> None:
+        agent = fresh_agent
+        source = await self.create(store, agent)
+        await store.append_unleased(agent, source, MAIN, [
+            started(1), priced_call(1, "m/big", 1.0), priced_call(2, "m/big", 2.0)])
+        fork = new_id()
+        made_from = ev.RunForked(source_run_id=source, at_step=1, unit="step", copied_events=2,
+                                 model="m/small", prompt_sha256=None)
+        marker = ev.TaskForked(source_run_id=source, source_task_id="main", at_step=1,
+                               copied_events=2, model="m/small")
+        await store.create_fork(agent, fork, "x", streams={
+            "run": [*first_events(agent, "x"), NewEvent.of(made_from)],
+            MAIN: [started(1), priced_call(1, "m/big", 1.0), NewEvent.of(marker)]},
+            messages=[first_message("x")])
+        await store.append_unleased(agent, fork, MAIN, [priced_call(2, "m/small", 0.5)])
+        day = bucket_start(datetime.now(UTC), "day")
+        rows = await store.costs([agent], day, day + timedelta(days=1), "day")
+        assert sorted((row.model, row.calls, row.cost_usd) for row in rows) == [
+            ("m/big", 2, 3.0), ("m/small", 1, 0.5)]

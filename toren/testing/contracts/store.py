@@ -42,6 +42,7 @@ from toren.testing.contracts.records import (
 )
 from toren.testing.contracts.runs import (
     ForkStoreContract,
+    RunCostsContract,
     RunLogContract,
     RunReaderContract,
     SignalLogContract,
@@ -202,5 +203,5 @@ class StoreContract(StoreLifecycleContract, MigratorContract, RunLogContract, Ru
                     FileStoreContract, ChannelInboxContract, ChannelChatsContract,
                     ChannelOutboxContract, RunArchiveIndexContract, QuestionStoreContract,
                     SignalLogContract, WebhookStoreContract, RateLimitStoreContract,
-                    AuditStoreContract):
+                    AuditStoreContract, RunCostsContract):
     """Every store contract: what a ``toren.seams.store.Store`` driver runs."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -14,6 +14,8 @@ from psycopg_pool import AsyncConnectionPool
 from toren.plugin import Settings
 from toren.plugin.drivers import (
     Event,
+    ModelCosts,
+    Period,
     RunReader,
     RunRecord,
     RunSearch,
@@ -161,6 +163,25 @@ class PostgresRunReader(PostgresConnection, RunReader):
             except psycopg.DataError:
                 return []  # not a UUID
             return [_record(agent, row) for row in await cursor.fetchall()]
+
+    async def costs(self, agents: Sequence[str], since: datetime, until: datetime,
+                    period: Period) -> list[ModelCosts]:
+        registered = set(await registered_agents(self.pool))
+        # whole UTC days: the service's windows start and end on periods' starts
+        params = {"period": period, "since": since.astimezone(UTC).date(),
+                  "until": until.astimezone(UTC).date()}
+        found: list[ModelCosts] = []
+        for name in agents:
+            if name not in registered:
+                continue  # never ran here: no tables, no calls
+            async with self.pool.connection() as conn:
+                cursor = await conn.execute(agent_query("model_costs", schema_name_for(name)),
+                                            params)
+                rows = await cursor.fetchall()
+            found += [ModelCosts(name, model or "", bucket, calls, cost, unknown, tokens_in,
+                                 tokens_out)
+                      for bucket, model, calls, cost, unknown, tokens_in, tokens_out in rows]
+        return found
 
     async def child_runs(self, run_id: str) -> list[RunRecord]:
         found: list[RunRecord] = []

@@ -285,6 +285,22 @@ SELECT id, kind, status, input, output, stop_reason, error, idempotency_key, cre
 FROM {runs} WHERE forked_from = %(run_id)s
 ORDER BY created_at, id;
 
+-- model_costs --
+-- What the model calls of the UTC days [since, until) cost per day or ISO week and model
+-- (GET /costs): model_call_costs (agent migration 0028, a fork's copied calls not in it), by
+-- day and model first (a hash of a few hundred groups), then by period.
+SELECT date_trunc(%(period)s, day::timestamp) AT TIME ZONE 'UTC' AS bucket, model,
+       sum(calls)::bigint, sum(cost_usd)::float8, sum(unknown_cost_calls)::bigint,
+       sum(input_tokens)::bigint, sum(output_tokens)::bigint
+FROM (SELECT day, model, count(*) AS calls, COALESCE(sum(cost_usd), 0) AS cost_usd,
+             count(*) FILTER (WHERE cost_usd IS NULL) AS unknown_cost_calls,
+             sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens
+      FROM {model_call_costs}
+      WHERE day >= %(since)s AND day < %(until)s
+      GROUP BY day, model) per_day
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
 -- agent_consent --
 -- Whether an agent is registered, and whom it accepts calls from (acceptsFrom:).
 SELECT accepts_from FROM toren_control.agents WHERE name = %(name)s;
