@@ -149,6 +149,12 @@ async def main() -> None:
                 for statement in sql.split(";\n"):
                     if statement.strip():
                         conn.execute(statement)
+                # what agent migration 0029's trigger records as each run finishes
+                conn.execute(f"""
+                    INSERT INTO "{schema}".model_call_costs
+                    SELECT c.* FROM "{schema}".runs r
+                    CROSS JOIN LATERAL "{schema}".model_call_cost_rows(r.id) c
+                    WHERE r.finished_at IS NOT NULL ON CONFLICT DO NOTHING""")
                 conn.execute(f'VACUUM ANALYZE "{schema}".events')
                 conn.execute(f'VACUUM ANALYZE "{schema}".runs')
                 conn.execute(f'VACUUM ANALYZE "{schema}".model_call_costs')

@@ -34,14 +34,13 @@ from typing import Any
 
 import aiohttp
 import psycopg
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toren.config import Settings
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
-from toren.testing import write_agent_dir
+from toren.testing import serve_on_free_port, write_agent_dir
 
 SCHEMA = "agent_bench"
 WORDS = 2000
@@ -185,13 +184,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await runtime.start(workers=False)
             try:
                 seeded = await asyncio.to_thread(seed, db_url, args.runs)
-                runner = web.AppRunner(create_app(runtime, require_keys=False))
-                await runner.setup()
-                site = web.TCPSite(runner, "127.0.0.1", 0)
-                await site.start()
-                port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+                runner, base = await serve_on_free_port(create_app(runtime, require_keys=False))
                 try:
-                    results = await measure(f"http://127.0.0.1:{port}", args.samples)
+                    results = await measure(base, args.samples)
                 finally:
                     await runner.cleanup()
             finally:

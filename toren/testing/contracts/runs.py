@@ -834,6 +834,33 @@ class RunCostsContract(StoreFixtures):
         assert await store.costs([], day, day + timedelta(days=1), "day") == []
         assert await store.costs(["never-ran-here"], day, day + timedelta(days=1), "day") == []
 
+    async def test_a_run_costs_the_same_before_and_after_it_finishes(
+            self, store: Store, fresh_agent: str) -> None:
+        """Working, finished, and with a call that completed after it finished (a parallel
+        task's, in flight when the run ended: it was paid for): every call counted once, in
+        the costs and in the run's totals."""
+        agent = fresh_agent
+        run_id = await self.create(store, agent)
+        day = bucket_start(datetime.now(UTC), "day")
+
+        async def costs() -> list[tuple[str, int, float]]:
+            rows = await store.costs([agent], day, day + timedelta(days=1), "day")
+            return sorted((row.model, row.calls, row.cost_usd) for row in rows)
+
+        lease = await leased(store, run_id)
+        await store.append(agent, lease, 1, [started(lease.epoch), priced_call(1, "m/big", 1.0)],
+                           ttl_s=60)
+        side = await leased(store, run_id, stream="task:side")
+        await store.append(agent, side, 1, [started(side.epoch)], ttl_s=60)
+        assert await costs() == [("m/big", 1, 1.0)]
+        await store.append(agent, lease, 3, [priced_call(2, "m/big", 2.0)], ttl_s=60,
+                           run_update=RunUpdate(status="failed", finished=True))
+        assert await costs() == [("m/big", 2, 3.0)]
+        await store.append(agent, side, 2, [priced_call(1, "m/small", 0.5)], ttl_s=60)
+        assert await costs() == [("m/big", 2, 3.0), ("m/small", 1, 0.5)]
+        totals = await store.run_totals(agent, [run_id])
+        assert totals[run_id] == RunTotals(model_calls=3, steps=3, cost_usd=3.5)
+
     async def test_a_forks_copied_calls_cost_it_nothing(self, store: Store,
                                                         fresh_agent: str) -> None:
         agent = fresh_agent

@@ -49,8 +49,9 @@ class RenderedQuery(sql.Composed):
 def agent_query(name: str, schema: str) -> sql.Composed:
     """A named query with ``{runs}``, ``{events}``, ``{prompts}``, ``{tool_blobs}``,
     ``{tool_manifests}``, ``{budgets}``, ``{budget_warnings}``, ``{append_one}``,
-    ``{acquire_and_load}``, ``{send_signal}``, ``{run_totals}`` and ``{model_call_costs}``
-    bound to one agent's schema (cached, rendered once: ``RenderedQuery``)."""
+    ``{acquire_and_load}``, ``{send_signal}``, ``{run_totals}``, ``{model_call_costs}`` and
+    ``{model_call_cost_rows}`` bound to one agent's schema (cached, rendered once:
+    ``RenderedQuery``)."""
     return RenderedQuery(sql.SQL(query(name)).format(
         runs=sql.Identifier(schema, "runs"), events=sql.Identifier(schema, "events"),
         prompts=sql.Identifier(schema, "prompts"),
@@ -62,4 +63,5 @@ def agent_query(name: str, schema: str) -> sql.Composed:
         acquire_and_load=sql.Identifier(schema, "acquire_and_load"),
         send_signal=sql.Identifier(schema, "send_signal"),
         run_totals=sql.Identifier(schema, "run_totals"),
-        model_call_costs=sql.Identifier(schema, "model_call_costs")))
+        model_call_costs=sql.Identifier(schema, "model_call_costs"),
+        model_call_cost_rows=sql.Identifier(schema, "model_call_cost_rows")))

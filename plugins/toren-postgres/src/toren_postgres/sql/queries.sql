@@ -287,8 +287,10 @@ ORDER BY created_at, id;
 
 -- model_costs --
 -- What the model calls of the UTC days [since, until) cost per day or ISO week and model
--- (GET /costs): model_call_costs (agent migration 0028, a fork's copied calls not in it), by
--- day and model first (a hash of a few hundred groups), then by period.
+-- (GET /costs): the finished runs' calls from model_call_costs (agent migration 0028, a fork's
+-- copied calls not in it), by day and model first (a hash of a few hundred groups), and the
+-- calls of the runs still working added up from their events (runs_working_idx and
+-- model_call_cost_rows(), agent migration 0029), then by period.
 SELECT date_trunc(%(period)s, day::timestamp) AT TIME ZONE 'UTC' AS bucket, model,
        sum(calls)::bigint, sum(cost_usd)::float8, sum(unknown_cost_calls)::bigint,
        sum(input_tokens)::bigint, sum(output_tokens)::bigint
@@ -297,7 +299,16 @@ FROM (SELECT day, model, count(*) AS calls, COALESCE(sum(cost_usd), 0) AS cost_u
              sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens
       FROM {model_call_costs}
       WHERE day >= %(since)s AND day < %(until)s
-      GROUP BY day, model) per_day
+      GROUP BY day, model
+      UNION ALL
+      SELECT (c.created_at AT TIME ZONE 'UTC')::date, c.model, count(*),
+             COALESCE(sum(c.cost_usd), 0), count(*) FILTER (WHERE c.cost_usd IS NULL),
+             sum(c.input_tokens), sum(c.output_tokens)
+      FROM {runs} r CROSS JOIN LATERAL {model_call_cost_rows}(r.id) c
+      WHERE r.finished_at IS NULL
+        AND c.created_at >= %(since)s::date::timestamp AT TIME ZONE 'UTC'
+        AND c.created_at < %(until)s::date::timestamp AT TIME ZONE 'UTC'
+      GROUP BY 1, 2) per_day
 GROUP BY 1, 2
 ORDER BY 1, 2;
 

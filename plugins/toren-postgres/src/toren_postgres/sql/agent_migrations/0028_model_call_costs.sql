@@ -1,15 +1,16 @@
--- The costs report (GET /costs, the console's Costs page, issue 43): what each model call a run
--- made cost, in a narrow table of its own, kept by the trigger below in the transaction of the
--- append (as runs.agent_version is, migration 0010), so that no writer of events has to know
--- about it. Adding up the events themselves parses every call's JSON (its text included) at
--- every read: 15-40 us a call, seconds for a year of a busy agent; this table is read from
--- one index, without parsing anything.
+-- The costs report (GET /costs, the console's Costs page, issue 43): what each model call a
+-- finished run made cost, in a narrow table of its own, so that a year of a busy agent is
+-- read from one index without parsing anything (adding up the events themselves parses every
+-- call's JSON, its text included, at every read: 15-40 us a call, seconds for a year).
 --
--- A fork's calls copied from its source (those before its task's TaskForked, written in the
--- same statement as the marker: an AFTER trigger sees the whole statement's rows) are not
--- recorded: the source made and paid for them, and the receipt shows them at no cost. Rows
--- outlive the archiving of their run (the cost history stays whole, and a restored run's
--- calls are not recorded twice: the primary key).
+-- A run's calls are recorded once, in the transaction that finishes it (agent migration 0029:
+-- the trigger on the update that sets finished_at, and append_one for a call that completes
+-- after its run finished); nothing is added to the appends of a run that works. Readers add
+-- up the calls of the runs still working from their events. A fork's calls copied from its
+-- source (those before its task's TaskForked) are not recorded: the source made and paid for
+-- them, and the receipt shows them at no cost. Rows outlive the archiving of their run (the
+-- cost history stays whole, and a restored run's calls are not recorded twice: the primary
+-- key).
 CREATE TABLE model_call_costs (
     run_id        uuid NOT NULL,
     stream        text NOT NULL,
@@ -32,32 +33,8 @@ CREATE INDEX model_call_costs_day_idx ON model_call_costs (day)
 -- forks' markers, which the trigger looks for after each call (few: one per forked task)
 CREATE INDEX events_task_forked_idx ON events (run_id, stream, seq) WHERE type = 'TaskForked';
 
--- SET search_path FROM CURRENT: the migration runs with search_path set to this agent's
--- schema, and the function must write this schema's table whatever the writer's search_path.
-CREATE FUNCTION record_model_call_cost() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM events f
-               WHERE f.run_id = NEW.run_id AND f.stream = NEW.stream
-                 AND f.type = 'TaskForked' AND f.seq > NEW.seq) THEN
-        RETURN NULL;  -- copied from a fork's source
-    END IF;
-    INSERT INTO model_call_costs (run_id, stream, seq, created_at, model, cost_usd,
-                                  input_tokens, output_tokens)
-    SELECT NEW.run_id, NEW.stream, NEW.seq, NEW.created_at, COALESCE(d.model, ''),
-           d.cost_usd, COALESCE((d.usage->>'input_tokens')::bigint, 0),
-           COALESCE((d.usage->>'output_tokens')::bigint, 0)
-    FROM json_to_record(NEW.data) AS d(model text, cost_usd float8, usage json)
-    ON CONFLICT DO NOTHING;
-    RETURN NULL;
-END $$;
-
--- The WHEN clause is evaluated without calling the function: other appends pay next to nothing.
-CREATE TRIGGER events_model_call_cost AFTER INSERT ON events FOR EACH ROW
-WHEN (NEW.type = 'ModelCallCompleted')
-EXECUTE FUNCTION record_model_call_cost();
-
--- the calls made before this migration
+-- the calls of the runs that finished before this migration (those still working are added
+-- up from their events when read, and recorded when they finish: agent migration 0029)
 INSERT INTO model_call_costs (run_id, stream, seq, created_at, model, cost_usd, input_tokens,
                               output_tokens)
 SELECT e.run_id, e.stream, e.seq, e.created_at, COALESCE(d.model, ''), d.cost_usd,
@@ -66,6 +43,7 @@ SELECT e.run_id, e.stream, e.seq, e.created_at, COALESCE(d.model, ''), d.cost_us
 FROM events e CROSS JOIN LATERAL json_to_record(e.data) AS d(model text, cost_usd float8,
                                                               usage json)
 WHERE e.type = 'ModelCallCompleted'
+  AND EXISTS (SELECT 1 FROM runs r WHERE r.id = e.run_id AND r.finished_at IS NOT NULL)
   AND NOT EXISTS (SELECT 1 FROM events f
                   WHERE f.run_id = e.run_id AND f.stream = e.stream
                     AND f.type = 'TaskForked' AND f.seq > e.seq);
