@@ -30,7 +30,7 @@ CREATE TABLE model_call_costs (
 CREATE INDEX model_call_costs_day_idx ON model_call_costs (day)
     INCLUDE (model, cost_usd, input_tokens, output_tokens);
 
--- forks' markers, which the trigger looks for after each call (few: one per forked task)
+-- forks' markers (few: one per forked task), which the backfill below looks for after each call
 CREATE INDEX events_task_forked_idx ON events (run_id, stream, seq) WHERE type = 'TaskForked';
 
 -- the calls of the runs that finished before this migration (those still working are added
