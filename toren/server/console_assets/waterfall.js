@@ -550,7 +550,7 @@ Toren.waterfall = (container, options = {}) => {
     if (shown) {
       dirty = true;
       later();
-      if (live && timer === null) timer = setInterval(tick, 500);
+      if (live && timer === null) timer = setInterval(tick, 250);
     } else if (timer !== null) {
       clearInterval(timer);
       timer = null;
