@@ -208,19 +208,29 @@ def test_the_keyboard_opens_a_bars_details(browser: Any, dev: str) -> None:
     open_waterfall(browser, dev, run["id"])
     wait(browser, lambda d: find_all(d, ".wf-bar.wf-tool:not(.wf-running)"))
     find(browser, "#view-waterfall").click()
-    # Tab from the view switch reaches the first bar; Enter opens it; focus moves to the panel
+    # Tab from the view switch reaches the first bar (one tab stop for all of them), the
+    # arrow keys move between bars, Enter opens one and focus moves to its details
     for _ in range(20):
         browser.switch_to.active_element.send_keys(Keys.TAB)
         if "wf-bar" in (browser.switch_to.active_element.get_attribute("class") or ""):
             break
     active = browser.switch_to.active_element
     assert "wf-model" in active.get_attribute("class")
-    active.send_keys(Keys.TAB)
+    assert len(find_all(browser, 'button.wf-bar[tabindex="0"]')) == 1
+    active.send_keys(Keys.ARROW_RIGHT)
     assert "wf-tool" in browser.switch_to.active_element.get_attribute("class")
     browser.switch_to.active_element.send_keys(Keys.ENTER)
     wait(browser, lambda d: "tool lookup" in find(d, "#waterfall-detail").text)
     assert browser.switch_to.active_element.get_attribute("id") == "waterfall-detail"
     assert "three notes about leases" in text_of(browser, "#waterfall-detail")
+    # Escape closes them, back to the bar; End reaches the last bar (the answer)
+    browser.switch_to.active_element.send_keys(Keys.ESCAPE)
+    assert find(browser, "#waterfall-detail").get_attribute("hidden") is not None
+    assert "wf-tool" in browser.switch_to.active_element.get_attribute("class")
+    browser.switch_to.active_element.send_keys(Keys.END)
+    browser.switch_to.active_element.send_keys(Keys.SPACE)
+    wait(browser, lambda d: "step 2 · model call" in find(d, "#waterfall-detail").text)
+    assert "Result of lookup" in text_of(browser, "#waterfall-detail")  # what step 2 read
 
 
 def test_a_working_runs_bars_appear_and_grow(browser: Any, dev: str) -> None:

@@ -20,6 +20,7 @@ Toren.waterfall = (container, options = {}) => {
   let dirty = false;
   let frame = null;
   let timer = null;
+  let tabStop = null;  // the bar Tab reaches (the last one focused)
   let receipt = null;  // GET /runs/{id}/receipt, read once for the system prompts
   const timing = { events: 0, buildMs: 0, layouts: 0, layoutMs: 0, lastLayoutMs: 0 };
 
@@ -31,6 +32,26 @@ Toren.waterfall = (container, options = {}) => {
     el("div", { class: "wf-name" }, "Task / step"), axis,
     el("div", { class: "wf-figures" }, "Duration · tokens · cost")), body, detail);
 
+  // the arrow keys move between bars in the order shown (left/up: the one before), Home and
+  // End to the first and last; Enter or Space opens one (they are buttons)
+  body.addEventListener("keydown", (event) => {
+    const moves = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
+    if (!event.target.classList.contains("wf-bar")) return;
+    if (!(event.key in moves) && event.key !== "Home" && event.key !== "End") return;
+    const all = [...body.querySelectorAll("button.wf-bar")];
+    const index = all.indexOf(event.target);
+    const next = event.key === "Home" ? 0 : event.key === "End" ? all.length - 1
+      : Math.min(all.length - 1, Math.max(0, index + moves[event.key]));
+    event.preventDefault();
+    all[next].focus();
+  });
+  detail.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      const close = detail.querySelector(".wf-close");
+      if (close) close.click();
+    }
+  });
+
   function legend() {
     const key = (cls, text) => el("span", { class: "wf-key" },
       el("span", { class: "wf-swatch " + cls, "aria-hidden": "true" }), text);
@@ -41,7 +62,8 @@ Toren.waterfall = (container, options = {}) => {
       el("p", { class: "muted wf-explain" }, "The critical path is the chain of calls that " +
         "set the run's end: in each wave the task that finished last, and in that task each " +
         "step's model call (with its failed attempts and backoffs) and its tool call that " +
-        "ended last. Click a bar, or focus it and press Enter, for its details."));
+        "ended last. Click a bar, or reach it with Tab and the arrow keys and press Enter, for " +
+        "its details (Escape closes them)."));
   }
 
   // -- the model: waves, tasks, steps and their bars ---------------------------------------
@@ -108,7 +130,19 @@ Toren.waterfall = (container, options = {}) => {
     const node = el(info.kind === "task" ? "div" : "button", info.kind === "task" ?
       { class: "wf-bar " + cls, "aria-hidden": "true" } :
       { class: "wf-bar " + cls, type: "button", "data-kind": info.kind });
-    if (info.kind !== "task") node.addEventListener("click", () => show(bar));
+    if (info.kind !== "task") {
+      node.addEventListener("click", () => show(bar));
+      // one tab stop for all the bars (the arrow keys move between them): a long run's
+      // thousand bars are not a thousand presses of Tab
+      node.tabIndex = tabStop === null ? 0 : -1;
+      if (tabStop === null) tabStop = node;
+      node.addEventListener("focus", () => {
+        if (tabStop === node) return;
+        tabStop.tabIndex = -1;
+        node.tabIndex = 0;
+        tabStop = node;
+      });
+    }
     track.append(node);
     const bar = Object.assign({ node, start, end, shown: null, task }, info);
     bars.push(bar);
