@@ -102,6 +102,7 @@ Toren.waterfall = (container, options = {}) => {
       group.rows.append(head, steps);
       const task = { id: taskId, wave: group.key, head, name, track, figures, steps,
         stepMap: new Map(), start: null, end: null, span: null, finished: false,
+        cost: 0, input: 0, output: 0, figuresText: null, status: null,
         started: null, toolResults: new Map(), userMessages: [] };
       task.span = addBar(task, track, "wf-task-span", null, null, { kind: "task", task });
       group.tasks.push(task);
@@ -210,21 +211,13 @@ Toren.waterfall = (container, options = {}) => {
   }
 
   function taskFigures(task) {
-    let cost = 0;
-    let input = 0;
-    let output = 0;
-    for (const step of task.stepMap.values()) {
-      const d = step.completed && step.completed.data;
-      if (!d) continue;
-      // one call of unknown cost makes the sum unknown (money(null) says so)
-      cost = cost === null || d.cost_usd === null || d.cost_usd === undefined ? null
-        : cost + d.cost_usd;
-      input += d.usage.input_tokens;
-      output += d.usage.output_tokens;
-    }
     const span = task.start !== null && task.end !== null ? task.end - task.start : 0;
-    task.figures.replaceChildren((span / 1000).toFixed(2) + " s · " + input + "→" + output +
-      " tok · " + money(cost));
+    const text = (task.status ? task.status + " · " : "") + (span / 1000).toFixed(2) +
+      " s · " + task.input + "→" + task.output + " tok · " + money(task.cost);
+    if (text !== task.figuresText) {  // written only when it changed
+      task.figuresText = text;
+      task.figures.textContent = text;
+    }
   }
 
   // -- events ------------------------------------------------------------------------------
@@ -285,8 +278,12 @@ Toren.waterfall = (container, options = {}) => {
         bar.completed = e;
         bar.node.classList.remove("wf-running");
         step.completed = e;
+        // one call of unknown cost makes the task's unknown (money(null) says so)
+        task.cost = task.cost === null || d.cost_usd === null || d.cost_usd === undefined ? null
+          : task.cost + d.cost_usd;
+        task.input += d.usage.input_tokens;
+        task.output += d.usage.output_tokens;
         figuresOf(step);
-        taskFigures(task);
         break;
       }
       case "RetryScheduled": {
@@ -347,8 +344,8 @@ Toren.waterfall = (container, options = {}) => {
         stretch(task, at);
         task.finished = true;
         task.head.classList.add("wf-finished");
-        task.name.append(" ", Toren.status(d.status));
-        taskFigures(task);
+        task.status = d.status;
+        task.figures.classList.toggle("error", d.status !== "completed");
         break;
       }
       case "RunFinished": case "RunCancelled": case "RunDeadLettered":
@@ -394,7 +391,9 @@ Toren.waterfall = (container, options = {}) => {
       bar.node.style.left = left.toFixed(3) + "%";
       bar.node.style.width = "max(3px, " + width.toFixed(3) + "%)";
       bar.node.classList.toggle("wf-critical", isCritical);
-      if (bar.kind !== "task") {
+      const labelled = bar.kind + "/" + Boolean(bar.completed) + "/" + isCritical;
+      if (bar.kind !== "task" && bar.labelled !== labelled) {  // its words changed
+        bar.labelled = labelled;
         const label = labelOf(bar) + (isCritical ? " (critical path)" : "");
         bar.node.setAttribute("aria-label", label);
         bar.node.title = label;
@@ -554,7 +553,8 @@ Toren.waterfall = (container, options = {}) => {
       const after = previous && previous.completed ? previous.completed.seq : 0;
       const before = bar.started ? bar.started.seq : Infinity;
       if (message.seq > after && message.seq < before) {
-        read.push(el("div", {}, "User (turn " + message.data.turn + ") ", folded(message.data.text)));
+        read.push(el("div", {}, "User (turn " + message.data.turn + ") ",
+          folded(message.data.text)));
       }
     }
     const retries = step.retries.map((r) => el("li", {}, "attempt " + r.event.data.attempt + ": " +
