@@ -58,7 +58,7 @@ class FlakyModel(BaseHTTPRequestHandler):
             FlakyModel.calls += 1
             first = FlakyModel.calls == 1
         if first:
-            status, body = 503, {"error": {"message": "The server is overloaded", "type":
+            status, body = 503, {"error": {"message": "The server is overloaded " + HOSTILE, "type":
                                            "server_error", "param": None, "code": None}}
         else:
             status, body = 200, {
@@ -96,6 +96,7 @@ def start_dev(start_toren: StartToren, database_url: str, tmp_path: Path, delay:
     crews = tmp_path / "crews"
     shutil.copytree(PLANNER, crews / "planner-crew")
     write_agent_dir(crews, "researcher", tools_py=TOOLS, limits={"maxSteps": STEPS + 5})
+    write_agent_dir(crews, "hostile", tools_py=TOOLS, prompt=HOSTILE)  # its system prompt
     env = {"DATABASE_URL": database_url, "TOREN_SCRIPTED_DELAY": delay,
            "TOREN_SCRIPTED_COST_USD": "0.0012"}
     if flaky_url:
@@ -277,7 +278,8 @@ def test_a_retry_and_its_backoff_are_visible(browser: Any, dev: str) -> None:
     assert "1 retry" in text_of(browser, row + " .wf-figures")
     gap.click()
     shown = text_of(browser, "#waterfall-detail")
-    assert "backoff before retry 1" in shown and "overloaded" in shown
+    assert "backoff before retry 1" in shown and "overloaded <script>window.pwned" in shown
+    assert browser.execute_script("return window.pwned") is None
     click(browser, row + " .wf-bar.wf-model")
     wait(browser, lambda d: "done at last" in find(d, "#waterfall-detail").text)
     assert "Retries" in text_of(browser, "#waterfall-detail")
@@ -285,20 +287,29 @@ def test_a_retry_and_its_backoff_are_visible(browser: Any, dev: str) -> None:
 
 
 def test_hostile_output_and_arguments_are_shown_as_text(browser: Any, dev: str) -> None:
+    # HTML in the task's input, the tool's arguments and result, the model's answer and the
+    # agent's system prompt (a retry's error: test_a_retry_and_its_backoff_are_visible)
     calls = [{"name": "lookup", "arguments": {"topic": HOSTILE}}]
-    run = post(dev, "/runs", {"agent": "researcher", "input": json.dumps({"toolCalls": calls})})
+    run = post(dev, "/runs", {"agent": "hostile", "input": json.dumps({"toolCalls": calls})})
     assert finished(dev, run["id"], timeout=60)["status"] == "completed"
     open_waterfall(browser, dev, run["id"])
     wait(browser, lambda d: find_all(d, ".wf-bar.wf-tool:not(.wf-running)"))
-    for css in (".wf-bar.wf-tool", '.wf-step[data-step="1"] .wf-bar.wf-model',
-                '.wf-step[data-step="2"] .wf-bar.wf-model'):
-        click(browser, css)
-        wait(browser, lambda d: "<script>window.pwned = 1</script>" in
-             find(d, "#waterfall-detail").text or "window.pwned" in
-             find(d, "#waterfall-detail").get_attribute("textContent"))
-        assert browser.execute_script("return window.pwned") is None
-        assert not find_all(browser, "#main script, #main img")
-    assert "onerror" in find(browser, "#waterfall-detail").get_attribute("textContent")
+    script = "<script>window.pwned = 1</script>"
+
+    def detail(d: Any) -> str:
+        return str(find(d, "#waterfall-detail").get_attribute("textContent"))
+
+    click(browser, ".wf-bar.wf-tool")
+    assert detail(browser).count(script) == 2  # the arguments and the result
+    click(browser, '.wf-step[data-step="1"] .wf-bar.wf-model')
+    wait(browser, lambda d: HOSTILE in find(d, ".wf-system-prompt").get_attribute("textContent"))
+    assert "The task's input" in detail(browser) and script in detail(browser)
+    click(browser, '.wf-step[data-step="2"] .wf-bar.wf-model')
+    wait(browser, lambda d: HOSTILE in find(d, ".wf-system-prompt").get_attribute("textContent"))
+    assert detail(browser).count(script) >= 3  # the prompt, the result read, the answer
+    assert "onerror" in detail(browser)
+    assert browser.execute_script("return window.pwned") is None
+    assert not find_all(browser, "#main script, #main img")
 
 
 def test_a_500_step_run_renders_in_time(browser: Any, fast_dev: str) -> None:
