@@ -27,7 +27,7 @@ Toren.waterfall = (container, options = {}) => {
   const axis = el("div", { class: "wf-axis", "aria-hidden": "true" });
   const body = el("div", { class: "wf-body" });
   const detail = el("section", { class: "wf-detail", id: "waterfall-detail", hidden: true,
-    tabindex: "-1", "aria-live": "polite", "aria-label": "The chosen call" });
+    tabindex: "-1", "aria-label": "The chosen call" });
   container.append(legend(), el("div", { class: "wf-row wf-axis-row" },
     el("div", { class: "wf-name" }, "Task / step"), axis,
     el("div", { class: "wf-figures" }, "Duration · tokens · cost")), body, detail);
@@ -221,7 +221,15 @@ Toren.waterfall = (container, options = {}) => {
   }
 
   // -- events ------------------------------------------------------------------------------
+  // Events that came before the waterfall was first shown: taken in when it is (the tree is
+  // the default view, and a page that never shows the waterfall should not pay for it).
+  let waiting = [];
+
   function event(e) {
+    if (waiting !== null) {
+      waiting.push(e);
+      return;
+    }
     const began = performance.now();
     try { apply(e); } finally {
       timing.events += 1;
@@ -581,6 +589,11 @@ Toren.waterfall = (container, options = {}) => {
   // -- shown and hidden --------------------------------------------------------------------
   function visible(shown) {
     container.hidden = !shown;
+    if (shown && waiting !== null) {
+      const taken = waiting;
+      waiting = null;
+      for (const e of taken) event(e);
+    }
     if (shown) {
       dirty = true;
       later();
