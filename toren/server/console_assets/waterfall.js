@@ -20,6 +20,8 @@ Toren.waterfall = (container, options = {}) => {
   let dirty = false;
   let frame = null;
   let timer = null;
+  let axisSpan = null;  // the span its ticks were written for
+  let extent = 0;  // ms the axis spans while the run works (roundUp of what it needs)
   let tabStop = null;  // the bar Tab reaches (the last one focused)
   let receipt = null;  // GET /runs/{id}/receipt, read once for the system prompts
   const timing = { events: 0, buildMs: 0, layouts: 0, layoutMs: 0, lastLayoutMs: 0 };
@@ -378,7 +380,13 @@ Toren.waterfall = (container, options = {}) => {
     const began = performance.now();
     const now = live ? Math.max(Date.now(), last || 0) : last;
     const zero = first === null ? now : first;
-    const span = Math.max(1, (now || zero) - zero);
+    let span = Math.max(1, (now || zero) - zero);
+    if (live) {
+      // while the run works the axis reaches past now, to a round figure, and grows in steps:
+      // a tick of the clock then moves only the bars still going, not every bar
+      if (span > extent) extent = roundUp(span * 1.2);
+      span = extent;
+    }
     const percent = (at) => Math.min(100, Math.max(0, (at - zero) / span * 100));
     for (const task of tasks.values()) {
       task.span.start = task.start;
@@ -410,11 +418,15 @@ Toren.waterfall = (container, options = {}) => {
     for (const task of tasks.values()) {
       task.head.classList.toggle("wf-critical-task", critical.has(task.span));
     }
-    axis.replaceChildren(...[0, 0.25, 0.5, 0.75, 1].map((fraction) => {
-      const tick = el("span", { class: "wf-tick" }, (span * fraction / 1000).toFixed(1) + " s");
-      tick.style.left = (fraction * 100) + "%";
-      return tick;
-    }));
+    if (span !== axisSpan) {
+      axisSpan = span;
+      axis.replaceChildren(...[0, 0.2, 0.4, 0.6, 0.8, 1].map((fraction) => {
+        const tick = el("span", { class: "wf-tick" },
+          Number((span * fraction / 1000).toFixed(2)) + " s");
+        tick.style.left = (fraction * 100) + "%";
+        return tick;
+      }));
+    }
     const spent = performance.now() - began;
     timing.layouts += 1;
     timing.layoutMs += spent;
@@ -423,6 +435,12 @@ Toren.waterfall = (container, options = {}) => {
     container.dataset.buildMs = timing.buildMs.toFixed(1);
     container.dataset.layoutMs = timing.lastLayoutMs.toFixed(1);
     container.dataset.events = String(timing.events);
+  }
+
+  // The round figure at or above ms: 1, 2, 2.5 or 5 times a power of ten.
+  function roundUp(value) {
+    const power = 10 ** Math.floor(Math.log10(value));
+    return [1, 2, 2.5, 5, 10].map((m) => m * power).find((step) => step >= value);
   }
 
   // The bars that set the run's end: per wave (waves run one after another) the task that
