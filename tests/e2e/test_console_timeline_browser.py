@@ -1,9 +1,10 @@
 """A run's waterfall in the console (issue 43 §2), in a real chromium against a real `toren dev`:
 bars for a finished run's waves, tasks, model and tool calls with durations, tokens and cost;
 bars that appear and grow while a run works; a model call that failed, its backoff gap and the
-retry; the critical path; a bar's details (prompt, response, arguments, result) as text, by
-click and by keyboard; hostile model output and tool arguments shown as text; and the time to
-render a 500-step run (reported, see docs/channels/console.md, with only a loose bound).
+retry; a model that failed over to its fallback; the critical path; a bar's details (prompt,
+response, arguments, result) as text, by click and by keyboard; hostile model output and tool
+arguments shown as text; and the time to render a 500-step run (reported, see
+docs/channels/console.md, with only a loose bound).
 
 Run with ``pytest -m browser`` (see tests/e2e/test_console_browser.py for the browser setup).
 """
@@ -48,13 +49,17 @@ STEPS = 500
 
 class FlakyModel(BaseHTTPRequestHandler):
     """An OpenAI-compatible server whose first chat call is a 503 (retryable): Toren backs
-    off and retries, and the second call answers."""
+    off and retries, and the second call answers; ``gpt-nope`` is always a 404."""
 
     calls = 0
     lock = threading.Lock()
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        asked = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        if asked.get("model") == "gpt-nope":  # a model it does not know: no retry helps
+            return self.answer(404, {"error": {"message": "The model `gpt-nope` does not exist",
+                                               "type": "invalid_request_error", "param": None,
+                                               "code": "model_not_found"}})
         with FlakyModel.lock:
             FlakyModel.calls += 1
             first = FlakyModel.calls == 1
@@ -68,6 +73,9 @@ class FlakyModel(BaseHTTPRequestHandler):
                                                    "message": {"role": "assistant",
                                                                "content": "done at last"}}],
                 "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}
+        self.answer(status, body)
+
+    def answer(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -102,6 +110,7 @@ def start_dev(start_toren: StartToren, database_url: str, tmp_path: Path, delay:
            "TOREN_SCRIPTED_COST_USD": "0.0012"}
     if flaky_url:
         write_agent_dir(crews, "flaky", model="openai/gpt-flaky")
+        write_agent_dir(crews, "resilient", model="openai/gpt-nope", fallbacks=["toren/scripted"])
         env |= {"OPENAI_BASE_URL": flaky_url, "OPENAI_API_KEY": "sk-test",
                 "TOREN_SKIP_PREFLIGHT": "1", "TOREN_RETRY_BASE": "1.5",
                 "TOREN_LOAD_PLUGINS": "toren-openai"}
@@ -114,8 +123,9 @@ def start_dev(start_toren: StartToren, database_url: str, tmp_path: Path, delay:
 @pytest.fixture
 def dev(start_toren: StartToren, database_url: str, tmp_path: Path, flaky_model: str) -> str:
     """``toren dev`` with the planner crew (three waves, the second of three tasks), the
-    researcher (a tool per step), and an agent whose first model call fails; each scripted
-    call takes 0.6 s, so a run is seen working."""
+    researcher (a tool per step), an agent whose first model call fails and one whose model
+    is missing (the offline model takes over); each scripted call takes 0.6 s, so a run is
+    seen working."""
     return start_dev(start_toren, database_url, tmp_path, "0.6", flaky_model)
 
 
@@ -289,6 +299,22 @@ def test_a_retry_and_its_backoff_are_visible(browser: Any, dev: str) -> None:
     wait(browser, lambda d: "done at last" in find(d, "#waterfall-detail").text)
     assert "Retries" in text_of(browser, "#waterfall-detail")
     shoot(browser, "console-timeline-retry.png")
+
+
+def test_a_model_that_failed_over_to_its_fallback(browser: Any, dev: str) -> None:
+    run = post(dev, "/runs", {"agent": "resilient", "input": "fallbacks"})
+    assert finished(dev, run["id"], timeout=60)["status"] == "completed"
+    open_waterfall(browser, dev, run["id"])
+    row = '.wf-step[data-step="1"]'
+    failed = wait(browser, lambda d: find_all(d, row + " .wf-bar.wf-failed"))[0]
+    label = failed.get_attribute("aria-label")
+    assert "openai/gpt-nope (model_not_found), fell back to toren/scripted" in label
+    assert "model call toren/scripted" in find(browser, row + " .wf-bar.wf-model").get_attribute(
+        "aria-label")
+    failed.click()
+    shown = text_of(browser, "#waterfall-detail")
+    assert "failed attempt" in shown and "does not exist" in shown
+    assert "Took over\ntoren/scripted" in shown
 
 
 def test_hostile_output_and_arguments_are_shown_as_text(browser: Any, dev: str) -> None:

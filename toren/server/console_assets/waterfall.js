@@ -180,7 +180,9 @@ Toren.waterfall = (container, options = {}) => {
     }
     if (bar.kind === "failed") {
       return "Step " + bar.step + " attempt " + bar.attempt + " failed" + (bar.retry ? ": " +
-        (bar.retry.data.error.code || "") : "");
+        (bar.retry.data.error.code || "") : bar.fellBack ? ": " + bar.fellBack.data.from_model +
+        " (" + bar.fellBack.data.reason + "), fell back to " + bar.fellBack.data.to_model
+        : ", cut short");
     }
     if (bar.kind === "backoff") {
       return "Step " + bar.step + " backoff " + Number(bar.retry.data.delay_s).toFixed(1) +
@@ -222,6 +224,20 @@ Toren.waterfall = (container, options = {}) => {
     }
   }
 
+  // The step's attempt in flight, if any, ends at `at` as a failed one (`why`: the
+  // RetryScheduled or ModelFellBack that says why; neither: it was cut short).
+  function failAttempt(step, at, why) {
+    const open = step.attempts[step.attempts.length - 1];
+    if (!open || open.end !== null || open.kind !== "model") return;
+    open.end = at;
+    open.kind = "failed";
+    open.attempt = step.attempts.length;
+    Object.assign(open, why);
+    open.node.classList.remove("wf-running", "wf-model");
+    open.node.classList.add("wf-failed");
+    open.node.dataset.kind = "failed";
+  }
+
   // -- events ------------------------------------------------------------------------------
   // Events that came before the waterfall was first shown: taken in when it is (the tree is
   // the default view, and a page that never shows the waterfall should not pay for it).
@@ -260,13 +276,8 @@ Toren.waterfall = (container, options = {}) => {
         const task = taskOf(taskId);
         stretch(task, at);
         const step = stepOf(task, d.step, d.purpose);
-        const open = step.attempts[step.attempts.length - 1];
-        if (open && open.end === null) {  // started again with no end: cut short (a crash)
-          open.end = at;
-          open.node.classList.add("wf-failed");
-          open.kind = "failed";
-          open.attempt = step.attempts.length;
-        }
+        // started again with no end: cut short (a worker stopped while it was in flight)
+        failAttempt(step, at, {});
         const backoff = step.retries.length ? step.retries[step.retries.length - 1].gap : null;
         if (backoff && backoff.end === null) backoff.end = at;
         step.attempts.push(addBar(task, step.track, "wf-model wf-running", at, null,
@@ -300,18 +311,18 @@ Toren.waterfall = (container, options = {}) => {
         const task = taskOf(taskId);
         stretch(task, at);
         const step = stepOf(task, d.step);
-        const open = step.attempts[step.attempts.length - 1];
-        if (open && open.end === null) {
-          open.end = at;
-          open.kind = "failed";
-          open.attempt = d.attempt;
-          open.retry = e;
-          open.node.classList.remove("wf-running", "wf-model");
-          open.node.classList.add("wf-failed");
-        }
+        failAttempt(step, at, { retry: e });
         const gap = addBar(task, step.track, "wf-backoff", at, null,
           { kind: "backoff", step: d.step, retry: e, due: ms(d.next_attempt_at) });
         step.retries.push({ event: e, gap });
+        figuresOf(step);
+        break;
+      }
+      case "ModelFellBack": {  // the step's model failed: the next of fallbacks: takes over
+        const task = taskOf(taskId);
+        stretch(task, at);
+        const step = stepOf(task, d.step);
+        failAttempt(step, at, { fellBack: e });
         figuresOf(step);
         break;
       }
@@ -544,7 +555,11 @@ Toren.waterfall = (container, options = {}) => {
       retry ? facts([["Error", (retry.error.code || "") + ": " + (retry.error.message || "")],
         ["Attempt", String(retry.attempt)], ["Waited", Number(retry.delay_s).toFixed(3) + " s"],
         ["Retry due", Toren.when(retry.next_attempt_at)]])
-        : el("p", { class: "muted" }, "Cut short: the call started again with no answer " +
+        : bar.fellBack ? facts([["Model", bar.fellBack.data.from_model],
+          ["Error", (bar.fellBack.data.error.code || "") + ": " +
+            (bar.fellBack.data.error.message || "")],
+          ["Why", bar.fellBack.data.reason], ["Took over", bar.fellBack.data.to_model]])
+          : el("p", { class: "muted" }, "Cut short: the call started again with no answer " +
           "recorded (a worker stopped while it was in flight)."));
     } else {
       parts.push(...modelDetail(bar, task));
@@ -588,6 +603,10 @@ Toren.waterfall = (container, options = {}) => {
       Number(r.event.data.delay_s).toFixed(3) + " s"));
     return [head, d ? facts([["Model", d.model],
       ["Started", bar.started ? Toren.when(bar.started.created_at) : null],
+      ["Rate limit", bar.started && bar.started.data.rate_limit_wait_s ? "waited " +
+        Number(bar.started.data.rate_limit_wait_s).toFixed(1) + " s before it started" +
+        (bar.started.data.rate_limited_by ? " (" + bar.started.data.rate_limited_by + ")" : "")
+        : null],
       ["Latency", Number(d.latency_ms).toFixed(1) + " ms"],
       ["Tokens", d.usage.input_tokens + " in, " + d.usage.output_tokens + " out" +
         (d.usage.cache_read_tokens ? ", " + d.usage.cache_read_tokens + " read from the cache"
