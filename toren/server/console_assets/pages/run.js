@@ -1,22 +1,31 @@
 // One run: its status, why it stopped, its agent version, totals and receipt figures, its
-// webhook deliveries, its tree built live from its event stream (with the model's text as it
-// is generated), the cancel and upgrade buttons, an answer box for each question its agent
-// asks (ask_user), what it is a fork of, and the forms to fork it at a step (POST
-// /runs/{id}/fork) and to compare it with another run (pages/diff.js).
+// webhook deliveries, its timeline built live from its event stream, as a tree (with the
+// model's text as it is generated) or as a waterfall on a time axis (waterfall.js), the cancel
+// and upgrade buttons, an answer box for each question its agent asks (ask_user), what it is a
+// fork of, and the forms to fork it at a step (POST /runs/{id}/fork) and to compare it with
+// another run (pages/diff.js).
 "use strict";
 
 Toren.page({
   id: "run",
   section: "runs",
   title: "Run",
-  path: /^\/runs\/([0-9a-fA-F-]{36})$/,
-  async render(root, [runId], ctx) {
+  path: /^\/runs\/([0-9a-fA-F-]{36})(?:\?(.*))?$/,
+  async render(root, [runId, query], ctx) {
     const { el, api, money } = Toren;
     const header = el("div", { class: "run-header", id: "run-header" });
     const tree = el("div", { class: "tree", id: "run-tree" });
     const questions = el("div", { class: "questions", id: "run-questions" });
+    // the timeline as a tree (waves -> tasks -> steps) or as a waterfall on a time axis
+    // (waterfall.js), both from the one event stream; the choice is in the URL (?view=)
+    const waterfallNode = el("div", { class: "waterfall", id: "run-waterfall", hidden: true });
+    const views = el("div", { class: "view-switch", role: "group", "aria-label": "Timeline view" },
+      el("button", { type: "button", id: "view-tree", "data-view": "tree" }, "Tree"),
+      el("button", { type: "button", id: "view-waterfall", "data-view": "waterfall" },
+        "Waterfall"));
     root.append(el("h1", {}, "Run ", el("code", {}, runId)), header, questions, forkPanel(),
-      el("h2", {}, "Timeline"), tree);
+      el("div", { class: "timeline-head" }, el("h2", {}, "Timeline"), views), tree,
+      waterfallNode);
     const asked = new Map();  // question id -> its card, kept while open so typing survives
 
     // A question the agent waits on (ask_user): its choices as buttons, or a text box;
@@ -366,15 +375,31 @@ Toren.page({
 
     await refresh();
     const timeline = Toren.timeline(tree);
+    const waterfall = Toren.waterfall(waterfallNode, { runId });
+    ctx.onLeave(() => waterfall.stop());
+    function choose(view) {
+      tree.hidden = view !== "tree";
+      waterfall.visible(view === "waterfall");
+      for (const button of views.querySelectorAll("button")) {
+        button.setAttribute("aria-pressed", String(button.dataset.view === view));
+      }
+      // the view in the URL without a new route (a hashchange would render the page again)
+      history.replaceState(null, "", "#/runs/" + encodeURIComponent(runId) +
+        (view === "tree" ? "" : "?view=" + view));
+    }
+    for (const button of views.querySelectorAll("button")) {
+      button.addEventListener("click", () => choose(button.dataset.view));
+    }
+    choose(new URLSearchParams(query || "").get("view") === "waterfall" ? "waterfall" : "tree");
     let pending = null;
     const later = () => {  // one header refresh per burst of events
       if (!pending) pending = setTimeout(() => { pending = null; refresh().catch(() => {}); }, 300);
     };
     ctx.onLeave(() => clearTimeout(pending));
     ctx.onLeave(Toren.follow(runId, {
-      onEvent: (event) => { timeline.event(event); later(); },
+      onEvent: (event) => { timeline.event(event); waterfall.event(event); later(); },
       onText: (piece) => timeline.text(piece),
-      onEnd: () => refresh().catch(() => {}),
+      onEnd: () => { waterfall.end(); refresh().catch(() => {}); },
       onError: (error) => Toren.showError(root, error),
     }));
   },
