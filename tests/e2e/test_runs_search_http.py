@@ -5,6 +5,7 @@ OpenAPI document, and what a hostile query string gets."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from urllib.parse import quote, urlencode
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import TorenCli, wait_until
 from tests.e2e.test_http_api import TOOLS, call, conforms, finished
 from toren.server.cursors import encode_page_cursor
 from toren.testing import write_agent_dir
@@ -149,3 +150,21 @@ def test_search_syntax_and_markup_in_words_are_only_words(url: str) -> None:
     assert ids(url, q="quoted") == [marked]
     assert ids(url, q="script") == []  # markup tags (and a script's body) are not words
     assert ids(url, q="9999-12-31", until="9999-12-31") == []
+
+
+def test_jobs_list_finds_and_sorts_on_this_machine_and_over_http(
+        url: str, database_url: str, toren_cli: TorenCli) -> None:
+    cheap = start(url, "plain", "a cheap zebra")
+    dear = start(url, "crew", "a dear zebra")
+    start(url, "plain", "no match here")
+    for where in ({"DATABASE_URL": database_url}, {"TOREN_URL": url}):
+        listed = json.loads(toren_cli("jobs", "list", "--find", "zebra", "--sort", "-cost",
+                                      "--since", "1d", "--json", env=where).stdout)["runs"]
+        assert [run["id"] for run in listed] == [dear, cheap], where
+        assert listed[0]["totals"]["cost_usd"] == 2 * COST
+        text = toren_cli("jobs", "list", "--find", "zebra", "--sort", "cost", env=where).stdout
+        assert text.index(cheap[:8]) < text.index(dear[:8]) and "$0.5000" in text
+        refused = toren_cli("jobs", "list", "--sort", "price", env=where)
+        assert refused.returncode != 0 and "sort must be one of" in refused.stderr
+        none = toren_cli("jobs", "list", "--until", "30d", env=where)
+        assert "No runs matching the filters" in none.stderr

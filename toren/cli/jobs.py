@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
@@ -23,6 +24,7 @@ from toren.cli.output import (
 )
 from toren.cli.render import (
     children_tree,
+    money,
     output_text,
     receipt_tables,
     run_summary,
@@ -30,6 +32,7 @@ from toren.cli.render import (
     webhooks_tree,
 )
 from toren.core.questions import question_text
+from toren.core.retention import parse_age
 from toren.errors import ConfigError, QuestionNotFound
 
 app = typer.Typer(help="Runs: list, show, receipt, cancel, answer, signal, fork, diff, "
@@ -53,35 +56,77 @@ def list_runs(
                                        help="At most this many.")] = 50,
     schedule: Annotated[str | None, typer.Option(
         metavar="NAME", help="Only runs this schedule started (see `toren schedules`).")] = None,
+    find: Annotated[str | None, typer.Option(
+        "--find", metavar="WORDS",
+        help='Only runs whose input or output has all these words (whole words, any case; '
+             '"a phrase", or, -word).')] = None,
+    agent_version: Annotated[str | None, typer.Option(
+        "--agent-version", metavar="VERSION",
+        help="Only runs on this agent version: its hash (4 characters or more of it) or its "
+             "version: from agent.yaml.")] = None,
+    since: Annotated[str | None, typer.Option(
+        metavar="WHEN", help="Only runs created since then: an age (7d, 12h) or an ISO 8601 "
+                             "date or time (UTC unless it names an offset).")] = None,
+    until: Annotated[str | None, typer.Option(
+        metavar="WHEN", help="Only runs created before then (an age or a date; a date "
+                             "includes that day).")] = None,
+    sort: Annotated[str | None, typer.Option(
+        metavar="ORDER", help="created, duration, cost, model_calls or steps; a leading - "
+                              "for largest first (-cost: the most expensive first).")] = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
     archived: Annotated[bool, typer.Option(
         "--archived", help="List archived runs instead (retention; see `toren db archive`)."
     )] = False,
 ) -> None:
-    """List runs, newest first, with the schedule that started each (if one did)."""
+    """List runs, newest first (or in another order), with each one's calls and cost."""
     if archived:
         list_archived(agent, limit, as_json, url)
         return
+    wanted = {"q": find, "version": agent_version, "since": ago(since), "until": ago(until),
+              "sort": sort}
+    search = {name: value for name, value in wanted.items() if value is not None}
+
     async def read(operator: Operator) -> tuple[list[dict[str, Any]], str]:
         return (await operator.list_runs(agent=agent, status=status, limit=limit,
-                                         schedule=schedule), operator.database)
+                                         schedule=schedule, find=search), operator.database)
 
     runs, database = operate(read, url=url)
     if as_json:
         print_json({"runs": runs})
         return
     if not runs:  # say where nothing was found: the wrong database reads as an empty one
-        err_console.print(f"No runs{' matching the filters' if agent or status or schedule else ''}"
+        filtered = agent or status or schedule or any(k != "sort" for k in search)
+        err_console.print(f"No runs{' matching the filters' if filtered else ''}"
                           f" in {safe(database)}.")
     table = Table()
     table.add_column("run", no_wrap=True)
     for column in ("agent", "status", "stop reason", "schedule", "created"):
         table.add_column(column)
+    table.add_column("calls", justify="right")
+    table.add_column("cost", justify="right")
     for run in runs:
+        totals = run.get("totals") or {}
+        cost = money(totals.get("cost_usd", 0.0)) + ("+?" if totals.get("cost_unknown_calls")
+                                                      else "")
         table.add_row(safe(run["id"]), safe(run["agent"]), run["status"],
-                      run["stop_reason"] or "", safe(run.get("schedule") or ""), created(run))
+                      run["stop_reason"] or "", safe(run.get("schedule") or ""), created(run),
+                      str(totals.get("model_calls", 0)), cost)
     print_table(table)
+
+
+def ago(text: str | None) -> str | None:
+    """An age (``7d``, ``12h``) as the ISO 8601 time it names back from now; anything else
+    as it is (the search checks it)."""
+    if text is None:
+        return None
+    try:
+        seconds = parse_age(text)
+    except ValueError:
+        return text
+    if seconds is None:  # "never"
+        return text
+    return (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
 
 
 PromptsOption = Annotated[bool, typer.Option(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
@@ -25,10 +25,13 @@ import typer
 from toren.cli.common import load_runtime, require_database, run_async, stop_runtime
 from toren.cli.files import add_path, cli_uploader, describe_stored
 from toren.cli.output import safe
+from toren.core import events as ev
 from toren.core.actors import cli_actor
 from toren.core.audit import AuditQuery, parse_moment
 from toren.core.costs import costs_window
 from toren.core.events import Event
+from toren.core.run_search import parse_run_search
+from toren.core.runs import RunTotals
 from toren.core.webhooks import WebhookSubscription
 from toren.errors import ApprovalNotFound, ConfigError, RunNotFound, TorenError
 from toren.files import FileNotFound, max_file_bytes
@@ -90,8 +93,10 @@ class Operator(abc.ABC):
 
     @abc.abstractmethod
     async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
-                        schedule: str | None) -> list[JsonDict]:
-        """Runs, newest first."""
+                        schedule: str | None,
+                        find: Mapping[str, str] | None = None) -> list[JsonDict]:
+        """Runs, newest first, each with its ``totals``; ``find``: ``GET /runs``' search
+        parameters (``q``, ``version``, ``since``, ``until``, ``sort``), as strings."""
 
     @abc.abstractmethod
     def run_pages(self) -> AsyncIterator[list[JsonDict]]:
@@ -362,10 +367,22 @@ class LocalOperator(Operator):
         return await self.runtime.fleet.snapshot()
 
     async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
-                        schedule: str | None) -> list[JsonDict]:
-        runs = await self.runtime.list_runs(agent=agent, status=status, limit=limit,
-                                            schedule=schedule)
-        return [run.to_json() for run in runs]
+                        schedule: str | None,
+                        find: Mapping[str, str] | None = None) -> list[JsonDict]:
+        if find:
+            if status is not None and status not in ev.RUN_STATUSES:
+                raise ConfigError(f"unknown status {status!r}; one of "
+                                  f"{', '.join(ev.RUN_STATUSES)}")
+            page = await self.runtime.runs.search(parse_run_search(
+                find, agents=(agent,) if agent else (), status=status, schedule=schedule,
+                limit=limit))
+            runs, totals = page.items, page.totals
+        else:
+            runs = await self.runtime.list_runs(agent=agent, status=status, limit=limit,
+                                                schedule=schedule)
+            totals = await self.runtime.runs.totals(runs)
+        return [run.to_json() | {"totals": totals.get(run.id, RunTotals()).to_json()}
+                for run in runs]
 
     async def run_pages(self) -> AsyncIterator[list[JsonDict]]:
         async for page in self.runtime.runs.every_run(_PAGE):
@@ -567,13 +584,14 @@ class RemoteOperator(Operator):
         return await self.client.fleet()
 
     async def list_runs(self, *, agent: str | None, status: str | None, limit: int,
-                        schedule: str | None) -> list[JsonDict]:
+                        schedule: str | None,
+                        find: Mapping[str, str] | None = None) -> list[JsonDict]:
         runs: list[JsonDict] = []
         cursor = None
         while len(runs) < limit:
             page = await self.client.list_runs(agent=agent, status=status, cursor=cursor,
                                                limit=min(_REMOTE_PAGE, limit - len(runs)),
-                                               schedule=schedule)
+                                               schedule=schedule, **dict(find or {}))
             runs += [dict(run) for run in page["runs"]]
             cursor = page["next_cursor"]
             if cursor is None:

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from toren.core import events as ev
 from toren.core.decisions import unstorable
+from toren.core.run_search import parse_run_search
 from toren.core.runs import RunRecord, RunTotals
 from toren.core.webhooks import WebhookSubscription, parse_subscriptions
 from toren.errors import RunNotFound
@@ -29,7 +30,6 @@ from toren.server.cursors import (
     encode_page_cursor,
 )
 from toren.server.errors import json_error
-from toren.server.run_search import parse_run_search
 from toren.server.streams import event_json, stream_events
 
 log = logging.getLogger(__name__)
