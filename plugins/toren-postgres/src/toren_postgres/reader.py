@@ -116,7 +116,7 @@ class PostgresRunReader(PostgresConnection, RunReader):
         # one agent: its page straight from Postgres; several: each one's first offset+limit
         # runs, merged in the sort's order (ties newest first) and cut to the page
         single = len(names) == 1
-        found: list[tuple[RunRecord, float | None]] = []
+        found: list[tuple[RunRecord, Any]] = []  # the run, its sort key (a number or NULL)
         for name in names:
             statement, params = search_statement(
                 schema_name_for(name), search, search.limit + (0 if single else search.offset),
@@ -132,8 +132,8 @@ class PostgresRunReader(PostgresConnection, RunReader):
             return [record for record, _key in found]
         found.sort(key=lambda pair: (pair[0].created_at is not None, pair[0].created_at,
                                      pair[0].id), reverse=True)
-        present = [pair for pair in found if pair[1] is not None]
-        present.sort(key=lambda pair: float(pair[1]), reverse=search.descending)
+        present = [(record, float(key)) for record, key in found if key is not None]
+        present.sort(key=lambda pair: pair[1], reverse=search.descending)
         ordered = present + [pair for pair in found if pair[1] is None]
         return [record for record, _key in ordered[search.offset:search.offset + search.limit]]
 
