@@ -174,3 +174,29 @@ async def test_archived_and_restored_runs_count_once(make_runtime: Any, tmp_path
     await runtime.archive.restore(fork.id)
     await runtime.archive.restore(source)
     assert await totals() == (5, 0.05)
+
+
+async def test_a_store_without_the_optional_reads_answers_501_or_adds_up_events(
+        served: tuple[str, Runtime, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plugin API 1.5/1.6's optional reads, as a store that leaves them out has them: searching
+    runs and listing forks answer 501 and say so; a page's totals come from the events (the
+    default ``run_totals``), the same figures as the store's own."""
+    url, runtime, headers = served
+    source = await finished(runtime, "calc", PLAN)
+    fork = await runtime.forks.fork(source, 2)
+    await runtime.wait_for_run(fork.id, timeout_s=60)
+    status, stored = await get(url, "/runs?agent=calc", headers)
+    assert status == 200 and stored["runs"][0]["totals"]["model_calls"] == 4
+    for name in ("search_runs", "fork_runs", "run_totals"):
+        monkeypatch.setattr(runtime.store, name,
+                            types.MethodType(getattr(RunReader, name), runtime.store))
+    status, added_up = await get(url, "/runs?agent=calc", headers)
+    assert status == 200 and added_up["runs"] == stored["runs"]
+    assert [run["totals"]["cost_usd"] for run in added_up["runs"]] == [
+        pytest.approx(2 * STEP_COST), pytest.approx(4 * STEP_COST)]
+    for path, what in ((f"/runs?q={quote('zebra')}", "does not search runs"),
+                       ("/runs?sort=-cost", "does not search runs"),
+                       (f"/runs/{source}/forks", "does not list a run's forks")):
+        status, body = await get(url, path, headers)
+        assert status == 501 and body["error"]["code"] == "not_supported", (path, body)
+        assert what in body["error"]["message"]
