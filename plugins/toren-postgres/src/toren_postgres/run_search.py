@@ -27,20 +27,32 @@ TEXT = sql.SQL(
     " || to_tsvector('simple', left(COALESCE(r.output #>> '{{}}', ''), 100000)))"
     " @@ websearch_to_tsquery('simple', {})")
 
-#: A run's total for a sort by it: kept in its row once it has finished, else added up now
-#: (``run_totals()``: only for the runs still working, as COALESCE evaluates it only then).
-TOTAL = "COALESCE(r.{column}, (SELECT t.{column} FROM {{run_totals}}(r.id) t))"
-
-#: What each sort orders by (a number, returned as ``sort_key`` so the runs of several agents
-#: are merged in the same order) and whether it needs the totals.
-SORT_KEYS: dict[str, tuple[str, bool]] = {
-    "created": ("extract(epoch FROM r.created_at)", False),
-    "duration": ("extract(epoch FROM COALESCE(r.finished_at, now()) - r.created_at)", False),
-    "cost": (TOTAL.format(column="cost_usd"), True),
-    "model_calls": (TOTAL.format(column="model_calls"), True),
-    "steps": (TOTAL.format(column="steps"), True),
+#: What each sort orders by: a column of the run's row or an expression of it (returned as
+#: ``sort_key`` too, so the runs of several agents are merged in the same order). The totals
+#: (``TOTALS``) are columns kept once a run has finished.
+SORT_KEYS: dict[str, str] = {
+    "created": "extract(epoch FROM r.created_at)",
+    "duration": "extract(epoch FROM COALESCE(r.finished_at, now()) - r.created_at)",
+    "cost": "cost_usd",
+    "model_calls": "model_calls",
+    "steps": "steps",
 }
+TOTALS = ("cost", "model_calls", "steps")
 
+#: A sort by a total: the finished runs in the order of the total's index (runs_cost_idx and
+#: its kin, agent migration 0029), only as many as the page needs, and the runs that keep
+#: none (still working: runs_unsettled_idx) with theirs added up now; then both, in order.
+BY_TOTAL = """SELECT * FROM (
+    (SELECT {columns}, r.{column} AS sort_key FROM {runs} r
+     WHERE r.model_calls IS NOT NULL{conditions}
+     ORDER BY r.{column} {direction}, r.created_at DESC, r.id DESC
+     LIMIT %(limit)s + %(offset)s)
+    UNION ALL
+    (SELECT {columns}, (SELECT t.{column} FROM {run_totals}(r.id) t) AS sort_key FROM {runs} r
+     WHERE r.model_calls IS NULL{conditions})
+) found
+ORDER BY sort_key {direction} NULLS LAST, created_at DESC, id DESC
+LIMIT %(limit)s OFFSET %(offset)s"""
 
 def search_statement(schema: str, search: RunSearch, limit: int, offset: int
                      ) -> tuple[sql.Composed, dict[str, Any]]:
@@ -74,17 +86,21 @@ def search_statement(schema: str, search: RunSearch, limit: int, offset: int
     if search.text:
         conditions.append(TEXT.format(sql.Placeholder("text")))
         params["text"] = search.text
-    key, totals = SORT_KEYS[search.sort]
     direction = sql.SQL("DESC" if search.descending else "ASC")
+    runs = sql.Identifier(schema, "runs")
+    if search.sort in TOTALS:
+        statement = sql.SQL(BY_TOTAL).format(
+            columns=COLUMNS, column=sql.Identifier(SORT_KEYS[search.sort]), runs=runs,
+            run_totals=sql.Identifier(schema, "run_totals"), direction=direction,
+            conditions=sql.SQL("").join(sql.SQL(" AND ") + c for c in conditions))
+        return statement, params
     # newest (or oldest) first: in the order of runs_created_idx, which then serves the page
     order = (sql.SQL("r.created_at {d}, r.id {d}").format(d=direction)
              if search.sort == "created" else
              sql.SQL("sort_key {d} NULLS LAST, r.created_at DESC, r.id DESC").format(d=direction))
     statement = sql.SQL("SELECT {columns}, {key} AS sort_key FROM {runs} r{where} ORDER BY "
                         "{order} LIMIT %(limit)s OFFSET %(offset)s").format(
-        columns=COLUMNS, key=sql.SQL(key).format(
-            run_totals=sql.Identifier(schema, "run_totals")) if totals else sql.SQL(key),
-        runs=sql.Identifier(schema, "runs"),
+        columns=COLUMNS, key=sql.SQL(SORT_KEYS[search.sort]), runs=runs,
         where=sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions
         else sql.SQL(""), order=order)
     return statement, params

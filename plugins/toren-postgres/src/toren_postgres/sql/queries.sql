@@ -289,7 +289,7 @@ ORDER BY created_at, id;
 -- What the model calls of the UTC days [since, until) cost per day or ISO week and model
 -- (GET /costs): the finished runs' calls from model_call_costs (agent migration 0028, a fork's
 -- copied calls not in it), by day and model first (a hash of a few hundred groups), and the
--- calls of the runs still working added up from their events (runs_working_idx and
+-- calls of the runs still working added up from their events (runs_unsettled_idx and
 -- model_call_cost_rows(), agent migration 0029), then by period.
 SELECT date_trunc(%(period)s, day::timestamp) AT TIME ZONE 'UTC' AS bucket, model,
        sum(calls)::bigint, sum(cost_usd)::float8, sum(unknown_cost_calls)::bigint,
@@ -305,7 +305,7 @@ FROM (SELECT day, model, count(*) AS calls, COALESCE(sum(cost_usd), 0) AS cost_u
              COALESCE(sum(c.cost_usd), 0), count(*) FILTER (WHERE c.cost_usd IS NULL),
              sum(c.input_tokens), sum(c.output_tokens)
       FROM {runs} r CROSS JOIN LATERAL {model_call_cost_rows}(r.id) c
-      WHERE r.finished_at IS NULL
+      WHERE r.model_calls IS NULL AND r.finished_at IS NULL
         AND c.created_at >= %(since)s::date::timestamp AT TIME ZONE 'UTC'
         AND c.created_at < %(until)s::date::timestamp AT TIME ZONE 'UTC'
       GROUP BY 1, 2) per_day

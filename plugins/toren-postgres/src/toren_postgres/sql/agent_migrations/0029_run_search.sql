@@ -10,7 +10,7 @@
 --   runs by cost reads rows, not events. The same trigger records the run's calls' costs in
 --   model_call_costs (agent migration 0028, the costs report). Runs still working (and runs
 --   restored from the archive) have neither: readers add theirs up from their events
---   (runs_working_idx finds them). Nothing is added to the appends of a run that works; a call
+--   (runs_unsettled_idx finds them). Nothing is added to the appends of a run that works; a call
 --   that completes after its run finished (a parallel task's, in flight when the run ended)
 --   is recorded by append_one, which already reads the run's row.
 CREATE INDEX runs_text_idx ON runs USING gin (
@@ -180,8 +180,13 @@ BEGIN
     RETURN QUERY SELECT 1::bigint, v_appended, v_notified, v_agent_version, v_handed;
 END $$;
 
--- the runs still working: the costs report and the runs list add theirs up from their events
-CREATE INDEX runs_working_idx ON runs (created_at) WHERE finished_at IS NULL;
+-- the runs that keep no totals (still working, or restored from the archive): the costs
+-- report and the runs list add theirs up from their events
+CREATE INDEX runs_unsettled_idx ON runs (created_at) WHERE model_calls IS NULL;
+-- a sort by a total reads the finished runs in its order, as many as the page needs
+CREATE INDEX runs_cost_idx ON runs (cost_usd) WHERE model_calls IS NOT NULL;
+CREATE INDEX runs_model_calls_idx ON runs (model_calls) WHERE model_calls IS NOT NULL;
+CREATE INDEX runs_steps_idx ON runs (steps) WHERE model_calls IS NOT NULL;
 
 UPDATE runs r SET (model_calls, steps, cost_usd, cost_unknown_calls) = (
     SELECT t.model_calls, t.steps, t.cost_usd, t.cost_unknown_calls FROM run_totals(r.id) t)
