@@ -66,6 +66,13 @@ def add_hostile_call(database_url: str, run_id: str) -> None:
         conn.execute(f'INSERT INTO "{schema}".events (run_id, stream, seq, type, data) '
                      "VALUES (%s, 'task:main', 100, 'ModelCallCompleted', %s)",
                      (run_id, json.dumps(data)))
+        record_costs(conn, "echo", run_id)
+
+
+def record_costs(conn: psycopg.Connection, agent: str, run_id: str) -> None:
+    """What Toren does when a call is appended to a finished run (append_one, agent
+    migration 0029): its cost recorded for the report."""
+    conn.execute(f'SELECT "{schema_name_for(agent)}".record_model_call_costs(%s)', (run_id,))
 
 
 def add_history(database_url: str, researcher_run: str, echo_run: str) -> None:
@@ -90,6 +97,8 @@ def add_history(database_url: str, researcher_run: str, echo_run: str) -> None:
                          "type, data, created_at) VALUES (%s, 'task:main', %s, "
                          "'ModelCallCompleted', %s, now() - %s * interval '1 day')",
                          (run_id, seq, json.dumps(data), days_ago))
+        for agent, run_id in (("researcher", researcher_run), ("echo", echo_run)):
+            record_costs(conn, agent, run_id)
 
 
 def test_the_costs_page_charts_and_tables_the_costs_with_the_budgets(
