@@ -49,7 +49,7 @@ SAMPLES: dict[str, Any] = {
     "at_step": 1, "digest": "ab" * 32, "answer": "sample answer",
     "arguments": {"sample": 1}, "actor": "cli:sample", "action": "run.start",
     "outcome": "ok", "since": "1h", "until": "2026-12-04T00:00:00Z", "run": "sample-run",
-    "period": "week",
+    "period": "week", "q": "sample words", "version": "1.0.0", "sort": "-cost",
 }
 PENDING = "9f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 #: What a model (or a user) can put where an id goes: traversal into another route, a query or a
