@@ -123,6 +123,7 @@ class LinkProxy(FaultProxy):
     #: Connections accepted so far.
     connections: int = 0
     _flowing: asyncio.Event = field(default_factory=asyncio.Event)
+    _writers: set[asyncio.StreamWriter] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._flowing.set()
@@ -141,13 +142,17 @@ class LinkProxy(FaultProxy):
         raise NotImplementedError("LinkProxy cuts and slows links; FaultProxy breaks statements")
 
     async def stop(self) -> None:
-        # connections first: a server's wait_closed may wait for its connections
+        if self._server is not None:
+            self._server.close()
+        await asyncio.sleep(0)  # connections accepted just now: let them register
         for task in list(self._tasks):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await task
+        for writer in self._writers:  # whatever a cancellation left open
+            writer.transport.abort()
+        self._writers.clear()
         if self._server is not None:
-            self._server.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
 
@@ -157,10 +162,12 @@ class LinkProxy(FaultProxy):
         assert this is not None
         self._tasks.add(this)
         self.connections += 1
+        self._writers.add(client_w)
         server_w: asyncio.StreamWriter | None = None
         relays: list[asyncio.Task[None]] = []
         try:
             server_r, server_w = await self._open_upstream()
+            self._writers.add(server_w)
             relays = [asyncio.create_task(self._relay(client_r, server_w)),
                       asyncio.create_task(self._relay(server_r, client_w))]
             await asyncio.wait(relays, return_when=asyncio.FIRST_COMPLETED)
@@ -175,6 +182,7 @@ class LinkProxy(FaultProxy):
                     writer.close()
                     with contextlib.suppress(OSError, ConnectionError):
                         await writer.wait_closed()
+                    self._writers.discard(writer)
             self._tasks.discard(this)
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
