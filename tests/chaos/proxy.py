@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from dataclasses import dataclass, field
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -117,16 +118,40 @@ class LinkProxy(FaultProxy):
     them once the link is back. ``delay_s`` holds every chunk that long in each direction
     before passing it on (a round trip gains twice ``delay_s``); chunks keep their order and
     do not queue behind each other's delay. Statement faults (``arm``) are not offered here.
+
+    ``stall()`` cuts the link and stops reading too: with a small ``receive_buffer`` the
+    proxy's kernel soon advertises a zero window and the client's data waits unsent, as for
+    a peer that takes no more data. A user-space proxy cannot drop packets (its kernel
+    acknowledges what it receives, keepalive probes included), so this is the nearest it
+    comes to a dead peer that the client's kernel itself can notice (TCP_USER_TIMEOUT bounds
+    a zero window's wait as it bounds unacknowledged data's, Linux 5.11 and later).
     """
 
     delay_s: float = 0.0
+    #: SO_RCVBUF of the sockets the proxy accepts (bytes), or the system's default.
+    receive_buffer: int | None = None
     #: Connections accepted so far.
     connections: int = 0
     _flowing: asyncio.Event = field(default_factory=asyncio.Event)
+    _reading: asyncio.Event = field(default_factory=asyncio.Event)
     _writers: set[asyncio.StreamWriter] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._flowing.set()
+        self._reading.set()
+
+    async def start(self) -> None:
+        if self.receive_buffer is None:
+            await super().start()
+            return
+        # set before listen(): accepted sockets inherit it, and the window scale follows it
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+        listener.bind(("127.0.0.1", 0))
+        self._server = await asyncio.start_server(self._serve, sock=listener)
+        params = conninfo_to_dict(self.upstream_url)
+        params.update(host="127.0.0.1", port=str(listener.getsockname()[1]), sslmode="disable")
+        self.url = make_conninfo(**params)
 
     @property
     def is_cut(self) -> bool:
@@ -135,8 +160,13 @@ class LinkProxy(FaultProxy):
     def cut(self) -> None:
         self._flowing.clear()
 
+    def stall(self) -> None:
+        self._flowing.clear()
+        self._reading.clear()
+
     def heal(self) -> None:
         self._flowing.set()
+        self._reading.set()
 
     def arm(self, mode: str, match: bytes | None = None) -> None:
         raise NotImplementedError("LinkProxy cuts and slows links; FaultProxy breaks statements")
@@ -204,7 +234,10 @@ class LinkProxy(FaultProxy):
         sender = asyncio.create_task(send())
         try:
             with contextlib.suppress(OSError, ConnectionError):
-                while chunk := await reader.read(65536):
+                while True:
+                    await self._reading.wait()
+                    if not (chunk := await reader.read(65536)):
+                        break
                     chunks.put_nowait((loop.time() + self.delay_s, chunk))
             chunks.put_nowait(None)
             with contextlib.suppress(OSError, ConnectionError):

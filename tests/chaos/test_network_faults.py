@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from toren_postgres.lifecycle import PostgresConnection
 
 from tests.chaos.effects import executions, recording_tools_source
 from tests.chaos.helpers import create_run, run_events, run_row, start_worker
@@ -28,6 +29,7 @@ from tests.durable import (
     read_call_log,
     tool_execution_violations,
 )
+from toren.config import Settings
 from toren.testing import ScriptedModel, respond_with_tools, write_agent_dir
 
 T = TypeVar("T")
@@ -162,6 +164,66 @@ def test_a_worker_cut_off_past_its_lease_is_fenced_when_the_link_heals(
     assert len(steps) <= len(made) <= len(steps) + 1
     assert sum(bool(e.data.get("repeated")) for e in task
                if e.type == "ModelCallCompleted") == len(made) - len(steps)
+
+
+
+# -- a half-open link --------------------------------------------------------------------------
+
+#: A statement too big to fit in the stalled proxy's receive window and the client's send
+#: buffer together: part of it stays unsent while the peer advertises no room for it.
+BIG = "x" * 8_000_000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_a_connection_to_a_silent_peer_is_given_up_within_the_tcp_timeout(
+        database_url: str, tmp_path: Path) -> None:
+    """A pooled connection whose peer went silent (no FIN, no RST) fails within
+    ``TOREN_DB_TCP_TIMEOUT`` and the pool carries on with a fresh one; a connection without
+    Toren's TCP parameters (what libpq does by default) still waits when that time is long
+    past, and would wait for good."""
+    timeout_s = 2.0
+    proxy = LinkProxy(database_url, receive_buffer=4096)
+    await proxy.start()
+    store = PostgresConnection(Settings(database_url=proxy.url, home=tmp_path / "home",
+                                        db_tcp_timeout_s=timeout_s))
+    await store.open()
+    try:
+        async with store.pool.connection() as conn:
+            params = conn.info.get_parameters()
+        assert (params["tcp_user_timeout"], params["keepalives"]) == ("2000", "1")
+        # the link goes silent with a statement on its way: the kernel gives it up
+        with pytest.raises(psycopg.OperationalError):
+            async with store.pool.connection() as conn:
+                proxy.stall()
+                started = time.monotonic()
+                await conn.execute("SELECT length(%s)", [BIG])
+        given_up_s = time.monotonic() - started
+        proxy.heal()
+        async with store.pool.connection() as conn:  # a fresh connection: the worker goes on
+            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+
+        # libpq's defaults (which Toren used before): no bound at all
+        plain = await psycopg.AsyncConnection.connect(
+            proxy.url, autocommit=True, tcp_user_timeout=0, keepalives=0)
+        async with plain:
+            proxy.stall()
+            statement = asyncio.create_task(plain.execute("SELECT length(%s)", [BIG]))
+            await asyncio.wait({statement}, timeout=2 * timeout_s + 1)
+            still_waiting = not statement.done()
+            proxy.heal()  # the link comes back: the statement goes through after all
+            cursor = await asyncio.wait_for(statement, 30)
+            assert await cursor.fetchone() == (len(BIG),)
+    finally:
+        proxy.heal()
+        await store.close()
+        await proxy.stop()
+    print(f"a statement to a silent peer failed {given_up_s:.1f}s after the link went silent "
+          f"(TOREN_DB_TCP_TIMEOUT={timeout_s:g}); without the TCP parameters it was still "
+          f"waiting after {2 * timeout_s + 1:g}s")
+    assert still_waiting
+    # the bound and a margin for a loaded machine; the kernel's own limit is minutes, or none
+    assert given_up_s < timeout_s + 5, given_up_s
 
 
 # -- a slow database -------------------------------------------------------------------------
