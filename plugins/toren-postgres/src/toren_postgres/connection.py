@@ -31,9 +31,12 @@ def tcp_timeout_params(timeout_s: float) -> dict[str, int]:
     (the LISTEN connections are idle for hours). Without them a half-open connection hangs
     until the kernel's own limits: about 15 minutes with data in flight, for ever when idle.
     libpq ignores them on a Unix-domain socket."""
-    return {"tcp_user_timeout": max(1, round(timeout_s * 1000)), "keepalives": 1,
-            "keepalives_idle": max(1, round(timeout_s / 2)),
-            "keepalives_interval": max(1, round(timeout_s / 6)), "keepalives_count": 3}
+    params = {"tcp_user_timeout": max(1, round(timeout_s * 1000)), "keepalives": 1,
+              "keepalives_idle": max(1, round(timeout_s / 2)),
+              "keepalives_interval": max(1, round(timeout_s / 6)), "keepalives_count": 3}
+    if psycopg.pq.version() < 120000:  # a system libpq before 12 refuses tcp_user_timeout
+        del params["tcp_user_timeout"]
+    return params
 
 
 def with_tcp_timeouts(url: str, timeout_s: float) -> str:
