@@ -324,5 +324,7 @@ async def test_a_slow_database_slows_runs_down_without_flapping_leases(
           f"{len(lost)}, oldest heartbeat seen {max(heartbeat_ages, default=0):.2f}s "
           f"(TTL 5s, renewed every {5 / 3:.2f}s), {proxy.connections} connections")
     assert takeovers == 0 and lost == []
-    # renewed every TTL/3: an age near the TTL would mean the heartbeat fell behind
-    assert max(heartbeat_ages, default=0.0) < 5.0 * 2 / 3
+    # renewed every TTL/3 (1.67 s) plus its round trips: a heartbeat as old as the TTL would
+    # let the worker's leases expire under it; keep a fifth of the TTL to spare for a loaded
+    # machine (measured: 1.7 s at 0 ms, 2.5 s at 200 ms)
+    assert max(heartbeat_ages, default=0.0) < 5.0 * 0.8
