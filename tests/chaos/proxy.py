@@ -153,10 +153,6 @@ class LinkProxy(FaultProxy):
         params.update(host="127.0.0.1", port=str(listener.getsockname()[1]), sslmode="disable")
         self.url = make_conninfo(**params)
 
-    @property
-    def is_cut(self) -> bool:
-        return not self._flowing.is_set()
-
     def cut(self) -> None:
         self._flowing.clear()
 

@@ -4,6 +4,7 @@ to DATABASE_URL, and never over a parameter the URL names itself."""
 from __future__ import annotations
 
 import psycopg
+import pytest
 from psycopg.conninfo import conninfo_to_dict
 from toren_postgres.connection import tcp_timeout_params, with_tcp_timeouts
 
@@ -45,7 +46,7 @@ def test_what_the_url_names_wins() -> None:
     assert with_tcp_timeouts(named, 30.0) == named
 
 
-def test_a_libpq_before_12_gets_keepalives_only(monkeypatch) -> None:
+def test_a_libpq_before_12_gets_keepalives_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(psycopg.pq, "version", lambda: 110000)
     assert "tcp_user_timeout" not in tcp_timeout_params(30.0)
     assert tcp_timeout_params(30.0)["keepalives_idle"] == 15
