@@ -97,6 +97,10 @@ class Settings:
     #: Seconds a database call waits for a pool connection (and the pool retries a lost
     #: connection) before failing with ``DatabaseUnavailable`` (503 on the HTTP API).
     pool_timeout_s: float = 5.0
+    #: Seconds after which a database connection whose other end went silent (a partition, a
+    #: half-open link: no FIN, no RST) is given up by the kernel: libpq's ``tcp_user_timeout``
+    #: and TCP keepalives (``TOREN_DB_TCP_TIMEOUT``), unless ``DATABASE_URL`` names them.
+    db_tcp_timeout_s: float = 30.0
     #: Host names the HTTP API answers to without keys, besides loopback and the bound address.
     allowed_hosts: tuple[str, ...] = ()
     #: HTTP server limits: seconds to send a request's headers, seconds to send its body,
@@ -201,6 +205,7 @@ class Settings:
             crash_at=crashpoints.parse(env.get("TOREN_CRASH_AT")),
             crash_once=Path(env["TOREN_CRASH_ONCE"]) if env.get("TOREN_CRASH_ONCE") else None,
             pool_timeout_s=positive_number(env, "TOREN_POOL_TIMEOUT", 5.0, float),
+            db_tcp_timeout_s=positive_number(env, "TOREN_DB_TCP_TIMEOUT", 30.0, float),
             allowed_hosts=tuple(name.strip().lower().rstrip(".") for name in
                                 env.get("TOREN_ALLOWED_HOSTS", "").split(",") if name.strip()),
             header_timeout_s=positive_number(env, "TOREN_HEADER_TIMEOUT", 10.0, float),

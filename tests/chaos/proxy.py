@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from dataclasses import dataclass, field
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -105,3 +106,139 @@ async def _read_until_ready_for_query(reader: asyncio.StreamReader) -> None:
         if not chunk:
             return
         seen = seen[-16:] + chunk
+
+
+@dataclass
+class LinkProxy(FaultProxy):
+    """A proxy whose link to Postgres can be cut and slowed, for every connection through it.
+
+    ``cut()`` is a partition, or a half-open link: nothing passes either way and no socket is
+    closed (no FIN, no RST), so each side waits for an answer that does not come; the bytes
+    sent meanwhile are held and delivered in order on ``heal()``, as TCP would retransmit
+    them once the link is back. ``delay_s`` holds every chunk that long in each direction
+    before passing it on (a round trip gains twice ``delay_s``); chunks keep their order and
+    do not queue behind each other's delay. Statement faults (``arm``) are not offered here.
+
+    ``stall()`` cuts the link and stops reading too: with a small ``receive_buffer`` the
+    proxy's kernel soon advertises a zero window and the client's data waits unsent, as for
+    a peer that takes no more data. A user-space proxy cannot drop packets (its kernel
+    acknowledges what it receives, keepalive probes included), so this is the nearest it
+    comes to a dead peer that the client's kernel itself can notice (TCP_USER_TIMEOUT bounds
+    a zero window's wait as it bounds unacknowledged data's, Linux 5.11 and later).
+    """
+
+    delay_s: float = 0.0
+    #: SO_RCVBUF of the sockets the proxy accepts (bytes), or the system's default.
+    receive_buffer: int | None = None
+    #: Connections accepted so far.
+    connections: int = 0
+    _flowing: asyncio.Event = field(default_factory=asyncio.Event)
+    _reading: asyncio.Event = field(default_factory=asyncio.Event)
+    _writers: set[asyncio.StreamWriter] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._flowing.set()
+        self._reading.set()
+
+    async def start(self) -> None:
+        if self.receive_buffer is None:
+            await super().start()
+            return
+        # set before listen(): accepted sockets inherit it, and the window scale follows it
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+        listener.bind(("127.0.0.1", 0))
+        self._server = await asyncio.start_server(self._serve, sock=listener)
+        params = conninfo_to_dict(self.upstream_url)
+        params.update(host="127.0.0.1", port=str(listener.getsockname()[1]), sslmode="disable")
+        self.url = make_conninfo(**params)
+
+    def cut(self) -> None:
+        self._flowing.clear()
+
+    def stall(self) -> None:
+        self._flowing.clear()
+        self._reading.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
+        self._reading.set()
+
+    def arm(self, mode: str, match: bytes | None = None) -> None:
+        raise NotImplementedError("LinkProxy cuts and slows links; FaultProxy breaks statements")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await asyncio.sleep(0)  # connections accepted just now: let them register
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await task
+        for writer in self._writers:  # whatever a cancellation left open
+            writer.transport.abort()
+        self._writers.clear()
+        if self._server is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    async def _serve(self, client_r: asyncio.StreamReader,
+                     client_w: asyncio.StreamWriter) -> None:
+        this = asyncio.current_task()
+        assert this is not None
+        self._tasks.add(this)
+        self.connections += 1
+        self._writers.add(client_w)
+        server_w: asyncio.StreamWriter | None = None
+        relays: list[asyncio.Task[None]] = []
+        try:
+            server_r, server_w = await self._open_upstream()
+            self._writers.add(server_w)
+            relays = [asyncio.create_task(self._relay(client_r, server_w)),
+                      asyncio.create_task(self._relay(server_r, client_w))]
+            await asyncio.wait(relays, return_when=asyncio.FIRST_COMPLETED)
+        except (OSError, asyncio.CancelledError):
+            pass  # cancelled by stop(): the connection task ends here, quietly
+        finally:
+            for relay in relays:
+                relay.cancel()
+            await asyncio.gather(*relays, return_exceptions=True)
+            for writer in (client_w, server_w):
+                if writer is not None:
+                    writer.close()
+                    with contextlib.suppress(OSError, ConnectionError):
+                        await writer.wait_closed()
+                    self._writers.discard(writer)
+            self._tasks.discard(this)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Pass one direction's chunks on, each ``delay_s`` after it was read and only while
+        the link flows; return once the reader's end is closed and all it sent has passed."""
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
+
+        async def send() -> None:
+            while (item := await chunks.get()) is not None:
+                due, chunk = item
+                await self._flowing.wait()
+                if (wait := due - loop.time()) > 0:
+                    await asyncio.sleep(wait)
+                await self._flowing.wait()  # cut while this chunk waited out its delay
+                writer.write(chunk)
+                await writer.drain()
+
+        sender = asyncio.create_task(send())
+        try:
+            with contextlib.suppress(OSError, ConnectionError):
+                while True:
+                    await self._reading.wait()
+                    if not (chunk := await reader.read(65536)):
+                        break
+                    chunks.put_nowait((loop.time() + self.delay_s, chunk))
+            chunks.put_nowait(None)
+            with contextlib.suppress(OSError, ConnectionError):
+                await sender
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError, ConnectionError):
+                await sender

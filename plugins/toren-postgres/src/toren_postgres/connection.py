@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from toren.plugin import ConfigError, DatabaseTlsError, DatabaseUnavailable
 
@@ -22,6 +22,30 @@ def describe_url(url: str) -> str:
     where = f"socket {host}" if str(host).startswith("/") else f"{host}:{port}"
     user = str(params.get("user") or "")
     return f"{user + '@' if user else ''}{where}/{params.get('dbname') or user}"
+
+
+def tcp_timeout_params(timeout_s: float) -> dict[str, int]:
+    """libpq's TCP parameters that give up a connection whose peer went silent within about
+    ``timeout_s``: ``tcp_user_timeout`` (data sent and not acknowledged for that long), and
+    keepalives probing an idle connection after half of it, three probes a sixth of it apart
+    (the LISTEN connections are idle for hours). Without them a half-open connection hangs
+    until the kernel's own limits: about 15 minutes with data in flight, for ever when idle.
+    libpq ignores them on a Unix-domain socket."""
+    params = {"tcp_user_timeout": max(1, round(timeout_s * 1000)), "keepalives": 1,
+              "keepalives_idle": max(1, round(timeout_s / 2)),
+              "keepalives_interval": max(1, round(timeout_s / 6)), "keepalives_count": 3}
+    if psycopg.pq.version() < 120000:  # a system libpq before 12 refuses tcp_user_timeout
+        del params["tcp_user_timeout"]
+    return params
+
+
+def with_tcp_timeouts(url: str, timeout_s: float) -> str:
+    """``url`` with ``tcp_timeout_params(timeout_s)`` added, except those it names itself (a
+    user's ``keepalives=0`` or ``tcp_user_timeout=...`` in ``DATABASE_URL`` wins)."""
+    named = conninfo_to_dict(url)
+    missing = {key: value for key, value in tcp_timeout_params(timeout_s).items()
+               if key not in named}
+    return make_conninfo(url, **missing) if missing else url
 
 
 async def check_connection(url: str, timeout_s: float) -> str:

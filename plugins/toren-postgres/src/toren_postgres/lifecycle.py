@@ -11,7 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from toren.plugin import DatabaseUnavailable, Settings
 from toren.plugin.drivers import StoreLifecycle
-from toren_postgres.connection import check_connection, describe_url
+from toren_postgres.connection import check_connection, describe_url, with_tcp_timeouts
 from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
 
 
@@ -57,6 +57,10 @@ class PostgresConnection(StoreLifecycle):
             self.embedded = await asyncio.to_thread(ensure_embedded, self.settings.home)
             self.url = self.embedded.url
         self.server_version = await check_connection(self.url, self.settings.connect_timeout_s)
+        # Every connection is opened from self.url from here on (the pool, the LISTEN
+        # connections): a silent peer is then given up within TOREN_DB_TCP_TIMEOUT, not after
+        # the kernel's minutes. Added after the check, which reports a malformed URL clearly.
+        self.url = with_tcp_timeouts(self.url, self.settings.db_tcp_timeout_s)
         # A call waits at most pool_timeout_s for a connection, so an outage is a quick
         # DatabaseUnavailable. A lost connection is retried with backoff for as long, then
         # afresh on the next call: the pool's backoff would otherwise grow for 5 minutes and
