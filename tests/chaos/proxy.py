@@ -1,9 +1,11 @@
-"""A TCP proxy in front of Postgres that can break a connection at the worst moment: after
-the server has executed (and, in autocommit, committed) a statement but before the client
-hears back, so the client cannot know whether its commit happened."""
+"""TCP proxies in front of Postgres. ``FaultProxy`` breaks a connection at the worst moment:
+after the server has executed (and, in autocommit, committed) a statement but before the
+client hears back, so the client cannot know whether its commit happened. ``LinkProxy`` cuts
+and slows the link itself, for every connection through it."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import socket
@@ -13,24 +15,21 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
 @dataclass
-class FaultProxy:
-    """``await proxy.start()``; ``proxy.url`` reaches the database through it. ``arm(mode)``
-    breaks the next statement sent on any connection (with ``match``, the next one whose
-    message holds those bytes, e.g. a table only that statement names): ``"after_commit"``
-    forwards it, waits for the server's answer and drops it; ``"before_send"`` drops the
-    statement unsent."""
+class PostgresProxy(abc.ABC):
+    """What both proxies share: ``await proxy.start()`` listens on a free loopback port, and
+    ``proxy.url`` reaches the database of ``upstream_url`` through it; each accepted
+    connection is served by ``_serve`` (the subclass's own) over one to Postgres."""
 
     upstream_url: str
     url: str = ""
-    armed: str | None = None
-    match: bytes | None = None
-    broken: int = 0
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
+        self._listening_on(self._server.sockets[0].getsockname()[1])
+
+    def _listening_on(self, port: int) -> None:
         params = conninfo_to_dict(self.upstream_url)
         params.update(host="127.0.0.1", port=str(port), sslmode="disable")
         self.url = make_conninfo(**params)
@@ -44,10 +43,6 @@ class FaultProxy:
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await task
 
-    def arm(self, mode: str, match: bytes | None = None) -> None:
-        assert mode in ("after_commit", "before_send")
-        self.armed, self.match = mode, match
-
     async def _open_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         params = conninfo_to_dict(self.upstream_url)
         host = str(params.get("host") or "127.0.0.1")
@@ -55,6 +50,27 @@ class FaultProxy:
         if host.startswith("/"):
             return await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
         return await asyncio.open_connection(host, port)
+
+    @abc.abstractmethod
+    async def _serve(self, client_r: asyncio.StreamReader,
+                     client_w: asyncio.StreamWriter) -> None:
+        """Serve one accepted connection until either side closes it."""
+
+
+@dataclass
+class FaultProxy(PostgresProxy):
+    """``arm(mode)`` breaks the next statement sent on any connection (with ``match``, the
+    next one whose message holds those bytes, e.g. a table only that statement names):
+    ``"after_commit"`` forwards it, waits for the server's answer and drops it;
+    ``"before_send"`` drops the statement unsent."""
+
+    armed: str | None = None
+    match: bytes | None = None
+    broken: int = 0
+
+    def arm(self, mode: str, match: bytes | None = None) -> None:
+        assert mode in ("after_commit", "before_send")
+        self.armed, self.match = mode, match
 
     async def _serve(self, client_r: asyncio.StreamReader,
                      client_w: asyncio.StreamWriter) -> None:
@@ -109,7 +125,7 @@ async def _read_until_ready_for_query(reader: asyncio.StreamReader) -> None:
 
 
 @dataclass
-class LinkProxy(FaultProxy):
+class LinkProxy(PostgresProxy):
     """A proxy whose link to Postgres can be cut and slowed, for every connection through it.
 
     ``cut()`` is a partition, or a half-open link: nothing passes either way and no socket is
@@ -117,7 +133,7 @@ class LinkProxy(FaultProxy):
     sent meanwhile are held and delivered in order on ``heal()``, as TCP would retransmit
     them once the link is back. ``delay_s`` holds every chunk that long in each direction
     before passing it on (a round trip gains twice ``delay_s``); chunks keep their order and
-    do not queue behind each other's delay. Statement faults (``arm``) are not offered here.
+    do not queue behind each other's delay.
 
     ``stall()`` cuts the link and stops reading too: with a small ``receive_buffer`` the
     proxy's kernel soon advertises a zero window and the client's data waits unsent, as for
@@ -149,9 +165,7 @@ class LinkProxy(FaultProxy):
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
         listener.bind(("127.0.0.1", 0))
         self._server = await asyncio.start_server(self._serve, sock=listener)
-        params = conninfo_to_dict(self.upstream_url)
-        params.update(host="127.0.0.1", port=str(listener.getsockname()[1]), sslmode="disable")
-        self.url = make_conninfo(**params)
+        self._listening_on(listener.getsockname()[1])
 
     def cut(self) -> None:
         self._flowing.clear()
@@ -163,9 +177,6 @@ class LinkProxy(FaultProxy):
     def heal(self) -> None:
         self._flowing.set()
         self._reading.set()
-
-    def arm(self, mode: str, match: bytes | None = None) -> None:
-        raise NotImplementedError("LinkProxy cuts and slows links; FaultProxy breaks statements")
 
     async def stop(self) -> None:
         if self._server is not None:
