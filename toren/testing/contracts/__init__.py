@@ -62,6 +62,7 @@ from toren.testing.contracts.runs import (
     RunCostsContract,
     RunLogContract,
     RunReaderContract,
+    RunSearchContract,
     SignalLogContract,
 )
 from toren.testing.contracts.store import (
@@ -97,6 +98,7 @@ __all__ = [
     "RunCostsContract",
     "RunLogContract",
     "RunReaderContract",
+    "RunSearchContract",
     "ScheduleStoreContract",
     "SignalLogContract",
     "StoreContract",

@@ -564,42 +564,6 @@ class RunReaderContract(StoreFixtures):
         assert idle not in totals  # no model calls
         assert await store.run_totals(agent, []) == {}
 
-    async def test_search_runs_by_words_dates_and_order(
-            self, store: Store, fresh_agent: str, other_agent: str) -> None:
-        """Skipped for a store that does not search (``search_runs`` is optional)."""
-        agent = fresh_agent
-        try:
-            await store.search_runs(RunSearch(agents=(agent,)))
-        except NotImplementedError:
-            pytest.skip("this store does not search runs (RunReader.search_runs)")
-        red = await self.create(store, agent, "a red Fox")
-        blue = await self.create(store, agent, {"text": "a blue fox"})
-        other = await self.create(store, agent, "nothing")
-        lease = await leased(store, blue)
-        await store.append(agent, lease, 1, [started(lease.epoch), call_started(1, lease.epoch),
-                                             call_completed(1, lease.epoch, 2.0)], ttl_s=60)
-
-        async def found(**search: Any) -> list[str]:
-            return [r.id for r in await store.search_runs(RunSearch(agents=(agent,), **search))]
-
-        assert await found(text="fox") == [blue, red]
-        assert await found(text="red fox") == [red]
-        assert await found(text="fox -red") == [blue]
-        assert await found(text="fo") == []
-        assert await found() == [other, blue, red]
-        assert await found(sort="cost", descending=False) == [other, red, blue]  # ties: newest
-        assert await found(sort="model_calls", descending=True) == [blue, other, red]
-        assert await found(descending=False) == [red, blue, other]
-        assert await found(limit=1, offset=1) == [blue]
-        record = await store.get_run(blue, agent)
-        assert record is not None and record.created_at is not None
-        assert await found(before=(record.created_at, blue)) == [red]
-        assert await found(since=record.created_at) == [other, blue]
-        assert await found(until=record.created_at) == [red]
-        assert await found(version="no-such-version") == []
-        both = await store.search_runs(RunSearch(agents=(agent, other_agent), text="fox"))
-        assert [r.id for r in both] == [blue, red]
-
     async def test_child_runs_oldest_first_in_every_agent(
             self, store: Store, agent: str, other_agent: str) -> None:
         parent = await self.create(store, agent)
@@ -801,6 +765,44 @@ def priced_call(step: int, model: str, cost_usd: float | None, input_tokens: int
         step=step, epoch=1, model=model, text="done", tool_calls=(), stop_reason="end_turn",
         usage=ev.TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens),
         cost_usd=cost_usd, latency_ms=1.0, repeated=False))
+
+
+class RunSearchContract(StoreFixtures):
+    """``RunReader.search_runs`` (plugin API 1.6): runs found by words, version and dates, in
+    any order, a page at a time. A driver that does not search leaves it out of its suite
+    (``GET /runs`` with ``q``, ``version``, ``since``, ``until`` or ``sort`` then answers
+    501)."""
+
+    async def test_search_runs_by_words_dates_and_order(
+            self, store: Store, fresh_agent: str, other_agent: str) -> None:
+        agent = fresh_agent
+        red = await self.create(store, agent, "a red Fox")
+        blue = await self.create(store, agent, {"text": "a blue fox"})
+        other = await self.create(store, agent, "nothing")
+        lease = await leased(store, blue)
+        await store.append(agent, lease, 1, [started(lease.epoch), call_started(1, lease.epoch),
+                                             call_completed(1, lease.epoch, 2.0)], ttl_s=60)
+
+        async def found(**search: Any) -> list[str]:
+            return [r.id for r in await store.search_runs(RunSearch(agents=(agent,), **search))]
+
+        assert await found(text="fox") == [blue, red]
+        assert await found(text="red fox") == [red]
+        assert await found(text="fox -red") == [blue]
+        assert await found(text="fo") == []
+        assert await found() == [other, blue, red]
+        assert await found(sort="cost", descending=False) == [other, red, blue]  # ties: newest
+        assert await found(sort="model_calls", descending=True) == [blue, other, red]
+        assert await found(descending=False) == [red, blue, other]
+        assert await found(limit=1, offset=1) == [blue]
+        record = await store.get_run(blue, agent)
+        assert record is not None and record.created_at is not None
+        assert await found(before=(record.created_at, blue)) == [red]
+        assert await found(since=record.created_at) == [other, blue]
+        assert await found(until=record.created_at) == [red]
+        assert await found(version="no-such-version") == []
+        both = await store.search_runs(RunSearch(agents=(agent, other_agent), text="fox"))
+        assert [r.id for r in both] == [blue, red]
 
 
 class RunCostsContract(StoreFixtures):

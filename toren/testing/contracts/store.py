@@ -45,6 +45,7 @@ from toren.testing.contracts.runs import (
     RunCostsContract,
     RunLogContract,
     RunReaderContract,
+    RunSearchContract,
     SignalLogContract,
 )
 from toren.testing.contracts.support import (
@@ -203,5 +204,5 @@ class StoreContract(StoreLifecycleContract, MigratorContract, RunLogContract, Ru
                     FileStoreContract, ChannelInboxContract, ChannelChatsContract,
                     ChannelOutboxContract, RunArchiveIndexContract, QuestionStoreContract,
                     SignalLogContract, WebhookStoreContract, RateLimitStoreContract,
-                    AuditStoreContract, RunCostsContract):
+                    AuditStoreContract, RunCostsContract, RunSearchContract):
     """Every store contract: what a ``toren.seams.store.Store`` driver runs."""
