@@ -122,7 +122,7 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
 REFUSED_BEYOND_SCHEMA = frozenset({"invalid_cursor", "unstorable_value", "invalid_fork_step",
                                    "invalid_fork_override", "invalid_webhook",
                                    "invalid_costs_window",
-                                   # a date the calendar lacks (Feb 30, a leap second), or a
+                                   # a date the calendar lacks (Feb 30), or a
                                    # range that ends before it starts (GET /runs)
                                    "invalid_since", "invalid_until", "invalid_range"})
 #: Webhooks a realistic case sends: public destinations (never called: the runs they are given

@@ -14,6 +14,7 @@ from typing import Any
 
 from toren.core.actors import Actor
 from toren.core.errors import TorenError
+from toren.core.moments import iso_moment
 from toren.core.retention import parse_age
 
 #: Where an entry was recorded: the HTTP API, the CLI on the database, an MCP tool, a chat
@@ -197,9 +198,8 @@ def parse_moment(text: str, name: str, now: datetime | None = None) -> datetime:
             except OverflowError:  # an age older than year 1 (9999999w): the start of time
                 return datetime.min.replace(tzinfo=UTC)
     try:
-        moment = datetime.fromisoformat(raw)
+        return iso_moment(raw)
     except ValueError:
         raise InvalidAuditQuery(f"{name} {clip(raw, 60)!r} is neither an age (such as 1h or "
                                 "7d) nor an ISO 8601 time (such as 2026-01-31 or "
                                 "2026-01-31T12:00:00Z)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

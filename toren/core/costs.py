@@ -3,13 +3,13 @@ the console's Costs page): the window's parsing and the report built from the st
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 
 from toren.core.errors import TorenError
+from toren.core.moments import DATE_ONLY, iso_moment
 
 #: How a window is cut: UTC days, or ISO weeks (from Monday 00:00 UTC).
 Period = Literal["day", "week"]
@@ -18,8 +18,6 @@ PERIODS: tuple[Period, ...] = ("day", "week")
 MAX_WINDOW_DAYS = 366
 #: The window when none is given: the last 30 days, or the last 12 weeks (today's included).
 DEFAULT_BUCKETS: Mapping[Period, int] = {"day": 30, "week": 12}
-_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_LEAP_SECOND = re.compile(r":60(?=[.Z+-]|$)")
 _STEP: Mapping[Period, timedelta] = {"day": timedelta(days=1), "week": timedelta(weeks=1)}
 #: What a figure row adds up (``ModelCosts``' counts), in the JSON's order.
 FIGURES = ("calls", "cost_usd", "unknown_cost_calls", "input_tokens", "output_tokens")
@@ -67,14 +65,11 @@ def _moment(text: str, name: str) -> datetime:
     if len(text) > 40 or not text.isprintable() or text != text.strip():
         raise InvalidCostsQuery(f"{name} must be an ISO 8601 date or time (such as 2026-01-31 "
                                 "or 2026-01-31T12:00:00Z), of at most 40 characters")
-    # RFC 3339 allows a lowercase t and z, and a leap second (read as the second before it)
-    readable = _LEAP_SECOND.sub(":59", text.upper())
     try:
-        moment = datetime.fromisoformat(readable)
+        return iso_moment(text)
     except ValueError:
         raise InvalidCostsQuery(f"{name} {text!r} is not an ISO 8601 date or time (such as "
                                 "2026-01-31 or 2026-01-31T12:00:00Z)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def costs_window(period: str | None, since: str | None, until: str | None,
@@ -94,7 +89,7 @@ def costs_window(period: str | None, since: str | None, until: str | None,
     step = _STEP[chosen]
     end = _moment(until, "until") if until is not None else (now or datetime.now(UTC))
     try:
-        if until is not None and _DATE_ONLY.match(until):
+        if until is not None and DATE_ONLY.match(until):
             end += timedelta(days=1)
         last = bucket_start(end, chosen)
         end_at = last if end == last else last + step

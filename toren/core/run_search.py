@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from toren.core.errors import TorenError
+from toren.core.moments import DATE_ONLY, iso_moment
 from toren.core.runs import RUN_SORTS, RunSearch
 
 #: An agent version's hash (or a prefix) or its ``version:`` from agent.yaml.
@@ -64,17 +65,14 @@ def _moment(query: Mapping[str, str], name: str, *, end: bool = False) -> dateti
     value = query.get(name)
     if value is None:
         return None
-    value = value.upper()  # RFC 3339 allows "t" and "z"
     try:
-        if len(value) == 10:
-            start = datetime.combine(date.fromisoformat(value), time(), UTC)
-            if not end:
-                return start
-            return start + timedelta(days=1) if start.date() < date.max else datetime.max.replace(
-                tzinfo=UTC)
-        moment = datetime.fromisoformat(value)
-    except (ValueError, OverflowError):
+        moment = iso_moment(value)
+        if end and DATE_ONLY.match(value):
+            moment += timedelta(days=1)
+    except OverflowError:  # the end of 9999-12-31: the end of time
+        return datetime.max.replace(tzinfo=UTC)
+    except ValueError:
         raise InvalidRunSearch("invalid_" + name, f"{name} must be an ISO 8601 date "
                                "(2026-12-04) or date and time (2026-12-04T09:30:00Z)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment
 
