@@ -93,10 +93,8 @@ class PostgresRunReader(PostgresConnection, RunReader):
                         before: tuple[datetime, str] | None = None,
                         kind: str | None = None, schedule: str | None = None
                         ) -> list[RunRecord]:
-        if agent:  # an agent that never ran here has no tables: no runs, not an SQL error
-            names = [agent] if agent in await registered_agents(self.pool) else []
-        else:
-            names = list(agents or await registered_agents(self.pool))
+        # an agent that never ran here has no tables: no runs, not an SQL error
+        names = await self._agents_of([agent] if agent else agents or ())
         params = {"status": status, "limit": limit, "kind": kind, "schedule": schedule,
                   "before_at": before[0] if before else None,
                   "before_id": before[1] if before else None}
