@@ -101,10 +101,8 @@ def test_runs_are_found_by_words_and_dates_and_sorted_by_cost(browser: Any, dev:
     assert "sort=cost" in browser.current_url
     # sorted pages: one run a page, every run once
     browser.get(f"{dev}/#/runs?sort=-cost&limit=1")
-    seen: list[str] = []
     for expected in ([banana], [cherry], [apple]):
         wait(browser, lambda d, e=expected: shown_runs(d) == e)
-        seen += expected
         if expected != [apple]:
             click(browser, "#older-runs")
     assert not find_all(browser, "#older-runs")
