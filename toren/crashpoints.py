@@ -28,6 +28,8 @@ POINTS = {
     "mid_wave_dispatch": "a workflow started a wave; its tasks are not scheduled yet",
     "after_approval": "a worker read an approval's decision; it is not recorded (nor the "
                       "approved call run) yet",
+    "after_memory_write": "a memory tool call wrote to the store; its result is not recorded "
+                          "yet",
     "after_question_answer": "a worker read a question's answer (or expiry); it is not "
                              "recorded yet",
     "after_child_run": "a peer call or background run created its run; the task has not "

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from toren.agents.channels import load_channels
 from toren.agents.children import background_tool, peer_tool
+from toren.agents.memory import memory_tools
 from toren.agents.questions import ask_user_tool
 from toren.agents.schedules import load_schedules
 from toren.agents.versions import AgentVersion, snapshot
@@ -29,6 +30,7 @@ from toren.core.approvals import ApprovalPolicy
 from toren.core.attachments import AttachmentPolicy
 from toren.core.flow import Concurrency
 from toren.core.limits import Compaction, Limits
+from toren.core.memory import MemoryConfig
 from toren.core.output import OutputSchema
 from toren.core.pricing import Pricing
 from toren.core.schedules import ScheduleSpec
@@ -121,6 +123,9 @@ class AgentSpec:
     background: tuple[str, ...] = ()
     #: ``askUser:``: the agent has the tool ``ask_user`` (it asks a person and waits).
     ask_user: bool = False
+    #: ``memory:``: the agent keeps memories beyond a session, with the tools ``remember``,
+    #: ``recall``, ``update_memory`` and ``forget`` (``None``: no memory).
+    memory: MemoryConfig | None = None
     #: ``channels:``: the channels (chat apps) serving this agent, each with its settings
     #: (validated by the channel's ``settings_schema`` and ``check_settings``).
     channels: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -191,6 +196,7 @@ class AgentSpec:
             "peers": list(self.peers), "acceptsFrom": list(self.accepts_from),
             "background": list(self.background), "channels": sorted(self.channels),
             "askUser": self.ask_user,
+            "memory": self.memory.to_json() if self.memory is not None else None,
             "version": self.version.hash if self.version else None,
             "humanVersion": self.version.human if self.version else None,
             "onChange": self.on_change, "retention": self.retention, "runtime": self.runtime,
@@ -402,6 +408,7 @@ def load_agent(directory: Path, tools: Mapping[str, Tool] | None = None,
         peers=tuple(data.get("peers", ())), accepts_from=tuple(data.get("acceptsFrom", ())),
         background=tuple(data.get("background", ())),
         ask_user=bool(data.get("askUser", False)),
+        memory=_memory(data, located, str(yaml_path)),
         channels=load_channels(located, str(yaml_path), channels),
         retention=data.get("retention"), runtime=data.get("runtime", "short"),
         prompt_caching=bool(data.get("promptCaching", True)),
@@ -666,6 +673,19 @@ def _policies(data: dict[str, Any], located: LocatedYaml, path: str) -> tuple[Po
     return tuple(refs)
 
 
+def _memory(data: dict[str, Any], located: LocatedYaml, path: str) -> MemoryConfig | None:
+    """``memory:`` of agent.yaml (the schema checked its shape); a setting that cannot work
+    (``shareWith`` without the scope ``shared``, a ``keep`` that is no age) is an error at
+    its line."""
+    try:
+        return MemoryConfig.from_yaml(data.get("memory"))
+    except ValueError as exc:
+        field_name = str(exc).split(":", 1)[0].removeprefix("memory.")
+        raise AgentDefinitionError(str(exc), path=path,
+                                   line=located.line_of(("memory", field_name), key=True)
+                                   or located.line_of(("memory",), key=True)) from None
+
+
 def _add_child_tools(enabled: dict[str, Tool], data: dict[str, Any], located: LocatedYaml,
                      path: str) -> None:
     """``ask_<peer>`` per ``peers:`` entry, ``start_background_run`` for ``background:`` and
@@ -678,6 +698,9 @@ def _add_child_tools(enabled: dict[str, Tool], data: dict[str, Any], located: Lo
         added.append((background_tool(data["background"]), ("background",)))
     if data.get("askUser"):
         added.append((ask_user_tool(), ("askUser",)))
+    config = _memory(data, located, path)
+    if config is not None:
+        added += [(tool, ("memory",)) for tool in memory_tools(config)]
     for tool, at in added:
         other = enabled.get(tool.name)
         if other is not None:

@@ -62,6 +62,8 @@ KERNEL_COMMANDS: tuple[KernelCommand, ...] = (
                   "agent.yaml): list, show, pause, resume, trigger."),
     KernelCommand("files", "toren.cli.files:app", "Files for agents to read: add, list, show, "
                   "rm."),
+    KernelCommand("memory", "toren.cli.memory:app", "What agents remember (memory: in "
+                  "agent.yaml): list, show, edit, rm."),
     KernelCommand("channels", "toren.cli.channels:app", "Chat channels (Telegram, WhatsApp): "
                   "pairing of unknown people."),
     KernelCommand("agents", "toren.cli.versions:agents_app", "Agents: the versions kept in the "

@@ -424,6 +424,21 @@ class InvalidAnswer(TorenError):
     http_status = 422
 
 
+class MemoryNotFound(TorenError):
+    """No such memory (it was never kept, or it was erased)."""
+
+    code = "memory_not_found"
+    http_status = 404
+
+
+class InvalidMemory(TorenError):
+    """A memory, subject or memory filter that cannot be used (empty, too long, a control
+    character, an unknown scope); the message says which and what is accepted."""
+
+    code = "invalid_memory"
+    http_status = 422
+
+
 class PolicyRejected(TorenError):
     """A policy plugin refused to start the run (its ``before_run_start`` hook rejected it);
     nothing was created. Change the input or the agent's ``policies:``."""

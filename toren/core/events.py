@@ -132,6 +132,10 @@ class RunCreated(EventData, frozen=True):
     concurrency_key: Annotated[str | None, msgspec.Meta(
         description="The run's key under its agent's concurrency: limit (from its input, or "
                     "its session); absent when the agent has no key.")] = None
+    subject: Annotated[str | None, msgspec.Meta(
+        description="Whom the run is about, for its agent's memory: (a channel identity such "
+                    "as telegram:12345, or the subject given to POST /runs or /sessions); "
+                    "its user memories are this subject's. Absent: none.")] = None
 
 
 class TaskScheduled(EventData, frozen=True):
@@ -687,6 +691,27 @@ class QuestionAnswered(EventData, frozen=True):
     answer: str | None = None
 
 
+# -- memory: what the agent keeps beyond a session (memory:; docs/guides/memory.md) ------------
+
+class MemoryLoaded(EventData, frozen=True):
+    """A task of an agent with ``memory:`` started: the run's subject (whom its ``user``
+    memories are about) and the pinned memories added to its system prompt, as they were
+    then. Every later model call of the task reads the same block, so a replayed task sends
+    the prompt it sent before; memory written meanwhile is read through ``recall``."""
+
+    stream = "task"
+    epoch: Epoch
+    subject: Annotated[str | None, msgspec.Meta(
+        description="The run's subject (a channel identity such as telegram:12345, or the "
+                    "subject given when the run or session was started); absent: none, and "
+                    "the agent has no user memories in this run.")] = None
+    pinned: Annotated[str, msgspec.Meta(
+        description="The block of pinned memories added to the system prompt; absent: "
+                    "none.")] = ""
+    memory_ids: Annotated[tuple[str, ...], msgspec.Meta(
+        description="The ids of the pinned memories in the block.")] = ()
+
+
 # -- tool waits: a tool waits for a signal (toren.wait_for_signal; docs/guides/signals.md) --------
 
 class ToolWaitStarted(EventData, frozen=True):
@@ -1038,7 +1063,7 @@ EVENT_CLASSES: tuple[type[EventData], ...] = (
     TaskStarted, ModelCallStarted, ModelCallCompleted, ToolCallStarted, ToolCallCompleted,
     RetryScheduled, TaskFinished, OutputRejected, Compacted, UserMessage, TurnEnded, CloseRequested,
     ApprovalRequested, ApprovalDecided, ApprovalEscalated,
-    QuestionAsked, QuestionAnswered, ToolWaitStarted, ToolWaitEnded,
+    QuestionAsked, QuestionAnswered, MemoryLoaded, ToolWaitStarted, ToolWaitEnded,
     ScheduleFired,
     BudgetReserved, BudgetSettled, BudgetWarning, ModelFellBack,
     PeerCallStarted, PeerCallFinished, BackgroundRunStarted, BackgroundRunFinished,
@@ -1082,6 +1107,7 @@ APPROVAL_DECIDED = ApprovalDecided.__name__
 APPROVAL_ESCALATED = ApprovalEscalated.__name__
 QUESTION_ASKED = QuestionAsked.__name__
 QUESTION_ANSWERED = QuestionAnswered.__name__
+MEMORY_LOADED = MemoryLoaded.__name__
 TOOL_WAIT_STARTED = ToolWaitStarted.__name__
 TOOL_WAIT_ENDED = ToolWaitEnded.__name__
 SCHEDULE_FIRED = ScheduleFired.__name__

@@ -79,6 +79,9 @@ class TaskState(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     model: str | None = None
     #: ``ask_user`` calls waiting for an answer, by tool call id.
     questions: dict[str, ev.QuestionAsked] = msgspec.field(default_factory=dict)
+    #: The run's subject and pinned memories, as the task started (``memory:``); ``None``:
+    #: not loaded (the agent has no memory, or the task has not started).
+    memory: ev.MemoryLoaded | None = None
     #: Tool calls parked in ``toren.wait_for_signal``: the open wait, by tool call id.
     tool_waits: dict[str, ev.ToolWaitStarted] = msgspec.field(default_factory=dict)
     #: The waits of a tool call that ended (a signal taken or a timeout), in order, by tool
@@ -227,6 +230,8 @@ def apply_task_event(state: TaskState, event: ev.EventData | TaskCheckpoint) -> 
             state.questions[event.call_id] = event
         case ev.QuestionAnswered():
             state.questions.pop(event.call_id, None)
+        case ev.MemoryLoaded():
+            state.memory = event
         case ev.ToolWaitStarted():
             state.tool_waits[event.call_id] = event
         case ev.ToolWaitEnded():

@@ -23,6 +23,7 @@ from toren.seams.store import (
     ApprovalStore,
     BudgetLedger,
     FileStore,
+    MemoryStore,
     PromptStore,
     QuestionStore,
     RunLog,
@@ -113,6 +114,9 @@ class ExecutionPorts:
     #: Keeps the questions ``ask_user`` asks, and reads their answers; ``None``: the tool
     #: answers that nobody can be asked here.
     questions: QuestionStore | None = None
+    #: Keeps what agents with ``memory:`` remember; ``None``: the memory tools answer that
+    #: this host keeps no memories.
+    memory: MemoryStore | None = None
     #: Reads one stream of a run (``RunReader.load_stream``): a tool that waits for a signal
     #: reads the run's signals with it; ``None``: tools cannot wait here.
     read_stream: ReadStream | None = None

@@ -72,6 +72,7 @@ from toren.core.fold import (
     checkpoint_due,
     fold_task,
 )
+from toren.core.memory import system_prompt
 from toren.core.output import OutputSchema
 from toren.core.pricing import Pricing
 from toren.core.runs import RunUpdate
@@ -96,6 +97,7 @@ from toren.execution.context import (
     running_async_tool,
 )
 from toren.execution.forking import forked_spec, new_task_fork
+from toren.execution.memory import is_memory_call, load_memory, run_memory_calls
 from toren.execution.messages import run_tick, task_message
 from toren.execution.ports import ExecutionPorts
 from toren.execution.questions import advance_questions, is_question
@@ -276,6 +278,8 @@ class TaskRunner:
             await self.start()
         else:
             await self.note_prompt_change()
+        if self.agent.memory is not None and self.state.memory is None:
+            await load_memory(self)  # the run's subject and pinned memories (memory:)
         if self.state.started is not None and self.state.started.output is not None:
             # the workflow gave this task its own output schema (ctx.task(..., output=...))
             self.spec = replace(self.spec, output=OutputSchema(
@@ -423,7 +427,9 @@ class TaskRunner:
         while True:
             model = self.ports.model(self.model_id, self.agent.base_url)
             request = await self.attachments.shown(ModelRequest(
-                model=self.model_id, system=self.spec.prompt,
+                model=self.model_id,
+                system=system_prompt(self.spec.prompt, self.state.memory.pinned
+                                     if self.state.memory is not None else None),
                 messages=tuple(self.state.messages),
                 tools=self.spec.tool_specs, prompt_caching=self.agent.prompt_caching,
                 output_schema=self.spec.output.schema if self.spec.output is not None
@@ -869,8 +875,12 @@ class TaskRunner:
         peer runs (``toren.execution.children``) or an answer (``toren.execution.questions``)."""
         children = [c for c in calls if child_call(self.agent, c.call.name) is not None]
         questions = [c for c in calls if is_question(self.agent, c.call.name)]
+        memory = [c for c in calls if is_memory_call(self.agent, c.call.name)]
         plain = [c for c in calls if child_call(self.agent, c.call.name) is None
-                 and not is_question(self.agent, c.call.name)]
+                 and not is_question(self.agent, c.call.name)
+                 and not is_memory_call(self.agent, c.call.name)]
+        if memory:  # remember, recall, ...: written once per call (toren.execution.memory)
+            await run_memory_calls(self, memory)
         payload = self.message.payload
         wake = task_message(self.task_id, payload.get("subagent"), payload.get("input"))
         # a call parked in wait_for_signal runs again only once its wait has ended

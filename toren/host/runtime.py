@@ -59,13 +59,14 @@ from toren.host.services import (
     FleetService,
     ForksService,
     KeysService,
+    MemoryService,
     QuestionsService,
     RunsService,
     SchedulesService,
     SessionsService,
     SignalsService,
 )
-from toren.host.services.values import check_storable
+from toren.host.services.values import check_storable, checked_subject
 from toren.host.versions import AgentVersions
 from toren.host.watchdog import LoopWatchdog
 from toren.host.webhooks import WebhookDispatcher, admit_webhooks
@@ -199,6 +200,8 @@ class Runtime:
         self.approvals = ApprovalsService(self.store, list(self.agents))
         #: What agents ask a person (``ask_user``): listed, read, answered once.
         self.questions = QuestionsService(self.store, list(self.agents))
+        #: What agents remember (``memory:``): listed, read, corrected and erased by people.
+        self.memory = MemoryService(self.store, list(self.agents))
         #: Durable conversations: opened, one message per turn, read back, closed.
         self.sessions = SessionsService(
             self.store, self.store, agents=list(self.agents), check_served=self.check_served,
@@ -526,7 +529,7 @@ class Runtime:
                         files: Sequence[str] | None = None,
                         traceparent: str | None = None,
                         webhooks: Sequence[WebhookSubscription] = (),
-                        priority: int | None = None) -> str:
+                        priority: int | None = None, subject: str | None = None) -> str:
         """Create a run of ``agent`` and queue its first task; return the run id.
 
         With an ``idempotency_key`` already used for this agent, returns that run's id instead.
@@ -536,10 +539,13 @@ class Runtime:
         when the run ends (and parks, if they ask): docs/guides/webhooks.md. ``priority``
         (-100..100; ``None``: the agent's ``priority:``) orders its work in the queue, and its
         input must hold the agent's concurrency key if it names one (``InvalidFlowControl``
-        otherwise): docs/guides/flow-control.md.
+        otherwise): docs/guides/flow-control.md. ``subject`` names whom the run is about: its
+        agent's ``user`` memories are this subject's (``memory:``; docs/guides/memory.md;
+        ``InvalidMemory`` when it cannot be one).
         """
 
         self.check_served(agent)
+        subject = checked_subject(subject)
         if priority not in (None, 0) and not self._queue_class.flow_control:
             raise InvalidFlowControl(
                 f"priority: TOREN_QUEUE={self.settings.queue_driver} delivers in its own order "
@@ -552,7 +558,7 @@ class Runtime:
                                    idempotency_key)
         await self.versions.save(agent)  # kept before the run that names it
         new = self._new_run(agent, input, idempotency_key, traceparent=traceparent,
-                            attachments=attachments, priority=priority)
+                            attachments=attachments, priority=priority, subject=subject)
         found, _created = await self.store.create_run(
             agent, new.run_id, input, idempotency_key=idempotency_key, events=new.events,
             messages=new.messages, webhooks=kept_webhooks, priority=new.priority,
@@ -563,7 +569,7 @@ class Runtime:
                  fired: ev.ScheduleFired | None = None, *,
                  traceparent: str | None = None,
                  attachments: tuple[Attachment, ...] = (),
-                 priority: int | None = None) -> NewRun:
+                 priority: int | None = None, subject: str | None = None) -> NewRun:
         """The id, first events and first message of a new run of ``agent``, with its
         priority and concurrency key (``InvalidFlowControl`` for an unusable one)."""
         spec = self.agents[agent]
@@ -574,7 +580,7 @@ class Runtime:
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=input,
                                             idempotency_key=idempotency_key,
                                             traceparent=traceparent, priority=chosen or None,
-                                            concurrency_key=key))]
+                                            concurrency_key=key, subject=subject))]
         if fired is not None:
             events.append(NewEvent.of(fired))
         if self.agents[agent].workflow is None:
@@ -923,10 +929,12 @@ class Runtime:
 
     async def start_session(self, agent: str, *, idempotency_key: str | None = None,
                             traceparent: str | None = None,
-                            webhooks: Sequence[WebhookSubscription] = ()) -> str:
+                            webhooks: Sequence[WebhookSubscription] = (),
+                            subject: str | None = None) -> str:
         """``SessionsService.start``."""
         return await self.sessions.start(agent, idempotency_key=idempotency_key,
-                                         traceparent=traceparent, webhooks=webhooks)
+                                         traceparent=traceparent, webhooks=webhooks,
+                                         subject=subject)
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
         """``SessionsService.get``."""

@@ -20,6 +20,14 @@ from toren.core.budgets import (
 )
 from toren.core.costs import ModelCosts, Period
 from toren.core.events import ApprovalRequested, Event, NewEvent, QuestionAsked
+from toren.core.memory import (
+    RECENCY_HALF_LIFE_DAYS,
+    MemoryRecord,
+    MemoryView,
+    MemoryWriteResult,
+    NewMemory,
+    is_memory_id,
+)
 from toren.core.questions import QuestionRecord
 from toren.core.retention import ArchiveDigest, record_from_row, run_row
 from toren.core.runs import KEEP, RUN_SORTS, ChildLink, RunRecord, RunSearch, RunTotals, RunUpdate
@@ -72,6 +80,7 @@ from toren.seams.store import (
     KeyStore,
     LiveText,
     ManifestSeqTaken,
+    MemoryStore,
     MessageHandOff,
     Migrator,
     Outbox,
@@ -109,27 +118,25 @@ from toren.seams.telemetry import Tracer, trace_ids, traceparent_ids
 from toren.seams.worker_runtime import WorkerRuntime
 
 __all__ = [
-    "CHUNK_BYTES", "KEEP", "RECENT_FIRES", "RUN_SORTS", "AgentSchema", "AgentVersion",
-    "AgentVersionStore",
-    "ApiKey", "ApprovalRecord", "ApprovalRequested", "ApprovalStore", "ArchiveBackend",
-    "ArchiveDigest", "AttemptOutcome", "AuditEntry", "AuditQuery", "AuditRecord", "AuditStore",
-    "BucketState", "BudgetDecision", "BudgetLedger", "BudgetRequest", "BudgetScope",
-    "BudgetSpend", "ChannelChats", "ChannelInbox", "ChannelOutbox", "ChildLink", "Event",
-    "FileContent", "FileStore", "FiredSlot", "FleetGauges", "FleetReader", "ForkStore",
-    "Guardian", "KeyNameTaken", "KeyStore", "Lease", "LeaseBusy", "LiveText", "ManifestSeqTaken",
-    "MessageHandOff", "Migration", "Migrator", "ModelCosts", "NewEvent", "Outbox", "OutboxEntry",
-    "OutgoingMessage", "Period", "PromptStore", "QuestionAsked", "QuestionRecord", "QuestionStore",
-    "Queue", "QueueGauge", "QueueMessage", "RateDecision", "RateLimitStore", "RateRequest",
-    "RateSettlement", "RunArchiveIndex",
-    "RunFactory", "RunInFlight", "RunLog", "RunReader", "RunRecord", "RunSearch",
-    "RunTotals", "RunUpdate",
-    "ScheduleRecord", "ScheduleSpec", "ScheduleStore", "SecretSource", "SignalLog", "SlotToFire",
+    "CHUNK_BYTES", "KEEP", "RECENCY_HALF_LIFE_DAYS", "RECENT_FIRES", "RUN_SORTS", "AgentSchema",
+    "AgentVersion", "AgentVersionStore", "ApiKey", "ApprovalRecord", "ApprovalRequested",
+    "ApprovalStore", "ArchiveBackend", "ArchiveDigest", "AttemptOutcome", "AuditEntry",
+    "AuditQuery", "AuditRecord", "AuditStore", "BucketState", "BudgetDecision", "BudgetLedger",
+    "BudgetRequest", "BudgetScope", "BudgetSpend", "ChannelChats", "ChannelInbox", "ChannelOutbox",
+    "ChildLink", "Event", "FileContent", "FileStore", "FiredSlot", "FleetGauges", "FleetReader",
+    "ForkStore", "Guardian", "KeyNameTaken", "KeyStore", "Lease", "LeaseBusy", "LiveText",
+    "ManifestSeqTaken", "MemoryRecord", "MemoryStore", "MemoryView", "MemoryWriteResult",
+    "MessageHandOff", "Migration", "Migrator", "ModelCosts", "NewEvent", "NewMemory", "Outbox",
+    "OutboxEntry", "OutgoingMessage", "Period", "PromptStore", "QuestionAsked", "QuestionRecord",
+    "QuestionStore", "Queue", "QueueGauge", "QueueMessage", "RateDecision", "RateLimitStore",
+    "RateRequest", "RateSettlement", "RunArchiveIndex", "RunFactory", "RunInFlight", "RunLog",
+    "RunReader", "RunRecord", "RunSearch", "RunTotals", "RunUpdate", "ScheduleRecord",
+    "ScheduleSpec", "ScheduleStore", "SecretSource", "SignalLog", "SlotToFire",
     "StorageQuotaExceeded", "Store", "StoreLifecycle", "StoredFile", "ToolManifest",
     "ToolStateStore", "Tracer", "VersionSummary", "WebhookAttempt", "WebhookDelivery",
     "WebhookDeliveryRecord", "WebhookStore", "Worker", "WorkerRegistry", "WorkerRuntime",
     "arguments_digest", "check_key_grant", "check_key_name", "content_chunks", "content_size",
-    "decide_reservation", "due_slots",
-    "events", "generate_key", "hash_secret", "next_slot", "parse_file_id", "parse_key",
-    "parse_key_reference", "record_from_row", "run_row", "schema_name_for",
-    "storage_quota_message", "trace_ids", "traceparent_ids",
+    "decide_reservation", "due_slots", "events", "generate_key", "hash_secret", "is_memory_id",
+    "next_slot", "parse_file_id", "parse_key", "parse_key_reference", "record_from_row", "run_row",
+    "schema_name_for", "storage_quota_message", "trace_ids", "traceparent_ids",
 ]

@@ -64,9 +64,11 @@ class ChannelContext(Protocol):
     def channel_agents(self, channel: str) -> dict[str, dict[str, Any]]:
         """The served agents that list ``channel`` under ``channels:``, with their settings."""
 
-    async def start_session(self, agent: str, *, idempotency_key: str | None = None) -> str:
+    async def start_session(self, agent: str, *, idempotency_key: str | None = None,
+                            subject: str | None = None) -> str:
         """Open a session with ``agent``; the same id again for an ``idempotency_key`` used
-        before. ``toren.Runtime.start_session``."""
+        before. ``subject`` names the person (``<channel>:<chat id>``): the agent's ``user``
+        memories are theirs (docs/guides/memory.md; API 1.7). ``toren.Runtime.start_session``."""
 
     @property
     def max_file_bytes(self) -> int:

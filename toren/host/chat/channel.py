@@ -469,7 +469,8 @@ class ChatChannel(Channel):
             session_id = await self._chats.chat_session(self.name, bot.agent, update.chat_id)
             if session_id is None:
                 session_id = await context.start_session(
-                    bot.agent, idempotency_key=f"{self.name}:{update.chat_id}:{update.update_id}")
+                    bot.agent, idempotency_key=f"{self.name}:{update.chat_id}:{update.update_id}",
+                    subject=f"{self.name}:{update.chat_id}")
                 await self._chats.bind_chat_session(self.name, bot.agent, update.chat_id,
                                                     session_id)
             try:
@@ -482,7 +483,8 @@ class ChatChannel(Channel):
             except (SessionEnded, SessionNotFound):
                 # the chat's session ended (closed, failed, cancelled): the chat gets a new one
                 fresh = await context.start_session(
-                    bot.agent, idempotency_key=f"{self.name}:{update.chat_id}:{update.update_id}")
+                    bot.agent, idempotency_key=f"{self.name}:{update.chat_id}:{update.update_id}",
+                    subject=f"{self.name}:{update.chat_id}")
                 await self._chats.bind_chat_session(self.name, bot.agent, update.chat_id, fresh)
                 continue
             except SessionBusy:

@@ -74,8 +74,10 @@ class RuntimeChannelContext:
     def channel_agents(self, channel: str) -> dict[str, dict[str, Any]]:
         return self._channel_agents(channel)
 
-    async def start_session(self, agent: str, *, idempotency_key: str | None = None) -> str:
-        return await self._sessions.start(agent, idempotency_key=idempotency_key)
+    async def start_session(self, agent: str, *, idempotency_key: str | None = None,
+                            subject: str | None = None) -> str:
+        return await self._sessions.start(agent, idempotency_key=idempotency_key,
+                                          subject=subject)
 
     @property
     def max_file_bytes(self) -> int:

@@ -2,7 +2,7 @@
 ``runtime.keys``, ``runtime.database``, ``runtime.fleet``, ``runtime.runs``,
 ``runtime.schedules``, ``runtime.approvals``, ``runtime.forks``, ``runtime.costs``,
 ``runtime.archive``, ``runtime.sessions``, ``runtime.questions``, ``runtime.signals``,
-``runtime.audit``).
+``runtime.audit``, ``runtime.memory``).
 
 The HTTP routes (``toren.server``), the CLI (``toren.cli``) and the local operator call these,
 never the store: a policy both surfaces share (the storage quota, paging, "create a key only
@@ -18,6 +18,7 @@ from toren.host.services.files import FilesService
 from toren.host.services.fleet import FleetService
 from toren.host.services.forks import ForksService
 from toren.host.services.keys import KeysService
+from toren.host.services.memory import MemoryService
 from toren.host.services.pages import Page
 from toren.host.services.questions import QuestionsService
 from toren.host.services.runs import RunsService
@@ -27,5 +28,6 @@ from toren.host.services.signals import SignalsService
 
 __all__ = ["ApprovalsService", "ArchiveService", "AuditLog", "CostsService", "DatabaseService",
            "FilesService", "FleetService",
-           "ForksService", "KeysService", "Page", "QuestionsService", "RunsService",
+           "ForksService", "KeysService", "MemoryService", "Page", "QuestionsService",
+           "RunsService",
            "SchedulesService", "SessionsService", "SignalsService"]

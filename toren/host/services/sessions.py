@@ -25,7 +25,7 @@ from toren.execution.messages import MAIN_TASK, task_message
 from toren.host.policies import ask_before_run_start
 from toren.host.retention import is_archived
 from toren.host.services.questions import QuestionsService
-from toren.host.services.values import check_storable
+from toren.host.services.values import check_storable, checked_subject
 from toren.host.versions import AgentVersions
 from toren.host.webhooks import admit_webhooks
 from toren.seams.policies import PolicyHooks
@@ -81,15 +81,19 @@ class SessionsService:
 
     async def start(self, agent: str, *, idempotency_key: str | None = None,
                     traceparent: str | None = None,
-                    webhooks: Sequence[WebhookSubscription] = ()) -> str:
+                    webhooks: Sequence[WebhookSubscription] = (),
+                    subject: str | None = None) -> str:
         """Open a durable conversation with ``agent``; return its id. It starts
         ``awaiting_input``: nothing runs until ``send``.
 
         With an ``idempotency_key`` already used for this agent, returns that session's id.
         ``traceparent`` puts the session's spans in the caller's trace (as ``start_run``);
         ``webhooks`` are told when it ends (and, if they ask, at each ``awaiting_input``).
+        ``subject`` names whom it is about (a channel identity such as ``telegram:12345``):
+        its agent's ``user`` memories are this subject's (docs/guides/memory.md).
         """
         spec = self._check_served(agent)
+        subject = checked_subject(subject)
         if spec.workflow is not None:
             raise ConfigError(f"agent {agent!r} runs a workflow (workflow.py), which takes one "
                               "input and ends; sessions are for agents without a workflow. "
@@ -105,7 +109,7 @@ class SessionsService:
         events = [NewEvent.of(ev.RunCreated(agent=agent, input=None,
                                             idempotency_key=idempotency_key, session=True,
                                             traceparent=traceparent, priority=priority or None,
-                                            concurrency_key=key)),
+                                            concurrency_key=key, subject=subject)),
                   NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None, input=None,
                                                session=True)),
                   *([pinned] if pinned is not None else [])]

@@ -30,6 +30,8 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``WebhookStore`` (``webhooks``): completion webhooks' deliveries, written with the status
   change that calls for them, claimed and sent by the host.
 - ``AuditStore`` (``audit``): the audit trail, who did what and how it ended.
+- ``MemoryStore`` (``memory``): what agents keep beyond a session (``memory:``), written
+  once per tool call, listed and erased by people.
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -48,6 +50,7 @@ from toren.seams.store.guardian import Guardian
 from toren.seams.store.keys import KeyStore
 from toren.seams.store.lifecycle import StoreLifecycle
 from toren.seams.store.live import LiveText
+from toren.seams.store.memory import MemoryStore
 from toren.seams.store.migrations import Migrator
 from toren.seams.store.outbox import Outbox
 from toren.seams.store.prompts import PromptStore
@@ -66,7 +69,7 @@ __all__ = ["AgentVersionStore", "ApprovalStore", "AuditStore", "BudgetLedger", "
            "ChannelInbox",
            "ChannelOutbox", "FileStore", "FleetReader", "ForkStore", "Guardian", "KeyStore",
            "LiveText",
-           "ManifestSeqTaken", "MessageHandOff", "Migrator", "Outbox", "PromptStore",
+           "ManifestSeqTaken", "MemoryStore", "MessageHandOff", "Migrator", "Outbox", "PromptStore",
            "QuestionStore", "RateLimitStore", "RunArchiveIndex", "RunLog",
            "RunReader", "ScheduleStore", "SignalLog", "Store", "StoreLifecycle", "ToolManifest",
            "ToolStateStore", "VersionSummary", "WebhookStore", "WorkerRegistry"]
@@ -76,7 +79,7 @@ class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardia
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
             BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore,
             AgentVersionStore, RunArchiveIndex, FleetReader, QuestionStore, SignalLog,
-            WebhookStore, RateLimitStore, AuditStore):
+            WebhookStore, RateLimitStore, AuditStore, MemoryStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

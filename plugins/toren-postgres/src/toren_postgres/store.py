@@ -42,6 +42,7 @@ from toren_postgres.forks import PostgresForkStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.live_text import PostgresLiveText
+from toren_postgres.memory import PostgresMemoryStore
 from toren_postgres.migrations import PostgresMigrator
 from toren_postgres.outbox import PostgresOutbox
 from toren_postgres.prompts import PostgresPromptStore
@@ -112,7 +113,8 @@ class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, Postgre
                     PostgresChannelInbox, PostgresChannelChats, PostgresChannelOutbox,
                     PostgresForkStore, PostgresAgentVersionStore, PostgresRunArchive,
                     PostgresFleetReader, PostgresQuestionStore, PostgresSignalLog,
-                    PostgresWebhookStore, PostgresRateLimitStore, PostgresAuditStore, Store):
+                    PostgresWebhookStore, PostgresRateLimitStore, PostgresAuditStore,
+                    PostgresMemoryStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.

@@ -1,0 +1,219 @@
+"""memory: against real Postgres: what an agent remembers in one session it recalls in the
+next, about the same person only; pinned memories reach the next session's system prompt; a
+memory a person erased is never recalled again; writes take effect once per tool call; shared
+memories need both agents' consent; recall keeps to its budget; memory.keep erases old ones."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.durable import check_log
+from tests.integration.test_approvals import wait_status
+from toren.core.memory import MemoryView, NewMemory
+from toren.errors import AgentDefinitionError, InvalidMemory, MemoryNotFound
+from toren.seams.model import ModelRequest, ModelResponse, ToolCall
+from toren.agents.loader import load_agent
+from toren.testing import ScriptedModel, write_agent_dir
+
+
+def scripted(plan: dict[str, list[tuple[str, dict[str, object]]]], systems: list[str]):
+    """A model that, for a user message naming a plan, calls the plan's tools one per step,
+    then answers with every tool result it got this turn (each on its own line). Each
+    request's system prompt is appended to ``systems``."""
+    def script(request: ModelRequest) -> ModelResponse:
+        systems.append(request.system)
+        turn = []
+        for message in reversed(request.messages):
+            if message.role == "user":
+                break
+            turn.append(message)
+        turn.reverse()
+        user = next(m for m in reversed(request.messages) if m.role == "user")
+        calls = plan.get(user.text, [])
+        done = sum(1 for m in turn if m.role == "tool")
+        if done < len(calls):
+            name, arguments = calls[done]
+            return ModelResponse(text="", stop_reason="tool_use", tool_calls=(
+                ToolCall(id=f"c{len(request.messages)}", name=name, arguments=arguments),))
+        return ModelResponse(text="\n".join(m.text for m in turn if m.role == "tool")
+                             or "nothing to do")
+    return script
+
+
+async def session_turn(runtime, session_id: str, text: str) -> str:
+    await runtime.send_message(session_id, text)
+    await runtime.wait_for_turn(session_id, timeout_s=30)
+    return str((await runtime.get_run(session_id)).output)
+
+
+async def test_remembered_in_one_session_recalled_in_the_next_and_gone_once_erased(
+        make_runtime, tmp_path: Path) -> None:
+    systems: list[str] = []
+    model = ScriptedModel(script=scripted({
+        "remember": [("remember", {"content": "Prefers e-mail over phone calls"}),
+                     ("remember", {"content": "Account number is 4411", "pinned": True})],
+        "recall": [("recall", {"query": "how to contact them by e-mail"})],
+    }, systems))
+    directory = write_agent_dir(tmp_path, "support", model="test/support", memory={})
+    runtime = await make_runtime(dirs=[directory], models={"support": model})
+
+    first = await runtime.sessions.start("support", subject="telegram:42")
+    said = await session_turn(runtime, first, "remember")
+    assert said.count("Remembered as memory") == 2
+    await runtime.sessions.close(first)
+    [pinned, plain] = await runtime.memory.list(agent="support")
+    assert (pinned.content, pinned.pinned, pinned.scope, pinned.subject) == (
+        "Account number is 4411", True, "user", "telegram:42")
+    assert (plain.content, plain.pinned) == ("Prefers e-mail over phone calls", False)
+
+    second = await runtime.sessions.start("support", subject="telegram:42")
+    said = await session_turn(runtime, second, "recall")
+    assert f"[{plain.id}]" in said and "Prefers e-mail over phone calls" in said
+    assert "Account number" not in said  # no word of the query: not recalled
+    # the pinned memory is in the new session's system prompt, as MemoryLoaded recorded it
+    assert "Account number is 4411" in systems[-1]
+    events = await runtime.events(second)
+    check_log(events)
+    [loaded] = [e.data for e in events if e.type == "MemoryLoaded"]
+    assert loaded["subject"] == "telegram:42" and loaded["memory_ids"] == [pinned.id]
+
+    # somebody else's session sees none of it
+    stranger = await runtime.sessions.start("support", subject="telegram:7")
+    said = await session_turn(runtime, stranger, "recall")
+    assert "No memory matches" in said and "e-mail over" not in said
+    assert "Account number" not in systems[-1]
+
+    # a person erases the memory: the agent's recall no longer finds it
+    erased = await runtime.memory.delete(plain.id)
+    assert erased.id == plain.id
+    with pytest.raises(MemoryNotFound):
+        await runtime.memory.get(plain.id)
+    said = await session_turn(runtime, second, "recall")
+    assert "No memory matches" in said and "Prefers e-mail" not in said
+    # and everything about the person goes at once
+    assert await runtime.memory.erase_subject("telegram:42") == [pinned.id]
+    assert await runtime.memory.list(subject="telegram:42") == []
+
+
+async def test_a_write_takes_effect_once_per_key_and_an_erased_memory_stays_erased(
+        make_runtime) -> None:
+    runtime = await make_runtime(agents=[], workers=False)
+    store = runtime.store
+    new = NewMemory(agent="support", scope="user", subject="ann", content="Likes tea")
+    first = await store.remember("k1", new)
+    again = await store.remember("k1", new)
+    assert (first.outcome, first.first, again.first) == ("remembered", True, False)
+    assert again.memory_id == first.memory_id
+    assert [m.id for m in await runtime.memory.list(agent="support")] == [first.memory_id]
+
+    view = MemoryView(agent="support", subject="ann")
+    racing = await asyncio.gather(*(store.update_memory("k2", view, first.memory_id,
+                                                        content=f"Likes tea {n}")
+                                    for n in range(4)))
+    assert sum(result.first for result in racing) == 1
+    assert {result.outcome for result in racing} == {"updated"}
+    assert (await runtime.memory.get(first.memory_id)).content.startswith("Likes tea ")
+
+    # another agent, or the same agent about another person, cannot touch it
+    for other in (MemoryView(agent="billing", subject="ann"),
+                  MemoryView(agent="support", subject="bob")):
+        refused = await store.forget_memory(f"k3-{other.agent}-{other.subject}", other,
+                                            first.memory_id)
+        assert refused.outcome == "not_found"
+    for _ in range(2):
+        assert (await store.forget_memory("k4", view, "not-a-uuid")).outcome == "not_found"
+    # a person erases it; the agent's forget, and its remember replayed, change nothing
+    await runtime.memory.delete(first.memory_id)
+    assert (await store.remember("k1", new)).first is False
+    assert await runtime.memory.list(agent="support") == []
+
+
+async def test_shared_memories_need_both_agents_consent(make_runtime, tmp_path: Path) -> None:
+    runtime = await make_runtime(agents=[], workers=False)
+    store = runtime.store
+    written = await store.remember("s1", NewMemory(
+        agent="sales", scope="shared", subject=None, content="Renewal discount is 10 percent",
+        shared_with=("support", "billing")))
+    assert written.outcome == "remembered"
+    scopes = ("user", "agent", "shared")
+    support = MemoryView("support", "ann", scopes, share_with=("sales",))
+    billing = MemoryView("billing", "ann", scopes, share_with=())  # does not consent
+    intruder = MemoryView("intruder", "ann", scopes, share_with=("sales",))  # not listed
+    assert [m.id for m in await store.recall_memories(support, "discount", limit=5)] == [
+        written.memory_id]
+    assert await store.recall_memories(billing, "discount", limit=5) == []
+    assert await store.recall_memories(intruder, "discount", limit=5) == []
+    # the reader may recall it, not change it
+    refused = await store.update_memory("s2", support, written.memory_id, content="50 percent")
+    assert refused.outcome == "not_found"
+
+    # shareWith needs the scope shared, said at its line
+    directory = write_agent_dir(tmp_path, "sharer", model="toren/scripted",
+                                memory={"shareWith": ["sales"]})
+    with pytest.raises(AgentDefinitionError, match="add shared to memory.scopes") as info:
+        load_agent(directory)
+    assert "agent.yaml" in str(info.value)
+    directory = write_agent_dir(tmp_path, "keeper", model="toren/scripted",
+                                memory={"keep": "forever"})
+    with pytest.raises(AgentDefinitionError, match="memory.keep: 'forever' is not an age"):
+        load_agent(directory)
+
+
+async def test_recall_ranks_by_relevance_and_recency_within_its_budget(
+        make_runtime, database_url: str) -> None:
+    runtime = await make_runtime(agents=[], workers=False)
+    store = runtime.store
+    ids = {}
+    for key, content in (("old", "Their printer is a LaserJet 4 printer"),
+                         ("new", "The printer jams on thick paper"),
+                         ("other", "Lives in Lisbon")):
+        ids[key] = (await store.remember(key, NewMemory(
+            agent="support", scope="agent", subject=None, content=content))).memory_id
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("UPDATE toren_control.memories SET updated_at = now() - interval '90 days'"
+                     " WHERE id = %s", [ids["old"]])
+    view = MemoryView("support", None)
+    found = await store.recall_memories(view, "printers", limit=5)
+    # two mentions of printer weigh less than ninety days of age
+    assert [m.id for m in found] == [ids["new"], ids["old"]]
+    assert found[0].score > found[1].score > 0
+    assert [m.id for m in await store.recall_memories(view, None, limit=2)] == [
+        ids["other"], ids["new"]]
+    assert [m.id for m in await store.recall_memories(view, "the a", limit=5)][0] == ids["other"]
+
+    from toren.core.memory import recall_text
+    text = recall_text(found, 90, "printers")
+    assert text.count("[") == 1 and "1 more did not fit in the recall budget" in text
+
+    # memory.keep: the retention pass erases memories unchanged for longer
+    assert await store.expire_memories("support", 30 * 86400) == 1
+    assert {m.id for m in await runtime.memory.list(agent="support")} == {ids["new"],
+                                                                           ids["other"]}
+
+
+async def test_bad_subjects_and_filters_are_refused_with_what_to_give(make_runtime,
+                                                                       tmp_path: Path) -> None:
+    directory = write_agent_dir(tmp_path, "support", model="toren/scripted", memory={})
+    runtime = await make_runtime(dirs=[directory], workers=False)
+    for subject, words in (("", "non-empty"), ("x" * 201, "at most 200"),
+                           ("a\nb", "control characters")):
+        with pytest.raises(InvalidMemory, match=words):
+            await runtime.sessions.start("support", subject=subject)
+        with pytest.raises(InvalidMemory, match=words):
+            await runtime.start_run("support", "hi", subject=subject)
+    with pytest.raises(InvalidMemory, match="unknown memory scope 'everyone'"):
+        await runtime.memory.list(scope="everyone")
+    with pytest.raises(InvalidMemory, match="nothing to change"):
+        await runtime.memory.edit("00000000-0000-0000-0000-000000000000")
+    with pytest.raises(InvalidMemory, match="at most 4000"):
+        await runtime.memory.edit("00000000-0000-0000-0000-000000000000", content="x" * 4001)
+    with pytest.raises(MemoryNotFound):
+        await runtime.memory.edit("00000000-0000-0000-0000-000000000000", content="x")
+    with pytest.raises(MemoryNotFound):
+        await runtime.memory.delete("'; DROP TABLE toren_control.memories; --")
+    session = await runtime.sessions.start("support", subject="whatsapp:+351 912")
+    await wait_status(runtime, session, "awaiting_input")
