@@ -276,6 +276,28 @@ class FileList(TypedDict):
     next_cursor: str | None
 
 
+class Memory(TypedDict):
+    """What an agent remembers (``memory:``; docs/guides/memory.md)."""
+
+    id: str
+    agent: str
+    #: ``user`` (about ``subject``), ``agent`` (the agent's own notes) or ``shared``.
+    scope: str
+    subject: str | None
+    content: str
+    pinned: bool
+    shared_with: list[str]
+    run_id: str | None
+    created_at: str | None
+    updated_at: str | None
+    #: Relevance to the listing's search (``None`` without one).
+    score: float | None
+
+
+class MemoryList(TypedDict):
+    memories: list[Memory]
+
+
 class Health(TypedDict):
     """``status`` and ``version_skew`` for anyone; the rest only with a valid API key (or,
     without keys, from this machine)."""
@@ -406,6 +428,7 @@ _PATH_PARAMETERS: dict[str, tuple[str, re.Pattern[str], str]] = {
     "approval_id": ("approval id", _UUID, _UUID_FORM),
     "question_id": ("question id", _UUID, _UUID_FORM),
     "file_id": ("file id", _UUID, _UUID_FORM),
+    "memory_id": ("memory id", _UUID, _UUID_FORM),
     "agent": ("agent name", _AGENT_NAME, _NAME_FORM.format(57)),
     "schedule": ("schedule name", _SCHEDULE_NAME, _NAME_FORM.format(64)),
     "signal": ("signal name", _SCHEDULE_NAME, _NAME_FORM.format(64)),
@@ -558,15 +581,17 @@ class TorenClient:
                          idempotency_key: str | None = None,
                          files: list[str] | None = None,
                          webhook: str | dict[str, Any] | list[Any] | None = None,
-                         priority: int | None = None) -> Created:
+                         priority: int | None = None, subject: str | None = None) -> Created:
         """Start a run; ``files`` are ids of uploaded files to attach to a text input.
         ``webhook`` is told when the run ends: a URL, ``{"url", "events"}`` or a list of them
         (docs/guides/webhooks.md). ``priority`` (-100..100; ``None``: the agent's) orders
-        its work in the queue (docs/guides/flow-control.md)."""
+        its work in the queue (docs/guides/flow-control.md). ``subject`` names whom the run
+        is about: its agent's ``user`` memories are this subject's (docs/guides/memory.md)."""
         headers = _idempotency(idempotency_key)
         body = ({"agent": agent, "input": input} | ({"files": files} if files else {})
                 | ({"webhook": webhook} if webhook is not None else {})
-                | ({"priority": priority} if priority is not None else {}))
+                | ({"priority": priority} if priority is not None else {})
+                | ({"subject": subject} if subject is not None else {}))
         result: Created = await self._request("POST", "/runs", body=body, headers=headers)
         return result
 
@@ -682,11 +707,13 @@ class TorenClient:
 
     async def create_session(self, agent: str, *,
                              idempotency_key: str | None = None,
-                             webhook: str | dict[str, Any] | list[Any] | None = None
-                             ) -> Created:
-        """Open a session (status ``awaiting_input``); ``webhook`` as ``create_run``'s."""
+                             webhook: str | dict[str, Any] | list[Any] | None = None,
+                             subject: str | None = None) -> Created:
+        """Open a session (status ``awaiting_input``); ``webhook`` and ``subject`` as
+        ``create_run``'s."""
         headers = _idempotency(idempotency_key)
-        body = {"agent": agent} | ({"webhook": webhook} if webhook is not None else {})
+        body = ({"agent": agent} | ({"webhook": webhook} if webhook is not None else {})
+                | ({"subject": subject} if subject is not None else {}))
         result: Created = await self._request("POST", "/sessions", body=body,
                                               headers=headers)
         return result
@@ -758,6 +785,43 @@ class TorenClient:
         result: dict[str, Any] = await self._request("DELETE", "/files/{file_id}",
                                                      file_id=file_id)
         return result
+
+    async def list_memories(self, *, agent: str | None = None, subject: str | None = None,
+                            scope: str | None = None, search: str | None = None,
+                            limit: int = 100) -> MemoryList:
+        """What agents remember (``GET /memories``), most recently changed first (best match
+        first with ``search``), filtered by agent, subject (whom it is about) and scope."""
+        result: MemoryList = await self._request("GET", "/memories", params={
+            "agent": agent, "subject": subject, "scope": scope, "q": search, "limit": limit})
+        return result
+
+    async def get_memory(self, memory_id: str) -> Memory:
+        """One memory (``GET /memories/{id}``)."""
+        result: Memory = await self._request("GET", "/memories/{memory_id}",
+                                             memory_id=memory_id)
+        return result
+
+    async def edit_memory(self, memory_id: str, *, content: str | None = None,
+                          pinned: bool | None = None) -> Memory:
+        """Correct a memory's text or whether it is pinned (``PATCH /memories/{id}``)."""
+        body = ({"content": content} if content is not None else {}) | (
+            {"pinned": pinned} if pinned is not None else {})
+        result: Memory = await self._request("PATCH", "/memories/{memory_id}", body=body,
+                                             memory_id=memory_id)
+        return result
+
+    async def delete_memory(self, memory_id: str) -> dict[str, Any]:
+        """Erase a memory (``DELETE /memories/{id}``): ``{"id", "deleted": true}``."""
+        result: dict[str, Any] = await self._request("DELETE", "/memories/{memory_id}",
+                                                     memory_id=memory_id)
+        return result
+
+    async def erase_subject(self, subject: str, *, agent: str | None = None) -> list[str]:
+        """Erase everything agents (or ``agent``) keep about ``subject``
+        (``DELETE /memories?subject=``); the ids erased."""
+        result = await self._request("DELETE", "/memories",
+                                     params={"subject": subject, "agent": agent})
+        return list(result["erased"])
 
     async def close_session(self, session_id: str) -> TurnAccepted:
         """End the session (``{"close": true}``): ``wait_for_turn`` then sees it completed."""
@@ -1160,6 +1224,12 @@ class SyncTorenClient:
     restore_run = _blocking(TorenClient.restore_run)
     # the audit trail
     audit = _blocking(TorenClient.audit)
+    # memories
+    list_memories = _blocking(TorenClient.list_memories)
+    get_memory = _blocking(TorenClient.get_memory)
+    edit_memory = _blocking(TorenClient.edit_memory)
+    delete_memory = _blocking(TorenClient.delete_memory)
+    erase_subject = _blocking(TorenClient.erase_subject)
     # schedules
     list_schedules = _blocking(TorenClient.list_schedules)
     get_schedule = _blocking(TorenClient.get_schedule)

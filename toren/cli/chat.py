@@ -58,6 +58,10 @@ def chat(
         "--session", "-s", metavar="ID",
         help="Resume this session: its transcript is replayed first.")] = None,
     dirs: DirsOption = None,
+    subject: Annotated[str | None, typer.Option(
+        metavar="SUBJECT", envvar="TOREN_SUBJECT",
+        help="Who you are to the agent's memory (memory:): a new session's user memories "
+             "are this subject's. See docs/guides/memory.md.")] = None,
     url: Annotated[str | None, typer.Option(
         envvar="TOREN_URL", metavar="URL",
         help="A deployment's API to talk to (with TOREN_API_KEY) instead of working the "
@@ -72,7 +76,8 @@ def chat(
         resume = _local_resume(backend.runtime, agent, dirs)
     else:
         resume = [toren_command(), "chat", shlex.quote(agent), "--url", shlex.quote(url or "")]
-    run_interruptible(_chat(backend, agent, session, " ".join(resume), as_json=as_json))
+    run_interruptible(_chat(backend, agent, session, " ".join(resume), as_json=as_json,
+                            subject=subject))
 
 
 def _local_resume(runtime: Runtime, agent: str, dirs: list[Path] | None) -> list[str]:
@@ -88,14 +93,14 @@ def _local_resume(runtime: Runtime, agent: str, dirs: list[Path] | None) -> list
 
 
 async def _chat(backend: Operator, agent: str, session_id: str | None, resume: str, *,
-                as_json: bool) -> None:
+                as_json: bool, subject: str | None = None) -> None:
     lines = _stdin_lines()
     # chatter about files goes to stdout with the conversation, to stderr beside --json's lines
     say = err_console.print if as_json else console.print
     queued: list[Path | str] = []  # /attach: the files of the next message
     try:
         await backend.start()
-        found = await backend.open_session(agent, session_id)
+        found = await backend.open_session(agent, session_id, subject)
         if found["agent"] != agent:
             raise ConfigError(f"session {backend.session_id} is a session with "
                               f"{found['agent']!r}, not {agent!r}; run `toren chat "

@@ -164,9 +164,11 @@ class Operator(abc.ABC):
         (``{"agent", "schedule", "run_id", "slot_at", "trigger"}``)."""
 
     @abc.abstractmethod
-    async def open_session(self, agent: str, session_id: str | None) -> JsonDict:
-        """Start a session with ``agent``, or find ``session_id``; return it (status and
-        transcript, as ``GET /sessions/{id}``). Later session calls are about this one."""
+    async def open_session(self, agent: str, session_id: str | None,
+                           subject: str | None = None) -> JsonDict:
+        """Start a session with ``agent`` (about ``subject``, for its ``memory:``), or find
+        ``session_id``; return it (status and transcript, as ``GET /sessions/{id}``). Later
+        session calls are about this one."""
 
     @abc.abstractmethod
     async def send_message(self, text: str, files: Sequence[str] = ()) -> None:
@@ -186,11 +188,11 @@ class Operator(abc.ABC):
     async def start_run(self, agent: str, input: str, *, idempotency_key: str | None = None,
                         files: Sequence[str] = (),
                         webhooks: Sequence[WebhookSubscription] = (),
-                        priority: int | None = None) -> str:
+                        priority: int | None = None, subject: str | None = None) -> str:
         """Start a run of ``agent`` with ``files`` attached to its input; its id (the same
         run again for an ``idempotency_key`` used before). ``webhooks`` are told when it
         ends (``toren run --webhook``); ``priority`` orders it in the queue (``None``: the
-        agent's)."""
+        agent's); ``subject`` names whom it is about (``memory:``)."""
 
     @abc.abstractmethod
     async def get_run(self, run_id: str) -> JsonDict:
@@ -463,10 +465,12 @@ class LocalOperator(Operator):
                   "resume": self.runtime.schedules.resume}[action]
             return (await do(agent, name)).to_json()
 
-    async def open_session(self, agent: str, session_id: str | None) -> JsonDict:
+    async def open_session(self, agent: str, session_id: str | None,
+                           subject: str | None = None) -> JsonDict:
         if session_id is None:
             async with self.audited("session.create", agent=agent) as note:
-                session_id = note.run_id = await self.runtime.sessions.start(agent)
+                session_id = note.run_id = await self.runtime.sessions.start(
+                    agent, subject=subject)
         self.session_id = session_id
         found = await self.runtime.sessions.get(self.session_id)
         for event in await self.runtime.events(self.session_id):
@@ -495,12 +499,12 @@ class LocalOperator(Operator):
     async def start_run(self, agent: str, input: str, *, idempotency_key: str | None = None,
                         files: Sequence[str] = (),
                         webhooks: Sequence[WebhookSubscription] = (),
-                        priority: int | None = None) -> str:
+                        priority: int | None = None, subject: str | None = None) -> str:
         async with self.audited("run.start", agent=agent, details=(
                 {} if priority is None else {"priority": priority})) as note:
             run_id = await self.runtime.start_run(
                 agent, input, idempotency_key=idempotency_key, files=list(files) or None,
-                webhooks=webhooks, priority=priority)
+                webhooks=webhooks, priority=priority, subject=subject)
             note.run_id = run_id
         return run_id
 
@@ -669,8 +673,10 @@ class RemoteOperator(Operator):
               "trigger": self.client.trigger_schedule}[action]
         return dict(await do(agent, name))
 
-    async def open_session(self, agent: str, session_id: str | None) -> JsonDict:
-        self.session_id = session_id or (await self.client.create_session(agent))["id"]
+    async def open_session(self, agent: str, session_id: str | None,
+                           subject: str | None = None) -> JsonDict:
+        self.session_id = session_id or (await self.client.create_session(
+            agent, subject=subject))["id"]
         found = dict(await self.client.get_session(self.session_id))
         self.cursor = (await self.client.events(self.session_id))["cursor"]
         return found
@@ -687,11 +693,11 @@ class RemoteOperator(Operator):
     async def start_run(self, agent: str, input: str, *, idempotency_key: str | None = None,
                         files: Sequence[str] = (),
                         webhooks: Sequence[WebhookSubscription] = (),
-                        priority: int | None = None) -> str:
+                        priority: int | None = None, subject: str | None = None) -> str:
         created = await self.client.create_run(
             agent, input, idempotency_key=idempotency_key, files=list(files) or None,
             webhook=[{"url": w.url, "events": list(w.events)} for w in webhooks] or None,
-            priority=priority)
+            priority=priority, subject=subject)
         return created["id"]
 
     async def get_run(self, run_id: str) -> JsonDict:

@@ -67,6 +67,10 @@ def run(
         help="The run's priority, -100..100 (default: the agent's priority:, else 0): higher "
              "is claimed first, within the agent's concurrency limit. See "
              "docs/guides/flow-control.md.")] = None,
+    subject: Annotated[str | None, typer.Option(
+        metavar="SUBJECT", envvar="TOREN_SUBJECT",
+        help="Whom the run is about (a customer id, an e-mail address): the agent's user "
+             "memories (memory:) are this subject's. See docs/guides/memory.md.")] = None,
     url: UrlOption = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)] = False,
 ) -> None:
@@ -83,19 +87,19 @@ def run(
     # embedded Postgres is released; a second one quits at once
     run_interruptible(_run(backend, agent, input, sources, follow=follow,
                            key=idempotency_key, as_json=as_json, webhooks=webhooks,
-                           priority=priority))
+                           priority=priority, subject=subject))
 
 
 async def _run(backend: Operator, agent: str, text: str, sources: list[Path | str], *,
                follow: bool, key: str | None, as_json: bool,
                webhooks: Sequence[WebhookSubscription] = (),
-               priority: int | None = None) -> None:
+               priority: int | None = None, subject: str | None = None) -> None:
     await backend.start()
     try:
         files = await backend.attach(sources, None if as_json else err_console.print)
         starting = asyncio.ensure_future(backend.start_run(
             agent, text, idempotency_key=key, files=[stored["id"] for stored in files],
-            webhooks=webhooks, priority=priority))
+            webhooks=webhooks, priority=priority, subject=subject))
         try:
             run_id = await asyncio.shield(starting)
         except asyncio.CancelledError:

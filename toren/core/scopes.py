@@ -28,6 +28,8 @@ SCOPES: dict[str, str] = {
     "metrics:read": "GET /metrics (unless TOREN_METRICS_PUBLIC=1)",
     "fleet:read": "GET /fleet and the queue and limit views",
     "audit:read": "GET /audit: the audit trail",
+    "memory:read": "list and read what agents remember (memory:), about whom",
+    "memory:write": "correct and erase what agents remember (memory:)",
     "keys:manage": "manage API keys over the API (no route needs it yet: `toren keys` works "
                    "on the database)",
 }
@@ -38,7 +40,8 @@ _READ = frozenset(scope for scope in SCOPES if scope.endswith(":read"))
 ROLES: dict[str, frozenset[str]] = {
     "admin": frozenset(SCOPES),
     "operator": frozenset(SCOPES) - {"keys:manage", "audit:read"},
-    "viewer": _READ - {"audit:read"},
+    # memories are personal data: a viewer reads runs, not what agents keep about people
+    "viewer": _READ - {"audit:read", "memory:read"},
     "approver": frozenset({"agents:read", "runs:read", "sessions:read", "approvals:read",
                            "approvals:decide"}),
 }

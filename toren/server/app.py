@@ -19,6 +19,7 @@ from toren.server import (
     files,
     forks,
     me,
+    memory,
     observability,
     questions,
     runs,
@@ -84,6 +85,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     files.routes(app)
     approvals.routes(app)
     questions.routes(app)
+    memory.routes(app)
     schedules.routes(app)
     forks.routes(app)
     costs.routes(app)

@@ -39,6 +39,9 @@ ROUTE_ACTIONS: dict[tuple[str, str], str] = {
     ("POST", "/sessions/{session_id}/messages"): "session.message",
     ("POST", "/files"): "file.upload",
     ("DELETE", "/files/{file_id}"): "file.delete",
+    ("PATCH", "/memories/{memory_id}"): "memory.edit",
+    ("DELETE", "/memories/{memory_id}"): "memory.delete",
+    ("DELETE", "/memories"): "memory.erase_subject",
     ("POST", "/schedules/{agent}/{name}/pause"): "schedule.pause",
     ("POST", "/schedules/{agent}/{name}/resume"): "schedule.resume",
     ("POST", "/schedules/{agent}/{name}/trigger"): "schedule.trigger",
@@ -47,7 +50,7 @@ ROUTE_ACTIONS: dict[tuple[str, str], str] = {
 _MAKES_A_RUN = frozenset({"run.start", "session.create"})
 #: What the request's path names, and where an entry keeps it.
 _PATH_RUN = ("run_id", "session_id")
-_PATH_TARGET = ("approval_id", "question_id", "file_id", "name")
+_PATH_TARGET = ("approval_id", "question_id", "file_id", "memory_id", "name")
 #: A client that says it calls for an MCP tool (toren-mcp's clients send it).
 SOURCE_HEADER = "X-Toren-Source"
 #: Answers read for what the call made (a run's id): larger ones are not parsed.

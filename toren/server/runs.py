@@ -153,7 +153,8 @@ async def read_agent_body(request: web.Request, fields: tuple[str, ...],
 
 async def create_run(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    body = await read_agent_body(request, ("input",), ("files", "webhook", "priority"))
+    body = await read_agent_body(request, ("input",), ("files", "webhook", "priority",
+                                                       "subject"))
     note = audit_note(request)
     note.agent = body["agent"]
     if isinstance(body.get("priority"), int) and not isinstance(body["priority"], bool):
@@ -164,7 +165,8 @@ async def create_run(request: web.Request) -> web.Response:
                                      files=body.get("files"),
                                      traceparent=parse_traceparent(
                                          request.headers.get("traceparent")),
-                                     webhooks=webhooks_of(body))
+                                     webhooks=webhooks_of(body),
+                                     subject=body.get("subject"))
     record = await runtime.get_run(run_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from toren.core.scopes import SCOPES
-from toren.errors import ApprovalNotFound, RunNotFound
+from toren.errors import ApprovalNotFound, MemoryNotFound, RunNotFound
 from toren.keys import ApiKey
 from toren.seams.routes import AUTHENTICATED, SCOPE_ATTRIBUTE
 from toren.server.auth import API_KEY
@@ -79,6 +79,11 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/files/{file_id}"): "files:read",
     ("GET", "/files/{file_id}/content"): "files:read",
     ("DELETE", "/files/{file_id}"): "files:write",
+    ("GET", "/memories"): "memory:read",
+    ("GET", "/memories/{memory_id}"): "memory:read",
+    ("PATCH", "/memories/{memory_id}"): "memory:write",
+    ("DELETE", "/memories/{memory_id}"): "memory:write",
+    ("DELETE", "/memories"): "memory:write",
     ("GET", "/metrics"): "metrics:read",
     ("GET", "/fleet"): "fleet:read",
     ("GET", "/audit"): "audit:read",
@@ -170,6 +175,7 @@ _NOT_FOUND = {
     "run_id": ("run_not_found", "no run {value!r} of an agent served here"),
     "session_id": ("session_not_found", "no session {value!r} of an agent served here"),
     "approval_id": ("approval_not_found", "no approval {value!r} of an agent served here"),
+    "memory_id": ("memory_not_found", "no memory has the id {value!r}"),
     "name": ("not_found", "no agent named {value!r} is served here"),
     "agent": ("not_found", "no agent named {value!r} is served here"),
 }
@@ -205,6 +211,14 @@ async def _hidden_object(request: web.Request, key: ApiKey) -> web.Response | No
             found = None
         if found is not None and not key.may_touch(found.agent):
             return _not_found("approval_id", approval)
+    memory = info.get("memory_id")
+    if memory is not None and _is_uuid(memory):
+        try:
+            kept = await runtime.memory.get(memory)
+        except MemoryNotFound:
+            kept = None
+        if kept is not None and not key.may_touch(kept.agent):
+            return _not_found("memory_id", memory)
     agent = request.query.get("agent")
     if agent is not None and not key.may_touch(agent):
         return _not_found("agent", agent)
@@ -240,6 +254,7 @@ _LISTINGS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "/archived-runs": ("runs", lambda item: item.get("agent")),
     "/approvals": ("approvals", lambda item: item.get("agent")),
     "/schedules": ("schedules", lambda item: item.get("agent")),
+    "/memories": ("memories", lambda item: item.get("agent")),
 }
 
 

@@ -24,12 +24,12 @@ def routes(app: web.Application) -> None:
 
 async def create_session(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    body = await read_agent_body(request, (), ("webhook",))
+    body = await read_agent_body(request, (), ("webhook", "subject"))
     audit_note(request).agent = body["agent"]
     session_id = await runtime.sessions.start(
         body["agent"], idempotency_key=idempotency_key(request),
         traceparent=parse_traceparent(request.headers.get("traceparent")),
-        webhooks=webhooks_of(body))
+        webhooks=webhooks_of(body), subject=body.get("subject"))
     record = await runtime.get_run(session_id)
     return web.json_response({"id": record.id, "status": record.status}, status=201)
 
