@@ -217,3 +217,26 @@ async def test_bad_subjects_and_filters_are_refused_with_what_to_give(make_runti
         await runtime.memory.delete("'; DROP TABLE toren_control.memories; --")
     session = await runtime.sessions.start("support", subject="whatsapp:+351 912")
     await wait_status(runtime, session, "awaiting_input")
+
+
+async def test_workers_erase_memories_past_memory_keep(make_runtime, database_url: str,
+                                                      tmp_path: Path) -> None:
+    keeper = write_agent_dir(tmp_path, "keeper", model="toren/scripted",
+                             memory={"keep": "2d", "scopes": ["agent"]})
+    store = (await make_runtime(agents=[], workers=False)).store
+    old = await store.remember("o", NewMemory("keeper", "agent", None, "An old fact"))
+    new = await store.remember("n", NewMemory("keeper", "agent", None, "A new fact"))
+    other = await store.remember("x", NewMemory("someone", "agent", None, "Kept forever"))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("UPDATE toren_control.memories SET updated_at = now() - interval '3 days'"
+                     " WHERE id = ANY(%s::uuid[])", [[old.memory_id, other.memory_id]])
+    runtime = await make_runtime(dirs=[keeper])  # its worker erases at start, then hourly
+
+    async def kept() -> set[str]:
+        return {m.id for m in await runtime.store.list_memories(agents=None)}
+
+    for _ in range(100):
+        if old.memory_id not in await kept():
+            break
+        await asyncio.sleep(0.1)
+    assert await kept() == {new.memory_id, other.memory_id}

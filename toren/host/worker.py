@@ -56,6 +56,8 @@ SKEW_CHECK_S = 30.0
 SKEW_RELOG_S = 300.0
 #: Seconds between a worker's deletions of audit entries past ``TOREN_AUDIT_RETENTION``.
 AUDIT_FORGET_EVERY_S = 3600.0
+#: How often a worker erases memories past their agent's ``memory.keep`` (and at its start).
+MEMORY_EXPIRE_EVERY_S = 3600.0
 #: Runs whose creation time and traceparent a tracing worker keeps for their root spans.
 RUN_TRACES_KEPT = 4096
 #: How many handlers waiting to take their stream a worker keeps in hand, in units of the
@@ -189,6 +191,10 @@ class Worker:
         if self.settings.audit_retention_s is not None:
             self._loops.append(asyncio.create_task(
                 self._every(AUDIT_FORGET_EVERY_S, self._forget_audit), name="toren-audit"))
+        if self._memory_keeps():
+            self._loops.append(asyncio.create_task(
+                self._every(MEMORY_EXPIRE_EVERY_S, self._expire_memories),
+                name="toren-memory-keep"))
         if self.settings.archive_url is not None and self.runtime.archive.retentions():
             self._loops.append(asyncio.create_task(
                 self._every(self.settings.archive_interval_s, self._archive),
@@ -531,6 +537,18 @@ class Worker:
         if forgotten:
             log.info("forgot %d audit entries older than %gs (TOREN_AUDIT_RETENTION)",
                      forgotten, keep_s)
+
+    def _memory_keeps(self) -> dict[str, float]:
+        """``memory.keep`` of the served agents that have one, in seconds."""
+        return {agent.name: agent.memory.keep_s for agent in self._lane_specs()
+                if agent.memory is not None and agent.memory.keep_s is not None}
+
+    async def _expire_memories(self) -> None:
+        """Erase memories unchanged for longer than their agent's ``memory.keep`` (every
+        worker may: the delete is idempotent)."""
+        erased = await self.runtime.memory.expire(self._memory_keeps())
+        if erased:
+            log.info("erased %d memories past their agent's memory.keep", erased)
 
     async def _archive(self) -> None:
         """One archive pass (``Runtime.archive_runs``): every worker tries; the one that gets

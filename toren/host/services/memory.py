@@ -4,7 +4,7 @@ this service; a person sees, corrects and erases what agents keep (docs/guides/m
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from toren.core.memory import MEMORY_SCOPES, MemoryRecord, check_content, is_memory_id
 from toren.errors import InvalidMemory, MemoryNotFound
@@ -89,6 +89,14 @@ class MemoryService:
         if not erased:
             raise MemoryNotFound(f"no memory has the id {memory_id!r}")
         return record
+
+    async def expire(self, keeps: Mapping[str, float]) -> int:
+        """Erase the memories of each agent in ``keeps`` unchanged for longer than its
+        ``memory.keep`` (seconds); how many. The workers call it hourly."""
+        erased = 0
+        for agent, keep_s in keeps.items():
+            erased += await self._store.expire_memories(agent, keep_s)
+        return erased
 
     async def erase_subject(self, subject: str, *, agent: str | None = None
                             ) -> builtins.list[str]:

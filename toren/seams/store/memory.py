@@ -80,4 +80,5 @@ class MemoryStore(abc.ABC):
     @abc.abstractmethod
     async def expire_memories(self, agent: str, older_than_s: float) -> int:
         """Erase ``agent``'s memories unchanged for ``older_than_s`` seconds (``memory.keep``);
-        how many. Called by the retention pass (``toren archive run`` and the guardians)."""
+        how many (the ledger of memory writes older than 30 days goes too). Called hourly by
+        the workers serving ``agent`` (``MemoryService.expire``)."""
