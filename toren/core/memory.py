@@ -181,7 +181,7 @@ def check_subject(subject: Any, what: str = "subject") -> str | None:
     control characters. ``ValueError`` saying what is wrong."""
     if subject is None:
         return None
-    if not isinstance(subject, str) or not subject.strip():
+    if not isinstance(subject, str) or not subject:
         raise ValueError(f"{what} must be a non-empty string, such as telegram:12345 or a "
                          "customer id")
     if len(subject) > MAX_SUBJECT_CHARS or _CONTROL.search(subject):
@@ -192,7 +192,7 @@ def check_subject(subject: Any, what: str = "subject") -> str | None:
 
 def check_content(content: Any, what: str = "content") -> str:
     """A memory's text, checked: 1 to 4000 characters, no NUL. ``ValueError`` otherwise."""
-    if not isinstance(content, str) or not content.strip():
+    if not isinstance(content, str) or not content:
         raise ValueError(f"{what} must be non-empty text")
     if len(content) > MAX_MEMORY_CHARS:
         raise ValueError(f"{what} is {len(content)} characters; a memory holds at most "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Mapping
 
+from toren.core.decisions import unstorable
 from toren.core.memory import MEMORY_SCOPES, MemoryRecord, check_content, is_memory_id
 from toren.errors import InvalidMemory, MemoryNotFound
 from toren.host.services.values import checked_subject
@@ -27,7 +28,11 @@ class MemoryService:
         self._agents = list(agents)
 
     def _scope(self, agent: str | None) -> builtins.list[str] | None:
+        """The agents a call may see: ``agent`` if served (``[]``: none), else every served
+        agent (``None``: every agent, for a runtime serving none)."""
         if agent is not None:
+            if unstorable(agent) is not None or "\x00" in agent:
+                return []  # no agent has such a name
             return [agent] if not self._agents or agent in self._agents else []
         return self._agents or None
 
@@ -43,9 +48,6 @@ class MemoryService:
         if not 1 <= limit <= MAX_MEMORY_PAGE:
             raise InvalidMemory(f"limit must be 1 to {MAX_MEMORY_PAGE}")
         subject = checked_subject(subject)
-        if agent is not None and (not isinstance(agent, str) or len(agent) > 200
-                                  or "\x00" in agent):
-            raise InvalidMemory("agent must be an agent's name")
         if search is not None and (len(search) > MAX_SEARCH_CHARS or "\x00" in search):
             raise InvalidMemory(f"search must be at most {MAX_SEARCH_CHARS} characters, "
                                 "with no NUL")

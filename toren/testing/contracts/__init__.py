@@ -48,6 +48,7 @@ from toren.testing.contracts.fleet import (
     OutboxContract,
     WorkerRegistryContract,
 )
+from toren.testing.contracts.memory import MemoryStoreContract
 from toren.testing.contracts.questions import QuestionStoreContract
 from toren.testing.contracts.queue import QueueContract
 from toren.testing.contracts.rate_limits import RateLimitStoreContract
@@ -88,6 +89,7 @@ __all__ = [
     "GuardianContract",
     "KeyStoreContract",
     "LiveTextContract",
+    "MemoryStoreContract",
     "MigratorContract",
     "OutboxContract",
     "PromptStoreContract",

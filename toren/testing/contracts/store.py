@@ -32,6 +32,7 @@ from toren.testing.contracts.fleet import (
     OutboxContract,
     WorkerRegistryContract,
 )
+from toren.testing.contracts.memory import MemoryStoreContract
 from toren.testing.contracts.questions import QuestionStoreContract
 from toren.testing.contracts.rate_limits import RateLimitStoreContract
 from toren.testing.contracts.records import (
@@ -204,5 +205,6 @@ class StoreContract(StoreLifecycleContract, MigratorContract, RunLogContract, Ru
                     FileStoreContract, ChannelInboxContract, ChannelChatsContract,
                     ChannelOutboxContract, RunArchiveIndexContract, QuestionStoreContract,
                     SignalLogContract, WebhookStoreContract, RateLimitStoreContract,
-                    AuditStoreContract, RunCostsContract, RunSearchContract):
+                    AuditStoreContract, RunCostsContract, RunSearchContract,
+                    MemoryStoreContract):
     """Every store contract: what a ``toren.seams.store.Store`` driver runs."""
