@@ -16,7 +16,7 @@ from tests.durable import check_log
 from tests.integration.test_approvals import wait_status
 from toren.agents.loader import load_agent
 from toren.core.memory import MemoryView, NewMemory, recall_text
-from toren.errors import AgentDefinitionError, InvalidMemory, MemoryNotFound
+from toren.errors import AgentDefinitionError, ConfigError, InvalidMemory, MemoryNotFound
 from toren.seams.model import ModelRequest, ModelResponse, ToolCall
 from toren.testing import ScriptedModel, write_agent_dir
 
@@ -198,3 +198,52 @@ async def test_workers_erase_memories_past_memory_keep(make_runtime, database_ur
             break
         await asyncio.sleep(0.1)
     assert await kept() == {new.memory_id, other.memory_id}
+
+
+async def test_semantic_recall_finds_by_similarity_where_words_fail_and_degrades_without_pgvector(
+        make_runtime, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    systems: list[str] = []
+    plan = {"remember": [("remember", {"content": "Owns two printers"}),
+                         ("remember", {"content": "Lives in Lisbon"})],
+            "recall": [("recall", {"query": "printing"})]}
+    directory = write_agent_dir(tmp_path, "support", model="test/support", memory={
+        "embeddings": "toren/hash", "recall": {"minSimilarity": 0.2}})
+    runtime = await make_runtime(dirs=[directory],
+                                 models={"support": ScriptedModel(script=scripted(plan, systems))})
+    assert await runtime.store.semantic_recall()  # the embedded Postgres loads pgvector
+    session = await runtime.sessions.start("support", subject="ann")
+    await session_turn(runtime, session, "remember")
+    said = await session_turn(runtime, session, "recall")
+    # "printing" shares no word with "printers" (full text stems them apart), but its vector
+    # is close; Lisbon is neither
+    assert "Owns two printers" in said and "Lisbon" not in said
+    with psycopg.connect(database_url) as conn:
+        [[vectors, dimensions]] = conn.execute(
+            "SELECT count(*), max(array_length(vector, 1)) FROM toren_control.memory_vectors"
+            " WHERE embedder = 'toren/hash'").fetchall()
+    assert (vectors, dimensions) == (2, 1024)
+
+    # without pgvector the same recall is by words: it finds nothing, and the worker said why
+    await runtime.stop()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("DROP EXTENSION vector")
+    with caplog.at_level("WARNING", logger="toren.host.worker"):
+        again = await make_runtime(dirs=[directory], models={
+            "support": ScriptedModel(script=scripted(plan, systems))})
+    assert "no pgvector loaded, so recall is by words only" in caplog.text
+    other = await again.sessions.start("support", subject="ann")
+    said = await session_turn(again, other, "recall")
+    assert "No memory matches 'printing'" in said
+
+
+def test_an_embedder_no_plugin_registered_is_refused_at_startup(tmp_path: Path) -> None:
+    from toren.host.runtime import Runtime
+    from toren.seams.plugins import PluginHost
+
+    directory = write_agent_dir(tmp_path, "support", model="toren/scripted",
+                                memory={"embeddings": "openai/text-embedding-3-small"})
+    with pytest.raises(ConfigError, match=r"names the embedder 'openai/text-embedding-3-small' "
+                                          r"under memory\.embeddings.*installed embedders: "
+                                          r"toren/hash"):
+        Runtime([directory], plugins=PluginHost(load=[], entry_points=False))

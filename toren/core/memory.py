@@ -45,6 +45,9 @@ DEFAULT_RECALL_CHARS = 2000
 DEFAULT_PINNED_CHARS = 2000
 #: Days after which a memory's recency weighs half as much in a recall's ranking.
 RECENCY_HALF_LIFE_DAYS = 30.0
+#: The cosine similarity from which a memory a recall's words did not match is found by its
+#: vector (``memory.embeddings``), unless ``memory.recall.minSimilarity`` says otherwise.
+MIN_SIMILARITY = 0.3
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
 
@@ -63,12 +66,17 @@ class MemoryConfig:
     #: Characters of memory one ``recall`` result may hold (``recall.maxChars``): the budget
     #: of recalled memory entering the context.
     recall_max_chars: int = DEFAULT_RECALL_CHARS
+    #: The similarity from which a memory is found by its vector (``recall.minSimilarity``).
+    min_similarity: float = MIN_SIMILARITY
     #: Characters of pinned memory added to the system prompt as a task starts
     #: (``pinned.maxChars``); 0: memories cannot be pinned.
     pinned_max_chars: int = DEFAULT_PINNED_CHARS
     #: ``keep:``: how long a memory is kept after its last change (``180d``); ``None``
     #: (``never``, the default) keeps it until the agent forgets it or a person erases it.
     keep_s: float | None = None
+    #: ``embeddings:``: the embedder (``register_embedders``) whose vectors rank recalls by
+    #: similarity too; ``None``: full-text recall only.
+    embeddings: str | None = None
 
     @classmethod
     def from_yaml(cls, data: Mapping[str, Any] | None) -> MemoryConfig | None:
@@ -90,13 +98,16 @@ class MemoryConfig:
         return cls(scopes=scopes, share_with=share_with,
                    recall_limit=int(recall.get("limit", DEFAULT_RECALL_LIMIT)),
                    recall_max_chars=int(recall.get("maxChars", DEFAULT_RECALL_CHARS)),
+                   min_similarity=float(recall.get("minSimilarity", MIN_SIMILARITY)),
                    pinned_max_chars=int(pinned.get("maxChars", DEFAULT_PINNED_CHARS)),
-                   keep_s=keep_s)
+                   keep_s=keep_s, embeddings=data.get("embeddings"))
 
     def to_json(self) -> dict[str, Any]:
         return {"scopes": list(self.scopes), "shareWith": list(self.share_with),
-                "recall": {"limit": self.recall_limit, "maxChars": self.recall_max_chars},
-                "pinned": {"maxChars": self.pinned_max_chars}, "keepSeconds": self.keep_s}
+                "recall": {"limit": self.recall_limit, "maxChars": self.recall_max_chars,
+                           "minSimilarity": self.min_similarity},
+                "pinned": {"maxChars": self.pinned_max_chars}, "keepSeconds": self.keep_s,
+                "embeddings": self.embeddings}
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,15 @@ class MemoryView:
 
 
 @dataclass(frozen=True)
+class MemoryVector:
+    """A text's vector by an embedder (``memory.embeddings``): a memory's, kept with it, or a
+    recall query's."""
+
+    embedder: str
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class NewMemory:
     """A memory the ``remember`` tool writes."""
 
@@ -128,6 +148,8 @@ class NewMemory:
     #: Who may read a ``shared`` memory besides its writer: the writer's ``shareWith``.
     shared_with: tuple[str, ...] = ()
     run_id: str | None = None
+    #: Its content's vector (``memory.embeddings``), kept for semantic recall.
+    vector: MemoryVector | None = None
 
 
 #: How a memory write ended, as the store records it once per idempotency key.

@@ -6,7 +6,9 @@ An input that is a JSON object with ``toolCalls`` (a list of ``{"name": ..., "ar
 {...}}``) makes it call exactly those tools, one per step, in that order, instead. Asked for
 an output schema (``output:``), it answers with the latest tool result that is JSON matching
 the schema, else with a value made from the schema (the user's text in its strings).
-Environment knobs (read when the model is made): ``TOREN_SCRIPTED_DELAY`` (seconds per call),
+The module also registers the offline embedder ``toren/hash``
+(``toren.default_plugins.hash_embedder``) for ``memory.embeddings``. Environment knobs (read
+when the model is made): ``TOREN_SCRIPTED_DELAY`` (seconds per call),
 ``TOREN_SCRIPTED_CALL_LOG`` (a file that gets one JSON line per call, a counter that lives
 outside the database for crash tests) and ``TOREN_SCRIPTED_COST_USD`` (cost of each call).
 """
@@ -24,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from toren.core.attachments import estimated_tokens
+from toren.default_plugins.hash_embedder import HashEmbedder
 from toren.errors import ConfigError
+from toren.seams.embedders import Embedder
 from toren.seams.hookspecs import hookimpl
 from toren.seams.model import (
     SHOWABLE_TYPES,
@@ -306,3 +310,8 @@ def _env_float(name: str) -> float:
 @hookimpl
 def register_models(register: Callable[[ModelProvider], None]) -> None:
     register(ScriptedProvider())
+
+
+@hookimpl
+def register_embedders(register: Callable[[Embedder], None]) -> None:
+    register(HashEmbedder())

@@ -8,10 +8,16 @@ the loop itself, not called as functions: each write goes to the store with the 
 idempotency key, which takes effect once (``MemoryStore``): a worker killed after the write and
 before its result was appended writes nothing the second time, and the result recorded is the
 first write's. Recalls read what is kept now (a memory a person erased is not found).
+
+With ``memory.embeddings`` the content written and each recall's query are embedded first
+(``ExecutionPorts.embed``): the vector is kept with the memory, and recall finds memories by
+similarity too where the store can (``MemoryStore.semantic_recall``). An embedder that fails
+costs the call its vector, never its write: the memory is still found by its words.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
@@ -25,6 +31,7 @@ from toren.core.memory import (
     RECALL_TOOL,
     REMEMBER_TOOL,
     MemoryConfig,
+    MemoryVector,
     NewMemory,
     check_content,
     pinned_block,
@@ -37,6 +44,8 @@ from toren.execution.task_port import TaskPort
 
 #: Most pinned memories read for the block (the budget in characters cuts it further).
 MAX_PINNED = 50
+
+log = logging.getLogger(__name__)
 
 
 def is_memory_call(agent: AgentSpec, tool_name: str) -> bool:
@@ -73,6 +82,21 @@ async def _run_subject(runner: TaskPort) -> str | None:
     return None
 
 
+async def _vector(runner: TaskPort, text: str) -> MemoryVector | None:
+    """``text``'s vector by the agent's ``memory.embeddings``; ``None`` without one, or when
+    the embedder failed (logged: the write or recall goes on by words)."""
+    config, embed = runner.agent.memory, runner.ports.embed
+    if config is None or config.embeddings is None or embed is None:
+        return None
+    try:
+        [values] = await embed(config.embeddings, [text])
+    except Exception as exc:
+        log.warning("embedder %s failed for a memory call of run %s (recall by words only "
+                    "for it): %s", config.embeddings, runner.run_id, exc)
+        return None
+    return MemoryVector(config.embeddings, tuple(float(v) for v in values))
+
+
 async def run_memory_calls(runner: TaskPort, calls: Sequence[PendingToolCall]) -> None:
     """Run the memory tool calls, in order, and record their results."""
     await load_memory(runner)  # a task started before the agent had memory: now
@@ -104,24 +128,26 @@ async def _run_one(runner: TaskPort, pending: PendingToolCall
     try:
         if call.name == REMEMBER_TOOL:
             scope = scope_for(config, arguments.get("scope"), subject)
+            content = check_content(arguments.get("content"))
             result = await store.remember(key, NewMemory(
                 agent=runner.agent.name, scope=scope,
-                subject=subject if scope != "agent" else None,
-                content=check_content(arguments.get("content")),
+                subject=subject if scope != "agent" else None, content=content,
                 pinned=bool(arguments.get("pinned", False)) and config.pinned_max_chars > 0,
                 shared_with=config.share_with if scope == "shared" else (),
-                run_id=runner.run_id))
+                run_id=runner.run_id, vector=await _vector(runner, content)))
         elif call.name == RECALL_TOOL:
             return await _recall(runner, config, subject, pending)
         elif call.name == FORGET_TOOL:
             result = await store.forget_memory(key, view, str(arguments["id"]))
         else:
             content = arguments.get("content")
+            if content is not None:
+                check_content(content)
             result = await store.update_memory(
-                key, view, str(arguments["id"]),
-                content=check_content(content) if content is not None else None,
+                key, view, str(arguments["id"]), content=content,
                 pinned=(bool(arguments["pinned"]) if "pinned" in arguments
-                        and config.pinned_max_chars > 0 else None))
+                        and config.pinned_max_chars > 0 else None),
+                vector=await _vector(runner, content) if content is not None else None)
     except ValueError as exc:
         return f"Error: {exc}", "invalid_arguments"
     runner.ports.crash_point("after_memory_write")
@@ -141,5 +167,7 @@ async def _recall(runner: TaskPort, config: MemoryConfig, subject: str | None,
     limit = min(int(arguments.get("limit") or config.recall_limit), config.recall_limit)
     query = str(arguments.get("query") or "").strip() or None
     found = await store.recall_memories(view_of(runner.agent.name, config, subject), query,
-                                        limit=limit, scope=scope)
+                                        limit=limit, scope=scope,
+                                        vector=await _vector(runner, query) if query else None,
+                                        min_similarity=config.min_similarity)
     return recall_text(found, config.recall_max_chars, query), None

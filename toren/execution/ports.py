@@ -47,6 +47,8 @@ AppendObserver = Callable[[str, str, int, Sequence[NewEvent]], None]
 PublishText = Callable[[TextDelta], None]
 #: Resolve a model id (``anthropic/...``) for an agent's ``baseUrl`` (or ``None``).
 ResolveModel = Callable[[str, str | None], Model]
+#: Embed texts with a registered embedder: ``(embedder name, texts)`` -> one vector per text.
+Embed = Callable[[str, Sequence[str]], Awaitable[list[list[float]]]]
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,9 @@ class ExecutionPorts:
     #: Keeps what agents with ``memory:`` remember; ``None``: the memory tools answer that
     #: this host keeps no memories.
     memory: MemoryStore | None = None
+    #: Embeds memories and recall queries for agents with ``memory.embeddings``
+    #: (``register_embedders``); ``None``: recall is by words only.
+    embed: Embed | None = None
     #: Reads one stream of a run (``RunReader.load_stream``): a tool that waits for a signal
     #: reads the run's signals with it; ``None``: tools cannot wait here.
     read_stream: ReadStream | None = None

@@ -1,9 +1,10 @@
-"""The host's side of policy hooks: an agent's ``policies:`` checked against the installed
-plugins at startup, and ``before_run_start`` asked before a run is created."""
+"""The host's side of policy hooks: an agent's ``policies:`` (and ``memory.embeddings``) checked
+against the installed plugins at startup, and ``before_run_start`` asked before a run is
+created."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toren.agents import AgentSpec
@@ -25,6 +26,19 @@ def check_policies(agents: Iterable[AgentSpec], hooks: PolicyHooks) -> None:
                     f"{ref.name!r} under policies:, but no installed plugin of that name "
                     f"implements a policy hook (installed policy plugins: {choices}); install "
                     "it, or remove it from policies:")
+
+
+def check_embedders(agents: Iterable[AgentSpec], embedders: Mapping[str, object]) -> None:
+    """Refuse to start when an agent's ``memory.embeddings`` names an embedder no installed
+    plugin registered: a ``ConfigError`` naming the agent's file and the installed ones."""
+    for agent in agents:
+        wanted = agent.memory.embeddings if agent.memory is not None else None
+        if wanted is not None and wanted not in embedders:
+            choices = ", ".join(sorted(embedders)) or "none"
+            raise ConfigError(
+                f"agent {agent.name!r} ({agent.directory}/agent.yaml) names the embedder "
+                f"{wanted!r} under memory.embeddings, but no installed plugin registered it "
+                f"(installed embedders: {choices}); install it, or remove memory.embeddings")
 
 
 async def ask_before_run_start(hooks: PolicyHooks, agent: AgentSpec, input: Any,

@@ -46,7 +46,7 @@ from toren.host.gc_tuning import tune_for_workers, untune_for_workers
 from toren.host.lanes import agents_in_lane
 from toren.host.live import LiveOrder, LiveTextHub
 from toren.host.metrics import Metrics, MetricsListener
-from toren.host.policies import ask_before_run_start, check_policies
+from toren.host.policies import ask_before_run_start, check_embedders, check_policies
 from toren.host.relay import OutboxRelay
 from toren.host.retention import is_archived
 from toren.host.services import (
@@ -148,6 +148,7 @@ class Runtime:
                 check_attachment_support(agent, model)
         check_env(self.agents.values(), self._provider_env())
         check_policies(self.agents.values(), self.plugins.policies)
+        check_embedders(self.agents.values(), self.plugins.embedders)
         for agent in self.agents.values():  # notify: needs a secret and allowed addresses
             admit_webhooks(agent.notify, self.settings, field=f"notify: of agent {agent.name}")
         self.store: Store = driver_class("store", self.settings.store_driver)(self.settings)
@@ -243,6 +244,14 @@ class Runtime:
                         "no traces (pip install toren-otel; TOREN_TRACER=none silences this)")
             return Tracer()
         return tracer
+
+    async def embed(self, embedder: str, texts: Sequence[str]) -> list[list[float]]:
+        """``texts`` as vectors by the registered embedder ``embedder``
+        (``memory.embeddings``; ``register_embedders``)."""
+        found = self.plugins.embedders.get(embedder)
+        if found is None:
+            raise ConfigError(f"no installed plugin registered the embedder {embedder!r}")
+        return await found.embed(list(texts))
 
     def check_model(self, model_id: str) -> object:
         """Resolve a model id to its provider's ``Model``; ``ConfigError`` if none serves it."""

@@ -136,7 +136,7 @@ class Worker:
             crash_point=self.settings.crash_point,
             tool_threads=ToolThreads(self.settings.tool_threads), prompts=runtime.store,
             approvals=runtime.store, budgets=runtime.store, tool_state=runtime.store,
-            questions=runtime.store, memory=runtime.store,
+            questions=runtime.store, memory=runtime.store, embed=runtime.embed,
             read_stream=runtime.store.load_stream,
             text_delta=runtime.live.publish,
             children=HostChildRuns(runtime.store, self.settings, runtime.agents,
@@ -191,6 +191,7 @@ class Worker:
         if self.settings.audit_retention_s is not None:
             self._loops.append(asyncio.create_task(
                 self._every(AUDIT_FORGET_EVERY_S, self._forget_audit), name="toren-audit"))
+        await self._note_semantic_recall()
         if self._memory_keeps():
             self._loops.append(asyncio.create_task(
                 self._every(MEMORY_EXPIRE_EVERY_S, self._expire_memories),
@@ -537,6 +538,16 @@ class Worker:
         if forgotten:
             log.info("forgot %d audit entries older than %gs (TOREN_AUDIT_RETENTION)",
                      forgotten, keep_s)
+
+    async def _note_semantic_recall(self) -> None:
+        """Say once, at start, when agents want semantic recall (``memory.embeddings``) and
+        the store cannot rank by vectors: their recall is by words until it can."""
+        wanting = [agent.name for agent in self._lane_specs()
+                   if agent.memory is not None and agent.memory.embeddings is not None]
+        if wanting and not await self.runtime.store.semantic_recall():
+            log.warning("memory.embeddings of %s: this database has no pgvector loaded, so "
+                        "recall is by words only (vectors are kept, and used once someone "
+                        "runs CREATE EXTENSION vector in it)", ", ".join(wanting))
 
     def _memory_keeps(self) -> dict[str, float]:
         """``memory.keep`` of the served agents that have one, in seconds."""

@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from toren.host.chat.webhooks import WebhookBodyError, webhook_json
     from toren.regular_files import NotARegularFile, kind_of, open_regular, read_regular
     from toren.seams.channels import Channel, ChannelContext
+    from toren.seams.embedders import Embedder
     from toren.seams.hookspecs import HOOK_NAMES, hookimpl
     from toren.seams.model import (
         IMAGE_TYPES,
@@ -246,6 +247,7 @@ _WHERE = {
     "ToolResult": "toren.seams.tools",
     "ToolResultDecision": "toren.seams.policies",
     "ToolSource": "toren.seams.tool_sources",
+    "Embedder": "toren.seams.embedders",
     "ToolSourceEntry": "toren.seams.tool_sources",
     "ToolSpec": "toren.seams.model",
     "TorenClient": "toren.client",
@@ -301,6 +303,7 @@ __all__ = [
     "DatabaseTlsError",
     "DatabaseUnavailable",
     "DriverNotFound",
+    "Embedder",
     "ForkRefused",
     "InvalidAnswer",
     "InvalidApprovalArguments",

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from toren.seams.channels import Channel
+    from toren.seams.embedders import Embedder
     from toren.seams.model import ModelProvider
     from toren.seams.plugin_api import PluginRuntime
     from toren.seams.policies import (
@@ -106,6 +107,24 @@ def register_channels(register: Callable[[Channel], None]) -> None:
     served agent lists once the runtime is up (after checking its ``required_env`` and
     ``required_env_for`` each agent's settings), add its ``routes`` to the server, and stop
     it on shutdown. A channel no served agent lists is never started.
+    """
+
+
+# -------------------------------------------------------------------------
+# Embedders
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def register_embedders(register: Callable[[Embedder], None]) -> None:
+    """Register embedders: text to vectors, for semantic recall of memories.
+
+    Called once when plugins load. Call ``register(embedder)`` with a
+    ``toren.plugin.Embedder`` for each embedding model the plugin serves; an agent names one
+    under ``memory.embeddings`` in agent.yaml, and a name no plugin registered is an error when
+    the runtime starts, naming the file and the installed embedders. The task loop embeds each
+    memory written and each recall's query with it; two plugins registering one name is an
+    error naming both (plugin API 1.7; docs/guides/memory.md).
     """
 
 

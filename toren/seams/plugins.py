@@ -16,6 +16,7 @@ import pluggy
 from toren.errors import ConfigError, PluginError, PluginUnavailable, ToolError, TorenError
 from toren.seams import hookspecs
 from toren.seams.channels import Channel
+from toren.seams.embedders import Embedder
 from toren.seams.model import ModelProvider
 from toren.seams.plugin_api import PluginRuntime, check_plugin_api, declared_api_range
 from toren.seams.policies import PolicyHooks
@@ -43,6 +44,8 @@ class PluginInfo:
     channels: list[str] = field(default_factory=list)
     #: The agent.yaml keys of the tool sources it registered (``mcpServers``).
     tool_sources: list[str] = field(default_factory=list)
+    #: The embedders it registered (``memory.embeddings``).
+    embedders: list[str] = field(default_factory=list)
     default: bool = False
     #: Why the plugin registered nothing on this machine (``PluginUnavailable``), if it did not.
     unavailable: str | None = None
@@ -54,7 +57,7 @@ class PluginInfo:
             "name": self.name, "distribution": self.distribution, "version": self.version,
             "default": self.default, "hooks": self.hooks, "models": self.models,
             "tools": self.tools, "channels": self.channels, "api": self.api,
-            "toolSources": self.tool_sources,
+            "toolSources": self.tool_sources, "embedders": self.embedders,
         }
         if self.unavailable is not None:
             data["unavailable"] = self.unavailable
@@ -80,6 +83,8 @@ class PluginHost:
         self.channels: dict[str, Channel] = {}
         #: Tool sources by the agent.yaml key they read (``register_tool_sources``).
         self.tool_sources: dict[str, ToolSource] = {}
+        #: Embedders by name (``register_embedders``; ``memory.embeddings``).
+        self.embedders: dict[str, Embedder] = {}
         self._owner: dict[tuple[str, str], str] = {}
         #: Asks the policy hooks of the plugins an agent lists under ``policies:``.
         self.policies = PolicyHooks(self.pm.hook)
@@ -105,7 +110,8 @@ class PluginHost:
         for hook_name, registrar in (("register_models", self._model_registrar),
                                      ("register_tools", self._tool_registrar),
                                      ("register_tool_sources", self._tool_source_registrar),
-                                     ("register_channels", self._channel_registrar)):
+                                     ("register_channels", self._channel_registrar),
+                                     ("register_embedders", self._embedder_registrar)):
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 if impl.plugin_name == name:
                     arguments = {"register": registrar(name)} if "register" in impl.argnames else {}
@@ -187,6 +193,7 @@ class PluginHost:
         self._call_each("register_tools", register=self._tool_registrar)
         self._call_each("register_tool_sources", register=self._tool_source_registrar)
         self._call_each("register_channels", register=self._channel_registrar)
+        self._call_each("register_embedders", register=self._embedder_registrar)
 
     def _claim(self, kind: str, key: str, plugin: str) -> None:
         owner = self._owner.get((kind, key))
@@ -270,6 +277,20 @@ class PluginHost:
             self._claim("channel", channel.name, plugin)
             self.channels[channel.name] = channel
             self.info[plugin].channels.append(channel.name)
+        return register
+
+    def _embedder_registrar(self, plugin: str) -> Callable[[Embedder], None]:
+        def register(embedder: Embedder) -> None:
+            if not isinstance(embedder, Embedder):
+                raise PluginError(f"plugin {plugin!r} registered {embedder!r}, "
+                                  "which is not a toren.plugin.Embedder")
+            if not embedder.name or embedder.dimensions <= 0:
+                raise PluginError(f"plugin {self._describe(plugin)} registered an embedder "
+                                  "without a name or dimensions: set Embedder.name and "
+                                  "Embedder.dimensions")
+            self._claim("embedder", embedder.name, plugin)
+            self.embedders[embedder.name] = embedder
+            self.info[plugin].embedders.append(embedder.name)
         return register
 
     # -- lookups -------------------------------------------------------------------------------

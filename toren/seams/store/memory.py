@@ -6,7 +6,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
-from toren.core.memory import MemoryRecord, MemoryView, MemoryWriteResult, NewMemory
+from toren.core.memory import (
+    MIN_SIMILARITY,
+    MemoryRecord,
+    MemoryVector,
+    MemoryView,
+    MemoryWriteResult,
+    NewMemory,
+)
 
 
 class MemoryStore(abc.ABC):
@@ -27,10 +34,11 @@ class MemoryStore(abc.ABC):
 
     @abc.abstractmethod
     async def update_memory(self, key: str, view: MemoryView, memory_id: str, *,
-                            content: str | None = None, pinned: bool | None = None
-                            ) -> MemoryWriteResult:
+                            content: str | None = None, pinned: bool | None = None,
+                            vector: MemoryVector | None = None) -> MemoryWriteResult:
         """Change a memory ``view`` sees and its agent wrote (``not_found`` otherwise), unless
-        ``key`` wrote before. ``None`` leaves a field as it is."""
+        ``key`` wrote before. ``None`` leaves a field as it is; ``vector`` is the new
+        content's (a memory whose content changed without one loses its old vector)."""
 
     @abc.abstractmethod
     async def forget_memory(self, key: str, view: MemoryView, memory_id: str
@@ -40,11 +48,20 @@ class MemoryStore(abc.ABC):
 
     @abc.abstractmethod
     async def recall_memories(self, view: MemoryView, query: str | None, *, limit: int,
-                              scope: str | None = None) -> list[MemoryRecord]:
+                              scope: str | None = None, vector: MemoryVector | None = None,
+                              min_similarity: float = MIN_SIMILARITY) -> list[MemoryRecord]:
         """The memories ``view`` sees that match ``query`` (full-text: any of its words,
         stemmed), best first: relevance weighed by recency (half weight after 30 days without
         a change), each with its ``score``; without a query, the most recently changed.
-        ``scope`` narrows to one scope."""
+        ``scope`` narrows to one scope. With ``vector`` (the query's) and a store that
+        ``semantic_recall``s, a memory whose vector of the same embedder is similar (cosine
+        ``min_similarity`` or more) matches too, and similarity adds to the relevance."""
+
+    async def semantic_recall(self) -> bool:
+        """Whether ``recall_memories`` ranks by vectors here (the Postgres store: pgvector is
+        loaded in the database). ``False`` by default: vectors are kept, recall is by words.
+        Called by the workers at start (a note for agents with ``memory.embeddings``)."""
+        return False
 
     @abc.abstractmethod
     async def pinned_memories(self, view: MemoryView, *, limit: int) -> list[MemoryRecord]:

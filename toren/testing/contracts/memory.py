@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from toren.core.memory import MemoryView, NewMemory
+from toren.core.memory import MemoryVector, MemoryView, NewMemory
 from toren.seams.store import Store
 from toren.testing.contracts.base import StoreFixtures
 from toren.testing.contracts.support import new_agent_name, new_id
@@ -146,3 +146,34 @@ class MemoryStoreContract(StoreFixtures):
         await asyncio.sleep(0.05)
         assert await store.expire_memories(agent, 0.01) == 1
         assert await store.get_memory(kept.memory_id) is None
+
+    async def test_vectors_find_what_words_miss_where_the_store_ranks_by_them(
+            self, store: Store) -> None:
+        agent = new_agent_name()
+        near, far = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0)
+        printers = await store.remember(f"{agent}:p", NewMemory(
+            agent, "agent", None, "Owns two printers", vector=MemoryVector("e3", near)))
+        lisbon = await store.remember(f"{agent}:l", NewMemory(
+            agent, "agent", None, "Lives in Lisbon", vector=MemoryVector("e3", far)))
+        view = MemoryView(agent, None)
+        query = MemoryVector("e3", (0.9, 0.1, 0.0))
+        found = await store.recall_memories(view, "printing", limit=5, vector=query)
+        if await store.semantic_recall():
+            assert [m.id for m in found] == [printers.memory_id]
+            assert found[0].score is not None and found[0].score > 0.9
+            # another embedder's vectors are never compared; a high bar finds nothing
+            assert await store.recall_memories(view, "printing", limit=5,
+                                               vector=MemoryVector("other", (0.9, 0.1, 0.0))
+                                               ) == []
+            assert await store.recall_memories(view, "printing", limit=5, vector=query,
+                                               min_similarity=0.999) == []
+            # words still count: Lisbon by its word, printers by its vector
+            both = await store.recall_memories(view, "lisbon printing", limit=5, vector=query)
+            assert {m.id for m in both} == {printers.memory_id, lisbon.memory_id}
+            # new content without a vector drops the old vector with the old words
+            assert lisbon.memory_id is not None and printers.memory_id is not None
+            await store.update_memory(f"{agent}:u", view, printers.memory_id,
+                                      content="Owns a fax")
+            assert await store.recall_memories(view, "printing", limit=5, vector=query) == []
+        else:  # recall by words only: "printing" is not "printers"
+            assert found == []

@@ -14,9 +14,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from toren.plugin.drivers import (
+    MIN_SIMILARITY,
     RECENCY_HALF_LIFE_DAYS,
     MemoryRecord,
     MemoryStore,
+    MemoryVector,
     MemoryView,
     MemoryWriteResult,
     NewMemory,
@@ -46,11 +48,21 @@ def _view(view: MemoryView) -> dict[str, Any]:
             "share_with": list(view.share_with)}
 
 
+def _usable(vector: MemoryVector | None) -> bool:
+    """Whether a vector can be compared: a text without words may embed to zeros, whose
+    cosine distance is undefined."""
+    return vector is not None and any(vector.values)
+
+
 class PostgresMemoryStore(PostgresConnection, MemoryStore):
     """Memories in one control table; each write and its ledger row are one transaction."""
 
+    #: Whether pgvector is loaded (``semantic_recall``), once known.
+    _vectors_loaded: bool | None = None
+
     async def _write(self, key: str, agent: str, action: str, statement: str,
-                     params: dict[str, Any], memory_id: str | None) -> MemoryWriteResult:
+                     params: dict[str, Any], memory_id: str | None,
+                     vector: MemoryVector | None = None) -> MemoryWriteResult:
         """Claim ``key``, run the write, record its outcome, in one transaction; the first
         outcome when the key wrote before. The claim's row lock makes a racing twin wait for
         the first write's commit and then read its outcome."""
@@ -73,6 +85,14 @@ class PostgresMemoryStore(PostgresConnection, MemoryStore):
                 outcome = {"remember": "remembered", "update": "updated",
                            "forget": "forgotten"}[action] if done else "not_found"
                 written = memory_id if done else None
+                if done and action != "forget" and _usable(vector):
+                    assert vector is not None
+                    await conn.execute(queries["keep_vector"], {
+                        "id": memory_id, "embedder": vector.embedder,
+                        "vector": list(vector.values)})
+                elif done and action == "update" and params.get("content") is not None:
+                    # new words, no vector for them: the old one would find the old words
+                    await conn.execute(queries["drop_vector"], {"id": memory_id})
             await conn.execute(queries["settle_write"], {
                 "key": key, "outcome": outcome, "memory_id": written})
         return MemoryWriteResult(outcome, written or memory_id)  # type: ignore[arg-type]
@@ -82,14 +102,15 @@ class PostgresMemoryStore(PostgresConnection, MemoryStore):
         return await self._write(key, memory.agent, "remember", _queries()["insert_memory"], {
             "id": memory_id, "agent": memory.agent, "scope": memory.scope,
             "subject": memory.subject, "content": memory.content, "pinned": memory.pinned,
-            "shared_with": list(memory.shared_with), "run_id": memory.run_id}, memory_id)
+            "shared_with": list(memory.shared_with), "run_id": memory.run_id}, memory_id,
+            memory.vector)
 
     async def update_memory(self, key: str, view: MemoryView, memory_id: str, *,
-                            content: str | None = None, pinned: bool | None = None
-                            ) -> MemoryWriteResult:
+                            content: str | None = None, pinned: bool | None = None,
+                            vector: MemoryVector | None = None) -> MemoryWriteResult:
         return await self._write(key, view.agent, "update", _queries()["update_own_memory"],
                                  _view(view) | {"id": memory_id, "content": content,
-                                                "pinned": pinned}, memory_id)
+                                                "pinned": pinned}, memory_id, vector)
 
     async def forget_memory(self, key: str, view: MemoryView, memory_id: str
                             ) -> MemoryWriteResult:
@@ -105,10 +126,24 @@ class PostgresMemoryStore(PostgresConnection, MemoryStore):
             return [_record(row) for row in await cursor.fetchall()]
 
     async def recall_memories(self, view: MemoryView, query: str | None, *, limit: int,
-                              scope: str | None = None) -> list[MemoryRecord]:
-        return await self._select("recall_memories", _view(view) | {
-            "query": query or None, "scope": scope, "limit": limit, "pinned_only": False,
-            "half_life_days": RECENCY_HALF_LIFE_DAYS})
+                              scope: str | None = None, vector: MemoryVector | None = None,
+                              min_similarity: float = MIN_SIMILARITY) -> list[MemoryRecord]:
+        params = _view(view) | {"query": query or None, "scope": scope, "limit": limit,
+                                "pinned_only": False,
+                                "half_life_days": RECENCY_HALF_LIFE_DAYS}
+        if query and _usable(vector) and await self.semantic_recall():
+            assert vector is not None
+            return await self._select("recall_memories_semantic", params | {
+                "embedder": vector.embedder, "vector": list(vector.values),
+                "min_similarity": min_similarity})
+        return await self._select("recall_memories", params)
+
+    async def semantic_recall(self) -> bool:
+        if self._vectors_loaded is None:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_queries()["vectors_loaded"])).fetchone()
+            self._vectors_loaded = bool(row and row[0])
+        return self._vectors_loaded
 
     async def pinned_memories(self, view: MemoryView, *, limit: int) -> list[MemoryRecord]:
         return await self._select("recall_memories", _view(view) | {

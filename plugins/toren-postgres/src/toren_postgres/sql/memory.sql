@@ -69,6 +69,38 @@ WHERE ((m.scope = 'agent' AND m.agent = %(agent)s AND 'agent' = ANY(%(scopes)s))
 ORDER BY score DESC NULLS LAST, m.updated_at DESC, m.id
 LIMIT %(limit)s;
 
+-- recall_memories_semantic --
+-- recall_memories where pgvector is loaded, with the query's vector: a memory matches by any
+-- word or by a vector of the same embedder at least min_similarity close (cosine), and its
+-- similarity adds to its rank before the weighing by recency.
+WITH words AS (
+    SELECT to_tsquery('simple', coalesce(string_agg(quote_literal(word), ' | '), '')) AS query
+    FROM unnest(tsvector_to_array(to_tsvector('english', coalesce(%(query)s::text, '')))) AS word
+), q AS (SELECT query, numnode(query) > 0 AS given FROM words)
+SELECT m.id, m.agent, m.scope, m.subject, m.content, m.pinned, m.shared_with, m.run_id,
+       m.created_at, m.updated_at,
+       ((CASE WHEN q.given AND m.tsv @@ q.query THEN ts_rank_cd(m.tsv, q.query) ELSE 0 END
+         + coalesce(greatest(1 - (v.vector::vector <=> %(vector)s::float4[]::vector), 0), 0))
+        / (1 + extract(epoch FROM now() - m.updated_at) / (86400 * %(half_life_days)s))
+       )::float8 AS score
+FROM toren_control.memories m
+CROSS JOIN q
+LEFT JOIN toren_control.memory_vectors v
+       ON v.memory_id = m.id AND v.embedder = %(embedder)s
+WHERE ((m.scope = 'agent' AND m.agent = %(agent)s AND 'agent' = ANY(%(scopes)s))
+    OR (m.scope = 'user' AND m.agent = %(agent)s AND m.subject = %(subject)s
+        AND 'user' = ANY(%(scopes)s))
+    OR (m.scope = 'shared' AND 'shared' = ANY(%(scopes)s)
+        AND (m.subject IS NULL OR m.subject = %(subject)s)
+        AND (m.agent = %(agent)s
+             OR (m.agent = ANY(%(share_with)s) AND %(agent)s = ANY(m.shared_with)))))
+  AND (%(scope)s::text IS NULL OR m.scope = %(scope)s)
+  AND ((q.given AND m.tsv @@ q.query)
+       OR 1 - (v.vector::vector <=> %(vector)s::float4[]::vector) >= %(min_similarity)s)
+  AND (NOT %(pinned_only)s OR m.pinned)
+ORDER BY score DESC NULLS LAST, m.updated_at DESC, m.id
+LIMIT %(limit)s;
+
 -- list_memories --
 WITH words AS (
     SELECT to_tsquery('simple', coalesce(string_agg(quote_literal(word), ' | '), '')) AS query
@@ -85,6 +117,17 @@ WHERE (%(agents)s::text[] IS NULL OR m.agent = ANY(%(agents)s))
   AND (NOT q.given OR m.tsv @@ q.query)
 ORDER BY score DESC NULLS LAST, m.updated_at DESC, m.id
 LIMIT %(limit)s;
+
+-- keep_vector --
+INSERT INTO toren_control.memory_vectors (memory_id, embedder, vector)
+VALUES (%(id)s, %(embedder)s, %(vector)s)
+ON CONFLICT (memory_id) DO UPDATE SET embedder = excluded.embedder, vector = excluded.vector;
+
+-- drop_vector --
+DELETE FROM toren_control.memory_vectors WHERE memory_id = %(id)s;
+
+-- vectors_loaded --
+SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector');
 
 -- get_memory --
 SELECT id, agent, scope, subject, content, pinned, shared_with, run_id, created_at,

@@ -34,3 +34,24 @@ CREATE TABLE toren_control.memory_writes (
     written_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX memory_writes_written_idx ON toren_control.memory_writes (written_at);
+
+-- The vectors of memories for semantic recall (memory.embeddings), by the embedder that made
+-- them. Kept as plain arrays, so the table needs no extension; recall compares them with
+-- pgvector's cosine distance (a cast to vector) only where pgvector is loaded, and ranks by
+-- words alone where it is not.
+CREATE TABLE toren_control.memory_vectors (
+    memory_id uuid PRIMARY KEY REFERENCES toren_control.memories (id) ON DELETE CASCADE,
+    embedder  text NOT NULL,
+    vector    float4[] NOT NULL
+);
+
+-- Load pgvector where the server has it and this role may (the embedded Postgres ships it and
+-- runs as a superuser). Elsewhere this is a notice, not a failure: recall is by words until
+-- someone runs CREATE EXTENSION vector (no migration needed then).
+DO $$
+BEGIN
+    CREATE EXTENSION IF NOT EXISTS vector;
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE 'pgvector is not available (%): memory recall is by words only', SQLERRM;
+END
+$$;
