@@ -34,6 +34,8 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help=JSON_OPTION_HEL
                 registers.append(f"{kind}: {', '.join(info[kind])}")
         if info.get("toolSources"):
             registers.append(f"tool sources: {', '.join(info['toolSources'])} (agent.yaml)")
+        if info.get("embedders"):
+            registers.append(f"embedders: {', '.join(info['embedders'])} (memory.embeddings)")
         if "register_commands" in info["hooks"]:
             registers.append("CLI commands (register_commands: deprecated since plugin API 1.5, "
                              "not listed by toren --help; declare toren.commands entry points)")
