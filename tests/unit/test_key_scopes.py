@@ -32,7 +32,9 @@ def key(**fields: object) -> ApiKey:
 def test_the_roles_hold_the_scopes_the_guide_lists() -> None:
     assert ROLES["admin"] == set(SCOPES)
     assert ROLES["operator"] == set(SCOPES) - {"keys:manage", "audit:read"}
-    assert ROLES["viewer"] == {s for s in SCOPES if s.endswith(":read")} - {"audit:read"}
+    # memories are personal data: a viewer reads runs, not what agents keep about people
+    assert ROLES["viewer"] == {s for s in SCOPES if s.endswith(":read")} - {"audit:read",
+                                                                            "memory:read"}
     assert ROLES["approver"] == {"agents:read", "runs:read", "sessions:read",
                                  "approvals:read", "approvals:decide"}
     assert role_scopes("custom", ["runs:read", "made:up"]) == {"runs:read"}
