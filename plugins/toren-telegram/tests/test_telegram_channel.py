@@ -35,6 +35,9 @@ async def test_a_dm_is_answered_once_in_a_durable_session(fake_telegram: FakeTel
     session = await runtime.get_session(session_id)
     assert [e["text"] for e in session["transcript"] if e["role"] == "user"] == [
         "hello there", "and again"]
+    # the chat is the session's subject: whom the agent's memory: keeps facts about
+    [created] = [e for e in await runtime.events(session_id) if e.type == "RunCreated"]
+    assert created.data["subject"] == f"telegram:{FRIEND}"
     assert any(action["action"] == "typing" for action in fake_telegram.actions)
     assert fake_telegram.confirmed >= 12  # both updates acknowledged, after recording
 
