@@ -247,3 +247,21 @@ def test_an_embedder_no_plugin_registered_is_refused_at_startup(tmp_path: Path) 
                                           r"under memory\.embeddings.*installed embedders: "
                                           r"toren/hash"):
         Runtime([directory], plugins=PluginHost(load=[], entry_points=False))
+
+
+async def test_a_fork_is_about_the_same_person_and_does_not_write_the_copied_memories_again(
+        make_runtime, tmp_path: Path) -> None:
+    systems: list[str] = []
+    plan = {"remember": [("remember", {"content": "Ann's VAT number is PT123"})]}
+    directory = write_agent_dir(tmp_path, "support", model="test/support", memory={})
+    runtime = await make_runtime(dirs=[directory], models={
+        "support": ScriptedModel(script=scripted(plan, systems))})
+    run_id = await runtime.start_run("support", "remember", subject="ann")
+    assert (await runtime.wait_for_run(run_id, timeout_s=30)).status == "completed"
+    fork = await runtime.fork_run(run_id, 1)
+    assert (await runtime.wait_for_run(fork.id, timeout_s=30)).status == "completed"
+    [created] = [e for e in await runtime.events(fork.id) if e.type == "RunCreated"]
+    assert created.data["subject"] == "ann"
+    # the copied step's write is in the log, not done again
+    assert [m.content for m in await runtime.memory.list(subject="ann")] == [
+        "Ann's VAT number is PT123"]

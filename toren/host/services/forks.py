@@ -78,8 +78,11 @@ class ForksService:
         forked = ev.RunForked(source_run_id=source.id, at_step=at_step, unit=plan.unit,
                               copied_events=plan.copied_events, model=plan.model,
                               prompt_sha256=plan.prompt_sha256)
+        # the fork is about the same person as its source (memory:'s subject)
+        subject = next((e.data.get("subject") for e in events
+                        if e.stream == ev.RUN_STREAM and e.type == ev.RUN_CREATED), None)
         run_events = [NewEvent.of(ev.RunCreated(agent=source.agent, input=source.input,
-                                                idempotency_key=None)),
+                                                idempotency_key=None, subject=subject)),
                       NewEvent.of(forked), *plan.run_events]
         if plan.unit == "step":
             first = task_message(MAIN_TASK, None, source.input)
