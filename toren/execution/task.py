@@ -418,18 +418,17 @@ class TaskRunner:
         the task must stop here (finished, or a retry scheduled)."""
         model = self.ports.model(self.model_id, self.agent.base_url)
         repeated = action.repeated
+        system = system_prompt(self.spec.prompt, self.state.memory.pinned
+                               if self.state.memory is not None else None)
         if not self.state.compacted_since_call and needs_compaction(
-                self.agent.compaction, model.context_window, self.spec.prompt,
-                self.state.messages):
+                self.agent.compaction, model.context_window, system, self.state.messages):
             if not await self.compact(action.step, model, "threshold", repeated):
                 return False
             repeated = False
         while True:
             model = self.ports.model(self.model_id, self.agent.base_url)
             request = await self.attachments.shown(ModelRequest(
-                model=self.model_id,
-                system=system_prompt(self.spec.prompt, self.state.memory.pinned
-                                     if self.state.memory is not None else None),
+                model=self.model_id, system=system,
                 messages=tuple(self.state.messages),
                 tools=self.spec.tool_specs, prompt_caching=self.agent.prompt_caching,
                 output_schema=self.spec.output.schema if self.spec.output is not None
