@@ -72,6 +72,7 @@ async def load_memory(runner: TaskPort) -> None:
 
 
 async def _run_subject(runner: TaskPort) -> str | None:
+    """The subject its ``RunCreated`` gave the run (``None``: none, or no run stream here)."""
     read = runner.ports.read_stream
     if read is None:
         return None
@@ -157,6 +158,7 @@ async def _run_one(runner: TaskPort, pending: PendingToolCall
 
 async def _recall(runner: TaskPort, config: MemoryConfig, subject: str | None,
                   pending: PendingToolCall) -> tuple[str, ev.ToolErrorKind | None]:
+    """A ``recall``: what the agent sees, best first, within ``memory.recall``'s budget."""
     store = runner.ports.memory
     assert store is not None
     arguments = pending.call.arguments

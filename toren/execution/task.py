@@ -278,7 +278,8 @@ class TaskRunner:
             await self.start()
         else:
             await self.note_prompt_change()
-        if self.agent.memory is not None and self.state.memory is None:
+        if (self.agent.memory is not None and self.state.memory is None
+                and self.state.finished is None):
             await load_memory(self)  # the run's subject and pinned memories (memory:)
         if self.state.started is not None and self.state.started.output is not None:
             # the workflow gave this task its own output schema (ctx.task(..., output=...))
