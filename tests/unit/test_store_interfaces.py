@@ -21,6 +21,7 @@ from toren_postgres.forks import PostgresForkStore
 from toren_postgres.guardian import PostgresGuardian
 from toren_postgres.keys import PostgresKeyStore
 from toren_postgres.lifecycle import PostgresConnection
+from toren_postgres.memory import PostgresMemoryStore
 from toren_postgres.migrations import PostgresMigrator
 from toren_postgres.outbox import PostgresOutbox
 from toren_postgres.prompts import PostgresPromptStore
@@ -52,6 +53,7 @@ from toren.seams.store import (
     ForkStore,
     Guardian,
     KeyStore,
+    MemoryStore,
     Migrator,
     Outbox,
     PromptStore,
@@ -81,7 +83,7 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           RunArchiveIndex: PostgresRunArchive, FleetReader: PostgresFleetReader,
           QuestionStore: PostgresQuestionStore, SignalLog: PostgresSignalLog,
           WebhookStore: PostgresWebhookStore, RateLimitStore: PostgresRateLimitStore,
-          AuditStore: PostgresAuditStore}
+          AuditStore: PostgresAuditStore, MemoryStore: PostgresMemoryStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -61,7 +61,7 @@ async def load_memory(runner: TaskPort) -> None:
         return
     subject = await _run_subject(runner)
     store = runner.ports.memory
-    text, ids = "", ()
+    text, ids = "", tuple[str, ...]()
     if store is not None and config.pinned_max_chars > 0:
         pinned = await store.pinned_memories(view_of(runner.agent.name, config, subject),
                                              limit=MAX_PINNED)
@@ -141,14 +141,13 @@ async def _run_one(runner: TaskPort, pending: PendingToolCall
         elif call.name == FORGET_TOOL:
             result = await store.forget_memory(key, view, str(arguments["id"]))
         else:
-            content = arguments.get("content")
-            if content is not None:
-                check_content(content)
+            changed = (check_content(arguments["content"]) if "content" in arguments
+                       else None)
             result = await store.update_memory(
-                key, view, str(arguments["id"]), content=content,
+                key, view, str(arguments["id"]), content=changed,
                 pinned=(bool(arguments["pinned"]) if "pinned" in arguments
                         and config.pinned_max_chars > 0 else None),
-                vector=await _vector(runner, content) if content is not None else None)
+                vector=await _vector(runner, changed) if changed is not None else None)
     except ValueError as exc:
         return f"Error: {exc}", "invalid_arguments"
     runner.ports.crash_point("after_memory_write")

@@ -82,7 +82,7 @@ module "toren" {
   image_tag       = var.image_tag
   agents = [
     "research-crew", "planner-crew", "approval-desk", "desk-crew", "desk-writer", "vision-desk",
-    "purchase-approval", "question-desk",
+    "purchase-approval", "question-desk", "support-memory",
   ]
   secret_values = var.secret_values
 

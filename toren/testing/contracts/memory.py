@@ -85,7 +85,8 @@ class MemoryStoreContract(StoreFixtures):
                 "not_found"
             assert await store.get_memory(bad) is None
             assert await store.edit_memory(bad, content="x") is None
-        assert (await store.get_memory(about_ann.memory_id)).content == "Ann likes invoices"
+        unchanged = await store.get_memory(about_ann.memory_id)
+        assert unchanged is not None and unchanged.content == "Ann likes invoices"
 
     async def test_shared_memories_need_consent_on_both_sides(self, store: Store) -> None:
         sales, support, billing = new_agent_name(), new_agent_name(), new_agent_name()
@@ -116,7 +117,8 @@ class MemoryStoreContract(StoreFixtures):
         view = MemoryView(agent, None)
         found = await store.recall_memories(view, "printers and papers", limit=5)
         assert [m.id for m in found] == [ids["printer"], ids["paper"]]  # two words beat one
-        assert found[0].score is not None and found[0].score > found[1].score > 0
+        first, second = found[0].score, found[1].score
+        assert first is not None and second is not None and first > second > 0
         assert [m.id for m in await store.recall_memories(view, "printer", limit=1)] == [
             ids["printer"]]
         newest_first = [ids["city"], ids["paper"], ids["printer"]]

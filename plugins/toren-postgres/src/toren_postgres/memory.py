@@ -175,6 +175,7 @@ class PostgresMemoryStore(PostgresConnection, MemoryStore):
                               agents: Sequence[str] | None = None,
                               subject: str | None = None) -> list[str]:
         agent_list = list(agents) if agents is not None else None
+        params: dict[str, Any]
         if ids:
             name, params = "delete_memories_by_id", {
                 "ids": [i for i in ids if is_memory_id(i)], "agents": agent_list}
