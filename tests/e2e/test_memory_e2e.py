@@ -52,7 +52,9 @@ def test_a_memory_written_before_a_sigkill_is_written_once_and_a_person_erases_i
     # the memory is written, then the worker dies before the call's result is appended
     assert wait_until(lambda: first.proc.poll() is not None, 60), "the crash point was missed"
     assert (tmp_path / "crashed").exists() and first.proc.returncode == -9
-    start_worker(start_toren, directory, env)
+    # a `toren dev` takes over: its workers resume the run, its API serves --url below
+    dev = start_toren("dev", "--dir", str(directory.parent), "--port", "0", "--json", env=env)
+    url = str(dev.next_json()["url"])
     said = output_of(database_url, run_id)
 
     listed = toren_cli("memory", "list", "--subject", "telegram:ann", "--json", env=env)
@@ -81,10 +83,11 @@ def test_a_memory_written_before_a_sigkill_is_written_once_and_a_person_erases_i
     stranger = start(toren_cli, directory, env, calls(("recall", {"query": "phone"})), "bob")
     assert "No memory matches" in output_of(database_url, stranger)
 
-    # a person erases it: the agent's next recall no longer finds it
+    # a person erases it (over the deployment's API): the agent's next recall no longer
+    # finds it
     shown = toren_cli("memory", "show", memory["id"], env=env)
     assert shown.returncode == 0 and "telegram:ann" in shown.stdout, shown.stderr
-    erased = toren_cli("memory", "rm", memory["id"], "--json", env=env)
+    erased = toren_cli("memory", "rm", memory["id"], "--json", "--url", url, env=env)
     assert erased.returncode == 0, erased.stderr
     assert json.loads(erased.stdout) == {"erased": [memory["id"]]}
     after = start(toren_cli, directory, env, calls(("recall", {"query": "phone e-mail"})),
@@ -94,10 +97,13 @@ def test_a_memory_written_before_a_sigkill_is_written_once_and_a_person_erases_i
     [loaded] = [e.data for e in run_events(database_url, SCHEMA, after)
                 if e.type == "MemoryLoaded"]
     assert loaded.get("pinned", "") == ""  # nor is it in the prompt any more
-    gone = toren_cli("memory", "show", memory["id"], env=env)
-    assert gone.returncode == 1 and "no memory has the id" in gone.stderr
+    for where in ((), ("--url", url)):
+        gone = toren_cli("memory", "show", memory["id"], *where, env=env)
+        assert gone.returncode == 1 and "no memory has the id" in gone.stderr, gone.stderr
     audit = toren_cli("audit", "--json", "--action", "memory.delete", env=env)
-    assert audit.returncode == 0 and memory["id"] in audit.stdout, audit.stderr
+    assert audit.returncode == 0, audit.stderr
+    [entry] = json.loads(audit.stdout)["entries"]
+    assert (entry["target"], entry["source"], entry["outcome"]) == (memory["id"], "http", "ok")
 
 
 def test_the_memory_commands_refuse_bad_input_in_one_line(database_url: str, toren_cli,
@@ -113,7 +119,8 @@ def test_the_memory_commands_refuse_bad_input_in_one_line(database_url: str, tor
             (("rm", "00000000-0000-0000-0000-000000000000"), "no memory has the id"),
             (("edit", "00000000-0000-0000-0000-000000000000"), "nothing to change"),
             (("edit", "00000000-0000-0000-0000-000000000000", "--content", "x" * 4001),
-             "a memory holds at most 4000")):
+             "a memory holds at most 4000"),
+            (("list", "--url", "http://127.0.0.1:9"), "cannot connect to the Toren API")):
         done = toren_cli("memory", *args, env=env)
         assert done.returncode != 0, (args, done.stdout)
         assert words in " ".join(done.stderr.split()), (args, done.stderr)

@@ -1,21 +1,25 @@
-"""``toren memory``: list, show, edit and erase what agents remember (``memory:``)."""
+"""``toren memory``: list, show, edit and erase what agents remember (``memory:``), on this
+machine's database or, with ``--url``, a deployment's API."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
 
-from toren.cli.common import with_database
+from toren.cli.common import run_async, with_database
+from toren.cli.operator import UrlOption
 from toren.cli.output import JSON_OPTION_HELP, console, print_json, print_table, safe
 from toren.core.actors import cli_actor
-from toren.core.memory import MemoryRecord
 from toren.errors import InvalidMemory
 
 if TYPE_CHECKING:
+    from toren.client import TorenClient
     from toren.host.runtime import Runtime
 
+T = TypeVar("T")
 app = typer.Typer(help="What agents remember (memory: in agent.yaml): list, show, edit, rm.",
                   no_args_is_help=True)
 JsonOption = Annotated[bool, typer.Option("--json", help=JSON_OPTION_HELP)]
@@ -29,16 +33,32 @@ SubjectOption = Annotated[str | None, typer.Option(
          "the subject given to the run).")]
 
 
-def _table(records: list[MemoryRecord]) -> Table:
+def _on(url: str | None, local: Callable[[Runtime], Awaitable[T]],
+        remote: Callable[[TorenClient], Awaitable[T]]) -> T:
+    """``local`` on this machine's database, or ``remote`` on the API at ``url`` (with
+    ``TOREN_API_KEY``; the server records the change in its audit trail)."""
+    if url is None:
+        return with_database(local)
+
+    async def go() -> T:
+        from toren.client import TorenClient
+
+        async with TorenClient(url) as client:
+            return await remote(client)
+
+    return run_async(go())
+
+
+def _table(records: list[dict[str, Any]]) -> Table:
     table = Table()
     for column in ("id", "agent", "scope", "subject", "pinned", "updated", "content"):
         table.add_column(column, no_wrap=column in ("id", "updated"))
     for record in records:
-        table.add_row(record.id, record.agent, record.scope, safe(record.subject or ""),
-                      "yes" if record.pinned else "",
-                      record.updated_at.strftime("%Y-%m-%d %H:%M") if record.updated_at else "",
-                      safe(record.content if len(record.content) <= 120
-                           else record.content[:119] + "…"))
+        content = str(record["content"])
+        table.add_row(record["id"], record["agent"], record["scope"],
+                      safe(record["subject"] or ""), "yes" if record["pinned"] else "",
+                      (record["updated_at"] or "")[:16].replace("T", " "),
+                      safe(content if len(content) <= 120 else content[:119] + "…"))
     return table
 
 
@@ -53,14 +73,24 @@ def list_memories(
     ] = None,
     limit: Annotated[int, typer.Option(metavar="N", min=1, max=1000,
                                        help="At most this many.")] = 100,
+    url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List memories, most recently changed first (best match first with --search)."""
-    records = with_database(lambda rt: rt.memory.list(agent=agent, subject=subject,
-                                                      scope=scope, search=search,
-                                                      limit=limit))
+
+    async def local(runtime: Runtime) -> list[dict[str, Any]]:
+        found = await runtime.memory.list(agent=agent, subject=subject, scope=scope,
+                                          search=search, limit=limit)
+        return [record.to_json() for record in found]
+
+    async def remote(client: TorenClient) -> list[dict[str, Any]]:
+        listed = await client.list_memories(agent=agent, subject=subject, scope=scope,
+                                            search=search, limit=limit)
+        return [dict(record) for record in listed["memories"]]
+
+    records = _on(url, local, remote)
     if as_json:
-        print_json({"memories": [record.to_json() for record in records]})
+        print_json({"memories": records})
         return
     if not records:
         console.print("No memories match." if agent or subject or scope or search
@@ -70,13 +100,20 @@ def list_memories(
 
 
 @app.command("show")
-def show(memory_id: MemoryId, as_json: JsonOption = False) -> None:
+def show(memory_id: MemoryId, url: UrlOption = None, as_json: JsonOption = False) -> None:
     """Show one memory in full: who keeps it, about whom, and since when."""
-    record = with_database(lambda rt: rt.memory.get(memory_id))
+
+    async def local(runtime: Runtime) -> dict[str, Any]:
+        return (await runtime.memory.get(memory_id)).to_json()
+
+    async def remote(client: TorenClient) -> dict[str, Any]:
+        return dict(await client.get_memory(memory_id))
+
+    record = _on(url, local, remote)
     if as_json:
-        print_json(record.to_json())
+        print_json(record)
         return
-    for key, value in record.to_json().items():
+    for key, value in record.items():
         if key != "score":
             console.print(f"{key}: {safe(str(value) if value is not None else '')}")
 
@@ -88,20 +125,27 @@ def edit(
                                                 help="The memory's new text.")] = None,
     pinned: Annotated[bool | None, typer.Option(
         "--pinned/--unpinned", help="Keep it in the agent's system prompt, or not.")] = None,
+    url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Correct a memory: its text (--content) or whether it is pinned."""
+    if content is None and pinned is None:
+        raise InvalidMemory("nothing to change: give the new content, pinned, or both")
 
-    async def go(runtime: Runtime) -> MemoryRecord:
+    async def local(runtime: Runtime) -> dict[str, Any]:
         async with runtime.audit.recording(cli_actor(), "memory.edit", "cli",
                                            target=memory_id):
-            return await runtime.memory.edit(memory_id, content=content, pinned=pinned)
+            return (await runtime.memory.edit(memory_id, content=content,
+                                              pinned=pinned)).to_json()
 
-    record = with_database(go)
+    async def remote(client: TorenClient) -> dict[str, Any]:
+        return dict(await client.edit_memory(memory_id, content=content, pinned=pinned))
+
+    record = _on(url, local, remote)
     if as_json:
-        print_json(record.to_json())
+        print_json(record)
         return
-    console.print(f"Changed memory {record.id}.")
+    console.print(f"Changed memory {record['id']}.")
 
 
 @app.command("rm")
@@ -110,6 +154,7 @@ def remove(
         metavar="[MEMORY_ID]...", help="The memories to erase.")] = None,
     subject: SubjectOption = None,
     agent: AgentOption = None,
+    url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Erase memories: by id, or every memory about --subject (of --agent, or of every agent).
@@ -118,7 +163,7 @@ def remove(
         raise InvalidMemory("give memory ids, or --subject to erase everything about someone "
                             "(not both)")
 
-    async def go(runtime: Runtime) -> list[str]:
+    async def local(runtime: Runtime) -> list[str]:
         if memory_ids:
             erased = []
             for memory_id in memory_ids:
@@ -131,7 +176,14 @@ def remove(
                                            target=subject):
             return await runtime.memory.erase_subject(subject, agent=agent)
 
-    erased = with_database(go)
+    async def remote(client: TorenClient) -> list[str]:
+        if memory_ids:
+            return [str((await client.delete_memory(memory_id))["id"])
+                    for memory_id in memory_ids]
+        assert subject is not None
+        return await client.erase_subject(subject, agent=agent)
+
+    erased = _on(url, local, remote)
     if as_json:
         print_json({"erased": erased})
         return
