@@ -97,6 +97,7 @@ from toren.execution.context import (
 )
 from toren.execution.forking import forked_spec, new_task_fork
 from toren.execution.messages import run_tick, task_message
+from toren.execution.outages import append_through_outage
 from toren.execution.ports import ExecutionPorts
 from toren.execution.questions import advance_questions, is_question
 from toren.execution.rate_guard import MAX_SLICE_S, RateGuard, RateHold
@@ -222,11 +223,14 @@ class TaskRunner:
         if self.pending and checkpoint_due(self.state, self.settings.checkpoint_every):
             self.record(self.state.snapshot())
         first_seq = self.state.next_seq - len(self.pending)
-        await self.store.append(
-            self.agent.name, self.lease, first_seq, self.pending, ttl_s=self.settings.lease_ttl_s,
-            messages=messages, run_update=run_update or self.pending_update,
-            ack=self.message if done else None, release=done,
-            progress=None if done else self.message)
+        await append_through_outage(
+            functools.partial(
+                self.store.append, self.agent.name, self.lease, first_seq, self.pending,
+                ttl_s=self.settings.lease_ttl_s, messages=messages,
+                run_update=run_update or self.pending_update, ack=self.message if done else None,
+                release=done, progress=None if done else self.message),
+            within_s=self.settings.lease_ttl_s, first_delay_s=self.settings.poll_interval_s,
+            what=f"an append to {self.lease.stream} of run {self.run_id}")
         self.ports.appended(self.agent.name, self.lease.stream, first_seq, self.pending)
         self.pending = []
         self.pending_update = None
