@@ -146,10 +146,12 @@ def test_a_full_disk_is_a_503_runs_wait_and_resume_when_space_is_freed(
         # Creating a run inserts rows; the pages at hand may still hold a few: the first
         # insert that needs a new page is refused, and the API says why, at once
         refused = None
+        created_while_full = 0
         for i in range(200):
             status, answer, headers = create(f"while full {i}")
             if status == 201:
                 runs.append(answer["id"])
+                created_while_full += 1
                 continue
             refused = (status, answer, headers)
             break
@@ -217,7 +219,99 @@ def test_a_full_disk_is_a_503_runs_wait_and_resume_when_space_is_freed(
     assert {key for key in done} == {e.data["idempotency_key"] for e in everything
                                       if e.type == "ToolCallStarted"}
     print(f"filler {filled / 2**20:.1f} MiB; disk full {full_s:.1f}s: the API answered 503 "
-          f"after {len(runs) - 5} more runs were created; every run finished "
+          f"after {created_while_full} more runs were created; every run finished "
           f"{resumed_s:.1f}s after the space was freed; {len(made)} model calls for "
-          f"{len(completed)} completed ({repaid} repaid; {handed_back} hand-backs), {len(done)} tool executions for "
-          f"{len(set(done))} calls")
+          f"{len(completed)} completed ({repaid} repaid; {handed_back} hand-backs), "
+          f"{len(done)} tool executions for {len(set(done))} calls")
+
+
+def emit_wal_until_refused(url: str) -> str:
+    """Write WAL (and only WAL: logical messages touch no table) until Postgres cannot create
+    its next WAL segment; return what the client saw."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(200):  # 1 MB each: a segment is 16 MB
+            try:
+                conn.execute("SELECT pg_logical_emit_message(false, 'toren-test', "
+                             "repeat('x', 1000000))")
+            except psycopg.OperationalError as exc:
+                return " ".join(str(exc).split())
+    raise AssertionError("200 MB of WAL written to a full disk")
+
+
+def test_a_full_wal_disk_stops_postgres_and_toren_waits_for_its_restart(
+        small_disk: SmallDisk, start_toren, tmp_path: Path) -> None:
+    """When the WAL cannot grow Postgres PANICs, and its crash recovery needs room too: it
+    stops, and stays down until someone starts it again (with space freed). Toren sees a
+    database outage: the API answers 503, workers wait, and the same processes finish the
+    runs once Postgres is started again."""
+    from tests.chaos.test_database_faults import pg_ctl
+
+    effects = tmp_path / "effects.log"
+    calls = tmp_path / "model-calls.jsonl"
+    crews = tmp_path / "crews"
+    directory = write_agent_dir(crews, AGENT, tools_py=recording_tools_source(
+        ["look", "count"], effects))
+    env = {"DATABASE_URL": small_disk.url, "TOREN_SCRIPTED_DELAY": "0.3",
+           "TOREN_SCRIPTED_CALL_LOG": str(calls), "TOREN_LEASE_TTL": "2",
+           "TOREN_POLL_INTERVAL": "0.2", "TOREN_POOL_TIMEOUT": "2", "TOREN_LOG_LEVEL": "INFO",
+           "TOREN_ALLOW_NO_KEYS": "1", "COLUMNS": "1000"}
+    server = start_toren("serve", "--dir", str(crews), "--port", "0", "--json", env=env)
+    api = server.next_json()["url"]
+    worker = start_worker(start_toren, directory, env)
+    runs = []
+    for i in range(4):
+        status, answer, _ = call(f"{api}/runs", "POST", {"agent": AGENT, "input": f"wal {i}"})
+        assert status == 201, answer
+        runs.append(answer["id"])
+    assert wait_until(lambda: statuses(small_disk.url, runs)["running"] >= 2, 30)
+
+    small_disk.fill()
+    try:
+        said = emit_wal_until_refused(small_disk.url)
+        # the backend that wanted the segment PANICs (its client may get the words), and
+        # the postmaster ends every session
+        assert "pg_wal" in said or "terminated abnormally" in said, said
+        # crash recovery wants room for WAL too: the server stops rather than come back
+        # (its log, on the same full disk, may not hold the PANIC's lines)
+        pid_file = small_disk.pgdata / "postmaster.pid"
+        assert wait_until(lambda: not pid_file.exists(), 30), "Postgres is still up"
+        status, answer, headers = call(f"{api}/runs", "POST", {"agent": AGENT, "input": "x"},
+                                       timeout_s=15)
+        assert (status, answer["error"]["code"]) == (503, "database_unavailable"), answer
+        assert headers["Retry-After"] == "2"
+        assert wait_until(lambda: " waits for the database: " in worker.stderr, 30)
+        assert set(statuses_or_none(small_disk.url, runs)) == {None}  # no server to ask
+    finally:
+        small_disk.free()
+    # the operator frees space and starts Postgres (systemd, a container restart policy...)
+    pg_ctl(small_disk.pgdata, "-w", "restart")  # reuses postmaster.opts: the same socket
+    started_at = time.monotonic()
+    assert wait_until(lambda: statuses(small_disk.url, runs)["completed"] == len(runs), 60), (
+        statuses(small_disk.url, runs), worker.stderr[-3000:])
+    resumed_s = time.monotonic() - started_at
+    assert server.proc.poll() is None and worker.proc.poll() is None
+    status, answer, _ = call(f"{api}/runs", "POST", {"agent": AGENT, "input": "after"})
+    assert status == 201, answer
+    runs.append(answer["id"])
+    assert wait_until(lambda: statuses(small_disk.url, runs)["completed"] == len(runs), 30)
+    for log_text in (server.stderr, worker.stderr):
+        assert "Traceback" not in log_text and "internal_error" not in log_text
+    everything = []
+    for run_id in runs:
+        events = run_events(small_disk.url, SCHEMA, run_id)
+        check_log(events)
+        steps = [e.data["step"] for e in events if e.type == "ModelCallCompleted"]
+        assert steps == [1, 2, 3]
+        everything += events
+    assert model_call_violations(everything, read_call_log(calls)) == []
+    assert tool_execution_violations(everything, [k for k, _ in executions(effects)]) == []
+    print(f"Postgres PANICked on a full WAL disk and stayed down; every run finished "
+          f"{resumed_s:.1f}s after it was started again")
+
+
+def statuses_or_none(url: str, run_ids: list[str]) -> Counter[str | None]:
+    """``statuses``, or ``{None: 1}`` when the database cannot be reached."""
+    try:
+        return Counter(statuses(url, run_ids))
+    except psycopg.OperationalError:
+        return Counter([None])

@@ -24,16 +24,17 @@ async def append_through_outage(append: Callable[[], Awaitable[None]], *, within
     in memory meanwhile: a model's answer or a tool's result is written as soon as the
     database takes writes again, not paid for again.
     """
-    waited = 0.0
+    clock = asyncio.get_running_loop().time
+    started = clock()
     delay = first_delay_s
     while True:
         try:
             await append()
             return
         except DatabaseUnavailable as exc:
-            if waited + delay > within_s:
+            # the tries count too: one may wait TOREN_POOL_TIMEOUT for a connection
+            if clock() - started + delay > within_s:
                 raise
             log.info("%s waits %.1fs for the database: %s", what, delay, exc.message)
         await asyncio.sleep(delay)
-        waited += delay
         delay *= 2
