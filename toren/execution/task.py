@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 import msgspec
@@ -1113,7 +1113,7 @@ class TaskRunner:
                   and not r.extra.get("remind_due")]
         messages = []
         if wakes:  # a nudge at the earliest expiry or reminder, which then handles it
-            delay = (min(wakes) - datetime.now(UTC)).total_seconds()
+            delay = (min(wakes) - self.ports.clock()).total_seconds()
             messages.append(task_message(self.task_id, payload.get("subagent"),
                                          payload.get("input"), delay_s=max(delay, 0.0) + 0.05))
         await self.flush(messages=messages, run_update=RunUpdate(status="awaiting_approval"),
@@ -1146,7 +1146,7 @@ class TaskRunner:
         (the tool never runs), any other gets an error result saying why it did not run."""
         outcome = (record.status if record.status in ("approved", "denied", "edited", "answered")
                    else "expired")
-        decided_at = (record.decided_at or datetime.now(UTC)).isoformat()
+        decided_at = (record.decided_at or self.ports.clock()).isoformat()
         edited = record.edited_arguments if outcome == "edited" else None
         self.record(ev.ApprovalDecided(
             approval_id=request.approval_id, call_id=request.call_id,
@@ -1193,7 +1193,7 @@ class TaskRunner:
                               cap_s=self.settings.retry_max_delay_s, random_unit=random.random())
         if exc.retry_after_s:
             delay = max(delay, exc.retry_after_s)
-        next_at = (datetime.now(UTC) + timedelta(seconds=delay)).isoformat()
+        next_at = (self.ports.clock() + timedelta(seconds=delay)).isoformat()
         self.record(ev.RetryScheduled(
             step=step, attempt=attempt, error={"code": exc.code, "message": exc.message},
             delay_s=round(delay, 3), next_attempt_at=next_at, epoch=self.lease.epoch))

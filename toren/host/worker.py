@@ -32,6 +32,7 @@ from toren.execution.rate_guard import RateLimiter
 from toren.execution.task import work_task
 from toren.execution.tool_threads import ToolThreads
 from toren.host.children import HostChildRuns
+from toren.host.db_clock import DatabaseClock
 from toren.host.observed import ObservedRunLog
 from toren.host.relay import QueueAcknowledgingLog
 from toren.seams.log_context import log_context
@@ -139,6 +140,9 @@ class Worker:
         self._database_failures = 0
         #: How long a message handed to this worker by its own append stays hidden.
         self.visibility_s = self.settings.lease_ttl_s
+        #: The database's clock, read at start and every ``SKEW_CHECK_S``: what deadlines and
+        #: wake-up delays are computed by (``toren.host.db_clock``).
+        self.clock = DatabaseClock()
         #: What execution is handed to work a message (``toren.execution.ports``).
         self.ports = ExecutionPorts(
             store=self.run_log, settings=self.settings,
@@ -156,7 +160,8 @@ class Worker:
             policies=runtime.plugins.policies,
             version_under_lease=runtime.versions.under_lease,
             rate_limits=RateLimiter(runtime.store, self.settings.rate_limits
-                                    or RateLimits({}, configured=False)))
+                                    or RateLimits({}, configured=False)),
+            clock=self.clock.now)
         #: The ports for a message whose version was just resolved: no check under the lease.
         self._ports_resolved = dataclasses.replace(self.ports, version_under_lease=None)
         self._lane_agents = runtime.lane_agents
@@ -179,6 +184,7 @@ class Worker:
 
     async def start(self) -> None:
         await self.registry.heartbeat(self.info(), self.settings.lease_ttl_s, [])
+        await self.clock.read(self.registry)
         # MCP servers and other tool sources: started now, so one that cannot start stops
         # the worker here, naming the agent and the server, rather than failing its runs
         self._tool_sources = await start_entries(
@@ -265,6 +271,7 @@ class Worker:
         if now - self._skew_checked >= SKEW_CHECK_S:
             self._skew_checked = now
             await self._check_version_skew(now)
+            await self.clock.read(self.registry)
 
     async def _check_version_skew(self, now: float) -> None:
         """Log once when live workers of several versions share the database, again every
