@@ -51,5 +51,5 @@ class WorkerRegistry(abc.ABC):
         and expiries go by. The worker reads it when it starts and every 30 s and carries it
         forward with its monotonic clock (``toren.host.db_clock``), so that the deadlines and
         wake-up delays it computes hold whatever its own wall clock says. The default, for a
-        store without a clock of its own, is this host's clock."""
+        store without a clock of its own, is this host's clock. Plugin API 1.7."""
         return datetime.now(UTC)
