@@ -33,7 +33,7 @@ async def append_through_outage(append: Callable[[], Awaitable[None]], *, within
             return
         except DatabaseUnavailable as exc:
             # the tries count too: one may wait TOREN_POOL_TIMEOUT for a connection
-            if clock() - started + delay > within_s:
+            if not exc.retryable or clock() - started + delay > within_s:
                 raise
             log.info("%s waits %.1fs for the database: %s", what, delay, exc.message)
         await asyncio.sleep(delay)

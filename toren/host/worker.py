@@ -436,7 +436,11 @@ class Worker:
         except (LeaseLost, RunCancelled) as exc:
             log.info("stopped work on run %s: %s", message.run_id, exc.message)
         except DatabaseUnavailable as exc:
-            await self._wait_for_database(message, exc)
+            if exc.retryable:
+                await self._wait_for_database(message, exc)
+            else:  # a configuration problem (a refused certificate): a failed delivery
+                log.error("message %s (%s, run %s) failed: %s", message.id, message.kind,
+                          message.run_id, exc.message)
         except asyncio.CancelledError:
             raise
         except Exception:
