@@ -38,7 +38,8 @@ class PostgresWorkerRegistry(PostgresConnection, WorkerRegistry):
             cursor = await conn.execute(query("database_clock"))
             row = await cursor.fetchone()
         assert row is not None
-        return row[0]
+        now: datetime = row[0]
+        return now
 
     async def sign_out(self, worker_id: str) -> None:
         async with self.pool.connection() as conn:
