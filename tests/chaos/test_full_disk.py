@@ -161,6 +161,9 @@ def test_a_full_disk_is_a_503_runs_wait_and_resume_when_space_is_freed(
         assert headers["Retry-After"] == "2"
         message = answer["error"]["message"]
         assert "no space left on device" in message and "free space" in message, message
+        # and the server's log says so (once, not at every request)
+        said = "answering 503 database_unavailable: the database server has no space left"
+        assert wait_until(lambda: said in server.stderr, 10), server.stderr[-2000:]
         # the worker's appends are refused too: it says why once, and its runs wait
         waits = "waits for the database: the database server has no space left on device"
         assert wait_until(lambda: waits in worker.stderr, 30), worker.stderr
