@@ -362,6 +362,10 @@ async def test_a_database_outage_is_a_quick_503_and_health_returns_with_postgres
             assert "retry" in answer["error"]["message"]
         status, health, headers = await asyncio.to_thread(call, f"{api}/healthz")
         assert (status, health["status"], headers["Retry-After"]) == (503, "degraded", "2")
+        # the server's log says why, once every 30 s rather than at each of the ten answers
+        said = server.stderr.count("answering 503 database_unavailable: the database is "
+                                   "unavailable")
+        assert 1 <= said < 10, server.stderr[-2000:]
     finally:
         # restart, not start: it reuses postmaster.opts (the private port)
         await asyncio.to_thread(pg_ctl, pgdata, "-w", "restart")

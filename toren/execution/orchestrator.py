@@ -11,7 +11,7 @@ signal wait's timeout that has none.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from toren.agents import AgentSpec
 from toren.core import events as ev
@@ -79,7 +79,7 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
     timer = message.payload.get("timer")
     if timer in state.timers and timer not in state.timers_fired:
         record(ev.TimerFired(timer=timer))
-    rearm = _signal_timeout(state, message, record)
+    rearm = _signal_timeout(state, message, record, ports.clock())
     messages: list[OutgoingMessage] = []
     outcome: ev.RunFinished | None = None
     if state.caller is not None and state.caller not in agent.accepts_from and not (
@@ -98,7 +98,8 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
         elif not state.unfinished_tasks:
             outcome = run_outcome(state.absorbed)
     else:
-        executed = await execute(agent.workflow, state, message.run_id, agent)
+        executed = await execute(agent.workflow, state, message.run_id, agent,
+                                 clock=ports.clock)
         if any(event.type == ev.WAVE_STARTED for event in executed.events):
             ports.crash_point("mid_wave_dispatch")
         new_events += executed.events
@@ -118,23 +119,25 @@ async def tick_run(ports: ExecutionPorts, agent: AgentSpec, message: QueueMessag
         ports.crash_point("after_signal_consumed")
     if outcome is None and _heals(message):
         await store.ensure_messages(agent.name, message.run_id,
-                                    with_fork(_expected_messages(state), state.fork))
+                                    with_fork(_expected_messages(state, ports.clock()), state.fork))
 
 
 def _signal_timeout(state: RunState, message: QueueMessage,
-                    record: Callable[[ev.EventData], None]) -> list[OutgoingMessage]:
+                    record: Callable[[ev.EventData], None], now: datetime
+                    ) -> list[OutgoingMessage]:
     """On a signal wait's timeout tick: record that the wait timed out, unless a signal of its
     name is there to take (the workflow takes it this tick) or the tick came early (a message
-    to try again when it is due is returned)."""
+    to try again when it is due is returned). ``now``: the database's clock (``fire_at`` was
+    computed by it too)."""
     wait = message.payload.get("signal_wait")
     if not isinstance(wait, int) or wait not in state.open_signal_waits:
         return []
     started = state.signal_waits[wait]
     if started.fire_at is None or state.unconsumed_signal(started.name) is not None:
         return []
-    remaining = (datetime.fromisoformat(started.fire_at) - datetime.now(UTC)).total_seconds()
-    # the queue's delay goes by the database's clock and fire_at by a worker's: a second early
-    # is the same moment
+    remaining = (datetime.fromisoformat(started.fire_at) - now).total_seconds()
+    # the queue's delay and fire_at both go by the database's clock, fire_at as a worker
+    # estimated it: a second early is the same moment
     if remaining > 1.0:
         return [signal_timeout_message(wait, remaining)]
     record(ev.SignalWaitTimedOut(wait=wait))
@@ -170,7 +173,7 @@ def _heals(message: QueueMessage) -> bool:
             and reason != "signal" and not reason.startswith("task "))
 
 
-def _expected_messages(state: RunState) -> list[OutgoingMessage]:
+def _expected_messages(state: RunState, now: datetime) -> list[OutgoingMessage]:
     """What should be queued for a waiting run: its unfinished tasks and unfired timers."""
     expected = [task_message(task_id, state.scheduled[task_id].subagent,
                              state.scheduled[task_id].input,
@@ -178,7 +181,6 @@ def _expected_messages(state: RunState) -> list[OutgoingMessage]:
                 for task_id in state.unfinished_tasks]
     expected += [timer_message(number, 0.0) for number in state.timers
                  if number not in state.timers_fired]
-    now = datetime.now(UTC)
     expected += [signal_timeout_message(
         wait, (datetime.fromisoformat(fire_at) - now).total_seconds())
         for wait in state.open_signal_waits

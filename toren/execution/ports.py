@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from toren.config import Settings
@@ -148,3 +149,8 @@ class ExecutionPorts:
     #: The fleet's provider rate limits (``TOREN_RATE_LIMITS``) and their shared budget;
     #: ``None`` (the default): none configured, and a model call reaches no rate-limit store.
     rate_limits: RateLimiter | None = None
+    #: The database's clock (``toren.host.db_clock``): the deadlines execution records (tool
+    #: and signal waits, timers) and the delays of its wake-ups (an approval's or question's
+    #: expiry) are computed by it, as the store decides leases, delays and expiries by it; by
+    #: default this host's clock.
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))

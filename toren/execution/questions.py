@@ -14,7 +14,6 @@ one append, and goes on. A question past its expiry is settled ``expired`` by th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from toren.agents import AgentSpec
 from toren.agents.questions import ASK_USER_TOOL
@@ -66,7 +65,7 @@ def _settle(runner: TaskPort, pending: PendingToolCall, asked: ev.QuestionAsked,
             record: QuestionRecord) -> None:
     """Copy a settled question into the log, and its answer as the call's result."""
     outcome = record.status if record.status in ("answered", "expired") else "cancelled"
-    answered_at = (record.answered_at or datetime.now(UTC)).isoformat()
+    answered_at = (record.answered_at or runner.ports.clock()).isoformat()
     runner.record(ev.QuestionAnswered(
         question_id=asked.question_id, call_id=asked.call_id,
         outcome=outcome,  # type: ignore[arg-type]
@@ -131,7 +130,7 @@ async def _park(runner: TaskPort, waiting: Sequence[QuestionRecord],
     expiries = [r.expires_at for r in waiting if r.expires_at is not None]
     messages = []
     if expiries:  # a nudge at the earliest expiry, which then expires it
-        delay = (min(expiries) - datetime.now(UTC)).total_seconds()
+        delay = (min(expiries) - runner.ports.clock()).total_seconds()
         messages.append(OutgoingMessage(wake.kind, wake.payload, max(delay, 0.0) + 0.05))
     # a workflow's other tasks may still be working: its run stays running
     parked = RunUpdate(status="awaiting_input") if runner.agent.workflow is None else None

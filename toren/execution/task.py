@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 import msgspec
@@ -99,6 +99,7 @@ from toren.execution.context import (
 from toren.execution.forking import forked_spec, new_task_fork
 from toren.execution.memory import is_memory_call, load_memory, run_memory_calls
 from toren.execution.messages import run_tick, task_message
+from toren.execution.outages import append_through_outage
 from toren.execution.ports import ExecutionPorts
 from toren.execution.questions import advance_questions, is_question
 from toren.execution.rate_guard import MAX_SLICE_S, RateGuard, RateHold
@@ -224,11 +225,14 @@ class TaskRunner:
         if self.pending and checkpoint_due(self.state, self.settings.checkpoint_every):
             self.record(self.state.snapshot())
         first_seq = self.state.next_seq - len(self.pending)
-        await self.store.append(
-            self.agent.name, self.lease, first_seq, self.pending, ttl_s=self.settings.lease_ttl_s,
-            messages=messages, run_update=run_update or self.pending_update,
-            ack=self.message if done else None, release=done,
-            progress=None if done else self.message)
+        await append_through_outage(
+            functools.partial(
+                self.store.append, self.agent.name, self.lease, first_seq, self.pending,
+                ttl_s=self.settings.lease_ttl_s, messages=messages,
+                run_update=run_update or self.pending_update, ack=self.message if done else None,
+                release=done, progress=None if done else self.message),
+            within_s=self.settings.lease_ttl_s, first_delay_s=self.settings.poll_interval_s,
+            what=f"an append to {self.lease.stream} of run {self.run_id}")
         self.ports.appended(self.agent.name, self.lease.stream, first_seq, self.pending)
         self.pending = []
         self.pending_update = None
@@ -1119,7 +1123,7 @@ class TaskRunner:
                   and not r.extra.get("remind_due")]
         messages = []
         if wakes:  # a nudge at the earliest expiry or reminder, which then handles it
-            delay = (min(wakes) - datetime.now(UTC)).total_seconds()
+            delay = (min(wakes) - self.ports.clock()).total_seconds()
             messages.append(task_message(self.task_id, payload.get("subagent"),
                                          payload.get("input"), delay_s=max(delay, 0.0) + 0.05))
         await self.flush(messages=messages, run_update=RunUpdate(status="awaiting_approval"),
@@ -1152,7 +1156,7 @@ class TaskRunner:
         (the tool never runs), any other gets an error result saying why it did not run."""
         outcome = (record.status if record.status in ("approved", "denied", "edited", "answered")
                    else "expired")
-        decided_at = (record.decided_at or datetime.now(UTC)).isoformat()
+        decided_at = (record.decided_at or self.ports.clock()).isoformat()
         edited = record.edited_arguments if outcome == "edited" else None
         self.record(ev.ApprovalDecided(
             approval_id=request.approval_id, call_id=request.call_id,
@@ -1199,7 +1203,7 @@ class TaskRunner:
                               cap_s=self.settings.retry_max_delay_s, random_unit=random.random())
         if exc.retry_after_s:
             delay = max(delay, exc.retry_after_s)
-        next_at = (datetime.now(UTC) + timedelta(seconds=delay)).isoformat()
+        next_at = (self.ports.clock() + timedelta(seconds=delay)).isoformat()
         self.record(ev.RetryScheduled(
             step=step, attempt=attempt, error={"code": exc.code, "message": exc.message},
             delay_s=round(delay, 3), next_attempt_at=next_at, epoch=self.lease.epoch))

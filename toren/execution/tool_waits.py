@@ -18,7 +18,7 @@ its code before the wait must be safe to repeat (docs/guides/signals.md says so)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from toren.agents import AgentSpec
 from toren.core import events as ev
@@ -59,7 +59,7 @@ async def start_tool_waits(runner: TaskPort,
     Writing the row orders the append against a concurrent send, which holds the row
     ``FOR SHARE``: a send that committed first is seen by the read that follows the append
     (``advance_tool_waits``), and a later one sees the open wait and queues the wake-up."""
-    now = datetime.now(UTC)
+    now = runner.ports.clock()
     messages = []
     for pending, request in requests:
         deadline = None
@@ -83,7 +83,7 @@ async def advance_tool_waits(runner: TaskPort, read_stream: ReadStream,
     return ``False``. ``just_started``: calls whose wait this handler began (their deadline's
     wake-up is queued already)."""
     signals = _signals(await read_stream(runner.agent.name, runner.run_id, "signals"))
-    now = datetime.now(UTC)
+    now = runner.ports.clock()
     ended = False
     later: list[float] = []
     for pending in calls:

@@ -216,7 +216,9 @@ class WorkflowContext:
         return value
 
     def now(self) -> datetime:
-        """The current time, recorded: every re-execution sees the same value."""
+        """The current time by the database's clock (as the worker estimates it: a worker
+        whose own clock is off reads the same time as the others), recorded: every
+        re-execution sees the same value."""
         return datetime.fromisoformat(self._value("now", lambda: self._clock().isoformat()))
 
     def uuid(self) -> str:

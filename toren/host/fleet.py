@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from toren.seams.store import Store
@@ -51,7 +50,7 @@ async def fleet_snapshot(store: Store, live_window_s: float, *,
     ``None`` if unknown) and how many live workers serve it; ``unserved`` lists the agents
     with work waiting that no live worker serves.
     """
-    now = datetime.now(UTC)
+    now = await store.database_now()  # the runs' times are the database's: their ages too
     agents = sorted(await store.registered_agents())
     gauges = await with_queue_counts(await store.fleet_gauges(agents, live_window_s), agents,
                                      queue_depth)

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import random
 import socket
 import uuid
 from collections import OrderedDict
@@ -24,13 +25,14 @@ from toren.core import events as ev
 from toren.core.events import Event, NewEvent
 from toren.core.rate_limits import RateLimits
 from toren.core.runs import RunUpdate
-from toren.errors import LeaseLost, RunCancelled, RunVersionStale
+from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled, RunVersionStale
 from toren.execution.orchestrator import tick_run
 from toren.execution.ports import AppendObserver, ExecutionPorts
 from toren.execution.rate_guard import RateLimiter
 from toren.execution.task import work_task
 from toren.execution.tool_threads import ToolThreads
 from toren.host.children import HostChildRuns
+from toren.host.db_clock import DatabaseClock
 from toren.host.observed import ObservedRunLog
 from toren.host.relay import QueueAcknowledgingLog
 from toren.seams.log_context import log_context
@@ -64,6 +66,12 @@ RUN_TRACES_KEPT = 4096
 #: handlers that may take theirs at once (TOREN_POOL_SIZE / 2): with a backlog of ready
 #: messages each claim takes a batch of them, not the few slots that just freed.
 CLAIM_AHEAD = 4
+#: The longest a message waits before its handler tries again, while the database refuses the
+#: handler's writes (unreachable, or out of disk space): its backoff doubles up to this, so
+#: work resumes within about this long once the database is back.
+DATABASE_BACKOFF_MAX_S = 10.0
+#: Messages whose handlers wait for the database that a worker keeps a backoff for.
+DATABASE_WAITS_KEPT = 4096
 
 class Worker:
     """Pollers, heartbeat and guardian for one process (started by the ``inprocess`` runtime)."""
@@ -126,8 +134,17 @@ class Worker:
         #: A claim (or an append that handed messages to this worker) failed: it may have
         #: committed unseen (see ``Queue.return_unknown``).
         self._claims_unknown = False
+        #: For each message whose handler failed because the database refused its writes
+        #: (``DatabaseUnavailable``), how many times in a row: its next backoff.
+        self._database_waits: OrderedDict[int, int] = OrderedDict()
+        #: Handlers that waited for the database since the last one that did not: the
+        #: warning is said once per outage, and its end too.
+        self._database_failures = 0
         #: How long a message handed to this worker by its own append stays hidden.
         self.visibility_s = self.settings.lease_ttl_s
+        #: The database's clock, read at start and every ``SKEW_CHECK_S``: what deadlines and
+        #: wake-up delays are computed by (``toren.host.db_clock``).
+        self.clock = DatabaseClock()
         #: What execution is handed to work a message (``toren.execution.ports``).
         self.ports = ExecutionPorts(
             store=self.run_log, settings=self.settings,
@@ -146,7 +163,8 @@ class Worker:
             policies=runtime.plugins.policies,
             version_under_lease=runtime.versions.under_lease,
             rate_limits=RateLimiter(runtime.store, self.settings.rate_limits
-                                    or RateLimits({}, configured=False)))
+                                    or RateLimits({}, configured=False)),
+            clock=self.clock.now)
         #: The ports for a message whose version was just resolved: no check under the lease.
         self._ports_resolved = dataclasses.replace(self.ports, version_under_lease=None)
         self._lane_agents = runtime.lane_agents
@@ -169,6 +187,7 @@ class Worker:
 
     async def start(self) -> None:
         await self.registry.heartbeat(self.info(), self.settings.lease_ttl_s, [])
+        await self.clock.read(self.registry)
         # MCP servers and other tool sources: started now, so one that cannot start stops
         # the worker here, naming the agent and the server, rather than failing its runs
         self._tool_sources = await start_entries(
@@ -260,6 +279,7 @@ class Worker:
         if now - self._skew_checked >= SKEW_CHECK_S:
             self._skew_checked = now
             await self._check_version_skew(now)
+            await self.clock.read(self.registry)
 
     async def _check_version_skew(self, now: float) -> None:
         """Log once when live workers of several versions share the database, again every
@@ -423,6 +443,12 @@ class Worker:
                 await self.queue.ack(message, self.id)
         except (LeaseLost, RunCancelled) as exc:
             log.info("stopped work on run %s: %s", message.run_id, exc.message)
+        except DatabaseUnavailable as exc:
+            if exc.retryable:
+                await self._wait_for_database(message, exc)
+            else:  # a configuration problem (a refused certificate): a failed delivery
+                log.error("message %s (%s, run %s) failed: %s", message.id, message.kind,
+                          message.run_id, exc.message)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -430,6 +456,12 @@ class Worker:
             # dead-lettered after TOREN_MAX_DELIVERIES deliveries.
             log.exception("message %s (%s, run %s) failed", message.id, message.kind,
                           message.run_id)
+        else:
+            self._database_waits.pop(message.id, None)
+            if self._database_failures:
+                log.warning("the database takes writes again: work resumed after %d handler(s) "
+                            "waited for it", self._database_failures)
+                self._database_failures = 0
         finally:
             self._started(message.id)
             # the handler ended without an append that released its lease (an abort, or a
@@ -437,6 +469,31 @@ class Worker:
             await self._let_go(message.id)
             self.inflight.pop(message.id, None)
             self._slot_freed.set()
+
+    async def _wait_for_database(self, message: QueueMessage, exc: DatabaseUnavailable) -> None:
+        """The handler failed because the database refused its writes (it cannot be reached,
+        or has no disk space): whatever it did after its last committed append is redone.
+        Hand the message back without counting the delivery, to be tried again after its
+        backoff (doubling from the poll interval up to ``DATABASE_BACKOFF_MAX_S``, with
+        jitter), so that a run waits out an outage of any length instead of being
+        dead-lettered after ``TOREN_MAX_DELIVERIES``. Said once per outage as a warning
+        naming the cause (the error says what to do); each further wait at info level."""
+        self._database_failures += 1
+        tries = self._database_waits.pop(message.id, 0) + 1
+        self._database_waits[message.id] = tries
+        while len(self._database_waits) > DATABASE_WAITS_KEPT:
+            self._database_waits.popitem(last=False)
+        delay_s = min(DATABASE_BACKOFF_MAX_S,
+                      self.settings.poll_interval_s * 2 ** min(tries - 1, 16))
+        delay_s *= random.uniform(0.8, 1.2)
+        say = log.warning if self._database_failures == 1 else log.info
+        say("run %s waits for the database: %s (message %s tried again in %.1fs)",
+            message.run_id, exc.message, message.id, delay_s)
+        try:
+            await self.queue.defer(message, self.id, delay_s)
+        except Exception as defer_exc:  # the same outage: it comes back when its claim expires
+            log.info("could not hand message %s back (%s): it is delivered again when its "
+                     "claim expires", message.id, defer_exc or type(defer_exc).__name__)
 
     async def _on_run_version(self, message: QueueMessage, handler: Handler) -> None:
         """Work a run's message on the run's own version of its agent's definition, not

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -15,6 +16,19 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: Seconds a client is asked to wait after a 503 (the database is away): the API serves
 #: again as soon as it is back, so this is short.
 RETRY_AFTER_S = 2
+#: A 503 of one kind is logged at most this often: an outage answers every request with one.
+UNAVAILABLE_LOG_EVERY_S = 30.0
+#: When a 503 of each error code was last logged (monotonic seconds).
+_unavailable_logged: dict[str, float] = {}
+
+
+def _log_unavailable(exc: TorenError) -> None:
+    """Say in the server's log why it answers 503 (the database is unreachable, or out of
+    disk space, and what to do), once per ``UNAVAILABLE_LOG_EVERY_S`` per error code."""
+    now = time.monotonic()
+    if now - _unavailable_logged.get(exc.code, float("-inf")) >= UNAVAILABLE_LOG_EVERY_S:
+        _unavailable_logged[exc.code] = now
+        log.warning("answering 503 %s: %s", exc.code, exc.message)
 
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
@@ -46,6 +60,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         response = json_error(status, exc.code, exc.message)
         if status == 503:
             response.headers["Retry-After"] = str(RETRY_AFTER_S)
+            _log_unavailable(exc)
         return response
     except Exception:
         log.exception("unhandled error serving %s %s", request.method, request.path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from toren.seams.shapes import Lease
@@ -13,8 +14,9 @@ class WorkerRegistry(abc.ABC):
     """Worker sign-ins and liveness, and the renewal of what a worker holds.
 
     The worker (``toren.host.worker``) calls ``heartbeat`` when it starts and then every third
-    of ``TOREN_LEASE_TTL``, ``sign_out`` once when it stops, and ``live_workers`` every 30 s
-    to log version skew; ``GET /healthz`` lists ``live_workers``.
+    of ``TOREN_LEASE_TTL``, ``sign_out`` once when it stops, and ``live_workers`` and
+    ``database_now`` every 30 s (to log version skew, and to keep its estimate of the store's
+    clock); ``GET /healthz`` lists ``live_workers``.
     """
 
     @abc.abstractmethod
@@ -43,3 +45,11 @@ class WorkerRegistry(abc.ABC):
         """Workers whose heartbeat is younger than ``max_age_s``, each once (``id``,
         ``version``, ``agents``, and what else the store keeps: ``lane``, ``supervisor``, host,
         pid, times)."""
+
+    async def database_now(self) -> datetime:
+        """The store's clock now (timezone-aware): the clock leases, queue delays, schedules
+        and expiries go by. The worker reads it when it starts and every 30 s and carries it
+        forward with its monotonic clock (``toren.host.db_clock``), so that the deadlines and
+        wake-up delays it computes hold whatever its own wall clock says. The default, for a
+        store without a clock of its own, is this host's clock. Plugin API 1.7."""
+        return datetime.now(UTC)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
+from datetime import timedelta
 
 from toren.core.runs import RunUpdate
 from toren.seams.shapes import OutboxEntry, OutgoingMessage
@@ -86,6 +87,21 @@ class WorkerRegistryContract(StoreFixtures):
                          "the lease left out of the heartbeat expiring")
         assert await store.acquire_lease(run_id, MAIN, "other", 60) is None
         await store.append(agent, kept, 1, [started(kept.epoch)], ttl_s=30)  # still ours
+
+    async def test_database_now_is_the_clock_leases_expire_by(
+            self, store: Store, agent: str) -> None:
+        run_id = await self.create(store, agent)
+        before = await store.database_now()
+        assert before.tzinfo is not None
+        assert await store.acquire_lease(run_id, MAIN, "first", 1.0) is not None
+        # taken until a second has passed on the store's clock (the lease began after
+        # ``before``), and free once it has
+        while await store.database_now() < before + timedelta(seconds=0.9):
+            assert await store.acquire_lease(run_id, MAIN, "second", 60) is None
+            await asyncio.sleep(0.05)
+        await eventually(lambda: store.acquire_lease(run_id, MAIN, "second", 60),
+                         "the lease expiring a second after it was taken")
+        assert await store.database_now() >= before + timedelta(seconds=1.0)
 
     async def test_sign_out_releases_the_worker_s_leases(
             self, store: Store, agent: str) -> None:

@@ -102,3 +102,24 @@ def _tls_hint(reason: str) -> str | None:
         if words in reason:
             return hint
     return None
+
+
+#: SQLSTATE ``disk_full``: the server had no room for a write (a table or index it could not
+#: extend, a transaction-status file it could not write). The statement failed and its
+#: transaction rolled back: nothing of it was kept, and the connection is still good.
+DISK_FULL = "53100"
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is Postgres refusing a write for want of disk space."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate == DISK_FULL
+
+
+def out_of_space_error(exc: psycopg.Error, doing: str) -> DatabaseUnavailable:
+    """The error to raise for ``exc`` (``out_of_space``) met while ``doing``: retryable (503
+    on the HTTP API, a backoff for a worker), naming the cause and what to do about it."""
+    said = " ".join((exc.diag.message_primary or str(exc)).split())
+    return DatabaseUnavailable(
+        f"the database server has no space left on device ({said}): {doing} failed and "
+        "nothing of it was written; free space on the disk of Postgres's data directory (or "
+        "grow it); writes succeed again as soon as there is room, with no restart")

@@ -43,6 +43,7 @@ from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from toren_postgres.connection import out_of_space
 from toren_postgres.pipelines import one_transaction
 
 #: Appends in one transaction at most (a bigger batch waits for the next one).
@@ -196,8 +197,9 @@ class GroupCommit:
                 await pool.putconn(conn)
             if not isinstance(exc, psycopg.Error):
                 raise
+            # a statement refused for want of disk space rolled back: the connection is fine
             broken = isinstance(exc, psycopg.OperationalError) and not isinstance(
-                exc, PoolTimeout)
+                exc, PoolTimeout) and not out_of_space(exc)
             return [GroupFailed(exc, broken)] * len(batch)
         self._hold(conn, pool)
         self.batches += 1

@@ -28,6 +28,7 @@ from toren.plugin.drivers import (
     schema_name_for,
 )
 from toren.plugin.drivers import events as ev
+from toren_postgres.connection import out_of_space, out_of_space_error
 from toren_postgres.group_commit import GroupCommit, GroupFailed
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import agent_query, query
@@ -274,6 +275,8 @@ class PostgresRunLog(PostgresConnection, RunLog):
                 raise DatabaseUnavailable(f"no database connection for an append to run "
                                           f"{lease.run_id}: {exc}") from exc
             except psycopg.OperationalError as exc:
+                if out_of_space(exc):  # refused and rolled back: no outcome to find out
+                    raise out_of_space_error(exc, f"an append to run {lease.run_id}") from exc
                 # The connection broke with the statement in flight: it may have committed.
                 # Find out from the log itself before doing anything else.
                 outcome = await self._append_outcome(schema, lease, expected_seq, events, exc)

@@ -36,6 +36,7 @@ from toren_postgres.channels import (
     PostgresChannelInbox,
     PostgresChannelOutbox,
 )
+from toren_postgres.connection import out_of_space, out_of_space_error
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.forks import PostgresForkStore
@@ -82,6 +83,8 @@ def _translate_unreachable(method: _Method) -> _Method:
         try:
             return await method(self, *args, **kwargs)
         except psycopg.OperationalError as exc:
+            if out_of_space(exc):
+                raise out_of_space_error(exc, f"the write of {method.__name__}") from exc
             if not unreachable(exc):
                 raise
             # the driver's words may name hosts and addresses: they stay in the cause
@@ -97,8 +100,9 @@ def _translate_unreachable(method: _Method) -> _Method:
 def _translating_unreachable(cls: type[PostgresStore]) -> type[PostgresStore]:
     """Every public coroutine method of the store (from each interface's class) raises
     ``DatabaseUnavailable`` (retryable; 503 on the HTTP API) when the database cannot be
-    reached. Translated here, at the store's edge: inside, the run log still sees psycopg's
-    errors (it tells a lost commit from a lost connection by them)."""
+    reached, or has no disk space for a write (``out_of_space``). Translated here, at the
+    store's edge: inside, the run log still sees psycopg's errors (it tells a lost commit
+    from a lost connection by them)."""
     for name, member in inspect.getmembers(cls, inspect.iscoroutinefunction):
         if not name.startswith("_"):
             setattr(cls, name, _translate_unreachable(member))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -31,6 +32,14 @@ class PostgresWorkerRegistry(PostgresConnection, WorkerRegistry):
         async with self.pool.connection() as conn, conn.pipeline():
             for name in ("heartbeat_leases", "heartbeat_messages", "heartbeat_worker"):
                 await conn.execute(query(name), params)
+
+    async def database_now(self) -> datetime:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(query("database_clock"))
+            row = await cursor.fetchone()
+        assert row is not None
+        now: datetime = row[0]
+        return now
 
     async def sign_out(self, worker_id: str) -> None:
         async with self.pool.connection() as conn:

@@ -731,6 +731,10 @@ WHERE run_id = %(run_id)s AND status = 'pending';
 -- database_now --
 SELECT now();
 
+-- database_clock --
+-- clock_timestamp(), not now(): the moment the statement runs, whatever the transaction
+SELECT clock_timestamp();
+
 -- sync_schedule --
 -- A schedule as agent.yaml has it now. A new or changed timetable (or an entry that comes
 -- back) starts at the next slot computed from now; an unchanged one keeps its next slot.
