@@ -7,4 +7,4 @@ __version__ = "0.1.0"
 #: name of ``toren.plugin`` is removed or changes meaning, its minor one when names are added
 #: (docs/reference/versioning.md). A plugin declares the range it supports
 #: (``TOREN_PLUGIN_API``) and is refused outside it.
-PLUGIN_API_VERSION = "1.6"
+PLUGIN_API_VERSION = "1.7"

@@ -19,6 +19,8 @@ from toren.core.budgets import (
     decide_reservation,
 )
 from toren.core.costs import ModelCosts, Period
+from toren.core.eval_cases import Case, Dataset, Grader
+from toren.core.evals import CaseRun, EvalRecord
 from toren.core.events import ApprovalRequested, Event, NewEvent, QuestionAsked
 from toren.core.questions import QuestionRecord
 from toren.core.retention import ArchiveDigest, record_from_row, run_row
@@ -66,6 +68,7 @@ from toren.seams.store import (
     ChannelChats,
     ChannelInbox,
     ChannelOutbox,
+    EvalStore,
     FileStore,
     ForkStore,
     Guardian,
@@ -114,9 +117,11 @@ __all__ = [
     "ApiKey", "ApprovalRecord", "ApprovalRequested", "ApprovalStore", "ArchiveBackend",
     "ArchiveDigest", "AttemptOutcome", "AuditEntry", "AuditQuery", "AuditRecord", "AuditStore",
     "BucketState", "BudgetDecision", "BudgetLedger", "BudgetRequest", "BudgetScope",
-    "BudgetSpend", "ChannelChats", "ChannelInbox", "ChannelOutbox", "ChildLink", "Event",
-    "FileContent", "FileStore", "FiredSlot", "FleetGauges", "FleetReader", "ForkStore",
-    "Guardian", "KeyNameTaken", "KeyStore", "Lease", "LeaseBusy", "LiveText", "ManifestSeqTaken",
+    "BudgetSpend", "Case", "CaseRun", "ChannelChats", "ChannelInbox", "ChannelOutbox",
+    "ChildLink", "Dataset", "EvalRecord", "EvalStore", "Event", "FileContent", "FileStore",
+    "FiredSlot", "FleetGauges", "FleetReader", "ForkStore",
+    "Grader", "Guardian", "KeyNameTaken", "KeyStore", "Lease", "LeaseBusy", "LiveText",
+    "ManifestSeqTaken",
     "MessageHandOff", "Migration", "Migrator", "ModelCosts", "NewEvent", "Outbox", "OutboxEntry",
     "OutgoingMessage", "Period", "PromptStore", "QuestionAsked", "QuestionRecord", "QuestionStore",
     "Queue", "QueueGauge", "QueueMessage", "RateDecision", "RateLimitStore", "RateRequest",

@@ -1,0 +1,379 @@
+"""Evals: a dataset run against one version of an agent, every case a durable run, graded and
+reported (docs/guides/evals.md). ``toren eval`` and ``/evals`` call this service.
+
+An eval survives being killed at any moment: each case run is claimed in the database before
+its run is created (``EvalStore.claim_case_run``), and the run is created with an idempotency
+key made of the eval, the case and the repeat, so resuming finds the run instead of starting a
+second; a run that was in flight continues from its log (a completed model call is never made
+again), and a graded case is never run or graded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import json
+import logging
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toren.agents import AgentSpec
+from toren.core import events as ev
+from toren.core.eval_cases import Case, Dataset, Grader
+from toren.core.evals import (
+    CaseRun,
+    Check,
+    EvalRecord,
+    Trajectory,
+    compare,
+    idempotency_key,
+    plain_check,
+    report,
+    trajectory,
+    verdict,
+)
+from toren.core.events import Event
+from toren.core.messages import Message, ModelRequest
+from toren.core.runs import RunRecord, RunTotals
+from toren.errors import ConfigError, EvalMismatch, EvalNotFound, ProviderError
+from toren.seams.model import Model
+from toren.seams.store.evals import EvalStore
+
+log = logging.getLogger(__name__)
+
+#: The most case runs of one eval at once.
+MAX_CONCURRENCY = 64
+#: The most repeats of each case.
+MAX_REPEAT = 100
+#: Tries of a rubric's model call that fails with a retryable error.
+RUBRIC_TRIES = 3
+#: What a rubric grader's model is asked (the rubric, the case and the run's output follow).
+RUBRIC_SYSTEM = (
+    "You grade the answer of an AI agent against a rubric. Read the rubric, the task the "
+    "agent was given, the expected answer if there is one, and the agent's answer. Decide "
+    "whether the answer meets the rubric. Reply with JSON only: {\"passed\": true or false, "
+    "\"score\": a number from 0 to 1, \"reason\": one sentence}.")
+RUBRIC_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"passed": {"type": "boolean"}, "score": {"type": "number"},
+                   "reason": {"type": "string"}},
+    "required": ["passed", "reason"],
+}
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What an eval at work has done: case runs ``graded`` of ``total``, ``passed`` so far,
+    ``running`` now, and the case run just graded (``None`` for the first report)."""
+
+    total: int
+    graded: int
+    passed: int
+    running: int
+    last: CaseRun | None = None
+
+
+class EvalFunctions:
+    """The grading functions of an ``evals.py`` (a file of plain Python functions), imported
+    at the first ``function:`` grader that needs them."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._module: Any = None
+
+    def get(self, name: str) -> Callable[..., Any]:
+        """The function ``name``; ``ConfigError`` saying where it was looked for."""
+        if self.path is None or not self.path.is_file():
+            raise ConfigError(f"a case is graded by function: {name}, but there is no evals.py "
+                              "(next to the dataset, or in the agent's directory; or give "
+                              "--evals FILE)")
+        if self._module is None:
+            module_name = f"toren_evals_{uuid.uuid4().hex[:8]}"
+            spec = importlib.util.spec_from_file_location(module_name, self.path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                raise ConfigError(f"{self.path}: cannot be imported: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+            self._module = module
+        found = getattr(self._module, name, None)
+        if not callable(found):
+            raise ConfigError(f"{self.path} has no function {name!r} (a case's function: "
+                              "grader names it)")
+        return found
+
+
+class EvalsService:
+    """Evals on the store's ``EvalStore``: started, worked (case runs created through the
+    runtime's run-start path, so they are ordinary durable runs of the agent), graded,
+    reported and compared. ``runtime.evals``; needs the store open, and workers to work the
+    case runs (the eval's process, or any worker of the agent).
+
+    Args:
+        store: where evals and their case runs are kept.
+        agents: the served definitions, by name (an eval runs the one served here).
+        start_run: ``Runtime.start_run`` (agent, input, idempotency key) -> run id.
+        get_run: the run's current row.
+        run_events: every event of a run.
+        totals: each run's ``RunTotals``.
+        model: the ``Model`` for a model id (a rubric's grader).
+    """
+
+    def __init__(self, store: EvalStore, agents: Mapping[str, AgentSpec], *,
+                 start_run: Callable[[str, Any, str], Awaitable[str]],
+                 get_run: Callable[[str], Awaitable[RunRecord]],
+                 run_events: Callable[[RunRecord], Awaitable[list[Event]]],
+                 totals: Callable[[Sequence[RunRecord]], Awaitable[dict[str, RunTotals]]],
+                 model: Callable[[str], Model]) -> None:
+        self._store = store
+        self._agents = agents
+        self._start_run = start_run
+        self._get_run = get_run
+        self._run_events = run_events
+        self._totals = totals
+        self._model = model
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    async def get(self, eval_id: str) -> EvalRecord:
+        """The eval; ``EvalNotFound`` if there is none with that id."""
+        found = await self._store.get_eval(eval_id)
+        if found is None:
+            raise EvalNotFound(f"no eval {eval_id!r} in this database (see `toren eval list`)")
+        return found
+
+    async def list(self, *, agent: str | None = None, limit: int = 50,
+                   before: str | None = None) -> list[EvalRecord]:
+        """Evals, newest first (``EvalStore.list_evals``)."""
+        return await self._store.list_evals(agent=agent, limit=limit, before=before)
+
+    async def report(self, eval_id: str) -> dict[str, Any]:
+        """The eval's report (``toren.core.evals.report``): pass rates, per case and tag,
+        flaky cases, cost and latency distributions."""
+        record = await self.get(eval_id)
+        return report(record, await self._store.case_runs(record.id))
+
+    async def compare(self, eval_a: str, eval_b: str) -> dict[str, Any]:
+        """What changed from eval ``eval_a`` (the baseline) to ``eval_b``
+        (``toren.core.evals.compare``)."""
+        return compare(await self.report(eval_a), await self.report(eval_b))
+
+    # -- running ---------------------------------------------------------------------------------
+
+    async def create(self, dataset: Dataset, agent: str, *, model: str | None = None,
+                     repeat: int = 1, concurrency: int = 4, grader_model: str | None = None,
+                     source: str = "", functions: str | None = None) -> EvalRecord:
+        """Keep a new eval of ``dataset`` against the served definition of ``agent`` (whose
+        model is ``model`` when the eval overrides it: the caller serves a definition that
+        says so); ``functions``: the absolute path of the ``evals.py`` that grades
+        ``function:`` graders. Nothing runs until ``work``. ``ConfigError`` for a bad
+        repeat, concurrency or grader model, or an agent not served here."""
+        spec = self._served(agent)
+        if not 1 <= repeat <= MAX_REPEAT:
+            raise ConfigError(f"--repeat must be 1 to {MAX_REPEAT}, not {repeat}")
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise ConfigError(f"--concurrency must be 1 to {MAX_CONCURRENCY}, not {concurrency}")
+        rubric_models = {g.model or grader_model for c in dataset.cases for g in c.graders
+                         if g.kind == "rubric"}
+        if None in rubric_models:
+            raise ConfigError("a case has a rubric: grader without model:; give "
+                              "--grader-model MODEL (the model that grades rubrics)")
+        for model_id in sorted(m for m in rubric_models if m is not None):
+            self._model(model_id)  # ConfigError now for a model no provider serves
+        assert spec.version is not None
+        record = EvalRecord(id=str(uuid.uuid4()), agent=agent, dataset=dataset,
+                            version=spec.version.hash, human_version=spec.version.human,
+                            model=model, repeat=repeat, concurrency=concurrency,
+                            grader_model=grader_model, source=source,
+                            functions=functions)
+        return await self._store.create_eval(record)
+
+    def _served(self, agent: str) -> AgentSpec:
+        spec = self._agents.get(agent)
+        if spec is None:
+            raise ConfigError(f"agent {agent!r} is not served here; give its directory with "
+                              "--dir, or a stored version with --version")
+        if spec.version is None:
+            raise ConfigError(f"agent {agent!r} has no version to pin its case runs to")
+        return spec
+
+    async def work(self, eval_id: str, *,
+                   progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+        """Run and grade every case run of the eval not graded yet, ``concurrency`` at a
+        time, then mark it finished; its report. Resumable: call it again after any stop.
+        ``EvalMismatch`` when the definition served here is not the eval's version."""
+        record = await self.get(eval_id)
+        functions = EvalFunctions(Path(record.functions) if record.functions else None)
+        spec = self._served(record.agent)
+        assert spec.version is not None
+        if spec.version.hash != record.version:
+            raise EvalMismatch(
+                f"eval {record.id} runs version {record.version[:12]} of {record.agent}; the "
+                f"definition given is {spec.version.short}. Resume it with the same "
+                f"definition (`toren eval resume {record.id}` loads it from the database)")
+        kept = {run.key: run for run in await self._store.case_runs(record.id)}
+        todo = [(case, repeat) for case in record.dataset.cases
+                for repeat in range(1, record.repeat + 1)
+                if (found := kept.get((case.id, repeat))) is None or found.grade is None]
+        total = len(record.dataset.cases) * record.repeat
+        state = {"graded": total - len(todo), "running": 0,
+                 "passed": sum(1 for run in kept.values()
+                               if run.grade is not None and run.grade.get("passed"))}
+        if progress is not None:
+            progress(Progress(total, state["graded"], state["passed"], 0))
+        queue: asyncio.Queue[tuple[Case, int]] = asyncio.Queue()
+        for item in todo:
+            queue.put_nowait(item)
+
+        async def worker() -> None:
+            while not queue.empty():
+                case, repeat = queue.get_nowait()
+                state["running"] += 1
+                try:
+                    graded = await self._run_case(record, case, repeat, functions)
+                finally:
+                    state["running"] -= 1
+                state["graded"] += 1
+                state["passed"] += bool(graded.grade and graded.grade.get("passed"))
+                if progress is not None:
+                    progress(Progress(total, state["graded"], state["passed"],
+                                      state["running"], graded))
+
+        # a failure (a grading function missing, the database gone) stops the others too
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(record.concurrency, len(todo) or 1)):
+                group.create_task(worker())
+        await self._store.finish_eval(record.id)
+        return await self.report(record.id)
+
+    async def _run_case(self, record: EvalRecord, case: Case, repeat: int,
+                        functions: EvalFunctions) -> CaseRun:
+        claimed = await self._store.claim_case_run(record.id, case.id, repeat)
+        if claimed.grade is not None:
+            return claimed
+        run_id = claimed.run_id
+        if run_id is None:
+            # the idempotency key is what a resume finds this run by if we stop right after
+            # it is created and before set_case_run keeps its id
+            run_id = await self._start_run(record.agent, case.input,
+                                           idempotency_key(record.id, case.id, repeat))
+            await self._store.set_case_run(record.id, case.id, repeat, run_id)
+        ended = await self._wait(run_id)
+        grade = await self.grade(case, ended, record, functions)
+        await self._store.grade_case_run(record.id, case.id, repeat, grade)
+        return CaseRun(record.id, case.id, repeat, run_id, grade, claimed.created_at)
+
+    async def _wait(self, run_id: str) -> RunRecord:
+        delay = 0.05
+        while True:
+            found = await self._get_run(run_id)
+            if found.status in ev.TERMINAL_STATUSES:
+                return found
+            await asyncio.sleep(delay)
+            delay = min(0.5, delay * 1.5)
+
+    # -- grading ---------------------------------------------------------------------------------
+
+    async def grade(self, case: Case, run: RunRecord, record: EvalRecord,
+                    functions: EvalFunctions) -> dict[str, Any]:
+        """The grade of ``case``'s ended ``run``: every grader's check, the verdict and the
+        trajectory (``toren.core.evals.verdict``)."""
+        totals = (await self._totals([run])).get(run.id, RunTotals())
+        path = trajectory(run, await self._run_events(run), totals)
+        checks = []
+        for grader in case.graders:
+            if grader.kind == "function":
+                checks.append(await self._function_check(grader, case, path, functions))
+            elif grader.kind == "rubric":
+                checks.append(await self._rubric_check(grader, case, path,
+                                                       grader.model or record.grader_model))
+            else:
+                checks.append(plain_check(grader, path))
+        return verdict(case, path, checks)
+
+    async def _function_check(self, grader: Grader, case: Case, path: Trajectory,
+                              functions: EvalFunctions) -> Check:
+        function = functions.get(grader.value)
+        offered = {"output": path.output, "expected": case.expected, "input": case.input,
+                   "case": case.to_json(), "trajectory": path.to_json()}
+        try:
+            parameters = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            parameters = {}
+        takes_all = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+        arguments = {k: v for k, v in offered.items() if takes_all or k in parameters}
+        try:
+            if inspect.iscoroutinefunction(function):
+                result = await function(**arguments)
+            else:  # plain user code may block: keep the event loop (and the runs) going
+                result = await asyncio.to_thread(function, **arguments)
+        except Exception as exc:
+            return Check("function", False, f"{grader.value} raised {type(exc).__name__}: "
+                         f"{exc}")
+        return _function_result(grader.value, result)
+
+    async def _rubric_check(self, grader: Grader, case: Case, path: Trajectory,
+                            model_id: str | None) -> Check:
+        assert model_id is not None  # create() refuses a rubric without a model
+        model = self._model(model_id)
+        parts = [f"Rubric:\n{grader.value}", f"Task given to the agent:\n{_text(case.input)}"]
+        if case.expected is not None:
+            parts.append(f"Expected answer:\n{_text(case.expected)}")
+        parts.append(f"The agent's answer:\n{path.text or '(no answer: the run ended '}"
+                     + ("" if path.text else f"{path.status})"))
+        request = ModelRequest(model=model_id, system=RUBRIC_SYSTEM,
+                               messages=(Message("user", "\n\n".join(parts)),),
+                               max_tokens=1024, output_schema=RUBRIC_SCHEMA)
+        for attempt in range(1, RUBRIC_TRIES + 1):
+            try:
+                response = await model.complete(request)
+                break
+            except ProviderError as exc:
+                if not exc.retryable or attempt == RUBRIC_TRIES:
+                    raise
+                await asyncio.sleep(2 ** attempt)
+        cost = (model.pricing.cost(response.usage) if model.pricing is not None
+                else response.cost_usd or 0.0)
+        try:
+            answer = json.loads(response.text)
+            passed = bool(answer["passed"])
+            reason = str(answer.get("reason", ""))
+            score = answer.get("score")
+            score = (max(0.0, min(1.0, float(score))) if isinstance(score, int | float)
+                     and not isinstance(score, bool) else (1.0 if passed else 0.0))
+        except (ValueError, KeyError, TypeError):
+            return Check("rubric", False, f"{model_id} did not answer with a verdict: "
+                         f"{response.text[:120]!r}", cost_usd=cost)
+        return Check("rubric", passed, f"{model_id}: {reason}", score, cost_usd=cost)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _function_result(name: str, result: Any) -> Check:
+    """A grading function's answer as a check: ``True``/``False``, a score from 0 to 1 (passes
+    at 0.5 or more), ``(passed, reason)`` or ``{"passed", "score", "reason"}``."""
+    if isinstance(result, bool):
+        return Check("function", result, "" if result else f"{name} said no")
+    if isinstance(result, int | float):
+        score = max(0.0, min(1.0, float(result)))
+        return Check("function", score >= 0.5, f"{name}: score {score:g}", score)
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], bool):
+        return Check("function", result[0], f"{name}: {result[1]}")
+    if isinstance(result, dict) and isinstance(result.get("passed"), bool):
+        score = result.get("score")
+        return Check("function", result["passed"],
+                     f"{name}: {result.get('reason', '')}".rstrip(": "),
+                     float(score) if isinstance(score, int | float)
+                     and not isinstance(score, bool) else None)
+    return Check("function", False, f"{name} returned {type(result).__name__}; return True/"
+                 "False, a score from 0 to 1, (passed, reason) or {'passed': ..., 'reason': ...}")
