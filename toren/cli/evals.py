@@ -267,19 +267,7 @@ async def _stored_version(agent: str, version: str, root: Path) -> Path:
     ``root`` as an agent directory."""
     from toren.agents.versions import materialize
 
-    async def find(runtime: Runtime) -> Any:
-        kept = await runtime.store.list_agent_versions(agent)
-        matches = [v.hash for v in kept if v.hash.startswith(version.lower())
-                   or v.human_version == version]
-        if len(version) < 4 or len(set(matches)) != 1:
-            found = ("several versions match" if len(set(matches)) > 1
-                     else "no kept version matches")
-            raise ConfigError(f"--version {version}: {found} for agent {agent!r}; give at "
-                              f"least 4 characters of a hash from `toren agents versions "
-                              f"{agent}`")
-        return await runtime.store.load_agent_version(agent, matches[0])
-
-    stored = await _read(find)
+    stored = await _read(lambda runtime: runtime.evals.stored_version(agent, version))
     return materialize(stored, root / "versions", agent)
 
 

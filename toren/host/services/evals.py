@@ -40,9 +40,11 @@ from toren.core.evals import (
 from toren.core.events import Event
 from toren.core.messages import Message, ModelRequest
 from toren.core.runs import RunRecord, RunTotals
+from toren.core.versions import AgentVersion
 from toren.errors import ConfigError, EvalMismatch, EvalNotFound, ProviderError
 from toren.seams.model import Model
 from toren.seams.store.evals import EvalStore
+from toren.seams.store.versions import AgentVersionStore
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,7 @@ class EvalsService:
 
     Args:
         store: where evals and their case runs are kept.
+        versions: where agent versions are kept (an eval of a stored version).
         agents: the served definitions, by name (an eval runs the one served here).
         start_run: ``Runtime.start_run`` (agent, input, idempotency key) -> run id.
         get_run: the run's current row.
@@ -127,13 +130,15 @@ class EvalsService:
         model: the ``Model`` for a model id (a rubric's grader).
     """
 
-    def __init__(self, store: EvalStore, agents: Mapping[str, AgentSpec], *,
+    def __init__(self, store: EvalStore, versions: AgentVersionStore,
+                 agents: Mapping[str, AgentSpec], *,
                  start_run: Callable[[str, Any, str], Awaitable[str]],
                  get_run: Callable[[str], Awaitable[RunRecord]],
                  run_events: Callable[[RunRecord], Awaitable[list[Event]]],
                  totals: Callable[[Sequence[RunRecord]], Awaitable[dict[str, RunTotals]]],
                  model: Callable[[str], Model]) -> None:
         self._store = store
+        self._versions = versions
         self._agents = agents
         self._start_run = start_run
         self._get_run = get_run
@@ -165,6 +170,26 @@ class EvalsService:
         """What changed from eval ``eval_a`` (the baseline) to ``eval_b``
         (``toren.core.evals.compare``)."""
         return compare(await self.report(eval_a), await self.report(eval_b))
+
+    async def stored_version(self, agent: str, version: str) -> AgentVersion:
+        """The kept version of ``agent`` whose hash starts with ``version`` (4 characters at
+        least) or whose ``version:`` it is, with its files; ``ConfigError`` when none or
+        several match."""
+        kept = await self._versions.list_agent_versions(agent)
+        wanted = version.strip().lower()
+        matches = {v.hash for v in kept
+                   if (len(wanted) >= 4 and v.hash.startswith(wanted))
+                   or v.human_version == version}
+        if len(matches) != 1:
+            found = "several versions match" if matches else "no kept version matches"
+            raise ConfigError(f"--version {version}: {found} for agent {agent!r}; give at "
+                              f"least 4 characters of a hash from `toren agents versions "
+                              f"{agent}`")
+        stored = await self._versions.load_agent_version(agent, matches.pop())
+        if stored is None:  # listed a moment ago: only a damaged store loses it
+            raise ConfigError(f"--version {version}: the files of that version of {agent!r} "
+                              "are not in this database")
+        return stored
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -211,7 +236,6 @@ class EvalsService:
         time, then mark it finished; its report. Resumable: call it again after any stop.
         ``EvalMismatch`` when the definition served here is not the eval's version."""
         record = await self.get(eval_id)
-        functions = EvalFunctions(Path(record.functions) if record.functions else None)
         spec = self._served(record.agent)
         assert spec.version is not None
         if spec.version.hash != record.version:
@@ -219,6 +243,10 @@ class EvalsService:
                 f"eval {record.id} runs version {record.version[:12]} of {record.agent}; the "
                 f"definition given is {spec.version.short}. Resume it with the same "
                 f"definition (`toren eval resume {record.id}` loads it from the database)")
+        functions = EvalFunctions(Path(record.functions) if record.functions else None)
+        for name in sorted({g.value for c in record.dataset.cases for g in c.graders
+                            if g.kind == "function"}):
+            functions.get(name)  # a missing evals.py or function fails before any case runs
         kept = {run.key: run for run in await self._store.case_runs(record.id)}
         todo = [(case, repeat) for case in record.dataset.cases
                 for repeat in range(1, record.repeat + 1)
@@ -247,10 +275,14 @@ class EvalsService:
                     progress(Progress(total, state["graded"], state["passed"],
                                       state["running"], graded))
 
-        # a failure (a grading function missing, the database gone) stops the others too
-        async with asyncio.TaskGroup() as group:
-            for _ in range(min(record.concurrency, len(todo) or 1)):
-                group.create_task(worker())
+        # a failure (the database gone, a rubric's provider down) stops the others too, and
+        # is raised as itself: the runs go on, and `toren eval resume` picks them up
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(min(record.concurrency, len(todo) or 1)):
+                    group.create_task(worker())
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
         await self._store.finish_eval(record.id)
         return await self.report(record.id)
 

@@ -25,6 +25,7 @@ from toren.testing.contracts.decisions import (
     BudgetLedgerContract,
     ScheduleStoreContract,
 )
+from toren.testing.contracts.evals import EvalStoreContract
 from toren.testing.contracts.files import FileStoreContract
 from toren.testing.contracts.fleet import (
     FleetReaderContract,
@@ -204,5 +205,6 @@ class StoreContract(StoreLifecycleContract, MigratorContract, RunLogContract, Ru
                     FileStoreContract, ChannelInboxContract, ChannelChatsContract,
                     ChannelOutboxContract, RunArchiveIndexContract, QuestionStoreContract,
                     SignalLogContract, WebhookStoreContract, RateLimitStoreContract,
-                    AuditStoreContract, RunCostsContract, RunSearchContract):
+                    AuditStoreContract, RunCostsContract, RunSearchContract,
+                    EvalStoreContract):
     """Every store contract: what a ``toren.seams.store.Store`` driver runs."""
