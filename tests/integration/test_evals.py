@@ -115,7 +115,12 @@ async def test_an_eval_runs_every_case_as_a_pinned_run_and_grades_it(
 async def test_a_model_override_is_a_version_of_its_own(toren_runtime: Any, agent: Path,
                                                          tmp_path: Path) -> None:
     original = await toren_runtime([agent])
-    base = await original.evals.create(dataset(), "graded", grader_model="toren/scripted")
+    with pytest.raises(ConfigError, match=r"there is no evals\.py"):
+        await original.evals.create(dataset(), "graded", grader_model="toren/scripted")
+    (tmp_path / "evals.py").write_text(EVALS_PY)
+    base = await original.evals.create(dataset(), "graded", grader_model="toren/scripted",
+                                       functions=str(tmp_path / "evals.py"))
+    (tmp_path / "evals.py").unlink()  # gone before the eval works: it fails before running
     copy = with_model(agent, "toren/scripted-other", tmp_path / "copies")
     other = await toren_runtime([copy])
     record = await other.evals.create(Dataset("one", dataset().cases[4:]), "graded",
@@ -140,7 +145,8 @@ async def test_a_rubric_verdict_and_its_cost_come_from_the_grading_model(
     runtime = await toren_runtime([agent])
     verdict = json.dumps({"passed": False, "score": 0.2, "reason": "no greeting"})
     grader = ScriptedModel("toren/judge", script=[ModelResponse(text=verdict)], cost_usd=0.5)
-    service = EvalsService(runtime.store, runtime.store, runtime.agents, start_run=lambda a, i, k:
+    service = EvalsService(runtime.store, runtime.store, runtime.store,
+                           runtime.agents, start_run=lambda a, i, k:
                            runtime.start_run(a, i, idempotency_key=k),
                            get_run=runtime.get_run, run_events=runtime.run_events,
                            totals=runtime.runs.totals, model=lambda _model: grader)

@@ -218,7 +218,7 @@ class Runtime:
         self.costs = CostsService(self.store, self.store, self.agents, self.store)
         #: Evals: datasets run against the served version of an agent, graded and compared.
         self.evals = EvalsService(
-            self.store, self.store, self.agents,
+            self.store, self.store, self.store, self.agents,
             start_run=lambda agent, input, key: self.start_run(agent, input,
                                                                idempotency_key=key),
             get_run=self.get_run, run_events=self.run_events, totals=self.runs.totals,

@@ -44,6 +44,7 @@ from toren.core.versions import AgentVersion
 from toren.errors import ConfigError, EvalMismatch, EvalNotFound, ProviderError
 from toren.seams.model import Model
 from toren.seams.store.evals import EvalStore
+from toren.seams.store.migrations import Migrator
 from toren.seams.store.versions import AgentVersionStore
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ class EvalsService:
     Args:
         store: where evals and their case runs are kept.
         versions: where agent versions are kept (an eval of a stored version).
+        registered: which agents the database has (their versions can be read).
         agents: the served definitions, by name (an eval runs the one served here).
         start_run: ``Runtime.start_run`` (agent, input, idempotency key) -> run id.
         get_run: the run's current row.
@@ -130,7 +132,7 @@ class EvalsService:
         model: the ``Model`` for a model id (a rubric's grader).
     """
 
-    def __init__(self, store: EvalStore, versions: AgentVersionStore,
+    def __init__(self, store: EvalStore, versions: AgentVersionStore, registered: Migrator,
                  agents: Mapping[str, AgentSpec], *,
                  start_run: Callable[[str, Any, str], Awaitable[str]],
                  get_run: Callable[[str], Awaitable[RunRecord]],
@@ -139,6 +141,7 @@ class EvalsService:
                  model: Callable[[str], Model]) -> None:
         self._store = store
         self._versions = versions
+        self._registered = registered
         self._agents = agents
         self._start_run = start_run
         self._get_run = get_run
@@ -175,6 +178,9 @@ class EvalsService:
         """The kept version of ``agent`` whose hash starts with ``version`` (4 characters at
         least) or whose ``version:`` it is, with its files; ``ConfigError`` when none or
         several match."""
+        if agent not in await self._registered.registered_agents():
+            raise ConfigError(f"--version {version}: this database has no agent {agent!r} "
+                              "(a version is kept when a process serving it starts a run)")
         kept = await self._versions.list_agent_versions(agent)
         wanted = version.strip().lower()
         matches = {v.hash for v in kept
@@ -213,6 +219,7 @@ class EvalsService:
                               "--grader-model MODEL (the model that grades rubrics)")
         for model_id in sorted(m for m in rubric_models if m is not None):
             self._model(model_id)  # ConfigError now for a model no provider serves
+        _check_functions(dataset, EvalFunctions(Path(functions) if functions else None))
         assert spec.version is not None
         record = EvalRecord(id=str(uuid.uuid4()), agent=agent, dataset=dataset,
                             version=spec.version.hash, human_version=spec.version.human,
@@ -244,9 +251,7 @@ class EvalsService:
                 f"definition given is {spec.version.short}. Resume it with the same "
                 f"definition (`toren eval resume {record.id}` loads it from the database)")
         functions = EvalFunctions(Path(record.functions) if record.functions else None)
-        for name in sorted({g.value for c in record.dataset.cases for g in c.graders
-                            if g.kind == "function"}):
-            functions.get(name)  # a missing evals.py or function fails before any case runs
+        _check_functions(record.dataset, functions)
         kept = {run.key: run for run in await self._store.case_runs(record.id)}
         todo = [(case, repeat) for case in record.dataset.cases
                 for repeat in range(1, record.repeat + 1)
@@ -385,6 +390,13 @@ class EvalsService:
             return Check("rubric", False, f"{model_id} did not answer with a verdict: "
                          f"{response.text[:120]!r}", cost_usd=cost)
         return Check("rubric", passed, f"{model_id}: {reason}", score, cost_usd=cost)
+
+
+def _check_functions(dataset: Dataset, functions: EvalFunctions) -> None:
+    """A missing ``evals.py`` or function fails before any case runs."""
+    for name in sorted({g.value for c in dataset.cases for g in c.graders
+                        if g.kind == "function"}):
+        functions.get(name)
 
 
 def _text(value: Any) -> str:
