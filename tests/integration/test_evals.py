@@ -161,3 +161,22 @@ async def test_a_rubric_verdict_and_its_cost_come_from_the_grading_model(
             Grader("rubric", "Greets"),)),)), "graded")
     with pytest.raises(ConfigError, match="--repeat must be 1 to 100"):
         await runtime.evals.create(dataset(), "graded", repeat=0)
+
+
+async def test_the_research_crew_example_compares_two_versions(toren_runtime: Any) -> None:
+    from toren.agents.datasets import load_dataset
+
+    example = Path(__file__).parents[2] / "contrib" / "examples" / "research-crew"
+    cases = load_dataset(example / "evals" / "cases.yaml")
+    functions = str(example / "evals" / "evals.py")
+    reports = []
+    for directory in (example, example / "evals" / "candidate"):
+        runtime = await toren_runtime([directory])
+        record = await runtime.evals.create(cases, "research-crew", functions=functions)
+        reports.append(await runtime.evals.work(record.id))
+    current, candidate = reports
+    assert candidate["eval"]["human_version"] == "2.0"
+    assert current["totals"]["pass_rate"] == candidate["totals"]["pass_rate"] == 0.8571
+    found = await runtime.evals.compare(current["eval"]["id"], candidate["eval"]["id"])
+    assert {row["case_id"]: row["change"] for row in found["cases"]
+            if row["change"] != "same"} == {"brief": "fixed", "counts-words": "broken"}
