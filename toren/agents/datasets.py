@@ -54,11 +54,23 @@ def load_dataset(path: Path) -> Dataset:
             name = found_name or name
             description = found_description
         cases += found
+    return _dataset(name, description, cases, str(path))
+
+
+def dataset_from_json(data: Any, *, where: str = "the request body") -> Dataset:
+    """A dataset sent as JSON (``POST /evals``): a mapping with ``cases`` and optional
+    ``name``, ``description``, ``graders``, checked as a YAML file is; errors name ``where``
+    and the field (``cases[2].input``)."""
+    name, description, cases = _from_data(data, where, lambda _at: None)
+    return _dataset(name or "dataset", description, cases, where)
+
+
+def _dataset(name: str, description: str, cases: list[Case], path: str) -> Dataset:
     if not cases:
-        raise EvalDatasetError("the dataset has no cases", path=str(path))
+        raise EvalDatasetError("the dataset has no cases", path=path)
     if len(cases) > MAX_CASES:
         raise EvalDatasetError(f"the dataset has {len(cases):,} cases; at most {MAX_CASES:,} "
-                               "are taken (split it)", path=str(path))
+                               "are taken (split it)", path=path)
     seen: dict[str, str] = {}
     for case in cases:
         if case.id in seen:
@@ -112,18 +124,23 @@ def _read_yaml(text: str, path: str) -> tuple[str, str, list[Case]]:
     def line(at: tuple[str | int, ...]) -> int | None:
         return located.line_of(at)
 
-    data = located.data
+    key_line = located.line_of
+    return _from_data(located.data, path, line, key_line)
+
+
+def _from_data(data: Any, path: str, line: Any, key_line: Any = None
+               ) -> tuple[str, str, list[Case]]:
     if isinstance(data, list):
         return "", "", [_case(item, (i,), line, path, defaults=())
                         for i, item in enumerate(data)]
     if not isinstance(data, dict):
-        raise EvalDatasetError("a dataset file is a list of cases or a mapping with cases:",
+        raise EvalDatasetError("a dataset is a list of cases or a mapping with cases:",
                                path=path, line=line(()))
     for key in data:
         if key not in DATASET_FIELDS:
-            raise EvalDatasetError(f"unknown field {key!r}; a dataset file's fields are "
+            raise EvalDatasetError(f"unknown field {key!r}; a dataset's fields are "
                                    f"{', '.join(DATASET_FIELDS)}", path=path,
-                                   line=located.line_of((key,), key=True))
+                                   line=key_line((key,), key=True) if key_line else None)
     name = _text(data.get("name", ""), ("name",), line, path)
     description = _text(data.get("description", ""), ("description",), line, path)
     defaults = _graders(data.get("graders", []), ("graders",), line, path)

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from toren.cli.common import DirsOption, require_database, run_interruptible, stop_runtime
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, print_table, safe
+from toren.core.actors import cli_actor
 from toren.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -102,10 +103,13 @@ async def _run(found: Any, dataset_path: Path, agent: str, dirs: list[Path] | No
     runtime = _serving(directory, agent)
     await runtime.start(workers=True)
     try:
-        record = await runtime.evals.create(
-            found, agent, model=model, repeat=repeat, concurrency=concurrency,
-            grader_model=grader_model, source=source,
-            functions=str(functions.resolve()) if functions else None)
+        async with runtime.audit.recording(cli_actor(), "eval.start", "cli",
+                                           agent=agent) as note:
+            record = await runtime.evals.create(
+                found, agent, model=model, repeat=repeat, concurrency=concurrency,
+                grader_model=grader_model, source=source,
+                functions=str(functions.resolve()) if functions else None)
+            note.target = record.id
         return await _work(runtime, record, as_json)
     finally:
         await stop_runtime(runtime, quiet=as_json)
@@ -130,6 +134,9 @@ async def _resume(eval_id: str, root: Path, as_json: bool) -> dict[str, Any]:
     runtime = _serving(directory, record.agent)
     await runtime.start(workers=True)
     try:
+        async with runtime.audit.recording(cli_actor(), "eval.resume", "cli",
+                                           agent=record.agent, target=record.id):
+            pass  # recorded when the eval goes on, not when it ends (it may take hours)
         return await _work(runtime, record, as_json)
     finally:
         await stop_runtime(runtime, quiet=as_json)
