@@ -115,7 +115,9 @@ HOSTILE = [
     ({"agent": "crew", "dataset": {"cases": [{"input": "a", "graders": [
         {"function": "grade"}]}]}}, 400, "eval_dataset_error", "function: graders run code"),
     ({"agent": "crew", "dataset": {"cases": [{"input": "a", "rubric": "r"}]}}, 400,
-     "config_error", "--grader-model"),
+     "eval_dataset_error", "--grader-model"),
+    ({"agent": "crew", "dataset": DATASET, "grader_model": "nowhere/judge"}, 400,
+     "eval_dataset_error", "a rubric's model 'nowhere/judge' cannot be used"),
     ({"agent": "crew", "dataset": {"cases": "all"}}, 400, "eval_dataset_error",
      "cases: must be a list"),
     ({"agent": "crew", "dataset": {"cases": [{"input": "a", "id": "x"},

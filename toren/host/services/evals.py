@@ -41,7 +41,13 @@ from toren.core.events import Event
 from toren.core.messages import Message, ModelRequest
 from toren.core.runs import RunRecord, RunTotals
 from toren.core.versions import AgentVersion
-from toren.errors import ConfigError, EvalMismatch, EvalNotFound, ProviderError
+from toren.errors import (
+    ConfigError,
+    EvalDatasetError,
+    EvalMismatch,
+    EvalNotFound,
+    ProviderError,
+)
 from toren.seams.model import Model
 from toren.seams.store.evals import EvalStore
 from toren.seams.store.migrations import Migrator
@@ -215,10 +221,14 @@ class EvalsService:
         rubric_models = {g.model or grader_model for c in dataset.cases for g in c.graders
                          if g.kind == "rubric"}
         if None in rubric_models:
-            raise ConfigError("a case has a rubric: grader without model:; give "
-                              "--grader-model MODEL (the model that grades rubrics)")
+            raise EvalDatasetError("a case has a rubric: grader without model:; give "
+                                   "--grader-model MODEL (the model that grades rubrics)")
         for model_id in sorted(m for m in rubric_models if m is not None):
-            self._model(model_id)  # ConfigError now for a model no provider serves
+            try:
+                self._model(model_id)  # now, not after the runs: a model no provider serves
+            except ConfigError as exc:
+                raise EvalDatasetError(f"a rubric's model {model_id!r} cannot be used: "
+                                       f"{exc.message}") from None
         _check_functions(dataset, EvalFunctions(Path(functions) if functions else None))
         assert spec.version is not None
         record = EvalRecord(id=str(uuid.uuid4()), agent=agent, dataset=dataset,
