@@ -370,6 +370,7 @@ class Eval(TypedDict):
     status: str
     source: str
     functions: str | None
+    fork_at: int | None
     created_at: str | None
     finished_at: str | None
     working: NotRequired[bool]

@@ -180,3 +180,55 @@ async def test_the_research_crew_example_compares_two_versions(toren_runtime: An
     found = await runtime.evals.compare(current["eval"]["id"], candidate["eval"]["id"])
     assert {row["case_id"]: row["change"] for row in found["cases"]
             if row["change"] != "same"} == {"brief": "fixed", "counts-words": "broken"}
+
+
+async def test_recorded_runs_replayed_fresh_and_by_fork_on_a_candidate(
+        toren_runtime: Any, tmp_path: Path) -> None:
+    from toren.core.evals import fork_run_id
+    from toren.core.run_search import parse_run_search
+
+    example = Path(__file__).parents[2] / "contrib" / "examples" / "research-crew"
+    current = await toren_runtime([example])
+    recorded = [await current.start_run("research-crew", topic)
+                for topic in ("postgres", "event sourcing")]
+    for run_id in recorded:
+        assert (await current.wait_for_run(run_id, timeout_s=30)).status == "completed"
+    candidate = await toren_runtime([example / "evals" / "candidate"])
+    search = parse_run_search({}, agents=("research-crew",), status="completed", limit=10)
+    cases = await candidate.evals.runs_dataset(search, name="recorded")
+    assert sorted(c.from_run for c in cases.cases) == sorted(recorded)
+    assert all(c.expected and c.graders[0].kind == "exact" for c in cases.cases)
+
+    # fresh runs of the recorded inputs: the candidate answers without its word count
+    fresh = await candidate.evals.create(cases, "research-crew")
+    report = await candidate.evals.work(fresh.id)
+    assert report["totals"]["passed"] == 0
+    assert all(c["failures"][0].startswith("exact: differs at character")
+               for c in report["cases"])
+    # the eval's own runs are never taken for recorded ones
+    again = await candidate.evals.runs_dataset(search, name="again")
+    assert again.hash == cases.hash
+
+    # forks at step 1 on the candidate; one made before a crash is found, not made again
+    forks = await candidate.evals.create(cases, "research-crew", fork_at=1)
+    first = cases.cases[0]
+    premade = fork_run_id(forks.id, first.id, 1)
+    await candidate.store.claim_case_run(forks.id, first.id, 1)
+    await candidate.forks.fork(first.from_run, 1, fork_id=premade)  # the crash's leftover
+    report = await candidate.evals.work(forks.id)
+    runs = {c["case_id"]: c["run_ids"][0] for c in report["cases"]}
+    assert runs[first.id] == premade
+    candidate_version = candidate.agents["research-crew"].version.hash
+    for case in cases.cases:
+        fork = await candidate.get_run(runs[case.id])
+        assert (await candidate.forks.fork_of(fork.id))["source_run_id"] == case.from_run
+        if fork.id != premade:
+            assert fork.agent_version == candidate_version
+    assert len(await candidate.list_runs(agent="research-crew", limit=100)) == 2 + 2 + 2
+    with pytest.raises(ConfigError, match="--fork-at replays recorded runs"):
+        await candidate.evals.create(Dataset("x", (Case("c", "hi"),)), "research-crew",
+                                     fork_at=1)
+    too_far = await candidate.evals.create(cases, "research-crew", fork_at=99)
+    failed = await candidate.evals.work(too_far.id)
+    assert all(c["run_ids"] == [None] and c["failures"][0].startswith("run not_run")
+               for c in failed["cases"])

@@ -113,3 +113,11 @@ def test_compare_names_fixed_broken_and_flaky_cases() -> None:
     assert found["pass_rate"] == {"a": 0.75, "b": 0.5, "delta": -0.25}
     assert found["cost_usd"]["delta_total"] == pytest.approx(0.08 - 0.04)
     assert compare(candidate, base)["changes"]["broken"] == 0
+
+
+def test_exact_says_where_two_texts_first_differ() -> None:
+    run = Trajectory("completed", "Here is what I found:\n- lookup: tides\n- count: 3")
+    check = plain_check(Grader("exact", "Here is what I found:\n- lookup: tides\n"), run)
+    assert not check.passed
+    assert check.detail == ("differs at character 38: expected '… what I found:\\n- lookup: "
+                            "tides', got '… what I found:\\n- lookup: tides\\n- count: 3'")

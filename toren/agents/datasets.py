@@ -224,8 +224,8 @@ def _check_finite(value: Any, at: tuple[str | int, ...], line: Any, path: str) -
 
 def _graders(data: Any, at: tuple[str | int, ...], line: Any, path: str) -> list[Grader]:
     if not isinstance(data, list):
-        raise EvalDatasetError(f"{_field(at)} must be a list of graders such as "
-                               "- contains: Paris", path=path, line=line(at))
+        raise EvalDatasetError(f"{_field(at) if at else 'the file'} must be a list of graders "
+                               "such as - contains: Paris", path=path, line=line(at))
     return [_grader(item, (*at, i), line, path) for i, item in enumerate(data)]
 
 
@@ -288,3 +288,19 @@ def _grader(data: Any, at: tuple[str | int, ...], line: Any, path: str) -> Grade
         raise EvalDatasetError(f"{_field((*at, 'model'))} must be a model id such as "
                                "anthropic/claude-sonnet-4-5", path=path, line=where)
     return Grader(kind, value, model)
+
+
+def load_graders(path: Path) -> list[Grader]:
+    """The graders in a YAML file (a list, as a dataset's ``graders:``), for the cases
+    ``--from-runs`` makes; ``EvalDatasetError`` naming the file, line and field."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EvalDatasetError(f"not UTF-8 text (byte {exc.start})", path=str(path)) from None
+    except OSError as exc:
+        raise EvalDatasetError(f"cannot be read: {exc.strerror or exc}", path=str(path)) from None
+    try:
+        located = load_located(text, path=str(path))
+    except AgentDefinitionError as exc:
+        raise EvalDatasetError(exc.message) from None
+    return _graders(located.data, (), located.line_of, str(path))

@@ -3,9 +3,11 @@ every case a durable run, graded, reported and compared (docs/guides/evals.md)."
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,10 +40,11 @@ EvalArgument = Annotated[str, typer.Argument(metavar="EVAL_ID", help="The eval's
 
 @app.command("run")
 def run(
-    dataset: Annotated[Path, typer.Argument(
-        metavar="DATASET", help="A .yaml/.jsonl file of cases, or a directory of them.")],
+    dataset: Annotated[Path | None, typer.Argument(
+        metavar="[DATASET]", help="A .yaml/.jsonl file of cases, or a directory of them "
+                                  "(or --from-runs).")] = None,
     agent: Annotated[str, typer.Option("--agent", "-a", metavar="NAME",
-                                       help="The agent to evaluate.")],
+                                       help="The agent to evaluate.")] = "",
     dirs: DirsOption = None,
     version: Annotated[str | None, typer.Option(
         metavar="HASH",
@@ -61,17 +64,54 @@ def run(
         "--evals", metavar="FILE",
         help="The evals.py whose functions grade function: graders (default: evals.py next "
              "to the dataset, else in the agent's directory).")] = None,
+    from_runs: Annotated[list[str] | None, typer.Option(
+        "--from-runs", metavar="FILTERS",
+        help="Make the dataset from recorded runs of the agent instead of a file: "
+             "key=value filters (repeatable, or several in one value): status= (default "
+             "completed), version=, schedule=, q= (words). Each run's input is a case, its "
+             "output the expected answer.")] = None,
+    since: Annotated[str | None, typer.Option(
+        metavar="WHEN", help="With --from-runs: runs created since WHEN (7d, 12h, 30m, or an "
+                             "ISO 8601 date or time).")] = None,
+    until: Annotated[str | None, typer.Option(
+        metavar="WHEN", help="With --from-runs: runs created before WHEN.")] = None,
+    runs_limit: Annotated[int, typer.Option(
+        "--runs-limit", min=1, max=10_000, metavar="N",
+        help="With --from-runs: at most N runs, newest first.")] = 50,
+    graders: Annotated[Path | None, typer.Option(
+        "--graders", metavar="FILE",
+        help="With --from-runs: a YAML list of graders for every case (default: exact, the "
+             "recorded output).")] = None,
+    fork_at: Annotated[int | None, typer.Option(
+        "--fork-at", min=0, metavar="N",
+        help="With --from-runs: replay each run as a fork at step N (its first N steps "
+             "copied, free) on the evaluated version, instead of a fresh run of its input.")
+    ] = None,
     fail_under: FailUnder = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run every case of DATASET as a durable run of AGENT, grade it, and print the report.
     A stopped eval (Ctrl-C, a crash, SIGKILL) goes on with `toren eval resume EVAL_ID`:
     cases already run are never run or paid again."""
-    from toren.agents.datasets import load_dataset
+    from toren.agents.datasets import load_dataset, load_graders
 
+    if not agent:
+        raise ConfigError("--agent is required: the agent to evaluate")
     if version is not None and dirs and len(dirs) > 1:
         raise ConfigError("--version loads the agent from the database: give at most one --dir")
-    found = load_dataset(dataset)  # a bad dataset fails before the database starts
+    if (dataset is None) == (from_runs is None):
+        raise ConfigError("give a DATASET file or directory, or --from-runs FILTERS (one of "
+                          "the two)")
+    if from_runs is None and (since or until or graders or fork_at is not None):
+        raise ConfigError("--since, --until, --graders and --fork-at go with --from-runs")
+    runs: dict[str, Any] | None = None
+    found = None
+    if dataset is not None:
+        found = load_dataset(dataset)  # a bad dataset fails before the database starts
+    else:
+        assert from_runs is not None
+        runs = {"filters": runs_filters(from_runs, agent, since, until), "limit": runs_limit,
+                "graders": load_graders(graders) if graders else [], "fork_at": fork_at}
     if evals is not None and not evals.is_file():
         raise ConfigError(f"--evals {evals}: no such file")
     with ExitStack() as stack:
@@ -80,14 +120,51 @@ def run(
         report = run_interruptible(_run(found, dataset, agent, dirs, version, model, root,
                                         repeat=repeat, concurrency=concurrency,
                                         grader_model=grader_model, evals=evals,
-                                        as_json=as_json))
+                                        as_json=as_json, runs=runs))
     _finish(report, fail_under, as_json)
 
 
-async def _run(found: Any, dataset_path: Path, agent: str, dirs: list[Path] | None,
+#: What ``--from-runs`` filters by (``GET /runs``' search parameters, and the status).
+RUN_FILTERS = ("status", "version", "schedule", "q")
+_RELATIVE = re.compile(r"(\d+)([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def runs_filters(values: list[str], agent: str, since: str | None,
+                 until: str | None) -> dict[str, str]:
+    """``--from-runs`` values (``key=value`` words), ``--since`` and ``--until`` as the
+    search's parameters; ``ConfigError`` saying which word is wrong."""
+    found: dict[str, str] = {}
+    for value in values:
+        for word in value.split():
+            key, sep, text = word.partition("=")
+            if not sep or not text:
+                raise ConfigError(f"--from-runs {word!r}: give key=value filters such as "
+                                  "status=completed version=1.0")
+            if key == "agent":
+                if text != agent:
+                    raise ConfigError(f"--from-runs agent={text}: the runs must be of the "
+                                      f"agent evaluated ({agent}); replays run their inputs "
+                                      "on its version")
+                continue
+            if key not in RUN_FILTERS:
+                raise ConfigError(f"--from-runs {word!r}: unknown filter {key!r}; filters: "
+                                  f"agent, {', '.join(RUN_FILTERS)} (and --since, --until)")
+            found[key] = text
+    for name, moment in (("since", since), ("until", until)):
+        if moment:
+            relative = _RELATIVE.fullmatch(moment.strip())
+            if relative:
+                delta = timedelta(**{_UNITS[relative[2]]: int(relative[1])})
+                moment = (datetime.now(UTC) - delta).isoformat()
+            found[name] = moment
+    return found
+
+
+async def _run(found: Any, dataset_path: Path | None, agent: str, dirs: list[Path] | None,
                version: str | None, model: str | None, root: Path, *, repeat: int,
                concurrency: int, grader_model: str | None, evals: Path | None,
-               as_json: bool) -> dict[str, Any]:
+               as_json: bool, runs: dict[str, Any] | None = None) -> dict[str, Any]:
     if version is not None:
         directory = await _stored_version(agent, version, root)
         source = f"--version {version}"
@@ -99,16 +176,31 @@ async def _run(found: Any, dataset_path: Path, agent: str, dirs: list[Path] | No
 
         directory = with_model(directory, model, root / "with-model")
         source += f" --model {model}"
-    functions = evals or _default_functions(dataset_path, directory, version is None)
+    functions = evals or (_default_functions(dataset_path, directory, version is None)
+                          if dataset_path is not None else None)
     runtime = _serving(directory, agent)
     await runtime.start(workers=True)
     try:
+        fork_at = None
+        if runs is not None:
+            from toren.core.run_search import parse_run_search
+
+            filters = dict(runs["filters"])
+            status = filters.pop("status", "completed")
+            search = parse_run_search(filters, agents=(agent,), status=status,
+                                      limit=runs["limit"])
+            words = " ".join(f"{k}={v}" for k, v in runs["filters"].items())
+            found = await runtime.evals.runs_dataset(
+                search, graders=runs["graders"],
+                name=f"runs of {agent} ({words or 'status=completed'})")
+            fork_at = runs["fork_at"]
+            source += " --from-runs" + (f" --fork-at {fork_at}" if fork_at is not None else "")
         async with runtime.audit.recording(cli_actor(), "eval.start", "cli",
                                            agent=agent) as note:
             record = await runtime.evals.create(
                 found, agent, model=model, repeat=repeat, concurrency=concurrency,
                 grader_model=grader_model, source=source,
-                functions=str(functions.resolve()) if functions else None)
+                functions=str(functions.resolve()) if functions else None, fork_at=fork_at)
             note.target = record.id
         return await _work(runtime, record, as_json)
     finally:

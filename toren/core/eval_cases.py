@@ -67,17 +67,23 @@ class Case:
     graders: tuple[Grader, ...] = ()
     #: Where it was read from (``file:line``), for messages; not part of the hash.
     source: str = ""
+    #: The recorded run it was made from (``--from-runs``): its input, its output as
+    #: ``expected``; an eval with ``fork_at`` forks it. Part of the hash.
+    from_run: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "input": self.input, "expected": self.expected,
-                "tags": list(self.tags), "graders": [g.to_json() for g in self.graders],
-                "source": self.source}
+        found = {"id": self.id, "input": self.input, "expected": self.expected,
+                 "tags": list(self.tags), "graders": [g.to_json() for g in self.graders],
+                 "source": self.source}
+        if self.from_run is not None:
+            found["from_run"] = self.from_run
+        return found
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Case:
         return cls(data["id"], data["input"], data.get("expected"), tuple(data.get("tags", ())),
                    tuple(Grader.from_json(g) for g in data.get("graders", ())),
-                   data.get("source", ""))
+                   data.get("source", ""), data.get("from_run"))
 
     def content(self) -> dict[str, Any]:
         """What the dataset's hash covers of the case."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,6 +47,9 @@ class EvalRecord:
     #: The ``evals.py`` whose functions grade ``function:`` graders (its path on the machine
     #: that started the eval), if any.
     functions: str | None = None
+    #: Replays by fork: each case made from a recorded run (``Case.from_run``) runs as a fork
+    #: of that run at this step, on the eval's version (``None``: a fresh run of its input).
+    fork_at: int | None = None
 
     def to_json(self, *, cases: bool = False) -> dict[str, Any]:
         """The eval's JSON (``GET /evals/{id}``'s ``eval``); ``cases``: with the dataset's
@@ -58,7 +62,7 @@ class EvalRecord:
                 "version": self.version, "human_version": self.human_version,
                 "model": self.model, "repeat": self.repeat, "concurrency": self.concurrency,
                 "grader_model": self.grader_model, "status": self.status,
-                "source": self.source, "functions": self.functions,
+                "source": self.source, "functions": self.functions, "fork_at": self.fork_at,
                 "created_at": _iso(self.created_at), "finished_at": _iso(self.finished_at)}
 
 
@@ -95,6 +99,17 @@ def idempotency_key(eval_id: str, case_id: str, repeat: int) -> str:
     agent's runs table holds each key once, so a resumed eval finds the run instead of
     starting a second."""
     return f"eval:{eval_id}:{repeat}:{case_id}"
+
+
+#: The namespace of the ids of forks an eval makes (``fork_run_id``).
+_FORKS = uuid.UUID("5b7c1c1e-3f0e-4d6b-9a51-7f0f3e3d2a10")
+
+
+def fork_run_id(eval_id: str, case_id: str, repeat: int) -> str:
+    """The id of the fork that replays repeat ``repeat`` of case ``case_id`` (``fork_at``):
+    decided before the fork is made, the same on every try, so a resumed eval finds the fork
+    (a run id is made once) instead of making a second."""
+    return str(uuid.uuid5(_FORKS, idempotency_key(eval_id, case_id, repeat)))
 
 
 # -- what a run did ------------------------------------------------------------------------------
@@ -172,6 +187,21 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def _first_difference(expected: str, got: str, context: int = 30) -> str:
+    """Where two texts first differ, with a little of each around it."""
+    at = next((i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b),
+              min(len(expected), len(got)))
+    start = max(0, at - context)
+
+    def around(text: str) -> str:
+        piece = text[start:at + context]
+        return ("…" if start else "") + piece + ("…" if at + context < len(text) else "")
+
+    if at == 0:
+        return f"expected {_short(expected)}, got {_short(got)}"
+    return f"differs at character {at + 1}: expected {around(expected)!r}, got {around(got)!r}"
+
+
 def plain_check(grader: Grader, trajectory: Trajectory) -> Check:
     """The verdict of a grader that needs no I/O (every kind but ``function`` and
     ``rubric``) on a run's trajectory."""
@@ -180,10 +210,12 @@ def plain_check(grader: Grader, trajectory: Trajectory) -> Check:
     if kind == "exact":
         if isinstance(value, str):
             passed = text.strip() == value.strip()
+            detail = "" if passed else _first_difference(value.strip(), text.strip())
         else:
             passed = trajectory.output == value
-        return Check(kind, passed, "" if passed else f"expected {_short(value)}, got "
-                     f"{_short(trajectory.output)}")
+            detail = "" if passed else (f"expected {_short(value)}, got "
+                                        f"{_short(trajectory.output)}")
+        return Check(kind, passed, detail)
     if kind == "contains":
         missing = [item for item in value if item not in text]
         return Check(kind, not missing,
@@ -280,6 +312,7 @@ class CaseSummary:
     run_ids: list[str | None] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     cost_usd: float = 0.0
+    from_run: str | None = None
 
     @property
     def flaky(self) -> bool:
@@ -293,7 +326,7 @@ class CaseSummary:
         return {"case_id": self.case_id, "tags": list(self.tags), "runs": self.runs,
                 "graded": self.graded, "passed": self.passed, "pass_rate": self.pass_rate,
                 "flaky": self.flaky, "run_ids": self.run_ids, "failures": self.failures,
-                "cost_usd": round(self.cost_usd, 10)}
+                "cost_usd": round(self.cost_usd, 10), "from_run": self.from_run}
 
 
 def report(record: EvalRecord, case_runs: Sequence[CaseRun]) -> dict[str, Any]:
@@ -301,7 +334,8 @@ def report(record: EvalRecord, case_runs: Sequence[CaseRun]) -> dict[str, Any]:
     each case over its repeats (flaky ones marked), the runs' cost and latency
     distributions and the graders' own cost."""
     by_case: dict[str, CaseSummary] = {
-        case.id: CaseSummary(case.id, case.tags) for case in record.dataset.cases}
+        case.id: CaseSummary(case.id, case.tags, from_run=case.from_run)
+        for case in record.dataset.cases}
     costs: list[float] = []
     latencies: list[float] = []
     grader_cost = 0.0

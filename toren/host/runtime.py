@@ -222,7 +222,7 @@ class Runtime:
             start_run=lambda agent, input, key: self.start_run(agent, input,
                                                                idempotency_key=key),
             get_run=self.get_run, run_events=self.run_events, totals=self.runs.totals,
-            model=self.model)
+            model=self.model, fork=self.forks.fork, search=self.runs.search)
         #: What this runtime hands its channels (``Channel.start``, ``routes``,
         #: ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more.
         self.channel_context: ChannelContext = RuntimeChannelContext(

@@ -18,7 +18,7 @@ import logging
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from toren.core.evals import (
     EvalRecord,
     Trajectory,
     compare,
+    fork_run_id,
     idempotency_key,
     plain_check,
     report,
@@ -39,14 +40,17 @@ from toren.core.evals import (
 )
 from toren.core.events import Event
 from toren.core.messages import Message, ModelRequest
-from toren.core.runs import RunRecord, RunTotals
+from toren.core.runs import RunRecord, RunSearch, RunTotals
 from toren.core.versions import AgentVersion
 from toren.errors import (
     ConfigError,
     EvalDatasetError,
     EvalMismatch,
     EvalNotFound,
+    ForkRefused,
+    InvalidForkStep,
     ProviderError,
+    RunNotFound,
 )
 from toren.seams.model import Model
 from toren.seams.store.evals import EvalStore
@@ -136,6 +140,8 @@ class EvalsService:
         run_events: every event of a run.
         totals: each run's ``RunTotals``.
         model: the ``Model`` for a model id (a rubric's grader).
+        fork: ``ForksService.fork`` (replays by fork, ``fork_at``).
+        search: ``RunsService.search`` (datasets made from recorded runs).
     """
 
     def __init__(self, store: EvalStore, versions: AgentVersionStore, registered: Migrator,
@@ -144,7 +150,9 @@ class EvalsService:
                  get_run: Callable[[str], Awaitable[RunRecord]],
                  run_events: Callable[[RunRecord], Awaitable[list[Event]]],
                  totals: Callable[[Sequence[RunRecord]], Awaitable[dict[str, RunTotals]]],
-                 model: Callable[[str], Model]) -> None:
+                 model: Callable[[str], Model],
+                 fork: Callable[..., Awaitable[RunRecord]] | None = None,
+                 search: Callable[[RunSearch], Awaitable[Any]] | None = None) -> None:
         self._store = store
         self._versions = versions
         self._registered = registered
@@ -154,6 +162,8 @@ class EvalsService:
         self._run_events = run_events
         self._totals = totals
         self._model = model
+        self._fork = fork
+        self._search = search
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -207,12 +217,15 @@ class EvalsService:
 
     async def create(self, dataset: Dataset, agent: str, *, model: str | None = None,
                      repeat: int = 1, concurrency: int = 4, grader_model: str | None = None,
-                     source: str = "", functions: str | None = None) -> EvalRecord:
+                     source: str = "", functions: str | None = None,
+                     fork_at: int | None = None) -> EvalRecord:
         """Keep a new eval of ``dataset`` against the served definition of ``agent`` (whose
         model is ``model`` when the eval overrides it: the caller serves a definition that
         says so); ``functions``: the absolute path of the ``evals.py`` that grades
-        ``function:`` graders. Nothing runs until ``work``. ``ConfigError`` for a bad
-        repeat, concurrency or grader model, or an agent not served here."""
+        ``function:`` graders; ``fork_at``: replay each case (every one made from a
+        recorded run: ``runs_dataset``) as a fork of its run at that step, on this version.
+        Nothing runs until ``work``. ``ConfigError`` for a bad repeat, concurrency or grader
+        model, or an agent not served here."""
         spec = self._served(agent)
         if not 1 <= repeat <= MAX_REPEAT:
             raise ConfigError(f"--repeat must be 1 to {MAX_REPEAT}, not {repeat}")
@@ -230,12 +243,19 @@ class EvalsService:
                 raise EvalDatasetError(f"a rubric's model {model_id!r} cannot be used: "
                                        f"{exc.message}") from None
         _check_functions(dataset, EvalFunctions(Path(functions) if functions else None))
+        if fork_at is not None:
+            if isinstance(fork_at, bool) or not isinstance(fork_at, int) or fork_at < 0:
+                raise ConfigError(f"--fork-at must be a step, 0 or more, not {fork_at!r}")
+            loose = [case.id for case in dataset.cases if case.from_run is None]
+            if loose:
+                raise ConfigError(f"--fork-at replays recorded runs, but case {loose[0]!r} "
+                                  "was not made from one: use --from-runs")
         assert spec.version is not None
         record = EvalRecord(id=str(uuid.uuid4()), agent=agent, dataset=dataset,
                             version=spec.version.hash, human_version=spec.version.human,
                             model=model, repeat=repeat, concurrency=concurrency,
                             grader_model=grader_model, source=source,
-                            functions=functions)
+                            functions=functions, fork_at=fork_at)
         return await self._store.create_eval(record)
 
     def _served(self, agent: str) -> AgentSpec:
@@ -308,15 +328,80 @@ class EvalsService:
             return claimed
         run_id = claimed.run_id
         if run_id is None:
-            # the idempotency key is what a resume finds this run by if we stop right after
-            # it is created and before set_case_run keeps its id
-            run_id = await self._start_run(record.agent, case.input,
-                                           idempotency_key(record.id, case.id, repeat))
+            try:
+                run_id = await self._start_case_run(record, case, repeat)
+            except (InvalidForkStep, ForkRefused, RunNotFound) as exc:
+                # a recorded run that cannot be forked there: the case fails, saying why
+                lost = Trajectory("not_run", None, error=exc.message)
+                grade = verdict(case, lost, [Check("fork", False, exc.message)])
+                await self._store.grade_case_run(record.id, case.id, repeat, grade)
+                return CaseRun(record.id, case.id, repeat, None, grade, claimed.created_at)
             await self._store.set_case_run(record.id, case.id, repeat, run_id)
         ended = await self._wait(run_id)
         grade = await self.grade(case, ended, record, functions)
         await self._store.grade_case_run(record.id, case.id, repeat, grade)
         return CaseRun(record.id, case.id, repeat, run_id, grade, claimed.created_at)
+
+    async def _start_case_run(self, record: EvalRecord, case: Case, repeat: int) -> str:
+        """Create the case run: a run of the case's input, or (``fork_at``) a fork of the
+        recorded run it was made from. Either way its identity is decided before it is made
+        (an idempotency key, a fork id), so a resume that comes here again after a crash
+        finds it rather than make a second."""
+        if record.fork_at is None or case.from_run is None:
+            return await self._start_run(record.agent, case.input,
+                                         idempotency_key(record.id, case.id, repeat))
+        assert self._fork is not None, "replays by fork need the ForksService"
+        fork_id = fork_run_id(record.id, case.id, repeat)
+        try:
+            return (await self._get_run(fork_id)).id  # made before a crash
+        except RunNotFound:
+            pass
+        spec = self._served(record.agent)
+        try:
+            made = await self._fork(case.from_run, record.fork_at, fork_id=fork_id,
+                                    version=spec.version, requested_by=f"eval:{record.id}")
+        except (InvalidForkStep, ForkRefused, RunNotFound):
+            raise
+        except Exception:
+            try:  # another process working this eval made it first
+                return (await self._get_run(fork_id)).id
+            except RunNotFound:
+                pass
+            raise
+        return made.id
+
+    async def runs_dataset(self, search: RunSearch, *, name: str,
+                           graders: Sequence[Grader] = ()) -> Dataset:
+        """A dataset of recorded runs (``--from-runs``): a case per run ``search`` finds
+        (newest first, at most ``search.limit``; an eval's own case runs left out), its input
+        the run's, its ``expected`` the run's output, named ``run:<run id>``, with
+        ``graders`` (``expected`` adds ``exact`` unless they hold an exact, schema or
+        function grader). ``EvalDatasetError`` when no run matches."""
+        assert self._search is not None, "datasets of runs need the RunsService"
+        wanted = search.limit
+        found: list[RunRecord] = []
+        page_search = replace(search, limit=min(200, max(wanted, 1)))
+        while len(found) < wanted:
+            page = await self._search(page_search)
+            found += [run for run in page.items
+                      if not (run.idempotency_key or "").startswith("eval:")]
+            if page.after is None and page.next_offset is None:
+                break
+            page_search = replace(page_search, before=page.after,
+                                  offset=page.next_offset or 0)
+        found = found[:wanted]
+        if not found:
+            raise EvalDatasetError("--from-runs: no run matches (an eval's own case runs are "
+                                   "left out); see `toren jobs list`")
+        reads_expected = any(g.kind in ("exact", "function", "schema") for g in graders)
+        cases = []
+        for run in found:
+            own = tuple(graders)
+            if run.output is not None and not reads_expected:
+                own = (Grader("exact", run.output), *own)
+            cases.append(Case(f"run:{run.id}", run.input, run.output, ("from-runs",), own,
+                              f"run {run.id}", run.id))
+        return Dataset(name, tuple(cases))
 
     async def _wait(self, run_id: str) -> RunRecord:
         delay = 0.05

@@ -15,7 +15,8 @@ from toren.testing.contracts.support import new_agent_name, new_id
 
 def new_eval(agent: str, **fields: object) -> EvalRecord:
     cases = (Case("a", "first", expected="x", tags=("t",),
-                  graders=(Grader("exact", "x"), Grader("rubric", "r", model="m/judge"))),
+                  graders=(Grader("exact", "x"), Grader("rubric", "r", model="m/judge")),
+                  source="cases.yaml:3", from_run=str(uuid.UUID(int=7))),
              Case("b", {"question": "second"}, graders=(Grader("max_steps", 3),)))
     return EvalRecord(id=str(uuid.uuid4()), agent=agent, dataset=Dataset("set", cases),
                       version="f" * 64, **fields)  # type: ignore[arg-type]
@@ -27,15 +28,15 @@ class EvalStoreContract(StoreFixtures):
     async def test_an_eval_is_kept_whole_and_finished_once(self, store: Store) -> None:
         record = new_eval(new_agent_name(), human_version="1.0", model="m/other", repeat=3,
                           concurrency=2, grader_model="m/judge", source="--dir crew",
-                          functions="/tmp/evals.py")
+                          functions="/tmp/evals.py", fork_at=2)
         kept = await store.create_eval(record)
         assert kept.created_at is not None and kept.status == "running"
         found = await store.get_eval(record.id)
         assert found is not None
         assert found.dataset == record.dataset and found.dataset.hash == record.dataset.hash
         assert (found.human_version, found.model, found.repeat, found.concurrency,
-                found.grader_model, found.source, found.functions) == (
-            "1.0", "m/other", 3, 2, "m/judge", "--dir crew", "/tmp/evals.py")
+                found.grader_model, found.source, found.functions, found.fork_at) == (
+            "1.0", "m/other", 3, 2, "m/judge", "--dir crew", "/tmp/evals.py", 2)
         assert found.finished_at is None
         finished = await store.finish_eval(record.id)
         assert finished is not None and finished.status == "finished"

@@ -48,7 +48,7 @@ class PostgresEvalStore(PostgresConnection, EvalStore):
                     "human_version": record.human_version, "model": record.model,
                     "repeat": record.repeat, "concurrency": record.concurrency,
                     "grader_model": record.grader_model, "source": record.source,
-                    "functions": record.functions})
+                    "functions": record.functions, "fork_at": record.fork_at})
                 row = await cursor.fetchone()
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"an eval with id {record.id} is kept already") from None
@@ -118,7 +118,7 @@ def _record(row: dict[str, Any]) -> EvalRecord:
         repeat=row["repeat"], concurrency=row["concurrency"],
         grader_model=row["grader_model"], status=row["status"],
         created_at=row["created_at"], finished_at=row["finished_at"], source=row["source"],
-        functions=row["functions"])
+        functions=row["functions"], fork_at=row["fork_at"])
 
 
 def _case_run(eval_id: str, row: dict[str, Any]) -> CaseRun:

@@ -3,21 +3,21 @@
 -- create_eval --
 INSERT INTO toren_control.evals (id, status, agent, dataset_name, dataset_hash, dataset,
                                  version, human_version, model, repeat, concurrency,
-                                 grader_model, source, functions)
+                                 grader_model, source, functions, fork_at)
 VALUES (%(id)s, 'running', %(agent)s, %(dataset_name)s, %(dataset_hash)s, %(dataset)s,
         %(version)s, %(human_version)s, %(model)s, %(repeat)s, %(concurrency)s,
-        %(grader_model)s, %(source)s, %(functions)s)
+        %(grader_model)s, %(source)s, %(functions)s, %(fork_at)s)
 RETURNING created_at;
 
 -- get_eval --
 SELECT id, created_at, finished_at, status, agent, dataset, version, human_version, model,
-       repeat, concurrency, grader_model, source, functions
+       repeat, concurrency, grader_model, source, functions, fork_at
 FROM toren_control.evals WHERE id = %(id)s;
 
 -- list_evals --
 -- Newest first; a page goes on after the eval named by %(before)s.
 SELECT e.id, e.created_at, e.finished_at, e.status, e.agent, e.dataset, e.version,
-       e.human_version, e.model, e.repeat, e.concurrency, e.grader_model, e.source, e.functions
+       e.human_version, e.model, e.repeat, e.concurrency, e.grader_model, e.source, e.functions, e.fork_at
 FROM toren_control.evals e
 WHERE (%(agent)s::text IS NULL OR e.agent = %(agent)s)
   AND (%(before)s::uuid IS NULL OR (e.created_at, e.id) < (

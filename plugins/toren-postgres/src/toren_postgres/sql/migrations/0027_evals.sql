@@ -24,7 +24,9 @@ CREATE TABLE toren_control.evals (
     -- where the definition came from (--dir DIR, --version V), for people
     source        text NOT NULL DEFAULT '',
     -- the evals.py that grades function: graders (a path on the machine that started it)
-    functions     text
+    functions     text,
+    -- replays by fork: cases made from recorded runs fork them at this step (NULL: fresh runs)
+    fork_at       integer CHECK (fork_at >= 0)
 );
 CREATE INDEX evals_created_idx ON toren_control.evals (created_at DESC, id DESC);
 CREATE INDEX evals_agent_idx ON toren_control.evals (agent, created_at DESC, id DESC);
