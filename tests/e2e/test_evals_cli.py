@@ -89,17 +89,17 @@ def test_run_report_compare_and_list(toren_cli, database_url: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize(("args", "dataset", "words"), [
-    (("--agent", "clicrew"), "cases:\n  - input: hi\n    grader: x\n",
+    (("cases.yaml", "--agent", "clicrew"), "cases:\n  - input: hi\n    grader: x\n",
      "cases.yaml:3: cases[0].grader: unknown field 'grader'"),
-    (("--agent", "nobody"), DATASET, "agent 'nobody' is not served here"),
-    (("--agent", "clicrew", "--version", "zz"), DATASET,
+    (("cases.yaml", "--agent", "nobody"), DATASET, "agent 'nobody' is not served here"),
+    (("cases.yaml", "--agent", "clicrew", "--version", "zz"), DATASET,
      "--version zz: this database has no agent 'clicrew'"),
-    (("--agent", "clicrew", "--evals", "missing.py"), DATASET,
-     "--evals missing.py: no such file"),
-    (("--agent", "clicrew"), DATASET.replace("says_three", "no_such"),
+    (("cases.yaml", "--agent", "clicrew"), DATASET.replace("says_three", "no_such"),
      "has no function 'no_such'"),
-    (("--agent", "clicrew", "--model", " "), DATASET, "--model must be a model id"),
-    (("--agent", "clicrew", "--model", "nowhere/x"), DATASET, "nowhere/x"),
+    (("cases.yaml", "--agent", "clicrew", "--model", "nowhere/x"), DATASET, "nowhere/x"),
+    (("--agent", "clicrew", "--from-runs", "colour=red"), DATASET,
+     "unknown filter 'colour'"),
+    (("--agent", "clicrew", "--from-runs", "status=completed"), DATASET, "no run matches"),
 ])
 def test_bad_input_is_one_line_and_starts_nothing(toren_cli, database_url: str,
                                                   tmp_path: Path, args: tuple[str, ...],
@@ -110,7 +110,7 @@ def test_bad_input_is_one_line_and_starts_nothing(toren_cli, database_url: str,
     (agent / "prompt.md").write_text("Answer.\n")
     (tmp_path / "cases.yaml").write_text(dataset)
     (tmp_path / "evals.py").write_text(EVALS_PY)
-    done = toren_cli("eval", "run", "cases.yaml", "--dir", str(agent), *args,
+    done = toren_cli("eval", "run", "--dir", str(agent), *args,
                      env={"DATABASE_URL": database_url})
     assert done.returncode == 1, done.stdout
     assert words in one_line(done.stderr)

@@ -118,3 +118,43 @@ def _binary(tmp_path: Path) -> Path:
     path = tmp_path / "bin.jsonl"
     path.write_bytes(b'{"input": "\xff"}\n')
     return path
+
+
+def test_from_runs_filters_and_moments() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from toren.cli.evals import runs_filters
+    from toren.errors import ConfigError
+
+    found = runs_filters(["status=failed version=1.0", "q=tides"], "crew", "7d", "2026-12-01")
+    assert {k: v for k, v in found.items() if k != "since"} == {
+        "status": "failed", "version": "1.0", "q": "tides", "until": "2026-12-01"}
+    since = datetime.fromisoformat(found["since"])
+    assert abs(datetime.now(UTC) - timedelta(days=7) - since) < timedelta(seconds=5)
+    assert runs_filters(["agent=crew"], "crew", None, None) == {}
+    for words, message in (("status", "give key=value filters"),
+                           ("colour=red", "unknown filter 'colour'"),
+                           ("agent=other", "the runs must be of the agent evaluated")):
+        with pytest.raises(ConfigError, match=message):
+            runs_filters([words], "crew", None, None)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({}, "--agent is required"),
+    ({"agent": "crew"}, "give a DATASET file or directory, or --from-runs"),
+    ({"agent": "crew", "dataset": Path("x.yaml"), "from_runs": ["status=completed"]},
+     "give a DATASET file or directory, or --from-runs"),
+    ({"agent": "crew", "dataset": Path("x.yaml"), "since": "7d"},
+     "--since, --until, --graders and --fork-at go with --from-runs"),
+    ({"agent": "crew", "dataset": Path("x.yaml"), "fork_at": 2},
+     "--since, --until, --graders and --fork-at go with --from-runs"),
+    ({"agent": "crew", "version": "1.0", "dirs": [Path("a"), Path("b")],
+      "dataset": Path("x.yaml")}, "give at most one --dir"),
+])
+def test_toren_eval_run_refuses_options_that_do_not_go_together(
+        kwargs: dict[str, object], message: str) -> None:
+    from toren.cli.evals import run
+    from toren.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        run(**kwargs)  # type: ignore[arg-type]
