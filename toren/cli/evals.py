@@ -237,7 +237,8 @@ async def _resume(eval_id: str, root: Path, as_json: bool) -> dict[str, Any]:
 async def _work(runtime: Runtime, record: EvalRecord, as_json: bool) -> dict[str, Any]:
     if as_json:
         return await runtime.evals.work(record.id)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+    from rich.progress import Progress as ProgressBar
 
     err_console.print(f"eval {record.id}: {safe(record.dataset.name)} "
                       f"({len(record.dataset.cases)} cases x {record.repeat}) against "
@@ -245,7 +246,7 @@ async def _work(runtime: Runtime, record: EvalRecord, as_json: bool) -> dict[str
                       + (f" ({safe(record.human_version)})" if record.human_version else "")
                       + (f" with {safe(record.model)}" if record.model else ""))
     err_console.print(f"  stopped? go on with: toren eval resume {record.id}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with ProgressBar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[passed]} passed, {task.fields[running]} running"),
                   console=err_console, transient=False) as bar:
         task = bar.add_task("cases", total=len(record.dataset.cases) * record.repeat,

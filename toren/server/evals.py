@@ -114,7 +114,8 @@ async def start_eval(request: web.Request) -> web.Response:
                           "from an evals.py, which the server does not take; run this eval "
                           "with `toren eval run` (other graders work here)")
     record = await runtime.evals.create(dataset, agent, grader_model=grader_model,
-                                        source="POST /evals", **numbers)
+                                        source="POST /evals", repeat=numbers["repeat"],
+                                        concurrency=numbers["concurrency"])
     _work(request.app, record)
     return web.json_response(record.to_json(), status=202)
 

@@ -207,10 +207,10 @@ async def _hidden_object(request: web.Request, key: ApiKey) -> web.Response | No
         value = info.get(field)
         if value is not None and _is_uuid(value):
             try:
-                record = await runtime.evals.get(value)
+                kept = await runtime.evals.get(value)
             except EvalNotFound:
                 continue  # the handler answers 404
-            if not key.may_touch(record.agent):
+            if not key.may_touch(kept.agent):
                 return _not_found("eval_id", value)
     approval = info.get("approval_id")
     if approval is not None and _is_uuid(approval):

@@ -117,7 +117,7 @@ class EvalFunctions:
                 raise ConfigError(f"{self.path}: cannot be imported: "
                                   f"{type(exc).__name__}: {exc}") from exc
             self._module = module
-        found = getattr(self._module, name, None)
+        found: Callable[..., Any] | None = getattr(self._module, name, None)
         if not callable(found):
             raise ConfigError(f"{self.path} has no function {name!r} (a case's function: "
                               "grader names it)")
@@ -437,7 +437,7 @@ class EvalsService:
         offered = {"output": path.output, "expected": case.expected, "input": case.input,
                    "case": case.to_json(), "trajectory": path.to_json()}
         try:
-            parameters = inspect.signature(function).parameters
+            parameters: Mapping[str, inspect.Parameter] = inspect.signature(function).parameters
         except (TypeError, ValueError):
             parameters = {}
         takes_all = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
@@ -509,10 +509,10 @@ def _function_result(name: str, result: Any) -> Check:
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], bool):
         return Check("function", result[0], f"{name}: {result[1]}")
     if isinstance(result, dict) and isinstance(result.get("passed"), bool):
-        score = result.get("score")
+        given = result.get("score")
         return Check("function", result["passed"],
                      f"{name}: {result.get('reason', '')}".rstrip(": "),
-                     float(score) if isinstance(score, int | float)
-                     and not isinstance(score, bool) else None)
+                     float(given) if isinstance(given, int | float)
+                     and not isinstance(given, bool) else None)
     return Check("function", False, f"{name} returned {type(result).__name__}; return True/"
                  "False, a score from 0 to 1, (passed, reason) or {'passed': ..., 'reason': ...}")
