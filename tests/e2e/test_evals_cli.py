@@ -37,7 +37,8 @@ cases:
 EVALS_PY = "def says_three(output):\n    return 'three' in output\n"
 
 
-def test_run_report_compare_and_list(toren_cli, database_url: str, tmp_path: Path) -> None:
+def test_run_report_compare_and_list(toren_cli, start_toren, database_url: str,
+                                     tmp_path: Path) -> None:
     agent = tmp_path / "clicrew"
     agent.mkdir()
     (agent / "agent.yaml").write_text("name: clicrew\nmodel: toren/scripted\nversion: '1.0'\n")
@@ -86,6 +87,18 @@ def test_run_report_compare_and_list(toren_cli, database_url: str, tmp_path: Pat
     with psycopg.connect(database_url) as conn:
         (runs,) = conn.execute("SELECT count(*) FROM agent_clicrew.runs").fetchone()
     assert runs == 8 + 4
+
+    # the same through a deployment's API (--url)
+    served = start_toren("dev", "--dir", str(agent), "--port", "0", "--json", env=env)
+    url = str(served.next_json()["url"])
+    remote = toren_cli("eval", "report", baseline, "--url", url, "--json", env=env)
+    assert remote.returncode == 0, remote.stderr
+    assert json.loads(remote.stdout)["cases"] == found["cases"]
+    remote_list = json.loads(toren_cli("eval", "list", "--url", url, "--json", env=env).stdout)
+    assert remote_list == listed
+    remote_compare = toren_cli("eval", "compare", baseline, candidate["eval"]["id"], "--url",
+                               url, "--json", env=env)
+    assert json.loads(remote_compare.stdout) == changes
 
 
 @pytest.mark.parametrize(("args", "dataset", "words"), [

@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from toren.cli.common import DirsOption, require_database, run_interruptible, stop_runtime
+from toren.cli.operator import UrlOption
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, print_table, safe
 from toren.core.actors import cli_actor
 from toren.errors import ConfigError
@@ -110,8 +111,11 @@ def run(
         found = load_dataset(dataset)  # a bad dataset fails before the database starts
     else:
         assert from_runs is not None
+        label = " ".join([*from_runs, *(f"--{name} {value}" for name, value in
+                                        (("since", since), ("until", until)) if value)])
         runs = {"filters": runs_filters(from_runs, agent, since, until), "limit": runs_limit,
-                "graders": load_graders(graders) if graders else [], "fork_at": fork_at}
+                "graders": load_graders(graders) if graders else [], "fork_at": fork_at,
+                "label": label}
     if evals is not None and not evals.is_file():
         raise ConfigError(f"--evals {evals}: no such file")
     with ExitStack() as stack:
@@ -189,10 +193,8 @@ async def _run(found: Any, dataset_path: Path | None, agent: str, dirs: list[Pat
             status = filters.pop("status", "completed")
             search = parse_run_search(filters, agents=(agent,), status=status,
                                       limit=runs["limit"])
-            words = " ".join(f"{k}={v}" for k, v in runs["filters"].items())
             found = await runtime.evals.runs_dataset(
-                search, graders=runs["graders"],
-                name=f"runs of {agent} ({words or 'status=completed'})")
+                search, graders=runs["graders"], name=f"runs of {agent} ({runs['label']})")
             fork_at = runs["fork_at"]
             source += " --from-runs" + (f" --fork-at {fork_at}" if fork_at is not None else "")
         async with runtime.audit.recording(cli_actor(), "eval.start", "cli",
@@ -278,11 +280,13 @@ def _finish(report: dict[str, Any], fail_under: float | None, as_json: bool) -> 
 
 
 @app.command("report")
-def report(eval_id: EvalArgument, fail_under: FailUnder = None,
+def report(eval_id: EvalArgument, fail_under: FailUnder = None, url: UrlOption = None,
            as_json: JsonOption = False) -> None:
     """The eval's pass rate, by tag and by case (flaky cases across repeats), and its runs'
     cost and latency."""
-    found = run_interruptible(_read(lambda runtime: runtime.evals.report(eval_id)))
+    found = run_interruptible(
+        _remote(url, lambda client: client.eval_report(eval_id)) if url else
+        _read(lambda runtime: runtime.evals.report(eval_id)))
     _finish(found, fail_under, as_json)
 
 
@@ -293,11 +297,14 @@ def compare(
     fail_on_broken: Annotated[bool, typer.Option(
         "--fail-on-broken", help=f"Exit with status {EXIT_UNDER} when a case that passed in "
                                  "A fails in B.")] = False,
+    url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """What changed from eval A to eval B: pass rates, cost, latency, and the cases fixed,
     broken and flaky."""
-    found = run_interruptible(_read(lambda runtime: runtime.evals.compare(eval_a, eval_b)))
+    found = run_interruptible(
+        _remote(url, lambda client: client.compare_evals(eval_a, eval_b)) if url else
+        _read(lambda runtime: runtime.evals.compare(eval_a, eval_b)))
     if as_json:
         print_json(found)
     else:
@@ -310,29 +317,46 @@ def compare(
 def list_evals(
     agent: Annotated[str | None, typer.Option("--agent", "-a", metavar="NAME",
                                               help="Only this agent's evals.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many.")] = 50,
+    url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Evals, newest first."""
-    found = run_interruptible(_read(lambda runtime: runtime.evals.list(agent=agent,
-                                                                       limit=limit)))
+
+    async def local(runtime: Runtime) -> list[dict[str, Any]]:
+        return [record.to_json() for record in await runtime.evals.list(agent=agent,
+                                                                        limit=limit)]
+
+    async def remote(client: Any) -> list[dict[str, Any]]:
+        return [dict(e) for e in (await client.list_evals(agent=agent, limit=limit))["evals"]]
+
+    found = run_interruptible(_remote(url, remote) if url else _read(local))
     if as_json:
-        print_json({"evals": [record.to_json() for record in found]})
+        print_json({"evals": found})
         return
     if not found:
         console.print("no evals")
         return
     table = Table("id", "agent", "dataset", "version", "model", "repeat", "status", "created")
     for record in found:
-        table.add_row(record.id, safe(record.agent), safe(record.dataset.name),
-                      record.version[:12] + (f" ({safe(record.human_version)})"
-                                             if record.human_version else ""),
-                      safe(record.model or ""), str(record.repeat), record.status,
-                      str(record.created_at)[:19])
+        table.add_row(record["id"], safe(record["agent"]), safe(record["dataset"]["name"]),
+                      record["version"][:12] + (f" ({safe(record['human_version'])})"
+                                                if record["human_version"] else ""),
+                      safe(record["model"] or ""), str(record["repeat"]), record["status"],
+                      str(record["created_at"])[:19].replace("T", " "))
     print_table(table)
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
+
+async def _remote(url: str, action: Any) -> Any:
+    """``action(client)`` on the deployment at ``url`` (with ``TOREN_API_KEY``)."""
+    from toren.cli.operator import api_url
+    from toren.client import TorenClient
+
+    async with TorenClient(api_url(url)) as client:
+        return await action(client)
 
 
 async def _read(action: Any) -> Any:
