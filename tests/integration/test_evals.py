@@ -232,3 +232,25 @@ async def test_recorded_runs_replayed_fresh_and_by_fork_on_a_candidate(
     failed = await candidate.evals.work(too_far.id)
     assert all(c["run_ids"] == [None] and c["failures"][0].startswith("run not_run")
                for c in failed["cases"])
+
+
+async def test_structured_output_is_graded_by_its_schema(toren_runtime: Any,
+                                                         tmp_path: Path) -> None:
+    schema = {"type": "object", "additionalProperties": False, "required": ["topic", "facts"],
+              "properties": {"topic": {"type": "string"},
+                             "facts": {"type": "array", "items": {"type": "string"}}}}
+    agent = write_agent_dir(tmp_path, "structured", output=schema)
+    runtime = await toren_runtime([agent])
+    stricter = {**schema, "properties": {**schema["properties"],
+                                         "topic": {"enum": ["moon"]}}}
+    cases = Dataset("structured", (
+        Case("shape", "tides", graders=(Grader("schema", schema),)),
+        Case("on-topic", "tides", graders=(Grader("schema", stricter),)),
+        Case("topic", "moon", graders=(Grader("contains", ['"topic": "moon"']),))))
+    record = await runtime.evals.create(cases, "structured")
+    found = {c["case_id"]: c for c in (await runtime.evals.work(record.id))["cases"]}
+    assert found["shape"]["passed"] == 1
+    assert found["on-topic"]["failures"] == ["schema: topic: 'tides' is not one of ['moon']"]
+    assert found["topic"]["passed"] == 1
+    graded = {r.case_id: r.grade for r in await runtime.store.case_runs(record.id)}
+    assert graded["shape"]["output"] == {"topic": "tides", "facts": ["tides"]}
