@@ -254,3 +254,20 @@ async def test_structured_output_is_graded_by_its_schema(toren_runtime: Any,
     assert found["topic"]["passed"] == 1
     graded = {r.case_id: r.grade for r in await runtime.store.case_runs(record.id)}
     assert graded["shape"]["output"] == {"topic": "tides", "facts": ["tides"]}
+
+
+async def test_a_run_made_just_before_a_crash_is_found_not_made_again(
+        toren_runtime: Any, agent: Path) -> None:
+    from toren.core.evals import idempotency_key
+
+    runtime = await toren_runtime([agent])
+    cases = Dataset("one", (Case("only", "hello", graders=(Grader("contains", ["hello"]),)),))
+    record = await runtime.evals.create(cases, "graded", repeat=2)
+    # the process died after creating repeat 1's run and before keeping its id
+    await runtime.store.claim_case_run(record.id, "only", 1)
+    orphan = await runtime.start_run("graded", "hello",
+                                     idempotency_key=idempotency_key(record.id, "only", 1))
+    found = await runtime.evals.work(record.id)
+    run_ids = found["cases"][0]["run_ids"]
+    assert run_ids[0] == orphan and len(set(run_ids)) == 2
+    assert len(await runtime.list_runs(agent="graded", limit=10)) == 2
