@@ -376,6 +376,34 @@ class SignalSent(TypedDict):
     status: str
 
 
+class Eval(TypedDict):
+    """An eval (``GET /evals``, ``POST /evals``): a dataset run against a version of an
+    agent (docs/guides/evals.md)."""
+
+    id: str
+    agent: str
+    dataset: dict[str, Any]
+    version: str
+    human_version: str | None
+    model: str | None
+    repeat: int
+    concurrency: int
+    grader_model: str | None
+    status: str
+    source: str
+    functions: str | None
+    fork_at: int | None
+    created_at: str | None
+    finished_at: str | None
+    working: NotRequired[bool]
+    started: NotRequired[bool]
+
+
+class EvalList(TypedDict):
+    evals: list[Eval]
+    next_cursor: str | None
+
+
 class TorenAPIError(TorenError):
     """The API answered with an error: ``status`` and the body's ``code`` and ``message``."""
 
@@ -429,6 +457,8 @@ _PATH_PARAMETERS: dict[str, tuple[str, re.Pattern[str], str]] = {
     "question_id": ("question id", _UUID, _UUID_FORM),
     "file_id": ("file id", _UUID, _UUID_FORM),
     "memory_id": ("memory id", _UUID, _UUID_FORM),
+    "eval_id": ("eval id", _UUID, _UUID_FORM),
+    "other_eval_id": ("eval id", _UUID, _UUID_FORM),
     "agent": ("agent name", _AGENT_NAME, _NAME_FORM.format(57)),
     "schedule": ("schedule name", _SCHEDULE_NAME, _NAME_FORM.format(64)),
     "signal": ("signal name", _SCHEDULE_NAME, _NAME_FORM.format(64)),
@@ -1000,6 +1030,61 @@ class TorenClient:
             "period": period, "since": since, "until": until, "agent": agent})
         return result
 
+    # -- evals (docs/guides/evals.md) ------------------------------------------------------
+
+    async def start_eval(self, agent: str, dataset: dict[str, Any], *, repeat: int = 1,
+                         concurrency: int = 4, grader_model: str | None = None) -> Eval:
+        """Start an eval of ``dataset`` (``{"cases": [{"input": ..., "graders": [...]},
+        ...]}``, as a YAML dataset file has it) against the version of ``agent`` the
+        deployment serves (``POST /evals``); the server works it. ``function:`` graders
+        are refused here: ``toren eval run`` runs them."""
+        body: dict[str, Any] = {"agent": agent, "dataset": dataset, "repeat": repeat,
+                                "concurrency": concurrency}
+        if grader_model is not None:
+            body["grader_model"] = grader_model
+        result: Eval = await self._request("POST", "/evals", body=body)
+        return result
+
+    async def list_evals(self, *, agent: str | None = None, limit: int = 50,
+                         cursor: str | None = None) -> EvalList:
+        """Evals of the served agents, newest first (``GET /evals``)."""
+        result: EvalList = await self._request("GET", "/evals", params={
+            "agent": agent, "limit": limit, "cursor": cursor})
+        return result
+
+    async def eval_report(self, eval_id: str) -> dict[str, Any]:
+        """An eval's report (``GET /evals/{id}``): ``eval``, ``totals`` (with ``pass_rate``
+        and ``complete``), ``cost_usd`` and ``latency_s`` distributions, ``grader_cost_usd``,
+        ``tags``, ``cases`` and ``working``."""
+        result: dict[str, Any] = await self._request("GET", "/evals/{eval_id}",
+                                                     eval_id=eval_id)
+        return result
+
+    async def wait_for_eval(self, eval_id: str, *, poll_s: float = 0.5,
+                            timeout_s: float | None = None) -> dict[str, Any]:
+        """Poll the eval's report until it is finished; its report."""
+        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
+        while True:
+            report = await self.eval_report(eval_id)
+            if report["eval"]["status"] == "finished":
+                return report
+            if deadline is not None and asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"eval {eval_id} is still running after {timeout_s}s")
+            await asyncio.sleep(poll_s)
+
+    async def resume_eval(self, eval_id: str) -> Eval:
+        """Go on with a stopped eval on the deployment (``POST /evals/{id}/resume``)."""
+        result: Eval = await self._request("POST", "/evals/{eval_id}/resume", eval_id=eval_id)
+        return result
+
+    async def compare_evals(self, eval_a: str, eval_b: str) -> dict[str, Any]:
+        """What changed from eval A to eval B (``GET /evals/{a}/compare/{b}``): pass rates,
+        cost, latency, and the cases fixed, broken and flaky."""
+        result: dict[str, Any] = await self._request(
+            "GET", "/evals/{eval_id}/compare/{other_eval_id}", eval_id=eval_a,
+            other_eval_id=eval_b)
+        return result
+
     # -- agent versions (issue 26 part 2) --------------------------------------------------
 
     async def agent_versions(self, agent: str) -> AgentVersions:
@@ -1230,6 +1315,13 @@ class SyncTorenClient:
     edit_memory = _blocking(TorenClient.edit_memory)
     delete_memory = _blocking(TorenClient.delete_memory)
     erase_subject = _blocking(TorenClient.erase_subject)
+    # evals
+    start_eval = _blocking(TorenClient.start_eval)
+    list_evals = _blocking(TorenClient.list_evals)
+    eval_report = _blocking(TorenClient.eval_report)
+    wait_for_eval = _blocking(TorenClient.wait_for_eval)
+    resume_eval = _blocking(TorenClient.resume_eval)
+    compare_evals = _blocking(TorenClient.compare_evals)
     # schedules
     list_schedules = _blocking(TorenClient.list_schedules)
     get_schedule = _blocking(TorenClient.get_schedule)

@@ -67,8 +67,15 @@ def api(request: pytest.FixtureRequest, database_url: str, start_toren, toren_cl
         assert wait_until(lambda run_id=run_id: call(f"{url}/runs/{run_id}", headers=headers)[1]
                           ["pending_approvals"], 60)
     approvals = [a["id"] for a in call(f"{url}/approvals", headers=headers)[1]["approvals"]]
+    evals = [call(f"{url}/evals", "POST", {"agent": "crew", "dataset": {"cases": [
+        {"input": topic, "graders": [{"contains": topic}]}]}}, headers)[1]["id"]
+        for topic in ("postgres", "sqs")]
+    for eval_id in evals:
+        assert wait_until(lambda eval_id=eval_id: call(f"{url}/evals/{eval_id}",
+                                                       headers=headers)[1]["eval"]["status"]
+                          == "finished", 60)
     return {"url": url, "headers": headers, "runs": [*runs, *parked], "session": session,
-            "approvals": approvals, "file": file_id}
+            "approvals": approvals, "file": file_id, "evals": evals}
 
 
 event_cursors = st.dictionaries(st.sampled_from(["run", "task:main"]) | st.text(),
@@ -97,6 +104,10 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
         query["run"] = draw(st.sampled_from(api["runs"]))
     if "file_id" in path:
         path["file_id"] = api["file"]
+    if "eval_id" in path:
+        path["eval_id"] = draw(st.sampled_from(api["evals"]))
+    if "other_eval_id" in path:
+        path["other_eval_id"] = draw(st.sampled_from(api["evals"]))
     if "other_id" in path:
         path["other_id"] = draw(st.sampled_from(api["runs"]))
     if isinstance(body, dict) and isinstance(body.get("files"), list):
@@ -118,10 +129,13 @@ def realistic_case(draw: st.DrawFn, operation: schemathesis.APIOperation,
 #: the strings Toren made are cursors, and only JSON the run log can store is a body. A fork's
 #: step must be one the run has, and its model one a provider serves. A webhook's URL must have
 #: a host that is no private address (docs/guides/webhooks.md). A costs report's since and
-#: until must make a window of at most a year, within the years 1 to 9999.
+#: until must make a window of at most a year, within the years 1 to 9999. An eval's dataset
+#: must have case ids that differ (a case without one is named by its input), regular
+#: expressions that compile, JSON Schemas that are valid, rubric models a provider serves
+#: (docs/guides/evals.md).
 REFUSED_BEYOND_SCHEMA = frozenset({"invalid_cursor", "unstorable_value", "invalid_fork_step",
                                    "invalid_fork_override", "invalid_webhook",
-                                   "invalid_costs_window",
+                                   "invalid_costs_window", "eval_dataset_error",
                                    # a date the calendar lacks (Feb 30), or a
                                    # range that ends before it starts (GET /runs)
                                    "invalid_since", "invalid_until", "invalid_range"})

@@ -15,6 +15,7 @@ from toren_postgres.channels import (
     PostgresChannelInbox,
     PostgresChannelOutbox,
 )
+from toren_postgres.evals import PostgresEvalStore
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.forks import PostgresForkStore
@@ -48,6 +49,7 @@ from toren.seams.store import (
     ChannelChats,
     ChannelInbox,
     ChannelOutbox,
+    EvalStore,
     FileStore,
     FleetReader,
     ForkStore,
@@ -83,7 +85,8 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           RunArchiveIndex: PostgresRunArchive, FleetReader: PostgresFleetReader,
           QuestionStore: PostgresQuestionStore, SignalLog: PostgresSignalLog,
           WebhookStore: PostgresWebhookStore, RateLimitStore: PostgresRateLimitStore,
-          AuditStore: PostgresAuditStore, MemoryStore: PostgresMemoryStore}
+          AuditStore: PostgresAuditStore, MemoryStore: PostgresMemoryStore,
+          EvalStore: PostgresEvalStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -54,6 +54,9 @@ KERNEL_COMMANDS: tuple[KernelCommand, ...] = (
                   "and their limits)."),
     KernelCommand("jobs", "toren.cli.jobs:app", "Runs: list, show, receipt, cancel, answer, "
                   "signal, fork, diff, upgrade."),
+    KernelCommand("eval", "toren.cli.evals:app", "Evals: run a dataset of cases against a "
+                  "version of an agent (every case a durable run), then report and compare "
+                  "pass rates, cost and latency (run, resume, report, compare, list)."),
     KernelCommand("db", "toren.cli.db:app", "Database maintenance."),
     KernelCommand("keys", "toren.cli.keys:app", "API keys: create, list, revoke."),
     KernelCommand("approvals", "toren.cli.approvals:app", "Tool calls waiting for a person: "

@@ -507,3 +507,34 @@ class WebhookSignatureError(TorenError):
 
     code = "invalid_webhook_signature"
     http_status = 401
+
+
+# -- evals (docs/guides/evals.md) ---------------------------------------------------------------
+
+
+class EvalDatasetError(ConfigError):
+    """An eval dataset is invalid: the message names the file, the line and the field."""
+
+    code = "eval_dataset_error"
+    http_status = 400
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = path if line is None else f"{path}:{line}"
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path = path
+        self.line = line
+
+
+class EvalNotFound(TorenError):
+    """No eval has that id in this database (see ``toren eval list``)."""
+
+    code = "eval_not_found"
+    http_status = 404
+
+
+class EvalMismatch(ConfigError):
+    """The eval cannot go on as asked: the agent definition or dataset given to resume it is
+    not the one it was started with."""
+
+    code = "eval_mismatch"
+    http_status = 409

@@ -55,6 +55,7 @@ from toren.host.services import (
     AuditLog,
     CostsService,
     DatabaseService,
+    EvalsService,
     FilesService,
     FleetService,
     ForksService,
@@ -219,6 +220,13 @@ class Runtime:
         self.forks = ForksService(self.store, self.store, self.store, self.check_model)
         #: What the served agents' model calls cost per day or week, and their budgets' use.
         self.costs = CostsService(self.store, self.store, self.agents, self.store)
+        #: Evals: datasets run against the served version of an agent, graded and compared.
+        self.evals = EvalsService(
+            self.store, self.store, self.store, self.agents,
+            start_run=lambda agent, input, key: self.start_run(agent, input,
+                                                               idempotency_key=key),
+            get_run=self.get_run, run_events=self.run_events, totals=self.runs.totals,
+            model=self.model, fork=self.forks.fork, search=self.runs.search)
         #: What this runtime hands its channels (``Channel.start``, ``routes``,
         #: ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more.
         self.channel_context: ChannelContext = RuntimeChannelContext(

@@ -19,6 +19,8 @@ from toren.core.budgets import (
     decide_reservation,
 )
 from toren.core.costs import ModelCosts, Period
+from toren.core.eval_cases import Case, Dataset, Grader
+from toren.core.evals import CaseRun, EvalRecord
 from toren.core.events import ApprovalRequested, Event, NewEvent, QuestionAsked
 from toren.core.memory import (
     MIN_SIMILARITY,
@@ -76,6 +78,7 @@ from toren.seams.store import (
     ChannelChats,
     ChannelInbox,
     ChannelOutbox,
+    EvalStore,
     FileStore,
     ForkStore,
     Guardian,
@@ -124,9 +127,10 @@ __all__ = [
     "AgentSchema", "AgentVersion", "AgentVersionStore", "ApiKey", "ApprovalRecord",
     "ApprovalRequested", "ApprovalStore", "ArchiveBackend", "ArchiveDigest", "AttemptOutcome",
     "AuditEntry", "AuditQuery", "AuditRecord", "AuditStore", "BucketState", "BudgetDecision",
-    "BudgetLedger", "BudgetRequest", "BudgetScope", "BudgetSpend", "ChannelChats", "ChannelInbox",
-    "ChannelOutbox", "ChildLink", "Event", "FileContent", "FileStore", "FiredSlot", "FleetGauges",
-    "FleetReader", "ForkStore", "Guardian", "KeyNameTaken", "KeyStore", "Lease", "LeaseBusy",
+    "BudgetLedger", "BudgetRequest", "BudgetScope", "BudgetSpend", "Case", "CaseRun",
+    "ChannelChats", "ChannelInbox", "ChannelOutbox", "ChildLink", "Dataset", "EvalRecord",
+    "EvalStore", "Event", "FileContent", "FileStore", "FiredSlot", "FleetGauges", "FleetReader",
+    "ForkStore", "Grader", "Guardian", "KeyNameTaken", "KeyStore", "Lease", "LeaseBusy",
     "LiveText", "ManifestSeqTaken", "MemoryRecord", "MemoryStore", "MemoryVector", "MemoryView",
     "MemoryWriteResult", "MessageHandOff", "Migration", "Migrator", "ModelCosts", "NewEvent",
     "NewMemory", "Outbox", "OutboxEntry", "OutgoingMessage", "Period", "PromptStore",

@@ -16,6 +16,7 @@ from toren.server import (
     approvals,
     console,
     costs,
+    evals,
     files,
     forks,
     me,
@@ -89,6 +90,7 @@ def create_app(runtime: toren.Runtime, *, require_keys: bool = True,
     schedules.routes(app)
     forks.routes(app)
     costs.routes(app)
+    evals.routes(app)
     versions.routes(app)
     archive_routes.routes(app)
     audit_routes.routes(app)

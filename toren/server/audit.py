@@ -45,12 +45,14 @@ ROUTE_ACTIONS: dict[tuple[str, str], str] = {
     ("POST", "/schedules/{agent}/{name}/pause"): "schedule.pause",
     ("POST", "/schedules/{agent}/{name}/resume"): "schedule.resume",
     ("POST", "/schedules/{agent}/{name}/trigger"): "schedule.trigger",
+    ("POST", "/evals"): "eval.start",
+    ("POST", "/evals/{eval_id}/resume"): "eval.resume",
 }
 #: Actions whose answer's ``id`` is the run they made.
 _MAKES_A_RUN = frozenset({"run.start", "session.create"})
 #: What the request's path names, and where an entry keeps it.
 _PATH_RUN = ("run_id", "session_id")
-_PATH_TARGET = ("approval_id", "question_id", "file_id", "memory_id", "name")
+_PATH_TARGET = ("approval_id", "question_id", "file_id", "memory_id", "name", "eval_id")
 #: A client that says it calls for an MCP tool (toren-mcp's clients send it).
 SOURCE_HEADER = "X-Toren-Source"
 #: Answers read for what the call made (a run's id): larger ones are not parsed.
@@ -113,7 +115,7 @@ def _note_answer(note: AuditNote, action: str, body: dict[str, Any]) -> None:
         note.run_id = note.run_id or body["run_id"]
     if action in _MAKES_A_RUN and isinstance(body.get("id"), str):
         note.run_id = body["id"]
-    elif action == "file.upload" and isinstance(body.get("id"), str):
+    elif action in ("file.upload", "eval.start") and isinstance(body.get("id"), str):
         note.target = body["id"]
     elif action == "run.fork" and isinstance(body.get("run"), dict):
         fork = body["run"]

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from toren.core.scopes import SCOPES
-from toren.errors import ApprovalNotFound, MemoryNotFound, RunNotFound
+from toren.errors import ApprovalNotFound, EvalNotFound, MemoryNotFound, RunNotFound
 from toren.keys import ApiKey
 from toren.seams.routes import AUTHENTICATED, SCOPE_ATTRIBUTE
 from toren.server.auth import API_KEY
@@ -60,6 +60,11 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/archive"): "runs:manage",
     ("GET", "/archived-runs"): "runs:read",
     ("GET", "/costs"): "runs:read",
+    ("POST", "/evals"): "runs:write",
+    ("GET", "/evals"): "runs:read",
+    ("GET", "/evals/{eval_id}"): "runs:read",
+    ("POST", "/evals/{eval_id}/resume"): "runs:write",
+    ("GET", "/evals/{eval_id}/compare/{other_eval_id}"): "runs:read",
     ("POST", "/sessions"): "sessions:write",
     ("GET", "/sessions/{session_id}"): "sessions:read",
     ("POST", "/sessions/{session_id}/messages"): "sessions:write",
@@ -178,6 +183,7 @@ _NOT_FOUND = {
     "memory_id": ("memory_not_found", "no memory has the id {value!r}"),
     "name": ("not_found", "no agent named {value!r} is served here"),
     "agent": ("not_found", "no agent named {value!r} is served here"),
+    "eval_id": ("eval_not_found", "no eval {value!r} of an agent served here"),
 }
 
 
@@ -203,6 +209,15 @@ async def _hidden_object(request: web.Request, key: ApiKey) -> web.Response | No
                 continue  # the handler answers 404
             if not key.may_touch(record.agent):
                 return _not_found("session_id" if field == "session_id" else "run_id", value)
+    for field in ("eval_id", "other_eval_id"):
+        value = info.get(field)
+        if value is not None and _is_uuid(value):
+            try:
+                kept = await runtime.evals.get(value)
+            except EvalNotFound:
+                continue  # the handler answers 404
+            if not key.may_touch(kept.agent):
+                return _not_found("eval_id", value)
     approval = info.get("approval_id")
     if approval is not None and _is_uuid(approval):
         try:
@@ -223,7 +238,8 @@ async def _hidden_object(request: web.Request, key: ApiKey) -> web.Response | No
     if agent is not None and not key.may_touch(agent):
         return _not_found("agent", agent)
     if request.method == "POST" and request.can_read_body and canonical in ("/runs",
-                                                                           "/sessions"):
+                                                                           "/sessions",
+                                                                           "/evals"):
         try:
             body = json.loads(await request.read() or b"null")
         except (ValueError, UnicodeDecodeError):
@@ -255,6 +271,7 @@ _LISTINGS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "/approvals": ("approvals", lambda item: item.get("agent")),
     "/schedules": ("schedules", lambda item: item.get("agent")),
     "/memories": ("memories", lambda item: item.get("agent")),
+    "/evals": ("evals", lambda item: item.get("agent")),
 }
 
 

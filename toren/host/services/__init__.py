@@ -2,7 +2,7 @@
 ``runtime.keys``, ``runtime.database``, ``runtime.fleet``, ``runtime.runs``,
 ``runtime.schedules``, ``runtime.approvals``, ``runtime.forks``, ``runtime.costs``,
 ``runtime.archive``, ``runtime.sessions``, ``runtime.questions``, ``runtime.signals``,
-``runtime.audit``, ``runtime.memory``).
+``runtime.audit``, ``runtime.memory``, ``runtime.evals``).
 
 The HTTP routes (``toren.server``), the CLI (``toren.cli``) and the local operator call these,
 never the store: a policy both surfaces share (the storage quota, paging, "create a key only
@@ -14,6 +14,7 @@ from toren.host.services.archive import ArchiveService
 from toren.host.services.audit import AuditLog
 from toren.host.services.costs import CostsService
 from toren.host.services.database import DatabaseService
+from toren.host.services.evals import EvalsService
 from toren.host.services.files import FilesService
 from toren.host.services.fleet import FleetService
 from toren.host.services.forks import ForksService
@@ -27,7 +28,7 @@ from toren.host.services.sessions import SessionsService
 from toren.host.services.signals import SignalsService
 
 __all__ = ["ApprovalsService", "ArchiveService", "AuditLog", "CostsService", "DatabaseService",
-           "FilesService", "FleetService",
+           "EvalsService", "FilesService", "FleetService",
            "ForksService", "KeysService", "MemoryService", "Page", "QuestionsService",
            "RunsService",
            "SchedulesService", "SessionsService", "SignalsService"]

@@ -15,6 +15,7 @@ from toren.core.decisions import unstorable
 from toren.core.events import NewEvent
 from toren.core.forking import diff_runs, plan_fork
 from toren.core.runs import RunRecord
+from toren.core.versions import AgentVersion
 from toren.errors import ConfigError, InvalidForkOverride, RunNotFound
 from toren.execution.messages import MAIN_TASK, run_tick, task_message
 from toren.seams.store.forks import ForkStore
@@ -45,13 +46,20 @@ class ForksService:
         return record
 
     async def fork(self, run_id: str, at_step: int, *, prompt: str | None = None,
-                   model: str | None = None) -> RunRecord:
+                   model: str | None = None, fork_id: str | None = None,
+                   version: AgentVersion | None = None,
+                   requested_by: str | None = None) -> RunRecord:
         """Create a fork of run ``run_id``: a new run whose log starts as a copy of the
         source's up to ``at_step`` (a step of a single-task run, a wave of a workflow run),
         then goes on live, with ``prompt`` (system prompt text) and ``model`` instead of the
         agent's when given. The copied steps make no model call and cost nothing; the source
         run is only read. A worker serving the agent works the fork (its tools and the rest
         of its definition are the worker's). Returns the fork, queued.
+
+        ``fork_id`` (a new UUID) is the fork's id, decided by the caller (an eval's replay,
+        so that a retry finds the fork it made); ``version``: the fork goes on live on that
+        version of the agent rather than the source's, recorded as an
+        ``AgentVersionUpgraded`` (``requested_by``) in the transaction that creates it.
 
         Raises ``RunNotFound``, ``InvalidForkStep`` (a step the run does not have),
         ``ForkRefused`` (a session, or a step the run has not completed yet) and
@@ -84,11 +92,16 @@ class ForksService:
         run_events = [NewEvent.of(ev.RunCreated(agent=source.agent, input=source.input,
                                                 idempotency_key=None, subject=subject)),
                       NewEvent.of(forked), *plan.run_events]
+        if version is not None and version.hash != source.agent_version:
+            # last of the run stream, so the worker that takes the fork reads it on this one
+            run_events.append(NewEvent.of(ev.AgentVersionUpgraded(
+                version=version.hash, human_version=version.human, reason="requested",
+                from_version=source.agent_version, requested_by=requested_by)))
         if plan.unit == "step":
             first = task_message(MAIN_TASK, None, source.input)
         else:  # the orchestrator re-executes workflow.py: waves 1..N from the log, then live
             first = run_tick(f"forked from {source.id} at wave {at_step}")
-        fork_id = str(uuid.uuid4())
+        fork_id = fork_id or str(uuid.uuid4())
         await self._forks.create_fork(source.agent, fork_id, source.input,
                                       streams={ev.RUN_STREAM: run_events, **plan.task_events,
                                                **({ev.SIGNALS_STREAM: plan.signal_events}

@@ -41,6 +41,7 @@ from toren.testing.contracts.decisions import (
     BudgetLedgerContract,
     ScheduleStoreContract,
 )
+from toren.testing.contracts.evals import EvalStoreContract
 from toren.testing.contracts.files import FileStoreContract
 from toren.testing.contracts.fleet import (
     FleetReaderContract,
@@ -83,6 +84,7 @@ __all__ = [
     "ChannelChatsContract",
     "ChannelInboxContract",
     "ChannelOutboxContract",
+    "EvalStoreContract",
     "FileStoreContract",
     "FleetReaderContract",
     "ForkStoreContract",

@@ -21,6 +21,7 @@ from toren.seams.store import (
     ChannelChats,
     ChannelInbox,
     ChannelOutbox,
+    EvalStore,
     FileStore,
     FleetReader,
     ForkStore,
@@ -51,13 +52,14 @@ INTERFACES: tuple[type, ...] = (
     PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText, BudgetLedger,
     FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore, AgentVersionStore,
     RunArchiveIndex, FleetReader, QuestionStore, SignalLog, WebhookStore, RateLimitStore,
-    AuditStore, MemoryStore, Queue,
+    AuditStore, MemoryStore, EvalStore, Queue,
     ArchiveBackend)
 #: Interfaces the suites do not cover yet (a later pass adds them): none now.
 NOT_YET: frozenset[type] = frozenset()
 #: The modules of the suites.
 MODULES = ("base", "runs", "fleet", "records", "decisions", "store", "queue", "files",
-           "channels", "archive", "questions", "webhooks", "rate_limits", "audit", "memory")
+           "channels", "archive", "questions", "webhooks", "rate_limits", "audit", "memory",
+           "evals")
 #: The names the suites give the driver objects they call.
 RECEIVERS = frozenset({"store", "queue", "other", "second", "workers", "backend"})
 #: Called by the driver's own fixture (``make_queue`` opens each queue and closes it).

@@ -25,6 +25,7 @@ from toren.testing.contracts.decisions import (
     BudgetLedgerContract,
     ScheduleStoreContract,
 )
+from toren.testing.contracts.evals import EvalStoreContract
 from toren.testing.contracts.files import FileStoreContract
 from toren.testing.contracts.fleet import (
     FleetReaderContract,
@@ -206,5 +207,5 @@ class StoreContract(StoreLifecycleContract, MigratorContract, RunLogContract, Ru
                     ChannelOutboxContract, RunArchiveIndexContract, QuestionStoreContract,
                     SignalLogContract, WebhookStoreContract, RateLimitStoreContract,
                     AuditStoreContract, RunCostsContract, RunSearchContract,
-                    MemoryStoreContract):
+                    MemoryStoreContract, EvalStoreContract):
     """Every store contract: what a ``toren.seams.store.Store`` driver runs."""

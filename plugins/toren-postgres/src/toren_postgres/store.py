@@ -11,8 +11,9 @@ One class per interface, each in its module and each usable alone (they share
 ``PostgresChannelChats`` and ``PostgresChannelOutbox`` (``channels``), ``PostgresForkStore``
 (``forks``), ``PostgresAgentVersionStore`` (``versions``), ``PostgresRunArchive``
 (``archive``), ``PostgresSignalLog`` (``signals``), ``PostgresWebhookStore``
-(``webhooks``), ``PostgresRateLimitStore`` (``rate_limits``) and ``PostgresAuditStore``
-(``audit``). ``PostgresStore`` is all of them over one connection pool.
+(``webhooks``), ``PostgresRateLimitStore`` (``rate_limits``) ``PostgresAuditStore``
+(``audit``) and ``PostgresEvalStore`` (``evals``). ``PostgresStore`` is all of them over one
+connection pool.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from toren_postgres.channels import (
     PostgresChannelOutbox,
 )
 from toren_postgres.connection import out_of_space, out_of_space_error
+from toren_postgres.evals import PostgresEvalStore
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.forks import PostgresForkStore
@@ -59,7 +61,7 @@ from toren_postgres.webhooks import PostgresWebhookStore
 from toren_postgres.workers import PostgresWorkerRegistry
 
 #: The plugin API versions this plugin is written for (docs/reference/versioning.md).
-TOREN_PLUGIN_API = ">=1.6,<2"  # RunSearch, RunTotals
+TOREN_PLUGIN_API = ">=1.7,<2"  # EvalStore
 
 _Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
 
@@ -118,7 +120,7 @@ class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, Postgre
                     PostgresForkStore, PostgresAgentVersionStore, PostgresRunArchive,
                     PostgresFleetReader, PostgresQuestionStore, PostgresSignalLog,
                     PostgresWebhookStore, PostgresRateLimitStore, PostgresAuditStore,
-                    PostgresMemoryStore, Store):
+                    PostgresMemoryStore, PostgresEvalStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.
