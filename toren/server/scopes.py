@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -209,31 +209,22 @@ async def _hidden_object(request: web.Request, key: ApiKey) -> web.Response | No
                 continue  # the handler answers 404
             if not key.may_touch(record.agent):
                 return _not_found("session_id" if field == "session_id" else "run_id", value)
-    for field in ("eval_id", "other_eval_id"):
-        value = info.get(field)
-        if value is not None and _is_uuid(value):
+    owned: tuple[tuple[tuple[str, ...], Callable[[str], Awaitable[Any]], type[Exception]], ...] = (
+        (("eval_id", "other_eval_id"), runtime.evals.get, EvalNotFound),
+        (("approval_id",), runtime.approvals.get, ApprovalNotFound),
+        (("memory_id",), runtime.memory.get, MemoryNotFound),
+    )
+    for fields, read, missing in owned:
+        for field in fields:
+            value = info.get(field)
+            if value is None or not _is_uuid(value):
+                continue
             try:
-                kept = await runtime.evals.get(value)
-            except EvalNotFound:
+                found = await read(value)
+            except missing:
                 continue  # the handler answers 404
-            if not key.may_touch(kept.agent):
-                return _not_found("eval_id", value)
-    approval = info.get("approval_id")
-    if approval is not None and _is_uuid(approval):
-        try:
-            found = await runtime.approvals.get(approval)
-        except ApprovalNotFound:
-            found = None
-        if found is not None and not key.may_touch(found.agent):
-            return _not_found("approval_id", approval)
-    memory = info.get("memory_id")
-    if memory is not None and _is_uuid(memory):
-        try:
-            kept = await runtime.memory.get(memory)
-        except MemoryNotFound:
-            kept = None
-        if kept is not None and not key.may_touch(kept.agent):
-            return _not_found("memory_id", memory)
+            if found is not None and not key.may_touch(found.agent):
+                return _not_found(fields[0], value)
     agent = request.query.get("agent")
     if agent is not None and not key.may_touch(agent):
         return _not_found("agent", agent)
