@@ -11,7 +11,7 @@ import psycopg
 from psycopg.types.json import Json, Jsonb
 from psycopg_pool import PoolTimeout
 
-from toren.plugin import DatabaseUnavailable, LeaseLost, RunCancelled
+from toren.plugin import DatabaseUnavailable, LeaseFenced, LeaseLost, RunCancelled
 from toren.plugin.drivers import (
     KEEP,
     ChildLink,
@@ -319,6 +319,14 @@ class PostgresRunLog(PostgresConnection, RunLog):
             row = await cursor.fetchone()
         if row is not None and row[3] == "cancelled":
             raise RunCancelled(f"run {lease.run_id} was cancelled")
+        if row is not None and (row[0], row[1]) == (lease.holder, lease.epoch) and row[4]:
+            # a failover (or a restart): the log this lease was granted against may have been
+            # longer than this server's, and what this worker holds in memory with it too
+            raise LeaseFenced(f"the lease on stream {lease.stream} of run {lease.run_id} "
+                              f"(epoch {lease.epoch}) was granted by another database server "
+                              "(the primary before a failover, or before a restart); its log "
+                              "may have held more than this one's, so the work resumes from "
+                              "this server's log")
         holder = f"held by {row[0]} at epoch {row[1]}" if row else "missing"
         raise LeaseLost(f"lost the lease on stream {lease.stream} of run {lease.run_id} "
                         f"(epoch {lease.epoch}); it is now {holder}")
