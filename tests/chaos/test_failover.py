@@ -72,6 +72,19 @@ def lost_commits(old: dict[str, list[Event]], new: dict[str, list[Event]]) -> li
             if held.get((e.run_id, e.stream, e.seq)) != (e.type, e.data)]
 
 
+def transactions(url: str, events: list[Event]) -> int:
+    """How many transactions wrote ``events`` (on the server of ``url``): an append is one, and
+    a group commit's batch carries several appends in one."""
+    keys = [(e.run_id, e.stream, e.seq) for e in events]
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            f"SELECT count(DISTINCT e.xmin::text) FROM {SCHEMA}.events e "
+            "JOIN unnest(%s::uuid[], %s::text[], %s::int[]) AS k(run_id, stream, seq) "
+            "USING (run_id, stream, seq)",
+            [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]]).fetchone()
+    return int(row[0]) if row else 0
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("replication", ["synchronous", "asynchronous"])
@@ -175,12 +188,14 @@ async def failover_under_load(cluster: ReplicatedPostgres, link: ProxyThread, sy
     completed = [e for e in everything if e.type == "ModelCallCompleted"]
     explained: list[str] = [key for key, _pid, _at in done]
     lost: list[Event] = []
+    lost_transactions = 0
     if not synchronous:
         # the old primary's own log: what it had committed that the new one never received
         old_url = await asyncio.to_thread(cluster.start_old_primary)
         old_logs = events_by_run(old_url)
         lost = lost_commits(old_logs, logs)
         assert lost, "the replica's link was cut before the kill: commits must have been lost"
+        lost_transactions = transactions(old_url, lost)
         # A tool call whose ToolCallStarted was lost ran once against the lost commits; its
         # next run, under the same idempotency key, is the new primary's log's to explain.
         against_lost = Counter(e.data["idempotency_key"] for e in lost
@@ -213,8 +228,9 @@ async def failover_under_load(cluster: ReplicatedPostgres, link: ProxyThread, sy
     assert reexecuted <= in_flight + in_window_tools
     print(f"{'sync' if synchronous else 'async'}: recovery {recovery_s:.2f}s from the kill to "
           f"the first append on the new primary (promoted after "
-          f"{promoted_at - killed_at:.2f}s); commits lost: {len(lost)} events"
-          f" ({Counter(e.type for e in lost)}); fenced handlers {fenced}; model calls "
+          f"{promoted_at - killed_at:.2f}s); commits lost: {lost_transactions} "
+          f"({len(lost)} events: {dict(Counter(e.type for e in lost))}); fenced handlers "
+          f"{fenced}; model calls "
           f"{len(made)} for {len(completed)} completed ({repaid} repaid, "
           f"{in_window_calls} announced in lost commits); tool executions {len(done)} for "
           f"{len(executed)} calls ({reexecuted} again, {in_window_tools} started in lost commits)")
