@@ -31,19 +31,25 @@ class FailoverAwarePool(AsyncConnectionPool):
       otherwise fail its next user in turn; new ones are opened instead, to whichever host of
       a multi-host ``DATABASE_URL`` takes writes now (``target_session_attrs=read-write``).
     * A connection idle for more than ``IDLE_CHECK_S`` is checked before it is handed out
-      (an empty statement, one round trip); one that fails the check is thrown away and
-      another taken, so the first call after a quiet spell does not fail on a connection that
-      died while nobody used it.
+      (an empty statement, one round trip); one that fails the check is given back (which
+      drains the pool) and the caller gets a new connection, so the first call after a quiet
+      spell does not fail on a connection that died while nobody used it. (psycopg's own
+      ``check`` would sleep a backoff of a second or more between dead connections.)
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, check=self._check_if_idle, **kwargs)
-
-    @staticmethod
-    async def _check_if_idle(conn: psycopg.AsyncConnection[Any]) -> None:
+    # psycopg_pool's signature, timeout included
+    async def getconn(self, timeout: float | None = None  # noqa: ASYNC109
+                      ) -> psycopg.AsyncConnection[Any]:
+        conn = await super().getconn(timeout)
         returned = getattr(conn, "_toren_returned_at", None)
-        if returned is not None and time.monotonic() - returned > IDLE_CHECK_S:
+        if returned is None or time.monotonic() - returned <= IDLE_CHECK_S:
+            return conn
+        try:
             await AsyncConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            await self.putconn(conn)  # broken: drains the pool
+            return await super().getconn(timeout)
+        return conn
 
     async def putconn(self, conn: psycopg.AsyncConnection[Any]) -> None:
         broken = conn.pgconn.transaction_status == TransactionStatus.UNKNOWN
