@@ -67,6 +67,24 @@ async def test_a_lease_granted_by_another_server_is_fenced_and_free_at_once(
         "next_attempt_at": "2026-01-01T00:00:00+00:00", "epoch": 2})], ttl_s=60)
 
 
+async def test_an_append_past_the_end_of_a_shorter_log_is_fenced(
+        make_runtime, tmp_path: Path) -> None:
+    """A log shorter than its writer believes (what it appended was lost in a failover, and its
+    lease row with it, then taken again by the same worker at the same epoch): the append
+    after the gap writes nothing, and says so."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    run_id = await runtime.start_run("a", "x")
+    lease = await store.acquire_lease(run_id, "task:main", "worker-1", 60)
+    assert lease is not None
+    await store.append("a", lease, 1, [started(1)], ttl_s=60)
+    with pytest.raises(LeaseFenced, match=r"ends before seq 2 .* about to append seq 3"):
+        await store.append("a", lease, 3, [call_started(1)], ttl_s=60)
+    await store.append("a", lease, 2, [call_started(1)], ttl_s=60)  # the lease is intact
+    events = await store.load_stream("a", run_id, "task:main")
+    assert [(e.seq, e.type) for e in events] == [(1, "TaskStarted"), (2, "ModelCallStarted")]
+
+
 async def test_an_expired_lease_loses_its_next_append(
         make_runtime, tmp_path: Path, database_url: str) -> None:
     runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)

@@ -233,6 +233,12 @@ class PostgresRunLog(PostgresConnection, RunLog):
                                            events)
         if row is None or row[0] == 0:
             await self._explain_rejection(schema, lease)
+        elif row[1] == -1:  # the stream ends before expected_seq - 1: nothing was written
+            raise LeaseFenced(f"stream {lease.stream} of run {lease.run_id} ends before seq "
+                              f"{expected_seq - 1} on this database, but this worker was about "
+                              f"to append seq {expected_seq}: events it appended are gone (a "
+                              "failover to a replica that had not received them), so the work "
+                              "resumes from this server's log")
         elif row is _COMMITTED:  # the connection broke; what the append claimed is not known
             if hand_limit and hand_off is not None:
                 hand_off.handed_unknown()

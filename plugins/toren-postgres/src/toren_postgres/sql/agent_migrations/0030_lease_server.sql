@@ -2,8 +2,9 @@
 -- by, one database server. acquire_and_load (agent migration 0017) records the server that
 -- grants a lease and takes over at once a lease another server granted (its holder's appends
 -- are refused here: it cannot write again); append_one (agent migration 0029) writes nothing
--- for a lease another server granted, as for an expired one, and PostgresRunLog tells its
--- worker why (LeaseLost: the work resumes from this server's log). Otherwise both unchanged.
+-- for a lease another server granted, as for an expired one, nor at a sequence number the
+-- stream does not reach (a gap), and PostgresRunLog tells its worker why (LeaseFenced: the
+-- work resumes from this server's log). Otherwise both unchanged.
 CREATE OR REPLACE FUNCTION acquire_and_load(p_run_id uuid, p_stream text, p_holder text, p_ttl_s float8,
                                  p_with_finished boolean)
 RETURNS TABLE (o_epoch int, o_events text, o_finished text, o_retry_in_s float8,
@@ -64,6 +65,18 @@ BEGIN
     -- the run had finished (a call completing after that is recorded below)
     SELECT r.agent_version, r.finished_at IS NOT NULL INTO v_agent_version, v_finished
     FROM runs r WHERE r.id = p_run_id;
+    -- the stream must end right before this append (one primary-key probe): a log shorter
+    -- than the writer believes lost events it appended (a failover to a replica that had not
+    -- received them), and what it holds in memory is ahead of it. The lease check below
+    -- catches that too, unless the lease itself was taken again since by the same holder at
+    -- the same epoch (a lease row lost with the rest); o_appended -1 says why nothing was
+    -- written, and the lease is left as it is.
+    IF p_first_seq > 1 AND json_array_length(p_events) > 0 AND NOT EXISTS (
+            SELECT 1 FROM events e
+            WHERE e.run_id = p_run_id AND e.stream = p_stream AND e.seq = p_first_seq - 1) THEN
+        RETURN QUERY SELECT 1::bigint, -1::bigint, 0::bigint, v_agent_version, NULL::text;
+        RETURN;
+    END IF;
     UPDATE toren_control.leases l
     SET expires_at = CASE WHEN p_release THEN now()
                           ELSE now() + p_ttl_s * interval '1 second' END
