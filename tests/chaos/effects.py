@@ -12,17 +12,16 @@ from pathlib import Path
 
 def recording_tools_source(names: Sequence[str], effects: Path) -> str:
     """``tools.py`` source of idempotent tools ``name(text) -> "result <i> for <text>"``, each
-    appending ``<idempotency key> <pid> <time>`` to ``effects`` (one line, an atomic
-    ``O_APPEND`` write; the time in seconds since the epoch) when it runs."""
-    lines = ["import os", "import time", "from toren import current_tool_call, tool", ""]
+    appending ``<idempotency key> <pid>`` to ``effects`` (one line, an atomic ``O_APPEND``
+    write) when it runs."""
+    lines = ["import os", "from toren import current_tool_call, tool", ""]
     for i, name in enumerate(names):
         lines += [
             "@tool(idempotent=True)",
             f"def {name}(text: str) -> str:",
             f'    """Tool number {i}."""',
             f"    with open({str(effects)!r}, 'a') as f:",
-            "        f.write(f'{current_tool_call().idempotency_key} {os.getpid()} "
-            "{time.time()}\\n')",
+            "        f.write(f'{current_tool_call().idempotency_key} {os.getpid()}\\n')",
             f"    return f'result {i} for ' + text",
             "",
         ]
@@ -30,18 +29,8 @@ def recording_tools_source(names: Sequence[str], effects: Path) -> str:
 
 
 def executions(effects: Path) -> list[tuple[str, int]]:
-    """``(idempotency key, pid)`` of every tool execution recorded in ``effects``, in order
-    (a line may leave its time out: tools of a test's own write ``<key> <pid>``)."""
+    """``(idempotency key, pid)`` of every tool execution recorded in ``effects``, in order."""
     if not effects.exists():
         return []
-    return [(fields[0], int(fields[1])) for fields in
-            (line.split() for line in effects.read_text().splitlines())]
-
-
-def timed_executions(effects: Path) -> list[tuple[str, int, float]]:
-    """``(idempotency key, pid, time)`` of every tool execution recorded in ``effects``, in
-    order (the time it ran, in seconds since the epoch)."""
-    if not effects.exists():
-        return []
-    return [(key, int(pid), float(at)) for key, pid, at in
+    return [(key, int(pid)) for key, pid in
             (line.split() for line in effects.read_text().splitlines())]
