@@ -9,9 +9,14 @@ import abc
 import asyncio
 import contextlib
 import socket
+import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -253,3 +258,35 @@ class LinkProxy(PostgresProxy):
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, OSError, ConnectionError):
                 await sender
+
+
+class ProxyThread:
+    """A ``LinkProxy`` served by an event loop of its own in a thread, so that a synchronous
+    test can send ``toren worker`` processes through it while it waits on them."""
+
+    def __init__(self, upstream_url: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="link-proxy")
+        self._thread.start()
+        self.proxy = LinkProxy(upstream_url)
+        self._call(self.proxy.start())
+
+    @property
+    def url(self) -> str:
+        return self.proxy.url
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(30)
+
+    def cut(self) -> None:
+        self._loop.call_soon_threadsafe(self.proxy.cut)
+
+    def heal(self) -> None:
+        self._loop.call_soon_threadsafe(self.proxy.heal)
+
+    def close(self) -> None:
+        self._call(self.proxy.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -21,7 +19,7 @@ from toren_postgres.lifecycle import PostgresConnection
 
 from tests.chaos.effects import executions, recording_tools_source
 from tests.chaos.helpers import create_run, run_events, run_row, start_worker
-from tests.chaos.proxy import LinkProxy
+from tests.chaos.proxy import LinkProxy, ProxyThread
 from tests.conftest import wait_until
 from tests.durable import (
     check_log,
@@ -32,41 +30,8 @@ from tests.durable import (
 from toren.config import Settings
 from toren.testing import ScriptedModel, respond_with_tools, write_agent_dir
 
-T = TypeVar("T")
 AGENT = "cutoff"
 SCHEMA = f"agent_{AGENT}"
-
-
-class ProxyThread:
-    """A ``LinkProxy`` served by an event loop of its own in a thread, so that a synchronous
-    test can send ``toren worker`` processes through it while it waits on them."""
-
-    def __init__(self, upstream_url: str) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="link-proxy")
-        self._thread.start()
-        self.proxy = LinkProxy(upstream_url)
-        self._call(self.proxy.start())
-
-    @property
-    def url(self) -> str:
-        return self.proxy.url
-
-    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(30)
-
-    def cut(self) -> None:
-        self._loop.call_soon_threadsafe(self.proxy.cut)
-
-    def heal(self) -> None:
-        self._loop.call_soon_threadsafe(self.proxy.heal)
-
-    def close(self) -> None:
-        self._call(self.proxy.stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
 
 
 @pytest.fixture

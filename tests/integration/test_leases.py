@@ -10,7 +10,7 @@ import pytest
 
 from tests.durable import check_log
 from toren.core.events import NewEvent
-from toren.errors import LeaseLost
+from toren.errors import LeaseFenced, LeaseLost
 from toren.testing import write_agent_dir
 
 
@@ -31,6 +31,58 @@ async def lease_expired(database_url: str, run_id: str, stream: str) -> bool:
                                     "WHERE run_id = %s AND stream = %s", [run_id, stream])
         row = await cursor.fetchone()
     return row is not None and row[0]
+
+
+async def test_a_lease_granted_by_another_server_is_fenced_and_free_at_once(
+        make_runtime, tmp_path: Path, database_url: str) -> None:
+    """After a failover the new primary holds the old one's lease rows (replicated), which
+    name the server that granted them: an append under one writes nothing (the worker's memory
+    may be ahead of this log) and the lease can be taken over at once, unexpired as it is.
+    (tests/chaos/test_failover.py does this with a real replica; here the row is made to name
+    another server by hand.)"""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    run_id = await runtime.start_run("a", "x")
+    first = await store.acquire_lease(run_id, "task:main", "worker-1", 60)
+    assert first is not None
+    await store.append("a", first, 1, [started(1)], ttl_s=60)
+    assert await store.acquire_lease(run_id, "task:main", "worker-2", 60) is None  # held here
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("UPDATE toren_control.leases SET server_started_at = "
+                           "server_started_at - interval '1 hour' WHERE run_id = %s", [run_id])
+    with pytest.raises(LeaseFenced, match="granted by another database server"):
+        await store.append("a", first, 2, [call_started(1)], ttl_s=60)
+    second = await store.acquire_lease(run_id, "task:main", "worker-2", 60)
+    assert second is not None and second.epoch == 2  # at once: no TTL to wait out
+    await store.append("a", second, 2, [call_started(2)], ttl_s=60)
+    events = await store.load_stream("a", run_id, "task:main")
+    assert [(e.seq, e.type, e.data["epoch"]) for e in events] == [
+        (1, "TaskStarted", 1), (2, "ModelCallStarted", 2)]
+    # a lease a version before this one took (no server recorded) is honoured, as before
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("UPDATE toren_control.leases SET server_started_at = NULL "
+                           "WHERE run_id = %s", [run_id])
+    await store.append("a", second, 3, [NewEvent("RetryScheduled", {
+        "step": 1, "attempt": 1, "error": {"code": "x", "message": "x"}, "delay_s": 0.0,
+        "next_attempt_at": "2026-01-01T00:00:00+00:00", "epoch": 2})], ttl_s=60)
+
+
+async def test_an_append_past_the_end_of_a_shorter_log_is_fenced(
+        make_runtime, tmp_path: Path) -> None:
+    """A log shorter than its writer believes (what it appended was lost in a failover, and its
+    lease row with it, then taken again by the same worker at the same epoch): the append
+    after the gap writes nothing, and says so."""
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "a")], workers=False)
+    store = runtime.store
+    run_id = await runtime.start_run("a", "x")
+    lease = await store.acquire_lease(run_id, "task:main", "worker-1", 60)
+    assert lease is not None
+    await store.append("a", lease, 1, [started(1)], ttl_s=60)
+    with pytest.raises(LeaseFenced, match=r"ends before seq 2 .* about to append seq 3"):
+        await store.append("a", lease, 3, [call_started(1)], ttl_s=60)
+    await store.append("a", lease, 2, [call_started(1)], ttl_s=60)  # the lease is intact
+    events = await store.load_stream("a", run_id, "task:main")
+    assert [(e.seq, e.type) for e in events] == [(1, "TaskStarted"), (2, "ModelCallStarted")]
 
 
 async def test_an_expired_lease_loses_its_next_append(

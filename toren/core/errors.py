@@ -200,6 +200,15 @@ class LeaseLost(TorenError):
     code = "lease_lost"
 
 
+class LeaseFenced(LeaseLost):
+    """This worker's lease was granted by another database server: the primary before a
+    failover (or before a restart), whose log may have held more than this one's. What the
+    worker holds in memory may be ahead of this log, so it must not append; the work resumes
+    from this server's log (its message is handed back at once)."""
+
+    code = "lease_fenced"
+
+
 class RunCancelled(TorenError):
     """The run was cancelled."""
 

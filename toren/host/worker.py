@@ -25,7 +25,7 @@ from toren.core import events as ev
 from toren.core.events import Event, NewEvent
 from toren.core.rate_limits import RateLimits
 from toren.core.runs import RunUpdate
-from toren.errors import DatabaseUnavailable, LeaseLost, RunCancelled, RunVersionStale
+from toren.errors import DatabaseUnavailable, LeaseFenced, LeaseLost, RunCancelled, RunVersionStale
 from toren.execution.orchestrator import tick_run
 from toren.execution.ports import AppendObserver, ExecutionPorts
 from toren.execution.rate_guard import RateLimiter
@@ -441,6 +441,15 @@ class Worker:
                 log.error("dropping message %s of kind %r: not a kind this worker knows, or "
                           "no run", message.id, message.kind)
                 await self.queue.ack(message, self.id)
+        except LeaseFenced as exc:
+            # nobody else holds the work (a failover fenced every lease of the old primary):
+            # hand the message back now rather than after its visibility timeout
+            log.warning("stopped work on run %s: %s", message.run_id, exc.message)
+            try:
+                await self.queue.defer(message, self.id, 0.0)
+            except Exception as defer_error:  # the visibility timeout brings it back
+                log.info("message %s goes back after its visibility timeout: handing it back "
+                         "now failed (%s)", message.id, defer_error)
         except (LeaseLost, RunCancelled) as exc:
             log.info("stopped work on run %s: %s", message.run_id, exc.message)
         except DatabaseUnavailable as exc:

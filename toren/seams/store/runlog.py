@@ -155,6 +155,9 @@ class RunLog(abc.ABC):
         if the lease holder claimed it there. It commits only if the lease is still held with
         the same epoch, unexpired (even if nobody took it since), and the run is not
         cancelled; otherwise it raises ``LeaseLost`` or ``RunCancelled`` and writes nothing.
+        A store that knows which database server granted a lease raises ``LeaseFenced`` (a
+        ``LeaseLost``) for one that another server granted (the primary before a failover,
+        whose log may have been longer): the worker hands its message back at once.
         The sequence numbers are a compare-and-swap: if any of them is taken (another append
         wrote there first), it raises ``LeaseLost`` and writes nothing, so of two appends at one
         number exactly one commits. ``run_update`` never changes a run already finished (the

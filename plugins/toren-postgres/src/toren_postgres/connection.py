@@ -11,15 +11,20 @@ from toren.plugin import ConfigError, DatabaseTlsError, DatabaseUnavailable
 
 
 def describe_url(url: str) -> str:
-    """``user@host:port/dbname`` without the password, for startup lines and errors."""
+    """``user@host:port/dbname`` without the password, for startup lines and errors; a
+    multi-host URL's hosts each with its port (``user@db1:5432,db2:5432/dbname``)."""
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise ConfigError("DATABASE_URL is not a valid libpq URL or conninfo: "
                           f"{' '.join(str(exc).split())}") from None
-    host = params.get("host") or "localhost"
-    port = params.get("port") or 5432
-    where = f"socket {host}" if str(host).startswith("/") else f"{host}:{port}"
+    hosts = str(params.get("host") or "localhost").split(",")
+    # an empty port is the default; one port is every host's, as libpq reads them
+    ports = [port or "5432" for port in str(params.get("port") or "").split(",")]
+    if len(ports) == 1:
+        ports *= len(hosts)
+    where = ",".join(f"socket {host}" if host.startswith("/") else f"{host}:{port}"
+                     for host, port in zip(hosts, ports, strict=False))
     user = str(params.get("user") or "")
     return f"{user + '@' if user else ''}{where}/{params.get('dbname') or user}"
 

@@ -4,15 +4,59 @@ and one connection pool."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from toren.plugin import DatabaseUnavailable, Settings
 from toren.plugin.drivers import StoreLifecycle
 from toren_postgres.connection import check_connection, describe_url, with_tcp_timeouts
 from toren_postgres.embedded import EmbeddedPostgres, ensure_embedded
+
+#: A pooled connection idle for longer than this is checked (one empty statement) before it
+#: is handed out. Under load connections are reused within milliseconds and never checked.
+IDLE_CHECK_S = 1.0
+
+
+class FailoverAwarePool(AsyncConnectionPool):
+    """The pool of a Postgres store: psycopg's, which hands out its idle connections unchecked,
+    made to notice a server that went away (a restart, a failover to a replica) before its
+    callers do.
+
+    * A connection given back broken (its server closed it, or it died) drains the pool: the
+      idle connections were to the same server and are most likely dead too. Each would
+      otherwise fail its next user in turn; new ones are opened instead, to whichever host of
+      a multi-host ``DATABASE_URL`` takes writes now (``target_session_attrs=read-write``).
+    * A connection idle for more than ``IDLE_CHECK_S`` is checked before it is handed out
+      (an empty statement, one round trip); one that fails the check is given back (which
+      drains the pool) and the caller gets a new connection, so the first call after a quiet
+      spell does not fail on a connection that died while nobody used it. (psycopg's own
+      ``check`` would sleep a backoff of a second or more between dead connections.)
+    """
+
+    # psycopg_pool's signature, timeout included
+    async def getconn(self, timeout: float | None = None  # noqa: ASYNC109
+                      ) -> psycopg.AsyncConnection[Any]:
+        conn = await super().getconn(timeout)
+        returned = getattr(conn, "_toren_returned_at", None)
+        if returned is None or time.monotonic() - returned <= IDLE_CHECK_S:
+            return conn
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            await self.putconn(conn)  # broken: drains the pool
+            return await super().getconn(timeout)
+        return conn
+
+    async def putconn(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        broken = conn.pgconn.transaction_status == TransactionStatus.UNKNOWN
+        conn._toren_returned_at = time.monotonic()  # type: ignore[attr-defined]
+        await super().putconn(conn)
+        if broken:
+            await self.drain()
 
 
 class PostgresConnection(StoreLifecycle):
@@ -64,8 +108,9 @@ class PostgresConnection(StoreLifecycle):
         # A call waits at most pool_timeout_s for a connection, so an outage is a quick
         # DatabaseUnavailable. A lost connection is retried with backoff for as long, then
         # afresh on the next call: the pool's backoff would otherwise grow for 5 minutes and
-        # leave the server failing for tens of seconds after the database is back.
-        self._pool = AsyncConnectionPool(
+        # leave the server failing for tens of seconds after the database is back. A server
+        # that went away (a failover) is noticed by the pool itself (FailoverAwarePool).
+        self._pool = FailoverAwarePool(
             self.url, min_size=1, max_size=max(2, self.settings.pool_size),
             kwargs={"autocommit": True,
                     "connect_timeout": max(1, round(self.settings.connect_timeout_s))},

@@ -11,7 +11,7 @@ import psycopg
 from psycopg.types.json import Json, Jsonb
 from psycopg_pool import PoolTimeout
 
-from toren.plugin import DatabaseUnavailable, LeaseLost, RunCancelled
+from toren.plugin import DatabaseUnavailable, LeaseFenced, LeaseLost, RunCancelled
 from toren.plugin.drivers import (
     KEEP,
     ChildLink,
@@ -234,6 +234,12 @@ class PostgresRunLog(PostgresConnection, RunLog):
                                            events)
         if row is None or row[0] == 0:
             await self._explain_rejection(schema, lease)
+        elif row[1] == -1:  # the stream ends before expected_seq - 1: nothing was written
+            raise LeaseFenced(f"stream {lease.stream} of run {lease.run_id} ends before seq "
+                              f"{expected_seq - 1} on this database, but this worker was about "
+                              f"to append seq {expected_seq}: events it appended are gone (a "
+                              "failover to a replica that had not received them), so the work "
+                              "resumes from this server's log")
         elif row is _COMMITTED:  # the connection broke; what the append claimed is not known
             if hand_limit and hand_off is not None:
                 hand_off.handed_unknown()
@@ -322,6 +328,14 @@ class PostgresRunLog(PostgresConnection, RunLog):
             row = await cursor.fetchone()
         if row is not None and row[3] == "cancelled":
             raise RunCancelled(f"run {lease.run_id} was cancelled")
+        if row is not None and (row[0], row[1]) == (lease.holder, lease.epoch) and row[4]:
+            # a failover (or a restart): the log this lease was granted against may have been
+            # longer than this server's, and what this worker holds in memory with it too
+            raise LeaseFenced(f"the lease on stream {lease.stream} of run {lease.run_id} "
+                              f"(epoch {lease.epoch}) was granted by another database server "
+                              "(the primary before a failover, or before a restart); its log "
+                              "may have held more than this one's, so the work resumes from "
+                              "this server's log")
         holder = f"held by {row[0]} at epoch {row[1]}" if row else "missing"
         raise LeaseLost(f"lost the lease on stream {lease.stream} of run {lease.run_id} "
                         f"(epoch {lease.epoch}); it is now {holder}")

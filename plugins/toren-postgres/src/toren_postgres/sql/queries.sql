@@ -87,12 +87,17 @@ SELECT id, NULL FROM {runs}
 WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM run);
 
 -- acquire_lease --
--- Also the first statement of the function acquire_and_load (agent migration 0013).
-INSERT INTO toren_control.leases AS l (run_id, stream, holder, epoch, expires_at)
-VALUES (%(run_id)s, %(stream)s, %(holder)s, 1, now() + %(ttl_s)s * interval '1 second')
+-- Also the first statement of the function acquire_and_load (agent migration 0030). A lease
+-- granted by another server (a primary this one replaced) is taken over at once: its holder's
+-- appends are refused here (control migration 0030).
+INSERT INTO toren_control.leases AS l (run_id, stream, holder, epoch, expires_at,
+                                       server_started_at)
+VALUES (%(run_id)s, %(stream)s, %(holder)s, 1, now() + %(ttl_s)s * interval '1 second',
+        pg_postmaster_start_time())
 ON CONFLICT (run_id, stream) DO UPDATE
-SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
-WHERE l.expires_at <= now()
+SET holder = EXCLUDED.holder, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at,
+    server_started_at = EXCLUDED.server_started_at
+WHERE l.expires_at <= now() OR l.server_started_at <> EXCLUDED.server_started_at
 RETURNING epoch;
 
 -- acquire_and_load --
@@ -154,7 +159,9 @@ ORDER BY b.ordinality;
 
 -- lease_state --
 SELECT l.holder, l.epoch, l.expires_at > now() AS live,
-       (SELECT status FROM {runs} WHERE id = %(run_id)s) AS run_status
+       (SELECT status FROM {runs} WHERE id = %(run_id)s) AS run_status,
+       l.server_started_at IS NOT NULL AND l.server_started_at <> pg_postmaster_start_time()
+           AS granted_elsewhere
 FROM toren_control.leases l WHERE l.run_id = %(run_id)s AND l.stream = %(stream)s;
 
 -- append_unleased --
