@@ -4,6 +4,7 @@ migration 0027)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -48,7 +49,8 @@ class PostgresEvalStore(PostgresConnection, EvalStore):
                     "human_version": record.human_version, "model": record.model,
                     "repeat": record.repeat, "concurrency": record.concurrency,
                     "grader_model": record.grader_model, "source": record.source,
-                    "functions": record.functions, "fork_at": record.fork_at})
+                    "functions": record.functions, "fork_at": record.fork_at,
+                    "auto_resume": record.auto_resume})
                 row = await cursor.fetchone()
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"an eval with id {record.id} is kept already") from None
@@ -110,6 +112,42 @@ class PostgresEvalStore(PostgresConnection, EvalStore):
             await conn.execute(_queries()["finish_eval"], {"id": found})
         return await self.get_eval(eval_id)
 
+    async def claim_eval_leases(self, holder: str, agents: Sequence[str], *, ttl_s: float,
+                                limit: int = 10, eval_id: str | None = None) -> list[str]:
+        if eval_id is not None and _uuid(eval_id) is None:
+            return []
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(_queries()["claim_eval_leases"], {
+                "holder": holder, "agents": list(agents), "ttl_s": ttl_s, "limit": limit,
+                "id": _uuid(eval_id)})
+            return [str(row[0]) for row in await cursor.fetchall()]
+
+    async def renew_eval_leases(self, holder: str, eval_ids: Sequence[str], *,
+                                ttl_s: float) -> list[str]:
+        ids = [found for found in map(_uuid, eval_ids) if found is not None]
+        if not ids:
+            return []
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(_queries()["renew_eval_leases"], {
+                "holder": holder, "ids": ids, "ttl_s": ttl_s})
+            return [str(row[0]) for row in await cursor.fetchall()]
+
+    async def release_eval_lease(self, holder: str, eval_id: str) -> None:
+        found = _uuid(eval_id)
+        if found is None:
+            return
+        async with self.pool.connection() as conn:
+            await conn.execute(_queries()["release_eval_lease"], {"id": found, "holder": holder})
+
+    async def eval_lease(self, eval_id: str) -> str | None:
+        found = _uuid(eval_id)
+        if found is None:
+            return None
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(_queries()["eval_lease"], {"id": found})
+            row = await cursor.fetchone()
+        return row[0] if row is not None and row[2] else None
+
 
 def _record(row: dict[str, Any]) -> EvalRecord:
     return EvalRecord(
@@ -118,7 +156,7 @@ def _record(row: dict[str, Any]) -> EvalRecord:
         repeat=row["repeat"], concurrency=row["concurrency"],
         grader_model=row["grader_model"], status=row["status"],
         created_at=row["created_at"], finished_at=row["finished_at"], source=row["source"],
-        functions=row["functions"], fork_at=row["fork_at"])
+        functions=row["functions"], fork_at=row["fork_at"], auto_resume=row["auto_resume"])
 
 
 def _case_run(eval_id: str, row: dict[str, Any]) -> CaseRun:
