@@ -106,7 +106,9 @@ class EvalKeeper:
             if eval_id is None and retry is not None and time.monotonic() < retry[0]:
                 await runtime.store.release_eval_lease(self.holder, found)
                 continue
-            self.work(found)
+            if self.work(found) and eval_id is None:
+                log.info("going on with eval %s (started over HTTP; no live server held it)",
+                         found)
             started.append(found)
         return started
 
