@@ -21,12 +21,6 @@ class EvalStore(abc.ABC):
     ``set_case_run`` once the run exists, ``grade_case_run`` when the run has ended and been
     graded, and ``finish_eval`` after the last grade. ``toren eval report|compare|list`` and
     ``GET /evals`` read with ``get_eval``, ``list_evals`` and ``case_runs``.
-
-    Evals started over HTTP (``auto_resume``) are worked by one server at a time under a
-    lease: the server's eval keeper (``toren.server.evals``) calls ``claim_eval_leases`` when
-    it starts and every few seconds after, ``renew_eval_leases`` while it works them, and
-    ``release_eval_lease`` when it stops working one. Lease times are the database's clock, so
-    servers with skewed clocks agree on when a lease has expired.
     """
 
     @abc.abstractmethod
@@ -71,6 +65,20 @@ class EvalStore(abc.ABC):
     async def finish_eval(self, eval_id: str) -> EvalRecord | None:
         """Mark the eval ``finished`` (once; ``finished_at`` the database's clock); the eval
         afterwards, ``None`` for no such eval."""
+
+
+class EvalLeaseStore(abc.ABC):
+    """Who works an eval started over HTTP (``EvalRecord.auto_resume``): one server at a time,
+    under a lease, so that an eval survives its server's restart or ``kill -9`` and is worked
+    once however many servers share the database.
+
+    The server's eval keeper (``toren.server.evals.EvalKeeper``) calls ``claim_eval_leases``
+    when it starts and every third of ``TOREN_LEASE_TTL`` after (and with ``eval_id`` when an
+    eval is started or resumed through it), ``renew_eval_leases`` on the same beat for the
+    evals it works, ``release_eval_lease`` when it stops working one; ``GET /evals/{id}``
+    reads ``eval_lease``. Lease times are the database's clock, so servers with skewed clocks
+    agree on when a lease has expired.
+    """
 
     @abc.abstractmethod
     async def claim_eval_leases(self, holder: str, agents: Sequence[str], *, ttl_s: float,

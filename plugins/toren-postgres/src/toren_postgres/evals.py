@@ -1,5 +1,5 @@
-"""The ``EvalStore`` in Postgres: ``toren_control.evals`` and ``eval_case_runs`` (control
-migration 0027)."""
+"""The ``EvalStore`` and ``EvalLeaseStore`` in Postgres: ``toren_control.evals`` and
+``eval_case_runs`` (control migrations 0027 and 0029)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from toren.plugin.drivers import CaseRun, Dataset, EvalRecord, EvalStore
+from toren.plugin.drivers import CaseRun, Dataset, EvalLeaseStore, EvalRecord, EvalStore
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import parse_queries
 
@@ -111,6 +111,11 @@ class PostgresEvalStore(PostgresConnection, EvalStore):
         async with self.pool.connection() as conn:
             await conn.execute(_queries()["finish_eval"], {"id": found})
         return await self.get_eval(eval_id)
+
+
+class PostgresEvalLeaseStore(PostgresConnection, EvalLeaseStore):
+    """The ``EvalLeaseStore`` of the Postgres store: columns of ``toren_control.evals``
+    (control migration 0029)."""
 
     async def claim_eval_leases(self, holder: str, agents: Sequence[str], *, ttl_s: float,
                                 limit: int = 10, eval_id: str | None = None) -> list[str]:
