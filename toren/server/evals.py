@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -50,6 +51,8 @@ _FIELDS = ("agent", "dataset", "repeat", "concurrency", "grader_model", "version
            "from_runs", "fork_at")
 #: The fields of ``from_runs``.
 _RUNS_FIELDS = (*RUN_FILTERS, "since", "until", "limit", "graders")
+#: What ``model`` may be: a model id, no spaces or control characters (the OpenAPI pattern).
+MODEL_ID = re.compile(r"^[^\s\x00-\x1f\x7f-\x9f]{1,200}$")
 #: Evals listed per page at most.
 MAX_PAGE = 200
 #: How long an eval that failed here waits before this server tries it again (doubling).
@@ -229,16 +232,16 @@ async def start_eval(request: web.Request) -> web.Response:
         numbers[name] = value
     if numbers["fork_at"] is not None and "from_runs" not in body:
         return _bad_body("'fork_at' replays recorded runs: it goes with 'from_runs'")
-    texts = {}
-    for name in ("grader_model", "model", "version"):
-        value = body.get(name)
-        if value is not None and (not isinstance(value, str) or not value.strip()
-                                  or len(value) > 200 or not value.isprintable()):
-            return _bad_body(f"{name!r} must be " + ("a kept version's hash (4 characters at "
-                                                     "least) or its version: string"
-                                                     if name == "version" else "a model id"))
-        texts[name] = value
-    if texts["version"] is not None and not VERSION.match(texts["version"]):
+    texts = {name: body.get(name) for name in ("grader_model", "model", "version")}
+    grader_model = texts["grader_model"]
+    if grader_model is not None and (not isinstance(grader_model, str) or not grader_model):
+        return _bad_body("'grader_model' must be a model id")
+    if texts["model"] is not None and (not isinstance(texts["model"], str)
+                                       or not MODEL_ID.match(texts["model"])):
+        return _bad_body("'model' must be a model id such as anthropic/claude-sonnet-4-5 "
+                         "(no spaces or control characters)")
+    if texts["version"] is not None and (not isinstance(texts["version"], str)
+                                         or not VERSION.match(texts["version"])):
         return _bad_body("'version' must be a kept version's hash (4 characters at least) or "
                          "its version: string: letters, digits, '.', '_', '+', '-' (see GET "
                          f"/agents/{agent}/versions)")

@@ -42,6 +42,7 @@ from toren.core.evals import (
 )
 from toren.core.events import Event
 from toren.core.messages import Message, ModelRequest
+from toren.core.run_search import InvalidRunSearch, parse_run_search
 from toren.core.runs import RunRecord, RunSearch, RunTotals
 from toren.core.versions import AgentVersion
 from toren.errors import (
@@ -293,8 +294,6 @@ class EvalsService:
         ``limit`` runs, newest first (``runs_dataset``). Errors name ``option``:
         ``ConfigError`` for an unknown filter, ``InvalidRunSearch`` for a bad value,
         ``EvalDatasetError`` when no run matches."""
-        from toren.core.run_search import parse_run_search
-
         found = recorded_runs_filters(filters, agent, since, until, option=option)
         status = found.pop("status", "completed")
         schedule = found.pop("schedule", None)
@@ -644,8 +643,8 @@ def recorded_runs_filters(filters: Mapping[str, str], agent: str, since: str | N
                     delta = timedelta(**{_UNITS[relative[2]]: int(relative[1])})
                     moment = (datetime.now(UTC) - delta).isoformat()
                 except OverflowError:
-                    raise ConfigError(f"{option}: {name} {moment[:40]} is too far back") \
-                        from None
+                    raise InvalidRunSearch(f"invalid_{name}", f"{option}: {name} "
+                                           f"{moment[:40]} is too far back") from None
             found[name] = moment
     return found
 
