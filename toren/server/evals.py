@@ -31,6 +31,7 @@ from toren.core.eval_cases import Dataset
 from toren.core.evals import EvalRecord
 from toren.core.run_search import VERSION
 from toren.errors import EvalDatasetError, EvalNotFound, TorenError
+from toren.host.runtime import Runtime
 from toren.host.services.evals import (
     MAX_CONCURRENCY,
     MAX_FORK_AT,
@@ -219,7 +220,7 @@ async def start_eval(request: web.Request) -> web.Response:
         return _bad_body("give 'dataset' ({\"cases\": [{\"input\": ...}, ...]}) or "
                          "'from_runs' ({\"status\": \"completed\", \"since\": \"7d\"}): one "
                          "of the two")
-    numbers = {}
+    numbers: dict[str, int | None] = {}
     for name, default, low, top in (("repeat", 1, 1, MAX_REPEAT),
                                     ("concurrency", 4, 1, MAX_CONCURRENCY),
                                     ("fork_at", None, 0, MAX_FORK_AT)):
@@ -267,7 +268,7 @@ async def start_eval(request: web.Request) -> web.Response:
                        *(["from_runs"] if "from_runs" in body else [])])
     record = await runtime.evals.create(
         dataset, agent, model=texts["model"], grader_model=texts["grader_model"],
-        source=source, repeat=numbers["repeat"], concurrency=numbers["concurrency"],
+        source=source, repeat=numbers["repeat"] or 1, concurrency=numbers["concurrency"] or 4,
         functions=functions, fork_at=numbers["fork_at"], definition=definition,
         auto_resume=True)
     await request.app[KEEPER].claim(record.id)
@@ -288,7 +289,8 @@ def _deployed_functions(directory: Path, agent: str, dataset: Dataset) -> str:
     return str(path.resolve())
 
 
-async def _recorded_runs(runtime: Any, agent: str, given: Any) -> Dataset | web.Response:
+async def _recorded_runs(runtime: Runtime, agent: str, given: Any
+                         ) -> Dataset | web.Response:
     """``from_runs`` of ``POST /evals`` as a dataset (``EvalsService.recorded_runs``, which
     ``toren eval run --from-runs`` calls)."""
     if not isinstance(given, dict):
