@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from tests.e2e.test_http_api import conforms
+from toren.agents.datasets import dataset_from_json
 from toren.client import TorenClient
 from toren.core import events as ev
 from toren.core.evals import fork_run_id
@@ -206,3 +207,26 @@ async def test_hostile_version_model_and_recorded_runs_are_refused(
         conforms("Error", found)
     assert await runtime.evals.list() == []
     assert await runtime.list_runs(agent="crew") == []
+
+
+async def test_resume_leaves_an_eval_another_server_holds_to_it(
+        served: tuple[TorenClient, Runtime, str]) -> None:
+    client, runtime, _old = served
+    dataset = dataset_from_json({"cases": [{"id": "hi", "input": "hello"}]})
+    record = await runtime.evals.create(dataset, "crew")  # as `toren eval run` makes one
+    assert not record.auto_resume
+    # another server holds it: this one neither takes it nor works it
+    assert await runtime.store.claim_eval_leases("elsewhere", ["crew"], ttl_s=60,
+                                                 eval_id=record.id) == [record.id]
+    resumed = await client.resume_eval(record.id)
+    assert (resumed["working"], resumed["started"]) == (True, False)
+    report = await client.eval_report(record.id)
+    assert report["working"] is True and report["totals"]["graded"] == 0
+    assert await runtime.list_runs(agent="crew") == []
+    # let go (its server stopped): a resume takes it, works it and lets the lease go
+    await runtime.store.release_eval_lease("elsewhere", record.id)
+    resumed = await client.resume_eval(record.id)
+    assert (resumed["working"], resumed["started"]) == (True, True)
+    report = await client.wait_for_eval(record.id, poll_s=0.1, timeout_s=60)
+    assert report["totals"]["complete"] and report["working"] is False
+    assert await runtime.store.eval_lease(record.id) is None
