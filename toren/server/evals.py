@@ -102,14 +102,16 @@ class EvalKeeper:
         server holds, of the agents served here; work each claimed one not worked here yet.
         The ids of the evals this server works now among those."""
         runtime = self.app[RUNTIME]
+        now = time.monotonic()
+        # evals that failed here wait their turn (the others are claimed meanwhile); one
+        # asked for by id is tried at once
+        waiting = ([] if eval_id is not None else
+                   [found for found, (at, _wait) in self._retry.items() if at > now])
         claimed = await runtime.store.claim_eval_leases(
-            self.holder, list(runtime.agents), ttl_s=self.ttl_s, eval_id=eval_id)
+            self.holder, list(runtime.agents), ttl_s=self.ttl_s, eval_id=eval_id,
+            skip=waiting)
         started = []
         for found in claimed:
-            retry = self._retry.get(found)
-            if eval_id is None and retry is not None and time.monotonic() < retry[0]:
-                await runtime.store.release_eval_lease(self.holder, found)
-                continue
             if self.work(found) and eval_id is None:
                 log.info("going on with eval %s (started over HTTP; no live server held it)",
                          found)

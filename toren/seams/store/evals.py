@@ -82,11 +82,13 @@ class EvalLeaseStore(abc.ABC):
 
     @abc.abstractmethod
     async def claim_eval_leases(self, holder: str, agents: Sequence[str], *, ttl_s: float,
-                                limit: int = 10, eval_id: str | None = None) -> list[str]:
+                                limit: int = 10, eval_id: str | None = None,
+                                skip: Sequence[str] = ()) -> list[str]:
         """Take the lease, for ``ttl_s`` seconds, of up to ``limit`` running evals of
         ``agents`` that are ``auto_resume`` and whose lease is free, expired or already
-        ``holder``'s, oldest first; their ids. With ``eval_id``, that eval only (whether
-        ``auto_resume`` or not). Two holders claiming at once never both get one eval."""
+        ``holder``'s, oldest first, but those in ``skip`` (evals the holder waits to try
+        again); their ids. With ``eval_id``, that eval only (whether ``auto_resume`` or not).
+        Two holders claiming at once never both get one eval."""
 
     @abc.abstractmethod
     async def renew_eval_leases(self, holder: str, eval_ids: Sequence[str], *,

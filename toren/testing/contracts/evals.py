@@ -101,6 +101,11 @@ class EvalStoreContract(StoreFixtures):
                                              eval_id=durable.id) == []
         assert await store.renew_eval_leases(holder, [durable.id], ttl_s=30) == [durable.id]
         assert await store.renew_eval_leases(other, [durable.id], ttl_s=30) == []
+        # an eval the holder waits to try again is left out
+        await store.release_eval_lease(holder, durable.id)
+        assert await store.claim_eval_leases(holder, [agent], ttl_s=30,
+                                             skip=[durable.id, "not a uuid"]) == []
+        assert await store.claim_eval_leases(holder, [agent], ttl_s=30) == [durable.id]
         # an eval not auto_resume is only ever claimed by its id
         assert await store.claim_eval_leases(other, [agent], ttl_s=30,
                                              eval_id=by_hand.id) == [by_hand.id]

@@ -118,13 +118,15 @@ class PostgresEvalLeaseStore(PostgresConnection, EvalLeaseStore):
     (control migration 0029)."""
 
     async def claim_eval_leases(self, holder: str, agents: Sequence[str], *, ttl_s: float,
-                                limit: int = 10, eval_id: str | None = None) -> list[str]:
+                                limit: int = 10, eval_id: str | None = None,
+                                skip: Sequence[str] = ()) -> list[str]:
         if eval_id is not None and _uuid(eval_id) is None:
             return []
         async with self.pool.connection() as conn:
             cursor = await conn.execute(_queries()["claim_eval_leases"], {
                 "holder": holder, "agents": list(agents), "ttl_s": ttl_s, "limit": limit,
-                "id": _uuid(eval_id)})
+                "id": _uuid(eval_id),
+                "skip": [found for found in map(_uuid, skip) if found is not None]})
             return [str(row[0]) for row in await cursor.fetchall()]
 
     async def renew_eval_leases(self, holder: str, eval_ids: Sequence[str], *,

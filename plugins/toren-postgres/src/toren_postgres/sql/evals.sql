@@ -65,7 +65,8 @@ RETURNING id;
 -- claim_eval_leases --
 -- Running evals to resume, of the agents served here, whose lease is free or expired (its
 -- holder stopped renewing it: killed, or cut off), now held by %(holder)s; SKIP LOCKED: two
--- servers claiming at once never take the same eval. %(id)s narrows it to one eval.
+-- servers claiming at once never take the same eval. %(id)s narrows it to one eval; %(skip)s
+-- are evals the holder waits to try again (they never crowd out the others).
 UPDATE toren_control.evals e
 SET lease_holder = %(holder)s, lease_expires_at = now() + make_interval(secs => %(ttl_s)s)
 WHERE e.id IN (
@@ -73,6 +74,7 @@ WHERE e.id IN (
     WHERE status = 'running' AND agent = ANY(%(agents)s)
       AND (auto_resume OR %(id)s::uuid IS NOT NULL)
       AND (%(id)s::uuid IS NULL OR id = %(id)s)
+      AND NOT (id = ANY(%(skip)s::uuid[]))
       AND (lease_holder IS NULL OR lease_holder = %(holder)s OR lease_expires_at < now())
     ORDER BY created_at
     LIMIT %(limit)s
