@@ -35,11 +35,11 @@ def test_an_http_eval_goes_on_by_itself_after_its_server_is_killed(
     assert made.returncode == 0, made.stderr
     key = json.loads(made.stdout)["key"]
 
-    def serve() -> OutputProcess:
+    def serve(lease_ttl: str) -> OutputProcess:
         return start_toren("serve", "--dir", str(agent.parent), "--port", "0", "--workers",
-                           "--json", env=env)
+                           "--json", env=env | {"TOREN_LEASE_TTL": lease_ttl})
 
-    doomed = serve()
+    doomed = serve("1")  # its leases (the eval's, its runs') expire a second after the kill
     url = str(doomed.next_json()["url"])
     started = SyncTorenClient(url, key).start_eval("evalcrew", {"cases": [
         {"id": f"case-{n}", "input": f"question {n}", "graders": [{"contains": f"question {n}"}]}
@@ -66,7 +66,9 @@ def test_an_http_eval_goes_on_by_itself_after_its_server_is_killed(
     unanswered = CASES - sum(1 for run_id, _ in at_kill.values() if run_id in answered)
     paid_before = sum(calls_by_pid(calls).values())
 
-    servers = [serve(), serve()]  # two servers share the database: one takes the eval
+    # two servers share the database: one takes the eval (leases of 3 s: a server starved of
+    # CPU for a moment on a loaded machine keeps its lease)
+    servers = [serve("3"), serve("3")]
     urls = [str(server.next_json()["url"]) for server in servers]
 
     def finished() -> bool:
@@ -98,3 +100,7 @@ def test_an_http_eval_goes_on_by_itself_after_its_server_is_killed(
             assert now[case] == graded_at
     # the lease is let go once the eval is done
     assert rows(database_url, "SELECT lease_holder FROM toren_control.evals") == [(None,)]
+    for server in servers:  # both at once: each drains its workers for a moment
+        server.proc.terminate()
+    for server in servers:
+        assert server.proc.wait(timeout=60) == 0, server.stderr
