@@ -5,6 +5,7 @@ hostile value of those fields refused with an error naming the field, starting n
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from toren.core import events as ev
 from toren.core.evals import fork_run_id
 from toren.host.runtime import Runtime
 from toren.server.app import create_app
-from toren.testing import serve_on_free_port
+from toren.server.evals import KEEPER
+from toren.testing import ScriptedModel, serve_on_free_port, write_agent_dir
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -230,3 +232,47 @@ async def test_resume_leaves_an_eval_another_server_holds_to_it(
     report = await client.wait_for_eval(record.id, poll_s=0.1, timeout_s=60)
     assert report["totals"]["complete"] and report["working"] is False
     assert await runtime.store.eval_lease(record.id) is None
+
+
+async def test_a_server_that_loses_an_eval_s_lease_stops_and_one_that_finds_it_expired_goes_on(
+        make_runtime: Any, tmp_path: Path) -> None:
+    # model calls of 1 s: the eval is at work when its lease is taken from this server
+    runtime = await make_runtime(dirs=[write_agent_dir(tmp_path, "slow", model="test/slow")],
+                                 models={"slow": ScriptedModel(delay=1.0)})
+    _, token = await runtime.keys.create("ops")
+    app = create_app(runtime, require_keys=True)
+    runner, url = await serve_on_free_port(app)
+    try:
+        async with TorenClient(url, api_key=token) as client:
+            started = await client.start_eval("slow", {"cases": [
+                {"id": f"c{n}", "input": f"q{n}"} for n in range(3)]}, concurrency=1)
+            keeper = app[KEEPER]
+            assert started["id"] in keeper.working
+            # another server took it (this one was cut off): this one stops working it
+            async with runtime.store.pool.connection() as conn:
+                await conn.execute(
+                    "UPDATE toren_control.evals SET lease_holder = 'elsewhere', "
+                    "lease_expires_at = now() + interval '1 hour' WHERE id = %s",
+                    [started["id"]])
+            assert await wait_for_async(lambda: started["id"] not in keeper.working, 10)
+            report = await client.eval_report(started["id"])
+            assert report["working"] is True and not report["totals"]["complete"]
+            # that server died: its lease expires, and this one goes on by itself
+            async with runtime.store.pool.connection() as conn:
+                await conn.execute(
+                    "UPDATE toren_control.evals SET lease_expires_at = now() "
+                    "WHERE id = %s", [started["id"]])
+            report = await client.wait_for_eval(started["id"], poll_s=0.1, timeout_s=60)
+            assert report["totals"]["complete"] and report["totals"]["pass_rate"] == 1.0
+            assert len(await runtime.list_runs(agent="slow", limit=10)) == 3
+    finally:
+        await runner.cleanup()
+
+
+async def wait_for_async(predicate: Any, timeout_s: float) -> bool:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
