@@ -1032,16 +1032,39 @@ class TorenClient:
 
     # -- evals (docs/guides/evals.md) ------------------------------------------------------
 
-    async def start_eval(self, agent: str, dataset: dict[str, Any], *, repeat: int = 1,
-                         concurrency: int = 4, grader_model: str | None = None) -> Eval:
-        """Start an eval of ``dataset`` (``{"cases": [{"input": ..., "graders": [...]},
-        ...]}``, as a YAML dataset file has it) against the version of ``agent`` the
-        deployment serves (``POST /evals``); the server works it. ``function:`` graders
-        are refused here: ``toren eval run`` runs them."""
-        body: dict[str, Any] = {"agent": agent, "dataset": dataset, "repeat": repeat,
-                                "concurrency": concurrency}
-        if grader_model is not None:
-            body["grader_model"] = grader_model
+    async def start_eval(self, agent: str, dataset: dict[str, Any] | None = None, *,
+                         repeat: int = 1, concurrency: int = 4,
+                         grader_model: str | None = None, version: str | None = None,
+                         model: str | None = None, from_runs: dict[str, Any] | None = None,
+                         fork_at: int | None = None) -> Eval:
+        """Start an eval (``POST /evals``), what ``toren eval run`` does; the deployment works
+        it, and goes on with it after a restart.
+
+        Args:
+            agent: an agent the deployment serves.
+            dataset: ``{"cases": [{"input": ..., "graders": [...]}, ...]}``, as a YAML
+                dataset file has it; or give ``from_runs``.
+            repeat: runs of every case (1 to 100).
+            concurrency: case runs at a time (1 to 64).
+            grader_model: the model of rubrics without one of their own.
+            version: a kept version of the agent instead of the served one: its hash (4
+                characters at least) or its ``version:`` string (``--version``).
+            model: run the cases with this model instead of the agent's (``--model``).
+            from_runs: a dataset of recorded runs instead of ``dataset``: ``{"status",
+                "version", "schedule", "q", "since", "until", "limit", "graders"}``, all
+                optional (``--from-runs``, ``--since``, ``--until``, ``--runs-limit``,
+                ``--graders``).
+            fork_at: with ``from_runs``, replay each run as a fork at this step
+                (``--fork-at``).
+
+        ``function:`` graders run the functions of the ``evals.py`` deployed in the agent's
+        directory on the server (docs/guides/evals.md)."""
+        body: dict[str, Any] = {"agent": agent, "repeat": repeat, "concurrency": concurrency}
+        for name, value in (("dataset", dataset), ("grader_model", grader_model),
+                            ("version", version), ("model", model),
+                            ("from_runs", from_runs), ("fork_at", fork_at)):
+            if value is not None:
+                body[name] = value
         result: Eval = await self._request("POST", "/evals", body=body)
         return result
 

@@ -50,6 +50,11 @@ SAMPLES: dict[str, Any] = {
     "arguments": {"sample": 1}, "actor": "cli:sample", "action": "run.start",
     "outcome": "ok", "since": "1h", "until": "2026-12-04T00:00:00Z", "run": "sample-run",
     "period": "week", "q": "sample words", "version": "1.0.0", "sort": "-cost",
+    "eval_id": "1e1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f",
+    "eval_a": "2e1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f",
+    "eval_b": "3e1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f", "grader_model": "sample/judge",
+    "memory_id": "4e1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f", "subject": "sample-subject",
+    "content": "sample memory", "scope": "user", "search": "sample search",
 }
 PENDING = "9f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 #: What a model (or a user) can put where an id goes: traversal into another route, a query or a
@@ -112,7 +117,8 @@ class Recorder:
             "id": SAMPLES["run_id"], "status": "completed", "agents": [], "runs": [],
             "next_cursor": None, "schedules": [], "files": [], "approvals": [],
             "children": [], "forks": [], "events": [], "cursor": "", "questions": [],
-            "deliveries": []})
+            "deliveries": [], "eval": {"status": "finished"}, "evals": [],
+            "erased": [], "memories": []})
 
 
 @pytest.fixture(scope="module")

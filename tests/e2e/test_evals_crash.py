@@ -56,7 +56,7 @@ def test_an_eval_killed_mid_way_resumes_without_running_or_paying_a_case_twice(
         except psycopg.errors.UndefinedTable:
             return False  # not migrated yet
 
-    assert wait_until(some_graded, 60), doomed.stderr()
+    assert wait_until(some_graded, 60), doomed.stderr
     doomed.proc.kill()
     assert doomed.proc.wait(timeout=10) == -9
 

@@ -88,7 +88,7 @@ async def test_an_eval_over_http_from_start_to_comparison(
 
         resumed = await client.resume_eval(started["id"])  # finished: nothing to run
         conforms("Eval", resumed)
-        assert resumed["working"] is True
+        assert (resumed["working"], resumed["started"]) == (False, False)
         again = await client.wait_for_eval(started["id"], poll_s=0.1, timeout_s=30)
         assert again["cases"] == report["cases"]
         assert len(await runtime.list_runs(agent="crew", limit=100)) == 6 + 3
@@ -102,7 +102,7 @@ async def test_an_eval_over_http_from_start_to_comparison(
 
 
 HOSTILE = [
-    ({"agent": "crew"}, 400, "invalid_body", "'dataset' is required"),
+    ({"agent": "crew"}, 400, "invalid_body", "give 'dataset'"),
     ({"agent": "nobody", "dataset": DATASET}, 404, "not_found", "no agent named 'nobody'"),
     ({"agent": "crew", "dataset": DATASET, "extra": 1}, 400, "invalid_body",
      "unknown field(s): extra"),
@@ -113,7 +113,8 @@ HOSTILE = [
     ({"agent": "crew", "dataset": {"cases": [{"input": "a", "graders": [{"regex": "("}]}]}},
      400, "eval_dataset_error", "dataset: cases[0].graders[0].regex is not a regular"),
     ({"agent": "crew", "dataset": {"cases": [{"input": "a", "graders": [
-        {"function": "grade"}]}]}}, 400, "eval_dataset_error", "function: graders run code"),
+        {"function": "grade"}]}]}}, 400, "eval_dataset_error",
+     "function: graders run the functions of the evals.py deployed with crew"),
     ({"agent": "crew", "dataset": {"cases": [{"input": "a", "rubric": "r"}]}}, 400,
      "eval_dataset_error", "--grader-model"),
     ({"agent": "crew", "dataset": DATASET, "grader_model": "nowhere/judge"}, 400,

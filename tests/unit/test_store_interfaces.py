@@ -15,7 +15,7 @@ from toren_postgres.channels import (
     PostgresChannelInbox,
     PostgresChannelOutbox,
 )
-from toren_postgres.evals import PostgresEvalStore
+from toren_postgres.evals import PostgresEvalLeaseStore, PostgresEvalStore
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.forks import PostgresForkStore
@@ -49,6 +49,7 @@ from toren.seams.store import (
     ChannelChats,
     ChannelInbox,
     ChannelOutbox,
+    EvalLeaseStore,
     EvalStore,
     FileStore,
     FleetReader,
@@ -86,7 +87,7 @@ PIECES = {StoreLifecycle: PostgresConnection, Migrator: PostgresMigrator, RunLog
           QuestionStore: PostgresQuestionStore, SignalLog: PostgresSignalLog,
           WebhookStore: PostgresWebhookStore, RateLimitStore: PostgresRateLimitStore,
           AuditStore: PostgresAuditStore, MemoryStore: PostgresMemoryStore,
-          EvalStore: PostgresEvalStore}
+          EvalStore: PostgresEvalStore, EvalLeaseStore: PostgresEvalLeaseStore}
 
 
 def test_store_is_exactly_its_interfaces_and_they_do_not_overlap() -> None:

@@ -304,3 +304,9 @@ def load_graders(path: Path) -> list[Grader]:
     except AgentDefinitionError as exc:
         raise EvalDatasetError(exc.message) from None
     return _graders(located.data, (), located.line_of, str(path))
+
+
+def graders_from_json(data: Any, *, where: str = "the request body") -> list[Grader]:
+    """Graders sent as JSON (``from_runs.graders`` of ``POST /evals``), checked as a
+    dataset's; ``EvalDatasetError`` naming ``where`` and the field."""
+    return _graders(data, ("graders",), lambda _at: None, where)

@@ -3,11 +3,9 @@ every case a durable run, graded, reported and compared (docs/guides/evals.md)."
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 from contextlib import ExitStack
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -113,9 +111,10 @@ def run(
         assert from_runs is not None
         label = " ".join([*from_runs, *(f"--{name} {value}" for name, value in
                                         (("since", since), ("until", until)) if value)])
-        runs = {"filters": runs_filters(from_runs, agent, since, until), "limit": runs_limit,
-                "graders": load_graders(graders) if graders else [], "fork_at": fork_at,
-                "label": label}
+        runs_filters(from_runs, agent, since, until)  # wrong words fail before the database
+        runs = {"filters": _filter_words(from_runs), "since": since, "until": until,
+                "limit": runs_limit, "graders": load_graders(graders) if graders else [],
+                "fork_at": fork_at, "label": label}
     if evals is not None and not evals.is_file():
         raise ConfigError(f"--evals {evals}: no such file")
     with ExitStack() as stack:
@@ -128,16 +127,17 @@ def run(
     _finish(report, fail_under, as_json)
 
 
-#: What ``--from-runs`` filters by (``GET /runs``' search parameters, and the status).
-RUN_FILTERS = ("status", "version", "schedule", "q")
-_RELATIVE = re.compile(r"(\d+)([smhdw])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
 def runs_filters(values: list[str], agent: str, since: str | None,
                  until: str | None) -> dict[str, str]:
     """``--from-runs`` values (``key=value`` words), ``--since`` and ``--until`` as the
-    search's parameters; ``ConfigError`` saying which word is wrong."""
+    search's parameters (``recorded_runs_filters``, which ``POST /evals`` uses too);
+    ``ConfigError`` saying which word is wrong."""
+    from toren.host.services.evals import recorded_runs_filters
+
+    return recorded_runs_filters(_filter_words(values), agent, since, until)
+
+
+def _filter_words(values: list[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for value in values:
         for word in value.split():
@@ -145,23 +145,7 @@ def runs_filters(values: list[str], agent: str, since: str | None,
             if not sep or not text:
                 raise ConfigError(f"--from-runs {word!r}: give key=value filters such as "
                                   "status=completed version=1.0")
-            if key == "agent":
-                if text != agent:
-                    raise ConfigError(f"--from-runs agent={text}: the runs must be of the "
-                                      f"agent evaluated ({agent}); replays run their inputs "
-                                      "on its version")
-                continue
-            if key not in RUN_FILTERS:
-                raise ConfigError(f"--from-runs {word!r}: unknown filter {key!r}; filters: "
-                                  f"agent, {', '.join(RUN_FILTERS)} (and --since, --until)")
             found[key] = text
-    for name, moment in (("since", since), ("until", until)):
-        if moment:
-            relative = _RELATIVE.fullmatch(moment.strip())
-            if relative:
-                delta = timedelta(**{_UNITS[relative[2]]: int(relative[1])})
-                moment = (datetime.now(UTC) - delta).isoformat()
-            found[name] = moment
     return found
 
 
@@ -187,14 +171,9 @@ async def _run(found: Any, dataset_path: Path | None, agent: str, dirs: list[Pat
     try:
         fork_at = None
         if runs is not None:
-            from toren.core.run_search import parse_run_search
-
-            filters = dict(runs["filters"])
-            status = filters.pop("status", "completed")
-            search = parse_run_search(filters, agents=(agent,), status=status,
-                                      limit=runs["limit"])
-            found = await runtime.evals.runs_dataset(
-                search, graders=runs["graders"], name=f"runs of {agent} ({runs['label']})")
+            found = await runtime.evals.recorded_runs(
+                agent, runs["filters"], since=runs["since"], until=runs["until"],
+                limit=runs["limit"], graders=runs["graders"], label=runs["label"])
             fork_at = runs["fork_at"]
             source += " --from-runs" + (f" --fork-at {fork_at}" if fork_at is not None else "")
         async with runtime.audit.recording(cli_actor(), "eval.start", "cli",

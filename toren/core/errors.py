@@ -541,6 +541,22 @@ class EvalNotFound(TorenError):
     http_status = 404
 
 
+class EvalVersionNotFound(ConfigError):
+    """No kept version of the agent matches the one an eval names (``--version``, or
+    ``version`` of ``POST /evals``): see ``toren agents versions NAME``."""
+
+    code = "eval_version_not_found"
+    http_status = 404
+
+
+class InvalidEvalRequest(ConfigError):
+    """An eval cannot be started as asked (a model no provider serves, a definition whose
+    ``onChange: upgrade`` would move its case runs): the message names the field."""
+
+    code = "invalid_eval_request"
+    http_status = 422
+
+
 class EvalMismatch(ConfigError):
     """The eval cannot go on as asked: the agent definition or dataset given to resume it is
     not the one it was started with."""

@@ -50,6 +50,9 @@ class EvalRecord:
     #: Replays by fork: each case made from a recorded run (``Case.from_run``) runs as a fork
     #: of that run at this step, on the eval's version (``None``: a fresh run of its input).
     fork_at: int | None = None
+    #: Started over HTTP: any server serving the agent goes on with it after a restart,
+    #: under a lease (``EvalStore.claim_eval_leases``); the CLI's are resumed by hand.
+    auto_resume: bool = False
 
     def to_json(self, *, cases: bool = False) -> dict[str, Any]:
         """The eval's JSON (``GET /evals/{id}``'s ``eval``); ``cases``: with the dataset's
@@ -63,6 +66,7 @@ class EvalRecord:
                 "model": self.model, "repeat": self.repeat, "concurrency": self.concurrency,
                 "grader_model": self.grader_model, "status": self.status,
                 "source": self.source, "functions": self.functions, "fork_at": self.fork_at,
+                "auto_resume": self.auto_resume,
                 "created_at": _iso(self.created_at), "finished_at": _iso(self.finished_at)}
 
 

@@ -223,10 +223,11 @@ class Runtime:
         #: Evals: datasets run against the served version of an agent, graded and compared.
         self.evals = EvalsService(
             self.store, self.store, self.store, self.agents,
-            start_run=lambda agent, input, key: self.start_run(agent, input,
-                                                               idempotency_key=key),
+            start_run=lambda agent, input, key, definition=None: self.start_run(
+                agent, input, idempotency_key=key, definition=definition),
             get_run=self.get_run, run_events=self.run_events, totals=self.runs.totals,
-            model=self.model, fork=self.forks.fork, search=self.runs.search)
+            model=self.model, fork=self.forks.fork, search=self.runs.search,
+            load_version=self.versions.load, derive_with_model=self.versions.with_model)
         #: What this runtime hands its channels (``Channel.start``, ``routes``,
         #: ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more.
         self.channel_context: ChannelContext = RuntimeChannelContext(
@@ -546,7 +547,8 @@ class Runtime:
                         files: Sequence[str] | None = None,
                         traceparent: str | None = None,
                         webhooks: Sequence[WebhookSubscription] = (),
-                        priority: int | None = None, subject: str | None = None) -> str:
+                        priority: int | None = None, subject: str | None = None,
+                        definition: AgentSpec | None = None) -> str:
         """Create a run of ``agent`` and queue its first task; return the run id.
 
         With an ``idempotency_key`` already used for this agent, returns that run's id instead.
@@ -558,7 +560,10 @@ class Runtime:
         input must hold the agent's concurrency key if it names one (``InvalidFlowControl``
         otherwise): docs/guides/flow-control.md. ``subject`` names whom the run is about: its
         agent's ``user`` memories are this subject's (``memory:``; docs/guides/memory.md;
-        ``InvalidMemory`` when it cannot be one).
+        ``InvalidMemory`` when it cannot be one). ``definition``: pin the run to this
+        definition of ``agent`` (a kept version, loaded: ``versions.load``) instead of the
+        served one; the workers serving the agent run it on that version (an eval's case
+        runs, docs/guides/evals.md).
         """
 
         self.check_served(agent)
@@ -571,11 +576,15 @@ class Runtime:
         input, attachments = await self.attach_files(agent, input, files)
         check_storable(input, "input")
         check_storable(idempotency_key, "idempotency key")
-        await ask_before_run_start(self.plugins.policies, self.agents[agent], input,
-                                   idempotency_key)
-        await self.versions.save(agent)  # kept before the run that names it
+        await ask_before_run_start(self.plugins.policies, definition or self.agents[agent],
+                                   input, idempotency_key)
+        if definition is not None and definition.version is not None:
+            await self.store.save_agent_version(agent, definition.version)
+        else:
+            await self.versions.save(agent)  # kept before the run that names it
         new = self._new_run(agent, input, idempotency_key, traceparent=traceparent,
-                            attachments=attachments, priority=priority, subject=subject)
+                            attachments=attachments, priority=priority, subject=subject,
+                            definition=definition)
         found, _created = await self.store.create_run(
             agent, new.run_id, input, idempotency_key=idempotency_key, events=new.events,
             messages=new.messages, webhooks=kept_webhooks, priority=new.priority,
@@ -586,10 +595,12 @@ class Runtime:
                  fired: ev.ScheduleFired | None = None, *,
                  traceparent: str | None = None,
                  attachments: tuple[Attachment, ...] = (),
-                 priority: int | None = None, subject: str | None = None) -> NewRun:
-        """The id, first events and first message of a new run of ``agent``, with its
-        priority and concurrency key (``InvalidFlowControl`` for an unusable one)."""
-        spec = self.agents[agent]
+                 priority: int | None = None, subject: str | None = None,
+                 definition: AgentSpec | None = None) -> NewRun:
+        """The id, first events and first message of a new run of ``agent`` (on
+        ``definition`` when given, else the served one), with its priority and concurrency
+        key (``InvalidFlowControl`` for an unusable one)."""
+        spec = definition or self.agents[agent]
         run_id = str(uuid.uuid4())
         chosen, key = run_flow(spec.concurrency, spec.priority, input, run_id=run_id,
                                priority=priority,
@@ -600,13 +611,16 @@ class Runtime:
                                             concurrency_key=key, subject=subject))]
         if fired is not None:
             events.append(NewEvent.of(fired))
-        if self.agents[agent].workflow is None:
+        if spec.workflow is None:
             events.append(NewEvent.of(ev.TaskScheduled(task_id=MAIN_TASK, subagent=None,
                                                        input=input)))
             first = task_message(MAIN_TASK, None, input, attachments=attachments)
         else:
             first = run_tick("created")  # the orchestrator runs workflow.py
-        pinned = self.versions.pin_event(agent)
+        pinned = (self.versions.pin_event(agent) if definition is None
+                  else NewEvent.of(ev.AgentVersionPinned(
+                      version=definition.version.hash, human_version=definition.version.human))
+                  if definition.version is not None else None)
         if pinned is not None:  # last, so the run's first events read as they always did
             events.append(pinned)
         return NewRun(run_id=run_id, input=input, idempotency_key=idempotency_key,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toren.agents import AgentSpec, load_agent
+from toren.agents.candidates import with_model
 from toren.agents.versions import AgentVersion, materialize
 from toren.core import events as ev
 from toren.core.events import NewEvent
@@ -225,6 +226,22 @@ class AgentVersions:
             log.info("loaded version %s of %s from the database", version.short, agent)
             self._loaded[key] = spec
             return spec
+
+    async def with_model(self, agent: str, version_hash: str, model: str) -> AgentSpec:
+        """Stored version ``version_hash`` of ``agent`` with its agent.yaml saying ``model:
+        <model>`` (``toren.agents.candidates.with_model``, as ``toren eval run --model``
+        makes it): a definition of its own, loaded here, kept in the store (so any worker
+        can run a run pinned to it) and cached like a loaded version."""
+        base = await self.load(agent, version_hash)
+        root = Path(tempfile.mkdtemp(prefix="with-model-", dir=self._cache_root()))
+        directory = with_model(base.directory, model, root)
+        spec = await asyncio.to_thread(
+            load_agent, directory, self.tools, self.known_models,
+            unavailable=self.unavailable, tool_sources=self.tool_sources)
+        assert spec.version is not None
+        await self.store.save_agent_version(agent, spec.version)
+        self._loaded.setdefault((agent, spec.version.hash), spec)
+        return self._loaded[(agent, spec.version.hash)]
 
     def _cache_root(self) -> Path:
         if self._root is None:

@@ -15,10 +15,12 @@ import importlib.util
 import inspect
 import json
 import logging
+import re
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ from toren.core.evals import (
 )
 from toren.core.events import Event
 from toren.core.messages import Message, ModelRequest
+from toren.core.run_search import InvalidRunSearch, parse_run_search
 from toren.core.runs import RunRecord, RunSearch, RunTotals
 from toren.core.versions import AgentVersion
 from toren.errors import (
@@ -47,7 +50,9 @@ from toren.errors import (
     EvalDatasetError,
     EvalMismatch,
     EvalNotFound,
+    EvalVersionNotFound,
     ForkRefused,
+    InvalidEvalRequest,
     InvalidForkStep,
     ProviderError,
     RunNotFound,
@@ -63,6 +68,10 @@ log = logging.getLogger(__name__)
 MAX_CONCURRENCY = 64
 #: The most repeats of each case.
 MAX_REPEAT = 100
+#: The highest step ``fork_at`` may name (a replay forks a recorded run there).
+MAX_FORK_AT = 100_000
+#: The most recorded runs a dataset of recorded runs holds.
+MAX_RECORDED_RUNS = 10_000
 #: Tries of a rubric's model call that fails with a retryable error.
 RUBRIC_TRIES = 3
 #: What a rubric grader's model is asked (the rubric, the case and the run's output follow).
@@ -123,6 +132,19 @@ class EvalFunctions:
                               "grader names it)")
         return found
 
+    def check_defined_here(self, dataset: Dataset) -> None:
+        """Every ``function:`` grader of ``dataset`` names a public function defined in this
+        ``evals.py`` itself (not one it imported, nor a ``_private`` one): what a dataset
+        sent over HTTP may call (``POST /evals``). ``EvalDatasetError`` otherwise."""
+        for name in sorted({g.value for c in dataset.cases for g in c.graders
+                            if g.kind == "function"}):
+            found = self.get(name)
+            if name.startswith("_") or getattr(found, "__module__", None) != \
+                    self._module.__name__:
+                raise EvalDatasetError(f"function: {name} is not a function defined in "
+                                       f"{self.path.name if self.path else 'evals.py'} (only "
+                                       "its own public functions grade evals sent over HTTP)")
+
 
 class EvalsService:
     """Evals on the store's ``EvalStore``: started, worked (case runs created through the
@@ -135,24 +157,32 @@ class EvalsService:
         versions: where agent versions are kept (an eval of a stored version).
         registered: which agents the database has (their versions can be read).
         agents: the served definitions, by name (an eval runs the one served here).
-        start_run: ``Runtime.start_run`` (agent, input, idempotency key) -> run id.
+        start_run: ``Runtime.start_run`` (agent, input, idempotency key[, the definition to
+            pin the run to when it is not the served one]) -> run id.
         get_run: the run's current row.
         run_events: every event of a run.
         totals: each run's ``RunTotals``.
         model: the ``Model`` for a model id (a rubric's grader).
         fork: ``ForksService.fork`` (replays by fork, ``fork_at``).
         search: ``RunsService.search`` (datasets made from recorded runs).
+        load_version: ``AgentVersions.load``: a kept version of an agent served here, as a
+            definition (an eval of another version than the served one).
+        derive_with_model: ``AgentVersions.with_model``: a kept version with another model,
+            kept as a version of its own (an eval's ``model``).
     """
 
     def __init__(self, store: EvalStore, versions: AgentVersionStore, registered: Migrator,
                  agents: Mapping[str, AgentSpec], *,
-                 start_run: Callable[[str, Any, str], Awaitable[str]],
+                 start_run: Callable[..., Awaitable[str]],
                  get_run: Callable[[str], Awaitable[RunRecord]],
                  run_events: Callable[[RunRecord], Awaitable[list[Event]]],
                  totals: Callable[[Sequence[RunRecord]], Awaitable[dict[str, RunTotals]]],
                  model: Callable[[str], Model],
                  fork: Callable[..., Awaitable[RunRecord]] | None = None,
-                 search: Callable[[RunSearch], Awaitable[Any]] | None = None) -> None:
+                 search: Callable[[RunSearch], Awaitable[Any]] | None = None,
+                 load_version: Callable[[str, str], Awaitable[AgentSpec]] | None = None,
+                 derive_with_model: Callable[[str, str, str], Awaitable[AgentSpec]] | None
+                 = None) -> None:
         self._store = store
         self._versions = versions
         self._registered = registered
@@ -164,6 +194,8 @@ class EvalsService:
         self._model = model
         self._fork = fork
         self._search = search
+        self._load_version = load_version
+        self._derive_with_model = derive_with_model
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -190,13 +222,15 @@ class EvalsService:
         (``toren.core.evals.compare``)."""
         return compare(await self.report(eval_a), await self.report(eval_b))
 
-    async def stored_version(self, agent: str, version: str) -> AgentVersion:
+    async def stored_version(self, agent: str, version: str, *,
+                             option: str = "--version") -> AgentVersion:
         """The kept version of ``agent`` whose hash starts with ``version`` (4 characters at
-        least) or whose ``version:`` it is, with its files; ``ConfigError`` when none or
-        several match."""
+        least) or whose ``version:`` it is, with its files; ``EvalVersionNotFound`` when none
+        matches, ``ConfigError`` when several do (both naming ``option``)."""
         if agent not in await self._registered.registered_agents():
-            raise ConfigError(f"--version {version}: this database has no agent {agent!r} "
-                              "(a version is kept when a process serving it starts a run)")
+            raise EvalVersionNotFound(f"{option} {version[:100]}: this database has no agent "
+                                      f"{agent!r} (a version is kept when a process serving "
+                                      "it starts a run)")
         kept = await self._versions.list_agent_versions(agent)
         wanted = version.strip().lower()
         matches = {v.hash for v in kept
@@ -204,29 +238,91 @@ class EvalsService:
                    or v.human_version == version}
         if len(matches) != 1:
             found = "several versions match" if matches else "no kept version matches"
-            raise ConfigError(f"--version {version}: {found} for agent {agent!r}; give at "
-                              f"least 4 characters of a hash from `toren agents versions "
-                              f"{agent}`")
+            raise (EvalVersionNotFound if not matches else ConfigError)(
+                f"{option} {version[:100]}: {found} for agent {agent!r}; give at least 4 "
+                f"characters of a hash from `toren agents versions {agent}`")
         stored = await self._versions.load_agent_version(agent, matches.pop())
         if stored is None:  # listed a moment ago: only a damaged store loses it
-            raise ConfigError(f"--version {version}: the files of that version of {agent!r} "
-                              "are not in this database")
+            raise EvalVersionNotFound(f"{option} {version[:100]}: the files of that version of "
+                                      f"{agent!r} are not in this database")
         return stored
+
+    async def definition(self, agent: str, *, version: str | None = None,
+                         model: str | None = None, options: tuple[str, str] = ("--version",
+                                                                                "--model")
+                         ) -> AgentSpec:
+        """The definition an eval of ``agent`` runs without serving it itself: the served one,
+        or the kept ``version`` (``stored_version``), with ``model`` instead of its own
+        (``AgentVersions.with_model``, as ``toren eval run --model`` makes it: a version of its
+        own, kept). Its case runs are pinned to it and run by any worker of the agent, which
+        loads it from the database. ``InvalidEvalRequest`` for a model no provider serves, or
+        when the served definition says ``onChange: upgrade`` (its workers would move the
+        case runs to it); ``EvalVersionNotFound`` for a version not kept. ``options``: what
+        the errors call the version and the model (the CLI's options, or ``POST /evals``'
+        fields)."""
+        served = self._served(agent)
+        assert served.version is not None
+        base = (served.version.hash if version is None
+                else (await self.stored_version(agent, version, option=options[0])).hash)
+        if model is not None:
+            try:
+                self._model(model)
+            except ConfigError as exc:
+                raise InvalidEvalRequest(f"{options[1]} {model[:100]!r} cannot be used: "
+                                         f"{exc.message}") from None
+        if base == served.version.hash and model is None:
+            return served
+        if served.on_change == "upgrade":
+            raise InvalidEvalRequest(
+                f"{options[0] if version is not None else options[1]}: the definition of "
+                f"{agent} served here says onChange: upgrade, so its workers "
+                "would move the eval's case runs to it: evaluate another version or model with "
+                "`toren eval run --version/--model`, which serves the definition itself")
+        assert self._load_version is not None and self._derive_with_model is not None, \
+            "evals of other definitions need the AgentVersions loader"
+        if model is not None:
+            return await self._derive_with_model(agent, base, model)
+        return await self._load_version(agent, base)
+
+    async def recorded_runs(self, agent: str, filters: Mapping[str, str], *,
+                            since: str | None = None, until: str | None = None,
+                            limit: int = 50, graders: Sequence[Grader] = (),
+                            label: str = "", option: str = "--from-runs") -> Dataset:
+        """The dataset of ``agent``'s recorded runs (``toren eval run --from-runs``, and
+        ``from_runs`` of ``POST /evals``): ``filters`` (``RUN_FILTERS``, and ``agent`` naming
+        the agent itself), ``since``/``until`` (``7d``, ``12h``, or ISO 8601), at most
+        ``limit`` runs, newest first (``runs_dataset``). Errors name ``option``:
+        ``ConfigError`` for an unknown filter, ``InvalidRunSearch`` for a bad value,
+        ``EvalDatasetError`` when no run matches."""
+        found = recorded_runs_filters(filters, agent, since, until, option=option)
+        status = found.pop("status", "completed")
+        schedule = found.pop("schedule", None)
+        if not 1 <= limit <= MAX_RECORDED_RUNS:
+            raise ConfigError(f"{option}: the limit of runs must be 1 to {MAX_RECORDED_RUNS}, "
+                              f"not {limit}")
+        search = parse_run_search(found, agents=(agent,), status=status, schedule=schedule,
+                                  limit=limit)
+        return await self.runs_dataset(search, graders=graders, option=option,
+                                       name=f"runs of {agent}" + (f" ({label})" if label
+                                                                  else ""))
 
     # -- running ---------------------------------------------------------------------------------
 
     async def create(self, dataset: Dataset, agent: str, *, model: str | None = None,
                      repeat: int = 1, concurrency: int = 4, grader_model: str | None = None,
                      source: str = "", functions: str | None = None,
-                     fork_at: int | None = None) -> EvalRecord:
+                     fork_at: int | None = None, definition: AgentSpec | None = None,
+                     auto_resume: bool = False) -> EvalRecord:
         """Keep a new eval of ``dataset`` against the served definition of ``agent`` (whose
         model is ``model`` when the eval overrides it: the caller serves a definition that
         says so); ``functions``: the absolute path of the ``evals.py`` that grades
         ``function:`` graders; ``fork_at``: replay each case (every one made from a
-        recorded run: ``runs_dataset``) as a fork of its run at that step, on this version.
-        Nothing runs until ``work``. ``ConfigError`` for a bad repeat, concurrency or grader
-        model, or an agent not served here."""
-        spec = self._served(agent)
+        recorded run: ``runs_dataset``) as a fork of its run at that step, on this version;
+        ``definition``: another definition of the agent than the served one (``definition``
+        makes it); ``auto_resume``: any server serving the agent goes on with it after a
+        restart (``toren.server.evals``). Nothing runs until ``work``. ``ConfigError`` for
+        a bad repeat, concurrency or grader model, or an agent not served here."""
+        spec = self._served(agent) if definition is None else definition
         if not 1 <= repeat <= MAX_REPEAT:
             raise ConfigError(f"--repeat must be 1 to {MAX_REPEAT}, not {repeat}")
         if not 1 <= concurrency <= MAX_CONCURRENCY:
@@ -244,8 +340,10 @@ class EvalsService:
                                        f"{exc.message}") from None
         _check_functions(dataset, EvalFunctions(Path(functions) if functions else None))
         if fork_at is not None:
-            if isinstance(fork_at, bool) or not isinstance(fork_at, int) or fork_at < 0:
-                raise ConfigError(f"--fork-at must be a step, 0 or more, not {fork_at!r}")
+            if (isinstance(fork_at, bool) or not isinstance(fork_at, int)
+                    or not 0 <= fork_at <= MAX_FORK_AT):
+                raise ConfigError(f"--fork-at must be a step from 0 to {MAX_FORK_AT}, not "
+                                  f"{fork_at!r}")
             loose = [case.id for case in dataset.cases if case.from_run is None]
             if loose:
                 raise ConfigError(f"--fork-at replays recorded runs, but case {loose[0]!r} "
@@ -255,8 +353,27 @@ class EvalsService:
                             version=spec.version.hash, human_version=spec.version.human,
                             model=model, repeat=repeat, concurrency=concurrency,
                             grader_model=grader_model, source=source,
-                            functions=functions, fork_at=fork_at)
+                            functions=functions, fork_at=fork_at, auto_resume=auto_resume)
         return await self._store.create_eval(record)
+
+    async def eval_definition(self, record: EvalRecord) -> AgentSpec:
+        """The definition ``record``'s case runs are pinned to: the served one when it is the
+        eval's version, else that version loaded from the database. ``EvalMismatch`` when
+        the served definition says ``onChange: upgrade`` (its workers would move the case
+        runs off the eval's version)."""
+        spec = self._served(record.agent)
+        assert spec.version is not None
+        if spec.version.hash == record.version:
+            return spec
+        if spec.on_change == "upgrade" or self._load_version is None:
+            raise EvalMismatch(
+                f"eval {record.id} runs version {record.version[:12]} of {record.agent}; the "
+                f"definition served here is {spec.version.short}"
+                + (" and says onChange: upgrade (its workers would move the case runs to it)"
+                   if spec.on_change == "upgrade" else "")
+                + f". Resume it with `toren eval resume {record.id}`: it loads and serves "
+                "the eval's version from the database")
+        return await self._load_version(record.agent, record.version)
 
     def _served(self, agent: str) -> AgentSpec:
         spec = self._agents.get(agent)
@@ -271,15 +388,10 @@ class EvalsService:
                    progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
         """Run and grade every case run of the eval not graded yet, ``concurrency`` at a
         time, then mark it finished; its report. Resumable: call it again after any stop.
-        ``EvalMismatch`` when the definition served here is not the eval's version."""
+        Its case runs are pinned to the eval's version: the served definition, or one loaded
+        from the database (``eval_definition``)."""
         record = await self.get(eval_id)
-        spec = self._served(record.agent)
-        assert spec.version is not None
-        if spec.version.hash != record.version:
-            raise EvalMismatch(
-                f"eval {record.id} runs version {record.version[:12]} of {record.agent}; the "
-                f"definition given is {spec.version.short}. Resume it with the same "
-                f"definition (`toren eval resume {record.id}` loads it from the database)")
+        spec = await self.eval_definition(record)
         functions = EvalFunctions(Path(record.functions) if record.functions else None)
         _check_functions(record.dataset, functions)
         kept = {run.key: run for run in await self._store.case_runs(record.id)}
@@ -301,7 +413,7 @@ class EvalsService:
                 case, repeat = queue.get_nowait()
                 state["running"] += 1
                 try:
-                    graded = await self._run_case(record, case, repeat, functions)
+                    graded = await self._run_case(record, spec, case, repeat, functions)
                 finally:
                     state["running"] -= 1
                 state["graded"] += 1
@@ -321,7 +433,7 @@ class EvalsService:
         await self._store.finish_eval(record.id)
         return await self.report(record.id)
 
-    async def _run_case(self, record: EvalRecord, case: Case, repeat: int,
+    async def _run_case(self, record: EvalRecord, spec: AgentSpec, case: Case, repeat: int,
                         functions: EvalFunctions) -> CaseRun:
         claimed = await self._store.claim_case_run(record.id, case.id, repeat)
         if claimed.grade is not None:
@@ -329,7 +441,7 @@ class EvalsService:
         run_id = claimed.run_id
         if run_id is None:
             try:
-                run_id = await self._start_case_run(record, case, repeat)
+                run_id = await self._start_case_run(record, spec, case, repeat)
             except (InvalidForkStep, ForkRefused, RunNotFound) as exc:
                 # a recorded run that cannot be forked there: the case fails, saying why
                 lost = Trajectory("not_run", None, error=exc.message)
@@ -342,21 +454,23 @@ class EvalsService:
         await self._store.grade_case_run(record.id, case.id, repeat, grade)
         return CaseRun(record.id, case.id, repeat, run_id, grade, claimed.created_at)
 
-    async def _start_case_run(self, record: EvalRecord, case: Case, repeat: int) -> str:
+    async def _start_case_run(self, record: EvalRecord, spec: AgentSpec, case: Case,
+                              repeat: int) -> str:
         """Create the case run: a run of the case's input, or (``fork_at``) a fork of the
         recorded run it was made from. Either way its identity is decided before it is made
         (an idempotency key, a fork id), so a resume that comes here again after a crash
         finds it rather than make a second."""
         if record.fork_at is None or case.from_run is None:
-            return await self._start_run(record.agent, case.input,
-                                         idempotency_key(record.id, case.id, repeat))
+            key = idempotency_key(record.id, case.id, repeat)
+            if spec is self._agents.get(record.agent):
+                return await self._start_run(record.agent, case.input, key)
+            return await self._start_run(record.agent, case.input, key, spec)
         assert self._fork is not None, "replays by fork need the ForksService"
         fork_id = fork_run_id(record.id, case.id, repeat)
         try:
             return (await self._get_run(fork_id)).id  # made before a crash
         except RunNotFound:
             pass
-        spec = self._served(record.agent)
         try:
             made = await self._fork(case.from_run, record.fork_at, fork_id=fork_id,
                                     version=spec.version, requested_by=f"eval:{record.id}")
@@ -371,7 +485,8 @@ class EvalsService:
         return made.id
 
     async def runs_dataset(self, search: RunSearch, *, name: str,
-                           graders: Sequence[Grader] = ()) -> Dataset:
+                           graders: Sequence[Grader] = (),
+                           option: str = "--from-runs") -> Dataset:
         """A dataset of recorded runs (``--from-runs``): a case per run ``search`` finds
         (newest first, at most ``search.limit``; an eval's own case runs left out), its input
         the run's, its ``expected`` the run's output, named ``run:<run id>``, with
@@ -391,7 +506,7 @@ class EvalsService:
                                   offset=page.next_offset or 0)
         found = found[:wanted]
         if not found:
-            raise EvalDatasetError("--from-runs: no run matches (an eval's own case runs are "
+            raise EvalDatasetError(f"{option}: no run matches (an eval's own case runs are "
                                    "left out); see `toren jobs list`")
         reads_expected = any(g.kind in ("exact", "function", "schema") for g in graders)
         cases = []
@@ -485,6 +600,53 @@ class EvalsService:
             return Check("rubric", False, f"{model_id} did not answer with a verdict: "
                          f"{response.text[:120]!r}", cost_usd=cost)
         return Check("rubric", passed, f"{model_id}: {reason}", score, cost_usd=cost)
+
+
+#: What a dataset of recorded runs filters by (``GET /runs``' search parameters, and the status).
+RUN_FILTERS = ("status", "version", "schedule", "q")
+_RELATIVE = re.compile(r"(\d+)([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_SCHEDULE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+def recorded_runs_filters(filters: Mapping[str, str], agent: str, since: str | None,
+                          until: str | None, *, option: str = "--from-runs") -> dict[str, str]:
+    """The search parameters of a dataset of recorded runs: ``filters`` checked (``agent``
+    may only name ``agent``; ``status`` a run status; ``schedule`` a schedule's name),
+    ``since`` and ``until`` relative (``7d``, ``12h``, ``30m``, ``2w``) made absolute.
+    ``ConfigError`` naming ``option`` and the filter that is wrong."""
+    found: dict[str, str] = {}
+    for key, text in filters.items():
+        if not isinstance(text, str) or not text:
+            raise ConfigError(f"{option} {key}: give a value, as in status=completed")
+        if key == "agent":
+            if text != agent:
+                raise ConfigError(f"{option} agent={text[:100]}: the runs must be of the agent "
+                                  f"evaluated ({agent}); replays run their inputs on its "
+                                  "version")
+            continue
+        if key not in RUN_FILTERS:
+            raise ConfigError(f"{option}: unknown filter {key[:100]!r}; filters: agent, "
+                              f"{', '.join(RUN_FILTERS)} (and since, until)")
+        if key == "status" and text not in ev.RUN_STATUSES:
+            raise ConfigError(f"{option} status={text[:100]}: a run's status is one of "
+                              f"{', '.join(ev.RUN_STATUSES)}")
+        if key == "schedule" and not _SCHEDULE_NAME.match(text):
+            raise ConfigError(f"{option} schedule={text[:100]}: a schedule's name is lowercase "
+                              "letters, digits, - and _, starting with a letter")
+        found[key] = text
+    for name, moment in (("since", since), ("until", until)):
+        if moment:
+            relative = _RELATIVE.fullmatch(moment.strip())
+            if relative:
+                try:
+                    delta = timedelta(**{_UNITS[relative[2]]: int(relative[1])})
+                    moment = (datetime.now(UTC) - delta).isoformat()
+                except OverflowError:
+                    raise InvalidRunSearch(f"invalid_{name}", f"{option}: {name} "
+                                           f"{moment[:40]} is too far back") from None
+            found[name] = moment
+    return found
 
 
 def _check_functions(dataset: Dataset, functions: EvalFunctions) -> None:

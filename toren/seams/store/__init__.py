@@ -33,6 +33,7 @@ with who calls them and when, so a second driver can implement and test one at a
 - ``MemoryStore`` (``memory``): what agents keep beyond a session (``memory:``), written
   once per tool call, listed and erased by people.
 - ``EvalStore`` (``evals``): evals, their case runs (one durable run each) and grades.
+- ``EvalLeaseStore`` (``evals``): which server works an eval started over HTTP (a lease).
 
 Consumers take the narrowest one: execution a ``RunLog``, the server's auth a ``KeyStore``.
 """
@@ -44,7 +45,7 @@ from toren.seams.store.archive import RunArchiveIndex
 from toren.seams.store.audit import AuditStore
 from toren.seams.store.budgets import BudgetLedger
 from toren.seams.store.channels import ChannelChats, ChannelInbox, ChannelOutbox
-from toren.seams.store.evals import EvalStore
+from toren.seams.store.evals import EvalLeaseStore, EvalStore
 from toren.seams.store.files import FileStore
 from toren.seams.store.fleet import FleetReader
 from toren.seams.store.forks import ForkStore
@@ -69,7 +70,8 @@ from toren.seams.store.workers import WorkerRegistry
 
 __all__ = ["AgentVersionStore", "ApprovalStore", "AuditStore", "BudgetLedger", "ChannelChats",
            "ChannelInbox",
-           "ChannelOutbox", "EvalStore", "FileStore", "FleetReader", "ForkStore", "Guardian",
+           "ChannelOutbox", "EvalLeaseStore", "EvalStore", "FileStore", "FleetReader",
+           "ForkStore", "Guardian",
            "KeyStore",
            "LiveText",
            "ManifestSeqTaken", "MemoryStore", "MessageHandOff", "Migrator", "Outbox", "PromptStore",
@@ -82,7 +84,7 @@ class Store(StoreLifecycle, Migrator, RunLog, RunReader, WorkerRegistry, Guardia
             Outbox, PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText,
             BudgetLedger, FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore,
             AgentVersionStore, RunArchiveIndex, FleetReader, QuestionStore, SignalLog,
-            WebhookStore, RateLimitStore, AuditStore, MemoryStore, EvalStore):
+            WebhookStore, RateLimitStore, AuditStore, MemoryStore, EvalStore, EvalLeaseStore):
     """Durable state: what an entry point in ``toren.store`` (``TOREN_STORE``) provides.
 
     Every interface above, on one database. Made by the host at startup

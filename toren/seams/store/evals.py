@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -64,3 +65,41 @@ class EvalStore(abc.ABC):
     async def finish_eval(self, eval_id: str) -> EvalRecord | None:
         """Mark the eval ``finished`` (once; ``finished_at`` the database's clock); the eval
         afterwards, ``None`` for no such eval."""
+
+
+class EvalLeaseStore(abc.ABC):
+    """Who works an eval started over HTTP (``EvalRecord.auto_resume``): one server at a time,
+    under a lease, so that an eval survives its server's restart or ``kill -9`` and is worked
+    once however many servers share the database.
+
+    The server's eval keeper (``toren.server.evals.EvalKeeper``) calls ``claim_eval_leases``
+    when it starts and every third of ``TOREN_LEASE_TTL`` after (and with ``eval_id`` when an
+    eval is started or resumed through it), ``renew_eval_leases`` on the same beat for the
+    evals it works, ``release_eval_lease`` when it stops working one; ``GET /evals/{id}``
+    reads ``eval_lease``. Lease times are the database's clock, so servers with skewed clocks
+    agree on when a lease has expired.
+    """
+
+    @abc.abstractmethod
+    async def claim_eval_leases(self, holder: str, agents: Sequence[str], *, ttl_s: float,
+                                limit: int = 10, eval_id: str | None = None,
+                                skip: Sequence[str] = ()) -> list[str]:
+        """Take the lease, for ``ttl_s`` seconds, of up to ``limit`` running evals of
+        ``agents`` that are ``auto_resume`` and whose lease is free, expired or already
+        ``holder``'s, oldest first, but those in ``skip`` (evals the holder waits to try
+        again); their ids. With ``eval_id``, that eval only (whether ``auto_resume`` or not).
+        Two holders claiming at once never both get one eval."""
+
+    @abc.abstractmethod
+    async def renew_eval_leases(self, holder: str, eval_ids: Sequence[str], *,
+                                ttl_s: float) -> list[str]:
+        """Extend by ``ttl_s`` seconds the leases of ``eval_ids`` that ``holder`` still holds;
+        those ids (a lease another holder took after it expired is not among them)."""
+
+    @abc.abstractmethod
+    async def release_eval_lease(self, holder: str, eval_id: str) -> None:
+        """Let the eval's lease go if ``holder`` holds it (another server may claim it)."""
+
+    @abc.abstractmethod
+    async def eval_lease(self, eval_id: str) -> str | None:
+        """Who holds the eval's lease now (an unexpired one), or ``None``."""

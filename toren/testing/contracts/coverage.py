@@ -21,6 +21,7 @@ from toren.seams.store import (
     ChannelChats,
     ChannelInbox,
     ChannelOutbox,
+    EvalLeaseStore,
     EvalStore,
     FileStore,
     FleetReader,
@@ -52,7 +53,7 @@ INTERFACES: tuple[type, ...] = (
     PromptStore, ToolStateStore, ApprovalStore, ScheduleStore, LiveText, BudgetLedger,
     FileStore, ChannelInbox, ChannelChats, ChannelOutbox, ForkStore, AgentVersionStore,
     RunArchiveIndex, FleetReader, QuestionStore, SignalLog, WebhookStore, RateLimitStore,
-    AuditStore, MemoryStore, EvalStore, Queue,
+    AuditStore, MemoryStore, EvalStore, EvalLeaseStore, Queue,
     ArchiveBackend)
 #: Interfaces the suites do not cover yet (a later pass adds them): none now.
 NOT_YET: frozenset[type] = frozenset()

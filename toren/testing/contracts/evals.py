@@ -82,3 +82,47 @@ class EvalStoreContract(StoreFixtures):
         rest = await store.list_evals(agent=agent, limit=2, before=page[-1].id)
         assert [e.id for e in page + rest] == [e.id for e in reversed(made)]
         assert listed[0].dataset.cases[1].input == {"question": "second"}
+
+    async def test_an_eval_lease_is_held_by_one_holder_until_it_expires(
+            self, store: Store) -> None:
+        agent = new_agent_name()
+        by_hand = await store.create_eval(new_eval(agent))
+        durable = await store.create_eval(new_eval(agent, auto_resume=True))
+        assert (await store.get_eval(durable.id)).auto_resume  # type: ignore[union-attr]
+        # two servers at once: the auto_resume eval goes to exactly one of them
+        first, second = await asyncio.gather(
+            store.claim_eval_leases("one", [agent], ttl_s=30),
+            store.claim_eval_leases("two", [agent], ttl_s=30))
+        assert sorted(first + second) == [durable.id]
+        holder, other = ("one", "two") if first else ("two", "one")
+        assert await store.eval_lease(durable.id) == holder
+        assert await store.claim_eval_leases(other, [agent], ttl_s=30) == []
+        assert await store.claim_eval_leases(other, [agent], ttl_s=30,
+                                             eval_id=durable.id) == []
+        assert await store.renew_eval_leases(holder, [durable.id], ttl_s=30) == [durable.id]
+        assert await store.renew_eval_leases(other, [durable.id], ttl_s=30) == []
+        # an eval the holder waits to try again is left out
+        await store.release_eval_lease(holder, durable.id)
+        assert await store.claim_eval_leases(holder, [agent], ttl_s=30,
+                                             skip=[durable.id, "not a uuid"]) == []
+        assert await store.claim_eval_leases(holder, [agent], ttl_s=30) == [durable.id]
+        # an eval not auto_resume is only ever claimed by its id
+        assert await store.claim_eval_leases(other, [agent], ttl_s=30,
+                                             eval_id=by_hand.id) == [by_hand.id]
+        # an expired lease (a holder that stopped renewing) is taken by the next claim
+        assert await store.renew_eval_leases(holder, [durable.id], ttl_s=0.05) == [durable.id]
+        await asyncio.sleep(0.3)
+        assert await store.eval_lease(durable.id) is None
+        assert await store.claim_eval_leases(other, [agent], ttl_s=30) == [durable.id]
+        assert await store.renew_eval_leases(holder, [durable.id], ttl_s=30) == []
+        await store.release_eval_lease(holder, durable.id)  # not its lease: nothing
+        assert await store.eval_lease(durable.id) == other
+        await store.release_eval_lease(other, durable.id)
+        assert await store.eval_lease(durable.id) is None
+        # a finished eval is never claimed; nor are other agents' evals
+        await store.finish_eval(durable.id)
+        assert await store.claim_eval_leases(other, [agent], ttl_s=30) == []
+        assert await store.claim_eval_leases(other, [new_agent_name()], ttl_s=30,
+                                             eval_id=by_hand.id) == []
+        assert await store.claim_eval_leases(other, [agent], ttl_s=30,
+                                             eval_id="not a uuid") == []

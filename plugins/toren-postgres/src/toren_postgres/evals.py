@@ -1,9 +1,10 @@
-"""The ``EvalStore`` in Postgres: ``toren_control.evals`` and ``eval_case_runs`` (control
-migration 0027)."""
+"""The ``EvalStore`` and ``EvalLeaseStore`` in Postgres: ``toren_control.evals`` and
+``eval_case_runs`` (control migrations 0027 and 0029)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -12,7 +13,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from toren.plugin.drivers import CaseRun, Dataset, EvalRecord, EvalStore
+from toren.plugin.drivers import CaseRun, Dataset, EvalLeaseStore, EvalRecord, EvalStore
 from toren_postgres.lifecycle import PostgresConnection
 from toren_postgres.queries import parse_queries
 
@@ -48,7 +49,8 @@ class PostgresEvalStore(PostgresConnection, EvalStore):
                     "human_version": record.human_version, "model": record.model,
                     "repeat": record.repeat, "concurrency": record.concurrency,
                     "grader_model": record.grader_model, "source": record.source,
-                    "functions": record.functions, "fork_at": record.fork_at})
+                    "functions": record.functions, "fork_at": record.fork_at,
+                    "auto_resume": record.auto_resume})
                 row = await cursor.fetchone()
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"an eval with id {record.id} is kept already") from None
@@ -111,6 +113,49 @@ class PostgresEvalStore(PostgresConnection, EvalStore):
         return await self.get_eval(eval_id)
 
 
+class PostgresEvalLeaseStore(PostgresConnection, EvalLeaseStore):
+    """The ``EvalLeaseStore`` of the Postgres store: columns of ``toren_control.evals``
+    (control migration 0029)."""
+
+    async def claim_eval_leases(self, holder: str, agents: Sequence[str], *, ttl_s: float,
+                                limit: int = 10, eval_id: str | None = None,
+                                skip: Sequence[str] = ()) -> list[str]:
+        if eval_id is not None and _uuid(eval_id) is None:
+            return []
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(_queries()["claim_eval_leases"], {
+                "holder": holder, "agents": list(agents), "ttl_s": ttl_s, "limit": limit,
+                "id": _uuid(eval_id),
+                "skip": [found for found in map(_uuid, skip) if found is not None]})
+            return [str(row[0]) for row in await cursor.fetchall()]
+
+    async def renew_eval_leases(self, holder: str, eval_ids: Sequence[str], *,
+                                ttl_s: float) -> list[str]:
+        ids = [found for found in map(_uuid, eval_ids) if found is not None]
+        if not ids:
+            return []
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(_queries()["renew_eval_leases"], {
+                "holder": holder, "ids": ids, "ttl_s": ttl_s})
+            return [str(row[0]) for row in await cursor.fetchall()]
+
+    async def release_eval_lease(self, holder: str, eval_id: str) -> None:
+        found = _uuid(eval_id)
+        if found is None:
+            return
+        async with self.pool.connection() as conn:
+            await conn.execute(_queries()["release_eval_lease"], {"id": found, "holder": holder})
+
+    async def eval_lease(self, eval_id: str) -> str | None:
+        found = _uuid(eval_id)
+        if found is None:
+            return None
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(_queries()["eval_lease"], {"id": found})
+            row = await cursor.fetchone()
+        return row[0] if row is not None and row[2] else None
+
+
 def _record(row: dict[str, Any]) -> EvalRecord:
     return EvalRecord(
         id=str(row["id"]), agent=row["agent"], dataset=Dataset.from_json(row["dataset"]),
@@ -118,7 +163,7 @@ def _record(row: dict[str, Any]) -> EvalRecord:
         repeat=row["repeat"], concurrency=row["concurrency"],
         grader_model=row["grader_model"], status=row["status"],
         created_at=row["created_at"], finished_at=row["finished_at"], source=row["source"],
-        functions=row["functions"], fork_at=row["fork_at"])
+        functions=row["functions"], fork_at=row["fork_at"], auto_resume=row["auto_resume"])
 
 
 def _case_run(eval_id: str, row: dict[str, Any]) -> CaseRun:

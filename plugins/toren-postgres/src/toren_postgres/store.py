@@ -12,8 +12,8 @@ One class per interface, each in its module and each usable alone (they share
 (``forks``), ``PostgresAgentVersionStore`` (``versions``), ``PostgresRunArchive``
 (``archive``), ``PostgresSignalLog`` (``signals``), ``PostgresWebhookStore``
 (``webhooks``), ``PostgresRateLimitStore`` (``rate_limits``) ``PostgresAuditStore``
-(``audit``) and ``PostgresEvalStore`` (``evals``). ``PostgresStore`` is all of them over one
-connection pool.
+(``audit``), ``PostgresEvalStore`` and ``PostgresEvalLeaseStore`` (``evals``).
+``PostgresStore`` is all of them over one connection pool.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from toren_postgres.channels import (
     PostgresChannelOutbox,
 )
 from toren_postgres.connection import out_of_space, out_of_space_error
-from toren_postgres.evals import PostgresEvalStore
+from toren_postgres.evals import PostgresEvalLeaseStore, PostgresEvalStore
 from toren_postgres.files import PostgresFileStore
 from toren_postgres.fleet import PostgresFleetReader
 from toren_postgres.forks import PostgresForkStore
@@ -120,7 +120,7 @@ class PostgresStore(PostgresMigrator, PostgresRunLog, PostgresRunReader, Postgre
                     PostgresForkStore, PostgresAgentVersionStore, PostgresRunArchive,
                     PostgresFleetReader, PostgresQuestionStore, PostgresSignalLog,
                     PostgresWebhookStore, PostgresRateLimitStore, PostgresAuditStore,
-                    PostgresMemoryStore, PostgresEvalStore, Store):
+                    PostgresMemoryStore, PostgresEvalStore, PostgresEvalLeaseStore, Store):
     """State in Postgres: ``DATABASE_URL`` if set, else the embedded server under TOREN_HOME.
 
     Its outbox is the queue table, so the ``postgres`` queue reads it directly.
