@@ -227,7 +227,8 @@ class Runtime:
                 agent, input, idempotency_key=key, definition=definition),
             get_run=self.get_run, run_events=self.run_events, totals=self.runs.totals,
             model=self.model, fork=self.forks.fork, search=self.runs.search,
-            load_version=self.versions.load, derive_with_model=self.versions.with_model)
+            load_version=self.versions.load, derive_with_model=self.versions.with_model,
+            leases=self.store)
         #: What this runtime hands its channels (``Channel.start``, ``routes``,
         #: ``notify_elsewhere``): sessions, approvals and the channel stores, nothing more.
         self.channel_context: ChannelContext = RuntimeChannelContext(

@@ -107,7 +107,7 @@ class EvalKeeper:
         # asked for by id is tried at once
         waiting = ([] if eval_id is not None else
                    [found for found, (at, _wait) in self._retry.items() if at > now])
-        claimed = await runtime.store.claim_eval_leases(
+        claimed = await runtime.evals.claim_leases(
             self.holder, list(runtime.agents), ttl_s=self.ttl_s, eval_id=eval_id,
             skip=waiting)
         started = []
@@ -145,7 +145,7 @@ class EvalKeeper:
         finally:
             self.working.pop(eval_id, None)
             try:  # another server may take it at once (only if this one still holds it)
-                await runtime.store.release_eval_lease(self.holder, eval_id)
+                await runtime.evals.release_lease(self.holder, eval_id)
             except Exception as exc:  # it expires by itself
                 log.debug("eval %s: lease not let go: %s", eval_id, exc)
 
@@ -156,7 +156,7 @@ class EvalKeeper:
         while True:
             try:
                 if self.working:
-                    held = set(await runtime.store.renew_eval_leases(
+                    held = set(await runtime.evals.renew_leases(
                         self.holder, list(self.working), ttl_s=self.ttl_s))
                     for lost in set(self.working) - held:
                         log.warning("eval %s: this server lost its lease (it was cut off "
@@ -331,7 +331,7 @@ async def resume_eval(request: web.Request) -> web.Response:
     record = await _eval(request, "eval_id")
     await runtime.evals.eval_definition(record)  # 409 eval_mismatch before claiming
     started = bool(await request.app[KEEPER].claim(record.id))
-    working = started or await runtime.store.eval_lease(record.id) is not None
+    working = started or await runtime.evals.lease_holder(record.id) is not None
     return web.json_response(record.to_json() | {"working": working, "started": started},
                              status=202)
 
@@ -354,7 +354,7 @@ async def get_eval(request: web.Request) -> web.Response:
     record = await _eval(request, "eval_id")
     report = await request.app[RUNTIME].evals.report(record.id)
     report["working"] = (record.id in request.app[KEEPER].working
-                         or await request.app[RUNTIME].store.eval_lease(record.id) is not None)
+                         or await request.app[RUNTIME].evals.lease_holder(record.id) is not None)
     return web.json_response(report)
 
 

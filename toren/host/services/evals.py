@@ -58,7 +58,7 @@ from toren.errors import (
     RunNotFound,
 )
 from toren.seams.model import Model
-from toren.seams.store.evals import EvalStore
+from toren.seams.store.evals import EvalLeaseStore, EvalStore
 from toren.seams.store.migrations import Migrator
 from toren.seams.store.versions import AgentVersionStore
 
@@ -169,6 +169,8 @@ class EvalsService:
             definition (an eval of another version than the served one).
         derive_with_model: ``AgentVersions.with_model``: a kept version with another model,
             kept as a version of its own (an eval's ``model``).
+        leases: where the API servers' leases on the evals they work are kept (the eval
+            keeper, ``toren.server.evals.EvalKeeper``, through ``claim_leases`` and the rest).
     """
 
     def __init__(self, store: EvalStore, versions: AgentVersionStore, registered: Migrator,
@@ -182,7 +184,7 @@ class EvalsService:
                  search: Callable[[RunSearch], Awaitable[Any]] | None = None,
                  load_version: Callable[[str, str], Awaitable[AgentSpec]] | None = None,
                  derive_with_model: Callable[[str, str, str], Awaitable[AgentSpec]] | None
-                 = None) -> None:
+                 = None, leases: EvalLeaseStore | None = None) -> None:
         self._store = store
         self._versions = versions
         self._registered = registered
@@ -196,6 +198,35 @@ class EvalsService:
         self._search = search
         self._load_version = load_version
         self._derive_with_model = derive_with_model
+        self._leases = leases
+
+    # -- leases: which API server works an eval started over HTTP ---------------------------------
+
+    def _lease_store(self) -> EvalLeaseStore:
+        if self._leases is None:
+            raise ConfigError("this runtime's evals were set up without a lease store: evals "
+                              "started over HTTP need the store's EvalLeaseStore")
+        return self._leases
+
+    async def claim_leases(self, holder: str, agents: Sequence[str], *, ttl_s: float,
+                           eval_id: str | None = None, skip: Sequence[str] = ()) -> list[str]:
+        """The evals whose lease ``holder`` took (``EvalLeaseStore.claim_eval_leases``): the
+        eval keeper's claim at start, on each beat, and for an eval started or resumed."""
+        return await self._lease_store().claim_eval_leases(holder, agents, ttl_s=ttl_s,
+                                                           eval_id=eval_id, skip=skip)
+
+    async def renew_leases(self, holder: str, eval_ids: Sequence[str], *,
+                           ttl_s: float) -> list[str]:
+        """Those of ``eval_ids`` whose lease ``holder`` still held, extended by ``ttl_s``."""
+        return await self._lease_store().renew_eval_leases(holder, eval_ids, ttl_s=ttl_s)
+
+    async def release_lease(self, holder: str, eval_id: str) -> None:
+        """Let the eval's lease go if ``holder`` holds it (another server may take it)."""
+        await self._lease_store().release_eval_lease(holder, eval_id)
+
+    async def lease_holder(self, eval_id: str) -> str | None:
+        """Who works the eval now (an unexpired lease's holder), or ``None``."""
+        return await self._lease_store().eval_lease(eval_id)
 
     # -- reading ---------------------------------------------------------------------------------
 
