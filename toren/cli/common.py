@@ -167,20 +167,21 @@ def with_database(action: Callable[[Runtime], Awaitable[T]], *, create: bool = F
 
     Without ``create``, a database that does not exist yet is an error (``require_database``)
     instead of a new, empty one."""
+    return run_async(on_database(action, create=create))
 
-    async def go() -> T:
-        from toren.host.runtime import Runtime
 
-        runtime = Runtime(agents=[])
-        if not create:
-            require_database(runtime)
-        await runtime.start(workers=False)
-        try:
-            return await action(runtime)
-        finally:
-            await runtime.stop()
+async def on_database(action: Callable[[Runtime], Awaitable[T]], *, create: bool = False) -> T:
+    """``with_database`` for a caller already on the event loop (``toren eval``'s reads)."""
+    from toren.host.runtime import Runtime
 
-    return run_async(go())
+    runtime = Runtime(agents=[])
+    if not create:
+        require_database(runtime)
+    await runtime.start(workers=False)
+    try:
+        return await action(runtime)
+    finally:
+        await runtime.stop()
 
 
 def run_interruptible(main: Coroutine[Any, Any, T]) -> T:

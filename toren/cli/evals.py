@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from toren.cli.common import DirsOption, require_database, run_interruptible, stop_runtime
+from toren.cli.common import (
+    DirsOption,
+    on_database,
+    run_interruptible,
+    stop_runtime,
+)
 from toren.cli.operator import UrlOption
 from toren.cli.output import JSON_OPTION_HELP, console, err_console, print_json, print_table, safe
 from toren.core.actors import cli_actor
@@ -340,15 +345,7 @@ async def _remote(url: str, action: Any) -> Any:
 
 async def _read(action: Any) -> Any:
     """``action(runtime)`` on this machine's database, serving no agent."""
-    from toren.host.runtime import Runtime
-
-    runtime = Runtime(agents=[])
-    require_database(runtime)
-    await runtime.start(workers=False)
-    try:
-        return await action(runtime)
-    finally:
-        await runtime.stop()
+    return await on_database(action)
 
 
 def _agent_directory(dirs: list[Path] | None, agent: str) -> Path:
