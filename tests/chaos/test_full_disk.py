@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -26,6 +27,7 @@ from tests.chaos.helpers import run_events, start_worker
 from tests.conftest import wait_until
 from tests.durable import check_log, model_call_violations, read_call_log, tool_execution_violations
 from tests.e2e.test_http_api import call
+from toren.core.events import Event
 from toren.testing import write_agent_dir
 
 pytestmark = [pytest.mark.diskfull, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -178,22 +180,12 @@ def test_a_full_disk_is_a_503_runs_wait_and_resume_when_space_is_freed(
         small_disk.free()
     freed_at = time.monotonic()
     # the same processes carry on: no restart
-    assert wait_until(lambda: statuses(small_disk.url, runs)["completed"] == len(runs), 60), (
-        statuses(small_disk.url, runs), worker.stderr[-3000:])
+    logs = recovered(small_disk.url, api, runs, server, worker)
     resumed_s = time.monotonic() - freed_at
-    assert server.proc.poll() is None and worker.proc.poll() is None
     assert "the database takes writes again" in worker.stderr
-    status, answer, _ = create("after")
-    assert status == 201, answer
-    runs.append(answer["id"])
-    assert wait_until(lambda: statuses(small_disk.url, runs)["completed"] == len(runs), 30)
-    for log_text in (server.stderr, worker.stderr):
-        assert "Traceback" not in log_text and "internal_error" not in log_text
 
     everything = []
-    for run_id in runs:
-        events = run_events(small_disk.url, SCHEMA, run_id)
-        check_log(events)  # each stream's seqs exactly 1..n: nothing half-written or lost
+    for events in logs:
         kinds = Counter(e.type for e in events)
         assert (kinds["TaskStarted"], kinds["TaskFinished"], kinds["RunFinished"]) == (1, 1, 1)
         steps = [e.data["step"] for e in events if e.type == "ModelCallCompleted"]
@@ -226,6 +218,29 @@ def test_a_full_disk_is_a_503_runs_wait_and_resume_when_space_is_freed(
           f"{resumed_s:.1f}s after the space was freed; {len(made)} model calls for "
           f"{len(completed)} completed ({repaid} repaid; {handed_back} hand-backs), "
           f"{len(done)} tool executions for {len(set(done))} calls")
+
+
+def recovered(url: str, api: str, runs: list[str], server: Any, worker: Any) -> list[list[Event]]:
+    """Once the database takes writes again: every run in ``runs`` completes in the same
+    server and worker processes (no restart), a run created now completes too (added to
+    ``runs``), neither process logged a traceback or answered ``internal_error``; each run's
+    events, each stream's seqs exactly 1..n (nothing half-written or lost)."""
+    assert wait_until(lambda: statuses(url, runs)["completed"] == len(runs), 60), (
+        statuses(url, runs), worker.stderr[-3000:])
+    assert server.proc.poll() is None and worker.proc.poll() is None
+    status, answer, _ = call(f"{api}/runs", "POST", {"agent": AGENT, "input": "after"},
+                             timeout_s=15)
+    assert status == 201, answer
+    runs.append(answer["id"])
+    assert wait_until(lambda: statuses(url, runs)["completed"] == len(runs), 30)
+    for log_text in (server.stderr, worker.stderr):
+        assert "Traceback" not in log_text and "internal_error" not in log_text
+    logs = []
+    for run_id in runs:
+        events = run_events(url, SCHEMA, run_id)
+        check_log(events)
+        logs.append(events)
+    return logs
 
 
 def emit_wal_until_refused(url: str) -> str:
@@ -289,20 +304,10 @@ def test_a_full_wal_disk_stops_postgres_and_toren_waits_for_its_restart(
     # the operator frees space and starts Postgres (systemd, a container restart policy...)
     pg_ctl(small_disk.pgdata, "-w", "restart")  # reuses postmaster.opts: the same socket
     started_at = time.monotonic()
-    assert wait_until(lambda: statuses(small_disk.url, runs)["completed"] == len(runs), 60), (
-        statuses(small_disk.url, runs), worker.stderr[-3000:])
+    logs = recovered(small_disk.url, api, runs, server, worker)
     resumed_s = time.monotonic() - started_at
-    assert server.proc.poll() is None and worker.proc.poll() is None
-    status, answer, _ = call(f"{api}/runs", "POST", {"agent": AGENT, "input": "after"})
-    assert status == 201, answer
-    runs.append(answer["id"])
-    assert wait_until(lambda: statuses(small_disk.url, runs)["completed"] == len(runs), 30)
-    for log_text in (server.stderr, worker.stderr):
-        assert "Traceback" not in log_text and "internal_error" not in log_text
     everything = []
-    for run_id in runs:
-        events = run_events(small_disk.url, SCHEMA, run_id)
-        check_log(events)
+    for events in logs:
         steps = [e.data["step"] for e in events if e.type == "ModelCallCompleted"]
         assert steps == [1, 2, 3]
         everything += events
